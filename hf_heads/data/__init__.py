@@ -1,0 +1,39 @@
+"""Real corpora (bundled or read from installed registry packages), word-level tokenizers and
+word counts. See `corpora` for the list of corpora and their licences."""
+
+from hf_heads.data.corpora import (
+    CLASSIFICATION_CORPORA,
+    LM_CORPORA,
+    QUESTION_GENERATION_CORPORA,
+    SUMMARIZATION_CORPORA,
+    TRANSLATION_CORPORA,
+    cache_dir,
+    load_classification,
+    load_glove,
+    load_lm_text,
+    load_question_generation,
+    load_summarization,
+    load_translation,
+    split_dataset,
+)
+from hf_heads.data.tokenization import SPECIAL_TOKENS, build_word_tokenizer, frequency_rank, word_counts
+
+__all__ = [
+    "CLASSIFICATION_CORPORA",
+    "LM_CORPORA",
+    "QUESTION_GENERATION_CORPORA",
+    "SPECIAL_TOKENS",
+    "SUMMARIZATION_CORPORA",
+    "TRANSLATION_CORPORA",
+    "build_word_tokenizer",
+    "cache_dir",
+    "frequency_rank",
+    "load_classification",
+    "load_glove",
+    "load_lm_text",
+    "load_question_generation",
+    "load_summarization",
+    "load_translation",
+    "split_dataset",
+    "word_counts",
+]

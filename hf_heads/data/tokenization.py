@@ -1,0 +1,98 @@
+"""Word-level tokenizers for the papers' word-level experiments, and corpus word counts.
+
+`build_word_tokenizer` trains a `tokenizers` WordLevel model and wraps it in a
+`PreTrainedTokenizerFast`. Ids 0–3 are the special tokens `<unk> <pad> <s> </s>`; every other
+id is sorted by descending corpus frequency (ties broken alphabetically), so for these
+tokenizers `id - 4` is the frequency rank. Log-uniform noise and log-rank norm scaling use a
+rank *computed from counts* (`frequency_rank`), never the id, so they also work for Hub subword
+vocabularies whose ids are not ranks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+from tokenizers.models import WordLevel
+from transformers import PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<unk>", "<pad>", "<s>", "</s>")
+
+
+def build_word_tokenizer(
+    texts: Iterable[str],
+    *,
+    vocab_size: int | None = None,
+    min_frequency: int = 1,
+    lowercase: bool = True,
+    add_eos: bool = True,
+) -> PreTrainedTokenizerFast:
+    """Word-level tokenizer with the vocabulary sorted by descending frequency.
+
+    Words are split on whitespace and punctuation (`\\w+|[^\\w\\s]+`). `vocab_size` counts the four
+    special tokens; words below `min_frequency` or past `vocab_size` map to `<unk>`. With `add_eos`
+    every encoded text ends with `</s>` (the end-of-sentence token the LM and seq2seq heads predict).
+    """
+    if vocab_size is not None and vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency={min_frequency} must be >= 1")
+    normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()] if lowercase else [normalizers.NFKC()])
+    pre = pre_tokenizers.Whitespace()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(word for word, _ in pre.pre_tokenize_str(normalizer.normalize_str(text)))
+    words = sorted((w for w, c in counts.items() if c >= min_frequency and w not in SPECIAL_TOKENS), key=lambda w: (-counts[w], w))
+    if vocab_size is not None:
+        words = words[: vocab_size - len(SPECIAL_TOKENS)]
+    vocab = {tok: i for i, tok in enumerate(list(SPECIAL_TOKENS) + words)}
+    tok = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    if add_eos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", vocab["</s>"])]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def word_counts(dataset, tokenizer, column: str = "text", *, batch_size: int = 1000) -> torch.Tensor:
+    """(V,) int64 counts of every token id of `tokenizer` over `dataset[column]`.
+
+    `dataset` is a `datasets.Dataset` (or any iterable of dicts); for a translation dataset pass
+    `column="translation.en"` to count the English side. Special tokens the tokenizer adds
+    (e.g. `</s>`) are counted as they occur, because the model predicts them too.
+    """
+    key, _, sub = column.partition(".")
+    if hasattr(dataset, "column_names") and key not in dataset.column_names:
+        raise ValueError(f"column={column!r}: the dataset has columns {dataset.column_names}")
+    texts = (row[key][sub] if sub else row[key] for row in dataset)
+    counts = np.zeros(len(tokenizer), dtype=np.int64)
+    for batch in _batches(texts, batch_size):
+        ids = np.fromiter((i for seq in tokenizer(batch)["input_ids"] for i in seq), dtype=np.int64)
+        counts += np.bincount(ids, minlength=len(tokenizer))
+    return torch.from_numpy(counts)
+
+
+def frequency_rank(counts: torch.Tensor) -> torch.Tensor:
+    """(V,) rank of each id by descending count (0 = most frequent); ties keep id order."""
+    order = torch.sort(counts, descending=True, stable=True).indices
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=order.device)
+    return rank

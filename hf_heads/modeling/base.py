@@ -1,0 +1,56 @@
+"""Shared plumbing of the hf_heads model classes: backbone wrapping, head init, weight tying."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+from transformers import initialization as init
+
+from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.modeling.configuration import HeadsConfig
+
+
+class HeadsPreTrainedModel(PreTrainedModel):
+    """Base class: a backbone from `AutoModel` (never monkey-patched) plus an hf_heads head."""
+
+    config_class = HeadsConfig
+    base_model_prefix = "backbone"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, DiscreteHead):
+            init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+
+    def _wrap_backbone(self, config: HeadsConfig, backbone: PreTrainedModel | None) -> PreTrainedModel:
+        if backbone is None:
+            backbone = AutoModel.from_config(config.backbone)
+        return backbone
+
+    def _declare_tied_head(self) -> None:
+        """Tie head.weight to the backbone's input embeddings when the config asks for it."""
+        if not self.config.tie_word_embeddings:
+            return
+        emb = self.backbone.get_input_embeddings().weight
+        name = next(n for n, p in self.backbone.named_parameters(remove_duplicate=False) if p is emb)
+        self._tied_weights_keys = {"head.weight": f"backbone.{name}"}
+        self.head.weight = emb
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.backbone.set_input_embeddings(value)
+
+    def set_word_counts(self, counts: torch.Tensor) -> None:
+        """Training counts (V,) for the heads that need them (unigram / log-unigram / log-rank / uniform)."""
+        self.head.set_word_counts(counts)
+
+    def head_needs_counts(self) -> bool:
+        return bool(getattr(self.head.options, "needs_counts", False))

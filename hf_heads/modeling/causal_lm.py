@@ -1,0 +1,99 @@
+"""`HeadsForCausalLM`: any decoder from `AutoModel` (GPT-2, Llama, ...) with an hf_heads output layer."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.modeling.base import HeadsPreTrainedModel
+from hf_heads.modeling.configuration import HeadsConfig
+
+
+class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
+    """Causal LM whose output layer is an hf_heads head.
+
+    `labels` are shifted inside (as in transformers' `*ForCausalLM`); the loss is the head's training
+    criterion (margin applied), computed in chunks without the (N, V) logits. `logits` are the
+    inference logits (no margin) and are skipped while training with labels.
+    """
+
+    def __init__(self, config: HeadsConfig, backbone: PreTrainedModel | None = None) -> None:
+        super().__init__(config)
+        self.backbone = self._wrap_backbone(config, backbone)
+        self.head = DiscreteHead(config.hidden_size, config.vocab_size, config.head)
+        self._declare_tied_head()
+        self.post_init()
+
+    @classmethod
+    def from_base(
+        cls,
+        name_or_path: str,
+        head: dict | None = None,
+        word_counts: torch.Tensor | None = None,
+        **from_pretrained_kwargs,
+    ) -> HeadsForCausalLM:
+        """Wrap a pretrained causal LM: reuse its backbone weights and start the head from its own
+        output layer (weight, and bias where it has one), keeping its weight tying.
+
+        `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained` (e.g. `gguf_file=`, `dtype=`).
+        """
+        lm = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+        out = lm.get_output_embeddings()
+        tied = bool(getattr(lm.config, "tie_word_embeddings", False)) and out.weight is lm.get_input_embeddings().weight
+        config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
+        model = cls(config, backbone=lm.base_model)
+        with torch.no_grad():
+            if not tied:
+                model.head.weight.copy_(out.weight)
+            if model.head.bias is not None:
+                model.head.bias.copy_(out.bias if getattr(out, "bias", None) is not None else 0.0)
+        if word_counts is not None:
+            model.set_word_counts(word_counts)
+        model.config.name_or_path = str(name_or_path)
+        return model.to(out.weight.dtype)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Args as in transformers' `*ForCausalLM.forward`; `num_items_in_batch` makes gradient
+        accumulation exact (the loss is a sum divided by it)."""
+        kwargs.pop("return_dict", None)
+        outputs = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            return_dict=True,
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state  # (B, T, H)
+        loss = None
+        if labels is not None:
+            shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
+            loss = self.head.loss(hidden, shifted.to(hidden.device), num_items_in_batch=num_items_in_batch)
+        logits = None
+        if labels is None or not self.training:
+            keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+            logits = self.head.logits(hidden[:, keep, :])  # (B, T', V)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=getattr(outputs, "past_key_values", None),
+            hidden_states=getattr(outputs, "hidden_states", None),
+            attentions=getattr(outputs, "attentions", None),
+        )
