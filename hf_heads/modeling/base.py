@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
@@ -51,6 +53,12 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def set_word_counts(self, counts: torch.Tensor) -> None:
         """Training counts (V,) for the heads that need them (unigram / log-unigram / log-rank / uniform)."""
         self.head.set_word_counts(counts)
+
+    def export_for_hub(self, directory, tokenizer=None, **save_kwargs):
+        """Write weights, config with `auto_map`, the custom code and the tokenizer to `directory`, so
+        that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads."""
+        export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
+        return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
     def head_needs_counts(self) -> bool:
         return bool(getattr(self.head.options, "needs_counts", False))

@@ -1,0 +1,48 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import GPT2Config, LlamaConfig  # noqa: E402
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def tiny_gpt2_config(vocab_size: int = 61, **kw) -> GPT2Config:
+    return GPT2Config(
+        n_embd=32, n_layer=2, n_head=2, vocab_size=vocab_size, n_positions=64, bos_token_id=2, eos_token_id=3, **kw
+    )
+
+
+def tiny_llama_config(vocab_size: int = 61, **kw) -> LlamaConfig:
+    return LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=vocab_size,
+        max_position_embeddings=64,
+        bos_token_id=2,
+        eos_token_id=3,
+        pad_token_id=1,
+        tie_word_embeddings=kw.pop("tie_word_embeddings", False),
+        **kw,
+    )
+
+
+@pytest.fixture(params=["gpt2", "llama"])
+def tiny_base(request, tmp_path):
+    """A saved tiny GPT-2 (tied embeddings) or Llama (untied) causal LM built from config."""
+    from transformers import GPT2LMHeadModel, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(tiny_gpt2_config()) if request.param == "gpt2" else LlamaForCausalLM(tiny_llama_config())
+    path = tmp_path / request.param
+    model.eval().save_pretrained(path)
+    return str(path), model

@@ -1,0 +1,287 @@
+"""Large-margin softmax (margin paper eqs. 5-14) against a literal reference, forward and backward."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_heads.losses import (
+    MarginCrossEntropy,
+    arc_phi,
+    fused_linear_cross_entropy,
+    lsm_psi,
+    margin_cross_entropy,
+    margin_logits,
+)
+
+N, H, V = 29, 6, 17
+
+
+def reference_logits(h, W, b, y, margin="none", m=0.0, scale=None, word_norm="no-mod", context_norm="no-mod", counts=None):
+    """Eqs. 5-14 written out literally: θ from acos, ψ with its k, f and g by their definitions."""
+    hn, wn = h.norm(dim=1), W.norm(dim=1)
+    cos = (h @ W.T) / (hn[:, None] * wn[None, :])
+    if scale is not None:
+        g, f = torch.full_like(hn, scale), torch.ones_like(wn)
+    else:
+        g = hn if context_norm == "no-mod" else hn.max().expand_as(hn)
+        if word_norm == "no-mod":
+            f = wn
+        else:
+            c = counts.to(h.dtype)
+            amax, amin = int(c.argmax()), int(c.argmin())
+            rank = torch.empty(V, dtype=h.dtype)
+            rank[torch.sort(c, descending=True, stable=True).indices] = torch.arange(V, dtype=h.dtype)
+            if word_norm == "uniform":
+                f = wn[amax].expand(V)
+            elif word_norm == "log-rank":
+                v = (torch.exp(wn[amax]) - torch.exp(wn[amin])) / V  # eq. 11
+                f = torch.log(torch.exp(wn[amax]) - v * rank)
+            elif word_norm == "unigram":
+                u = (wn[amax] - wn[amin]) / c.max()  # eq. 12
+                f = wn[amin] + u * c
+            else:
+                f = torch.log(c.clamp_min(1))
+    logits = g[:, None] * f[None, :] * cos + b
+    if y is None or margin == "none":
+        return logits
+    rows = torch.arange(h.shape[0])
+    cy = cos[rows, y]
+    theta = torch.acos(cy.clamp(-1, 1))
+    if margin == "cos":
+        phi = cy - m
+    elif margin == "arc":
+        phi = torch.where(theta + m <= math.pi, torch.cos(theta + m), -2 - torch.cos(theta + m))
+    else:
+        k = torch.clamp(torch.floor(theta * m / math.pi), max=m - 1)
+        phi = (-1) ** k * torch.cos(m * theta) - 2 * k
+    logits = logits.clone()
+    logits[rows, y] = g * f[y] * phi + b[y]
+    return logits
+
+
+OPTIONS = [
+    dict(),
+    dict(margin="cos", m=0.3),
+    dict(margin="arc", m=0.5),
+    dict(margin="lsm", m=1),
+    dict(margin="lsm", m=2),
+    dict(margin="lsm", m=4),
+    dict(margin="cos", m=0.35, scale=8.0),
+    dict(margin="arc", m=0.5, scale=8.0),
+    dict(margin="none", m=0.0, scale=8.0),
+    *[dict(word_norm=w) for w in ("uniform", "log-rank", "unigram", "log-unigram")],
+    dict(context_norm="max-norm"),
+    dict(margin="arc", m=0.2, word_norm="log-unigram", context_norm="max-norm"),
+    dict(margin="cos", m=0.1, word_norm="log-rank", context_norm="max-norm"),
+    dict(margin="lsm", m=3, word_norm="unigram"),
+]
+
+
+def _inputs(dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(N, H, dtype=dtype, generator=g).requires_grad_()
+    W = (torch.randn(V, H, dtype=dtype, generator=g) * 0.7).requires_grad_()
+    b = (torch.randn(V, dtype=dtype, generator=g) * 0.1).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=g)
+    counts = torch.randint(0, 500, (V,), generator=g).to(dtype)
+    counts[3] = 0  # a word never seen in training
+    return h, W, b, y, counts
+
+
+def _kw(opts, counts):
+    return {**opts, "word_counts": counts if opts.get("word_norm", "no-mod") != "no-mod" else None}
+
+
+@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_logits_and_loss_match_reference(opts):
+    h, W, b, y, counts = _inputs()
+    ref = reference_logits(h, W, b, y, counts=counts, **opts)
+    ours = margin_logits(h, W, b, y, **_kw(opts, counts))
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    ref_loss = F.cross_entropy(ref, y)
+    loss = margin_cross_entropy(h, W, b, y, chunk_size=4, **_kw(opts, counts))
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-10, atol=1e-10)
+    g_ref = torch.autograd.grad(ref_loss, (h, W, b))
+    g_ours = torch.autograd.grad(loss, (h, W, b))
+    for a, c in zip(g_ours, g_ref):
+        torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
+    no_margin = margin_logits(h, W, b, None, **_kw(opts, counts))
+    torch.testing.assert_close(no_margin, reference_logits(h, W, b, None, counts=counts, **opts))
+
+
+@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_gradcheck_float64(opts):
+    h, W, b, y, counts = _inputs()
+    y[5] = -100
+    kw = _kw(opts, counts)
+
+    def mean_loss(h, W, b):
+        return margin_cross_entropy(h, W, b, y, chunk_size=7, **kw)
+
+    def weighted_rows(h, W, b):
+        rows = margin_cross_entropy(h, W, b, y, chunk_size=7, reduction="none", **kw)
+        return (rows * torch.linspace(0.5, 2.0, N, dtype=rows.dtype)).sum()
+
+    assert torch.autograd.gradcheck(mean_loss, (h, W, b))
+    assert torch.autograd.gradcheck(weighted_rows, (h, W, b))
+
+
+@pytest.mark.parametrize("opts", OPTIONS[:8], ids=str)
+def test_float32_matches_float64_reference(opts):
+    h, W, b, y, counts = _inputs()
+    ref = F.cross_entropy(reference_logits(h, W, b, y, counts=counts, **opts), y)
+    h32, W32, b32 = (t.detach().float().requires_grad_() for t in (h, W, b))
+    loss = margin_cross_entropy(h32, W32, b32, y, **_kw(opts, counts.float()))
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_plain_case_equals_torch_cross_entropy():
+    h, W, b, y, _ = _inputs(torch.float32)
+    y[:3] = -100
+    ref = F.cross_entropy(h @ W.T + b, y)
+    ours = margin_cross_entropy(h, W, b, y, margin="none", scale=None, word_norm="no-mod", context_norm="no-mod")
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, (h, W, b)), torch.autograd.grad(ref, (h, W, b)))
+
+
+def test_torch_linear_cross_entropy_agrees():
+    h, W, b, y, _ = _inputs(torch.float32)
+    opts = torch.nn.LinearCrossEntropyOptions()
+    ref = F.linear_cross_entropy(h, W, y, linear_bias=b, options=opts)
+    torch.testing.assert_close(fused_linear_cross_entropy(h, W, b, y), ref)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, N, 1000])
+def test_chunked_equals_unchunked(chunk):
+    h, W, b, y, counts = _inputs()
+    kw = dict(margin="arc", m=0.3, word_norm="log-unigram", context_norm="max-norm", word_counts=counts)
+    full = margin_cross_entropy(h, W, b, y, chunk_size=N, **kw)
+    part = margin_cross_entropy(h, W, b, y, chunk_size=chunk, **kw)
+    torch.testing.assert_close(part, full, rtol=1e-12, atol=1e-12)
+    for a, c in zip(torch.autograd.grad(part, (h, W, b)), torch.autograd.grad(full, (h, W, b))):
+        torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)
+
+
+def test_reductions_and_num_items_in_batch():
+    h, W, b, y, _ = _inputs()
+    y[:4] = -100
+    kw = dict(margin="cos", m=0.2)
+    rows = margin_cross_entropy(h, W, b, y, reduction="none", **kw)
+    assert rows.shape == (N,) and torch.all(rows[:4] == 0)
+    total = margin_cross_entropy(h, W, b, y, reduction="sum", **kw)
+    mean = margin_cross_entropy(h, W, b, y, reduction="mean", **kw)
+    torch.testing.assert_close(rows.sum(), total)
+    torch.testing.assert_close(mean, total / (N - 4))
+    torch.testing.assert_close(margin_cross_entropy(h, W, b, y, num_items_in_batch=50, **kw), total / 50)
+
+
+def test_gradient_accumulation_halves_equal_full_batch():
+    h, W, b, y, _ = _inputs()
+    y[2] = y[20] = -100
+    n_items = int((y != -100).sum())
+    full = margin_cross_entropy(h, W, b, y, margin="arc", m=0.1)
+    g_full = torch.autograd.grad(full, (h, W, b))
+    halves = [
+        margin_cross_entropy(h[s], W, b, y[s], margin="arc", m=0.1, num_items_in_batch=n_items)
+        for s in (slice(0, 10), slice(10, N))
+    ]
+    g_acc = torch.autograd.grad(halves[0] + halves[1], (h, W, b))
+    for a, c in zip(g_acc, g_full):
+        torch.testing.assert_close(a, c)
+
+
+def test_all_ignored_gives_zero_loss_and_zero_grads():
+    h, W, b, _, counts = _inputs(torch.float32)
+    y = torch.full((N,), -100)
+    for kw in (dict(), dict(margin="arc", m=0.5, word_norm="log-unigram", context_norm="max-norm", word_counts=counts)):
+        loss = margin_cross_entropy(h, W, b, y, **kw)
+        assert loss.item() == 0.0
+        grads = torch.autograd.grad(loss, (h, W, b))
+        assert all(torch.all(g == 0) for g in grads)
+
+
+def test_arcface_monotonic_and_finite_past_pi():
+    cos = torch.cos(torch.linspace(0, math.pi, 2001, dtype=torch.float64))
+    for m in (0.0, 0.5, 1.0, 2.0):
+        phi = arc_phi(cos, m)
+        assert torch.all(torch.isfinite(phi))
+        assert torch.all(phi[1:] <= phi[:-1] + 1e-12)  # non-increasing in θ
+    x = torch.tensor([1.0, -1.0, 1 - 1e-9, -1 + 1e-9], dtype=torch.float32, requires_grad=True)
+    (g,) = torch.autograd.grad(arc_phi(x, 0.5).sum(), x)
+    assert torch.all(torch.isfinite(g))
+
+
+def test_lsm_matches_definition_and_is_monotonic():
+    theta = torch.linspace(0, math.pi, 1001, dtype=torch.float64)
+    for m in (1, 2, 3, 4):
+        psi = lsm_psi(torch.cos(theta), m)
+        k = torch.clamp(torch.floor(theta * m / math.pi), max=m - 1)
+        torch.testing.assert_close(psi, (-1) ** k * torch.cos(m * theta) - 2 * k, rtol=1e-9, atol=1e-9)
+        assert torch.all(psi[1:] <= psi[:-1] + 1e-9)
+    x = torch.tensor([1.0, -1.0], requires_grad=True)
+    (g,) = torch.autograd.grad(lsm_psi(x, 3).sum(), x)
+    assert torch.all(torch.isfinite(g))
+
+
+def test_lsm_m1_and_zero_margins_are_plain():
+    h, W, b, y, _ = _inputs()
+    plain = margin_cross_entropy(h, W, b, y)
+    torch.testing.assert_close(margin_cross_entropy(h, W, b, y, margin="lsm", m=1), plain)
+    for margin in ("cos", "arc"):
+        torch.testing.assert_close(
+            margin_cross_entropy(h, W, b, y, margin=margin, m=0.0, scale=4.0),
+            margin_cross_entropy(h, W, b, y, scale=4.0),
+        )
+
+
+def test_larger_margin_larger_loss():
+    h, W, b, y, _ = _inputs()
+    losses = [margin_cross_entropy(h, W, b, y, margin="cos", m=m, scale=8.0).item() for m in (0.0, 0.1, 0.3)]
+    assert losses[0] < losses[1] < losses[2]
+
+
+def test_module_wrapper_same_as_function():
+    h, W, b, y, counts = _inputs()
+    mod = MarginCrossEntropy(margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum")
+    ref = margin_cross_entropy(h, W, b, y, margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum")
+    torch.testing.assert_close(mod(h, W, b, y), ref)
+
+
+def test_bfloat16_inputs_computed_in_float32():
+    h, W, b, y, _ = _inputs(torch.float32)
+    ref = margin_cross_entropy(h, W, b, y, margin="arc", m=0.2)
+    out = margin_cross_entropy(h.bfloat16(), W.bfloat16(), b.bfloat16(), y, margin="arc", m=0.2)
+    assert out.dtype == torch.float32 and torch.isfinite(out)
+    torch.testing.assert_close(out, ref, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(margin="lsm", m=1.5), "m=1.5"),
+        (dict(margin="lsm", m=0), "m=0"),
+        (dict(margin="cos", m=-0.1), "m=-0.1"),
+        (dict(margin="arc", m=0.1, scale=0.0), "scale=0.0"),
+        (dict(margin="triplet"), "margin='triplet'"),
+        (dict(word_norm="zipf"), "word_norm='zipf'"),
+        (dict(context_norm="mean"), "context_norm='mean'"),
+        (dict(word_norm="log-unigram"), "word_norm='log-unigram' needs word_counts"),
+        (dict(word_norm="log-rank"), "word_norm='log-rank' needs word_counts"),
+        (dict(word_norm="unigram", word_counts=torch.ones(V + 1)), f"vocabulary has {V}"),
+        (dict(scale=8.0, word_norm="uniform", word_counts=torch.ones(V)), "word_norm and context_norm must be"),
+    ],
+)
+def test_bad_options_name_the_field(kwargs, field):
+    h, W, b, y, _ = _inputs(torch.float32)
+    with pytest.raises(ValueError, match=field.replace("(", r"\(").replace(".", r"\.")):
+        margin_cross_entropy(h, W, b, y, **kwargs)
+
+
+def test_labels_out_of_range():
+    h, W, b, y, _ = _inputs(torch.float32)
+    y[0] = V
+    with pytest.raises(ValueError, match=f"found {V}, allowed 0 <= label < {V}"):
+        margin_cross_entropy(h, W, b, y, margin="arc", m=0.1)
