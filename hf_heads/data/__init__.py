@@ -16,6 +16,7 @@ from hf_heads.data.corpora import (
     load_translation,
     split_dataset,
 )
+from hf_heads.data.models import minilm_path, smollm2_path
 from hf_heads.data.tokenization import SPECIAL_TOKENS, build_word_tokenizer, frequency_rank, word_counts
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "load_question_generation",
     "load_summarization",
     "load_translation",
+    "minilm_path",
+    "smollm2_path",
     "split_dataset",
     "word_counts",
 ]

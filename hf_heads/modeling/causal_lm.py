@@ -30,7 +30,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
     @classmethod
     def from_base(
         cls,
-        name_or_path: str,
+        name_or_path: str | PreTrainedModel,
         head: dict | None = None,
         word_counts: torch.Tensor | None = None,
         **from_pretrained_kwargs,
@@ -38,9 +38,14 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         """Wrap a pretrained causal LM: reuse its backbone weights and start the head from its own
         output layer (weight, and bias where it has one), keeping its weight tying.
 
-        `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained` (e.g. `gguf_file=`, `dtype=`).
+        `name_or_path` is a Hub id, a local directory or an already loaded `*ForCausalLM` (whose modules
+        are then shared, not copied); `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained`
+        (e.g. `gguf_file=`, `dtype=`).
         """
-        lm = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+        if isinstance(name_or_path, PreTrainedModel):
+            lm, name_or_path = name_or_path, name_or_path.config.name_or_path
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
         out = lm.get_output_embeddings()
         tied = bool(getattr(lm.config, "tie_word_embeddings", False)) and out.weight is lm.get_input_embeddings().weight
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
