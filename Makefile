@@ -21,6 +21,11 @@ APT_MARKERS := /usr/share/dictd/freedict-deu-eng.index /usr/share/wordnet/data.n
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 DEMO_DIR ?= outputs/demo
+DEMO_STEPS ?= 200
+LAUNCH := $(VENV)/bin/accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no
+DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train --do_eval --max_steps $(DEMO_STEPS) \
+	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
+	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
 .PHONY: install system-data demo test test-all lint bench clean
 
@@ -45,9 +50,15 @@ system-data:
 		{ echo "could not install the Debian corpora; run: apt-get install $(APT_PACKAGES)"; exit 1; }; \
 	fi
 
+# The main job: the softmax baseline against the margin paper's best setting (ArcFace m=0.001,
+# log-unigram word norms, max-norm context norms) on the bundled World English Bible.
 demo: install
-	$(VENV)/bin/accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no \
-		run_scripts/run_clm.py --demo --output_dir $(DEMO_DIR) --overwrite_output_dir
+	@echo "== [1/2] softmax head =="
+	$(LAUNCH) run_scripts/run_clm.py $(DEMO_ARGS) --output_dir $(DEMO_DIR)/softmax --head softmax
+	@echo "== [2/2] margin head: arc m=0.001, log-unigram, max-norm =="
+	$(LAUNCH) run_scripts/run_clm.py $(DEMO_ARGS) --output_dir $(DEMO_DIR)/margin --head margin --margin arc \
+		--m 0.001 --word_norm log-unigram --context_norm max-norm --hub_export_dir $(DEMO_DIR)/margin-hub-export
+	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin
 
 test: install
 	$(PY) -m pytest -q -m "not slow" tests

@@ -18,7 +18,9 @@ from hf_heads.losses import (
 N, H, V = 29, 6, 17
 
 
-def reference_logits(h, W, b, y, margin="none", m=0.0, scale=None, word_norm="no-mod", context_norm="no-mod", counts=None):
+def reference_logits(
+    h, W, b, y, margin="none", m=0.0, scale=None, word_norm="no-mod", context_norm="no-mod", counts=None
+):
     """Eqs. 5-14 written out literally: θ from acos, ψ with its k, f and g by their definitions."""
     hn, wn = h.norm(dim=1), W.norm(dim=1)
     cos = (h @ W.T) / (hn[:, None] * wn[None, :])
@@ -105,7 +107,7 @@ def test_logits_and_loss_match_reference(opts):
     torch.testing.assert_close(loss, ref_loss, rtol=1e-10, atol=1e-10)
     g_ref = torch.autograd.grad(ref_loss, (h, W, b))
     g_ours = torch.autograd.grad(loss, (h, W, b))
-    for a, c in zip(g_ours, g_ref):
+    for a, c in zip(g_ours, g_ref, strict=False):
         torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
     no_margin = margin_logits(h, W, b, None, **_kw(opts, counts))
     torch.testing.assert_close(no_margin, reference_logits(h, W, b, None, counts=counts, **opts))
@@ -161,7 +163,7 @@ def test_chunked_equals_unchunked(chunk):
     full = margin_cross_entropy(h, W, b, y, chunk_size=N, **kw)
     part = margin_cross_entropy(h, W, b, y, chunk_size=chunk, **kw)
     torch.testing.assert_close(part, full, rtol=1e-12, atol=1e-12)
-    for a, c in zip(torch.autograd.grad(part, (h, W, b)), torch.autograd.grad(full, (h, W, b))):
+    for a, c in zip(torch.autograd.grad(part, (h, W, b)), torch.autograd.grad(full, (h, W, b)), strict=False):
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)
 
 
@@ -189,14 +191,17 @@ def test_gradient_accumulation_halves_equal_full_batch():
         for s in (slice(0, 10), slice(10, N))
     ]
     g_acc = torch.autograd.grad(halves[0] + halves[1], (h, W, b))
-    for a, c in zip(g_acc, g_full):
+    for a, c in zip(g_acc, g_full, strict=False):
         torch.testing.assert_close(a, c)
 
 
 def test_all_ignored_gives_zero_loss_and_zero_grads():
     h, W, b, _, counts = _inputs(torch.float32)
     y = torch.full((N,), -100)
-    for kw in (dict(), dict(margin="arc", m=0.5, word_norm="log-unigram", context_norm="max-norm", word_counts=counts)):
+    for kw in (
+        dict(),
+        dict(margin="arc", m=0.5, word_norm="log-unigram", context_norm="max-norm", word_counts=counts),
+    ):
         loss = margin_cross_entropy(h, W, b, y, **kw)
         assert loss.item() == 0.0
         grads = torch.autograd.grad(loss, (h, W, b))
@@ -246,7 +251,9 @@ def test_larger_margin_larger_loss():
 def test_module_wrapper_same_as_function():
     h, W, b, y, counts = _inputs()
     mod = MarginCrossEntropy(margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum")
-    ref = margin_cross_entropy(h, W, b, y, margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum")
+    ref = margin_cross_entropy(
+        h, W, b, y, margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum"
+    )
     torch.testing.assert_close(mod(h, W, b, y), ref)
 
 

@@ -65,6 +65,15 @@ def test_margin_not_applied_at_inference(tiny_base):
     cos = HeadsForCausalLM.from_base(path, head={"family": "margin", "margin": "cos", "m": 0.5}).eval()
     x = _batch()
     torch.testing.assert_close(cos(x).logits, plain(x).logits, rtol=1e-5, atol=1e-5)
+    # eval-mode loss is the NLL of the inference distribution: no margin
+    torch.testing.assert_close(cos(x, labels=x).loss, plain(x, labels=x).loss, rtol=1e-5, atol=1e-5)
+    nll = torch.nn.functional.cross_entropy(cos(x).logits[:, :-1].reshape(-1, 61), x[:, 1:].reshape(-1))
+    torch.testing.assert_close(cos(x, labels=x).loss, nll, rtol=1e-5, atol=1e-5)
+    cos.train(), plain.train()
+    for model in (cos, plain):
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
     assert cos(x, labels=x).loss > plain(x, labels=x).loss  # the margin is in the training loss only
 
 
@@ -86,7 +95,7 @@ def test_gradient_accumulation_exact(tiny_base):
     model.zero_grad()
     for rows in (slice(0, 1), slice(1, 3)):
         model(x[rows], labels=labels[rows], num_items_in_batch=n_items).loss.backward()
-    for a, c in zip(full, [p.grad for p in model.parameters()]):
+    for a, c in zip(full, [p.grad for p in model.parameters()], strict=False):
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-6)
 
 
@@ -99,7 +108,9 @@ def test_config_validation_at_construction_and_load(tmp_path):
         HeadsConfig(backbone={"model_type": "gpt2"}, head={"family": "margin", "mm": 1})
     with pytest.raises(ValueError, match="head.m=2.5 must be an integer"):
         HeadsConfig(backbone={"model_type": "gpt2"}, head={"family": "margin", "margin": "lsm", "m": 2.5})
-    cfg = HeadsConfig(backbone={"model_type": "gpt2", "n_embd": 32}, head={"family": "margin", "margin": "lsm", "m": 2})
+    cfg = HeadsConfig(
+        backbone={"model_type": "gpt2", "n_embd": 32}, head={"family": "margin", "margin": "lsm", "m": 2}
+    )
     cfg.save_pretrained(tmp_path)
     assert AutoConfig.from_pretrained(tmp_path).head == cfg.head
     raw = json.loads((tmp_path / "config.json").read_text())

@@ -65,7 +65,9 @@ def extract_verses() -> list[tuple[str, int, int, str, str]]:
                     en = clean_osis(web.get(books=[book.osis_name], chapters=[chapter], verses=[verse], clean=False))
                     es = ""
                     if verse <= n_es:
-                        es = clean_osis(rv.get(books=[book.osis_name], chapters=[chapter], verses=[verse], clean=False))
+                        es = clean_osis(
+                            rv.get(books=[book.osis_name], chapters=[chapter], verses=[verse], clean=False)
+                        )
                     if en:
                         rows.append((book.osis_name, chapter, verse, en, es))
     return rows

@@ -109,7 +109,7 @@ def _read_bible_rows() -> list[dict]:
     path = BUNDLED / "bible_es_en.tsv.xz"
     with lzma.open(path, "rt", encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
-        return [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f]
+        return [dict(zip(header, line.rstrip("\n").split("\t"), strict=False)) for line in f]
 
 
 def _length_ratio_ok(a: str, b: str, low: float = 0.4, high: float = 2.5) -> bool:
@@ -139,7 +139,9 @@ def load_translation(name: str = "bible-es-en") -> DatasetDict:
 
 
 def _build_bible_translation() -> DatasetDict:
-    pairs = [{"es": r["es"], "en": r["en"]} for r in _read_bible_rows() if r["es"] and _length_ratio_ok(r["es"], r["en"])]
+    pairs = [
+        {"es": r["es"], "en": r["en"]} for r in _read_bible_rows() if r["es"] and _length_ratio_ok(r["es"], r["en"])
+    ]
     return split_dataset(Dataset.from_dict({"translation": pairs}), validation=1000, test=1000)
 
 

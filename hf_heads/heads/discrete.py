@@ -59,11 +59,11 @@ class DiscreteHead(nn.Module):
             )
         return self.word_counts
 
-    def _margin_kwargs(self) -> dict:
+    def _margin_kwargs(self, with_margin: bool) -> dict:
         o = self.options
         return dict(
-            margin=o.margin, m=o.m, scale=o.scale, word_norm=o.word_norm, context_norm=o.context_norm,
-            word_counts=self._counts(),
+            margin=o.margin if with_margin else "none", m=o.m if with_margin else 0.0, scale=o.scale,
+            word_norm=o.word_norm, context_norm=o.context_norm, word_counts=self._counts(),
         )  # fmt: skip
 
     def _running_context_norm(self) -> torch.Tensor | None:
@@ -91,7 +91,12 @@ class DiscreteHead(nn.Module):
         ignore_index: int = -100,
         reduction: str = "mean",
     ) -> torch.Tensor:
-        """Training loss of hidden (*, H) against labels (*); the margin is applied here only."""
+        """Loss of hidden (*, H) against labels (*).
+
+        In training mode this is the training criterion (margin applied); in eval mode it is the
+        negative log-likelihood of the inference distribution (no margin; max-norm uses the running
+        value), so `exp(eval_loss)` is the model's perplexity.
+        """
         common = dict(
             reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
             chunk_size=self.options.chunk_size,
@@ -100,7 +105,11 @@ class DiscreteHead(nn.Module):
             return fused_linear_cross_entropy(hidden, self.weight, self.bias, labels, **common)
         if self.training and self.options.context_norm == "max-norm":
             self._update_context_norm(hidden, labels, ignore_index)
-        return margin_cross_entropy(hidden, self.weight, self.bias, labels, **self._margin_kwargs(), **common)
+        running = None if self.training else self._running_context_norm()
+        return margin_cross_entropy(
+            hidden, self.weight, self.bias, labels, **self._margin_kwargs(self.training),
+            context_norm_value=running, **common,
+        )  # fmt: skip
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Inference logits (*, V): log p(c | x) up to a per-row constant; never carries the margin."""
@@ -108,7 +117,7 @@ class DiscreteHead(nn.Module):
             out = hidden @ self.weight.T
             return out if self.bias is None else out + self.bias
         return margin_logits(
-            hidden, self.weight, self.bias, None, **self._margin_kwargs(),
+            hidden, self.weight, self.bias, None, **self._margin_kwargs(False),
             context_norm_value=self._running_context_norm(),
         )  # fmt: skip
 

@@ -80,7 +80,12 @@ def head_options(head: dict | None) -> SoftmaxHeadOptions:
     for key in head:
         if key not in allowed:
             raise ValueError(f"head.{key} is not an option of head family {family!r}; allowed: {', '.join(allowed)}")
-    if family == "margin" and isinstance(head.get("m"), float) and head.get("margin") == "lsm" and head["m"].is_integer():
+    if (
+        family == "margin"
+        and isinstance(head.get("m"), float)
+        and head.get("margin") == "lsm"
+        and head["m"].is_integer()
+    ):
         head["m"] = int(head["m"])  # JSON / CLI round trip of an integer margin
     options = cls(**head)
     options.validate()

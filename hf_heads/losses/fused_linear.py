@@ -144,7 +144,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has)]
+        saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
         grad_h, grad_w, grad_b, grad_t = saved
         return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None
 

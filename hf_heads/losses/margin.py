@@ -229,7 +229,9 @@ def margin_logits(
     if y is not None:
         check_labels(y, weight.shape[0], -100)
     safe_y = None if y is None else y.clamp_min(0)
-    a, s, t = _margin_parts(h, weight, bias, safe_y, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value)
+    a, s, t = _margin_parts(
+        h, weight, bias, safe_y, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value
+    )
     h2, w2 = _scaled(h, weight, a, s)
     logits = h2 @ w2.T  # (N, V)
     if bias is not None:

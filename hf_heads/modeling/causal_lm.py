@@ -47,7 +47,9 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         else:
             lm = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
         out = lm.get_output_embeddings()
-        tied = bool(getattr(lm.config, "tie_word_embeddings", False)) and out.weight is lm.get_input_embeddings().weight
+        tied = (
+            bool(getattr(lm.config, "tie_word_embeddings", False)) and out.weight is lm.get_input_embeddings().weight
+        )
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
         model = cls(config, backbone=lm.base_model)
         with torch.no_grad():

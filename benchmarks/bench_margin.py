@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""Output-layer forward+backward: seconds and peak memory, naive logits vs chunked losses.
+
+    python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
+    python benchmarks/bench_margin.py --vocab 50000 --device cuda
+
+Each method runs in a fresh process. Peak memory is what the loss adds on top of its inputs
+(hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
+the growth of the process's peak resident set (ru_maxrss) over the level after the inputs were
+allocated. Seconds are the median of `--repeats` timed calls after one warm-up call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from hf_heads.losses import margin_cross_entropy, margin_logits
+
+ARC = dict(margin="arc", m=0.001, word_norm="log-unigram", context_norm="max-norm")
+LSM = dict(margin="lsm", m=2)
+# name: (implementation, margin options, the naive row it is compared with)
+METHODS = {
+    "naive logits, softmax": ("naive", {}, "naive logits, softmax"),
+    "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
+    "hf_heads softmax": ("ours", {}, "naive logits, softmax"),
+    "naive logits, arc+log-unigram+max-norm": ("naive", ARC, "naive logits, arc+log-unigram+max-norm"),
+    "hf_heads arc+log-unigram+max-norm": ("ours", ARC, "naive logits, arc+log-unigram+max-norm"),
+    "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
+    "hf_heads lsm m=2": ("ours", LSM, "naive logits, lsm m=2"),
+}
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
+    kind, opts, _ = METHODS[method]
+    torch.manual_seed(0)
+    h = torch.randn(n, hidden, device=device, requires_grad=True)
+    w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_()
+    b = torch.zeros(vocab, device=device, requires_grad=True)
+    y = torch.randint(0, vocab, (n,), device=device)
+    counts = torch.randint(1, 10_000, (vocab,), device=device).float()
+    kw = {**opts, "word_counts": counts} if opts.get("word_norm", "no-mod") != "no-mod" else dict(opts)
+    for t in (h, w, b):  # allocate the gradients up front: they belong to the inputs, not the method
+        t.grad = torch.zeros_like(t)
+
+    def step():
+        if kind == "naive":
+            loss = F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
+        elif kind == "torch":
+            loss = F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
+        else:
+            loss = margin_cross_entropy(h, w, b, y, **kw)
+        loss.backward()
+        return loss
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = rss_mib()
+    step()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - start)
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if device.startswith("cuda") else rss_mib() - base
+    return {"method": method, "seconds": statistics.median(times), "peak_mib": peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--vocab", type=int, nargs="+", default=[50_000, 200_000])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats)))
+        return
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
+    print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, float32")
+    print(f"# device: {args.device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for vocab in args.vocab:
+        rows = []
+        for method in METHODS:
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                method,
+                "--tokens",
+                str(args.tokens),
+                "--hidden",
+                str(args.hidden),
+                "--vocab",
+                str(vocab),
+                "--device",
+                args.device,
+                "--repeats",
+                str(args.repeats),
+            ]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)  # fmt: skip
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        by_name = {r["method"]: r for r in rows}
+        print(f"\nV={vocab:,}\n")
+        print("| method | s / step | peak MiB | time vs naive | memory vs naive |")
+        print("|---|---:|---:|---:|---:|")
+        for r in rows:
+            ref = by_name[METHODS[r["method"]][2]]
+            time_ratio = r["seconds"] / ref["seconds"]
+            mem_ratio = r["peak_mib"] / max(ref["peak_mib"], 1e-9)
+            name, sec, mib = r["method"], r["seconds"], r["peak_mib"]
+            print(f"| {name} | {sec:.3f} | {mib:.0f} | {time_ratio:.2f}× | {mem_ratio:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()

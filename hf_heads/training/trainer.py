@@ -1,0 +1,71 @@
+"""`HeadsTrainer` / `HeadsSeq2SeqTrainer`: the transformers trainers plus what hf_heads heads need.
+
+- Word counts: a head whose norm scaling needs training counts (unigram, log-unigram, log-rank,
+  uniform) gets them from the training set's labels before the first step, unless it has them.
+- Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, `.../std`,
+  `head/context_norm_running`).
+- Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
+  so `eval_loss` is a real cross-entropy and `eval_perplexity = exp(eval_loss)` is logged too.
+- Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers import Seq2SeqTrainer, Trainer
+
+
+def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index: int = -100) -> torch.Tensor:
+    """(num_classes,) counts of the label ids in `dataset[column]` (ignored positions skipped)."""
+    if column not in dataset.column_names:
+        raise ValueError(f"the training dataset has no {column!r} column (columns: {dataset.column_names})")
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    for batch in dataset.iter(batch_size=1000):
+        values = torch.as_tensor([v for row in batch[column] for v in (row if isinstance(row, list) else [row])])
+        values = values[values != ignore_index]
+        if values.numel() and (int(values.min()) < 0 or int(values.max()) >= num_classes):
+            raise ValueError(f"{column}: found {int(values.max())}, allowed 0 <= label < {num_classes}")
+        counts += torch.bincount(values, minlength=num_classes).double()
+    return counts
+
+
+class _HeadsTrainerMixin:
+    def _prepare_head(self) -> None:
+        model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
+        head = getattr(model, "head", None)
+        if head is None or not model.head_needs_counts():
+            return
+        if bool((head.word_counts >= 0).all()):
+            return
+        if self.train_dataset is None:
+            raise ValueError("this head needs word counts: give a train_dataset or call model.set_word_counts(...)")
+        model.set_word_counts(label_counts(self.train_dataset, head.num_classes))
+
+    def train(self, *args, **kwargs):
+        self._prepare_head()
+        return super().train(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        model = self.accelerator.unwrap_model(self.model)
+        head = getattr(model, "head", None)
+        if head is not None and "loss" in logs:
+            with torch.no_grad():
+                norms = head.weight.float().norm(dim=1)
+                logs["head/weight_norm_mean"] = round(norms.mean().item(), 4)
+                logs["head/weight_norm_std"] = round(norms.std().item(), 4)
+                if float(head.context_norm_running) >= 0:
+                    logs["head/context_norm_running"] = round(float(head.context_norm_running), 4)
+        for key in [k for k in logs if k.endswith("eval_loss") or k == "eval_loss"]:
+            prefix = key[: -len("loss")]
+            logs[f"{prefix}perplexity"] = math.exp(min(logs[key], 700.0))
+        super().log(logs, *args, **kwargs)
+
+
+class HeadsTrainer(_HeadsTrainerMixin, Trainer):
+    """`Trainer` for hf_heads models (see the module docstring)."""
+
+
+class HeadsSeq2SeqTrainer(_HeadsTrainerMixin, Seq2SeqTrainer):
+    """`Seq2SeqTrainer` for hf_heads models (see the module docstring)."""

@@ -1,0 +1,39 @@
+#!/usr/bin/env python
+"""Print a results table from the `run_summary.json` files of finished runs.
+
+python run_scripts/compare_runs.py outputs/demo/softmax outputs/demo/margin
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def describe(head: dict) -> str:
+    if head["family"] != "margin":
+        return head["family"]
+    parts = [head["margin"]] + ([f"m={head['m']}"] if head["margin"] != "none" else [])
+    parts += [f"s={head['scale']}"] if head.get("scale") else [f"f={head['word_norm']}", f"g={head['context_norm']}"]
+    return "margin " + " ".join(parts)
+
+
+def main(dirs: list[str]) -> None:
+    rows = []
+    for d in dirs:
+        path = Path(d) / "run_summary.json"
+        if not path.exists():
+            sys.exit(f"error: {path} not found (did the run finish?)")
+        s = json.loads(path.read_text())
+        rows.append((describe(s["head"]), s.get("eval_perplexity"), s.get("train_tokens_per_second"),
+                     s.get("train_peak_rss_mib"), d))  # fmt: skip
+    print("\n| head | eval perplexity | train tokens/s | peak RSS (MiB) | output |")
+    print("|---|---:|---:|---:|---|")
+    for name, ppl, tps, rss, d in rows:
+        fmt = lambda v, spec: format(v, spec) if isinstance(v, int | float) else "n/a"  # noqa: E731
+        print(f"| {name} | {fmt(ppl, '.1f')} | {fmt(tps, '.0f')} | {fmt(rss, '.0f')} | {d} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

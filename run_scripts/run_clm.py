@@ -1,0 +1,197 @@
+#!/usr/bin/env python
+"""Fine-tune or train a causal LM with any hf_heads head (the transformers `run_clm.py` shape).
+
+    accelerate launch run_scripts/run_clm.py --output_dir out/margin \\
+        --model_name_or_path tiny-gpt2 --dataset_name bible-web \\
+        --head margin --margin arc --m 0.001 --word_norm log-unigram --context_norm max-norm \\
+        --do_train --do_eval --max_steps 300
+
+`--model_name_or_path` is a built-in tiny backbone (tiny-gpt2, tiny-llama: built from a config, with a
+word-level tokenizer trained on the corpus, as in the papers' word-level LMs), a local directory or
+a Hub id. `--dataset_name` is a bundled corpus (bible-web, bbc-news, wordnet-glosses) or a Hub
+dataset; `--train_file`/`--validation_file` read local .txt/.csv/.json files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoConfig, AutoTokenizer, default_data_collator, set_seed
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.data import LM_CORPORA, build_word_tokenizer, load_lm_text
+from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, plot_loss_curves, write_model_card
+from hf_heads.training.runs import (
+    TINY_BACKBONES,
+    RunArguments,
+    UsageError,
+    check_output_dir,
+    main_wrapper,
+    parse_args,
+    peak_rss_mib,
+    save_json,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="tiny-gpt2",
+        metadata={"help": f"Built-in tiny backbone ({', '.join(TINY_BACKBONES)}), a local directory or a Hub id."},
+    )
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer to use instead of the model's."})
+    word_vocab_size: int | None = field(
+        default=None, metadata={"help": "Word-level vocabulary size for built-in backbones (default: every word)."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(
+        default="bible-web", metadata={"help": f"Bundled corpus ({', '.join(LM_CORPORA)}) or a Hub dataset."}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
+    train_file: str | None = field(default=None, metadata={"help": "Local training file (.txt, .csv, .json)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Local validation file."})
+    text_column: str = field(default="text", metadata={"help": "Column holding the text."})
+    block_size: int = field(default=128, metadata={"help": "Tokens per training sequence."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training blocks."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the evaluation blocks."})
+
+
+def load_raw(data: DataArguments) -> datasets.DatasetDict:
+    if data.train_file or data.validation_file:
+        files = {k: v for k, v in (("train", data.train_file), ("validation", data.validation_file)) if v}
+        ext = Path(next(iter(files.values()))).suffix.lstrip(".")
+        builder = {"txt": "text", "jsonl": "json"}.get(ext, ext)
+        if builder not in ("text", "csv", "json"):
+            raise UsageError(f"--train_file/--validation_file: extension {ext!r} not allowed; allowed: txt, csv, json")
+        raw = datasets.load_dataset(builder, data_files=files)
+    elif data.dataset_name in LM_CORPORA:
+        raw = load_lm_text(data.dataset_name)
+    elif data.dataset_name:
+        raw = datasets.load_dataset(data.dataset_name, data.dataset_config_name)
+    else:
+        raise UsageError("give --dataset_name or --train_file")
+    for name, split in raw.items():
+        if data.text_column not in split.column_names:
+            raise UsageError(f"--text_column={data.text_column!r}: split {name!r} has columns {split.column_names}")
+    return raw
+
+
+def build_model_and_tokenizer(model_args: ModelArguments, head: dict, train_texts):
+    name = model_args.model_name_or_path
+    if name in TINY_BACKBONES:
+        tok = (
+            AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+            if model_args.tokenizer_name
+            else build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size)
+        )
+        backbone = dict(TINY_BACKBONES[name], vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+        model_type = backbone.pop("model_type")
+        config = HeadsConfig(backbone=AutoConfig.for_model(model_type, **backbone).to_dict(), head=head,
+                             tie_word_embeddings=False)  # fmt: skip
+        return HeadsForCausalLM(config), tok
+    kwargs = {"gguf_file": model_args.gguf_file} if model_args.gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or name, **kwargs)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return HeadsForCausalLM.from_base(name, head=head, **kwargs), tok
+
+
+def main() -> None:
+    model_args, data_args, run_args, training_args = parse_args(
+        (ModelArguments, DataArguments, RunArguments, HeadsTrainingArguments)
+    )
+    head = training_args.head_config()
+    check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+
+    raw = load_raw(data_args)
+    train_texts = [t for t in raw["train"][data_args.text_column] if t]
+    model, tok = build_model_and_tokenizer(model_args, head, train_texts)
+    logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
+
+    block = data_args.block_size
+
+    def tokenize(batch):
+        return tok([t for t in batch[data_args.text_column] if t])
+
+    def group(batch):
+        ids = list(chain.from_iterable(batch["input_ids"]))
+        n = (len(ids) // block) * block
+        blocks = [ids[i : i + block] for i in range(0, n, block)]
+        return {"input_ids": blocks, "attention_mask": [[1] * block for _ in blocks], "labels": [b[:] for b in blocks]}
+
+    with training_args.main_process_first(desc="tokenize and group"):
+        cols = raw["train"].column_names
+        lm = raw.map(tokenize, batched=True, remove_columns=cols, desc="tokenize")
+        lm = lm.map(group, batched=True, batch_size=2000, remove_columns=lm["train"].column_names, desc="group")
+    train_ds, eval_ds = lm["train"], lm.get("validation")
+    if data_args.max_train_samples:
+        train_ds = train_ds.select(range(min(len(train_ds), data_args.max_train_samples)))
+    if eval_ds is not None and data_args.max_eval_samples:
+        eval_ds = eval_ds.select(range(min(len(eval_ds), data_args.max_eval_samples)))
+
+    trainer = HeadsTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds if training_args.do_train else None,
+        eval_dataset=eval_ds if training_args.do_eval else None,
+        processing_class=tok,
+        data_collator=default_data_collator,
+    )
+    metrics: dict = {}
+    if training_args.do_train:
+        start = time.perf_counter()
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        seconds = time.perf_counter() - start
+        metrics.update(result.metrics)
+        steps = result.global_step
+        tokens = steps * training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+        tokens *= block * training_args.world_size
+        metrics.update(train_tokens_per_second=tokens / seconds, train_peak_rss_mib=peak_rss_mib())
+        trainer.save_model()
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+    if training_args.do_eval and eval_ds is not None:
+        eval_metrics = trainer.evaluate()
+        eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 700.0))
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        metrics.update(eval_metrics)
+
+    if trainer.is_world_process_zero():
+        out = Path(training_args.output_dir)
+        plots = [str(plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{head['family']} head"))]
+        dataset = data_args.dataset_name or Path(data_args.train_file or "local").name
+        write_model_card(out, model=model, dataset=dataset, metrics=metrics, training_args=training_args,
+                         base_model=model_args.model_name_or_path, plots=plots,
+                         repo_id=training_args.hub_model_id)  # fmt: skip
+        save_json(out / "run_summary.json", {"head": head, "dataset": dataset, **metrics})
+        if run_args.hub_export_dir:
+            model.export_for_hub(run_args.hub_export_dir, tokenizer=tok)
+            for name in ("README.md", "loss_curves.png"):
+                (Path(run_args.hub_export_dir) / name).write_bytes((out / name).read_bytes())
+            print(f"Hub export written to {run_args.hub_export_dir}")
+        if training_args.push_to_hub:
+            trainer.push_to_hub()
+        print(f"model, card and plots written to {out}")
+
+
+if __name__ == "__main__":
+    main_wrapper(main)
