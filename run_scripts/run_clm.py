@@ -36,6 +36,7 @@ from hf_heads.training.runs import (
     main_wrapper,
     parse_args,
     peak_rss_mib,
+    resolve_checkpoint,
     save_json,
 )
 
@@ -116,6 +117,7 @@ def main() -> None:
     )
     head = training_args.head_config()
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     set_seed(training_args.seed)
@@ -123,7 +125,10 @@ def main() -> None:
     raw = load_raw(data_args)
     train_texts = [t for t in raw["train"][data_args.text_column] if t]
     model, tok = build_model_and_tokenizer(model_args, head, train_texts)
-    logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
+    logger.info(
+        "head %s, %d parameters, vocabulary %d, world size %d",
+        head, model.num_parameters(), len(tok), training_args.world_size,
+    )  # fmt: skip
 
     block = data_args.block_size
 
@@ -157,7 +162,7 @@ def main() -> None:
     metrics: dict = {}
     if training_args.do_train:
         start = time.perf_counter()
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=checkpoint)
         seconds = time.perf_counter() - start
         metrics.update(result.metrics)
         steps = result.global_step

@@ -68,6 +68,27 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | bool | None
         )
 
 
+def resolve_checkpoint(output_dir: str, resume: str | bool | None, head: dict) -> str | None:
+    """The checkpoint to resume from (`True` means the newest in `output_dir`), after checking that it
+    was trained with the same head section: resuming a margin run as a softmax run is refused."""
+    if resume in (None, False, "False", "false", ""):
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if resume in (True, "True", "true"):
+        path = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    else:
+        path = str(resume)
+    if path is None or not (Path(path) / "config.json").is_file():
+        raise UsageError(f"--resume_from_checkpoint={resume!r}: no checkpoint with a config.json found (at {path})")
+    saved = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("head")
+    if saved != head:
+        raise UsageError(
+            f"--resume_from_checkpoint={path!r} was trained with head {saved}, but this run asks for head {head}"
+        )
+    return path
+
+
 def peak_rss_mib() -> float:
     """Peak resident memory of this process so far (MiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

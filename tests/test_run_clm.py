@@ -1,0 +1,201 @@
+"""run_scripts/run_clm.py end to end, its bad-input paths, HeadsTrainer resume and word counts."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.data import load_lm_text
+from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
+from hf_heads.training.runs import UsageError, resolve_checkpoint
+from hf_heads.training.trainer import label_counts
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_CLM = str(ROOT / "run_scripts" / "run_clm.py")
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
+MARGIN_FLAGS = ["--head", "margin", "--margin", "arc", "--m", "0.001", "--word_norm", "log-unigram"]
+SMALL = ["--block_size", "32", "--per_device_train_batch_size", "4", "--report_to", "none", "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def text_files(tmp_path_factory):
+    """A small slice of the bundled World English Bible as local .txt files (the --train_file path)."""
+    corpus = load_lm_text("bible-web")
+    d = tmp_path_factory.mktemp("text")
+    (d / "train.txt").write_text("\n".join(corpus["train"]["text"][:600]) + "\n", encoding="utf-8")
+    (d / "valid.txt").write_text("\n".join(corpus["validation"]["text"][:100]) + "\n", encoding="utf-8")
+    return d / "train.txt", d / "valid.txt"
+
+
+def run_clm(*args: str, launcher: list[str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = (launcher or [sys.executable]) + [RUN_CLM, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+
+
+LOAD_EXPORT = """
+import sys
+sys.modules["hf_heads"] = None  # hf_heads must not be importable here
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+ids = tok("In the beginning God", return_tensors="pt").input_ids[:, :-1]
+torch.save({"ids": ids, "logits": model(ids).logits}, sys.argv[2])
+"""
+
+
+def test_run_clm_margin_end_to_end(text_files, tmp_path):
+    train, valid = text_files
+    out, hub = tmp_path / "run", tmp_path / "hub"
+    proc = run_clm(
+        "--train_file", str(train), "--validation_file", str(valid), "--output_dir", str(out),
+        "--hub_export_dir", str(hub), "--do_train", "--do_eval", "--max_steps", "6", "--logging_steps", "2",
+        "--eval_strategy", "steps", "--eval_steps", "3", "--save_strategy", "no", *MARGIN_FLAGS,
+        "--context_norm", "max-norm", *SMALL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"model, card and plots written to {out}" in proc.stdout
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["head"]["margin"] == "arc" and summary["head"]["word_norm"] == "log-unigram"
+    assert 1.0 < summary["eval_perplexity"] < 1e6 and summary["train_tokens_per_second"] > 0
+    card = (out / "README.md").read_text()
+    assert "model-index" in card and "eval_perplexity" in card and "trust_remote_code=True" in card
+    assert '"margin": "arc"' in card and "![loss_curves](loss_curves.png)" in card
+    assert (out / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    # the export is what --push_to_hub would upload: it loads where hf_heads is not importable
+    assert {"config.json", "model.safetensors", "README.md", "loss_curves.png", "tokenizer.json"} <= {
+        p.name for p in hub.iterdir()
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_EXPORT, str(hub), str(tmp_path / "y.pt")],
+        capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = torch.load(tmp_path / "y.pt")
+    model = HeadsForCausalLM.from_pretrained(out).eval()
+    assert float(model.head.context_norm_running) > 0 and bool((model.head.word_counts >= 0).all())
+    torch.testing.assert_close(got["logits"], model(got["ids"]).logits)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--no_such_flag", "1"], "unknown arguments: --no_such_flag"),
+        (["--head", "margin", "--margin", "arcface"], "--margin='arcface'"),
+        (["--head", "softmax", "--margin", "arc"], "--margin is not an option of head family 'softmax'"),
+        (["--head", "margin", "--margin", "lsm", "--m", "1.5"], "--m"),
+        (["--head", "sparse_max"], "--head='sparse_max'"),
+        (["--text_column", "body"], "--text_column='body'"),
+        (["--learning_rate", "fast"], "invalid arguments"),
+    ],
+)
+def test_bad_command_line_is_one_line_and_exit_2(text_files, tmp_path, args, message):
+    train, _ = text_files
+    proc = run_clm("--train_file", str(train), "--output_dir", str(tmp_path / "o"), "--do_train", *args)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_output_dir_holding_a_run_is_refused(text_files, tmp_path):
+    train, _ = text_files
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"previous run")
+    proc = run_clm("--train_file", str(train), "--output_dir", str(out), "--do_train", "--max_steps", "1")
+    assert proc.returncode == 2 and "--overwrite_output_dir" in proc.stderr
+    assert (out / "model.safetensors").read_bytes() == b"previous run"  # nothing overwritten
+
+
+def test_resume_from_checkpoint_of_another_head_is_refused(tmp_path):
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    softmax = {"family": "softmax", "bias": True, "chunk_size": None}
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "hf_heads", "head": softmax}))
+    assert resolve_checkpoint(str(tmp_path), True, softmax) == str(ckpt)
+    margin = {**softmax, "family": "margin", "margin": "arc"}
+    with pytest.raises(UsageError, match="was trained with head"):
+        resolve_checkpoint(str(tmp_path), str(ckpt), margin)
+    with pytest.raises(UsageError, match="no checkpoint"):
+        resolve_checkpoint(str(tmp_path / "empty"), True, softmax)
+
+
+def test_label_counts():
+    ds = Dataset.from_dict({"labels": [[1, 2, 2, -100], [0, 2, -100, -100]]})
+    assert label_counts(ds, 4).tolist() == [1.0, 1.0, 3.0, 0.0]
+    with pytest.raises(ValueError, match="allowed 0 <= label < 2"):
+        label_counts(ds, 2)
+    with pytest.raises(ValueError, match="no 'target' column"):
+        label_counts(ds, 4, column="target")
+
+
+def _lm_dataset(n=24, length=16, vocab=61):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, vocab, (n, length), generator=g).tolist()
+    return Dataset.from_dict({"input_ids": ids, "labels": ids})
+
+
+def _trainer(out, max_steps, head):
+    from conftest import tiny_llama_config
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    args = HeadsTrainingArguments(
+        output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+        learning_rate=3e-3, logging_steps=1, save_steps=3, report_to="none", seed=0, use_cpu=True,
+        disable_tqdm=True,
+    )  # fmt: skip
+    return HeadsTrainer(model=model, args=args, train_dataset=_lm_dataset())
+
+
+def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path):
+    head = {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "log-unigram", "context_norm": "max-norm"}
+    full = _trainer(tmp_path / "full", 6, head)
+    full.train()
+    counts = full.model.head.word_counts
+    assert torch.equal(counts, label_counts(_lm_dataset(), 61).float())  # collected from the training set
+    losses = [e["loss"] for e in full.state.log_history if "loss" in e]
+    assert "head/weight_norm_mean" in full.state.log_history[0]
+
+    resumed = _trainer(tmp_path / "full", 6, head)  # a fresh process would rebuild the same objects
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    again = [e["loss"] for e in resumed.state.log_history if "loss" in e]
+    assert len(again) == 6
+    torch.testing.assert_close(torch.tensor(again[3:]), torch.tensor(losses[3:]), rtol=1e-4, atol=1e-5)
+
+
+def test_two_process_ddp_matches_one_process(text_files, tmp_path):
+    """Two processes of DDP over gloo follow the one-process loss curve with the same global batch
+    (2 x 2 = 1 x 4 sequences per step). accelerate 1.15 starts ONE process for `--cpu --num_processes 2`
+    (its simple launcher), so CPU data parallelism is `--multi_gpu --num_processes 2` plus `--use_cpu`."""
+    train, _ = text_files
+    common = [
+        "--train_file", str(train), "--model_name_or_path", "tiny-llama", "--do_train", "--max_steps", "4",
+        "--logging_steps", "1", "--save_strategy", "no", "--block_size", "32", "--report_to", "none", "--seed", "0",
+        "--head", "margin", "--margin", "cos", "--m", "0.1", "--word_norm", "log-unigram",
+        "--train_sampling_strategy", "sequential", "--use_cpu",  # the same global batches in both runs
+    ]  # fmt: skip
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1",
+              "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+    curves = {}
+    for procs, per_device in ((1, 4), (2, 2)):
+        out = tmp_path / f"p{procs}"
+        proc = run_clm(
+            *common, "--output_dir", str(out), "--per_device_train_batch_size", str(per_device),
+            launcher=launch + (["--multi_gpu", "--num_processes", "2"] if procs == 2 else ["--cpu"]),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+        curves[procs] = torch.tensor([[e["loss"], e["grad_norm"]] for e in history if "loss" in e])
+        assert f"world size {procs}" in proc.stderr
+    assert len(curves[1]) == 4
+    torch.testing.assert_close(curves[2], curves[1], rtol=1e-4, atol=1e-4)
