@@ -2,6 +2,8 @@
 
 - `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares)
 - `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace; word/context norm scaling)
+- `sampled`: sampling-based criteria (MCS, IS, CPS, NCE × CE/BCE; full MSE/BCE/CE) + posterior corrections
+- `noise`: the noise distributions D of the sampled criteria and the shared draw
 """
 
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
@@ -19,8 +21,31 @@ from hf_heads.losses.margin import (
     validate_margin_options,
     word_norm_values,
 )
+from hf_heads.losses.noise import NOISES, draw_samples, frequency_ranks, noise_distribution
+from hf_heads.losses.sampled import (
+    CRITERIA,
+    METHODS,
+    SampledLoss,
+    corrected_log_probs,
+    corrected_nll,
+    sampled_loss,
+    self_normalization,
+    validate_sampled_options,
+)
 
 __all__ = [
+    "CRITERIA",
+    "METHODS",
+    "NOISES",
+    "SampledLoss",
+    "corrected_log_probs",
+    "corrected_nll",
+    "draw_samples",
+    "frequency_ranks",
+    "noise_distribution",
+    "sampled_loss",
+    "self_normalization",
+    "validate_sampled_options",
     "CONTEXT_NORMS",
     "MARGINS",
     "WORD_NORMS",

@@ -1,0 +1,101 @@
+"""Noise distributions D for the sampling-based criteria and the draw of the shared samples.
+
+Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for
+Neural Language Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md, sec. 3.2, 4.1).
+
+- `uniform`: D(c) = 1 / C.
+- `log-uniform`: the Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r
+  (0 = most frequent), as TensorFlow's `log_uniform_candidate_sampler`; it sums to 1 exactly.
+  The rank comes from the word counts (a permutation), never silently from the token id: pass
+  `ranks=torch.arange(C)` explicitly when ids are ranks (the word-level tokenizers of hf_heads).
+- `unigram`: D(c) ∝ (count_c + add)^α with α = `smoothing` (the paper's table 4 uses a smoothed
+  empirical unigram). A class with D(c) = 0 is never sampled and makes the IS/NCE weights and
+  the MCS/CPS corrections infinite, so zero counts are refused unless `add > 0`.
+
+Samples: K classes drawn once per batch WITH replacement (i.i.d. from D) and shared by every
+position, which is what the paper's derivations assume (the expected number of copies of c
+among the samples is exactly K·D(c), sec. 3.2.5). Under `accelerate launch` every process draws
+its own samples from its own torch generator; transformers seeds every process with the same
+`--seed`, so the processes draw the same samples at the same step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_heads.losses._checks import check_choice, check_number
+
+NOISES = ("uniform", "log-uniform", "unigram")
+
+
+def frequency_ranks(counts: torch.Tensor) -> torch.Tensor:
+    """(C,) rank of each class by descending count (0 = most frequent; ties keep id order)."""
+    order = torch.sort(counts.double(), descending=True, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(counts.numel(), device=counts.device)
+    return ranks
+
+
+def noise_distribution(
+    noise: str,
+    num_classes: int,
+    *,
+    counts: torch.Tensor | None = None,
+    ranks: torch.Tensor | None = None,
+    smoothing: float = 1.0,
+    add: float = 0.0,
+) -> torch.Tensor:
+    """D over `num_classes` classes, shape (C,), float64, summing to 1 (see the module docstring)."""
+    check_choice("noise", noise, NOISES)
+    check_number("num_classes", num_classes, minimum=2, integer=True)
+    if counts is not None:
+        counts = torch.as_tensor(counts, dtype=torch.float64)
+        if counts.shape != (num_classes,):
+            raise ValueError(f"counts has shape {tuple(counts.shape)}, expected ({num_classes},)")
+        if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
+            raise ValueError("counts must be finite and >= 0")
+    if noise == "uniform":
+        return torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
+    if noise == "log-uniform":
+        if ranks is None:
+            if counts is None:
+                raise ValueError(
+                    "noise='log-uniform' needs the frequency rank: pass counts (word_counts), or "
+                    "ranks=torch.arange(C) if the token ids are already sorted by frequency"
+                )
+            ranks = frequency_ranks(counts)
+        r = torch.as_tensor(ranks, dtype=torch.float64)
+        if r.shape != (num_classes,):
+            raise ValueError(f"ranks has shape {tuple(r.shape)}, expected ({num_classes},)")
+        return torch.log1p(1.0 / (r + 1.0)) / torch.log(torch.tensor(num_classes + 1.0, dtype=torch.float64))
+    if counts is None:
+        raise ValueError("noise='unigram' needs counts (hf_heads.data.word_counts or the training labels)")
+    check_number("noise_smoothing", smoothing, exclusive_minimum=0)
+    check_number("noise_add", add, minimum=0)
+    smoothed = counts + add
+    zeros = int((smoothed <= 0).sum())
+    if zeros:
+        raise ValueError(
+            f"noise='unigram' with noise_add={add!r}: {zeros} of {num_classes} classes have count 0 and would "
+            "get D(c) = 0 (never sampled, infinite corrections); set noise_add > 0 or use another noise"
+        )
+    probs = smoothed.pow(smoothing)
+    return probs / probs.sum()
+
+
+def check_noise_probs(noise_probs: torch.Tensor, num_classes: int) -> None:
+    """A valid D: shape (C,), finite, > 0 everywhere, summing to 1."""
+    if noise_probs.dim() != 1 or noise_probs.shape[0] != num_classes:
+        raise ValueError(f"noise_probs has shape {tuple(noise_probs.shape)}, expected ({num_classes},)")
+    if not bool(torch.isfinite(noise_probs).all()) or bool((noise_probs <= 0).any()):
+        raise ValueError("noise_probs must be finite and > 0 for every class")
+    total = float(noise_probs.double().sum())
+    if abs(total - 1.0) > 1e-4:
+        raise ValueError(f"noise_probs sums to {total:.6g}, must sum to 1")
+
+
+def draw_samples(
+    noise_probs: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """(K,) class ids drawn i.i.d. from D with replacement (once per batch, shared by all positions)."""
+    return torch.multinomial(noise_probs.float(), num_samples, replacement=True, generator=generator)

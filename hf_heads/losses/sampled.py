@@ -1,0 +1,368 @@
+"""Sampling-based training criteria (MCS, IS, CPS, NCE for CE and BCE; full MSE, BCE, CE) and the
+mapping of each trained output back to the class posterior p(c|x).
+
+Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for
+Neural Language Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md).
+
+s(c, x) is the scorer's logit (plain h·W_c + b_c, or the large-margin logit of the margin paper's
+eq. 13 with the margin on the target only). The model output q of each criterion is:
+CE: q = s (unbounded); BCE and MSE: q = σ(s) (bounded in (0, 1), sec. 3.1, 3.2.5);
+NCE: q = exp(s) > 0, so q / (q + K·D(c)) = σ(s − log K·D(c)) (eqs. 19, 21).
+
+Criteria, per position n with target c_n and K shared samples c̃_k ~ D (losses = −F / N):
+
+    mse  full  Σ_c (σ(s_c) − δ(c, c_n))²                                          eq. 1
+    bce  full  −log σ(s_cn) − Σ_{c≠cn} log(1 − σ(s_c))                              eq. 3
+    ce   full  −s_cn + log Σ_c exp s_c                                              eq. 5
+    bce  mcs   −log σ(s_cn) − Σ_k log(1 − σ(s_k))                                   eq. 7
+    bce  is    −log σ(s_cn) − Σ_k log(1 − σ(s_k)) / (K·D(c̃_k))                      eq. 11
+    bce  cps   −log σ(s_cn) − α Σ_k log(1 − σ(s_k)),  α = C / K                    eq. 15
+    bce  nce   −log σ(z_cn) − Σ_k log(1 − σ(z_k)),  z = s − log(K·D(c))             eq. 19
+    ce   mcs   −s_cn + log Σ_k exp s_k                                              eq. 9
+    ce   is    −s_cn + log Σ_k exp(s_k) / (K·D(c̃_k))                                eq. 13
+    ce   cps   −s_cn + log α Σ_k exp s_k                                            eq. 17
+    ce   nce   −σ(z_cn) + log Σ_k exp σ(z_k)                                        eq. 21
+
+Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation:
+
+    mse/bce full   log σ(s)                 eqs. 2, 4      ce full, ce is   s             eqs. 6, 14
+    bce mcs        s + log(K·D(c))          eq. 8          ce mcs, ce cps   s + log D(c)  eqs. 10, 18
+    bce is         s                        eq. 12         ce nce           σ(z) + log D(c)  eq. 22
+    bce cps        s + log(C·D(c))          eq. 16 (αK = C)
+    bce nce        s                        eq. 20
+
+Choices where the paper is silent (each is tested):
+- The CE criteria keep the target among the candidates of the denominator, with the same
+  per-class transform as a sample (s for MCS, s − log K·D(c) for IS, s + log α for CPS, σ(z) for
+  NCE): written literally (target absent) eqs. 9/13/17 are unbounded on finite samples and diverge.
+  The numerator is the paper's (s_cn, or σ(z_cn) for NCE); adding a constant to it would not change
+  any gradient.
+- BCE criteria are literal: a sample equal to the target is a negative like any other, unless
+  `remove_accidental_hits=True` (then such samples are dropped, for CE and BCE alike).
+- Samples are drawn with replacement (hf_heads.losses.noise).
+- `normalize=True` (the default, and what the heads return at inference) renormalises log p̃ over
+  the full vocabulary, so perplexity and `generate()` use a proper distribution; `normalize=False`
+  returns log p̃ itself (the paper's table 4 scores without explicit normalisation).
+- Arithmetic is float32 (float64 for float64 inputs) whatever the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses.fused_linear import check_labels, default_chunk_size
+from hf_heads.losses.margin import _margin_parts, margin_cross_entropy, margin_logits, validate_margin_options
+from hf_heads.losses.noise import check_noise_probs, draw_samples
+
+CRITERIA = ("ce", "bce", "mse")
+METHODS = ("full", "mcs", "is", "cps", "nce")
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def validate_sampled_options(criterion: str, method: str, num_samples: int | None, num_classes: int | None) -> None:
+    """Raise `ValueError` naming the field for an invalid criterion / method / K."""
+    check_choice("criterion", criterion, CRITERIA)
+    check_choice("method", method, METHODS)
+    if criterion == "mse" and method != "full":
+        raise ValueError(f"criterion='mse' has only method='full' (the paper defines no sampled MSE); got {method!r}")
+    if method == "full":
+        return
+    if num_samples is None:
+        raise ValueError(f"method={method!r} needs num_samples (K, an integer with 1 <= K < number of classes)")
+    check_number("num_samples", num_samples, minimum=1, integer=True)
+    if num_classes is not None and num_samples >= num_classes:
+        raise ValueError(f"num_samples={num_samples} must be < the number of classes ({num_classes})")
+
+
+def _log_kd(log_noise: torch.Tensor, num_samples: int) -> torch.Tensor:
+    return log_noise + math.log(num_samples)
+
+
+def corrected_log_probs(
+    scores: torch.Tensor,
+    *,
+    criterion: str,
+    method: str,
+    noise_probs: torch.Tensor | None = None,
+    num_samples: int | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """log p(c|x) over the full vocabulary from the trained scores s (*, C) (table in the module
+    docstring). `normalize=False` returns the unnormalised log p̃ of the paper's corrections."""
+    num_classes = scores.shape[-1]
+    validate_sampled_options(criterion, method, num_samples, num_classes)
+    s = scores.double() if scores.dtype == torch.float64 else scores.float()
+    log_d = None
+    if method in ("mcs", "cps", "nce") or (method == "is" and criterion == "ce"):
+        if noise_probs is None:
+            raise ValueError(f"method={method!r} needs noise_probs for its correction")
+        check_noise_probs(noise_probs, num_classes)
+        log_d = noise_probs.to(device=s.device, dtype=s.dtype).log()
+    if method == "full":
+        out = s if criterion == "ce" else F.logsigmoid(s)
+    elif criterion == "ce":
+        if method == "is":
+            out = s
+        elif method in ("mcs", "cps"):
+            out = s + log_d
+        else:
+            out = torch.sigmoid(s - _log_kd(log_d, num_samples)) + log_d
+    else:
+        if method in ("is", "nce"):
+            out = s
+        elif method == "mcs":
+            out = s + _log_kd(log_d, num_samples)
+        else:
+            out = s + log_d + math.log(num_classes)
+    return torch.log_softmax(out, dim=-1) if normalize else out
+
+
+def _reduce(per_row, valid, y_shape, reduction, num_items_in_batch):
+    if reduction == "none":
+        return per_row.new_zeros(valid.shape[0]).masked_scatter(valid, per_row).reshape(y_shape)
+    total = per_row.sum()
+    if reduction == "sum":
+        return total
+    denom = num_items_in_batch if num_items_in_batch is not None else per_row.shape[0]
+    if isinstance(denom, torch.Tensor):
+        return total / denom.to(total.device).clamp_min(1)
+    return total / max(int(denom), 1)
+
+
+def _scorer(hidden, weight, bias, target, margin_kwargs):
+    """Row scales a (N,), column scales f (C,) and target logit t (N,) of the margin scorer
+    (eq. 13): s(c, n) = a_n · f_c · (h_n · W_c) + b_c, target logit t_n (margin applied)."""
+    a, f, t = _margin_parts(hidden, weight, bias, target, **margin_kwargs)
+    h = hidden if a is None else hidden * a[:, None]
+    if t is None:
+        w_y = weight[target] if f is None else weight[target] * f[target, None]
+        t = (h * w_y).sum(1) + (0 if bias is None else bias[target])
+    return h, f, t
+
+
+def _candidate_scores(h, weight, bias, f, cands):
+    w = weight[cands] if f is None else weight[cands] * f[cands, None]  # (K, H)
+    out = h @ w.T  # (N, K)
+    return out if bias is None else out + bias[cands]
+
+
+def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size):
+    """Per-row full BCE (eq. 3) or MSE (eq. 1) loss over all C classes, in chunks of rows whose
+    (rows, C) scores are recomputed in backward (activation checkpointing), never all at once."""
+    w = weight if f is None else weight * f[:, None]
+
+    def rows(h_c, t_c, y_c, w_, b_):
+        s = h_c @ w_.T  # (n, C)
+        if b_ is not None:
+            s = s + b_
+        plain_t = s.gather(1, y_c[:, None]).squeeze(1)
+        if criterion == "bce":  # Σ_c softplus(s_c) − softplus(s_t) + softplus(−t)
+            return F.softplus(s).sum(1) - F.softplus(plain_t) + F.softplus(-t_c)
+        sig = torch.sigmoid(s)  # mse: Σ_c σ(s_c)² − σ(s_t)² + (σ(t) − 1)²
+        return sig.square().sum(1) - torch.sigmoid(plain_t).square() + (torch.sigmoid(t_c) - 1).square()
+
+    step = chunk_size or default_chunk_size(h.shape[0], weight.shape[0])
+    outs = []
+    for i in range(0, h.shape[0], step):
+        args = (h[i : i + step], t[i : i + step], y[i : i + step], w, bias)
+        use_ckpt = torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in args)
+        outs.append(checkpoint(rows, *args, use_reentrant=False) if use_ckpt else rows(*args))
+    return torch.cat(outs) if outs else h.new_zeros(0)
+
+
+def sampled_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    *,
+    criterion: str,
+    method: str,
+    num_samples: int | None = None,
+    noise_probs: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    samples: torch.Tensor | None = None,
+    remove_accidental_hits: bool = False,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    margin: str = "none",
+    m: float = 0.0,
+    scale: float | None = None,
+    word_norm: str = "no-mod",
+    context_norm: str = "no-mod",
+    word_counts: torch.Tensor | None = None,
+    context_norm_value: float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
+    target (*) with output layer weight (C, H), bias (C,).
+
+    K = `num_samples` classes are drawn from `noise_probs` (C,) once for the whole batch with
+    `generator` (or given as `samples` (K,)). Margin options as in `margin_cross_entropy` (the
+    margin is applied to the target logit). `reduction`, `ignore_index` and `num_items_in_batch` as
+    in `F.cross_entropy` / the transformers Trainer (sum divided by `num_items_in_batch`).
+    """
+    num_classes = weight.shape[0]
+    validate_sampled_options(criterion, method, num_samples, num_classes)
+    check_choice("reduction", reduction, REDUCTIONS)
+    validate_margin_options(margin, m, scale, word_norm, context_norm, word_counts, num_classes)
+    h_all = hidden.reshape(-1, hidden.shape[-1])
+    y_all = target.reshape(-1)
+    if h_all.shape[0] != y_all.shape[0]:
+        raise ValueError(f"hidden has {h_all.shape[0]} rows but target has {y_all.shape[0]}")
+    check_labels(y_all, num_classes, ignore_index)
+    compute = torch.float64 if h_all.dtype == torch.float64 else torch.float32
+    valid = y_all != ignore_index
+    h, y = h_all[valid].to(compute), y_all[valid]
+    w = weight.to(compute)
+    b = None if bias is None else bias.to(compute)
+    margin_kwargs = dict(
+        margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm,
+        word_counts=word_counts, g_value=context_norm_value,
+    )  # fmt: skip
+    if method == "full" and criterion == "ce":
+        return margin_cross_entropy(
+            hidden, weight, bias, target, margin=margin, m=m, scale=scale, word_norm=word_norm,
+            context_norm=context_norm, word_counts=word_counts, context_norm_value=context_norm_value,
+            reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
+            chunk_size=chunk_size,
+        )  # fmt: skip
+    h2, f, t = _scorer(h, w, b, y, margin_kwargs)  # (N, H), (C,) or None, (N,)
+    if method == "full":
+        per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size)
+        return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
+
+    if noise_probs is None:
+        raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
+    check_noise_probs(noise_probs, num_classes)
+    if samples is None:
+        samples = draw_samples(noise_probs.to(weight.device), num_samples, generator)
+    elif samples.shape != (num_samples,):
+        raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
+    log_d = noise_probs.to(device=h.device, dtype=compute).log()  # (C,)
+    s_k = _candidate_scores(h2, w, b, f, samples)  # (N, K)
+    hit = samples[None, :] == y[:, None]  # (N, K) accidental hits
+    log_k = math.log(num_samples)
+
+    if criterion == "ce":
+        if method == "mcs":
+            u_k, u_t, num = s_k, t, t
+        elif method == "is":
+            u_k, u_t, num = s_k - log_k - log_d[samples], t - log_k - log_d[y], t
+        elif method == "cps":
+            alpha = math.log(num_classes / num_samples)
+            u_k, u_t, num = s_k + alpha, t + alpha, t
+        else:  # nce, eq. 21
+            u_k = torch.sigmoid(s_k - log_k - log_d[samples])
+            u_t = torch.sigmoid(t - log_k - log_d[y])
+            num = u_t
+        if remove_accidental_hits:
+            u_k = u_k.masked_fill(hit, float("-inf"))
+        denominator = torch.logsumexp(torch.cat([u_t[:, None], u_k], dim=1), dim=1)  # (N,)
+        per_row = denominator - num
+    else:  # bce
+        if method == "nce":
+            z_k, z_t = s_k - log_k - log_d[samples], t - log_k - log_d[y]
+            neg = F.softplus(z_k)  # −log(1 − σ(z))
+            pos = F.softplus(-z_t)
+        else:
+            neg, pos = F.softplus(s_k), F.softplus(-t)
+            if method == "is":
+                neg = neg * torch.exp(-(log_k + log_d[samples]))
+            elif method == "cps":
+                neg = neg * (num_classes / num_samples)
+        if remove_accidental_hits:
+            neg = neg.masked_fill(hit, 0.0)
+        per_row = pos + neg.sum(1)
+    return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
+
+
+def corrected_nll(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    *,
+    criterion: str,
+    method: str,
+    noise_probs: torch.Tensor | None = None,
+    num_samples: int | None = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    **scorer_kwargs,
+) -> torch.Tensor:
+    """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior (the evaluation loss:
+    exp of its mean is the perplexity), in chunks of rows; no margin (inference logits)."""
+    check_choice("reduction", reduction, REDUCTIONS)
+    h_all = hidden.reshape(-1, hidden.shape[-1])
+    y_all = target.reshape(-1)
+    check_labels(y_all, weight.shape[0], ignore_index)
+    valid = y_all != ignore_index
+    h, y = h_all[valid], y_all[valid]
+    step = chunk_size or default_chunk_size(max(h.shape[0], 1), weight.shape[0])
+
+    def rows(h_c, y_c, w_, b_):
+        scores = margin_logits(h_c, w_, b_, None, **scorer_kwargs)  # (n, C)
+        logp = corrected_log_probs(
+            scores, criterion=criterion, method=method, noise_probs=noise_probs, num_samples=num_samples
+        )
+        return -logp.gather(1, y_c[:, None]).squeeze(1)
+
+    outs = []
+    for i in range(0, h.shape[0], step):
+        args = (h[i : i + step], y[i : i + step], weight, bias)
+        use_ckpt = torch.is_grad_enabled() and (weight.requires_grad or h.requires_grad)
+        outs.append(checkpoint(rows, *args, use_reentrant=False) if use_ckpt else rows(*args))
+    per_row = torch.cat(outs) if outs else h.new_zeros(0, dtype=torch.float32)
+    return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
+
+
+def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:
+    """Mean and std over rows of log Σ_c p̃(c|x) for unnormalised log-scores (*, C) (0 when the
+    scores are self-normalised)."""
+    log_z = torch.logsumexp(log_scores.reshape(-1, log_scores.shape[-1]).float(), dim=-1)
+    return float(log_z.mean()), float(log_z.std()) if log_z.numel() > 1 else 0.0
+
+
+class SampledLoss(nn.Module):
+    """`nn.Module` form of `sampled_loss` with the options fixed at construction."""
+
+    def __init__(
+        self,
+        criterion: str,
+        method: str,
+        num_samples: int | None = None,
+        noise_probs: torch.Tensor | None = None,
+        *,
+        remove_accidental_hits: bool = False,
+        reduction: str = "mean",
+        ignore_index: int = -100,
+        **scorer_kwargs,
+    ) -> None:
+        super().__init__()
+        validate_sampled_options(criterion, method, num_samples, None if noise_probs is None else noise_probs.numel())
+        self.criterion, self.method, self.num_samples = criterion, method, num_samples
+        self.remove_accidental_hits, self.reduction, self.ignore_index = (
+            remove_accidental_hits,
+            reduction,
+            ignore_index,
+        )
+        self.scorer_kwargs = scorer_kwargs
+        self.register_buffer("noise_probs", noise_probs, persistent=False)
+
+    def forward(self, hidden, weight, bias, target, num_items_in_batch=None, generator=None, samples=None):
+        return sampled_loss(
+            hidden, weight, bias, target, criterion=self.criterion, method=self.method,
+            num_samples=self.num_samples, noise_probs=self.noise_probs, generator=generator, samples=samples,
+            remove_accidental_hits=self.remove_accidental_hits, reduction=self.reduction,
+            ignore_index=self.ignore_index, num_items_in_batch=num_items_in_batch, **self.scorer_kwargs,
+        )  # fmt: skip
