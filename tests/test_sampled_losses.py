@@ -70,9 +70,9 @@ def reference(h, w, b, y, criterion, method, samples, d):
                 term = -r[t] + torch.log(torch.exp(r[t]) + sum(torch.exp(r[c]) for c in samples))
             else:
                 u = {
-                    "mcs": lambda c: torch.exp(s[c]),
-                    "is": lambda c: torch.exp(s[c]) / (k * d[c]),
-                    "cps": lambda c: alpha * torch.exp(s[c]),
+                    "mcs": lambda c, s=s: torch.exp(s[c]),
+                    "is": lambda c, s=s: torch.exp(s[c]) / (k * d[c]),
+                    "cps": lambda c, s=s: alpha * torch.exp(s[c]),
                 }[method]
                 term = -s[t] + torch.log(u(t) + sum(u(c) for c in samples))
         total = total + term
