@@ -157,8 +157,15 @@ def _trainer(out, max_steps, head):
     return HeadsTrainer(model=model, args=args, train_dataset=_lm_dataset())
 
 
-def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path):
-    head = {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "log-unigram", "context_norm": "max-norm"}
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "log-unigram", "context_norm": "max-norm"},
+        {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 12, "noise": "log-uniform"},
+    ],
+    ids=["margin", "sampled"],
+)
+def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path, head):
     full = _trainer(tmp_path / "full", 6, head)
     full.train()
     counts = full.model.head.word_counts

@@ -2,8 +2,14 @@
 
 Training (labels given) computes the chunked loss of the configured family and never builds the
 (N, V) logits; inference returns logits whose softmax is the model's p(c | x) (no margin; norm
-scaling kept, since it is part of the model). Families: `softmax` and `margin`
-(hf_heads.losses.margin).
+scaling kept, since it is part of the model). Families: `softmax`, `margin`
+(hf_heads.losses.margin) and `sampled` (hf_heads.losses.sampled: the training criterion over K
+shared noise samples; inference logits are the corrected log-posteriors over the full vocabulary,
+and the eval loss is their NLL, so perplexity and `generate()` see p(c|x)).
+
+Sampled heads draw their K samples with the default torch generator of the device, which the
+transformers Trainer seeds (`--seed`) and saves/restores with every checkpoint (`rng_state*.pth`),
+so a resumed run draws the same samples as the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.heads.options import MarginHeadOptions, SoftmaxHeadOptions, head_options
+from hf_heads.heads.options import MarginHeadOptions, SampledHeadOptions, SoftmaxHeadOptions, head_options
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
+from hf_heads.losses.noise import noise_distribution
+from hf_heads.losses.sampled import corrected_log_probs, corrected_nll, sampled_loss, self_normalization
+
+_DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-normalisation diagnostic
 
 
 class DiscreteHead(nn.Module):
@@ -37,6 +47,10 @@ class DiscreteHead(nn.Module):
         return isinstance(self.options, MarginHeadOptions)
 
     @property
+    def is_sampled(self) -> bool:
+        return isinstance(self.options, SampledHeadOptions)
+
+    @property
     def num_classes(self) -> int:
         return self.weight.shape[0]
 
@@ -52,19 +66,40 @@ class DiscreteHead(nn.Module):
         if not (self.is_margin and self.options.needs_counts):
             return None
         if bool((self.word_counts < 0).any()):
+            o = self.options
+            what = (
+                f"word_norm={o.word_norm!r}" if o.scale is None and o.word_norm != "no-mod" else f"noise={o.noise!r}"
+            )
             raise ValueError(
-                f"head.word_norm={self.options.word_norm!r} needs word counts, but this head has none: pass "
+                f"head.{what} needs word counts, but this head has none: pass "
                 "word_counts=... to from_base(), call head.set_word_counts(...), or train with HeadsTrainer "
                 "(it counts the training set)"
             )
         return self.word_counts
 
-    def _margin_kwargs(self, with_margin: bool) -> dict:
+    def _margin_kwargs(self, with_margin: bool, inference: bool = False) -> dict:
         o = self.options
-        return dict(
-            margin=o.margin if with_margin else "none", m=o.m if with_margin else 0.0, scale=o.scale,
-            word_norm=o.word_norm, context_norm=o.context_norm, word_counts=self._counts(),
-        )  # fmt: skip
+        out = dict(scale=o.scale, word_norm=o.word_norm, context_norm=o.context_norm, word_counts=self._counts())
+        return (
+            out
+            if inference
+            else dict(margin=o.margin if with_margin else "none", m=o.m if with_margin else 0.0, **out)
+        )
+
+    def noise_probs(self) -> torch.Tensor | None:
+        """D (V,) of a sampled head (from the word counts for log-uniform / unigram noise)."""
+        if not (self.is_sampled and self.options.samples):
+            return None
+        o = self.options
+        counts = None if o.noise == "uniform" else self._counts()
+        probs = noise_distribution(
+            o.noise, self.num_classes, counts=counts, smoothing=o.noise_smoothing, add=o.noise_add
+        )
+        return probs.to(self.weight.device)
+
+    def _sampled_kwargs(self) -> dict:
+        o = self.options
+        return dict(criterion=o.criterion, method=o.method, num_samples=o.num_samples, noise_probs=self.noise_probs())
 
     def _running_context_norm(self) -> torch.Tensor | None:
         if self.is_margin and self.options.context_norm == "max-norm" and float(self.context_norm_running) >= 0:
@@ -106,6 +141,17 @@ class DiscreteHead(nn.Module):
         if self.training and self.options.context_norm == "max-norm":
             self._update_context_norm(hidden, labels, ignore_index)
         running = None if self.training else self._running_context_norm()
+        if self.is_sampled:
+            if not self.training:  # NLL of the corrected full-vocabulary posterior
+                return corrected_nll(
+                    hidden, self.weight, self.bias, labels, **self._sampled_kwargs(), **common,
+                    **self._margin_kwargs(False, inference=True), context_norm_value=running,
+                )  # fmt: skip
+            self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
+            return sampled_loss(
+                hidden, self.weight, self.bias, labels, **self._sampled_kwargs(), **common,
+                remove_accidental_hits=self.options.remove_accidental_hits, **self._margin_kwargs(True),
+            )  # fmt: skip
         return margin_cross_entropy(
             hidden, self.weight, self.bias, labels, **self._margin_kwargs(self.training),
             context_norm_value=running, **common,
@@ -116,10 +162,36 @@ class DiscreteHead(nn.Module):
         if not self.is_margin:
             out = hidden @ self.weight.T
             return out if self.bias is None else out + self.bias
-        return margin_logits(
+        scores = margin_logits(
             hidden, self.weight, self.bias, None, **self._margin_kwargs(False),
             context_norm_value=self._running_context_norm(),
         )  # fmt: skip
+        if not self.is_sampled:
+            return scores
+        o = self.options
+        return corrected_log_probs(
+            scores, criterion=o.criterion, method=o.method, noise_probs=self.noise_probs(),
+            num_samples=o.num_samples, normalize=o.normalize,
+        ).to(scores.dtype)  # fmt: skip
+
+    @torch.no_grad()
+    def diagnostics(self) -> dict[str, float]:
+        """Statistics logged next to the loss: output-vector norms, the running max-norm and, for
+        sampled heads, the self-normalisation of the corrected scores on the last training batch
+        (mean / std over positions of log Σ_c p̃(c|x); 0 means self-normalised)."""
+        norms = self.weight.float().norm(dim=1)
+        out = {"head/weight_norm_mean": norms.mean().item(), "head/weight_norm_std": norms.std().item()}
+        if float(self.context_norm_running) >= 0:
+            out["head/context_norm_running"] = float(self.context_norm_running)
+        last = getattr(self, "_last_hidden", None)
+        if self.is_sampled and last is not None and last.shape[0]:
+            o = self.options
+            scores = margin_logits(last, self.weight, self.bias, None, **self._margin_kwargs(False),
+                                   context_norm_value=self._running_context_norm())  # fmt: skip
+            raw = corrected_log_probs(scores, criterion=o.criterion, method=o.method, noise_probs=self.noise_probs(),
+                                      num_samples=o.num_samples, normalize=False)  # fmt: skip
+            out["head/self_norm_logz_mean"], out["head/self_norm_logz_std"] = self_normalization(raw)
+        return {k: round(v, 4) for k, v in out.items()}
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor | None = None, **loss_kwargs):
         """(loss or None, logits or None): logits are skipped while training with labels."""

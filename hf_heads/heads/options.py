@@ -7,6 +7,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from hf_heads.losses._checks import check_choice, check_number
 from hf_heads.losses.margin import CONTEXT_NORMS, MARGINS, WORD_NORMS, validate_margin_options
+from hf_heads.losses.noise import NOISES
+from hf_heads.losses.sampled import CRITERIA, METHODS, validate_sampled_options
 
 
 @dataclass
@@ -62,9 +64,58 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         return self.scale is None and self.word_norm != "no-mod"
 
 
+@dataclass
+class SampledHeadOptions(MarginHeadOptions):
+    """Sampling-based training criteria with the posterior correction (sampling paper, eqs. 1-22);
+    the margin options of the margin family compose with them (margin on the target logit)."""
+
+    criterion: str = field(default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}."})
+    method: str = field(
+        default="full", metadata={"help": f"Sampling method: {', '.join(METHODS)} (full = no sampling)."}
+    )
+    num_samples: int | None = field(
+        default=None, metadata={"help": "K noise samples per batch, shared by all positions (1 <= K < V)."}
+    )
+    noise: str = field(
+        default="log-uniform",
+        metadata={"help": f"Noise distribution D: {', '.join(NOISES)} (ranks / counts from the training set)."},
+    )
+    noise_smoothing: float = field(default=0.75, metadata={"help": "Unigram noise: D(c) ∝ (count + add)^smoothing."})
+    noise_add: float = field(default=0.0, metadata={"help": "Unigram noise: count added to every class."})
+    remove_accidental_hits: bool = field(
+        default=False, metadata={"help": "Drop samples equal to the target (default: keep, as in the paper)."}
+    )
+    normalize: bool = field(
+        default=True,
+        metadata={"help": "Inference: renormalise the corrected posterior over V (false: raw corrected scores)."},
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        try:
+            validate_sampled_options(self.criterion, self.method, self.num_samples, None)
+            check_choice("noise", self.noise, NOISES)
+            check_number("noise_smoothing", self.noise_smoothing, exclusive_minimum=0)
+            check_number("noise_add", self.noise_add, minimum=0)
+        except ValueError as err:
+            raise ValueError(f"head.{err}") from None
+        for name in ("remove_accidental_hits", "normalize"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"head.{name}={getattr(self, name)!r} must be true or false")
+
+    @property
+    def samples(self) -> bool:
+        return self.method != "full"
+
+    @property
+    def needs_counts(self) -> bool:
+        return super().needs_counts or (self.samples and self.noise != "uniform")
+
+
 HEAD_FAMILIES: dict[str, type[SoftmaxHeadOptions]] = {
     "softmax": SoftmaxHeadOptions,
     "margin": MarginHeadOptions,
+    "sampled": SampledHeadOptions,
 }
 
 

@@ -74,7 +74,7 @@ def validate_sampled_options(criterion: str, method: str, num_samples: int | Non
     if method == "full":
         return
     if num_samples is None:
-        raise ValueError(f"method={method!r} needs num_samples (K, an integer with 1 <= K < number of classes)")
+        raise ValueError(f"method={method!r} needs num_samples=K (an integer, 1 <= K < number of classes)")
     check_number("num_samples", num_samples, minimum=1, integer=True)
     if num_classes is not None and num_samples >= num_classes:
         raise ValueError(f"num_samples={num_samples} must be < the number of classes ({num_classes})")

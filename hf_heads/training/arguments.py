@@ -1,5 +1,6 @@
 """`HeadsTrainingArguments`: `TrainingArguments` plus the head section as flags, and nothing else
-(e.g. `--head margin --margin arc --m 0.001 --word_norm log-unigram --context_norm max-norm`)."""
+(e.g. `--head margin --margin arc --m 0.001 --word_norm log-unigram --context_norm max-norm`,
+`--head sampled --criterion bce --method nce --num_samples 8192 --noise log-uniform`)."""
 
 from __future__ import annotations
 
@@ -7,29 +8,48 @@ from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.heads.options import HEAD_FAMILIES, MarginHeadOptions, head_dict
+from hf_heads.heads.options import HEAD_FAMILIES, MarginHeadOptions, SampledHeadOptions, head_dict
+
+
+def _help(name: str) -> str:
+    for cls in (SampledHeadOptions, MarginHeadOptions):
+        if name in cls.__dataclass_fields__:
+            return cls.__dataclass_fields__[name].metadata["help"]
+    raise KeyError(name)
+
+
+def _flag(name: str):
+    return field(default=None, metadata={"help": _help(name)})
+
+
+# flag name -> head option name (flags keep the option names except where TrainingArguments is ambiguous)
+FLAG_TO_OPTION = {
+    "margin": "margin", "m": "m", "scale": "scale", "word_norm": "word_norm", "context_norm": "context_norm",
+    "criterion": "criterion", "method": "method", "num_samples": "num_samples", "noise": "noise",
+    "noise_smoothing": "noise_smoothing", "noise_add": "noise_add", "remove_accidental_hits": "remove_accidental_hits",
+    "normalize": "normalize", "head_bias": "bias", "loss_chunk_size": "chunk_size",
+}  # fmt: skip
 
 
 @dataclass
 class HeadFlags:
-    """Head options as command-line flags; `head_config()` turns them into a validated head section."""
+    """Head options as command-line flags; `head_config()` turns them into a validated head section.
+    A flag left unset takes the family's default; a flag the family does not have is an error."""
 
     head: str = field(default="softmax", metadata={"help": f"Head family: {', '.join(HEAD_FAMILIES)}."})
-    margin: str | None = field(
-        default=None, metadata={"help": MarginHeadOptions.__dataclass_fields__["margin"].metadata["help"]}
-    )
-    m: float | None = field(
-        default=None, metadata={"help": MarginHeadOptions.__dataclass_fields__["m"].metadata["help"]}
-    )
-    scale: float | None = field(
-        default=None, metadata={"help": MarginHeadOptions.__dataclass_fields__["scale"].metadata["help"]}
-    )
-    word_norm: str | None = field(
-        default=None, metadata={"help": MarginHeadOptions.__dataclass_fields__["word_norm"].metadata["help"]}
-    )
-    context_norm: str | None = field(
-        default=None, metadata={"help": MarginHeadOptions.__dataclass_fields__["context_norm"].metadata["help"]}
-    )
+    margin: str | None = _flag("margin")
+    m: float | None = _flag("m")
+    scale: float | None = _flag("scale")
+    word_norm: str | None = _flag("word_norm")
+    context_norm: str | None = _flag("context_norm")
+    criterion: str | None = _flag("criterion")
+    method: str | None = _flag("method")
+    num_samples: int | None = _flag("num_samples")
+    noise: str | None = _flag("noise")
+    noise_smoothing: float | None = _flag("noise_smoothing")
+    noise_add: float | None = _flag("noise_add")
+    remove_accidental_hits: bool | None = _flag("remove_accidental_hits")
+    normalize: bool | None = _flag("normalize")
     head_bias: bool | None = field(default=None, metadata={"help": "Keep the output bias (default: true)."})
     loss_chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
@@ -38,17 +58,16 @@ class HeadFlags:
     def head_config(self) -> dict:
         """The validated head section; a flag that the family does not have is an error, never ignored."""
         section: dict = {"family": self.head}
-        for flag, key in (
-            ("margin", "margin"), ("m", "m"), ("scale", "scale"), ("word_norm", "word_norm"),
-            ("context_norm", "context_norm"), ("head_bias", "bias"), ("loss_chunk_size", "chunk_size"),
-        ):  # fmt: skip
+        for flag, key in FLAG_TO_OPTION.items():
             value = getattr(self, flag)
             if value is not None:
                 section[key] = value
         try:
             return head_dict(section)
         except ValueError as err:
-            raise ValueError(str(err).replace("head.", "--").replace("--family", "--head")) from None
+            message = str(err).replace("head.bias", "--head_bias").replace("head.chunk_size", "--loss_chunk_size")
+            message = message.replace("head.", "--").replace("--family", "--head")
+            raise ValueError(message.replace("needs num_samples=", "needs --num_samples=")) from None
 
 
 @dataclass

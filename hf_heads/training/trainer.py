@@ -3,7 +3,7 @@
 - Word counts: a head whose norm scaling needs training counts (unigram, log-unigram, log-rank,
   uniform) gets them from the training set's labels before the first step, unless it has them.
 - Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, `.../std`,
-  `head/context_norm_running`).
+  `head/context_norm_running`; for sampled heads `head/self_norm_logz_mean`, `.../std`).
 - Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
   so `eval_loss` is a real cross-entropy and `eval_perplexity = exp(eval_loss)` is logged too.
 - Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
@@ -51,12 +51,7 @@ class _HeadsTrainerMixin:
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:
-            with torch.no_grad():
-                norms = head.weight.float().norm(dim=1)
-                logs["head/weight_norm_mean"] = round(norms.mean().item(), 4)
-                logs["head/weight_norm_std"] = round(norms.std().item(), 4)
-                if float(head.context_norm_running) >= 0:
-                    logs["head/context_norm_running"] = round(float(head.context_norm_running), 4)
+            logs.update(head.diagnostics())
         for key in [k for k in logs if k.endswith("eval_loss") or k == "eval_loss"]:
             prefix = key[: -len("loss")]
             logs[f"{prefix}perplexity"] = math.exp(min(logs[key], 700.0))

@@ -1,0 +1,113 @@
+"""The `sampled` head family inside HeadsForCausalLM: training criterion, corrected inference
+distribution, eval NLL, save/load, generate, missing counts, CLI flags."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_llama_config
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.losses import corrected_log_probs, noise_distribution
+from hf_heads.training import HeadsTrainingArguments
+
+NCE = {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 16, "noise": "log-uniform"}
+
+
+def _model(head, counts=True):
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    if counts:
+        model.set_word_counts(torch.arange(61.0, 0.0, -1.0))
+    return model
+
+
+def _batch(seed=0):
+    return torch.randint(4, 61, (3, 9), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        NCE,
+        {**NCE, "criterion": "ce", "method": "is", "noise": "unigram", "noise_add": 1.0},
+        {**NCE, "criterion": "bce", "method": "mcs", "margin": "cos", "m": 0.2, "noise": "uniform"},
+        {"family": "sampled", "criterion": "mse", "method": "full"},
+    ],
+)
+def test_sampled_head_trains_and_infers_with_the_corrected_posterior(head, tmp_path):
+    model = _model(head)
+    x = _batch()
+    model.train()
+    torch.manual_seed(1)
+    out = model(x, labels=x)
+    assert out.logits is None and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert torch.isfinite(model.head.weight.grad).all() and model.head.weight.grad.abs().sum() > 0
+
+    model.eval()
+    with torch.no_grad():
+        logits = model(x).logits  # (B, T, V) normalised corrected log-posteriors
+        torch.testing.assert_close(logits.logsumexp(-1), torch.zeros(3, 9), atol=1e-5, rtol=0)
+        hidden = model.backbone(x).last_hidden_state
+        scores = hidden @ model.head.weight.T + model.head.bias
+        o = model.head.options
+        expected = corrected_log_probs(scores, criterion=o.criterion, method=o.method,
+                                       noise_probs=model.head.noise_probs(), num_samples=o.num_samples)  # fmt: skip
+        if o.margin == "none":
+            torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+        nll = F.cross_entropy(logits[:, :-1].reshape(-1, 61), x[:, 1:].reshape(-1))
+        torch.testing.assert_close(model(x, labels=x).loss, nll, atol=1e-5, rtol=1e-5)  # eval loss = corrected NLL
+        assert model.generate(x[:1, :3], max_new_tokens=4, do_sample=False).shape == (1, 7)
+    model.save_pretrained(tmp_path)
+    loaded = HeadsForCausalLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.head == model.config.head
+    torch.testing.assert_close(loaded(x).logits, logits)
+
+
+def test_unnormalized_scoring_mode():
+    model = _model({**NCE, "normalize": False}).eval()
+    x = _batch()
+    with torch.no_grad():
+        raw = model(x).logits
+        hidden = model.backbone(x).last_hidden_state
+    torch.testing.assert_close(raw, hidden @ model.head.weight.T + model.head.bias)  # BCE-NCE: log p̃ = s (eq. 20)
+    model.train()
+    model(x, labels=x)
+    diag = model.head.diagnostics()
+    assert {"head/self_norm_logz_mean", "head/self_norm_logz_std"} <= diag.keys()
+
+
+def test_noise_probs_follow_the_counts_rank():
+    model = _model(NCE)
+    expected = noise_distribution("log-uniform", 61, counts=torch.arange(61.0, 0.0, -1.0))
+    torch.testing.assert_close(model.head.noise_probs(), expected)
+
+
+def test_missing_counts_is_a_clear_error():
+    model = _model(NCE, counts=False).train()
+    x = _batch()
+    with pytest.raises(ValueError, match="head.noise='log-uniform' needs word counts"):
+        model(x, labels=x)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(head="sampled", method="nce"), "--num_samples"),
+        (dict(head="sampled", method="nce", num_samples=8, noise="zipf"), "--noise='zipf'"),
+        (dict(head="sampled", criterion="mse", method="is", num_samples=8), "--criterion='mse' has only"),
+        (dict(head="margin", criterion="bce"), "--criterion is not an option of head family 'margin'"),
+        (dict(head="sampled", noise_smoothing=0.0), "--noise_smoothing=0.0 must be > 0"),
+    ],
+)
+def test_head_flags_errors_name_the_flag(flags, message, tmp_path):
+    args = HeadsTrainingArguments(output_dir=str(tmp_path), report_to="none", **flags)
+    with pytest.raises(ValueError, match=message):
+        args.head_config()
+
+
+def test_head_flags_build_the_section(tmp_path):
+    args = HeadsTrainingArguments(output_dir=str(tmp_path), report_to="none", head="sampled", criterion="bce",
+                                  method="nce", num_samples=8192, noise="log-uniform")  # fmt: skip
+    head = args.head_config()
+    assert head["family"] == "sampled" and head["num_samples"] == 8192 and head["margin"] == "none"
