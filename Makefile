@@ -51,14 +51,18 @@ system-data:
 	fi
 
 # The main job: the softmax baseline against the margin paper's best setting (ArcFace m=0.001,
-# log-unigram word norms, max-norm context norms) on the bundled World English Bible.
+# log-unigram word norms, max-norm context norms) and a sampled head (BCE-NCE, K=1024 log-uniform
+# noise, the self-normalised criterion of the sampling paper) on the bundled World English Bible.
 demo: install
-	@echo "== [1/2] softmax head =="
+	@echo "== [1/3] softmax head =="
 	$(LAUNCH) run_scripts/run_clm.py $(DEMO_ARGS) --output_dir $(DEMO_DIR)/softmax --head softmax
-	@echo "== [2/2] margin head: arc m=0.001, log-unigram, max-norm =="
+	@echo "== [2/3] margin head: arc m=0.001, log-unigram, max-norm =="
 	$(LAUNCH) run_scripts/run_clm.py $(DEMO_ARGS) --output_dir $(DEMO_DIR)/margin --head margin --margin arc \
 		--m 0.001 --word_norm log-unigram --context_norm max-norm --hub_export_dir $(DEMO_DIR)/margin-hub-export
-	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin
+	@echo "== [3/3] sampled head: BCE-NCE, K=1024, log-uniform noise =="
+	$(LAUNCH) run_scripts/run_clm.py $(DEMO_ARGS) --output_dir $(DEMO_DIR)/sampled --head sampled --criterion bce \
+		--method nce --num_samples 1024 --noise log-uniform
+	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin $(DEMO_DIR)/sampled
 
 test: install
 	$(PY) -m pytest -q -m "not slow" tests

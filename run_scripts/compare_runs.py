@@ -12,8 +12,11 @@ from pathlib import Path
 
 
 def describe(head: dict) -> str:
-    if head["family"] != "margin":
-        return head["family"]
+    if head["family"] == "softmax":
+        return "softmax"
+    if head["family"] == "sampled":
+        name = f"sampled {head['criterion']}-{head['method']}"
+        return name + (f" K={head['num_samples']} {head['noise']}" if head["method"] != "full" else "")
     parts = [head["margin"]] + ([f"m={head['m']}"] if head["margin"] != "none" else [])
     parts += [f"s={head['scale']}"] if head.get("scale") else [f"f={head['word_norm']}", f"g={head['context_norm']}"]
     return "margin " + " ".join(parts)
@@ -33,6 +36,12 @@ def main(dirs: list[str]) -> None:
     for name, ppl, tps, rss, d in rows:
         fmt = lambda v, spec: format(v, spec) if isinstance(v, int | float) else "n/a"  # noqa: E731
         print(f"| {name} | {fmt(ppl, '.1f')} | {fmt(tps, '.0f')} | {fmt(rss, '.0f')} | {d} |")
+    measured = [(name, tps, ppl) for name, ppl, tps, _, _ in rows if tps is not None and ppl is not None]
+    if measured:
+        from hf_heads.training.plots import plot_speed_vs_perplexity
+
+        path = plot_speed_vs_perplexity(measured, Path(dirs[0]).resolve().parent / "speed_vs_perplexity.png")
+        print(f"\nplot: {path}")
 
 
 if __name__ == "__main__":

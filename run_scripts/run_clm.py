@@ -27,7 +27,8 @@ from transformers import AutoConfig, AutoTokenizer, default_data_collator, set_s
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.data import LM_CORPORA, build_word_tokenizer, load_lm_text
-from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, plot_loss_curves, write_model_card
+from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, label_counts, plot_loss_curves, write_model_card
+from hf_heads.training.plots import plot_word_vectors
 from hf_heads.training.runs import (
     TINY_BACKBONES,
     RunArguments,
@@ -183,6 +184,13 @@ def main() -> None:
     if trainer.is_world_process_zero():
         out = Path(training_args.output_dir)
         plots = [str(plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{head['family']} head"))]
+        if training_args.do_train:  # the margin paper's figure 1 for this head's output vectors
+            counts = model.head.word_counts
+            if bool((counts < 0).any()):
+                counts = label_counts(train_ds, model.head.num_classes)
+            words = tok.convert_ids_to_tokens(list(range(model.head.num_classes)))
+            plots.append(str(plot_word_vectors(model.head.weight, words, counts, out / "word_vectors.png",
+                                               f"{head['family']} head")))  # fmt: skip
         dataset = data_args.dataset_name or Path(data_args.train_file or "local").name
         write_model_card(out, model=model, dataset=dataset, metrics=metrics, training_args=training_args,
                          base_model=model_args.model_name_or_path, plots=plots,
@@ -190,7 +198,7 @@ def main() -> None:
         save_json(out / "run_summary.json", {"head": head, "dataset": dataset, **metrics})
         if run_args.hub_export_dir:
             model.export_for_hub(run_args.hub_export_dir, tokenizer=tok)
-            for name in ("README.md", "loss_curves.png"):
+            for name in ["README.md", *(Path(p).name for p in plots)]:
                 (Path(run_args.hub_export_dir) / name).write_bytes((out / name).read_bytes())
             print(f"Hub export written to {run_args.hub_export_dir}")
         if training_args.push_to_hub:

@@ -68,6 +68,7 @@ def test_run_clm_margin_end_to_end(text_files, tmp_path):
     assert "model-index" in card and "eval_perplexity" in card and "trust_remote_code=True" in card
     assert '"margin": "arc"' in card and "![loss_curves](loss_curves.png)" in card
     assert (out / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "word_vectors.png").read_bytes()[:4] == b"\x89PNG" and "![word_vectors](word_vectors.png)" in card
 
     # the export is what --push_to_hub would upload: it loads where hf_heads is not importable
     assert {"config.json", "model.safetensors", "README.md", "loss_curves.png", "tokenizer.json"} <= {

@@ -111,3 +111,34 @@ def test_head_flags_build_the_section(tmp_path):
                                   method="nce", num_samples=8192, noise="log-uniform")  # fmt: skip
     head = args.head_config()
     assert head["family"] == "sampled" and head["num_samples"] == 8192 and head["margin"] == "none"
+
+
+def test_sampled_head_exports_and_loads_without_hf_heads(tmp_path):
+    import subprocess
+    import sys
+
+    from test_modeling_causal_lm import EXPORT_CHECK
+
+    model = _model(NCE).eval()
+    out = model.export_for_hub(tmp_path / "export")
+    x = _batch()
+    torch.save(x, tmp_path / "x.pt")
+    cmd = [sys.executable, "-c", EXPORT_CHECK, str(out), str(tmp_path / "x.pt"), str(tmp_path / "y.pt")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    torch.testing.assert_close(torch.load(tmp_path / "y.pt"), model(x).logits)
+
+
+@pytest.mark.parametrize(("criterion", "method", "expected"), [("bce", "nce", -4.1109), ("mse", "full", -4.1109),
+                                                              ("ce", "is", 0.0)])  # fmt: skip
+def test_initial_bias_makes_bce_outputs_start_near_one_over_v(criterion, method, expected):
+    head = {"family": "sampled", "criterion": criterion, "method": method}
+    if method != "full":
+        head.update(num_samples=8, noise="uniform")
+    model = _model(head).eval()
+    torch.testing.assert_close(model.head.bias, torch.full((61,), expected), atol=1e-4, rtol=0)  # −log 61
+    if criterion == "bce":  # q = exp(s) starts self-normalised: log Σ_c q ≈ 0
+        with torch.no_grad():
+            hidden = model.backbone(_batch()).last_hidden_state
+            raw = hidden @ model.head.weight.T + model.head.bias
+        assert raw.logsumexp(-1).abs().max() < 0.5

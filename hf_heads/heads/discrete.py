@@ -37,7 +37,8 @@ class DiscreteHead(nn.Module):
         super().__init__()
         self.options: SoftmaxHeadOptions = head_options(head)
         self.weight = nn.Parameter(torch.empty(num_classes, hidden_size))
-        self.bias = nn.Parameter(torch.zeros(num_classes)) if self.options.bias else None
+        initial = self.options.initial_bias(num_classes)
+        self.bias = nn.Parameter(torch.full((num_classes,), initial)) if self.options.bias else None
         self.register_buffer("word_counts", torch.full((num_classes,), -1.0))
         self.register_buffer("context_norm_running", torch.tensor(-1.0))
         nn.init.normal_(self.weight, std=0.02)

@@ -3,6 +3,7 @@ and on load. Every field carries help text (the run scripts turn them into CLI f
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from hf_heads.losses._checks import check_choice, check_number
@@ -19,6 +20,10 @@ class SoftmaxHeadOptions:
     chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
     )
+
+    def initial_bias(self, num_classes: int) -> float:
+        """Value every output bias starts from when a head is built from scratch."""
+        return 0.0
 
     def validate(self) -> None:
         if not isinstance(self.bias, bool):
@@ -102,6 +107,13 @@ class SampledHeadOptions(MarginHeadOptions):
         for name in ("remove_accidental_hits", "normalize"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"head.{name}={getattr(self, name)!r} must be true or false")
+
+    def initial_bias(self, num_classes: int) -> float:
+        """−log V for the BCE and MSE criteria, 0 otherwise. Their outputs q = σ(s) (or q = exp(s) for
+        NCE) are not renormalised in training, and their optimum is q ≈ p(c|x) (or a monotone map of
+        it) ~ 1/V; starting from b = 0 gives q = 1/2 (or 1) for every class, and the first thousands
+        of steps only pull the normaliser down (the usual NCE initialisation; the paper is silent)."""
+        return -math.log(num_classes) if self.criterion in ("bce", "mse") else 0.0
 
     @property
     def samples(self) -> bool:

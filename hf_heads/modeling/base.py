@@ -28,7 +28,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         if isinstance(module, DiscreteHead):
             init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
-                init.zeros_(module.bias)
+                init.constant_(module.bias, module.options.initial_bias(module.num_classes))
 
     def _wrap_backbone(self, config: HeadsConfig, backbone: PreTrainedModel | None) -> PreTrainedModel:
         if backbone is None:

@@ -19,6 +19,8 @@ CODE_MODULES = (
     "hf_heads.losses._checks",
     "hf_heads.losses.fused_linear",
     "hf_heads.losses.margin",
+    "hf_heads.losses.noise",
+    "hf_heads.losses.sampled",
     "hf_heads.heads.options",
     "hf_heads.heads.discrete",
     "hf_heads.modeling.configuration",

@@ -10,6 +10,7 @@ import yaml
 PAPERS = {
     "softmax": "plain softmax cross-entropy (baseline)",
     "margin": "Huo et al., *Investigation of Large-Margin Softmax in Neural Language Modeling*, Interspeech 2020",
+    "sampled": "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021",
 }
 TASKS = {
     "HeadsForCausalLM": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),

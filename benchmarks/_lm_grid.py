@@ -1,0 +1,102 @@
+"""Shared driver of the reproduction grids: train a small word-level decoder once per head section
+on a bundled corpus, evaluate the model's own distribution, write results.md / results.csv / a plot."""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from itertools import chain
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, default_data_collator, set_seed
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.data import build_word_tokenizer, load_lm_text, word_counts
+from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
+
+
+def blocks(dataset, tok, size):
+    from datasets import Dataset
+
+    ids = list(chain.from_iterable(tok(list(dataset["text"]))["input_ids"]))
+    rows = [ids[i : i + size] for i in range(0, len(ids) - size + 1, size)]
+    return Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * size] * len(rows), "labels": rows})
+
+
+def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title="", max_eval_blocks=None) -> list[dict]:
+    """grid: [(group, name, head section)]. Returns one row per setting and writes the outputs."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(2)
+    text = load_lm_text(corpus)
+    tok = build_word_tokenizer(list(text["train"]["text"]))
+    train, valid = blocks(text["train"], tok, block), blocks(text["validation"], tok, block)
+    if max_eval_blocks:
+        valid = valid.select(range(min(len(valid), max_eval_blocks)))
+    counts = word_counts(text["train"], tok)
+    backbone = GPT2Config(n_embd=hidden, n_layer=2, n_head=4, n_positions=block, vocab_size=len(tok))
+    print(f"{corpus}: vocabulary {len(tok)}, {len(train)} training / {len(valid)} validation blocks of {block}")
+    rows = []
+    for group, name, head in grid:
+        set_seed(0)
+        model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head=head))
+        model.set_word_counts(counts)
+        targs = HeadsTrainingArguments(
+            output_dir=str(out / "tmp"), max_steps=steps, per_device_train_batch_size=batch,
+            per_device_eval_batch_size=32, learning_rate=lr, warmup_steps=steps // 10, seed=0,
+            logging_steps=max(steps // 5, 1), save_strategy="no", report_to="none", disable_tqdm=True,
+        )  # fmt: skip
+        trainer = HeadsTrainer(model=model, args=targs, train_dataset=train, eval_dataset=valid,
+                               data_collator=default_data_collator)  # fmt: skip
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+        loss = trainer.evaluate()["eval_loss"]
+        ppl = math.exp(loss) if math.isfinite(loss) else float("nan")
+        row = {"group": group, "setting": name, "perplexity": ppl, "seconds_per_step": seconds / steps}
+        if getattr(model.head, "is_sampled", False):
+            diag = model.head.diagnostics()
+            row["self_norm_logz_mean"] = diag.get("head/self_norm_logz_mean", float("nan"))
+            row["self_norm_logz_std"] = diag.get("head/self_norm_logz_std", float("nan"))
+        rows.append(row)
+        print(f"{group:10s} {name:42s} ppl {ppl:9.1f}  {seconds / steps:.3f} s/step", flush=True)
+
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[-1]))
+        writer.writeheader()
+        writer.writerows(rows)
+    extra = [k for k in rows[-1] if k not in ("group", "setting", "perplexity", "seconds_per_step")]
+    lines = [
+        f"Validation perplexity after {steps} steps (batch {batch} × {block} tokens, lr {lr}), 2-layer GPT-2 "
+        f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`. {title}",
+        "",
+        "| group | setting | perplexity | s / step |" + "".join(f" {k} |" for k in extra),
+        "|---|---|---:|---:|" + "---:|" * len(extra),
+        *[
+            f"| {r['group']} | {r['setting']} | {r['perplexity']:.1f} | {r['seconds_per_step']:.3f} |"
+            + "".join(f" {r.get(k, float('nan')):.3f} |" for k in extra)
+            for r in rows
+        ],
+    ]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.5), dpi=120)
+    ax.barh([r["setting"] for r in rows], [r["perplexity"] for r in rows],
+            color=[f"C{groups.index(r['group'])}" for r in rows])  # fmt: skip
+    ax.axvline(rows[0]["perplexity"], color="k", lw=0.8, ls="--", label=rows[0]["setting"])
+    ax.set_xscale("log")
+    ax.set_xlabel("validation perplexity (log scale, lower is better)")
+    ax.invert_yaxis()
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "perplexity.png")
+    print((out / "results.md").read_text())
+    return rows
