@@ -47,7 +47,7 @@ def generation_metrics(tokenizer, names: tuple[str, ...] = ("bleu", "rouge")) ->
         texts = [t.strip() for t in tokenizer.batch_decode(preds, skip_special_tokens=True)]
         refs = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         out: dict = {}
-        for name, metric in metrics.items():
+        for metric in metrics.values():
             result = metric.compute(predictions=texts, references=refs)
             out.update({k: v for k, v in result.items() if isinstance(v, float | int)})
         return out
