@@ -3,9 +3,13 @@
 Training (labels given) computes the chunked loss of the configured family and never builds the
 (N, V) logits; inference returns logits whose softmax is the model's p(c | x) (no margin; norm
 scaling kept, since it is part of the model). Families: `softmax`, `margin`
-(hf_heads.losses.margin) and `sampled` (hf_heads.losses.sampled: the training criterion over K
+(hf_heads.losses.margin), `sampled` (hf_heads.losses.sampled: the training criterion over K
 shared noise samples; inference logits are the corrected log-posteriors over the full vocabulary,
-and the eval loss is their NLL, so perplexity and `generate()` see p(c|x)).
+and the eval loss is their NLL, so perplexity and `generate()` see p(c|x)) and `sparse`
+(hf_heads.losses.sparse: eq. 5 in training and evaluation; inference logits are -inf outside each
+row's top k, so softmax of them is eq. 4 and greedy / beam search decode with the truncated
+distribution; its perplexity is infinite whenever a target falls outside the top k, which is why
+the eval loss is eq. 5 rather than that NLL).
 
 Sampled heads draw their K samples with the default torch generator of the device, which the
 transformers Trainer seeds (`--seed`) and saves/restores with every checkpoint (`rng_state*.pth`),
@@ -17,11 +21,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.heads.options import MarginHeadOptions, SampledHeadOptions, SoftmaxHeadOptions, head_options
+from hf_heads.heads.options import (
+    MarginHeadOptions,
+    SampledHeadOptions,
+    SoftmaxHeadOptions,
+    SparseHeadOptions,
+    head_options,
+)
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import noise_distribution
 from hf_heads.losses.sampled import corrected_log_probs, corrected_nll, sampled_loss, self_normalization
+from hf_heads.losses.sparse import truncate_to_top_k
 
 _DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-normalisation diagnostic
 
@@ -137,6 +148,11 @@ class DiscreteHead(nn.Module):
             reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
             chunk_size=self.options.chunk_size,
         )  # fmt: skip
+        if isinstance(self.options, SparseHeadOptions):  # eq. 5, chunked
+            o = self.options
+            return fused_linear_cross_entropy(
+                hidden, self.weight, self.bias, labels, top_k=o.k, label_smoothing=o.label_smoothing, **common
+            )
         if not self.is_margin:
             return fused_linear_cross_entropy(hidden, self.weight, self.bias, labels, **common)
         if self.training and self.options.context_norm == "max-norm":
@@ -162,7 +178,8 @@ class DiscreteHead(nn.Module):
         """Inference logits (*, V): log p(c | x) up to a per-row constant; never carries the margin."""
         if not self.is_margin:
             out = hidden @ self.weight.T
-            return out if self.bias is None else out + self.bias
+            out = out if self.bias is None else out + self.bias
+            return truncate_to_top_k(out, self.options.k) if isinstance(self.options, SparseHeadOptions) else out
         scores = margin_logits(
             hidden, self.weight, self.bias, None, **self._margin_kwargs(False),
             context_norm_value=self._running_context_norm(),

@@ -124,10 +124,29 @@ class SampledHeadOptions(MarginHeadOptions):
         return super().needs_counts or (self.samples and self.noise != "uniform")
 
 
+@dataclass
+class SparseHeadOptions(SoftmaxHeadOptions):
+    """Sparse-softmax (sparse-softmax paper, eqs. 4-5): the loss and the inference distribution use
+    only the k largest logits of each row (k >= num_beams for beam search)."""
+
+    k: int = field(default=20, metadata={"help": "Logits kept per row (the paper's best: 20); k >= V is softmax."})
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "Label smoothing over the top-k support (the paper's seq2seq runs: 0.1)."}
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        check_number("head.k", self.k, minimum=1, integer=True)
+        check_number("head.label_smoothing", self.label_smoothing, minimum=0)
+        if self.label_smoothing >= 1:
+            raise ValueError(f"head.label_smoothing={self.label_smoothing!r} must be < 1")
+
+
 HEAD_FAMILIES: dict[str, type[SoftmaxHeadOptions]] = {
     "softmax": SoftmaxHeadOptions,
     "margin": MarginHeadOptions,
     "sampled": SampledHeadOptions,
+    "sparse": SparseHeadOptions,
 }
 
 

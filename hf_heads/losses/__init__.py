@@ -4,6 +4,7 @@
 - `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace; word/context norm scaling)
 - `sampled`: sampling-based criteria (MCS, IS, CPS, NCE × CE/BCE; full MSE/BCE/CE) + posterior corrections
 - `noise`: the noise distributions D of the sampled criteria and the shared draw
+- `sparse`: sparse-softmax (softmax over the top-k logits) and its loss
 """
 
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
@@ -32,8 +33,22 @@ from hf_heads.losses.sampled import (
     self_normalization,
     validate_sampled_options,
 )
+from hf_heads.losses.sparse import (
+    SparseSoftmaxCrossEntropy,
+    sparse_linear_cross_entropy,
+    sparse_log_softmax,
+    sparse_softmax,
+    sparse_softmax_cross_entropy,
+    truncate_to_top_k,
+)
 
 __all__ = [
+    "SparseSoftmaxCrossEntropy",
+    "sparse_linear_cross_entropy",
+    "sparse_log_softmax",
+    "sparse_softmax",
+    "sparse_softmax_cross_entropy",
+    "truncate_to_top_k",
     "CRITERIA",
     "METHODS",
     "NOISES",

@@ -1,6 +1,6 @@
 """`HeadsTrainingArguments`: `TrainingArguments` plus the head section as flags, and nothing else
 (e.g. `--head margin --margin arc --m 0.001 --word_norm log-unigram --context_norm max-norm`,
-`--head sampled --criterion bce --method nce --num_samples 8192 --noise log-uniform`)."""
+`--head sampled --criterion bce --method nce --num_samples 8192 --noise log-uniform`, `--head sparse --k 20`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.heads.options import HEAD_FAMILIES, MarginHeadOptions, SampledHeadOptions, head_dict
+from hf_heads.heads.options import HEAD_FAMILIES, MarginHeadOptions, SampledHeadOptions, SparseHeadOptions, head_dict
 
 
 def _help(name: str) -> str:
-    for cls in (SampledHeadOptions, MarginHeadOptions):
+    for cls in (SampledHeadOptions, SparseHeadOptions, MarginHeadOptions):
         if name in cls.__dataclass_fields__:
             return cls.__dataclass_fields__[name].metadata["help"]
     raise KeyError(name)
@@ -27,7 +27,8 @@ FLAG_TO_OPTION = {
     "margin": "margin", "m": "m", "scale": "scale", "word_norm": "word_norm", "context_norm": "context_norm",
     "criterion": "criterion", "method": "method", "num_samples": "num_samples", "noise": "noise",
     "noise_smoothing": "noise_smoothing", "noise_add": "noise_add", "remove_accidental_hits": "remove_accidental_hits",
-    "normalize": "normalize", "head_bias": "bias", "loss_chunk_size": "chunk_size",
+    "normalize": "normalize", "k": "k", "head_label_smoothing": "label_smoothing", "head_bias": "bias",
+    "loss_chunk_size": "chunk_size",
 }  # fmt: skip
 
 
@@ -50,6 +51,10 @@ class HeadFlags:
     noise_add: float | None = _flag("noise_add")
     remove_accidental_hits: bool | None = _flag("remove_accidental_hits")
     normalize: bool | None = _flag("normalize")
+    k: int | None = _flag("k")
+    head_label_smoothing: float | None = field(
+        default=None, metadata={"help": "Sparse head: label smoothing over the top-k support (default: 0)."}
+    )
     head_bias: bool | None = field(default=None, metadata={"help": "Keep the output bias (default: true)."})
     loss_chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
@@ -66,6 +71,7 @@ class HeadFlags:
             return head_dict(section)
         except ValueError as err:
             message = str(err).replace("head.bias", "--head_bias").replace("head.chunk_size", "--loss_chunk_size")
+            message = message.replace("head.label_smoothing", "--head_label_smoothing")
             message = message.replace("head.", "--").replace("--family", "--head")
             raise ValueError(message.replace("needs num_samples=", "needs --num_samples=")) from None
 

@@ -32,6 +32,14 @@ def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index
 
 
 class _HeadsTrainerMixin:
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "label_smoothing_factor", 0.0):
+            raise ValueError(
+                f"--label_smoothing_factor={self.args.label_smoothing_factor} smooths logits that hf_heads heads do "
+                "not return in training; use the head's own option (--head sparse --head_label_smoothing 0.1)"
+            )
+
     def _prepare_head(self) -> None:
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
         head = getattr(model, "head", None)

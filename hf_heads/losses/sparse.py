@@ -1,0 +1,122 @@
+"""Sparse-softmax: softmax over the k largest logits only, and its loss.
+
+Paper: Sun, Zhang, et al., "Sparse-softmax: A Simpler and Faster Alternative Softmax
+Transformation" (shared/papers/sparse_softmax.md), eqs. 4-5:
+
+    sparse_softmax(z)_i = exp(z_i) / Σ_{j ∈ Ω_k} exp(z_j)  if z_i ∈ Ω_k, else 0       (eq. 4)
+    L_sparse = log Σ_{i ∈ Ω_k} exp(z_i) − z_t                                         (eq. 5)
+
+with Ω_k the k largest logits of the row. Choices where the paper is silent (each is tested):
+- k ≥ number of classes is plain softmax / cross-entropy.
+- Ties at the k-th value are broken by `torch.topk` (exactly k entries are kept).
+- A target outside Ω_k still gets eq. 5 (log-sum-exp over Ω_k minus its own logit, > 0); its
+  gradient pushes its logit up and the top-k logits down.
+- Label smoothing ε (the paper's seq2seq runs use 0.1) mixes eq. 5 with the uniform distribution
+  over Ω_k: (1 − ε)·L_sparse + ε·(log Σ_{Ω_k} exp z − mean_{Ω_k} z).
+- `sparse_linear_cross_entropy` runs on chunks of rows with the gradients computed chunk by
+  chunk (hf_heads.losses.fused_linear) and never materialises the (N, V) logits.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
+
+
+def check_k(k) -> None:
+    check_number("k", k, minimum=1, integer=True)
+
+
+def sparse_log_softmax(z: torch.Tensor, k: int, dim: int = -1) -> torch.Tensor:
+    """log of eq. 4: log-softmax over the top-k entries along `dim`, -inf elsewhere."""
+    check_k(k)
+    if k >= z.shape[dim]:
+        return torch.log_softmax(z, dim=dim)
+    vals, idx = torch.topk(z, k, dim=dim)
+    out = torch.full_like(z, float("-inf"))
+    return out.scatter(dim, idx, torch.log_softmax(vals, dim=dim))
+
+
+def sparse_softmax(z: torch.Tensor, k: int, dim: int = -1) -> torch.Tensor:
+    """Eq. 4: probabilities over the top-k entries along `dim`, exactly 0 elsewhere."""
+    return sparse_log_softmax(z, k, dim).exp()
+
+
+def truncate_to_top_k(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logits (*, C) with every entry outside the row's top-k set to -inf (softmax of it is eq. 4)."""
+    check_k(k)
+    if k >= z.shape[-1]:
+        return z
+    vals, idx = torch.topk(z, k, dim=-1)
+    return torch.full_like(z, float("-inf")).scatter(-1, idx, vals)
+
+
+def sparse_softmax_cross_entropy(
+    z: torch.Tensor,
+    target: torch.Tensor,
+    k: int,
+    *,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Eq. 5 for logits z (*, C) and targets (*); `reduction`, `ignore_index`, `label_smoothing`
+    as in `F.cross_entropy`; `num_items_in_batch` divides the sum (exact gradient accumulation)."""
+    check_k(k)
+    check_choice("reduction", reduction, ("mean", "sum", "none"))
+    check_number("label_smoothing", label_smoothing, minimum=0)
+    if label_smoothing > 1:
+        raise ValueError(f"label_smoothing={label_smoothing!r} must be <= 1")
+    logits = z.reshape(-1, z.shape[-1])
+    y = target.reshape(-1)
+    check_labels(y, logits.shape[1], ignore_index)
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    logits = logits.to(compute)
+    valid = y != ignore_index
+    safe = y.clamp_min(0)
+    vals = torch.topk(logits, min(k, logits.shape[1]), dim=1).values  # (N, k)
+    lse = torch.logsumexp(vals, dim=1)  # (N,)
+    loss = lse - logits.gather(1, safe[:, None]).squeeze(1)
+    if label_smoothing:
+        loss = (1 - label_smoothing) * loss + label_smoothing * (lse - vals.mean(1))
+    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    if reduction == "none":
+        return loss.reshape(target.shape)
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
+    return total / torch.as_tensor(denom, device=total.device).clamp_min(1)
+
+
+def sparse_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    k: int,
+    **kwargs,
+) -> torch.Tensor:
+    """Eq. 5 of `hidden @ weight.T + bias` without materialising the (N, V) logits (chunked,
+    gradients chunk by chunk). kwargs as in `fused_linear_cross_entropy`."""
+    check_k(k)
+    return fused_linear_cross_entropy(hidden, weight, bias, target, top_k=k, **kwargs)
+
+
+class SparseSoftmaxCrossEntropy(nn.Module):
+    """`nn.Module` form of `sparse_softmax_cross_entropy`."""
+
+    def __init__(self, k: int, *, reduction: str = "mean", ignore_index: int = -100, label_smoothing: float = 0.0):
+        super().__init__()
+        check_k(k)
+        self.k, self.reduction, self.ignore_index, self.label_smoothing = k, reduction, ignore_index, label_smoothing
+
+    def forward(self, z, target, num_items_in_batch=None):
+        return sparse_softmax_cross_entropy(
+            z, target, self.k, reduction=self.reduction, ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing, num_items_in_batch=num_items_in_batch,
+        )  # fmt: skip

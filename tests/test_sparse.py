@@ -1,0 +1,105 @@
+"""Sparse-softmax (eqs. 4-5): naive reference forward/backward, gradcheck, k >= C is softmax, the
+chunked linear path, the head's truncated inference distribution, bad input."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_llama_config
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.losses import (
+    sparse_linear_cross_entropy,
+    sparse_log_softmax,
+    sparse_softmax,
+    sparse_softmax_cross_entropy,
+    truncate_to_top_k,
+)
+
+
+def reference(z, y, k, eps=0.0):
+    """Eq. 5 literally, row by row."""
+    out = []
+    for row, t in zip(z, y, strict=True):
+        omega = sorted(range(len(row)), key=lambda i: -float(row[i].detach()))[:k]
+        lse = torch.log(sum(torch.exp(row[i]) for i in omega))
+        loss = lse - row[t]
+        if eps:
+            loss = (1 - eps) * loss + eps * (lse - sum(row[i] for i in omega) / len(omega))
+        out.append(loss)
+    return torch.stack(out).mean()
+
+
+@pytest.mark.parametrize("k, eps", [(1, 0.0), (3, 0.0), (3, 0.1), (9, 0.0)])
+def test_loss_matches_reference_forward_backward(k, eps):
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(6, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 9, (6,), generator=g)
+    ours = sparse_softmax_cross_entropy(z, y, k, label_smoothing=eps)
+    ref = reference(z, y, k, eps)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, z)[0], torch.autograd.grad(ref, z)[0])
+    assert torch.autograd.gradcheck(lambda z_: sparse_softmax_cross_entropy(z_, y, k, label_smoothing=eps), (z,))
+
+
+def test_eq4_and_softmax_limit():
+    z = torch.tensor([[1.0, 3.0, 2.0, -1.0]])
+    p = sparse_softmax(z, 2)
+    torch.testing.assert_close(p, torch.tensor([[0.0, 0.7311, 0.2689, 0.0]]), atol=1e-4, rtol=0)
+    assert torch.isinf(sparse_log_softmax(z, 2)[0, 0])
+    torch.testing.assert_close(sparse_softmax(z, 4), torch.softmax(z, -1))
+    y = torch.tensor([0])
+    torch.testing.assert_close(sparse_softmax_cross_entropy(z, y, 10), F.cross_entropy(z, y))
+    assert truncate_to_top_k(z, 1).isinf().sum() == 3
+
+
+def test_chunked_linear_path_equals_logits_path():
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(10, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(15, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(15, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 15, (10,), generator=g)
+    y[3] = -100
+    ours = sparse_linear_cross_entropy(h, w, b, y, 4, label_smoothing=0.1, chunk_size=3)
+    ref = sparse_softmax_cross_entropy(h @ w.T + b, y, 4, label_smoothing=0.1)
+    torch.testing.assert_close(ours, ref)
+    for a, r in zip(torch.autograd.grad(ours, (h, w, b)), torch.autograd.grad(ref, (h, w, b)), strict=True):
+        torch.testing.assert_close(a, r)
+
+
+def test_reductions_and_num_items():
+    z = torch.randn(5, 7)
+    y = torch.tensor([1, -100, 3, 4, 0])
+    rows = sparse_softmax_cross_entropy(z, y, 3, reduction="none")
+    assert rows[1] == 0
+    torch.testing.assert_close(sparse_softmax_cross_entropy(z, y, 3, reduction="sum"), rows.sum())
+    torch.testing.assert_close(sparse_softmax_cross_entropy(z, y, 3), rows.sum() / 4)
+    torch.testing.assert_close(sparse_softmax_cross_entropy(z, y, 3, num_items_in_batch=10), rows.sum() / 10)
+    all_ignored = sparse_softmax_cross_entropy(z.requires_grad_(), torch.full_like(y, -100), 3)
+    all_ignored.backward()
+    assert all_ignored.item() == 0 and bool((z.grad == 0).all())
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True])
+def test_bad_k(k):
+    with pytest.raises(ValueError, match="k="):
+        sparse_softmax_cross_entropy(torch.randn(2, 4), torch.tensor([0, 1]), k)
+
+
+def test_sparse_head_decodes_with_the_truncated_distribution(tmp_path):
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 5}))
+    x = torch.randint(4, 61, (2, 8), generator=torch.Generator().manual_seed(0))
+    model.train()
+    loss = model(x, labels=x).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    model.eval()
+    with torch.no_grad():
+        logits = model(x).logits
+    assert bool((torch.isfinite(logits).sum(-1) == 5).all())  # exactly k finite logits per position
+    beams = model.generate(x[:, :3], max_new_tokens=4, num_beams=5, do_sample=False)
+    assert beams.shape == (2, 7)
+    model.save_pretrained(tmp_path)
+    assert HeadsForCausalLM.from_pretrained(tmp_path).config.head["k"] == 5
+    with pytest.raises(ValueError, match="head.k=0"):
+        HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 0})
