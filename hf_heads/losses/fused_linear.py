@@ -52,7 +52,8 @@ def _chunk_pass(
     row_weight: torch.Tensor | None,  # (n,) gradient weight of each row; None: no gradients
     label_smoothing: float = 0.0,
 ):
-    """Loss of one chunk of rows and, when `row_weight` is given, d(Σ_i row_weight_i · loss_i)."""
+    """Loss of one chunk of rows and, when `row_weight` is given, d(Σ_i row_weight_i · loss_i) / dz
+    (and / dt for a replaced target logit)."""
     z = h @ w.T  # (n, V), float32 or float64 (the caller upcasts half precision)
     if b is not None:
         z += b
@@ -91,10 +92,7 @@ def _chunk_pass(
     if t is not None:
         grad_t = grad_z[rows, y].clone()  # (n,)
         grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-    grad_h = grad_z @ w  # (n, H)
-    grad_w = grad_z.T @ h  # (V, H)
-    grad_b = grad_z.sum(0) if b is not None else None  # (V,)
-    return loss, (grad_h, grad_w, grad_b, grad_t)
+    return loss, (grad_z, grad_t)  # the caller turns d loss / d z into d h, d w, d b in place
 
 
 def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
@@ -120,12 +118,13 @@ def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
         )
         losses[sl] = loss
         if g is not None:
-            grad_h[sl] = g[0]
-            grad_w += g[1]
+            grad_z, g_t = g  # (n, V), (n,)
+            torch.mm(grad_z, w, out=grad_h[sl])  # (n, H), written in place
+            grad_w.addmm_(grad_z.T, h[sl])  # (V, H) accumulated without a temporary
             if grad_b is not None:
-                grad_b += g[2]
+                grad_b += grad_z.sum(0)
             if grad_t is not None:
-                grad_t[sl] = g[3]
+                grad_t[sl] = g_t
     if row_weight is not None:
         grads = (grad_h, grad_w, grad_b, grad_t)
     return losses, grads
