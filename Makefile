@@ -27,7 +27,7 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data demo test test-all lint bench clean
+.PHONY: install system-data demo test test-all lint bench reproduce clean
 
 install: $(STAMP) system-data
 
@@ -75,6 +75,12 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/bench_margin.py
+	$(PY) benchmarks/bench_sampled.py
+
+# The research reproductions (each about 20 minutes on 2 CPU cores), written to docs/results/.
+reproduce: install
+	$(PY) benchmarks/reproduce_margin_lm.py
+	$(PY) benchmarks/reproduce_sampled_lm.py
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

@@ -21,6 +21,7 @@ CODE_MODULES = (
     "hf_heads.losses.margin",
     "hf_heads.losses.noise",
     "hf_heads.losses.sampled",
+    "hf_heads.losses.sparse",
     "hf_heads.heads.options",
     "hf_heads.heads.discrete",
     "hf_heads.modeling.configuration",
