@@ -82,6 +82,13 @@ def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title=""
     ]
     (out / "results.md").write_text("\n".join(lines) + "\n")
 
+    plot_rows(rows, out / "perplexity.png")
+    print((out / "results.md").read_text())
+    return rows
+
+
+def plot_rows(rows: list[dict], path: Path) -> None:
+    """Validation perplexity per setting (dots on a log axis, the first row as reference line)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,14 +96,22 @@ def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title=""
 
     groups = list(dict.fromkeys(r["group"] for r in rows))
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.5), dpi=120)
-    ax.barh([r["setting"] for r in rows], [r["perplexity"] for r in rows],
-            color=[f"C{groups.index(r['group'])}" for r in rows])  # fmt: skip
-    ax.axvline(rows[0]["perplexity"], color="k", lw=0.8, ls="--", label=rows[0]["setting"])
+    for n, r in enumerate(rows):
+        ax.plot([float(r["perplexity"])], [n], "o", color=f"C{groups.index(r['group'])}")
+    ax.set_yticks(range(len(rows)), [r["setting"] for r in rows])
+    ax.axvline(float(rows[0]["perplexity"]), color="k", lw=0.8, ls="--", label=rows[0]["setting"])
     ax.set_xscale("log")
     ax.set_xlabel("validation perplexity (log scale, lower is better)")
+    ax.grid(alpha=0.3, which="both", axis="x")
     ax.invert_yaxis()
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "perplexity.png")
-    print((out / "results.md").read_text())
-    return rows
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def replot(results_csv: str | Path) -> None:
+    """Redraw perplexity.png next to a results.csv."""
+    with open(results_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    plot_rows(rows, Path(results_csv).with_name("perplexity.png"))
