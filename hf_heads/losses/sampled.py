@@ -167,13 +167,19 @@ def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size):
         sig = torch.sigmoid(s)  # mse: Σ_c σ(s_c)² − σ(s_t)² + (σ(t) − 1)²
         return sig.square().sum(1) - torch.sigmoid(plain_t).square() + (torch.sigmoid(t_c) - 1).square()
 
-    step = chunk_size or default_chunk_size(h.shape[0], weight.shape[0])
+    return _row_chunks(rows, (h, t, y), (w, bias), chunk_size or default_chunk_size(h.shape[0], weight.shape[0]))
+
+
+def _row_chunks(fn, row_args: tuple, shared_args: tuple, step: int) -> torch.Tensor:
+    """cat_i fn(*row_args[chunk i], *shared_args) over chunks of `step` rows; each chunk's (rows, C)
+    intermediates are recomputed in backward (activation checkpointing) instead of kept."""
     outs = []
-    for i in range(0, h.shape[0], step):
-        args = (h[i : i + step], t[i : i + step], y[i : i + step], w, bias)
+    for i in range(0, row_args[0].shape[0], step):
+        args = (*(a[i : i + step] for a in row_args), *shared_args)
         use_ckpt = torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in args)
-        outs.append(checkpoint(rows, *args, use_reentrant=False) if use_ckpt else rows(*args))
-    return torch.cat(outs) if outs else h.new_zeros(0)
+        outs.append(checkpoint(fn, *args, use_reentrant=False) if use_ckpt else fn(*args))
+    empty_dtype = torch.float64 if row_args[0].dtype == torch.float64 else torch.float32
+    return torch.cat(outs) if outs else row_args[0].new_zeros(0, dtype=empty_dtype)
 
 
 def sampled_loss(
@@ -317,12 +323,7 @@ def corrected_nll(
         )
         return -logp.gather(1, y_c[:, None]).squeeze(1)
 
-    outs = []
-    for i in range(0, h.shape[0], step):
-        args = (h[i : i + step], y[i : i + step], weight, bias)
-        use_ckpt = torch.is_grad_enabled() and (weight.requires_grad or h.requires_grad)
-        outs.append(checkpoint(rows, *args, use_reentrant=False) if use_ckpt else rows(*args))
-    per_row = torch.cat(outs) if outs else h.new_zeros(0, dtype=torch.float32)
+    per_row = _row_chunks(rows, (h, y), (weight, bias), step)
     return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
 
 
