@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import measure
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
 
@@ -38,10 +36,6 @@ METHODS = {
     "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
     "hf_heads lsm m=2": ("ours", LSM, "naive logits, lsm m=2"),
 }
-
-
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
@@ -66,23 +60,7 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
         loss.backward()
         return loss
 
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = rss_mib()
-    step()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if device.startswith("cuda") else rss_mib() - base
-    return {"method": method, "seconds": statistics.median(times), "peak_mib": peak}
+    return {"method": method, **measure(step, device, repeats)}
 
 
 def main() -> None:

@@ -18,21 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
+from _timing import measure
 
 CRITERIA = [("ce", "full"), ("bce", "full"), ("mse", "full")] + [
     (c, m) for c in ("ce", "bce") for m in ("mcs", "is", "cps", "nce")
 ]
-
-
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def head_section(criterion: str, method: str, k: int) -> dict:
@@ -76,24 +70,7 @@ def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats) -> di
 
     for p in params:  # gradients belong to the set-up, not to the method
         p.grad = torch.zeros_like(p)
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = rss_mib()
-    step()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else rss_mib() - base
-    return {"seconds": statistics.median(times), "peak_mib": peak}
+    return measure(step, device, repeats)
 
 
 def main() -> None:

@@ -1,0 +1,38 @@
+"""Timing and peak-memory measurement shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def rss_mib() -> float:
+    """Peak resident set of this process so far (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def measure(step: Callable[[], object], device: str, repeats: int) -> dict:
+    """One warm-up call of `step`, then the median seconds of `repeats` calls, and the peak memory
+    the calls added: `torch.cuda.max_memory_allocated` growth on CUDA, peak-RSS growth on the CPU."""
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = rss_mib()
+    step()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - start)
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else rss_mib() - base
+    return {"seconds": statistics.median(times), "peak_mib": peak}
