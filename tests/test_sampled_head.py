@@ -142,3 +142,14 @@ def test_initial_bias_makes_bce_outputs_start_near_one_over_v(criterion, method,
             hidden = model.backbone(_batch()).last_hidden_state
             raw = hidden @ model.head.weight.T + model.head.bias
         assert raw.logsumexp(-1).abs().max() < 0.5
+
+
+def test_noise_distribution_is_cached_until_the_counts_change():
+    model = _model(NCE)
+    first = model.head.noise_probs()
+    assert model.head.noise_probs() is first  # not rebuilt at every step
+    model.set_word_counts(torch.arange(1.0, 62.0))  # reversed frequency order
+    second = model.head.noise_probs()
+    assert second is not first and second[60] > second[0]
+    model.head.load_state_dict(model.head.state_dict())
+    assert model.head.noise_probs() is not second  # a load rebuilds it too

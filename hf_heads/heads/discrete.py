@@ -102,12 +102,19 @@ class DiscreteHead(nn.Module):
         """D (V,) of a sampled head (from the word counts for log-uniform / unigram noise)."""
         if not (self.is_sampled and self.options.samples):
             return None
+        # D depends only on the counts: rebuild it when they change (in-place writes, e.g. set_word_counts
+        # or load_state_dict, bump the buffer's version), not at every step.
+        key = (self.word_counts._version, self.weight.device)
+        cached = getattr(self, "_noise_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         o = self.options
         counts = None if o.noise == "uniform" else self._counts()
         probs = noise_distribution(
             o.noise, self.num_classes, counts=counts, smoothing=o.noise_smoothing, add=o.noise_add
-        )
-        return probs.to(self.weight.device)
+        ).to(self.weight.device)
+        self._noise_cache = (key, probs)
+        return probs
 
     def _sampled_kwargs(self) -> dict:
         o = self.options
