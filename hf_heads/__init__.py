@@ -3,7 +3,13 @@
 Importing hf_heads registers `HeadsConfig` and the model classes with the `Auto*` classes.
 """
 
-from hf_heads.modeling import HeadsConfig, HeadsForCausalLM
+from hf_heads.modeling import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
 
 __version__ = "0.1.0"
-__all__ = ["HeadsConfig", "HeadsForCausalLM", "__version__"]
+__all__ = [
+    "HeadsConfig",
+    "HeadsForCausalLM",
+    "HeadsForSeq2SeqLM",
+    "HeadsForSequenceClassification",
+    "__version__",
+]

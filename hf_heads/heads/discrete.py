@@ -47,6 +47,10 @@ class DiscreteHead(nn.Module):
     def __init__(self, hidden_size: int, num_classes: int, head: dict | None = None) -> None:
         super().__init__()
         self.options: SoftmaxHeadOptions = head_options(head)
+        if self.is_sampled and self.options.samples and self.options.num_samples >= num_classes:
+            raise ValueError(
+                f"head.num_samples={self.options.num_samples} must be < the number of classes ({num_classes})"
+            )
         self.weight = nn.Parameter(torch.empty(num_classes, hidden_size))
         initial = self.options.initial_bias(num_classes)
         self.bias = nn.Parameter(torch.full((num_classes,), initial)) if self.options.bias else None

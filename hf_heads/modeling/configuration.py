@@ -6,6 +6,9 @@ from transformers import AutoConfig, PretrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from hf_heads.heads.options import head_dict
+from hf_heads.losses._checks import check_choice, check_number
+
+POOLINGS = ("auto", "pooler", "first", "last", "mean")
 
 
 class HeadsConfig(PretrainedConfig):
@@ -13,10 +16,16 @@ class HeadsConfig(PretrainedConfig):
 
     Args:
         backbone: the wrapped backbone's config (a `PretrainedConfig` or its dict, with `model_type`).
-        head: the head section, `{"family": "softmax" | "margin", **options}` (see
+        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse", **options}` (see
             `hf_heads.heads.options`). Validated here, so a bad `config.json` is refused on load with a
             `ValueError` that names the field, the value and what is allowed.
         tie_word_embeddings: share the head's weight with the backbone's input embeddings.
+        pooling: sequence classification only: how a sequence becomes one vector. `pooler` (the backbone's
+            pooled output, BERT-style), `first` (first token), `last` (last non-pad token, for decoder-only
+            backbones), `mean` (mean over non-pad tokens), or `auto`: `pooler` when the backbone returns
+            one, else `first` for encoders and `last` for decoders.
+        classifier_dropout: sequence classification only: dropout before the head (default: the
+            backbone's `classifier_dropout` or `hidden_dropout_prob`, else 0).
     """
 
     model_type = "hf_heads"
@@ -25,10 +34,18 @@ class HeadsConfig(PretrainedConfig):
     backbone: PretrainedConfig | dict | None = None
     head: dict | None = None
     tie_word_embeddings: bool = False
+    pooling: str = "auto"
+    classifier_dropout: float | None = None
 
     def __post_init__(self, **kwargs):
         self.head = head_dict(self.head)
+        check_choice("pooling", self.pooling, POOLINGS)
+        if self.classifier_dropout is not None:
+            check_number("classifier_dropout", self.classifier_dropout, minimum=0)
+            if self.classifier_dropout >= 1:
+                raise ValueError(f"classifier_dropout={self.classifier_dropout!r} must be < 1")
         super().__post_init__(**kwargs)
+        self.is_encoder_decoder = bool(getattr(self.backbone, "is_encoder_decoder", False))
 
     def get_text_config(self, decoder=None, encoder=None) -> PretrainedConfig:
         """The backbone's text config (generation reads cache sizes and layer types from it)."""
@@ -41,3 +58,8 @@ class HeadsConfig(PretrainedConfig):
     @property
     def vocab_size(self) -> int:
         return self.backbone.get_text_config(decoder=True).vocab_size
+
+    def backbone_token_id(self, name: str) -> int | None:
+        """`pad_token_id`, `decoder_start_token_id`, ... of the backbone (its top level, else its decoder)."""
+        value = getattr(self.backbone, name, None)
+        return value if value is not None else getattr(self.backbone.get_text_config(decoder=True), name, None)

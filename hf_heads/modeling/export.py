@@ -27,8 +27,19 @@ CODE_MODULES = (
     "hf_heads.modeling.configuration",
     "hf_heads.modeling.base",
     "hf_heads.modeling.causal_lm",
+    "hf_heads.modeling.classification",
+    "hf_heads.modeling.seq2seq",
 )
-AUTO_CLASSES = {"HeadsForCausalLM": "AutoModelForCausalLM"}
+AUTO_CLASSES = {
+    "HeadsForCausalLM": "AutoModelForCausalLM",
+    "HeadsForSeq2SeqLM": "AutoModelForSeq2SeqLM",
+    "HeadsForSequenceClassification": "AutoModelForSequenceClassification",
+}
+MODEL_MODULES = {
+    "HeadsForCausalLM": "hf_heads.modeling.causal_lm",
+    "HeadsForSeq2SeqLM": "hf_heads.modeling.seq2seq",
+    "HeadsForSequenceClassification": "hf_heads.modeling.classification",
+}
 _IMPORT = re.compile(r"^from (hf_heads(?:\.\w+)+) import", re.M)
 
 
@@ -56,12 +67,8 @@ def write_code(directory: str | Path) -> list[str]:
 def auto_map(model_class_name: str) -> dict[str, str]:
     return {
         "AutoConfig": f"{flat_name('hf_heads.modeling.configuration')}.HeadsConfig",
-        AUTO_CLASSES[model_class_name]: f"{flat_name(_module_of(model_class_name))}.{model_class_name}",
+        AUTO_CLASSES[model_class_name]: f"{flat_name(MODEL_MODULES[model_class_name])}.{model_class_name}",
     }
-
-
-def _module_of(class_name: str) -> str:
-    return {"HeadsForCausalLM": "hf_heads.modeling.causal_lm"}[class_name]
 
 
 def export_for_hub(model, directory: str | Path, tokenizer=None, **save_kwargs) -> Path:

@@ -1,0 +1,247 @@
+"""`HeadsForSeq2SeqLM`: an encoder-decoder backbone with an hf_heads output layer.
+
+Backbones: any `AutoModel` whose config is encoder-decoder (BART, T5, Marian, mBART, Pegasus, ...),
+built from a config or loaded with `from_base`, and BERT2BERT-style pairs (an `EncoderDecoderConfig`:
+an encoder `AutoModel` and a decoder `AutoModel` with cross-attention), e.g. warm-started from MiniLM
+with `from_encoder_decoder_pretrained`. BART/T5 compute their loss inline in transformers; here the
+backbone only returns decoder states and the head owns the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderConfig, GenerationMixin
+from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+
+from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.modeling.base import HeadsPreTrainedModel
+from hf_heads.modeling.configuration import HeadsConfig
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs (B, T) from labels (B, T): start token, then labels[:, :-1], -100 replaced by pad."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class EncoderDecoderBackbone(nn.Module):
+    """An encoder `AutoModel` and a decoder `AutoModel` (with cross-attention) called like a `BartModel`:
+    returns the decoder's last hidden states as a `Seq2SeqModelOutput`."""
+
+    def __init__(
+        self, config: EncoderDecoderConfig, encoder: nn.Module | None = None, decoder: nn.Module | None = None
+    ):
+        super().__init__()
+        if not (config.decoder.is_decoder and config.decoder.add_cross_attention):
+            raise ValueError("backbone.decoder must have is_decoder=true and add_cross_attention=true")
+        self.config = config
+        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
+        self.decoder = decoder if decoder is not None else AutoModel.from_config(config.decoder)
+
+    def get_encoder(self, modality: str | None = None) -> nn.Module:
+        return self.encoder
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.decoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.decoder.set_input_embeddings(value)
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        # as in transformers' EncoderDecoderModel: `decoder_*` kwargs go to the decoder, the rest to the encoder
+        decoder_kwargs = {k[len("decoder_") :]: v for k, v in kwargs.items() if k.startswith("decoder_")}
+        encoder_kwargs = {k: v for k, v in kwargs.items() if not k.startswith("decoder_")}
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **encoder_kwargs,
+            )
+        encoder_states = encoder_outputs[0]  # (B, S, H): a ModelOutput or a tuple
+        out = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_states,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            return_dict=True,
+            **decoder_kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=out.last_hidden_state,
+            past_key_values=out.past_key_values,
+            encoder_last_hidden_state=encoder_states,
+        )
+
+
+class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
+    """Encoder-decoder LM whose output layer is an hf_heads head.
+
+    `labels` (B, T) are the target ids (not shifted; -100 ignored); `decoder_input_ids` are built from them
+    (start token + labels[:-1]) when not given. The loss is the head's training criterion; `logits` are
+    the inference logits (no margin; top-k truncated for sparse heads), so `generate()` with greedy or beam
+    search decodes with the head's distribution (sparse heads: keep k >= num_beams).
+    """
+
+    def __init__(self, config: HeadsConfig, backbone: nn.Module | None = None) -> None:
+        super().__init__(config)
+        if not config.is_encoder_decoder:
+            raise ValueError(
+                f"backbone.model_type={config.backbone.model_type!r} is not an encoder-decoder; "
+                "use HeadsForCausalLM for decoder-only backbones"
+            )
+        if backbone is None and isinstance(config.backbone, EncoderDecoderConfig):
+            backbone = EncoderDecoderBackbone(config.backbone)
+        self.backbone = self._wrap_backbone(config, backbone)
+        self.head = DiscreteHead(config.hidden_size, config.vocab_size, config.head)
+        self._declare_tied_head()
+        self.post_init()
+        # transformers reads generation defaults from the decoder's text config, where encoder-decoder
+        # configs (BART, ...) do not keep `decoder_start_token_id`: take the backbone's own values.
+        if self.generation_config is not None:
+            for name in ("decoder_start_token_id", "pad_token_id", "eos_token_id"):
+                if getattr(self.generation_config, name, None) is None:
+                    setattr(self.generation_config, name, config.backbone_token_id(name))
+
+    def _token(self, name: str) -> int:
+        value = self.config.backbone_token_id(name)
+        if value is None:
+            raise ValueError(f"backbone.{name} is not set; set it in the backbone config")
+        return value
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self._token("pad_token_id"), self._token("decoder_start_token_id"))
+
+    @classmethod
+    def from_base(cls, name_or_path: str, head: dict | None = None, **from_pretrained_kwargs) -> HeadsForSeq2SeqLM:
+        """Wrap a pretrained `AutoModelForSeq2SeqLM` (BART, T5, Marian, ...): reuse its encoder-decoder and
+        start the head from its own output layer (and its `final_logits_bias` where it has one).
+
+        T5 checkpoints with tied embeddings multiply the decoder states by d_model^-0.5 before their LM
+        head; the hf_heads head has no such factor, so for them the starting logits differ from T5's by
+        that scale (fine-tuning adapts it). BART, Marian, mBART and Pegasus start identical."""
+        lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+        out = lm.get_output_embeddings()
+        tied = out.weight is lm.get_input_embeddings().weight
+        config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
+        model = cls(config, backbone=lm.base_model)
+        bias = getattr(lm, "final_logits_bias", None)
+        bias = bias.reshape(-1) if bias is not None else getattr(out, "bias", None)
+        with torch.no_grad():
+            if not tied:
+                model.head.weight.copy_(out.weight)
+            if model.head.bias is not None:
+                model.head.bias.copy_(bias if bias is not None else torch.zeros_like(model.head.bias))
+        model.config.name_or_path = str(name_or_path)
+        return model
+
+    @classmethod
+    def from_encoder_decoder_pretrained(
+        cls,
+        encoder_name_or_path: str,
+        decoder_name_or_path: str | None = None,
+        head: dict | None = None,
+        *,
+        decoder_start_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        **kwargs,
+    ) -> HeadsForSeq2SeqLM:
+        """BERT2BERT warm start: encoder and decoder both from pretrained encoders (e.g. MiniLM); the
+        decoder gets causal self-attention and new cross-attention layers, the head is tied to the decoder's
+        input embeddings (as transformers' `EncoderDecoderModel` does).
+
+        Decoding starts with `decoder_start_token_id` and ends with `eos_token_id`; by default the decoder
+        config's BOS / EOS, else its tokenizer's CLS / SEP (BERT configs carry neither)."""
+        decoder_name_or_path = decoder_name_or_path or encoder_name_or_path
+        encoder = AutoModel.from_pretrained(encoder_name_or_path, **kwargs)
+        decoder = AutoModel.from_pretrained(decoder_name_or_path, is_decoder=True, add_cross_attention=True, **kwargs)
+        dec = decoder.config
+        start = decoder_start_token_id if decoder_start_token_id is not None else getattr(dec, "bos_token_id", None)
+        end = eos_token_id if eos_token_id is not None else getattr(dec, "eos_token_id", None)
+        if start is None or end is None:
+            tok = AutoTokenizer.from_pretrained(decoder_name_or_path)
+            start = (
+                start
+                if start is not None
+                else (tok.cls_token_id if tok.cls_token_id is not None else tok.bos_token_id)
+            )
+            end = end if end is not None else (tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id)
+        for name, value in (
+            ("decoder_start_token_id", start),
+            ("eos_token_id", end),
+            ("pad_token_id", dec.pad_token_id),
+        ):
+            if value is None:
+                raise ValueError(f"{name} is unknown for {decoder_name_or_path!r}; pass {name}=...")
+        backbone = EncoderDecoderConfig.from_encoder_decoder_configs(encoder.config, dec)
+        backbone.decoder_start_token_id, backbone.eos_token_id, backbone.pad_token_id = start, end, dec.pad_token_id
+        config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=True)
+        model = cls(config, backbone=EncoderDecoderBackbone(backbone, encoder=encoder, decoder=decoder))
+        model.config.name_or_path = str(encoder_name_or_path)
+        return model
+
+    def get_encoder(self, modality: str | None = None) -> nn.Module:
+        return self.backbone.get_encoder()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs=None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        kwargs.pop("return_dict", None)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state  # (B, T, H) decoder states
+        loss = None
+        if labels is not None:
+            loss = self.head.loss(hidden, labels.to(hidden.device), num_items_in_batch=num_items_in_batch)
+        logits = None if (labels is not None and self.training) else self.head.logits(hidden)  # (B, T, V)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+        )
