@@ -23,22 +23,23 @@ from pathlib import Path
 
 import datasets
 import transformers
-from transformers import AutoConfig, AutoTokenizer, default_data_collator, set_seed
+from transformers import AutoTokenizer, default_data_collator, set_seed
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.data import LM_CORPORA, build_word_tokenizer, load_lm_text
-from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, label_counts, plot_loss_curves, write_model_card
+from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, label_counts
 from hf_heads.training.plots import plot_word_vectors
 from hf_heads.training.runs import (
     TINY_BACKBONES,
     RunArguments,
     UsageError,
     check_output_dir,
+    finish_run,
     main_wrapper,
     parse_args,
-    peak_rss_mib,
     resolve_checkpoint,
-    save_json,
+    tiny_backbone_config,
+    train_block,
 )
 
 logger = logging.getLogger(__name__)
@@ -99,11 +100,7 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, train_text
             if model_args.tokenizer_name
             else build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size)
         )
-        backbone = dict(TINY_BACKBONES[name], vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
-        model_type = backbone.pop("model_type")
-        config = HeadsConfig(backbone=AutoConfig.for_model(model_type, **backbone).to_dict(), head=head,
-                             tie_word_embeddings=False)  # fmt: skip
+        config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, tie_word_embeddings=False)
         return HeadsForCausalLM(config), tok
     kwargs = {"gguf_file": model_args.gguf_file} if model_args.gguf_file else {}
     tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or name, **kwargs)
@@ -163,47 +160,33 @@ def main() -> None:
     metrics: dict = {}
     if training_args.do_train:
         start = time.perf_counter()
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        seconds = time.perf_counter() - start
-        metrics.update(result.metrics)
-        steps = result.global_step
-        tokens = steps * training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-        tokens *= block * training_args.world_size
-        metrics.update(train_tokens_per_second=tokens / seconds, train_peak_rss_mib=peak_rss_mib())
-        trainer.save_model()
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
+
+        def tokens_per_second(result) -> dict:
+            tokens = result.global_step * training_args.per_device_train_batch_size * block
+            tokens *= training_args.gradient_accumulation_steps * training_args.world_size
+            return {"train_tokens_per_second": tokens / (time.perf_counter() - start)}
+
+        metrics.update(train_block(trainer, checkpoint, tokens_per_second))
     if training_args.do_eval and eval_ds is not None:
         eval_metrics = trainer.evaluate()
-        eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 700.0))
+        if model.head.eval_loss_is_nll:
+            eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 700.0))
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)
 
-    if trainer.is_world_process_zero():
+    plots = []
+    if training_args.do_train and trainer.is_world_process_zero():  # margin paper's figure 1: output vectors
+        counts = model.head.word_counts
+        if bool((counts < 0).any()):
+            counts = label_counts(train_ds, model.head.num_classes)
+        words = tok.convert_ids_to_tokens(list(range(model.head.num_classes)))
         out = Path(training_args.output_dir)
-        plots = [str(plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{head['family']} head"))]
-        if training_args.do_train:  # the margin paper's figure 1 for this head's output vectors
-            counts = model.head.word_counts
-            if bool((counts < 0).any()):
-                counts = label_counts(train_ds, model.head.num_classes)
-            words = tok.convert_ids_to_tokens(list(range(model.head.num_classes)))
-            plots.append(str(plot_word_vectors(model.head.weight, words, counts, out / "word_vectors.png",
-                                               f"{head['family']} head")))  # fmt: skip
-        dataset = data_args.dataset_name or Path(data_args.train_file or "local").name
-        write_model_card(out, model=model, dataset=dataset, metrics=metrics, training_args=training_args,
-                         base_model=model_args.model_name_or_path, plots=plots,
-                         repo_id=training_args.hub_model_id)  # fmt: skip
-        save_json(out / "run_summary.json", {"head": head, "dataset": dataset, **metrics})
-        if run_args.hub_export_dir:
-            model.export_for_hub(run_args.hub_export_dir, tokenizer=tok)
-            for name in ["README.md", *(Path(p).name for p in plots)]:
-                (Path(run_args.hub_export_dir) / name).write_bytes((out / name).read_bytes())
-            print(f"Hub export written to {run_args.hub_export_dir}")
-        if training_args.push_to_hub:
-            trainer.push_to_hub()
-        print(f"model, card and plots written to {out}")
+        plots.append(str(plot_word_vectors(model.head.weight, words, counts, out / "word_vectors.png",
+                                           f"{head['family']} head")))  # fmt: skip
+    dataset = data_args.dataset_name or Path(data_args.train_file or "local").name
+    finish_run(trainer, model=model, tokenizer=tok, run_args=run_args, training_args=training_args, dataset=dataset,
+               base_model=model_args.model_name_or_path, metrics=metrics, plots=plots)  # fmt: skip
 
 
 if __name__ == "__main__":

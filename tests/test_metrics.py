@@ -13,7 +13,34 @@ def test_bleu_matches_sacrebleu():
     preds = ["the cat sat on the mat", "a dog barked loudly"]
     refs = ["the cat sat on a mat", "the dog barked loudly"]
     got = load_metric("bleu").compute(predictions=preds, references=refs)
-    assert got["bleu"] == pytest.approx(sacrebleu.corpus_bleu(preds, [refs]).score)
+    assert got["bleu"] == sacrebleu.corpus_bleu(preds, [refs]).score
+    for n in range(1, 5):  # cumulative BLEU-n, the sparse-softmax paper's table 3
+        expected = sacrebleu.BLEU(max_ngram_order=n, effective_order=True).corpus_score(preds, [refs]).score
+        assert got[f"bleu_{n}"] == expected
+    assert got["bleu_4"] == pytest.approx(got["bleu"]) and got["bleu_1"] > got["bleu_2"] > got["bleu_4"]
+
+
+def test_modules_load_by_path_with_evaluate():
+    import evaluate
+
+    from hf_heads.metrics import path
+
+    f1 = evaluate.load(path("f1"))
+    assert f1.compute(predictions=[0, 1, 1], references=[0, 1, 0])["accuracy"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="metric='sacrebleu' is not allowed"):
+        path("sacrebleu")
+
+
+def test_rouge_is_the_mean_of_rouge_score():
+    from rouge_score import rouge_scorer
+
+    preds = ["storms hit the northern coast", "shares fell sharply", "the team won"]
+    refs = ["storm hits coast", "shares fell on monday", "team loses final"]
+    got = load_metric("rouge").compute(predictions=preds, references=refs)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    for key in ("rouge1", "rouge2", "rougeL"):
+        expected = sum(scorer.score(r, p)[key].fmeasure for p, r in zip(preds, refs, strict=True)) / 3
+        assert got[key] == pytest.approx(expected, abs=1e-12)
 
 
 def test_rouge_identity_and_disjoint():

@@ -100,3 +100,34 @@ def frequency_rank(counts: torch.Tensor) -> torch.Tensor:
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel(), device=order.device)
     return rank
+
+
+def _special_affixes(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer adds before and after a single sequence (e.g. [CLS] / [SEP], or </s>)."""
+    probe = "hello"
+    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe)["input_ids"]
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return full[:start], full[start + len(bare) :]
+    raise ValueError(f"cannot locate the text inside {type(tokenizer).__name__}'s special-token template")
+
+
+def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_length: int | None = None) -> dict:
+    """Tokenise `texts`, keeping the first `head_length` and the last `max_length - specials - head_length`
+    tokens of a text that is too long (the "head+tail" truncation the sparse-softmax paper uses for long
+    documents, after Sun et al. 2019, who keep 128 head and 382 tail tokens of 512). Default
+    `head_length`: a quarter of the budget. Returns `input_ids` and `attention_mask` lists (no padding)."""
+    prefix, suffix = _special_affixes(tokenizer)
+    budget = max_length - len(prefix) - len(suffix)
+    if budget < 2:
+        raise ValueError(f"max_length={max_length} leaves no room for text after {len(prefix) + len(suffix)} specials")
+    head = budget // 4 if head_length is None else head_length
+    if not 0 <= head <= budget:
+        raise ValueError(f"head_length={head_length} must be between 0 and {budget} (max_length minus specials)")
+    out = []
+    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        if len(ids) > budget:
+            ids = ids[:head] + ids[len(ids) - (budget - head) :]
+        out.append(prefix + ids + suffix)
+    return {"input_ids": out, "attention_mask": [[1] * len(ids) for ids in out]}

@@ -67,6 +67,12 @@ class DiscreteHead(nn.Module):
         return isinstance(self.options, SampledHeadOptions)
 
     @property
+    def eval_loss_is_nll(self) -> bool:
+        """Whether the eval-mode loss is the NLL of p(c|x), so exp(loss) is a perplexity (not for sparse
+        heads: their eval loss is eq. 5, and their truncated distribution's NLL is infinite off the top k)."""
+        return not isinstance(self.options, SparseHeadOptions)
+
+    @property
     def num_classes(self) -> int:
         return self.weight.shape[0]
 

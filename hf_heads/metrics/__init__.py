@@ -6,6 +6,7 @@ from hf_heads.metrics.builders import (
     classification_metrics,
     generation_metrics,
     load_metric,
+    path,
 )
 
-__all__ = ["METRICS", "classification_metrics", "generation_metrics", "load_metric"]
+__all__ = ["METRICS", "classification_metrics", "generation_metrics", "load_metric", "path"]

@@ -13,12 +13,17 @@ MODULES = Path(__file__).with_name("modules")
 METRICS = ("bleu", "rouge", "f1", "perplexity")
 
 
+def path(name: str) -> str:
+    """Path of a shipped `evaluate` module: `evaluate.load(hf_heads.metrics.path("bleu"))` works offline."""
+    check_choice("metric", name, METRICS)
+    return str(MODULES / f"{name}.py")
+
+
 def load_metric(name: str):
     """`evaluate.load` of a module shipped with hf_heads (never downloads)."""
     import evaluate
 
-    check_choice("metric", name, METRICS)
-    return evaluate.load(str(MODULES / f"{name}.py"))
+    return evaluate.load(path(name))
 
 
 def classification_metrics() -> Callable:

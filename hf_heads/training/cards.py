@@ -11,10 +11,15 @@ PAPERS = {
     "softmax": "plain softmax cross-entropy (baseline)",
     "margin": "Huo et al., *Investigation of Large-Margin Softmax in Neural Language Modeling*, Interspeech 2020",
     "sampled": "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021",
+    "sparse": "Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021 "
+    "(softmax over the top-k logits)",
 }
 TASKS = {
     "HeadsForCausalLM": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
-}
+    "HeadsForSeq2SeqLM": ("text2text-generation", "Sequence-to-sequence generation", "AutoModelForSeq2SeqLM"),
+    "HeadsForSequenceClassification": ("text-classification", "Sequence classification",
+                                       "AutoModelForSequenceClassification"),
+}  # fmt: skip
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
 
 
@@ -48,6 +53,7 @@ def write_model_card(
     *,
     model,
     dataset: str,
+    task: tuple[str, str] | None = None,
     metrics: dict,
     training_args,
     base_model: str | None = None,
@@ -58,6 +64,8 @@ def write_model_card(
     output_dir = Path(output_dir)
     cls = type(model).__name__
     task_type, task_name, auto_class = TASKS[cls]
+    if task is not None:  # e.g. ("translation", "Translation es→en") for a seq2seq model
+        task_type, task_name = task
     head = dict(model.config.head)
     family = head["family"]
     name = repo_id or output_dir.name

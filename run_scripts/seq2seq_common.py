@@ -1,0 +1,242 @@
+"""The steps run_translation.py, run_summarization.py and run_question_generation.py share (the
+transformers `examples/pytorch` order): arguments -> data -> tokenizer and model -> trainer -> train /
+evaluate / predict -> metrics -> card. Each script only says which task it is (`Seq2SeqTask`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoConfig, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
+
+from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
+from hf_heads.data import build_word_tokenizer
+from hf_heads.data.tokenization import encode_head_tail
+from hf_heads.metrics import generation_metrics
+from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
+from hf_heads.training.runs import (
+    PACKAGED_MODELS,
+    TINY_SEQ2SEQ,
+    RunArguments,
+    UsageError,
+    check_output_dir,
+    finish_run,
+    packaged_model_path,
+    parse_args,
+    resolve_checkpoint,
+    tiny_backbone_config,
+    train_block,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Seq2SeqTask:
+    """What differs between the seq2seq scripts."""
+
+    name: str  # card task type, e.g. "translation"
+    title: str  # card task name
+    corpora: tuple[str, ...]  # bundled corpus names
+    load: Callable[[str], datasets.DatasetDict]  # bundled corpus name -> DatasetDict
+    source_column: str | None  # default columns of the bundled corpora (None: translation pairs)
+    target_column: str | None
+    metrics: tuple[str, ...]  # hf_heads.metrics modules reported with --predict_with_generate
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="tiny-bart",
+        metadata={
+            "help": f"Built-in encoder-decoder built from a config ({', '.join(TINY_SEQ2SEQ)}; word-level "
+            "tokenizer trained on the corpus), `minilm` (BERT2BERT warm-started from the packaged MiniLM), "
+            "a local directory or a Hub id (BART, T5, Marian, ...)."
+        },
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer to use instead of the model's."})
+    word_vocab_size: int | None = field(
+        default=None, metadata={"help": "Word-level vocabulary size of built-in backbones (default: every word)."}
+    )
+    tie_word_embeddings: bool = field(
+        default=False, metadata={"help": "Built-in backbones: tie the head to the (shared) input embeddings."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(default=None, metadata={"help": "Bundled corpus or Hub dataset (see --help)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
+    train_file: str | None = field(default=None, metadata={"help": "Local training file (.csv, .json, .jsonl)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Local validation file."})
+    test_file: str | None = field(default=None, metadata={"help": "Local test file (the predict block)."})
+    source_column: str | None = field(default=None, metadata={"help": "Column of the input text."})
+    target_column: str | None = field(default=None, metadata={"help": "Column of the output text."})
+    source_lang: str | None = field(default=None, metadata={"help": "Translation: source key of `translation`."})
+    target_lang: str | None = field(default=None, metadata={"help": "Translation: target key of `translation`."})
+    source_prefix: str = field(default="", metadata={"help": "Text put before every source (e.g. for T5)."})
+    max_source_length: int = field(default=128, metadata={"help": "Source tokens kept (truncation)."})
+    max_target_length: int = field(default=64, metadata={"help": "Target tokens kept; also the generation length."})
+    head_tail: bool = field(
+        default=False,
+        metadata={"help": "Truncate long sources to head+tail (first quarter + end) instead of the head only."},
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training set."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the validation set."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Truncate the test set."})
+
+
+def load_pairs(task: Seq2SeqTask, data: DataArguments) -> datasets.DatasetDict:
+    """The raw splits with two string columns, `source` and `target`."""
+    if data.train_file or data.validation_file or data.test_file:
+        files = {k: v for k, v in (("train", data.train_file), ("validation", data.validation_file),
+                                   ("test", data.test_file)) if v}  # fmt: skip
+        ext = Path(next(iter(files.values()))).suffix.lstrip(".")
+        builder = {"jsonl": "json"}.get(ext, ext)
+        if builder not in ("csv", "json"):
+            raise UsageError(
+                f"--train_file/--validation_file/--test_file: extension {ext!r}; allowed: csv, json, jsonl"
+            )
+        raw, name = datasets.load_dataset(builder, data_files=files), "local"
+    else:
+        name = data.dataset_name or task.corpora[0]
+        raw = task.load(name) if name in task.corpora else datasets.load_dataset(name, data.dataset_config_name)
+    source, target = data.source_column or task.source_column, data.target_column or task.target_column
+    if bool(data.source_column) != bool(data.target_column):
+        raise UsageError("--source_column and --target_column go together: give both or neither")
+    if task.name == "translation" and not data.source_column:
+        return _translation_pairs(raw, name, task, data)
+    for split_name, split in raw.items():
+        for flag, column in (("--source_column", source), ("--target_column", target)):
+            if column not in split.column_names:
+                raise UsageError(f"{flag}={column!r}: split {split_name!r} has columns {split.column_names}")
+    return raw.select_columns([source, target]).rename_columns({source: "source", target: "target"})
+
+
+def _translation_pairs(raw: datasets.DatasetDict, name: str, task: Seq2SeqTask, data: DataArguments):
+    """`translation` = {lang: text} rows -> `source` / `target` columns."""
+    langs = name.split("-")[-2:] if name in task.corpora else [None, None]
+    src, tgt = data.source_lang or langs[0], data.target_lang or langs[1]
+    if not (src and tgt):
+        raise UsageError("give --source_lang and --target_lang (keys of the `translation` column)")
+    for split_name, split in raw.items():
+        if "translation" not in split.column_names:
+            raise UsageError(f"split {split_name!r} has no `translation` column (columns: {split.column_names}); "
+                             "give --source_column and --target_column")  # fmt: skip
+        keys = sorted(split[0]["translation"]) if len(split) else [src, tgt]
+        for flag, lang in (("--source_lang", src), ("--target_lang", tgt)):
+            if lang not in keys:
+                raise UsageError(f"{flag}={lang!r}: the `translation` column has languages {keys}")
+    columns = {k: v.column_names for k, v in raw.items()}
+    return datasets.DatasetDict({
+        k: v.map(lambda row: {"source": row["translation"][src], "target": row["translation"][tgt]},
+                 remove_columns=columns[k])
+        for k, v in raw.items()
+    })  # fmt: skip
+
+
+def build_model_and_tokenizer(model_args: ModelArguments, head: dict, raw: datasets.DatasetDict):
+    name = model_args.model_name_or_path
+    if name in TINY_SEQ2SEQ:
+        if model_args.tokenizer_name:
+            tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+        else:  # one vocabulary for both sides (BART/T5/Marian share the embedding table)
+            texts = [t for column in ("source", "target") for t in raw["train"][column] if t]
+            tok = build_word_tokenizer(texts, vocab_size=model_args.word_vocab_size)
+        backbone = tiny_backbone_config(name, tok, tie_word_embeddings=model_args.tie_word_embeddings)
+        config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=model_args.tie_word_embeddings)
+        return HeadsForSeq2SeqLM(config), tok
+    if name in PACKAGED_MODELS:
+        path = packaged_model_path(name)
+        return HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(path, head=head), AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or name)
+    if AutoConfig.from_pretrained(name).model_type == HeadsConfig.model_type:
+        raise UsageError(f"--model_name_or_path={name!r} is already an hf_heads model; give its base model instead")
+    return HeadsForSeq2SeqLM.from_base(name, head=head), tok
+
+
+def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
+    model_args, data_args, run_args, training_args = parse_args(
+        (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
+    )
+    head = training_args.head_config()
+    check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+    if training_args.generation_max_length is None:
+        training_args.generation_max_length = data_args.max_target_length
+
+    raw = load_pairs(task, data_args)
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}  # fmt: skip
+    raw = datasets.DatasetDict(
+        {k: v.select(range(min(len(v), limits[k]))) if limits.get(k) else v for k, v in raw.items()}
+    )
+    model, tok = build_model_and_tokenizer(model_args, head, raw)
+    logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
+    k = head.get("k")
+    if head["family"] == "sparse" and (training_args.generation_num_beams or 1) > k:
+        raise UsageError(f"--generation_num_beams={training_args.generation_num_beams} must be <= --k={k}: "
+                         "the sparse head gives every other token probability 0")  # fmt: skip
+
+    def preprocess(batch: dict) -> dict:
+        sources = [data_args.source_prefix + (s or "") for s in batch["source"]]
+        if data_args.head_tail:
+            enc = encode_head_tail(tok, sources, data_args.max_source_length)
+        else:
+            enc = tok(sources, max_length=data_args.max_source_length, truncation=True)
+        targets = [t or "" for t in batch["target"]]
+        enc["labels"] = tok(text_target=targets, max_length=data_args.max_target_length, truncation=True)["input_ids"]
+        return dict(enc)
+
+    with training_args.main_process_first(desc="tokenize"):
+        tokenized = raw.map(preprocess, batched=True, remove_columns=["source", "target"], desc="tokenize")
+    collator = DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)
+    compute = generation_metrics(tok, task.metrics) if training_args.predict_with_generate else None
+    trainer = HeadsSeq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"] if training_args.do_train else None,
+        eval_dataset=tokenized.get("validation") if training_args.do_eval else None,
+        processing_class=tok,
+        data_collator=collator,
+        compute_metrics=compute,
+    )
+    metrics: dict = {}
+    if training_args.do_train:
+        metrics.update(train_block(trainer, checkpoint))
+    if training_args.do_eval:
+        if "validation" not in tokenized:
+            raise UsageError("--do_eval needs a validation split (--validation_file)")
+        eval_metrics = trainer.evaluate(metric_key_prefix="eval")
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        metrics.update(eval_metrics)
+    if training_args.do_predict:
+        if "test" not in tokenized:
+            raise UsageError("--do_predict needs a test split (--test_file)")
+        result = trainer.predict(tokenized["test"], metric_key_prefix="predict")
+        trainer.log_metrics("predict", result.metrics)
+        trainer.save_metrics("predict", result.metrics)
+        metrics.update(result.metrics)
+        if training_args.predict_with_generate and trainer.is_world_process_zero():
+            preds = result.predictions[0] if isinstance(result.predictions, tuple) else result.predictions
+            preds = [[t if t >= 0 else tok.pad_token_id for t in row] for row in preds.tolist()]
+            texts = [t.strip() for t in tok.batch_decode(preds, skip_special_tokens=True)]
+            out = Path(training_args.output_dir) / "generated_predictions.jsonl"
+            rows = [{"source": s, "reference": r, "prediction": p}
+                    for s, r, p in zip(raw["test"]["source"], raw["test"]["target"], texts, strict=True)]  # fmt: skip
+            out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+
+    dataset = data_args.dataset_name or (
+        task.corpora[0] if not data_args.train_file else Path(data_args.train_file).name
+    )
+    finish_run(trainer, model=model, tokenizer=tok, run_args=run_args, training_args=training_args, dataset=dataset,
+               base_model=model_args.model_name_or_path, metrics=metrics, task=(task.name, task.title))  # fmt: skip
