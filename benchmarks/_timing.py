@@ -36,3 +36,18 @@ def measure(step: Callable[[], object], device: str, repeats: int) -> dict:
         times.append(time.perf_counter() - start)
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else rss_mib() - base
     return {"seconds": statistics.median(times), "peak_mib": peak}
+
+
+def run_isolated(script: str, method: str, options: dict) -> dict:
+    """Run `script --one METHOD --opt value ...` in a fresh process (so peak memory is that method's alone)
+    and return the JSON dict it prints last."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, script, "--one", method]
+    for key, value in options.items():
+        if value is not None:
+            cmd += [f"--{key}", *(str(v) for v in (value if isinstance(value, list | tuple) else [value]))]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])

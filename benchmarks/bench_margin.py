@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
-import sys
 
 import torch
 import torch.nn.functional as F
-from _timing import measure
+from _timing import measure, run_isolated
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
 
@@ -84,26 +82,9 @@ def main() -> None:
     for vocab in args.vocab:
         rows = []
         for method in METHODS:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--one",
-                method,
-                "--tokens",
-                str(args.tokens),
-                "--hidden",
-                str(args.hidden),
-                "--vocab",
-                str(vocab),
-                "--device",
-                args.device,
-                "--repeats",
-                str(args.repeats),
-            ]
-            if args.threads:
-                cmd += ["--threads", str(args.threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)  # fmt: skip
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            options = dict(tokens=args.tokens, hidden=args.hidden, vocab=vocab, device=args.device,
+                           repeats=args.repeats, threads=args.threads)  # fmt: skip
+            rows.append(run_isolated(__file__, method, options))
         by_name = {r["method"]: r for r in rows}
         print(f"\nV={vocab:,}\n")
         print("| method | s / step | peak MiB | time vs naive | memory vs naive |")

@@ -22,7 +22,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import transformers
-from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSequenceClassification
 from hf_heads.data import CLASSIFICATION_CORPORA, build_word_tokenizer, load_classification
@@ -41,6 +41,8 @@ from hf_heads.training.runs import (
     packaged_model_path,
     parse_args,
     resolve_checkpoint,
+    resolve_head,
+    saved_head,
     tiny_backbone_config,
     train_block,
 )
@@ -137,6 +139,13 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
         config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, pooling=model_args.pooling,
                              id2label=id2label, label2id={v: k for k, v in id2label.items()})  # fmt: skip
         return HeadsForSequenceClassification(config), tok
+    if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
+        model = AutoModelForSequenceClassification.from_pretrained(name)
+        if model.config.id2label != id2label:
+            trained = list(model.config.id2label.values())[:10]
+            raise UsageError(f"--model_name_or_path={name!r} was trained on labels {trained}, this dataset has "
+                             f"{list(id2label.values())[:10]}")  # fmt: skip
+        return model, AutoTokenizer.from_pretrained(name)
     path = packaged_model_path(name) if name in PACKAGED_MODELS else name
     tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or path)
     if tok.pad_token is None:
@@ -150,7 +159,7 @@ def main() -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsTrainingArguments)
     )
-    head = training_args.head_config()
+    head = resolve_head(model_args.model_name_or_path, training_args.head_config(), training_args.head_flags_given())
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import datasets
 import transformers
-from transformers import AutoConfig, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer
@@ -29,6 +29,8 @@ from hf_heads.training.runs import (
     packaged_model_path,
     parse_args,
     resolve_checkpoint,
+    resolve_head,
+    saved_head,
     tiny_backbone_config,
     train_block,
 )
@@ -151,12 +153,12 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, raw: datas
         backbone = tiny_backbone_config(name, tok, tie_word_embeddings=model_args.tie_word_embeddings)
         config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=model_args.tie_word_embeddings)
         return HeadsForSeq2SeqLM(config), tok
+    if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
+        return AutoModelForSeq2SeqLM.from_pretrained(name), AutoTokenizer.from_pretrained(name)
     if name in PACKAGED_MODELS:
         path = packaged_model_path(name)
         return HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(path, head=head), AutoTokenizer.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or name)
-    if AutoConfig.from_pretrained(name).model_type == HeadsConfig.model_type:
-        raise UsageError(f"--model_name_or_path={name!r} is already an hf_heads model; give its base model instead")
     return HeadsForSeq2SeqLM.from_base(name, head=head), tok
 
 
@@ -164,7 +166,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
     )
-    head = training_args.head_config()
+    head = resolve_head(model_args.model_name_or_path, training_args.head_config(), training_args.head_flags_given())
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

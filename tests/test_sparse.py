@@ -103,3 +103,23 @@ def test_sparse_head_decodes_with_the_truncated_distribution(tmp_path):
     assert HeadsForCausalLM.from_pretrained(tmp_path).config.head["k"] == 5
     with pytest.raises(ValueError, match="head.k=0"):
         HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 0})
+
+
+@pytest.mark.parametrize("family", ["softmax", "sparse"])
+def test_head_label_smoothing_in_training_only(family):
+    """Softmax: F.cross_entropy's label smoothing; sparse: smoothing over the top-k support. Eval losses are the
+    unsmoothed ones (NLL for softmax, eq. 5 for sparse)."""
+    from hf_heads.heads.discrete import DiscreteHead
+
+    torch.manual_seed(0)
+    head = DiscreteHead(6, 9, {"family": family, "label_smoothing": 0.1, **({"k": 4} if family == "sparse" else {})})
+    h, y = torch.randn(5, 6), torch.tensor([0, 3, -100, 8, 2])
+    z = h @ head.weight.T + head.bias
+    if family == "softmax":
+        smooth, plain = F.cross_entropy(z, y, label_smoothing=0.1), F.cross_entropy(z, y)
+    else:
+        smooth, plain = sparse_softmax_cross_entropy(z, y, 4, label_smoothing=0.1), sparse_softmax_cross_entropy(z, y, 4)
+    torch.testing.assert_close(head.train().loss(h, y), smooth)
+    torch.testing.assert_close(head.eval().loss(h, y), plain)
+    with pytest.raises(ValueError, match="head.label_smoothing=0.1 is only available for the softmax and sparse"):
+        DiscreteHead(6, 9, {"family": "margin", "label_smoothing": 0.1})

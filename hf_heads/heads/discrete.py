@@ -165,13 +165,12 @@ class DiscreteHead(nn.Module):
             reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
             chunk_size=self.options.chunk_size,
         )  # fmt: skip
-        if isinstance(self.options, SparseHeadOptions):  # eq. 5, chunked
-            o = self.options
+        if not self.is_margin:  # softmax, or sparse (eq. 5, chunked); label smoothing in training only
+            top_k = self.options.k if isinstance(self.options, SparseHeadOptions) else None
+            smoothing = self.options.label_smoothing if self.training else 0.0
             return fused_linear_cross_entropy(
-                hidden, self.weight, self.bias, labels, top_k=o.k, label_smoothing=o.label_smoothing, **common
+                hidden, self.weight, self.bias, labels, top_k=top_k, label_smoothing=smoothing, **common
             )
-        if not self.is_margin:
-            return fused_linear_cross_entropy(hidden, self.weight, self.bias, labels, **common)
         if self.training and self.options.context_norm == "max-norm":
             self._update_context_norm(hidden, labels, ignore_index)
         running = None if self.training else self._running_context_norm()

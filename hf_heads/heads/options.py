@@ -20,6 +20,13 @@ class SoftmaxHeadOptions:
     chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
     )
+    label_smoothing: float = field(
+        default=0.0,
+        metadata={
+            "help": "Label smoothing of the training loss, softmax and sparse families only (sparse: over the top-k "
+            "support; the sparse-softmax paper's seq2seq runs use 0.1). Eval losses are never smoothed."
+        },
+    )
 
     def initial_bias(self, num_classes: int) -> float:
         """Value every output bias starts from when a head is built from scratch."""
@@ -30,6 +37,9 @@ class SoftmaxHeadOptions:
             raise ValueError(f"head.bias={self.bias!r} must be true or false")
         if self.chunk_size is not None:
             check_number("head.chunk_size", self.chunk_size, minimum=1, integer=True)
+        check_number("head.label_smoothing", self.label_smoothing, minimum=0)
+        if self.label_smoothing >= 1:
+            raise ValueError(f"head.label_smoothing={self.label_smoothing!r} must be < 1")
 
 
 @dataclass
@@ -52,6 +62,10 @@ class MarginHeadOptions(SoftmaxHeadOptions):
 
     def validate(self) -> None:
         super().validate()
+        if self.label_smoothing:
+            raise ValueError(
+                f"head.label_smoothing={self.label_smoothing!r} is only available for the softmax and sparse families"
+            )
         if isinstance(self.m, bool) or not isinstance(self.m, int | float):
             raise ValueError(f"head.m={self.m!r} must be a number")
         try:
@@ -130,16 +144,10 @@ class SparseHeadOptions(SoftmaxHeadOptions):
     only the k largest logits of each row (k >= num_beams for beam search)."""
 
     k: int = field(default=20, metadata={"help": "Logits kept per row (the paper's best: 20); k >= V is softmax."})
-    label_smoothing: float = field(
-        default=0.0, metadata={"help": "Label smoothing over the top-k support (the paper's seq2seq runs: 0.1)."}
-    )
 
     def validate(self) -> None:
         super().validate()
         check_number("head.k", self.k, minimum=1, integer=True)
-        check_number("head.label_smoothing", self.label_smoothing, minimum=0)
-        if self.label_smoothing >= 1:
-            raise ValueError(f"head.label_smoothing={self.label_smoothing!r} must be < 1")
 
 
 HEAD_FAMILIES: dict[str, type[SoftmaxHeadOptions]] = {

@@ -53,12 +53,16 @@ class HeadFlags:
     normalize: bool | None = _flag("normalize")
     k: int | None = _flag("k")
     head_label_smoothing: float | None = field(
-        default=None, metadata={"help": "Sparse head: label smoothing over the top-k support (default: 0)."}
+        default=None, metadata={"help": "Softmax / sparse heads: label smoothing of the training loss (default: 0)."}
     )
     head_bias: bool | None = field(default=None, metadata={"help": "Keep the output bias (default: true)."})
     loss_chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
     )
+
+    def head_flags_given(self) -> bool:
+        """Whether any head flag was set (a non-default `--head` included)."""
+        return self.head != "softmax" or any(getattr(self, flag) is not None for flag in FLAG_TO_OPTION)
 
     def head_config(self) -> dict:
         """The validated head section; a flag that the family does not have is an error, never ignored."""

@@ -124,6 +124,29 @@ def resolve_checkpoint(output_dir: str, resume: str | bool | None, head: dict) -
     return path
 
 
+def saved_head(name_or_path: str) -> dict | None:
+    """The head section of a local hf_heads model directory (None for any other model)."""
+    config = Path(name_or_path) / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text(encoding="utf-8"))
+    return data.get("head") if data.get("model_type") == "hf_heads" else None
+
+
+def resolve_head(name_or_path: str, requested: dict, flags_given: bool) -> dict:
+    """The head a run uses: the flags' head, or, when `--model_name_or_path` is an hf_heads model (to evaluate
+    or continue training it), its saved head; head flags that ask for a different head are refused."""
+    saved = saved_head(name_or_path)
+    if saved is None:
+        return requested
+    if flags_given and saved != requested:
+        raise UsageError(
+            f"--model_name_or_path={name_or_path!r} is an hf_heads model with head {saved}, but the head flags ask "
+            f"for {requested}; drop the head flags to use its head, or start from its base model"
+        )
+    return saved
+
+
 def peak_rss_mib() -> float:
     """Peak resident memory of this process so far (MiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -1,0 +1,97 @@
+#!/usr/bin/env python
+"""Sparse-softmax loss (sparse-softmax paper, eq. 5) vs plain cross-entropy: output-layer forward+backward
+seconds and peak memory, side by side in one run.
+
+    python benchmarks/bench_sparse.py                  # N=4096, H=512, V=50,000, k=20 and 50, CPU
+    python benchmarks/bench_sparse.py --device cuda
+
+Rows: the naive path (full (N, V) logits, then `F.cross_entropy` or `sparse_softmax_cross_entropy`) and
+hf_heads' chunked path (`fused_linear_cross_entropy` / `sparse_linear_cross_entropy`: no (N, V) logits,
+gradients chunk by chunk). "vs CE" compares each sparse row with plain CE on the same path (the goal:
+<= 1.3x time); "vs naive CE" compares every row with the naive plain-CE row. Each method runs in a fresh
+process; peak memory is what the loss adds on top of its inputs and their gradients (CUDA: max allocated;
+CPU: growth of peak RSS). Seconds are the median of `--repeats` calls after one warm-up call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+
+import torch
+import torch.nn.functional as F
+from _timing import measure, run_isolated
+
+from hf_heads.losses import fused_linear_cross_entropy, sparse_linear_cross_entropy, sparse_softmax_cross_entropy
+
+
+def methods(ks: list[int]) -> dict[str, tuple[str, int | None, str]]:
+    """name -> (path, k or None for plain CE, the same-path plain-CE row)."""
+    out = {"naive logits, CE": ("naive", None, "naive logits, CE")}
+    out.update({f"naive logits, sparse k={k}": ("naive", k, "naive logits, CE") for k in ks})
+    out["hf_heads chunked, CE"] = ("chunked", None, "hf_heads chunked, CE")
+    out.update({f"hf_heads chunked, sparse k={k}": ("chunked", k, "hf_heads chunked, CE") for k in ks})
+    return out
+
+
+def run_one(name: str, ks: list[int], n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
+    path, k, _ = methods(ks)[name]
+    torch.manual_seed(0)
+    h = torch.randn(n, hidden, device=device, requires_grad=True)
+    w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_()
+    b = torch.zeros(vocab, device=device, requires_grad=True)
+    y = torch.randint(0, vocab, (n,), device=device)
+    for t in (h, w, b):  # the gradients belong to the inputs, not to the method
+        t.grad = torch.zeros_like(t)
+
+    def step():
+        if path == "naive":
+            logits = F.linear(h, w, b)  # (N, V)
+            loss = F.cross_entropy(logits, y) if k is None else sparse_softmax_cross_entropy(logits, y, k)
+        else:
+            loss = fused_linear_cross_entropy(h, w, b, y) if k is None else sparse_linear_cross_entropy(h, w, b, y, k)
+        loss.backward()
+        return loss
+
+    return {"method": name, **measure(step, device, repeats)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--vocab", type=int, default=50_000)
+    parser.add_argument("--k", type=int, nargs="+", default=[20, 50])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.k, args.tokens, args.hidden, args.vocab, args.device, args.repeats)))
+        return
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
+    print(f"# sparse-softmax loss vs CE, output layer forward+backward, N={args.tokens}, H={args.hidden}, "
+          f"V={args.vocab:,}, float32")  # fmt: skip
+    print(f"# device: {args.device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    table = methods(args.k)
+    options = dict(k=args.k, tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, device=args.device,
+                   repeats=args.repeats, threads=args.threads)  # fmt: skip
+    rows = {name: run_isolated(__file__, name, options) for name in table}
+    naive = rows["naive logits, CE"]
+    print("| method | s / step | peak MiB | time vs CE | memory vs CE | time vs naive CE | memory vs naive CE |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        ref = rows[table[name][2]]
+        cells = [r["seconds"] / ref["seconds"], r["peak_mib"] / max(ref["peak_mib"], 1e-9),
+                 r["seconds"] / naive["seconds"], r["peak_mib"] / max(naive["peak_mib"], 1e-9)]  # fmt: skip
+        print(
+            f"| {name} | {r['seconds']:.3f} | {r['peak_mib']:.0f} | " + " | ".join(f"{c:.2f}×" for c in cells) + " |"
+        )
+
+
+if __name__ == "__main__":
+    main()
