@@ -118,8 +118,32 @@ def test_head_label_smoothing_in_training_only(family):
     if family == "softmax":
         smooth, plain = F.cross_entropy(z, y, label_smoothing=0.1), F.cross_entropy(z, y)
     else:
-        smooth, plain = sparse_softmax_cross_entropy(z, y, 4, label_smoothing=0.1), sparse_softmax_cross_entropy(z, y, 4)
+        smooth, plain = (
+            sparse_softmax_cross_entropy(z, y, 4, label_smoothing=0.1),
+            sparse_softmax_cross_entropy(z, y, 4),
+        )
     torch.testing.assert_close(head.train().loss(h, y), smooth)
     torch.testing.assert_close(head.eval().loss(h, y), plain)
     with pytest.raises(ValueError, match="head.label_smoothing=0.1 is only available for the softmax and sparse"):
         DiscreteHead(6, 9, {"family": "margin", "label_smoothing": 0.1})
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_chunked_sparse_gradient_gradcheck_float64(reduction):
+    """The chunked path's sparse backward (k+1 gathered rows of W per token) in float64, targets inside and
+    outside the top k, an ignored row, label smoothing, several chunks."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(12, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, generator=g, requires_grad=True)
+    z = (h @ w.T + b).detach()
+    top = torch.topk(z, 3, dim=1).indices
+    y = torch.tensor([int(top[0, 0]), int(top[1, 2]), -100, 0, 1, 2, 3])  # rows 0-1: target in the top k
+    for smoothing in (0.0, 0.2):
+
+        def f(h_, w_, b_, smoothing=smoothing):
+            out = sparse_linear_cross_entropy(h_, w_, b_, y, 3, label_smoothing=smoothing, chunk_size=2,
+                                              reduction=reduction)  # fmt: skip
+            return out if reduction == "mean" else out * torch.arange(1.0, 8.0, dtype=torch.float64)
+
+        assert torch.autograd.gradcheck(f, (h, w, b))

@@ -12,7 +12,9 @@ over chunks of rows, and computes the gradients with respect to h, w, b and t in
 (margin paper, eq. 13–14) fit the same kernel: the margin only changes l(y_i, i), and the norm
 scalings g(i), f(c) are row/column rescalings of h and w done by the caller.
 
-`top_k` restricts the log-sum-exp to each row's k largest logits (sparse-softmax paper, eq. 5).
+`top_k` restricts the log-sum-exp to each row's k largest logits (sparse-softmax paper, eq. 5). Its
+gradient reaches only those k logits and the target's, so the backward gathers / scatters k+1 rows of W
+per token instead of two dense (n, V) x (V, H) products: the sparse loss costs one matmul, not three.
 
 Memory: one (chunk, V) block at a time plus a float32 (V, H) gradient accumulator, instead of
 the naive (N, V) logits and their gradient.
@@ -73,6 +75,16 @@ def _chunk_pass(
         loss = (1 - label_smoothing) * loss + label_smoothing * (lse - mean_z)
     if row_weight is None:
         return loss, None
+    target_coef = 1.0 - label_smoothing
+    if idx is not None and t is None:
+        # sparse gradient: only the k kept logits and the target logit have one, so return (n, k+1) columns
+        # and coefficients instead of a dense (n, V) block (the caller gathers / scatters k+1 rows of W)
+        coef = torch.exp(vals - lse[:, None])  # (n, k)
+        if label_smoothing:
+            coef -= label_smoothing / top_k
+        cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
+        coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -target_coef)], dim=1)
+        return loss, ("sparse", cols, coef * row_weight.to(coef.dtype)[:, None])
     # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
     if idx is None:
         grad_z = torch.exp(z.sub_(lse[:, None]))  # (n, V), reuses the logits buffer
@@ -85,7 +97,6 @@ def _chunk_pass(
             grad_z -= label_smoothing / support
         else:
             grad_z.scatter_add_(1, idx, torch.full_like(vals, -label_smoothing / support))
-    target_coef = 1.0 - label_smoothing
     grad_z[rows, y] -= target_coef
     grad_z *= row_weight.to(z.dtype)[:, None]
     grad_t = None
@@ -117,7 +128,13 @@ def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
             label_smoothing,
         )
         losses[sl] = loss
-        if g is not None:
+        if g is not None and g[0] == "sparse":
+            _, cols, coef = g  # (n, k+1), (n, k+1)
+            torch.bmm(coef[:, None, :], w[cols], out=grad_h[sl, None, :])  # (n, 1, H)
+            grad_w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[sl, None, :]).reshape(-1, h.shape[1]))
+            if grad_b is not None:
+                grad_b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
+        elif g is not None:
             grad_z, g_t = g  # (n, V), (n,)
             torch.mm(grad_z, w, out=grad_h[sl])  # (n, H), written in place
             grad_w.addmm_(grad_z.T, h[sl])  # (V, H) accumulated without a temporary
