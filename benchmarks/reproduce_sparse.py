@@ -88,7 +88,7 @@ def seq2seq(out: Path, steps: int) -> list[dict]:
             run_dir = out / "runs" / f"{dataset}-{name.replace(' ', '').replace('=', '')}"
             train = ["--dataset_name", dataset, "--model_name_or_path", "minilm", "--do_train", "--do_predict",
                      "--predict_with_generate", "--generation_num_beams", "1", "--max_steps", str(steps),
-                     "--per_device_train_batch_size", "16", "--learning_rate", "1e-4", "--warmup_steps",
+                     "--per_device_train_batch_size", "16", "--learning_rate", "2e-4", "--warmup_steps",
                      str(steps // 10), "--head_label_smoothing", "0.1", *extra, *flags]  # fmt: skip
             first = run(script, run_dir, train)
             beam5 = run(script, run_dir.with_name(run_dir.name + "-beam5"), [

@@ -7,6 +7,13 @@
 - `sparse`: sparse-softmax (softmax over the top-k logits) and its loss
 """
 
+from hf_heads.losses.continuous import (
+    NEGATIVES,
+    log_cmk,
+    nearest_neighbour_diagnostics,
+    syn_margin_loss,
+    vmf_nll,
+)
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
 from hf_heads.losses.margin import (
     CONTEXT_NORMS,
@@ -43,6 +50,11 @@ from hf_heads.losses.sparse import (
 )
 
 __all__ = [
+    "NEGATIVES",
+    "log_cmk",
+    "nearest_neighbour_diagnostics",
+    "syn_margin_loss",
+    "vmf_nll",
     "SparseSoftmaxCrossEntropy",
     "sparse_linear_cross_entropy",
     "sparse_log_softmax",

@@ -1,0 +1,161 @@
+"""Continuous-output losses: log C_m against mpmath, vMF NLL and the margin losses against literal
+per-row references (forward and backward), float64 gradcheck, table-2 diagnostics, bad input."""
+
+import math
+
+import mpmath
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_heads.losses import log_cmk, nearest_neighbour_diagnostics, syn_margin_loss, vmf_nll
+from hf_heads.losses.continuous import log_bessel_iv_and_ratio
+
+mpmath.mp.dps = 40
+KAPPAS = [1e-4, 1e-2, 0.5, 3.0, 29.0, 31.0, 200.0, 1e3, 1e4, 1e5]
+
+
+@pytest.mark.parametrize("dim", [2, 3, 50, 61, 300, 1024])
+def test_log_bessel_and_ratio_match_mpmath(dim):
+    v = dim / 2 - 1
+    log_iv, ratio = log_bessel_iv_and_ratio(v, torch.tensor(KAPPAS, dtype=torch.float64))
+    for i, k in enumerate(KAPPAS):
+        ref = float(mpmath.log(mpmath.besseli(v, k)))
+        ref_ratio = float(mpmath.besseli(v + 1, k) / mpmath.besseli(v, k))
+        assert abs(log_iv[i].item() - ref) <= 1e-9 * max(1.0, abs(ref)), (dim, k)
+        assert abs(ratio[i].item() - ref_ratio) <= 1e-9 * ref_ratio, (dim, k)
+
+
+@pytest.mark.parametrize("dim", [2, 50, 300, 1024])
+def test_log_cmk_float32_stable_and_gradient_is_minus_bessel_ratio(dim):
+    kappa64 = torch.logspace(-4, 5, 40, dtype=torch.float64, requires_grad=True)
+    out64 = log_cmk(kappa64, dim)
+    (grad,) = torch.autograd.grad(out64.sum(), kappa64)
+    v = dim / 2 - 1
+    for k, g in zip(kappa64.tolist()[::7], grad.tolist()[::7], strict=True):
+        expected = -float(mpmath.besseli(v + 1, k) / mpmath.besseli(v, k))
+        assert g == pytest.approx(expected, rel=1e-9)
+    kappa32 = kappa64.detach().float().requires_grad_()
+    out32 = log_cmk(kappa32, dim)
+    out32.sum().backward()
+    assert out32.dtype == torch.float32 and torch.isfinite(out32).all() and torch.isfinite(kappa32.grad).all()
+    torch.testing.assert_close(out32.double(), out64.detach(), rtol=1e-6, atol=1e-3)
+    assert torch.autograd.gradcheck(
+        lambda k: log_cmk(k, dim), (torch.tensor([1e-3, 0.7, 40.0, 2e3]).double().requires_grad_(),)
+    )
+
+
+def test_log_cmk_closed_form_d3():
+    """I_{1/2}(κ) = sqrt(2 / (π κ)) sinh κ, so C_3(κ) = κ / (4π sinh κ)."""
+    kappa = torch.tensor([1e-3, 0.3, 2.0, 15.0, 80.0], dtype=torch.float64)
+    expected = torch.log(kappa) - math.log(4 * math.pi) - (kappa + torch.log(-torch.expm1(-2 * kappa)) - math.log(2))
+    torch.testing.assert_close(log_cmk(kappa, 3), expected, rtol=1e-10, atol=1e-10)
+
+
+def _unit(n, d, seed):
+    return F.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64), dim=-1)
+
+
+def test_vmf_nll_matches_literal_d3_forward_and_backward():
+    pred = (torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4).requires_grad_()
+    target = _unit(6, 3, 1)
+    for lambda1, lambda2 in ((0.0, 1.0), (0.02, 1.0), (0.0, 0.1)):
+        ours = vmf_nll(pred, target, lambda1=lambda1, lambda2=lambda2)
+        kappa = pred.norm(dim=-1)
+        log_c3 = torch.log(kappa) - math.log(4 * math.pi) - torch.log(torch.sinh(kappa))
+        ref = (-log_c3 - lambda2 * (pred * target).sum(-1) + lambda1 * kappa).mean()
+        torch.testing.assert_close(ours, ref)
+        torch.testing.assert_close(torch.autograd.grad(ours, pred)[0], torch.autograd.grad(ref, pred)[0])
+    assert torch.autograd.gradcheck(
+        lambda p: vmf_nll(p, _unit(6, 50, 2)), (torch.randn(6, 50).double().requires_grad_(),)
+    )
+
+
+def _literal_margin(pred, target, negative, margin, table=None, ids=None, draws=None):
+    losses = []
+    for i in range(pred.shape[0]):
+        u_hat = pred[i] / pred[i].norm()
+        u = target[i]
+        if negative == "projection":
+            neg = (u_hat - (u_hat @ u) * u).detach()
+            neg = neg / neg.norm()
+        elif negative == "difference":
+            neg = (u_hat - u).detach()
+            neg = neg / neg.norm()
+        elif negative == "most-informative":
+            d = (u_hat - u).detach()
+            best = max((j for j in range(table.shape[0]) if j != int(ids[i])), key=lambda j: float(table[j] @ d))
+            neg = table[best]
+        if negative == "random":
+            losses.append(
+                torch.stack([torch.clamp(margin + table[j] @ u_hat - u @ u_hat, min=0) for j in draws[i]]).mean()
+            )
+        else:
+            losses.append(torch.clamp(margin + neg @ u_hat - u @ u_hat, min=0))
+    return torch.stack(losses).mean()
+
+
+@pytest.mark.parametrize("negative", ["projection", "difference", "random", "most-informative"])
+def test_margin_losses_match_literal_forward_and_backward(negative):
+    table = _unit(20, 8, 3)
+    ids = torch.tensor([1, 5, 7, 0, 19, 3])
+    pred = torch.randn(6, 8, generator=torch.Generator().manual_seed(4), dtype=torch.float64).requires_grad_()
+    target = table[ids]
+    kw = dict(negative=negative, margin=0.5, embeddings=table, target_ids=ids, num_negatives=3)
+    ours = syn_margin_loss(pred, target, generator=torch.Generator().manual_seed(9), **kw)
+    draws = torch.randint(0, 20, (6, 3), generator=torch.Generator().manual_seed(9))
+    ref = _literal_margin(pred, target, negative, 0.5, table, ids, draws)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, pred)[0], torch.autograd.grad(ref, pred)[0])
+    # gradcheck perturbs û and so moves a synthetic negative, which the loss detaches: it applies where the
+    # detached gradient equals the full one (projection: d‖û_orth‖/dû = u_orth) or the negative is piecewise constant
+    if negative in ("projection", "most-informative"):
+        assert torch.autograd.gradcheck(lambda p: syn_margin_loss(p, target, **kw), (pred.detach().requires_grad_(),))
+
+
+def test_synthetic_negatives_geometry_and_detachment():
+    u = torch.tensor([[1.0, 0.0, 0.0]])
+    pred = torch.tensor([[0.6, 0.8, 0.0]], requires_grad=True)
+    # projection: u_orth = (0, 1, 0), loss = λ + 0.8 - 0.6; the gradient treats u_orth as a constant
+    loss = syn_margin_loss(pred, u, negative="projection", margin=0.5)
+    assert loss.item() == pytest.approx(0.7)
+    (grad,) = torch.autograd.grad(loss, pred)
+    u_hat = F.normalize(pred.detach(), dim=-1)
+    direction = torch.tensor([[0.0, 1.0, 0.0]]) - u
+    expected = (direction - (direction * u_hat).sum(-1, keepdim=True) * u_hat) / pred.detach().norm()
+    torch.testing.assert_close(grad, expected)
+    assert syn_margin_loss(u.clone(), u, negative="projection", margin=0.0).item() == 0.0  # û = u: no orth part
+
+
+def test_reductions():
+    pred, target = torch.randn(4, 5), _unit(4, 5, 0).float()
+    rows = vmf_nll(pred, target, reduction="none")
+    assert rows.shape == (4,)
+    torch.testing.assert_close(vmf_nll(pred, target, reduction="sum"), rows.sum())
+    rows = syn_margin_loss(pred, target, reduction="none")
+    torch.testing.assert_close(syn_margin_loss(pred, target), rows.mean())
+
+
+def test_nearest_neighbour_diagnostics():
+    table = torch.eye(4)
+    pred = torch.tensor([[1.0, 0.1, 0, 0], [0.2, 1.0, 0.5, 0], [0, 0.4, 0.0, 1.0]])
+    out = nearest_neighbour_diagnostics(pred, torch.tensor([0, 2, 1]), table, ks=(1, 2))
+    assert out["accuracy@1"] == pytest.approx(1 / 3) and out["accuracy@2"] == pytest.approx(1.0)
+    assert out["correct_similarity_to_nearest"] == pytest.approx(1 / math.sqrt(1.01))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: syn_margin_loss(torch.randn(2, 3), torch.randn(2, 3), negative="hardest"), "negative='hardest'"),
+        (lambda: syn_margin_loss(torch.randn(2, 3), torch.randn(2, 3), margin=-0.1), "margin=-0.1 must be >= 0"),
+        (lambda: syn_margin_loss(torch.randn(2, 3), torch.randn(2, 3), negative="random"), "needs embeddings"),
+        (lambda: vmf_nll(torch.randn(2, 3), torch.randn(2, 4)), "pred has shape (2, 3) but target_emb has (2, 4)"),
+        (lambda: vmf_nll(torch.randn(2, 3), torch.randn(2, 3), lambda1=-1.0), "lambda1=-1.0 must be >= 0"),
+        (lambda: log_cmk(torch.tensor([0.0]), 3), "kappa must be finite and > 0"),
+        (lambda: log_cmk(torch.tensor([1.0]), 1), "dim=1 must be >= 2"),
+    ],
+)
+def test_bad_input(call, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call()
