@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import torch
 import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
-from hf_heads.data import build_word_tokenizer
+from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
 from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.metrics import generation_metrics
 from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
@@ -142,24 +143,39 @@ def _translation_pairs(raw: datasets.DatasetDict, name: str, task: Seq2SeqTask, 
     })  # fmt: skip
 
 
-def build_model_and_tokenizer(model_args: ModelArguments, head: dict, raw: datasets.DatasetDict):
+def build_tokenizer(model_args: ModelArguments, raw: datasets.DatasetDict):
     name = model_args.model_name_or_path
+    if model_args.tokenizer_name:
+        return AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+    if name in TINY_SEQ2SEQ:  # one vocabulary for both sides (BART/T5/Marian share the embedding table)
+        texts = [t for column in ("source", "target") for t in raw["train"][column] if t]
+        return build_word_tokenizer(texts, vocab_size=model_args.word_vocab_size)
+    return AutoTokenizer.from_pretrained(packaged_model_path(name) if name in PACKAGED_MODELS else name)
+
+
+def continuous_table(head: dict, tok) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """For a continuous head: (head with embedding_dim, table (V, d), covered (V,)) from the pretrained table."""
+    table, covered = embedding_table(tok, head["embedding_name"])
+    if head.get("embedding_dim") not in (None, table.shape[1]):
+        raise UsageError(
+            f"head embedding_dim={head['embedding_dim']} but {head['embedding_name']} has d={table.shape[1]}"
+        )
+    if not bool(covered.any()):
+        raise UsageError(f"no token of the target vocabulary is in {head['embedding_name']}: nothing to predict")
+    return {**head, "embedding_dim": table.shape[1]}, table, covered
+
+
+def build_model(model_args: ModelArguments, head: dict, tok):
+    name = model_args.model_name_or_path
+    if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
+        return AutoModelForSeq2SeqLM.from_pretrained(name)
     if name in TINY_SEQ2SEQ:
-        if model_args.tokenizer_name:
-            tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
-        else:  # one vocabulary for both sides (BART/T5/Marian share the embedding table)
-            texts = [t for column in ("source", "target") for t in raw["train"][column] if t]
-            tok = build_word_tokenizer(texts, vocab_size=model_args.word_vocab_size)
         backbone = tiny_backbone_config(name, tok, tie_word_embeddings=model_args.tie_word_embeddings)
         config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=model_args.tie_word_embeddings)
-        return HeadsForSeq2SeqLM(config), tok
-    if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
-        return AutoModelForSeq2SeqLM.from_pretrained(name), AutoTokenizer.from_pretrained(name)
+        return HeadsForSeq2SeqLM(config)
     if name in PACKAGED_MODELS:
-        path = packaged_model_path(name)
-        return HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(path, head=head), AutoTokenizer.from_pretrained(path)
-    tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or name)
-    return HeadsForSeq2SeqLM.from_base(name, head=head), tok
+        return HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(packaged_model_path(name), head=head)
+    return HeadsForSeq2SeqLM.from_base(name, head=head)
 
 
 def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
@@ -181,7 +197,17 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     raw = datasets.DatasetDict(
         {k: v.select(range(min(len(v), limits[k]))) if limits.get(k) else v for k, v in raw.items()}
     )
-    model, tok = build_model_and_tokenizer(model_args, head, raw)
+    tok = (
+        build_tokenizer(model_args, raw)
+        if saved_head(model_args.model_name_or_path) is None
+        else (AutoTokenizer.from_pretrained(model_args.model_name_or_path))
+    )
+    covered = None
+    if head["family"] == "continuous":  # targets are pretrained embeddings: words outside the table -> <unk>
+        head, table, covered = continuous_table(head, tok)
+    model = build_model(model_args, head, tok)
+    if covered is not None and saved_head(model_args.model_name_or_path) is None:
+        model.head.set_embedding_table(table)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
     k = head.get("k")
     if head["family"] == "sparse" and (training_args.generation_num_beams or 1) > k:
@@ -195,7 +221,11 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         else:
             enc = tok(sources, max_length=data_args.max_source_length, truncation=True)
         targets = [t or "" for t in batch["target"]]
-        enc["labels"] = tok(text_target=targets, max_length=data_args.max_target_length, truncation=True)["input_ids"]
+        labels = tok(text_target=targets, max_length=data_args.max_target_length, truncation=True)["input_ids"]
+        if covered is not None:
+            keep = {tok.eos_token_id, tok.unk_token_id} - {None}
+            labels = [map_uncovered(row, covered, tok.unk_token_id, keep) for row in labels]
+        enc["labels"] = labels
         return dict(enc)
 
     with training_args.main_process_first(desc="tokenize"):
@@ -212,6 +242,11 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         compute_metrics=compute,
     )
     metrics: dict = {}
+    if covered is not None:  # how much of the target side the embedding table covers
+        ids = [i for row in tokenized["train"]["labels"] for i in row]
+        metrics["target_token_coverage"] = sum(i != tok.unk_token_id for i in ids) / max(len(ids), 1)
+        logger.info("continuous head: %.1f%% of target tokens are in %s", 100 * metrics["target_token_coverage"],
+                    head["embedding_name"])  # fmt: skip
     if training_args.do_train:
         metrics.update(train_block(trainer, checkpoint))
     if training_args.do_eval:

@@ -74,6 +74,27 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
     assert torch.equal(torch.load(tmp_path / "y.pt"), model.generate(**batch, max_new_tokens=8, num_beams=3))
 
 
+def test_run_translation_continuous_syn_margin(tmp_path):
+    """The continuous-output head end to end: GloVe targets, words outside GloVe -> <unk>, SMP loss, tied decoder
+    inputs, beam-search (nearest-neighbour) decoding scored with sacreBLEU, model card."""
+    out = tmp_path / "run"
+    proc = run(
+        "run_translation.py", "--output_dir", str(out), "--dataset_name", "bible-es-en", "--model_name_or_path",
+        "tiny-bart", "--word_vocab_size", "3000", "--max_train_samples", "400", "--max_eval_samples", "16",
+        "--max_source_length", "40", "--max_target_length", "40", "--do_train", "--do_eval",
+        "--predict_with_generate", "--generation_num_beams", "2", "--max_steps", "8", "--logging_steps", "4",
+        "--per_device_train_batch_size", "16", "--head", "continuous", "--loss", "syn-margin-projection",
+        "--tie_decoder_inputs", "true", *QUIET,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["head"]["embedding_dim"] == 50 and 0.5 < summary["target_token_coverage"] <= 1.0
+    assert "eval_bleu" in summary and "eval_perplexity" not in summary
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert "head/accuracy@10" in history[0] and "head/wrong_similarity_to_target" in history[0]
+    assert "Continuous-output" in (out / "README.md").read_text()
+
+
 def test_run_summarization_tiny_t5_head_tail(tmp_path):
     out = tmp_path / "run"
     proc = run(
@@ -166,6 +187,10 @@ CLF = ["--train_file", "{train}", "--text_column", "sentence"]
         ("run_translation.py", ["--source_lang", "fr"], "--source_lang='fr'"),
         ("run_summarization.py", ["--train_file", "{txt}"], "extension 'txt'"),
         ("run_question_generation.py", ["--head", "sampled", "--method", "nce"], "--num_samples"),
+        ("run_translation.py", ["--head", "continuous", "--loss", "cosine"], "--loss='cosine'"),
+        ("run_translation.py", ["--head", "continuous", "--loss_margin", "-1"], "--loss_margin=-1.0 must be >= 0"),
+        ("run_translation.py", ["--head", "continuous", "--embedding_name", "word2vec"], "'word2vec'"),
+        ("run_translation.py", ["--head", "softmax", "--loss", "vmf"], "--loss is not an option of head family"),
     ],
 )  # fmt: skip
 def test_task_scripts_bad_input_is_one_line_and_exit_2(label_files, tmp_path, script, args, message):

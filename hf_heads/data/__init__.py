@@ -16,10 +16,14 @@ from hf_heads.data.corpora import (
     load_translation,
     split_dataset,
 )
+from hf_heads.data.embeddings import EMBEDDING_TABLES, embedding_table, map_uncovered
 from hf_heads.data.models import minilm_path, smollm2_path
 from hf_heads.data.tokenization import SPECIAL_TOKENS, build_word_tokenizer, frequency_rank, word_counts
 
 __all__ = [
+    "EMBEDDING_TABLES",
+    "embedding_table",
+    "map_uncovered",
     "CLASSIFICATION_CORPORA",
     "LM_CORPORA",
     "QUESTION_GENERATION_CORPORA",

@@ -150,11 +150,59 @@ class SparseHeadOptions(SoftmaxHeadOptions):
         check_number("head.k", self.k, minimum=1, integer=True)
 
 
-HEAD_FAMILIES: dict[str, type[SoftmaxHeadOptions]] = {
+CONTINUOUS_LOSSES = ("vmf", *(f"syn-margin-{n}" for n in ("projection", "difference")),
+                     *(f"margin-{n}" for n in ("random", "most-informative")))  # fmt: skip
+
+
+@dataclass
+class ContinuousHeadOptions:
+    """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a
+    d-dim embedding, trained against a frozen, L2-normalised pretrained table E (V, d) stored with the
+    weights; decoding ranks the vocabulary by û·Eᵀ (nearest neighbour)."""
+
+    loss: str = field(default="vmf", metadata={"help": f"Continuous-output loss: {', '.join(CONTINUOUS_LOSSES)}."})
+    loss_margin: float = field(default=0.5, metadata={"help": "λ of the margin losses (>= 0)."})
+    num_negatives: int = field(default=5, metadata={"help": "margin-random: negatives drawn per position."})
+    vmf_lambda1: float = field(default=0.0, metadata={"help": "vMF: + λ1‖û‖ (Kumar & Tsvetkov's NLLvMF_reg1)."})
+    vmf_lambda2: float = field(default=1.0, metadata={"help": "vMF: − λ2 ûᵀu (their NLLvMF_reg2; 1 = plain NLL)."})
+    embedding_dim: int | None = field(
+        default=None, metadata={"help": "d of the embedding table (set when a table is attached)."}
+    )
+    embedding_name: str = field(default="glove-6B-50d", metadata={"help": "Name of the pretrained table (a label)."})
+    tie_decoder_inputs: bool = field(
+        default=False,
+        metadata={"help": "Decoder inputs are E[token] through a linear map d -> H (the paper's tied setup)."},
+    )
+    logit_scale: float = field(
+        default=10.0, metadata={"help": "Margin losses: decoding logits are logit_scale · cos(û, E_c) (beam search)."}
+    )
+
+    def validate(self) -> None:
+        check_choice("head.loss", self.loss, CONTINUOUS_LOSSES)
+        check_number("head.loss_margin", self.loss_margin, minimum=0)
+        check_number("head.num_negatives", self.num_negatives, minimum=1, integer=True)
+        check_number("head.vmf_lambda1", self.vmf_lambda1, minimum=0)
+        check_number("head.vmf_lambda2", self.vmf_lambda2, exclusive_minimum=0)
+        check_number("head.logit_scale", self.logit_scale, exclusive_minimum=0)
+        if self.embedding_dim is not None:
+            check_number("head.embedding_dim", self.embedding_dim, minimum=2, integer=True)
+        if not isinstance(self.tie_decoder_inputs, bool):
+            raise ValueError(f"head.tie_decoder_inputs={self.tie_decoder_inputs!r} must be true or false")
+
+    @property
+    def negative(self) -> str | None:
+        """The margin loss's negative kind (one of hf_heads.losses.continuous.NEGATIVES), None for vMF."""
+        return None if self.loss == "vmf" else self.loss.removeprefix("syn-margin-").removeprefix("margin-")
+
+    needs_counts = False
+
+
+HEAD_FAMILIES: dict[str, type] = {
     "softmax": SoftmaxHeadOptions,
     "margin": MarginHeadOptions,
     "sampled": SampledHeadOptions,
     "sparse": SparseHeadOptions,
+    "continuous": ContinuousHeadOptions,
 }
 
 

@@ -9,6 +9,7 @@ from torch import nn
 from transformers import AutoModel, PreTrainedModel
 from transformers import initialization as init
 
+from hf_heads.heads.continuous import ContinuousHead
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.modeling.configuration import HeadsConfig
 
@@ -29,16 +30,28 @@ class HeadsPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 init.constant_(module.bias, module.options.initial_bias(module.num_classes))
+        elif isinstance(module, ContinuousHead):
+            init.normal_(module.proj.weight, mean=0.0, std=0.02)
+            init.zeros_(module.proj.bias)
+            if module.input_proj is not None:
+                init.normal_(module.input_proj.weight, mean=0.0, std=0.02)
 
     def _wrap_backbone(self, config: HeadsConfig, backbone: PreTrainedModel | None) -> PreTrainedModel:
         if backbone is None:
             backbone = AutoModel.from_config(config.backbone)
         return backbone
 
+    def _refuse_continuous(self, config: HeadsConfig) -> None:
+        if config.head["family"] == "continuous":
+            raise ValueError(f"head.family='continuous' is for HeadsForSeq2SeqLM, not {type(self).__name__}")
+
     def _declare_tied_head(self) -> None:
         """Tie head.weight to the backbone's input embeddings when the config asks for it."""
         if not self.config.tie_word_embeddings:
             return
+        if self.config.head["family"] == "continuous":
+            raise ValueError("tie_word_embeddings=true does not apply to a continuous head (its output is an "
+                             "embedding); use head.tie_decoder_inputs")  # fmt: skip
         emb = self.backbone.get_input_embeddings().weight
         name = next(n for n, p in self.backbone.named_parameters(remove_duplicate=False) if p is emb)
         self._tied_weights_keys = {"head.weight": f"backbone.{name}"}

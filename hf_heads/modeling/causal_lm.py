@@ -22,6 +22,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
 
     def __init__(self, config: HeadsConfig, backbone: PreTrainedModel | None = None) -> None:
         super().__init__(config)
+        self._refuse_continuous(config)
         self.backbone = self._wrap_backbone(config, backbone)
         self.head = DiscreteHead(config.hidden_size, config.vocab_size, config.head)
         self._declare_tied_head()

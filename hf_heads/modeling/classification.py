@@ -55,6 +55,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
 
     def __init__(self, config: HeadsConfig, backbone: PreTrainedModel | None = None) -> None:
         super().__init__(config)
+        self._refuse_continuous(config)
         if config.num_labels < 2:
             raise ValueError(f"num_labels={config.num_labels} must be >= 2 (regression is not a head family)")
         self.backbone = self._wrap_backbone(config, backbone)

@@ -14,7 +14,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderConfig, GenerationMixin
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
-from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel
 from hf_heads.modeling.configuration import HeadsConfig
 
@@ -112,7 +112,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         if backbone is None and isinstance(config.backbone, EncoderDecoderConfig):
             backbone = EncoderDecoderBackbone(config.backbone)
         self.backbone = self._wrap_backbone(config, backbone)
-        self.head = DiscreteHead(config.hidden_size, config.vocab_size, config.head)
+        self.head = make_head(config.hidden_size, config.vocab_size, config.head)
         self._declare_tied_head()
         self.post_init()
         # transformers reads generation defaults from the decoder's text config, where encoder-decoder
@@ -141,15 +141,16 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         that scale (fine-tuning adapts it). BART, Marian, mBART and Pegasus start identical."""
         lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
         out = lm.get_output_embeddings()
-        tied = out.weight is lm.get_input_embeddings().weight
+        continuous = (head or {}).get("family") == "continuous"
+        tied = out.weight is lm.get_input_embeddings().weight and not continuous
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
         model = cls(config, backbone=lm.base_model)
         bias = getattr(lm, "final_logits_bias", None)
         bias = bias.reshape(-1) if bias is not None else getattr(out, "bias", None)
         with torch.no_grad():
-            if not tied:
+            if not tied and hasattr(model.head, "weight"):  # a continuous head has no (V, H) output layer
                 model.head.weight.copy_(out.weight)
-            if model.head.bias is not None:
+            if getattr(model.head, "bias", None) is not None:
                 model.head.bias.copy_(bias if bias is not None else torch.zeros_like(model.head.bias))
         model.config.name_or_path = str(name_or_path)
         return model
@@ -194,7 +195,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
                 raise ValueError(f"{name} is unknown for {decoder_name_or_path!r}; pass {name}=...")
         backbone = EncoderDecoderConfig.from_encoder_decoder_configs(encoder.config, dec)
         backbone.decoder_start_token_id, backbone.eos_token_id, backbone.pad_token_id = start, end, dec.pad_token_id
-        config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=True)
+        tie = (head or {}).get("family") != "continuous"
+        config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=tie)
         model = cls(config, backbone=EncoderDecoderBackbone(backbone, encoder=encoder, decoder=decoder))
         model.config.name_or_path = str(encoder_name_or_path)
         return model
@@ -222,6 +224,9 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        if getattr(self.head.options, "tie_decoder_inputs", False) and decoder_input_ids is not None:
+            decoder_inputs_embeds = self.head.embed_inputs(decoder_input_ids)  # (B, T, H) = E[ids] W_in
+            decoder_input_ids = None
         outputs = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -8,11 +8,18 @@ from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.heads.options import HEAD_FAMILIES, MarginHeadOptions, SampledHeadOptions, SparseHeadOptions, head_dict
+from hf_heads.heads.options import (
+    HEAD_FAMILIES,
+    ContinuousHeadOptions,
+    MarginHeadOptions,
+    SampledHeadOptions,
+    SparseHeadOptions,
+    head_dict,
+)
 
 
 def _help(name: str) -> str:
-    for cls in (SampledHeadOptions, SparseHeadOptions, MarginHeadOptions):
+    for cls in (SampledHeadOptions, SparseHeadOptions, MarginHeadOptions, ContinuousHeadOptions):
         if name in cls.__dataclass_fields__:
             return cls.__dataclass_fields__[name].metadata["help"]
     raise KeyError(name)
@@ -28,7 +35,9 @@ FLAG_TO_OPTION = {
     "criterion": "criterion", "method": "method", "num_samples": "num_samples", "noise": "noise",
     "noise_smoothing": "noise_smoothing", "noise_add": "noise_add", "remove_accidental_hits": "remove_accidental_hits",
     "normalize": "normalize", "k": "k", "head_label_smoothing": "label_smoothing", "head_bias": "bias",
-    "loss_chunk_size": "chunk_size",
+    "loss_chunk_size": "chunk_size", "loss": "loss", "loss_margin": "loss_margin", "num_negatives": "num_negatives",
+    "vmf_lambda1": "vmf_lambda1", "vmf_lambda2": "vmf_lambda2", "tie_decoder_inputs": "tie_decoder_inputs",
+    "logit_scale": "logit_scale", "embedding_name": "embedding_name",
 }  # fmt: skip
 
 
@@ -59,6 +68,14 @@ class HeadFlags:
     loss_chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
     )
+    loss: str | None = _flag("loss")
+    loss_margin: float | None = _flag("loss_margin")
+    num_negatives: int | None = _flag("num_negatives")
+    vmf_lambda1: float | None = _flag("vmf_lambda1")
+    vmf_lambda2: float | None = _flag("vmf_lambda2")
+    tie_decoder_inputs: bool | None = _flag("tie_decoder_inputs")
+    logit_scale: float | None = _flag("logit_scale")
+    embedding_name: str | None = _flag("embedding_name")
 
     def head_flags_given(self) -> bool:
         """Whether any head flag was set (a non-default `--head` included)."""

@@ -13,6 +13,9 @@ PAPERS = {
     "sampled": "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021",
     "sparse": "Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021 "
     "(softmax over the top-k logits)",
+    "continuous": "Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output "
+    "Machine Translation*, WNGT 2019 (and Kumar & Tsvetkov, *Von Mises-Fisher Loss for Training Sequence to "
+    "Sequence Models with Continuous Outputs*, ICLR 2019)",
 }
 TASKS = {
     "HeadsForCausalLM": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
