@@ -178,6 +178,24 @@ def build_model(model_args: ModelArguments, head: dict, tok):
     return HeadsForSeq2SeqLM.from_base(name, head=head)
 
 
+@torch.no_grad()
+def accuracy_at_k(trainer, dataset, ks: tuple[int, ...] = (1, 2, 5, 10)) -> dict[str, float]:
+    """Teacher-forced next-word accuracy@k on `dataset` (Bhat et al. table 2: for a continuous head the k
+    nearest neighbours of û, for a discrete head the k largest logits)."""
+    model = trainer.model.eval()
+    hits, total = torch.zeros(len(ks)), 0
+    for batch in trainer.get_eval_dataloader(dataset):
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        logits = model(**batch).logits  # (B, T, V)
+        labels = batch["labels"]
+        valid = labels != -100
+        top = logits.topk(max(ks), dim=-1).indices[valid]  # (n, kmax)
+        match = top == labels[valid][:, None]
+        hits += torch.tensor([float(match[:, :k].any(-1).sum()) for k in ks])
+        total += int(valid.sum())
+    return {f"eval_accuracy@{k}": float(h) / max(total, 1) for k, h in zip(ks, hits, strict=True)}
+
+
 def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
@@ -253,6 +271,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         if "validation" not in tokenized:
             raise UsageError("--do_eval needs a validation split (--validation_file)")
         eval_metrics = trainer.evaluate(metric_key_prefix="eval")
+        eval_metrics.update(accuracy_at_k(trainer, tokenized["validation"]))
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)
