@@ -12,8 +12,8 @@ sparse head for each k; macro and micro F1 on the test split. k >= number of cla
 Seq2seq (tables 3 and 5): BERT2BERT warm-started from MiniLM (the paper fine-tunes UNILM, a BERT-style
 seq2seq model) for question generation (FAQ answer -> question; BLEU-1..4 like table 3) and summarization
 (BBC body -> headline, first 100 test articles; ROUGE-1/2 like table 5), softmax vs sparse k=20, both with
-label smoothing 0.1 as in the paper; each trained model is decoded with beam 1 and beam 5 on the test split (the sparse head
-keeps k=20 at decoding, which is >= the beam).
+label smoothing 0.1 as in the paper; each trained model is decoded with beam 1 and beam 5 on the test
+split (the sparse head keeps k=20 at decoding, which is >= the beam).
 
 Every setting is a `run_scripts/run_*.py` command (printed as it runs); results.md / results.csv and PNG
 plots go to `--out`. One seed per setting: differences of a point or two are within seed noise here.
