@@ -64,6 +64,9 @@ class ModelArguments:
     pooling: str = field(
         default="auto", metadata={"help": "auto, pooler, first, last or mean (see HeadsConfig.pooling)."}
     )
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the head (default: the backbone's)."}
+    )
 
 
 @dataclass
@@ -137,6 +140,7 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
         else:
             tok = build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size)
         config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, pooling=model_args.pooling,
+                             classifier_dropout=model_args.classifier_dropout,
                              id2label=id2label, label2id={v: k for k, v in id2label.items()})  # fmt: skip
         return HeadsForSequenceClassification(config), tok
     if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
@@ -150,7 +154,13 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
     tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = HeadsForSequenceClassification.from_base(path, id2label=id2label, head=head, pooling=model_args.pooling)
+    model = HeadsForSequenceClassification.from_base(
+        path,
+        id2label=id2label,
+        head=head,
+        pooling=model_args.pooling,
+        classifier_dropout=model_args.classifier_dropout,
+    )
     model.config.name_or_path = name
     return model, tok
 

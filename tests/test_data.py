@@ -124,3 +124,21 @@ def test_word_counts_and_rank():
     assert data.word_counts(pairs, tok, column="translation.en")[ids[0]] == 2
     with pytest.raises(ValueError, match="column='txt'"):
         data.word_counts(Dataset.from_dict({"text": texts}), tok, column="txt")
+
+
+def test_head_tail_truncation_keeps_both_ends_and_special_tokens():
+    from transformers import AutoTokenizer
+
+    from hf_heads.data import minilm_path
+    from hf_heads.data.tokenization import encode_head_tail
+
+    text = " ".join(f"w{i}" for i in range(40))
+    word = data.build_word_tokenizer([text])
+    enc = encode_head_tail(word, [text, "w1 w2"], max_length=11)  # budget 10 after </s>: head 2 + tail 8
+    expected = word(" ".join(["w0", "w1", *(f"w{i}" for i in range(32, 40))]))["input_ids"]
+    assert enc["input_ids"][0] == expected and enc["input_ids"][1] == word("w1 w2")["input_ids"]
+    bert = AutoTokenizer.from_pretrained(minilm_path())
+    ids = encode_head_tail(bert, ["one two three four five six seven eight"], max_length=7, head_length=2)["input_ids"]
+    assert bert.convert_ids_to_tokens(ids[0]) == ["[CLS]", "one", "two", "six", "seven", "eight", "[SEP]"]
+    with pytest.raises(ValueError, match="head_length=9 must be between 0 and 5"):
+        encode_head_tail(bert, ["a"], max_length=7, head_length=9)

@@ -205,3 +205,26 @@ def test_task_scripts_bad_input_is_one_line_and_exit_2(label_files, tmp_path, sc
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0], proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_classification_two_process_ddp_matches_one_process(label_files, tmp_path):
+    """run_classification under `accelerate launch` with 2 CPU processes (DDP over gloo) follows the one-process
+    loss curve at the same global batch (see test_run_clm for the launcher flags)."""
+    train, _ = label_files
+    common = ["--train_file", str(train), "--text_column", "sentence", "--label_column", "topic",
+              "--model_name_or_path", "tiny-llama", "--do_train", "--max_steps", "4", "--logging_steps", "1",
+              "--train_sampling_strategy", "sequential", "--use_cpu", "--head", "sparse", "--k", "1",
+              "--classifier_dropout", "0", *QUIET]  # fmt: skip
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
+              "--dynamo_backend", "no"]  # fmt: skip
+    curves = {}
+    for procs, per_device in ((1, 8), (2, 4)):
+        out = tmp_path / f"p{procs}"
+        proc = run("run_classification.py", *common, "--output_dir", str(out), "--per_device_train_batch_size",
+                   str(per_device), launcher=launch + (["--multi_gpu", "--num_processes", "2"] if procs == 2 else
+                                                       ["--cpu"]))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+        curves[procs] = torch.tensor([[e["loss"], e["grad_norm"]] for e in history if "loss" in e])
+    torch.testing.assert_close(curves[2], curves[1], rtol=1e-4, atol=1e-4)

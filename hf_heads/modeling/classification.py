@@ -77,6 +77,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         id2label: dict[int, str] | None = None,
         head: dict | None = None,
         pooling: str = "auto",
+        classifier_dropout: float | None = None,
         **from_pretrained_kwargs,
     ) -> HeadsForSequenceClassification:
         """Pretrained backbone (`AutoModel.from_pretrained(name_or_path)`) plus a new head over the labels
@@ -86,7 +87,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         labels = dict(id2label) if id2label is not None else {i: f"LABEL_{i}" for i in range(num_labels)}
         backbone = AutoModel.from_pretrained(name_or_path, **from_pretrained_kwargs)
         config = HeadsConfig(
-            backbone=backbone.config.to_dict(), head=head, pooling=pooling,
+            backbone=backbone.config.to_dict(), head=head, pooling=pooling, classifier_dropout=classifier_dropout,
             id2label=labels, label2id={v: k for k, v in labels.items()},
         )  # fmt: skip
         model = cls(config, backbone=backbone)
