@@ -174,3 +174,35 @@ def test_half_precision_inputs_are_computed_in_float32(dtype, family):
     assert half.dtype == torch.float32 and torch.isfinite(half) and torch.isfinite(h.grad).all()
     assert h.grad.dtype == dtype
     torch.testing.assert_close(half, full, rtol=2e-2, atol=2e-2)
+
+
+def _bad_values(annotation: str) -> list:
+    if "bool" in annotation:
+        return ["yes", 1]
+    if "int" in annotation:
+        return [-5, 2.5, "three"]
+    if "float" in annotation:
+        return [-1.0, float("nan"), "x"]
+    return ["bogus", 3]
+
+
+def _option_cases():
+    from dataclasses import fields
+
+    from hf_heads.heads.options import HEAD_FAMILIES
+
+    for family, cls in HEAD_FAMILIES.items():
+        for f in fields(cls):
+            for value in _bad_values(str(f.type)):
+                yield family, f.name, value
+
+
+@pytest.mark.parametrize("family, name, value", list(_option_cases()))
+def test_every_head_option_error_names_the_field(family, name, value):
+    """Each option of each family, given a value of the wrong type or outside its range, is refused with a
+    ValueError that names `head.<option>`."""
+    from hf_heads.heads.options import head_options
+
+    with pytest.raises(ValueError) as err:
+        head_options({"family": family, name: value})
+    assert f"head.{name}" in str(err.value), str(err.value)

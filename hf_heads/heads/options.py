@@ -111,6 +111,9 @@ class SampledHeadOptions(MarginHeadOptions):
 
     def validate(self) -> None:
         super().validate()
+        if self.method == "full" and self.num_samples is not None:
+            raise ValueError(f"head.num_samples={self.num_samples!r} is only used by a sampling method, not "
+                             "method='full'; drop it or choose method mcs / is / cps / nce")  # fmt: skip
         try:
             validate_sampled_options(self.criterion, self.method, self.num_samples, None)
             check_choice("noise", self.noise, NOISES)
@@ -179,6 +182,7 @@ class ContinuousHeadOptions:
 
     def validate(self) -> None:
         check_choice("head.loss", self.loss, CONTINUOUS_LOSSES)
+        check_choice("head.embedding_name", self.embedding_name, ("glove-6B-50d",))
         check_number("head.loss_margin", self.loss_margin, minimum=0)
         check_number("head.num_negatives", self.num_negatives, minimum=1, integer=True)
         check_number("head.vmf_lambda1", self.vmf_lambda1, minimum=0)
