@@ -36,6 +36,7 @@ from hf_heads.training.runs import (
     RunArguments,
     UsageError,
     check_output_dir,
+    check_vocab,
     finish_run,
     main_wrapper,
     packaged_model_path,
@@ -184,6 +185,7 @@ def main() -> None:
     )
     id2label = dict(enumerate(names))
     model, tok = build_model_and_tokenizer(model_args, head, id2label, [t for t in raw["train"]["text"] if t])
+    check_vocab(tok, model)
     logger.info("head %s, %d parameters, %d labels, pooling %s", head, model.num_parameters(), len(names),
                 model.pooling)  # fmt: skip
 

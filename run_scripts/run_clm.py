@@ -34,6 +34,7 @@ from hf_heads.training.runs import (
     RunArguments,
     UsageError,
     check_output_dir,
+    check_vocab,
     finish_run,
     main_wrapper,
     parse_args,
@@ -123,6 +124,7 @@ def main() -> None:
     raw = load_raw(data_args)
     train_texts = [t for t in raw["train"][data_args.text_column] if t]
     model, tok = build_model_and_tokenizer(model_args, head, train_texts)
+    check_vocab(tok, model)
     logger.info(
         "head %s, %d parameters, vocabulary %d, world size %d",
         head, model.num_parameters(), len(tok), training_args.world_size,

@@ -26,6 +26,7 @@ from hf_heads.training.runs import (
     RunArguments,
     UsageError,
     check_output_dir,
+    check_vocab,
     finish_run,
     packaged_model_path,
     parse_args,
@@ -215,16 +216,17 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     raw = datasets.DatasetDict(
         {k: v.select(range(min(len(v), limits[k]))) if limits.get(k) else v for k, v in raw.items()}
     )
-    tok = (
-        build_tokenizer(model_args, raw)
-        if saved_head(model_args.model_name_or_path) is None
-        else (AutoTokenizer.from_pretrained(model_args.model_name_or_path))
-    )
+    trained = saved_head(model_args.model_name_or_path) is not None  # evaluate / continue an hf_heads model
+    if trained:
+        tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    else:
+        tok = build_tokenizer(model_args, raw)
     covered = None
     if head["family"] == "continuous":  # targets are pretrained embeddings: words outside the table -> <unk>
         head, table, covered = continuous_table(head, tok)
     model = build_model(model_args, head, tok)
-    if covered is not None and saved_head(model_args.model_name_or_path) is None:
+    check_vocab(tok, model)
+    if covered is not None and not trained:
         model.head.set_embedding_table(table)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
     k = head.get("k")

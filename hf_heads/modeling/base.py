@@ -25,6 +25,21 @@ class HeadsPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head: a missing head
+        tensor (the continuous head's embedding table, the word counts, the output weights) would otherwise be
+        left uninitialised."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("head."))
+        if missing:
+            raise ValueError(
+                f"the checkpoint {args[0] if args else kwargs.get('pretrained_model_name_or_path')!r} lacks "
+                f"{', '.join(missing)}: refusing to load a head with uninitialised tensors"
+            )
+        return (model, info) if want_info else model
+
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, DiscreteHead):
             init.normal_(module.weight, mean=0.0, std=0.02)

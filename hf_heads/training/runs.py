@@ -147,6 +147,14 @@ def resolve_head(name_or_path: str, requested: dict, flags_given: bool) -> dict:
     return saved
 
 
+def check_vocab(tokenizer, model) -> None:
+    """Refuse a tokenizer with ids the model has no embedding for (e.g. `--tokenizer_name` of another model)."""
+    size = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > size:
+        raise UsageError(f"the tokenizer has {len(tokenizer)} tokens but the model embeds only {size}: "
+                         "use the model's own tokenizer (or one that matches its vocabulary)")  # fmt: skip
+
+
 def peak_rss_mib() -> float:
     """Peak resident memory of this process so far (MiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
