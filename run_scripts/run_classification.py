@@ -38,6 +38,7 @@ from hf_heads.training.runs import (
     check_output_dir,
     check_vocab,
     finish_run,
+    load_local_files,
     main_wrapper,
     packaged_model_path,
     parse_args,
@@ -46,6 +47,7 @@ from hf_heads.training.runs import (
     saved_head,
     tiny_backbone_config,
     train_block,
+    truncate_splits,
 )
 
 logger = logging.getLogger(__name__)
@@ -94,15 +96,7 @@ class DataArguments:
 def load_raw(data: DataArguments) -> tuple[datasets.DatasetDict, list[str]]:
     """Splits with `text` and integer `label` columns, and the label names (the training set's labels)."""
     if data.train_file or data.validation_file or data.test_file:
-        files = {k: v for k, v in (("train", data.train_file), ("validation", data.validation_file),
-                                   ("test", data.test_file)) if v}  # fmt: skip
-        ext = Path(next(iter(files.values()))).suffix.lstrip(".")
-        builder = {"jsonl": "json"}.get(ext, ext)
-        if builder not in ("csv", "json"):
-            raise UsageError(
-                f"--train_file/--validation_file/--test_file: extension {ext!r}; allowed: csv, json, jsonl"
-            )
-        raw = datasets.load_dataset(builder, data_files=files)
+        raw = load_local_files(data.train_file, data.validation_file, data.test_file)
     elif data.dataset_name in CLASSIFICATION_CORPORA:
         raw = load_classification(data.dataset_name)
     elif data.dataset_name:
@@ -178,11 +172,7 @@ def main() -> None:
     set_seed(training_args.seed)
 
     raw, names = load_raw(data_args)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}  # fmt: skip
-    raw = datasets.DatasetDict(
-        {k: v.select(range(min(len(v), limits[k]))) if limits.get(k) else v for k, v in raw.items()}
-    )
+    raw = truncate_splits(raw, data_args.max_train_samples, data_args.max_eval_samples, data_args.max_predict_samples)
     id2label = dict(enumerate(names))
     model, tok = build_model_and_tokenizer(model_args, head, id2label, [t for t in raw["train"]["text"] if t])
     check_vocab(tok, model)

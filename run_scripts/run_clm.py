@@ -36,6 +36,7 @@ from hf_heads.training.runs import (
     check_output_dir,
     check_vocab,
     finish_run,
+    load_local_files,
     main_wrapper,
     parse_args,
     resolve_checkpoint,
@@ -75,12 +76,7 @@ class DataArguments:
 
 def load_raw(data: DataArguments) -> datasets.DatasetDict:
     if data.train_file or data.validation_file:
-        files = {k: v for k, v in (("train", data.train_file), ("validation", data.validation_file)) if v}
-        ext = Path(next(iter(files.values()))).suffix.lstrip(".")
-        builder = {"txt": "text", "jsonl": "json"}.get(ext, ext)
-        if builder not in ("text", "csv", "json"):
-            raise UsageError(f"--train_file/--validation_file: extension {ext!r} not allowed; allowed: txt, csv, json")
-        raw = datasets.load_dataset(builder, data_files=files)
+        raw = load_local_files(data.train_file, data.validation_file, text=True)
     elif data.dataset_name in LM_CORPORA:
         raw = load_lm_text(data.dataset_name)
     elif data.dataset_name:

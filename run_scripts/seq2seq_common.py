@@ -28,6 +28,7 @@ from hf_heads.training.runs import (
     check_output_dir,
     check_vocab,
     finish_run,
+    load_local_files,
     packaged_model_path,
     parse_args,
     resolve_checkpoint,
@@ -35,6 +36,7 @@ from hf_heads.training.runs import (
     saved_head,
     tiny_backbone_config,
     train_block,
+    truncate_splits,
 )
 
 logger = logging.getLogger(__name__)
@@ -98,15 +100,7 @@ class DataArguments:
 def load_pairs(task: Seq2SeqTask, data: DataArguments) -> datasets.DatasetDict:
     """The raw splits with two string columns, `source` and `target`."""
     if data.train_file or data.validation_file or data.test_file:
-        files = {k: v for k, v in (("train", data.train_file), ("validation", data.validation_file),
-                                   ("test", data.test_file)) if v}  # fmt: skip
-        ext = Path(next(iter(files.values()))).suffix.lstrip(".")
-        builder = {"jsonl": "json"}.get(ext, ext)
-        if builder not in ("csv", "json"):
-            raise UsageError(
-                f"--train_file/--validation_file/--test_file: extension {ext!r}; allowed: csv, json, jsonl"
-            )
-        raw, name = datasets.load_dataset(builder, data_files=files), "local"
+        raw, name = load_local_files(data.train_file, data.validation_file, data.test_file), "local"
     else:
         name = data.dataset_name or task.corpora[0]
         raw = task.load(name) if name in task.corpora else datasets.load_dataset(name, data.dataset_config_name)
@@ -211,11 +205,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         training_args.generation_max_length = data_args.max_target_length
 
     raw = load_pairs(task, data_args)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}  # fmt: skip
-    raw = datasets.DatasetDict(
-        {k: v.select(range(min(len(v), limits[k]))) if limits.get(k) else v for k, v in raw.items()}
-    )
+    raw = truncate_splits(raw, data_args.max_train_samples, data_args.max_eval_samples, data_args.max_predict_samples)
     trained = saved_head(model_args.model_name_or_path) is not None  # evaluate / continue an hf_heads model
     if trained:
         tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)

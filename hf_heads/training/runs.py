@@ -93,6 +93,30 @@ def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
     return tuple(outs)
 
 
+def load_local_files(train: str | None, validation: str | None, test: str | None = None, *, text: bool = False):
+    """`datasets.load_dataset` of local .csv / .json / .jsonl files (and .txt when `text`), one per split."""
+    import datasets
+
+    files = {k: v for k, v in (("train", train), ("validation", validation), ("test", test)) if v}
+    ext = Path(next(iter(files.values()))).suffix.lstrip(".")
+    builders = {"csv": "csv", "json": "json", "jsonl": "json", **({"txt": "text"} if text else {})}
+    if ext not in builders:
+        raise UsageError(
+            f"--train_file/--validation_file/--test_file: extension {ext!r}; allowed: {', '.join(builders)}"
+        )
+    return datasets.load_dataset(builders[ext], data_files=files)
+
+
+def truncate_splits(raw, train: int | None, validation: int | None, test: int | None):
+    """The first `--max_*_samples` rows of each split (splits without a limit are kept whole)."""
+    import datasets
+
+    limits = {"train": train, "validation": validation, "test": test}
+    return datasets.DatasetDict(
+        {k: v.select(range(min(len(v), limits[k]))) if limits.get(k) else v for k, v in raw.items()}
+    )
+
+
 def check_output_dir(output_dir: str, overwrite: bool, resume: str | bool | None) -> None:
     """Refuse to write into a directory that holds another run (unless asked to overwrite or resume)."""
     path = Path(output_dir)
