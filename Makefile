@@ -76,11 +76,15 @@ lint: install
 bench: install
 	$(PY) benchmarks/bench_margin.py
 	$(PY) benchmarks/bench_sampled.py
+	$(PY) benchmarks/bench_sparse.py
+	$(PY) benchmarks/bench_continuous.py --plot docs/results/continuous/instances_per_second.png
 
-# The research reproductions (each about 20 minutes on 2 CPU cores), written to docs/results/.
+# The research reproductions (each 15-45 minutes on 2 CPU cores), written to docs/results/.
 reproduce: install
-	$(PY) benchmarks/reproduce_margin_lm.py
+	$(PY) benchmarks/reproduce_margin_lm.py --steps 60
 	$(PY) benchmarks/reproduce_sampled_lm.py
+	$(PY) benchmarks/reproduce_sparse.py all
+	$(PY) benchmarks/reproduce_continuous.py
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info
