@@ -24,6 +24,8 @@ TASKS = {
                                        "AutoModelForSequenceClassification"),
 }  # fmt: skip
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
+HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # packaged models and their Hub ids
+BUILT_FROM_CONFIG = ("tiny-gpt2", "tiny-llama", "tiny-bart", "tiny-t5", "tiny-marian", "tiny-bert")
 
 
 def plot_loss_curves(log_history: list[dict], path: str | Path, title: str) -> Path:
@@ -72,11 +74,22 @@ def write_model_card(
     head = dict(model.config.head)
     family = head["family"]
     name = repo_id or output_dir.name
-    results = [
-        {"type": key.removeprefix("eval_"), "value": round(float(value), 4), "name": key}
-        for key, value in sorted(metrics.items())
-        if key.startswith("eval_") and isinstance(value, int | float) and not key.endswith(("runtime", "per_second"))
-    ]
+    results = []
+    for prefix, split in (("eval_", "validation"), ("predict_", "test")):
+        values = [
+            {
+                "type": key.removeprefix(prefix),
+                "value": round(float(value), 4),
+                "name": f"{split} {key.removeprefix(prefix)}",
+            }
+            for key, value in sorted(metrics.items())
+            if key.startswith(prefix)
+            and isinstance(value, int | float)
+            and not key.endswith(("runtime", "per_second"))
+        ]
+        if values:
+            data = {"name": dataset, "type": dataset, "split": split}
+            results.append({"task": {"type": task_type, "name": task_name}, "dataset": data, "metrics": values})
     meta = {
         "library_name": "transformers",
         "tags": ["hf_heads", f"head-{family}", task_type],
@@ -84,17 +97,12 @@ def write_model_card(
         "model-index": [
             {
                 "name": name,
-                "results": [
-                    {
-                        "task": {"type": task_type, "name": task_name},
-                        "dataset": {"name": dataset, "type": dataset},
-                        "metrics": results,
-                    }
-                ],
+                "results": results,
             }
         ],
     }
-    if base_model and not Path(base_model).exists():
+    base_model = HUB_IDS.get(base_model, base_model)
+    if base_model and not Path(base_model).exists() and base_model not in BUILT_FROM_CONFIG:
         meta["base_model"] = base_model
     hyper = {
         k: getattr(training_args, k)
@@ -108,7 +116,9 @@ def write_model_card(
         metadata=yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).strip(),
         name=name,
         task_name=task_name,
-        base_model=base_model or "built from a config (random initialisation)",
+        base_model=f"{base_model} (built from a config, random initialisation)"
+        if base_model in BUILT_FROM_CONFIG
+        else base_model or "built from a config (random initialisation)",
         family=family,
         paper=PAPERS.get(family, family),
         head_json=json.dumps(head, indent=2),
