@@ -51,3 +51,28 @@ def run_isolated(script: str, method: str, options: dict) -> dict:
             cmd += [f"--{key}", *(str(v) for v in (value if isinstance(value, list | tuple) else [value]))]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_parser(doc: str, *, tokens: int = 4096, vocab: int | list[int] = 50_000):
+    """The arguments every output-layer benchmark takes (sizes, device, repeats, threads, the hidden --one)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=tokens)
+    parser.add_argument("--hidden", type=int, default=512)
+    if isinstance(vocab, list):
+        parser.add_argument("--vocab", type=int, nargs="+", default=vocab)
+    else:
+        parser.add_argument("--vocab", type=int, default=vocab)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def device_line(device: str) -> str:
+    import platform
+
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or "CPU"
+    return f"# device: {device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads"

@@ -14,14 +14,12 @@ Each measurement runs in a fresh process; see `_timing.measure` for how time and
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import time
 
 import torch
 import torch.nn.functional as F
-from _timing import measure, run_isolated
+from _timing import bench_parser, device_line, measure, run_isolated
 
 from hf_heads.heads import ContinuousHead
 from hf_heads.losses import fused_linear_cross_entropy
@@ -107,15 +105,8 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--vocab", type=int, default=50_000)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser = bench_parser(__doc__, vocab=50_000)
     parser.add_argument("--plot", default=None, help="write the instances-per-second plot here (PNG)")
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -125,9 +116,8 @@ def main() -> None:
         else:
             print(json.dumps(run_layer(args.one, args.tokens, args.hidden, args.vocab, args.device, args.repeats)))
         return
-    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     print(f"# continuous output layer vs softmax, N={args.tokens}, H={args.hidden}, V={args.vocab:,}, float32")
-    print(f"# device: {args.device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    print(device_line(args.device) + "\n")
     options = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, device=args.device,
                    repeats=args.repeats, threads=args.threads)  # fmt: skip
     rows = [run_isolated(__file__, name, options) for name in LAYER]

@@ -12,13 +12,11 @@ allocated. Seconds are the median of `--repeats` timed calls after one warm-up c
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 
 import torch
 import torch.nn.functional as F
-from _timing import measure, run_isolated
+from _timing import bench_parser, device_line, measure, run_isolated
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
 
@@ -62,23 +60,15 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--vocab", type=int, nargs="+", default=[50_000, 200_000])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    parser = bench_parser(__doc__, vocab=[50_000, 200_000])
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
         print(json.dumps(run_one(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats)))
         return
-    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, float32")
-    print(f"# device: {args.device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(device_line(args.device))
     for vocab in args.vocab:
         rows = []
         for method in METHODS:

@@ -15,13 +15,11 @@ CPU: growth of peak RSS). Seconds are the median of `--repeats` calls after one 
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 
 import torch
 import torch.nn.functional as F
-from _timing import measure, run_isolated
+from _timing import bench_parser, device_line, measure, run_isolated
 
 from hf_heads.losses import fused_linear_cross_entropy, sparse_linear_cross_entropy, sparse_softmax_cross_entropy
 
@@ -58,25 +56,17 @@ def run_one(name: str, ks: list[int], n: int, hidden: int, vocab: int, device: s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--vocab", type=int, default=50_000)
+    parser = bench_parser(__doc__, vocab=50_000)
     parser.add_argument("--k", type=int, nargs="+", default=[20, 50])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
         print(json.dumps(run_one(args.one, args.k, args.tokens, args.hidden, args.vocab, args.device, args.repeats)))
         return
-    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     print(f"# sparse-softmax loss vs CE, output layer forward+backward, N={args.tokens}, H={args.hidden}, "
           f"V={args.vocab:,}, float32")  # fmt: skip
-    print(f"# device: {args.device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    print(device_line(args.device) + "\n")
     table = methods(args.k)
     options = dict(k=args.k, tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, device=args.device,
                    repeats=args.repeats, threads=args.threads)  # fmt: skip
