@@ -93,10 +93,10 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=120)
+    fig, ax = plt.subplots(figsize=(8.5, 3.8), dpi=120)
     names = [r["method"] for r in rows]
     ax.barh(names, [r["instances_per_second"] for r in rows])
-    ax.set_xlabel("training instances (tokens) per second, output layer forward+backward")
+    ax.set_xlabel("tokens / s, output layer forward + backward")
     ax.set_title("Bhat et al. figure 2 analogue (CPU)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
