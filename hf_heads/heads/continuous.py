@@ -45,7 +45,6 @@ class ContinuousHead(nn.Module):
         self.proj = nn.Linear(hidden_size, dim)
         self.register_buffer("embeddings", torch.zeros(num_classes, dim))  # (V, d), unit rows once set
         self.input_proj = nn.Linear(dim, hidden_size, bias=False) if self.options.tie_decoder_inputs else None
-        self.register_buffer("word_counts", torch.full((num_classes,), -1.0))  # unused; same contract as discrete
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
@@ -56,7 +55,7 @@ class ContinuousHead(nn.Module):
     eval_loss_is_nll = False  # the eval loss is the training loss (vMF NLL of the embedding, or a margin)
 
     def set_word_counts(self, counts: torch.Tensor) -> None:
-        """Counts are not used by the continuous losses (kept so trainers can treat heads alike)."""
+        raise ValueError("the continuous head uses no word counts (its targets are the embedding table's rows)")
 
     def set_embedding_table(self, table: torch.Tensor) -> None:
         """Attach the pretrained table (V, d); rows are L2-normalised here and frozen."""
