@@ -1,7 +1,9 @@
-"""`evaluate` modules that ship inside hf_heads (BLEU, ROUGE, F1, perplexity) so metrics load with
-no network, and `compute_metrics` builders for the transformers Trainer."""
+"""`evaluate` modules that ship inside hf_heads (bleu, sacrebleu, rouge, accuracy, f1, precision, recall,
+perplexity) so metrics load with no network, each taking the arguments and returning the keys of the
+huggingface/evaluate module of the same name, and `compute_metrics` builders for the transformers Trainer."""
 
 from hf_heads.metrics.builders import (
+    GENERATION_METRICS,
     METRICS,
     classification_metrics,
     generation_metrics,
@@ -9,4 +11,4 @@ from hf_heads.metrics.builders import (
     path,
 )
 
-__all__ = ["METRICS", "classification_metrics", "generation_metrics", "load_metric", "path"]
+__all__ = ["GENERATION_METRICS", "METRICS", "classification_metrics", "generation_metrics", "load_metric", "path"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -10,38 +10,87 @@ import numpy as np
 from hf_heads.losses._checks import check_choice
 
 MODULES = Path(__file__).with_name("modules")
-METRICS = ("bleu", "rouge", "f1", "perplexity")
+# Each is a drop-in for `evaluate.load(name)`: same arguments, defaults and keys as huggingface/evaluate's module.
+METRICS = ("bleu", "sacrebleu", "rouge", "accuracy", "f1", "precision", "recall", "perplexity")
+# What `generation_metrics` reports under each name (the run scripts' `Seq2SeqTask.metrics`).
+GENERATION_METRICS = ("bleu", "rouge")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 
 def path(name: str) -> str:
-    """Path of a shipped `evaluate` module: `evaluate.load(hf_heads.metrics.path("bleu"))` works offline."""
+    """Path of a shipped `evaluate` module: `evaluate.load(hf_heads.metrics.path("rouge"))` works offline and
+    gives the numbers `evaluate.load("rouge")` gives."""
     check_choice("metric", name, METRICS)
     return str(MODULES / f"{name}.py")
 
 
-def load_metric(name: str):
-    """`evaluate.load` of a module shipped with hf_heads (never downloads)."""
+def load_metric(name: str, config_name: str | None = None, **kwargs):
+    """`evaluate.load` of a module shipped with hf_heads (never downloads); `config_name` and `kwargs` go to
+    `evaluate.load` (e.g. `load_metric("f1", "multilabel")`, `load_metric("perplexity", "nll")`)."""
     import evaluate
 
-    return evaluate.load(path(name))
+    return evaluate.load(path(name), config_name, **kwargs)
 
 
 def classification_metrics() -> Callable:
-    """compute_metrics for sequence classification: accuracy, macro-F1, micro-F1 from logits."""
-    metric = load_metric("f1")
+    """compute_metrics for sequence classification, from logits: `accuracy`, `f1_macro` and `f1_micro`
+    (scikit-learn's, an undefined F1 counting 0 without a warning)."""
+    accuracy = load_metric("accuracy")
+    f1 = load_metric("f1")
 
     def compute(eval_pred) -> dict:
         logits, labels = eval_pred
         logits = logits[0] if isinstance(logits, tuple) else logits
-        return metric.compute(predictions=np.argmax(logits, axis=-1), references=labels)
+        predictions = np.argmax(logits, axis=-1)
+        return {
+            "accuracy": accuracy.compute(predictions=predictions, references=labels)["accuracy"],
+            **{
+                f"f1_{average}": f1.compute(
+                    predictions=predictions, references=labels, average=average, zero_division=0
+                )["f1"]
+                for average in ("macro", "micro")
+            },
+        }
 
     return compute
 
 
-def generation_metrics(tokenizer, names: tuple[str, ...] = ("bleu", "rouge")) -> Callable:
+def _report_bleu(metric, predictions: list[str], references: list[str]) -> dict:
+    """sacreBLEU corpus BLEU (0-100, 13a, smoothing 'exp'), its brevity penalty and length ratio, and the
+    cumulative BLEU-1..4 of the sparse-softmax paper's table 3."""
+    result = metric.compute(predictions=predictions, references=references, cumulative_bleu=True)
+    return {
+        "bleu": result["score"],
+        "brevity_penalty": result["bp"],
+        "length_ratio": result["sys_len"] / max(result["ref_len"], 1),
+        **{f"bleu_{n}": result[f"bleu_{n}"] for n in range(1, 5)},
+    }
+
+
+def _report_rouge(metric, predictions: list[str], references: list[str]) -> dict:
+    """ROUGE-1/2/L/Lsum: the plain mean over examples of rouge-score's F-measure, with Porter stemming
+    (deterministic; evaluate's default instead reports the bootstrap `mid` without stemming)."""
+    result = metric.compute(
+        predictions=predictions, references=references, rouge_types=list(ROUGE_TYPES), use_aggregator=False,
+        use_stemmer=True,
+    )  # fmt: skip
+    return {key: sum(result[key]) / max(len(result[key]), 1) for key in ROUGE_TYPES}
+
+
+_REPORTS = {"bleu": ("sacrebleu", _report_bleu), "rouge": ("rouge", _report_rouge)}
+
+
+def generation_metrics(tokenizer, names: Sequence[str] = GENERATION_METRICS) -> Callable:
     """compute_metrics for seq2seq with `predict_with_generate`: decodes predictions and labels
-    (-100 replaced by the pad id) and reports BLEU and/or ROUGE."""
-    metrics = {name: load_metric(name) for name in names}
+    (-100 replaced by the pad id) and reports, per name:
+
+    * "bleu": `bleu`, `brevity_penalty`, `length_ratio` of sacreBLEU (module `sacrebleu`, 0-100; not the 0-1
+      `bleu` module) and `bleu_1`..`bleu_4`, cumulative BLEU-n;
+    * "rouge": `rouge1`, `rouge2`, `rougeL`, `rougeLsum`, the mean per-example F-measure with stemming
+      (module `rouge` with `use_aggregator=False, use_stemmer=True`)."""
+    for name in names:
+        check_choice("generation metric", name, GENERATION_METRICS)
+    reports = [(load_metric(_REPORTS[name][0]), _REPORTS[name][1]) for name in names]
 
     def compute(eval_pred) -> dict:
         preds, labels = eval_pred
@@ -52,9 +101,8 @@ def generation_metrics(tokenizer, names: tuple[str, ...] = ("bleu", "rouge")) ->
         texts = [t.strip() for t in tokenizer.batch_decode(preds, skip_special_tokens=True)]
         refs = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         out: dict = {}
-        for metric in metrics.values():
-            result = metric.compute(predictions=texts, references=refs)
-            out.update({k: v for k, v in result.items() if isinstance(v, float | int)})
+        for metric, report in reports:
+            out.update(report(metric, texts, refs))
         return out
 
     return compute

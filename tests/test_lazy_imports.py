@@ -1,0 +1,65 @@
+"""`import hf_heads` stays light: the trainer classes and training arguments resolve from the top-level
+package on first access (module `__getattr__`), importing `hf_heads.training` only then."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+LAZY = ["HeadsSeq2SeqTrainer", "HeadsSeq2SeqTrainingArguments", "HeadsTrainer", "HeadsTrainingArguments"]
+
+PROBE = """
+import json, sys
+import hf_heads
+report = {
+    "after_import": sorted(m for m in sys.modules if m == "hf_heads.training" or m.startswith("hf_heads.training.")),
+    "trainer_loaded": "transformers.trainer" in sys.modules,
+    "all": list(hf_heads.__all__),
+    "dir": dir(hf_heads),
+}
+from hf_heads import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments, HeadsTrainer, HeadsTrainingArguments
+import hf_heads.training as training
+report["same_objects"] = [
+    HeadsTrainer is training.HeadsTrainer,
+    HeadsSeq2SeqTrainer is training.HeadsSeq2SeqTrainer,
+    HeadsTrainingArguments is training.HeadsTrainingArguments,
+    HeadsSeq2SeqTrainingArguments is training.HeadsSeq2SeqTrainingArguments,
+    hf_heads.HeadsTrainer is HeadsTrainer,
+]
+report["after_access"] = "hf_heads.training" in sys.modules
+try:
+    hf_heads.NoSuchThing
+except AttributeError as err:
+    report["missing"] = str(err)
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_import_hf_heads_does_not_import_training(report):
+    assert report["after_import"] == []
+    assert not report["trainer_loaded"]  # nor transformers' Trainer
+
+
+def test_lazy_names_are_public(report):
+    for name in LAZY:
+        assert name in report["all"] and name in report["dir"]
+    assert {"HeadsConfig", "HeadsForCausalLM", "__version__"} <= set(report["dir"])
+
+
+def test_lazy_names_resolve_to_the_training_classes(report):
+    assert report["same_objects"] == [True] * 5
+    assert report["after_access"]
+
+
+def test_unknown_attribute_raises_attribute_error(report):
+    assert report["missing"] == "module 'hf_heads' has no attribute 'NoSuchThing'"
