@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.options import ContinuousHeadOptions, head_options
+from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.continuous import nearest_neighbour_diagnostics, syn_margin_loss, vmf_nll
 
 _DIAGNOSTIC_ROWS = 256  # positions of the last training batch kept for the table-2 diagnostics
@@ -79,9 +80,10 @@ class ContinuousHead(nn.Module):
         """Decoder input embeddings (B, T, H) = E[ids] W_in (tie_decoder_inputs)."""
         return self.input_proj(self._table()[input_ids])
 
+    @autocast_off
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        """û (*, d) in float32."""
-        return self.proj(hidden).float()
+        """û (*, d) in float32 (computed in float32 with autocast off, whatever the model's dtype)."""
+        return F.linear(hidden.float(), self.proj.weight.float(), self.proj.bias.float())
 
     def loss(
         self,
@@ -121,10 +123,14 @@ class ContinuousHead(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(*, V) decoding scores: û·Eᵀ (vMF) or logit_scale · cos(û, E) (margin losses)."""
-        pred = self.predict(hidden)
+        return self._scores(hidden).to(self.proj.weight.dtype)
+
+    @autocast_off
+    def _scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        pred = self.predict(hidden)  # (*, d) float32
         if self.options.loss != "vmf":
             pred = F.normalize(pred, dim=-1) * self.options.logit_scale
-        return pred @ self._table().T
+        return pred @ self._table().float().T  # (*, V)
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

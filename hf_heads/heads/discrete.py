@@ -19,6 +19,7 @@ so a resumed run draws the same samples as the uninterrupted one.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.options import (
@@ -28,6 +29,7 @@ from hf_heads.heads.options import (
     SparseHeadOptions,
     head_options,
 )
+from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import noise_distribution
@@ -140,7 +142,7 @@ class DiscreteHead(nn.Module):
         valid = hidden.reshape(-1, hidden.shape[-1])[labels.reshape(-1) != ignore_index]
         if valid.shape[0] == 0:
             return
-        batch_max = valid.float().norm(dim=1).max()
+        batch_max = valid.float().norm(dim=1).max().to(self.context_norm_running.dtype)
         if float(self.context_norm_running) < 0:
             self.context_norm_running.copy_(batch_max)
         else:
@@ -191,11 +193,19 @@ class DiscreteHead(nn.Module):
         )  # fmt: skip
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Inference logits (*, V): log p(c | x) up to a per-row constant; never carries the margin."""
+        """Inference logits (*, V): log p(c | x) up to a per-row constant; never carries the margin.
+
+        Returned in the head's (the model's) dtype. The softmax / sparse projection is the base model's own
+        `F.linear` (so under autocast it runs in the autocast dtype, as the wrapped checkpoint's output layer
+        does); the margin / sampled scores are computed in float32 with autocast off."""
         if not self.is_margin:
-            out = hidden @ self.weight.T
-            out = out if self.bias is None else out + self.bias
+            out = F.linear(hidden, self.weight, self.bias).to(self.weight.dtype)
             return truncate_to_top_k(out, self.options.k) if isinstance(self.options, SparseHeadOptions) else out
+        return self._margin_inference_logits(hidden).to(self.weight.dtype)
+
+    @autocast_off
+    def _margin_inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden if hidden.dtype == torch.float64 else hidden.float()  # scores in float32 (see logits)
         scores = margin_logits(
             hidden, self.weight, self.bias, None, **self._margin_kwargs(False),
             context_norm_value=self._running_context_norm(),

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._rows import autocast_off
 
 NEGATIVES = ("projection", "difference", "random", "most-informative")
 _DEBYE_MIN_ORDER = 30.0
@@ -102,6 +103,7 @@ def _check_pair(pred: torch.Tensor, target_emb: torch.Tensor) -> None:
         raise ValueError(f"pred has shape {tuple(pred.shape)} but target_emb has {tuple(target_emb.shape)}")
 
 
+@autocast_off
 def vmf_nll(
     pred: torch.Tensor,
     target_emb: torch.Tensor,
@@ -125,6 +127,7 @@ def vmf_nll(
     return _reduce(loss, reduction)
 
 
+@autocast_off
 def syn_margin_loss(
     pred: torch.Tensor,
     target_emb: torch.Tensor,

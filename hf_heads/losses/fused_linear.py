@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from hf_heads.losses._rows import autocast_off
+
 DEFAULT_CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MiB in float32)
 
 
@@ -106,6 +108,7 @@ def _chunk_pass(
     return loss, (grad_z, grad_t)  # the caller turns d loss / d z into d h, d w, d b in place
 
 
+@autocast_off
 def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
     n = h.shape[0]
     losses = torch.empty(n, dtype=h.dtype, device=h.device)
@@ -183,6 +186,7 @@ class _FusedLinearCERows(torch.autograd.Function):
         return (*grads, None, None, None, None)
 
 
+@autocast_off
 def fused_linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,

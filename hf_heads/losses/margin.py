@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._rows import autocast_off, compute_dtype
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
 
 MARGINS = ("none", "cos", "arc", "lsm")
@@ -202,6 +203,7 @@ def _scaled(hidden, weight, a, s):
     return (hidden if a is None else hidden * a[:, None]), (weight if s is None else weight * s[:, None])
 
 
+@autocast_off
 def margin_logits(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -220,11 +222,15 @@ def margin_logits(
 
     With `target` (*,) the target class gets φ of eq. 14 (rows equal to -100 get no margin);
     without it, the logits are the inference logits (no margin). Materialises (N, V): use
-    `margin_cross_entropy` for training.
+    `margin_cross_entropy` for training. Computed in float32 (float64 for float64 inputs, also under
+    autocast) and returned in the dtype `hidden @ weight.T` would have outside autocast.
     """
     validate_margin_options(margin, m, scale, word_norm, context_norm, word_counts, weight.shape[0])
     lead = hidden.shape[:-1]
-    h = hidden.reshape(-1, hidden.shape[-1])
+    out_dtype = torch.promote_types(hidden.dtype, weight.dtype)
+    compute = compute_dtype(hidden, weight)
+    h = hidden.reshape(-1, hidden.shape[-1]).to(compute)
+    weight, bias = weight.to(compute), None if bias is None else bias.to(compute)
     y = None if target is None else target.reshape(-1)
     if y is not None:
         check_labels(y, weight.shape[0], -100)
@@ -240,9 +246,10 @@ def margin_logits(
         keep = y != -100
         rows = torch.arange(h.shape[0], device=h.device)[keep]
         logits = logits.index_put((rows, y[keep]), t[keep])
-    return logits.reshape(*lead, weight.shape[0])
+    return logits.reshape(*lead, weight.shape[0]).to(out_dtype)
 
 
+@autocast_off
 def margin_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,

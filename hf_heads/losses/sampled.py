@@ -56,6 +56,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.fused_linear import check_labels, default_chunk_size
 from hf_heads.losses.margin import _margin_parts, margin_cross_entropy, margin_logits, validate_margin_options
 from hf_heads.losses.noise import check_noise_probs, draw_samples
@@ -84,6 +85,7 @@ def _log_kd(log_noise: torch.Tensor, num_samples: int) -> torch.Tensor:
     return log_noise + math.log(num_samples)
 
 
+@autocast_off
 def corrected_log_probs(
     scores: torch.Tensor,
     *,
@@ -182,6 +184,7 @@ def _row_chunks(fn, row_args: tuple, shared_args: tuple, step: int) -> torch.Ten
     return torch.cat(outs) if outs else row_args[0].new_zeros(0, dtype=empty_dtype)
 
 
+@autocast_off
 def sampled_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -290,6 +293,7 @@ def sampled_loss(
     return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
 
 
+@autocast_off
 def corrected_nll(
     hidden: torch.Tensor,
     weight: torch.Tensor,

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
 
 
@@ -54,6 +55,7 @@ def truncate_to_top_k(z: torch.Tensor, k: int) -> torch.Tensor:
     return torch.full_like(z, float("-inf")).scatter(-1, idx, vals)
 
 
+@autocast_off
 def sparse_softmax_cross_entropy(
     z: torch.Tensor,
     target: torch.Tensor,
