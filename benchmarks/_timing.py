@@ -16,7 +16,7 @@ def rss_mib() -> float:
 
 
 def measure(step: Callable[[], object], device: str, repeats: int) -> dict:
-    """One warm-up call of `step`, then the median seconds of `repeats` calls, and the peak memory
+    """One warm-up call of `step`, then the median (and min, max) seconds of `repeats` calls, and the peak memory
     the calls added: `torch.cuda.max_memory_allocated` growth on CUDA, peak-RSS growth on the CPU."""
     cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -35,7 +35,12 @@ def measure(step: Callable[[], object], device: str, repeats: int) -> dict:
         sync()
         times.append(time.perf_counter() - start)
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else rss_mib() - base
-    return {"seconds": statistics.median(times), "peak_mib": peak}
+    return {"seconds": statistics.median(times), "min_s": min(times), "max_s": max(times), "peak_mib": peak}
+
+
+def seconds_cell(row: dict) -> str:
+    """'median (min–max)' of a `measure` row: the spread of the repeats next to the median."""
+    return f"{row['seconds']:.3f} ({row['min_s']:.3f}–{row['max_s']:.3f})"
 
 
 def run_isolated(script: str, method: str, options: dict) -> dict:

@@ -37,8 +37,11 @@ from hf_heads.training.runs import (
     UsageError,
     check_output_dir,
     check_vocab,
+    ensure_word_counts,
     finish_run,
+    load_hub_dataset,
     load_local_files,
+    loading_model,
     main_wrapper,
     packaged_model_path,
     parse_args,
@@ -94,13 +97,15 @@ class DataArguments:
 
 
 def load_raw(data: DataArguments) -> tuple[datasets.DatasetDict, list[str]]:
-    """Splits with `text` and integer `label` columns, and the label names (the training set's labels)."""
+    """Splits with `text` and integer `label` columns, and the label names (the training set's labels): a
+    `ClassLabel` column keeps its names; string labels are sorted, integer labels sorted by value, and every
+    split's labels are mapped to their index in that list (saved as the model's `id2label`)."""
     if data.train_file or data.validation_file or data.test_file:
         raw = load_local_files(data.train_file, data.validation_file, data.test_file)
     elif data.dataset_name in CLASSIFICATION_CORPORA:
         raw = load_classification(data.dataset_name)
     elif data.dataset_name:
-        raw = datasets.load_dataset(data.dataset_name, data.dataset_config_name)
+        raw = load_hub_dataset(data.dataset_name, data.dataset_config_name, CLASSIFICATION_CORPORA)
     else:
         raise UsageError("give --dataset_name or --train_file")
     if "train" not in raw:
@@ -114,7 +119,9 @@ def load_raw(data: DataArguments) -> tuple[datasets.DatasetDict, list[str]]:
     if isinstance(feature, datasets.ClassLabel):
         names = list(feature.names)
     else:
-        names = sorted({str(v) for v in raw["train"][data.label_column]})
+        values = set(raw["train"][data.label_column])
+        numeric = all(isinstance(v, int) for v in values)
+        names = [str(v) for v in sorted(values)] if numeric else sorted({str(v) for v in values})
         index = {name: i for i, name in enumerate(names)}
         for split_name, split in raw.items():
             unknown = sorted({str(v) for v in split[data.label_column]} - index.keys())
@@ -123,7 +130,10 @@ def load_raw(data: DataArguments) -> tuple[datasets.DatasetDict, list[str]]:
                     f"--label_column={data.label_column!r}: split {split_name!r} has labels {unknown[:5]} that the "
                     f"training set does not have (labels: {names[:10]}{' ...' if len(names) > 10 else ''})"
                 )
-        raw = raw.map(lambda row: {data.label_column: index[str(row[data.label_column])]})
+        # a new int64 column: mapping in place would keep the column's string type ("0", "1", ...)
+        column = data.label_column
+        raw = raw.map(lambda batch: {"label_id": [index[str(v)] for v in batch[column]]}, batched=True,
+                      remove_columns=[column], desc="label ids").rename_column("label_id", column)  # fmt: skip
     return raw.rename_columns({data.text_column: "text", data.label_column: "label"}), names
 
 
@@ -131,7 +141,8 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
     name = model_args.model_name_or_path
     if name in TINY:
         if model_args.tokenizer_name:
-            tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+            with loading_model("--tokenizer_name", model_args.tokenizer_name, ()):
+                tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
         else:
             tok = build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size)
         config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, pooling=model_args.pooling,
@@ -146,16 +157,19 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
                              f"{list(id2label.values())[:10]}")  # fmt: skip
         return model, AutoTokenizer.from_pretrained(name)
     path = packaged_model_path(name) if name in PACKAGED_MODELS else name
-    tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or path)
+    flag, tok_name = ("--tokenizer_name", model_args.tokenizer_name) if model_args.tokenizer_name else (None, path)
+    with loading_model(flag or "--model_name_or_path", tok_name, () if flag else [*TINY, *PACKAGED_MODELS]):
+        tok = AutoTokenizer.from_pretrained(tok_name)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = HeadsForSequenceClassification.from_base(
-        path,
-        id2label=id2label,
-        head=head,
-        pooling=model_args.pooling,
-        classifier_dropout=model_args.classifier_dropout,
-    )
+    with loading_model("--model_name_or_path", name, [*TINY, *PACKAGED_MODELS]):
+        model = HeadsForSequenceClassification.from_base(
+            path,
+            id2label=id2label,
+            head=head,
+            pooling=model_args.pooling,
+            classifier_dropout=model_args.classifier_dropout,
+        )
     model.config.name_or_path = name
     return model, tok
 
@@ -212,6 +226,8 @@ def main() -> None:
             continue
         if split not in tokenized:
             raise UsageError(f"--do_{'eval' if prefix == 'eval' else 'predict'} needs a {split} split")
+        if not training_args.do_train:  # a head that needs word (label) counts gets them from the training split
+            ensure_word_counts(model, tokenized["train"], head)
         result = trainer.predict(tokenized[split], metric_key_prefix=prefix)
         gold = np.asarray(raw[split]["label"])
         result.metrics[f"{prefix}_majority_class_accuracy"] = float((gold == majority).mean())

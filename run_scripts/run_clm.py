@@ -22,11 +22,13 @@ from itertools import chain
 from pathlib import Path
 
 import datasets
+import torch
 import transformers
-from transformers import AutoTokenizer, default_data_collator, set_seed
+from transformers import AutoConfig, AutoTokenizer, default_data_collator, set_seed
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
-from hf_heads.data import LM_CORPORA, build_word_tokenizer, load_lm_text
+from hf_heads.data import LM_CORPORA, build_word_tokenizer, is_word_tokenizer, load_lm_text
+from hf_heads.heads import head_options
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, label_counts
 from hf_heads.training.plots import plot_word_vectors
 from hf_heads.training.runs import (
@@ -35,11 +37,16 @@ from hf_heads.training.runs import (
     UsageError,
     check_output_dir,
     check_vocab,
+    ensure_word_counts,
     finish_run,
+    load_hub_dataset,
     load_local_files,
+    loading_model,
     main_wrapper,
     parse_args,
     resolve_checkpoint,
+    resolve_head,
+    saved_head,
     tiny_backbone_config,
     train_block,
 )
@@ -80,7 +87,7 @@ def load_raw(data: DataArguments) -> datasets.DatasetDict:
     elif data.dataset_name in LM_CORPORA:
         raw = load_lm_text(data.dataset_name)
     elif data.dataset_name:
-        raw = datasets.load_dataset(data.dataset_name, data.dataset_config_name)
+        raw = load_hub_dataset(data.dataset_name, data.dataset_config_name, LM_CORPORA)
     else:
         raise UsageError("give --dataset_name or --train_file")
     for name, split in raw.items():
@@ -89,28 +96,49 @@ def load_raw(data: DataArguments) -> datasets.DatasetDict:
     return raw
 
 
+def load_tokenizer(model_args: ModelArguments, **kwargs):
+    """The tokenizer of `--tokenizer_name` or of the model (an unreachable Hub id is one error line)."""
+    flag, name = (
+        ("--tokenizer_name", model_args.tokenizer_name)
+        if model_args.tokenizer_name
+        else ("--model_name_or_path", model_args.model_name_or_path)
+    )
+    with loading_model(flag, name, TINY_BACKBONES if flag == "--model_name_or_path" else ()):
+        return AutoTokenizer.from_pretrained(name, **kwargs)
+
+
 def build_model_and_tokenizer(model_args: ModelArguments, head: dict, train_texts):
+    """A built-in tiny backbone gets a word-level tokenizer built from the training text. Its tokenizer adds no
+    end token (a generation prompt must not end with </s>): `main` ends every training line with </s> itself."""
     name = model_args.model_name_or_path
     if name in TINY_BACKBONES:
         tok = (
-            AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+            load_tokenizer(model_args)
             if model_args.tokenizer_name
-            else build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size)
+            else build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size, add_eos=False)
         )
         config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, tie_word_embeddings=False)
         return HeadsForCausalLM(config), tok
+    if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
+        return HeadsForCausalLM.from_pretrained(name), load_tokenizer(model_args)
     kwargs = {"gguf_file": model_args.gguf_file} if model_args.gguf_file else {}
-    tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or name, **kwargs)
+    tok = load_tokenizer(model_args, **kwargs)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    return HeadsForCausalLM.from_base(name, head=head, **kwargs), tok
+    counts = None
+    with loading_model("--model_name_or_path", name, TINY_BACKBONES):
+        if head_options(head).needs_counts and train_texts:  # training-text counts: from_base calibrates the start
+            vocab = AutoConfig.from_pretrained(name, **kwargs).vocab_size
+            ids = [i for row in tok(list(train_texts), add_special_tokens=False).input_ids for i in row]
+            counts = torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab).double()
+        return HeadsForCausalLM.from_base(name, head=head, word_counts=counts, **kwargs), tok
 
 
 def main() -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsTrainingArguments)
     )
-    head = training_args.head_config()
+    head = resolve_head(model_args.model_name_or_path, training_args.head_config(), training_args.head_flags_given())
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -118,7 +146,16 @@ def main() -> None:
     set_seed(training_args.seed)
 
     raw = load_raw(data_args)
-    train_texts = [t for t in raw["train"][data_args.text_column] if t]
+    if "train" not in raw:
+        if training_args.do_train:
+            raise UsageError(f"--do_train needs a training split: give --train_file (the data has {list(raw)})")
+        if model_args.model_name_or_path in TINY_BACKBONES and not model_args.tokenizer_name:
+            raise UsageError(
+                f"--model_name_or_path={model_args.model_name_or_path!r} is a built-in backbone whose word-level "
+                "tokenizer is built from the training text: give --train_file too, or --model_name_or_path of a "
+                "trained model (e.g. a run's --output_dir) to evaluate it on --validation_file"
+            )
+    train_texts = [t for t in raw["train"][data_args.text_column] if t] if "train" in raw else []
     model, tok = build_model_and_tokenizer(model_args, head, train_texts)
     check_vocab(tok, model)
     logger.info(
@@ -128,8 +165,11 @@ def main() -> None:
 
     block = data_args.block_size
 
+    # word-level tokenizers end every line with </s> (the LM learns to end a text); Hub tokenizers add what they add
+    eos = [tok.eos_token_id] if is_word_tokenizer(tok) and tok("a")["input_ids"][-1:] != [tok.eos_token_id] else []
+
     def tokenize(batch):
-        return tok([t for t in batch[data_args.text_column] if t])
+        return {"input_ids": [ids + eos for ids in tok([t for t in batch[data_args.text_column] if t])["input_ids"]]}
 
     def group(batch):
         ids = list(chain.from_iterable(batch["input_ids"]))
@@ -138,11 +178,11 @@ def main() -> None:
         return {"input_ids": blocks, "attention_mask": [[1] * block for _ in blocks], "labels": [b[:] for b in blocks]}
 
     with training_args.main_process_first(desc="tokenize and group"):
-        cols = raw["train"].column_names
+        cols = next(iter(raw.values())).column_names
         lm = raw.map(tokenize, batched=True, remove_columns=cols, desc="tokenize")
-        lm = lm.map(group, batched=True, batch_size=2000, remove_columns=lm["train"].column_names, desc="group")
-    train_ds, eval_ds = lm["train"], lm.get("validation")
-    if data_args.max_train_samples:
+        lm = lm.map(group, batched=True, batch_size=2000, remove_columns=["input_ids"], desc="group")
+    train_ds, eval_ds = lm.get("train"), lm.get("validation")
+    if train_ds is not None and data_args.max_train_samples:
         train_ds = train_ds.select(range(min(len(train_ds), data_args.max_train_samples)))
     if eval_ds is not None and data_args.max_eval_samples:
         eval_ds = eval_ds.select(range(min(len(eval_ds), data_args.max_eval_samples)))
@@ -166,6 +206,8 @@ def main() -> None:
 
         metrics.update(train_block(trainer, checkpoint, tokens_per_second))
     if training_args.do_eval and eval_ds is not None:
+        if not training_args.do_train:  # a head that needs word counts gets them from the training split
+            ensure_word_counts(model, train_ds, head)
         eval_metrics = trainer.evaluate()
         if model.head.eval_loss_is_nll:
             eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 700.0))
@@ -182,7 +224,8 @@ def main() -> None:
         out = Path(training_args.output_dir)
         plots.append(str(plot_word_vectors(model.head.weight, words, counts, out / "word_vectors.png",
                                            f"{head['family']} head")))  # fmt: skip
-    dataset = data_args.dataset_name or Path(data_args.train_file or "local").name
+    local = data_args.train_file or data_args.validation_file
+    dataset = Path(local).name if local else data_args.dataset_name
     finish_run(trainer, model=model, tokenizer=tok, run_args=run_args, training_args=training_args, dataset=dataset,
                base_model=model_args.model_name_or_path, metrics=metrics, plots=plots)  # fmt: skip
 

@@ -27,8 +27,11 @@ from hf_heads.training.runs import (
     UsageError,
     check_output_dir,
     check_vocab,
+    ensure_word_counts,
     finish_run,
+    load_hub_dataset,
     load_local_files,
+    loading_model,
     packaged_model_path,
     parse_args,
     resolve_checkpoint,
@@ -103,7 +106,9 @@ def load_pairs(task: Seq2SeqTask, data: DataArguments) -> datasets.DatasetDict:
         raw, name = load_local_files(data.train_file, data.validation_file, data.test_file), "local"
     else:
         name = data.dataset_name or task.corpora[0]
-        raw = task.load(name) if name in task.corpora else datasets.load_dataset(name, data.dataset_config_name)
+        raw = (
+            task.load(name) if name in task.corpora else load_hub_dataset(name, data.dataset_config_name, task.corpora)
+        )
     source, target = data.source_column or task.source_column, data.target_column or task.target_column
     if bool(data.source_column) != bool(data.target_column):
         raise UsageError("--source_column and --target_column go together: give both or neither")
@@ -138,14 +143,31 @@ def _translation_pairs(raw: datasets.DatasetDict, name: str, task: Seq2SeqTask, 
     })  # fmt: skip
 
 
-def build_tokenizer(model_args: ModelArguments, raw: datasets.DatasetDict):
+OFFLINE_MODELS = (*TINY_SEQ2SEQ, *PACKAGED_MODELS)
+
+
+def load_tokenizer(model_args: ModelArguments):
+    """`AutoTokenizer` of `--tokenizer_name` or of the model (an unreachable Hub id is one error line)."""
     name = model_args.model_name_or_path
     if model_args.tokenizer_name:
-        return AutoTokenizer.from_pretrained(model_args.tokenizer_name)
-    if name in TINY_SEQ2SEQ:  # one vocabulary for both sides (BART/T5/Marian share the embedding table)
-        texts = [t for column in ("source", "target") for t in raw["train"][column] if t]
-        return build_word_tokenizer(texts, vocab_size=model_args.word_vocab_size)
-    return AutoTokenizer.from_pretrained(packaged_model_path(name) if name in PACKAGED_MODELS else name)
+        with loading_model("--tokenizer_name", model_args.tokenizer_name, ()):
+            return AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+    with loading_model("--model_name_or_path", name, OFFLINE_MODELS):
+        return AutoTokenizer.from_pretrained(packaged_model_path(name) if name in PACKAGED_MODELS else name)
+
+
+def build_tokenizer(model_args: ModelArguments, raw: datasets.DatasetDict):
+    """Sources and targets end with </s> (the word-level tokenizer's template, as T5 / BART tokenizers do)."""
+    name = model_args.model_name_or_path
+    if name in TINY_SEQ2SEQ and not model_args.tokenizer_name:
+        if "train" not in raw:
+            raise UsageError(
+                f"--model_name_or_path={name!r} is a built-in backbone whose word-level tokenizer is built from the "
+                "training text: give --train_file too, or --model_name_or_path of a trained model to evaluate"
+            )
+        texts = [t for column in ("source", "target") for t in raw["train"][column] if t]  # one shared vocabulary
+        return build_word_tokenizer(texts, vocab_size=model_args.word_vocab_size, add_eos=True)
+    return load_tokenizer(model_args)
 
 
 def continuous_table(head: dict, tok) -> tuple[dict, torch.Tensor, torch.Tensor]:
@@ -170,7 +192,8 @@ def build_model(model_args: ModelArguments, head: dict, tok):
         return HeadsForSeq2SeqLM(config)
     if name in PACKAGED_MODELS:
         return HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(packaged_model_path(name), head=head)
-    return HeadsForSeq2SeqLM.from_base(name, head=head)
+    with loading_model("--model_name_or_path", name, OFFLINE_MODELS):
+        return HeadsForSeq2SeqLM.from_base(name, head=head)
 
 
 @torch.no_grad()
@@ -205,10 +228,12 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         training_args.generation_max_length = data_args.max_target_length
 
     raw = load_pairs(task, data_args)
+    if training_args.do_train and "train" not in raw:
+        raise UsageError(f"--do_train needs a training split: give --train_file (the data has {list(raw)})")
     raw = truncate_splits(raw, data_args.max_train_samples, data_args.max_eval_samples, data_args.max_predict_samples)
     trained = saved_head(model_args.model_name_or_path) is not None  # evaluate / continue an hf_heads model
     if trained:
-        tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+        tok = load_tokenizer(model_args)
     else:
         tok = build_tokenizer(model_args, raw)
     covered = None
@@ -252,13 +277,15 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         compute_metrics=compute,
     )
     metrics: dict = {}
-    if covered is not None:  # how much of the target side the embedding table covers
+    if covered is not None and "train" in tokenized:  # how much of the target side the embedding table covers
         ids = [i for row in tokenized["train"]["labels"] for i in row]
         metrics["target_token_coverage"] = sum(i != tok.unk_token_id for i in ids) / max(len(ids), 1)
         logger.info("continuous head: %.1f%% of target tokens are in %s", 100 * metrics["target_token_coverage"],
                     head["embedding_name"])  # fmt: skip
     if training_args.do_train:
         metrics.update(train_block(trainer, checkpoint))
+    if (training_args.do_eval or training_args.do_predict) and not training_args.do_train:
+        ensure_word_counts(model, tokenized.get("train"), head)  # a head that needs counts: the training split's
     if training_args.do_eval:
         if "validation" not in tokenized:
             raise UsageError("--do_eval needs a validation split (--validation_file)")

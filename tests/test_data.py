@@ -142,3 +142,45 @@ def test_head_tail_truncation_keeps_both_ends_and_special_tokens():
     assert bert.convert_ids_to_tokens(ids[0]) == ["[CLS]", "one", "two", "six", "seven", "eight", "[SEP]"]
     with pytest.raises(ValueError, match="head_length=9 must be between 0 and 5"):
         encode_head_tail(bert, ["a"], max_length=7, head_length=9)
+
+
+def test_causal_lm_word_tokenizer_generates_after_the_prompt(tmp_path):
+    """A causal LM's word-level tokenizer (`add_eos=False`): a prompt gets no </s>, decoding puts a space before
+    every word (lowercased, as documented), so `pipeline("text-generation")` returns the prompt followed by
+    space-separated words; saved next to the model it loads back the same, with no config warning."""
+    import subprocess
+    import sys
+
+    import transformers
+    from conftest import tiny_gpt2_config
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+
+    texts = ["In the beginning God created the heavens and the earth.", "God said, let there be light."]
+    tok = data.build_word_tokenizer(texts, add_eos=False)
+    prompt = "In the beginning God"
+    ids = tok(prompt)["input_ids"]
+    assert tok.eos_token_id not in ids and data.is_word_tokenizer(tok)
+    assert tok.decode(ids) == " in the beginning god"  # lowercased, a space before every word
+    assert data.build_word_tokenizer(texts)(prompt)["input_ids"] == ids + [tok.eos_token_id]  # seq2seq default
+
+    torch.manual_seed(0)
+    backbone = tiny_gpt2_config(vocab_size=len(tok), pad_token_id=tok.pad_token_id)
+    model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head={"family": "softmax"})).eval()
+    generator = transformers.pipeline("text-generation", model=model, tokenizer=tok)
+    out = generator(prompt, max_new_tokens=5, do_sample=False, suppress_tokens=list(range(4)))[0]["generated_text"]
+    assert out.startswith(prompt + " "), out
+    new_words = out[len(prompt) :].split()
+    assert len(new_words) == 5 and set(new_words) <= set(tok.get_vocab()), out  # words apart, none glued
+
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    load = (
+        "import sys, hf_heads\nfrom transformers import AutoTokenizer\n"
+        "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "ids = tok('In the beginning God')['input_ids']\nprint(ids, repr(tok.decode(ids)))"
+    )
+    proc = subprocess.run([sys.executable, "-c", load, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == f"{ids} ' in the beginning god'"
+    assert "to instantiate a model of type" not in proc.stderr, proc.stderr[-3000:]

@@ -26,11 +26,15 @@ CAUSAL_HEADS = {
     "sparse": {"family": "sparse", "k": 5},
 }  # fmt: skip
 MODES = ["autocast-bf16", "autocast-fp16", "bf16-model"]
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 def _causal(head: dict) -> HeadsForCausalLM:
     torch.manual_seed(0)
-    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_gpt2_config(vocab_size=V).to_dict(), head=head))
+    config = tiny_gpt2_config(
+        vocab_size=V, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )  # same masks in every dtype
+    model = HeadsForCausalLM(HeadsConfig(backbone=config.to_dict(), head=head))
     with torch.no_grad():
         model.head.weight.normal_(0.0, 0.3)  # logits far from uniform, so a precision loss would show
     if model.head_needs_counts():
@@ -41,25 +45,29 @@ def _causal(head: dict) -> HeadsForCausalLM:
 def _continuous() -> HeadsForSeq2SeqLM:
     torch.manual_seed(0)
     head = {"family": "continuous", "loss": "vmf", "embedding_dim": 8}
-    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bart"), head=head))
+    backbone = _enc_dec("bart")
+    backbone.dropout = backbone.attention_dropout = backbone.activation_dropout = 0.0
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=backbone, head=head))
     model.head.set_embedding_table(torch.randn(model.head.num_classes, 8, generator=torch.Generator().manual_seed(1)))
     return model
 
 
-def _context(mode: str):
+def _context(mode: str, device: str):
     if mode == "bf16-model":
-        return torch.autocast("cpu", enabled=False)
-    return torch.autocast("cpu", dtype=torch.bfloat16 if mode == "autocast-bf16" else torch.float16)
+        return torch.autocast(device, enabled=False)
+    return torch.autocast(device, dtype=torch.bfloat16 if mode == "autocast-bf16" else torch.float16)
 
 
-def _run_matrix(model, batch: dict, prompt: dict, mode: str) -> None:
-    model.train()
+def _run_matrix(model, batch: dict, prompt: dict, mode: str, device: str) -> None:
+    model = model.to(device).train()
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    prompt = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in prompt.items()}
     torch.manual_seed(3)
     reference = model(**batch).loss.detach()
     if mode == "bf16-model":
         model = model.to(torch.bfloat16)
     dtype = next(model.parameters()).dtype
-    with _context(mode):
+    with _context(mode, device):
         torch.manual_seed(3)
         loss = model(**batch).loss
         loss.backward()
@@ -75,19 +83,21 @@ def _run_matrix(model, batch: dict, prompt: dict, mode: str) -> None:
     assert generated.shape[1] >= 1
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("family", CAUSAL_HEADS)
-def test_causal_lm_trains_evaluates_and_generates(family, mode):
+def test_causal_lm_trains_evaluates_and_generates(family, mode, device):
     model = _causal(CAUSAL_HEADS[family])
     ids = torch.randint(4, V, (2, 12), generator=torch.Generator().manual_seed(2))
-    _run_matrix(model, {"input_ids": ids, "labels": ids}, {"input_ids": ids[:, :4], "pad_token_id": 1}, mode)
+    _run_matrix(model, {"input_ids": ids, "labels": ids}, {"input_ids": ids[:, :4], "pad_token_id": 1}, mode, device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
-def test_continuous_seq2seq_trains_evaluates_and_generates(mode):
+def test_continuous_seq2seq_trains_evaluates_and_generates(mode, device):
     x, mask, y = _seq2seq_batch()
     prompt = {"input_ids": x, "attention_mask": mask}
-    _run_matrix(_continuous(), {"input_ids": x, "attention_mask": mask, "labels": y}, prompt, mode)
+    _run_matrix(_continuous(), {"input_ids": x, "attention_mask": mask, "labels": y}, prompt, mode, device)
 
 
 def test_run_clm_bf16_on_cpu(text_files, tmp_path):  # noqa: F811 (the imported fixture)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
+from reopen_check import assert_reopens
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.data import load_lm_text
@@ -38,6 +39,11 @@ def run_clm(*args: str, launcher: list[str] | None = None, timeout: int = 600) -
     return subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
 
 
+def run_clm_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    assert script == "run_clm.py"
+    return run_clm(*args)
+
+
 LOAD_EXPORT = """
 import sys
 sys.modules["hf_heads"] = None  # hf_heads must not be importable here
@@ -45,7 +51,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
-ids = tok("In the beginning God", return_tensors="pt").input_ids[:, :-1]
+ids = tok("In the beginning God", return_tensors="pt").input_ids  # a prompt: no </s> appended
 torch.save({"ids": ids, "logits": model(ids).logits}, sys.argv[2])
 """
 
@@ -83,6 +89,13 @@ def test_run_clm_margin_end_to_end(text_files, tmp_path):
     model = HeadsForCausalLM.from_pretrained(out).eval()
     assert float(model.head.context_norm_running) > 0 and bool((model.head.word_counts >= 0).all())
     torch.testing.assert_close(got["logits"], model(got["ids"]).logits)
+
+    # the run directory reopens: evaluated as it is (no training, no head flags), and trained further
+    data = ("--train_file", str(train), "--validation_file", str(valid), "--block_size", "32",
+            "--max_train_samples", "8", "--max_eval_samples", "8")  # fmt: skip
+    reopened = assert_reopens(run_clm_script, "run_clm.py", out, *data, eval_only=True)
+    assert reopened["eval_loss"] > 0 and "train_loss" not in reopened
+    assert "train_loss" in assert_reopens(run_clm_script, "run_clm.py", out, *data)
 
 
 @pytest.mark.parametrize(
@@ -207,3 +220,84 @@ def test_two_process_ddp_matches_one_process(text_files, tmp_path):
         assert f"world size {procs}" in proc.stderr
     assert len(curves[1]) == 4
     torch.testing.assert_close(curves[2], curves[1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture
+def word_tokenizer_dir(text_files, tmp_path):
+    """A saved word-level tokenizer (for a tiny backbone run with --tokenizer_name)."""
+    from hf_heads.data import build_word_tokenizer
+
+    train, _ = text_files
+    path = tmp_path / "tok"
+    build_word_tokenizer(train.read_text(encoding="utf-8").splitlines(), add_eos=False).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "args, messages",
+    [
+        (["--dataset_name", "bible-wbe", "--do_train"],
+         ["--dataset_name='bible-wbe' is not a built-in corpus (did you mean 'bible-web'?)", "offline mode",
+          "bible-web, bbc-news, wordnet-glosses"]),
+        (["--train_file", "{train}", "--model_name_or_path", "gpt2", "--do_train"],
+         ["--model_name_or_path='gpt2' is not a local directory", "offline mode", "tiny-gpt2, tiny-llama"]),
+        (["--train_file", "{train}", "--tokenizer_name", "no-such/tokenizer", "--do_train"],
+         ["--tokenizer_name='no-such/tokenizer' is not a local directory", "offline mode"]),
+        (["--validation_file", "{valid}", "--do_eval"], ["built-in backbone", "give --train_file"]),
+        (["--validation_file", "{valid}", "--do_train"], ["--do_train needs a training split"]),
+        (["--validation_file", "{valid}", "--tokenizer_name", "{tok}", "--do_eval", *MARGIN_FLAGS],
+         ["--word_norm='log-unigram' needs word counts", "give --train_file"]),
+    ],
+    ids=["dataset-name", "hub-model-offline", "hub-tokenizer-offline", "validation-only", "train-without-train-split",
+         "eval-counts-without-training-data"],
+)  # fmt: skip
+def test_data_and_model_errors_are_one_line_and_exit_2(text_files, word_tokenizer_dir, tmp_path, args, messages):
+    train, valid = text_files
+    args = [a.format(train=train, valid=valid, tok=word_tokenizer_dir) for a in args]
+    proc = run_clm("--output_dir", str(tmp_path / "o"), *args, *SMALL, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and all(m in lines[0] for m in messages), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):
+    """Any transformers / huggingface_hub OSError the scripts do not catch themselves (a model it cannot find)."""
+    from transformers import AutoConfig
+
+    from hf_heads.training.runs import main_wrapper
+
+    with pytest.raises(SystemExit) as exit_info:
+        main_wrapper(lambda: AutoConfig.from_pretrained("no-such-org/no-such-model"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "local directories" in err[0] and "minilm" in err[0]
+    with pytest.raises(OSError):  # the script's own I/O errors keep their traceback
+        main_wrapper(lambda: open(tmp_path, "w"))  # noqa: SIM115 (IsADirectoryError)
+
+
+def test_word_level_lm_ends_training_lines_with_eos_and_eval_only_counts_words(text_files, tmp_path):
+    """run_clm's word-level tokenizer adds no </s> to a prompt, yet every training line ends with </s> (the
+    saved counts of the training labels include it); the saved model generates after its prompt; and a head
+    that needs word counts can be evaluated without training (the training split is counted)."""
+    import transformers
+
+    train, valid = text_files
+    out = tmp_path / "run"
+    data = ["--train_file", str(train), "--validation_file", str(valid), "--max_eval_samples", "8"]
+    proc = run_clm(*data, "--output_dir", str(out), "--do_train", "--max_steps", "2", "--save_strategy", "no",
+                   *MARGIN_FLAGS, *SMALL)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    model = HeadsForCausalLM.from_pretrained(out).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    prompt = "In the beginning God"
+    assert tok.eos_token_id not in tok(prompt)["input_ids"]
+    assert model.head.word_counts[tok.eos_token_id] > 0  # the training blocks hold </s> at every line end
+    generator = transformers.pipeline("text-generation", model=model, tokenizer=tok)
+    text = generator(prompt, max_new_tokens=4, do_sample=False, suppress_tokens=[0, 1, 2, 3])[0]["generated_text"]
+    words = text[len(prompt) :].split()
+    assert text.startswith(prompt + " ") and len(words) == 4 and set(words) <= set(tok.get_vocab()), text
+
+    proc = run_clm(*data, "--output_dir", str(tmp_path / "eval"), "--do_eval", *MARGIN_FLAGS, *SMALL)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert 1.0 < json.loads((tmp_path / "eval" / "eval_results.json").read_text())["eval_perplexity"] < 1e6

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from reopen_check import assert_reopens
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "run_scripts"
@@ -72,6 +73,8 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
     model, tok = HeadsForSeq2SeqLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
     batch = tok(["Y dijo Dios: Sea la luz: y fué la luz."], return_tensors="pt")
     assert torch.equal(torch.load(tmp_path / "y.pt"), model.generate(**batch, max_new_tokens=8, num_beams=3))
+    assert_reopens(run, "run_translation.py", out, "--dataset_name", "bible-es-en", "--max_train_samples", "64",
+                   "--max_eval_samples", "8", "--max_source_length", "48", "--max_target_length", "48")  # fmt: skip
 
 
 def test_run_translation_continuous_syn_margin(tmp_path):
@@ -109,6 +112,9 @@ def test_run_summarization_tiny_t5_head_tail(tmp_path):
     for key in ("eval_rouge1", "eval_rouge2", "eval_rougeL", "eval_bleu", "eval_perplexity"):
         assert key in summary, key
     assert "type: summarization" in (out / "README.md").read_text()
+    assert_reopens(run, "run_summarization.py", out, "--dataset_name", "bbc-news", "--max_train_samples", "16",
+                   "--max_eval_samples", "4", "--max_source_length", "160", "--max_target_length", "16",
+                   "--head_tail")  # fmt: skip
 
 
 def test_run_question_generation_minilm_bert2bert(tmp_path):
@@ -126,6 +132,8 @@ def test_run_question_generation_minilm_bert2bert(tmp_path):
     assert {"eval_bleu_1", "eval_bleu_4", "eval_rouge1", "eval_perplexity"} <= summary.keys()
     config = json.loads((out / "config.json").read_text())
     assert config["backbone"]["model_type"] == "encoder-decoder" and config["tie_word_embeddings"] is True
+    assert_reopens(run, "run_question_generation.py", out, "--max_train_samples", "8", "--max_eval_samples", "4",
+                   "--max_source_length", "64", "--max_target_length", "24")  # fmt: skip
 
 
 def test_run_classification_minilm_beats_majority_class(tmp_path):
@@ -170,6 +178,32 @@ def test_run_classification_local_files_tiny_gpt2_margin(label_files, tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"] == {"0": "farm", "1": "pets"} and config["head"]["scale"] == 16.0
     assert (out / "predictions.tsv").read_text().startswith("index\tprediction\tlabel\n")
+    assert_reopens(run, "run_classification.py", out, "--train_file", str(train), "--validation_file", str(train),
+                   "--text_column", "sentence", "--label_column", "topic")  # fmt: skip
+
+
+def test_run_classification_csv_string_labels_tiny_bert(tmp_path):
+    """A CSV file whose label column holds strings: labels map to ids in sorted order (the model's id2label),
+    and the majority-class baseline is computed on those ids."""
+    import csv
+
+    labels = ["pos", "neg", "pos", "mixed"]
+    for name, n in (("train", 32), ("valid", 4)):
+        with open(tmp_path / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows((f"a text about {labels[i % 4]} things, number {i}", labels[i % 4]) for i in range(n))
+    out = tmp_path / "run"
+    proc = run(
+        "run_classification.py", "--output_dir", str(out), "--train_file", str(tmp_path / "train.csv"),
+        "--validation_file", str(tmp_path / "valid.csv"), "--model_name_or_path", "tiny-bert", "--do_train",
+        "--do_eval", "--max_steps", "2", "--per_device_train_batch_size", "8", *QUIET,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "mixed", "1": "neg", "2": "pos"}
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["eval_majority_class_accuracy"] == pytest.approx(0.5) and 0 <= summary["eval_accuracy"] <= 1
 
 
 CLF = ["--train_file", "{train}", "--text_column", "sentence"]
@@ -191,6 +225,14 @@ CLF = ["--train_file", "{train}", "--text_column", "sentence"]
         ("run_translation.py", ["--head", "continuous", "--loss_margin", "-1"], "--loss_margin=-1.0 must be >= 0"),
         ("run_translation.py", ["--head", "continuous", "--embedding_name", "word2vec"], "'word2vec'"),
         ("run_translation.py", ["--head", "softmax", "--loss", "vmf"], "--loss is not an option of head family"),
+        ("run_classification.py", ["--dataset_name", "wordnet-lexnamse"],
+         "--dataset_name='wordnet-lexnamse' is not a built-in corpus (did you mean 'wordnet-lexnames'?)"),
+        ("run_translation.py", ["--dataset_name", "bible-es-em"], "Hub datasets need a network"),
+        ("run_classification.py", [*CLF, "--label_column", "topic", "--model_name_or_path", "bert-base-uncased"],
+         "--model_name_or_path='bert-base-uncased' is not a local directory"),
+        ("run_translation.py", ["--model_name_or_path", "facebook/bart-base"], "offline, use a local directory"),
+        ("run_summarization.py", ["--validation_file", "{valid}", "--source_column", "sentence", "--target_column",
+                                  "topic"], "--do_train needs a training split"),
     ],
 )  # fmt: skip
 def test_task_scripts_bad_input_is_one_line_and_exit_2(label_files, tmp_path, script, args, message):

@@ -18,7 +18,13 @@ from hf_heads.data.corpora import (
 )
 from hf_heads.data.embeddings import EMBEDDING_TABLES, embedding_table, map_uncovered
 from hf_heads.data.models import minilm_path, smollm2_path
-from hf_heads.data.tokenization import SPECIAL_TOKENS, build_word_tokenizer, frequency_rank, word_counts
+from hf_heads.data.tokenization import (
+    SPECIAL_TOKENS,
+    build_word_tokenizer,
+    frequency_rank,
+    is_word_tokenizer,
+    word_counts,
+)
 
 __all__ = [
     "EMBEDDING_TABLES",
@@ -33,6 +39,7 @@ __all__ = [
     "build_word_tokenizer",
     "cache_dir",
     "frequency_rank",
+    "is_word_tokenizer",
     "load_classification",
     "load_glove",
     "load_lm_text",

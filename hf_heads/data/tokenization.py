@@ -3,7 +3,9 @@
 `build_word_tokenizer` trains a `tokenizers` WordLevel model and wraps it in a
 `PreTrainedTokenizerFast`. Ids 0–3 are the special tokens `<unk> <pad> <s> </s>`; every other
 id is sorted by descending corpus frequency (ties broken alphabetically), so for these
-tokenizers `id - 4` is the frequency rank. Log-uniform noise and log-rank norm scaling use a
+tokenizers `id - 4` is the frequency rank. Text is lowercased (unless `lowercase=False`) and
+decoded with a space before every word, so a generation pipeline's `prompt + decode(new ids)`
+reads as words. Log-uniform noise and log-rank norm scaling use a
 rank *computed from counts* (`frequency_rank`), never the id, so they also work for Hub subword
 vocabularies whose ids are not ranks.
 """
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
@@ -32,9 +34,19 @@ def build_word_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """Word-level tokenizer with the vocabulary sorted by descending frequency.
 
-    Words are split on whitespace and punctuation (`\\w+|[^\\w\\s]+`). `vocab_size` counts the four
-    special tokens; words below `min_frequency` or past `vocab_size` map to `<unk>`. With `add_eos`
-    every encoded text ends with `</s>` (the end-of-sentence token the LM and seq2seq heads predict).
+    Text is NFKC-normalised and, with `lowercase` (the default), lowercased before it is split, so
+    the vocabulary and every decoded text are lowercase. Words are split on whitespace and
+    punctuation (`\\w+|[^\\w\\s]+`). `vocab_size` counts the four special tokens; words below
+    `min_frequency` or past `vocab_size` map to `<unk>`.
+
+    Decoding puts a space before every word (`decode(ids)` of "In the beginning, God" is
+    " in the beginning , god"): the `text-generation` pipeline returns `prompt + decode(new ids)`,
+    which then reads as words; strip the result where the leading space matters.
+
+    With `add_eos` every encoded text ends with `</s>` (the end-of-sequence token the seq2seq and
+    classification scripts rely on, as T5 / BART tokenizers do). A causal LM's tokenizer takes
+    `add_eos=False`, so a generation prompt gets no end token; its training text then ends every
+    line with `eos_token_id` explicitly (`run_clm.py` does, see `is_word_tokenizer`).
     """
     if vocab_size is not None and vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
@@ -60,9 +72,18 @@ def build_word_tokenizer(
         tok.post_processor = processors.TemplateProcessing(
             single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", vocab["</s>"])]
         )
+    tok.decoder = decoders.Replace(Regex("^"), " ")  # " word" per token: words stay apart when texts are joined
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
     )
+
+
+def is_word_tokenizer(tokenizer) -> bool:
+    """Whether `tokenizer` is a word-level tokenizer made by `build_word_tokenizer` (also after save / load)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not isinstance(backend.model, WordLevel) or len(tokenizer) < len(SPECIAL_TOKENS):
+        return False
+    return tokenizer.convert_ids_to_tokens(list(range(len(SPECIAL_TOKENS)))) == list(SPECIAL_TOKENS)
 
 
 def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -82,8 +82,9 @@ class ContinuousHead(nn.Module):
 
     @autocast_off
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        """û (*, d) in float32 (computed in float32 with autocast off, whatever the model's dtype)."""
-        return F.linear(hidden.float(), self.proj.weight.float(), self.proj.bias.float())
+        """û (*, d) in float32: the projection runs in the head's dtype with autocast off (through the module, so
+        its hooks run), and is upcast for the losses."""
+        return self.proj(hidden.to(self.proj.weight.dtype)).float()
 
     def loss(
         self,

@@ -18,6 +18,8 @@ so a resumed run draws the same samples as the uninterrupted one.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -103,7 +105,8 @@ class DiscreteHead(nn.Module):
 
     def _margin_kwargs(self, with_margin: bool, inference: bool = False) -> dict:
         o = self.options
-        out = dict(scale=o.scale, word_norm=o.word_norm, context_norm=o.context_norm, word_counts=self._counts())
+        out = dict(scale=o.scale, word_norm=o.word_norm, context_norm=o.context_norm, word_counts=self._counts(),
+                   gain=o.warm_start_gain)  # fmt: skip
         return (
             out
             if inference
@@ -217,6 +220,69 @@ class DiscreteHead(nn.Module):
             scores, criterion=o.criterion, method=o.method, noise_probs=self.noise_probs(),
             num_samples=o.num_samples, normalize=o.normalize,
         ).to(scores.dtype)  # fmt: skip
+
+    @torch.no_grad()
+    def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
+        """Start as close to a checkpoint's distribution as the family allows (`from_base` calls this once, on
+        probe positions, right after copying the checkpoint's output layer). hidden (N, H) are the probe's
+        final hidden states and base_log_probs (N, V) the checkpoint's log-probabilities there.
+
+        - max-norm: the running max-norm is set to the probe's max ‖h‖ (inference no longer depends on the batch).
+        - sampled heads: the bias is shifted by −log Z (mean log-normaliser of the checkpoint's logits over the
+          probe) minus the per-class offset of the criterion's correction (e.g. log K·D(c) for BCE-MCS, log D(c)
+          for CE-MCS/CPS): the corrected scores then start at the checkpoint's log p(c|x), which is the optimum of
+          every criterion but CE-NCE (its σ-bounded output cannot represent it; left as copied). For full BCE/MSE
+          log σ(s) ≈ s for the small probabilities of a large vocabulary, so the same shift applies.
+        - norm-scaled heads (word_norm or context_norm not no-mod, `scale` unset): `warm_start_gain` is fitted
+          (golden-section search on log gain) to minimise KL(checkpoint ‖ head) over the probe.
+        The margin itself never enters (inference logits carry none). Returns what was set."""
+        o = self.options
+        report: dict[str, float] = {}
+        if not self.is_margin:
+            return report
+        h = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
+        target = base_log_probs.reshape(-1, base_log_probs.shape[-1]).float()  # (N, V)
+        if o.context_norm == "max-norm":
+            self.context_norm_running.fill_(float(h.norm(dim=1).max()))
+            report["context_norm_running"] = float(self.context_norm_running)
+        if self.is_sampled and self.bias is not None and not (o.criterion == "ce" and o.method == "nce"):
+            log_z = torch.logsumexp(self._margin_inference_scores(h), dim=1).mean()  # scalar
+            offset = torch.zeros_like(self.bias, dtype=torch.float32)  # (V,) per-class offset of the correction
+            if not (o.method == "full" and o.criterion in ("bce", "mse")):
+                zeros = torch.zeros(1, self.num_classes, device=self.bias.device)
+                offset = corrected_log_probs(zeros, criterion=o.criterion, method=o.method,
+                                             noise_probs=self.noise_probs(), num_samples=o.num_samples,
+                                             normalize=False)[0]  # fmt: skip
+            self.bias.sub_((log_z + offset).to(self.bias.dtype))
+            report["bias_shift_mean"] = -float((log_z + offset).mean())
+        if o.scale is None and (o.word_norm != "no-mod" or o.context_norm != "no-mod"):
+            p = target.exp()
+
+            def kl(log_gain: float) -> float:
+                o.warm_start_gain = math.exp(log_gain)
+                return float((p * (target - torch.log_softmax(self.logits(h).float(), dim=-1))).sum(-1).mean())
+
+            lo, hi = math.log(1e-3), math.log(1e3)
+            ratio = (math.sqrt(5) - 1) / 2
+            a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+            fa, fb = kl(a), kl(b)
+            for _ in range(40):
+                if fa < fb:
+                    hi, b, fb = b, a, fa
+                    a = hi - ratio * (hi - lo)
+                    fa = kl(a)
+                else:
+                    lo, a, fa = a, b, fb
+                    b = lo + ratio * (hi - lo)
+                    fb = kl(b)
+            o.warm_start_gain = math.exp((lo + hi) / 2)
+            report["warm_start_gain"] = o.warm_start_gain
+        return report
+
+    def _margin_inference_scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        """l(c, i) of eq. 13 without margin (before any sampled correction), float32 (N, V)."""
+        return margin_logits(hidden.float(), self.weight, self.bias, None, **self._margin_kwargs(False),
+                             context_norm_value=self._running_context_norm()).float()  # fmt: skip
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

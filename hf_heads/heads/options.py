@@ -59,6 +59,13 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         default=0.01,
         metadata={"help": "Momentum of the running max-norm used at inference (0 < momentum <= 1)."},
     )
+    warm_start_gain: float = field(
+        default=1.0,
+        metadata={
+            "help": "Global factor on g(i)·f(c)·φ (not the bias); 1 = eq. 13 as written. Set by from_base, which fits "
+            "it so a norm-scaled head starts at the checkpoint's distribution (hf_heads.losses.margin)."
+        },
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -75,6 +82,7 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         except ValueError as err:
             raise ValueError(f"head.{err}") from None
         check_number("head.context_norm_momentum", self.context_norm_momentum, exclusive_minimum=0)
+        check_number("head.warm_start_gain", self.warm_start_gain, exclusive_minimum=0)
         if self.context_norm_momentum > 1:
             raise ValueError(f"head.context_norm_momentum={self.context_norm_momentum!r} must be <= 1")
 

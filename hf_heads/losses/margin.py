@@ -38,6 +38,10 @@ Choices where the paper is silent (each is tested):
 - L-Softmax computes cos(mθ) with the Chebyshev polynomial T_m(cos θ) and k from cos θ thresholds
   (no acos), so its gradient is a polynomial and finite everywhere.
 - The margin is applied only when targets are given (training); inference logits never carry it.
+- `gain` (default 1, eq. 13 as written) multiplies g(i), i.e. the whole g·f·φ term but not the bias. It is not
+  in the paper: `HeadsForCausalLM.from_base` fits it once so that a norm-scaled head (f or g not no-mod), whose
+  f(c) = log c_y or g(i) = max ‖h‖ replace the checkpoint's norms, starts at the checkpoint's distribution as
+  closely as one global factor allows; it is then a fixed part of the model (saved in its head section).
 """
 
 from __future__ import annotations
@@ -175,9 +179,11 @@ def context_norm_values(
 # ----------------------------------------------------------------------------- logits
 
 
-def _margin_parts(hidden, weight, bias, target, margin, m, scale, word_norm, context_norm, word_counts, g_value):
+def _margin_parts(
+    hidden, weight, bias, target, margin, m, scale, word_norm, context_norm, word_counts, g_value, gain=1.0
+):
     """Split eq. 13 into row scales a (N,), column scales s (V,) and the target logit t (N,) so that
-    l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i."""
+    l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i. `gain` multiplies g(i)."""
     h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
     w_norm = weight.norm(dim=1).clamp_min(_EPS)  # (V,)
     if scale is not None:
@@ -185,6 +191,8 @@ def _margin_parts(hidden, weight, bias, target, margin, m, scale, word_norm, con
     else:
         g = context_norm_values(hidden, context_norm, g_value)
         f = word_norm_values(weight, word_norm, word_counts)
+    if gain != 1.0:
+        g = (h_norm if g is None else g) * gain  # (N,)
     a = None if g is None else g / h_norm  # (N,)
     s = None if f is None else f / w_norm  # (V,)
     t = None
@@ -217,6 +225,7 @@ def margin_logits(
     context_norm: str = "no-mod",
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
+    gain: float = 1.0,
 ) -> torch.Tensor:
     """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,).
 
@@ -236,7 +245,7 @@ def margin_logits(
         check_labels(y, weight.shape[0], -100)
     safe_y = None if y is None else y.clamp_min(0)
     a, s, t = _margin_parts(
-        h, weight, bias, safe_y, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value
+        h, weight, bias, safe_y, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value, gain
     )
     h2, w2 = _scaled(h, weight, a, s)
     logits = h2 @ w2.T  # (N, V)
@@ -269,6 +278,7 @@ def margin_cross_entropy(
     chunk_size: int | None = None,
     top_k: int | None = None,
     label_smoothing: float = 0.0,
+    gain: float = 1.0,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
     without materialising the (N, V) logits. Arguments as in `margin_logits`; `reduction`,
@@ -287,7 +297,9 @@ def margin_cross_entropy(
     b = None if bias is None else bias.to(compute)
     valid = y != ignore_index
     h_v, y_v = h[valid], y[valid]
-    a, s, t = _margin_parts(h_v, w, b, y_v, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value)
+    a, s, t = _margin_parts(
+        h_v, w, b, y_v, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value, gain
+    )
     h2, w2 = _scaled(h_v, w, a, s)
     loss = fused_linear_cross_entropy(
         h2,

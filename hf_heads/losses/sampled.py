@@ -209,6 +209,7 @@ def sampled_loss(
     context_norm: str = "no-mod",
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
+    gain: float = 1.0,
 ) -> torch.Tensor:
     """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
     target (*) with output layer weight (C, H), bias (C,).
@@ -234,14 +235,14 @@ def sampled_loss(
     b = None if bias is None else bias.to(compute)
     margin_kwargs = dict(
         margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm,
-        word_counts=word_counts, g_value=context_norm_value,
+        word_counts=word_counts, g_value=context_norm_value, gain=gain,
     )  # fmt: skip
     if method == "full" and criterion == "ce":
         return margin_cross_entropy(
             hidden, weight, bias, target, margin=margin, m=m, scale=scale, word_norm=word_norm,
             context_norm=context_norm, word_counts=word_counts, context_norm_value=context_norm_value,
             reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
-            chunk_size=chunk_size,
+            chunk_size=chunk_size, gain=gain,
         )  # fmt: skip
     h2, f, t = _scorer(h, w, b, y, margin_kwargs)  # (N, H), (C,) or None, (N,)
     if method == "full":

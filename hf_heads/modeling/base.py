@@ -82,11 +82,47 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """Training counts (V,) for the heads that need them (unigram / log-unigram / log-rank / uniform)."""
         self.head.set_word_counts(counts)
 
+    def save_pretrained(self, save_directory, is_main_process: bool = True, **kwargs):
+        """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` in `config.json`: every saved
+        directory (Trainer checkpoints, a run's `output_dir`, `push_to_hub`) loads with
+        `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True` where
+        hf_heads is not installed (see `hf_heads.modeling.export`)."""
+        if not type(self).__module__.startswith("hf_heads."):  # exported code (transformers copies it) or a subclass
+            return super().save_pretrained(save_directory, is_main_process=is_main_process, **kwargs)
+        export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
+        save = super().save_pretrained
+        return export.save_with_code(self, save_directory, save, is_main_process=is_main_process, **kwargs)
+
     def export_for_hub(self, directory, tokenizer=None, **save_kwargs):
         """Write weights, config with `auto_map`, the custom code and the tokenizer to `directory`, so
-        that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads."""
+        that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads
+        (`save_pretrained` does the same, except the tokenizer; this one refuses a model whose code
+        cannot be exported)."""
         export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
     def head_needs_counts(self) -> bool:
         return bool(getattr(self.head.options, "needs_counts", False))
+
+
+def refuse_hf_heads_checkpoint(name_or_path, cls_name: str, **from_pretrained_kwargs) -> None:
+    """`from_base` wraps a base transformers checkpoint; an hf_heads model (a trained run's output_dir, or a
+    loaded hf_heads model) already has its head: refuse it, saying how to load it, instead of failing deep inside
+    (it has no `get_output_embeddings()`) or wrapping a head around a head."""
+    if isinstance(name_or_path, PreTrainedModel):
+        config = name_or_path.config
+    else:
+        from transformers import AutoConfig
+
+        kwargs = {k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir")}
+        try:
+            config = AutoConfig.from_pretrained(name_or_path, **kwargs)
+        except (OSError, ValueError):
+            return  # not a loadable config here: let the model loader report it
+    if getattr(config, "model_type", None) == HeadsConfig.model_type:
+        family = (getattr(config, "head", None) or {}).get("family")
+        raise ValueError(
+            f"{getattr(name_or_path, 'name_or_path', name_or_path)!r} is already an hf_heads model ({family} head): "
+            f"load it with {cls_name}.from_pretrained(...) (or AutoModelFor….from_pretrained after `import hf_heads`) "
+            "to evaluate or train it further; from_base wraps a base transformers checkpoint"
+        )

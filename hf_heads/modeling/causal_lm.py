@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from hf_heads.heads.discrete import DiscreteHead
-from hf_heads.modeling.base import HeadsPreTrainedModel
+from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
+
+logger = logging.getLogger(__name__)
 
 
 class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
@@ -34,6 +38,8 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         name_or_path: str | PreTrainedModel,
         head: dict | None = None,
         word_counts: torch.Tensor | None = None,
+        calibration_ids: torch.LongTensor | None = None,
+        calibrate: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForCausalLM:
         """Wrap a pretrained causal LM: reuse its backbone weights and start the head from its own
@@ -42,7 +48,15 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         `name_or_path` is a Hub id, a local directory or an already loaded `*ForCausalLM` (whose modules
         are then shared, not copied); `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained`
         (e.g. `gguf_file=`, `dtype=`).
+
+        Heads whose inference distribution cannot equal the checkpoint's by copying its output layer (norm-scaled
+        margin heads, sampled criteria) get a calibrated start (`DiscreteHead.calibrate_to`) on probe positions:
+        `calibration_ids` (B, T), or by default 4 sequences of 32 tokens that the checkpoint samples itself from
+        its BOS token (seeded; the global RNG is left untouched). Norm scalings that need word counts are
+        calibrated only when `word_counts` is given (a warning says so otherwise). `calibrate=False` keeps the
+        copied output layer as it is.
         """
+        refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
         else:
@@ -61,7 +75,45 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         if word_counts is not None:
             model.set_word_counts(word_counts)
         model.config.name_or_path = str(name_or_path)
-        return model.to(out.weight.dtype)
+        model = model.to(out.weight.dtype)
+        if calibrate:
+            model._calibrate_from(lm, calibration_ids)
+        return model
+
+    @torch.no_grad()
+    def _calibrate_from(self, lm: PreTrainedModel, calibration_ids: torch.LongTensor | None) -> None:
+        head = self.head
+        if not head.is_margin:
+            return  # softmax / sparse heads start as the checkpoint's output layer exactly
+        if self.head_needs_counts():
+            if bool((head.word_counts < 0).any()):
+                logger.warning(
+                    "head %s needs word counts: the warm start is not calibrated (pass word_counts= to from_base)",
+                    self.config.head,
+                )
+                return
+        was_training = lm.training
+        lm.eval()
+        if calibration_ids is None:
+            start = next((t for t in (lm.config.bos_token_id, lm.config.eos_token_id) if isinstance(t, int)), 0)
+            device = lm.get_output_embeddings().weight.device
+            with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+                torch.manual_seed(0)
+                calibration_ids = lm.generate(
+                    torch.full((4, 1), start, device=device),
+                    do_sample=True,
+                    max_new_tokens=31,
+                    min_new_tokens=31,
+                    top_k=0,
+                    top_p=1.0,
+                    pad_token_id=(start + 1) % self.config.vocab_size,  # never padded
+                )  # (4, 32)
+        base = torch.log_softmax(lm(input_ids=calibration_ids).logits.float(), dim=-1)  # (B, T, V)
+        hidden = self.backbone(input_ids=calibration_ids).last_hidden_state  # (B, T, H)
+        report = head.calibrate_to(hidden, base)
+        self.config.head = {**self.config.head, **{k: v for k, v in report.items() if k == "warm_start_gain"}}
+        lm.train(was_training)
+        logger.info("warm start calibrated on %d probe positions: %s", calibration_ids.numel(), report)
 
     def forward(
         self,

@@ -14,7 +14,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_heads.heads.discrete import DiscreteHead
-from hf_heads.modeling.base import HeadsPreTrainedModel
+from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
 
 
@@ -85,6 +85,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         if id2label is None and num_labels is None:
             raise ValueError("give id2label (preferred) or num_labels")
         labels = dict(id2label) if id2label is not None else {i: f"LABEL_{i}" for i in range(num_labels)}
+        refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         backbone = AutoModel.from_pretrained(name_or_path, **from_pretrained_kwargs)
         config = HeadsConfig(
             backbone=backbone.config.to_dict(), head=head, pooling=pooling, classifier_dropout=classifier_dropout,

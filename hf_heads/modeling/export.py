@@ -1,38 +1,30 @@
-"""Hub export: weights + config with `auto_map` + the custom code, so that
-`AutoModelFor….from_pretrained(dir, trust_remote_code=True)` works where hf_heads is not installed.
+"""The model code saved with every model: `config.json` gets an `auto_map` and the directory gets the code
+the model needs, so that `AutoModelFor….from_pretrained(dir, trust_remote_code=True)` works where hf_heads
+is not installed (and `import hf_heads` + `AutoModelFor….from_pretrained(dir)` where it is).
 
-The code a model needs is copied as flat modules (`hf_heads_losses_margin.py`, ...) with its
-`from hf_heads.x.y import z` lines rewritten to relative imports, which transformers' dynamic
-module loader follows.
+`HeadsPreTrainedModel.save_pretrained` calls `save_with_code` (so the Trainer's checkpoints, a run's
+`output_dir` and `push_to_hub` all carry the code); `export_for_hub` adds the tokenizer.
+
+The code is copied as flat modules (`hf_heads_losses_margin.py`, ...) with their `from hf_heads.x.y import z`
+lines rewritten to relative imports, which transformers' dynamic module loader follows. The modules are
+found by following those imports from the model classes, so a new module needs no list to be updated.
+Without an `auto_map`, transformers answers a directory of `model_type` `hf_heads` with "Transformers does
+not recognize this architecture ... upgrade transformers"; with it, it asks for `trust_remote_code=True`.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import inspect
-import re
+import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
-# Modules a saved model needs at load time, in dependency order (they import only torch,
-# transformers and each other through full `from hf_heads.… import …` lines).
-CODE_MODULES = (
-    "hf_heads.losses._checks",
-    "hf_heads.losses.fused_linear",
-    "hf_heads.losses.margin",
-    "hf_heads.losses.noise",
-    "hf_heads.losses.sampled",
-    "hf_heads.losses.sparse",
-    "hf_heads.losses.continuous",
-    "hf_heads.heads.options",
-    "hf_heads.heads.discrete",
-    "hf_heads.heads.continuous",
-    "hf_heads.heads",
-    "hf_heads.modeling.configuration",
-    "hf_heads.modeling.base",
-    "hf_heads.modeling.causal_lm",
-    "hf_heads.modeling.classification",
-    "hf_heads.modeling.seq2seq",
-)
+logger = logging.getLogger(__name__)
+
 AUTO_CLASSES = {
     "HeadsForCausalLM": "AutoModelForCausalLM",
     "HeadsForSeq2SeqLM": "AutoModelForSeq2SeqLM",
@@ -43,24 +35,61 @@ MODEL_MODULES = {
     "HeadsForSeq2SeqLM": "hf_heads.modeling.seq2seq",
     "HeadsForSequenceClassification": "hf_heads.modeling.classification",
 }
-_IMPORT = re.compile(r"^from (hf_heads(?:\.\w+)+) import", re.M)
+CONFIG_MODULE = "hf_heads.modeling.configuration"
+# `push_to_hub` options of `save_pretrained` that `push_to_hub()` takes as well
+_HUB_OPTIONS = ("commit_message", "create_pr", "private", "revision", "commit_description", "tags", "token")
 
 
 def flat_name(module: str) -> str:
     return module.replace(".", "_")
 
 
+def code_modules() -> tuple[str, ...]:
+    """Every hf_heads module the model classes import, directly or not (sorted)."""
+    return tuple(sorted(_code_sources()))
+
+
+def _exportable(module: str, source: str) -> tuple[str, list[str]]:
+    """`source` with its `from hf_heads.a.b import ...` statements (found by `ast`, so docstrings and comments
+    are left alone) rewritten to `from .hf_heads_a_b import ...`, and the modules they import. Raises
+    `RuntimeError` for an hf_heads import that has no flat-module form (`import hf_heads...`,
+    `from hf_heads import ...`)."""
+    lines, imported = source.splitlines(keepends=True), []
+    for node in ast.walk(ast.parse(source)):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if not any(name.split(".")[0] == "hf_heads" for name in names) or getattr(node, "level", 0):
+            continue
+        line = lines[node.lineno - 1]
+        module_name = getattr(node, "module", None) or "hf_heads"
+        new = line.replace(f"from {module_name} import", f"from .{flat_name(module_name)} import", 1)
+        if isinstance(node, ast.Import) or module_name == "hf_heads" or new == line:
+            raise RuntimeError(f"{module}, line {node.lineno}: `{line.strip()}` cannot be exported with the model "
+                               "code; write `from hf_heads.x.y import z` on one line")  # fmt: skip
+        lines[node.lineno - 1] = new
+        imported.append(node.module)
+    return "".join(lines), imported
+
+
+def _code_sources() -> dict[str, str]:
+    """module -> source with rewritten imports, for the closure of the model classes' hf_heads imports.
+    Raises `RuntimeError` when a module imports hf_heads in a way that cannot be rewritten."""
+    todo, sources = [CONFIG_MODULE, *MODEL_MODULES.values()], {}
+    while todo:
+        module = todo.pop()
+        if module not in sources:
+            sources[module], imported = _exportable(module, inspect.getsource(importlib.import_module(module)))
+            todo += imported
+    return sources
+
+
 def write_code(directory: str | Path) -> list[str]:
     """Copy the model code into `directory` as flat modules with relative imports; returns the file names."""
+    sources = _code_sources()  # every source first: nothing is written when one cannot be exported
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for module in CODE_MODULES:
-        source = inspect.getsource(importlib.import_module(module))
-        for imported in _IMPORT.findall(source):
-            if imported not in CODE_MODULES:
-                raise RuntimeError(f"{module} imports {imported}, which is not exported with the model code")
-        source = _IMPORT.sub(lambda match: f"from .{flat_name(match.group(1))} import", source)
+    for module, source in sorted(sources.items()):
         name = f"{flat_name(module)}.py"
         (directory / name).write_text(source, encoding="utf-8")
         written.append(name)
@@ -69,24 +98,69 @@ def write_code(directory: str | Path) -> list[str]:
 
 def auto_map(model_class_name: str) -> dict[str, str]:
     return {
-        "AutoConfig": f"{flat_name('hf_heads.modeling.configuration')}.HeadsConfig",
+        "AutoConfig": f"{flat_name(CONFIG_MODULE)}.HeadsConfig",
         AUTO_CLASSES[model_class_name]: f"{flat_name(MODEL_MODULES[model_class_name])}.{model_class_name}",
     }
+
+
+def has_code(directory: str | Path) -> bool:
+    """Whether a saved model directory loads with `trust_remote_code=True` without hf_heads (its config has an
+    `auto_map` whose modules are in the directory)."""
+    config = Path(directory) / "config.json"
+    if not config.is_file():
+        return False
+    mapping = json.loads(config.read_text(encoding="utf-8")).get("auto_map") or {}
+    files = {value.rsplit(".", 1)[0] + ".py" for value in mapping.values() if isinstance(value, str)}
+    return bool(files) and all((Path(directory) / name).is_file() for name in files)
+
+
+def save_with_code(
+    model, directory: str | Path, save: Callable, *, strict: bool = False, is_main_process: bool = True, **kwargs
+):
+    """`save(directory, is_main_process=..., **kwargs)` (`PreTrainedModel.save_pretrained` of the model) with
+    `auto_map` in the config, then the code next to it. A model whose code cannot be exported is saved without
+    them, with a warning (it then loads with `import hf_heads` only), or, with `strict`, refused (`ValueError`)."""
+    name = type(model).__name__
+    try:
+        if name not in AUTO_CLASSES:
+            raise RuntimeError(f"model class {name!r} is not one of {', '.join(AUTO_CLASSES)}")
+        _code_sources()
+    except (OSError, TypeError, RuntimeError) as err:
+        if strict:
+            raise ValueError(f"cannot export the code of {name}: {err}") from err
+        logger.warning("saving %s without its code (%s): it loads with `import hf_heads` only", directory, err)
+        return save(directory, is_main_process=is_main_process, **kwargs)
+    if kwargs.pop("push_to_hub", False):  # save here with the code, then push what `push_to_hub()` saves (the same)
+        repo_id = kwargs.pop("repo_id", Path(directory).name)
+        hub = {key: kwargs.pop(key) for key in _HUB_OPTIONS if key in kwargs}
+        if "token" in hub:
+            kwargs["token"] = hub["token"]
+        result = save_with_code(model, directory, save, is_main_process=is_main_process, **kwargs)
+        if is_main_process:
+            model.push_to_hub(repo_id, **hub)
+        return result
+    had, previous = hasattr(model.config, "auto_map"), getattr(model.config, "auto_map", None)
+    model.config.auto_map = auto_map(name)
+    try:
+        result = save(directory, is_main_process=is_main_process, **kwargs)
+    finally:
+        if had:
+            model.config.auto_map = previous
+        else:
+            del model.config.auto_map
+    if is_main_process:
+        write_code(directory)
+    return result
 
 
 def export_for_hub(model, directory: str | Path, tokenizer=None, **save_kwargs) -> Path:
     """Write exactly what would be pushed to the Hub: weights, config (with `auto_map`), the custom
     code and, if given, the tokenizer."""
+    from transformers import PreTrainedModel
+
     directory = Path(directory)
-    name = type(model).__name__
-    if name not in AUTO_CLASSES:
-        raise ValueError(f"model class {name!r} cannot be exported; exportable: {', '.join(AUTO_CLASSES)}")
-    model.config.auto_map = auto_map(name)
-    try:
-        model.save_pretrained(directory, **save_kwargs)
-    finally:
-        del model.config.auto_map
-    write_code(directory)
+    save = functools.partial(PreTrainedModel.save_pretrained, model)
+    save_with_code(model, directory, save, strict=True, **save_kwargs)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
     return directory

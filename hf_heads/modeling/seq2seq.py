@@ -15,7 +15,7 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, Encode
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from hf_heads.heads import make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel
+from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
 
 
@@ -139,6 +139,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         T5 checkpoints with tied embeddings multiply the decoder states by d_model^-0.5 before their LM
         head; the hf_heads head has no such factor, so for them the starting logits differ from T5's by
         that scale (fine-tuning adapts it). BART, Marian, mBART and Pegasus start identical."""
+        refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
         out = lm.get_output_embeddings()
         continuous = (head or {}).get("family") == "continuous"

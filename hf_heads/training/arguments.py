@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
@@ -16,6 +17,9 @@ from hf_heads.heads.options import (
     SparseHeadOptions,
     head_dict,
 )
+
+logger = logging.getLogger(__name__)
+DEFAULT_LOGGING_STEPS = 500  # TrainingArguments' default, kept when the run length is not given in steps
 
 
 def _help(name: str) -> str:
@@ -98,10 +102,34 @@ class HeadFlags:
 
 
 @dataclass
-class HeadsTrainingArguments(HeadFlags, TrainingArguments):
-    """`TrainingArguments` + head flags."""
+class _RunDefaults:
+    """Defaults that fit the run: a logging interval from `max_steps`, and a warning for `--fp16` on a CPU."""
+
+    logging_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "Log every X update steps (an integer, or a float in [0, 1): a ratio of the total steps). "
+            f"Default: max_steps // 20 (at least 1) when --max_steps is given, else {DEFAULT_LOGGING_STEPS}; "
+            "--eval_steps, when not given, follows it (as in transformers)."
+        },
+    )
+
+    def __post_init__(self):
+        if self.logging_steps is None:  # not given: a loss curve with ~20 points, even for a short run
+            self.logging_steps = max(1, self.max_steps // 20) if self.max_steps > 0 else DEFAULT_LOGGING_STEPS
+        super().__post_init__()
+        # accelerate (which the Trainer relies on for autocast) turns fp16 autocast on for GPUs / NPUs / ... only:
+        # on a CPU `--fp16` trains in float32 with no message; bf16 autocast works on a CPU.
+        if self.fp16 and self.device.type == "cpu":
+            logger.warning("--fp16 on a CPU: the Trainer does not use fp16 autocast on CPU, so this run trains "
+                           "in float32; use --bf16 for mixed precision on a CPU")  # fmt: skip
 
 
 @dataclass
-class HeadsSeq2SeqTrainingArguments(HeadFlags, Seq2SeqTrainingArguments):
-    """`Seq2SeqTrainingArguments` + head flags."""
+class HeadsTrainingArguments(HeadFlags, _RunDefaults, TrainingArguments):
+    """`TrainingArguments` + head flags (and `logging_steps` defaulting to max_steps // 20)."""
+
+
+@dataclass
+class HeadsSeq2SeqTrainingArguments(HeadFlags, _RunDefaults, Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` + head flags (and `logging_steps` defaulting to max_steps // 20)."""

@@ -1,8 +1,21 @@
-"""Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves)."""
+"""Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves).
+
+What a card says is what holds for the model it describes:
+- the losses are named by what they are: the head says whether its eval loss is an NLL
+  (`head.eval_loss_is_nll`); sparse heads report the sparse-softmax loss (eq. 5), continuous heads their
+  training loss, classifiers a loss per example, language models a loss per token;
+- `model-index` lists only metrics with a standard meaning (perplexity when the eval loss is a language
+  model's NLL; accuracy, F1, BLEU, ROUGE), never a loss;
+- every score is on one 0-100 scale (sacreBLEU's; ROUGE, accuracy and F1 are multiplied by 100);
+- "how to load" says `trust_remote_code=True` only for a directory that carries the model code
+  (`hf_heads.modeling.export.has_code`), and seq2seq cards show `generate()` (transformers 5 has no
+  translation / summarization / text2text-generation pipelines).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -26,31 +39,273 @@ TASKS = {
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
 HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # packaged models and their Hub ids
 BUILT_FROM_CONFIG = ("tiny-gpt2", "tiny-llama", "tiny-bart", "tiny-t5", "tiny-marian", "tiny-bert")
+# Scores with a standard meaning, by their name without the split prefix; `scale` turns them into 0-100
+# (sacreBLEU's BLEU already is; rouge-score's ROUGE and scikit-learn's accuracy / F1 are fractions).
+STANDARD_SCORES = {
+    r"bleu": ("bleu", "BLEU", 1.0),
+    r"bleu_(\d)": ("bleu", "BLEU-{0}", 1.0),
+    r"rouge(1|2|L|Lsum)": ("rouge", "ROUGE-{0}", 100.0),
+    r"accuracy": ("accuracy", "accuracy", 100.0),
+    r"f1_(macro|micro)": ("f1", "{0}-F1", 100.0),
+}
+# other fractions shown on the 0-100 scale in the card's score table (not in model-index: not standard)
+OTHER_SCORES = (r"accuracy@\d+", r"majority_class_accuracy", r"target_token_coverage")
+SPLITS = (("eval_", "validation"), ("predict_", "test"))
 
 
-def plot_loss_curves(log_history: list[dict], path: str | Path, title: str) -> Path:
-    """Training and evaluation loss against the step, saved as PNG."""
+def _is_lm(model) -> bool:
+    return type(model).__name__ != "HeadsForSequenceClassification"
+
+
+def loss_labels(model) -> dict[str, str]:
+    """What the training and evaluation losses of `model` are: `train_label`, `eval_label` (curve legends and
+    the card) and `ylabel` (the unit). The head says whether its eval loss is an NLL (`eval_loss_is_nll`)."""
+    head = dict(model.config.head)
+    family = head["family"]
+    unit = "token" if _is_lm(model) else "example"
+    smoothing = f", label smoothing {head['label_smoothing']}" if head.get("label_smoothing") else ""
+    if family == "continuous":
+        loss = head["loss"]
+        name = "vMF NLL of the target embedding" if loss == "vmf" else f"{loss} margin loss"
+        return {"train_label": f"train loss ({name})",
+                "eval_label": f"eval loss ({name}, the training loss; not a word NLL)",
+                "ylabel": f"loss / {unit}"}  # fmt: skip
+    if family == "sparse":
+        name = f"sparse-softmax loss, eq. 5, top-{head['k']}"
+        return {"train_label": f"train loss ({name}{smoothing})",
+                "eval_label": f"eval loss ({name}; not an NLL, no perplexity)",
+                "ylabel": f"loss (nats / {unit})"}  # fmt: skip
+    if family == "margin":
+        train = f"margin softmax cross-entropy, {head['margin']} m={head['m']}"
+    elif family == "sampled":
+        train = f"sampled criterion {head['criterion']}-{head['method']}"
+        train += f", K={head['num_samples']}" if head["method"] != "full" else ""
+    else:
+        train = f"cross-entropy{smoothing}"
+    nll = bool(getattr(getattr(model, "head", None), "eval_loss_is_nll", False))
+    target = "word" if unit == "token" else "class"
+    what = f"{family} head's eval loss"
+    if nll:
+        what = f"NLL of the {target}" + {"margin": ", no margin", "sampled": ", corrected posterior, no margin"}.get(
+            family, "")  # fmt: skip
+    return {"train_label": f"train loss ({train})", "eval_label": f"eval loss ({what})",
+            "ylabel": f"loss (nats / {unit})"}  # fmt: skip
+
+
+def plot_loss_curves(
+    log_history: list[dict],
+    path: str | Path,
+    title: str,
+    *,
+    model=None,
+    train_label: str | None = None,
+    eval_label: str | None = None,
+    ylabel: str | None = None,
+) -> Path:
+    """Training and evaluation loss against the step, saved as PNG. The curves are labelled by what they are
+    (`loss_labels(model)`, or the labels given). A single logged value is drawn as a marker; a log with no
+    loss at all gives a figure that says so in its title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    labels = loss_labels(model) if model is not None else {}
+    train_label = train_label or labels.get("train_label", "train loss (training criterion)")
+    eval_label = eval_label or labels.get("eval_label", "eval loss")
+    ylabel = ylabel or labels.get("ylabel", "loss")
     train = [(e["step"], e["loss"]) for e in log_history if "loss" in e and "step" in e]
-    evals = [(e["step"], e["eval_loss"]) for e in log_history if "eval_loss" in e]
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
-    if train:
-        ax.plot(*zip(*train, strict=False), label="train loss (training criterion)")
-    if evals:
-        ax.plot(*zip(*evals, strict=False), marker="o", label="eval loss (NLL, no margin)")
+    evals = [(e["step"], e["eval_loss"]) for e in log_history if "eval_loss" in e and "step" in e]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
+    for points, label, style in ((train, train_label, "-"), (evals, eval_label, "--")):
+        if points:
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, style, marker="o" if len(points) == 1 or style == "--" else None, ms=4,
+                    label=label)  # fmt: skip
+    if not (train or evals):
+        title = f"{title}: no loss logged (run shorter than logging_steps?)"
+        ax.text(0.5, 0.5, "no loss logged", ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats / token)")
-    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if train or evals:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def _standard_score(name: str) -> tuple[str, str, float] | None:
+    """(model-index type, display name, factor to 0-100) of a standard score, else None."""
+    for pattern, (kind, display, factor) in STANDARD_SCORES.items():
+        match = re.fullmatch(pattern, name)
+        if match:
+            return kind, display.format(*match.groups()), factor
+    return None
+
+
+def _score_factor(name: str) -> float | None:
+    """Factor that puts a score on the 0-100 scale (None: not a score)."""
+    standard = _standard_score(name)
+    if standard:
+        return standard[2]
+    return 100.0 if any(re.fullmatch(pattern, name) for pattern in OTHER_SCORES) else None
+
+
+def _strip_split(key: str) -> str:
+    return next((key.removeprefix(prefix) for prefix, _ in SPLITS if key.startswith(prefix)), key)
+
+
+def model_index_results(model, metrics: dict, dataset: str, task_type: str, task_name: str) -> list[dict]:
+    """`model-index` results: per split, the metrics with a standard meaning (perplexity only when the eval loss
+    is a language model's NLL; accuracy, F1, BLEU, ROUGE on 0-100), never a loss, runtime or count."""
+    perplexity = _is_lm(model) and bool(getattr(getattr(model, "head", None), "eval_loss_is_nll", False))
+    results = []
+    for prefix, split in SPLITS:
+        values = []
+        for key, value in sorted(metrics.items()):
+            if not key.startswith(prefix) or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            name = key.removeprefix(prefix)
+            if name == "perplexity" and perplexity:
+                values.append({"type": "perplexity", "value": round(float(value), 4), "name": f"{split} perplexity"})
+            elif standard := _standard_score(name):
+                kind, display, factor = standard
+                values.append({"type": kind, "value": round(float(value) * factor, 4),
+                               "name": f"{split} {display} (0-100)"})  # fmt: skip
+        if values:
+            data = {"name": dataset, "type": dataset, "split": split}
+            results.append({"task": {"type": task_type, "name": task_name}, "dataset": data, "metrics": values})
+    return results
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _row(*cells) -> str:
+    """A markdown table row (a `|` inside a cell is escaped)."""
+    return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+
+def metrics_tables(model, metrics: dict) -> str:
+    """Two markdown tables: scores on one 0-100 scale, then losses and measurements (each loss described)."""
+    labels = loss_labels(model)
+    what = {"loss": labels["eval_label"].removeprefix("eval "),
+            "perplexity": f"exp(eval NLL per {'token' if _is_lm(model) else 'example'})"}  # fmt: skip
+    scores, others = [], []
+    for key, value in sorted(metrics.items()):
+        name = _strip_split(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        factor = _score_factor(name) if number else None
+        if factor is not None:
+            scores.append(_row(key, _fmt(round(float(value) * factor, 2))))
+        elif key == "train_loss":
+            others.append(_row(key, _fmt(value), f"{labels['train_label'].removeprefix('train ')}, mean"))
+        else:
+            others.append(_row(key, _fmt(value), what.get(name, "") if key != name else ""))
+    out = []
+    if scores:
+        out += ["Scores on a 0-100 scale (BLEU as sacreBLEU reports it; ROUGE, accuracy and F1 multiplied by 100):",
+                "", "| metric | value (0-100) |", "|---|---:|", *scores, ""]  # fmt: skip
+    out += ["| metric | value | what it is |", "|---|---:|---|", *others]
+    return "\n".join(out)
+
+
+def how_to_load(auto_class: str, repo: str, with_code: bool) -> str:
+    """The card's loading instructions: `trust_remote_code=True` only where the directory carries the code."""
+    lines = [
+        "With hf_heads installed (`pip install hf_heads`; `import hf_heads` registers the classes):",
+        "",
+        "```python",
+        "import hf_heads",
+        f"from transformers import {auto_class}",
+        "",
+        f'model = {auto_class}.from_pretrained("{repo}")',
+        "```",
+        "",
+    ]
+    if with_code:
+        lines += [
+            "Without hf_heads: the repository carries the model code (`hf_heads_*.py`, `auto_map` in",
+            "`config.json`):",
+            "",
+            "```python",
+            f"from transformers import {auto_class}",
+            "",
+            f'model = {auto_class}.from_pretrained("{repo}", trust_remote_code=True)',
+            "```",
+            "",
+            'Without either, transformers refuses with "contains custom code which must be executed": pass',
+            "`trust_remote_code=True`, or install and `import hf_heads` first.",
+        ]
+    else:
+        lines += [
+            "This directory does not carry the model code, so hf_heads is needed: without `import hf_heads`,",
+            'transformers answers "model type `hf_heads` but Transformers does not recognize this architecture"',
+            "and suggests upgrading transformers, which does not help. Saved again with hf_heads",
+            "(`model.save_pretrained(dir)`, or `model.export_for_hub(dir, tokenizer)`), the directory gets the",
+            "code and loads without hf_heads too.",
+        ]
+    return "\n".join(lines)
+
+
+def how_to_use(cls: str, repo: str, auto_class: str) -> str:
+    """A usage example that works with transformers 5 for the model's task."""
+    load = [
+        "from transformers import AutoTokenizer  # `model` loaded as above",
+        "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}")',
+    ]
+    if cls == "HeadsForSeq2SeqLM":
+        intro = ("transformers 5 has no translation / summarization / text2text-generation pipeline: tokenize, call "
+                 "`generate()` (greedy or beam search over the head's scores) and decode.")  # fmt: skip
+        code = [
+            *load,
+            'batch = tokenizer(["the source text"], return_tensors="pt")',
+            "output_ids = model.generate(**batch, num_beams=4, max_new_tokens=64)",
+            "print(tokenizer.batch_decode(output_ids, skip_special_tokens=True))",
+        ]
+    elif cls == "HeadsForCausalLM":
+        intro = "`generate()` and the `text-generation` pipeline work as for any causal LM."
+        code = [
+            *load,
+            'batch = tokenizer(["In the beginning"], return_tensors="pt")',
+            "output_ids = model.generate(**batch, max_new_tokens=20, do_sample=False)",
+            "print(tokenizer.batch_decode(output_ids, skip_special_tokens=True))",
+        ]
+    else:
+        intro = "The `text-classification` pipeline works, or take the argmax of the logits:"
+        code = [
+            *load,
+            "import torch",
+            "",
+            'batch = tokenizer(["a text to classify"], return_tensors="pt")',
+            "with torch.no_grad():",
+            "    label = model(**batch).logits.argmax(-1).item()",
+            "print(model.config.id2label[label])",
+        ]
+    return "\n".join([intro, "", "```python", *code, "```"])
+
+
+def inference_note(model) -> str:
+    """What the head returns at inference, for this model's family and task."""
+    family = model.config.head["family"]
+    notes = {
+        "softmax": "the logits of a plain softmax",
+        "margin": "the model's own scores, never the margin",
+        "sampled": "the paper's correction of the trained scores, renormalised over the vocabulary",
+        "sparse": f"the logits of the top {model.config.head.get('k')} classes (the others get -inf)",
+        "continuous": "the similarity of each vocabulary embedding to the predicted embedding (nearest-neighbour "
+        "decoding)",
+    }
+    use = {"HeadsForCausalLM": "`generate()` and evaluation work as for any transformers causal LM",
+           "HeadsForSeq2SeqLM": "`generate()` (greedy and beam search) and evaluation work as for any "
+           "transformers encoder-decoder",
+           "HeadsForSequenceClassification": "the logits are the class scores"}  # fmt: skip
+    return f"At inference the head returns {notes.get(family, 'the model scores')}, so {use[type(model).__name__]}."
 
 
 def write_model_card(
@@ -65,7 +320,10 @@ def write_model_card(
     plots: list[str] | None = None,
     repo_id: str | None = None,
 ) -> Path:
-    """Fill `model_card_template.md` and write `README.md` into `output_dir`."""
+    """Fill `model_card_template.md` and write `README.md` into `output_dir`; the loading instructions depend on
+    whether `output_dir` holds a saved model with its code (`hf_heads.modeling.export.has_code`)."""
+    from hf_heads.modeling.export import has_code
+
     output_dir = Path(output_dir)
     cls = type(model).__name__
     task_type, task_name, auto_class = TASKS[cls]
@@ -74,22 +332,6 @@ def write_model_card(
     head = dict(model.config.head)
     family = head["family"]
     name = repo_id or output_dir.name
-    results = []
-    for prefix, split in (("eval_", "validation"), ("predict_", "test")):
-        values = [
-            {
-                "type": key.removeprefix(prefix),
-                "value": round(float(value), 4),
-                "name": f"{split} {key.removeprefix(prefix)}",
-            }
-            for key, value in sorted(metrics.items())
-            if key.startswith(prefix)
-            and isinstance(value, int | float)
-            and not key.endswith(("runtime", "per_second"))
-        ]
-        if values:
-            data = {"name": dataset, "type": dataset, "split": split}
-            results.append({"task": {"type": task_type, "name": task_name}, "dataset": data, "metrics": values})
     meta = {
         "library_name": "transformers",
         "tags": ["hf_heads", f"head-{family}", task_type],
@@ -97,7 +339,7 @@ def write_model_card(
         "model-index": [
             {
                 "name": name,
-                "results": results,
+                "results": model_index_results(model, metrics, dataset, task_type, task_name),
             }
         ],
     }
@@ -108,7 +350,7 @@ def write_model_card(
         k: getattr(training_args, k)
         for k in (
             "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
-            "num_train_epochs", "warmup_steps", "weight_decay", "lr_scheduler_type", "seed",
+            "num_train_epochs", "warmup_steps", "weight_decay", "lr_scheduler_type", "seed", "logging_steps",
         )
         if hasattr(training_args, k)
     }  # fmt: skip
@@ -121,16 +363,16 @@ def write_model_card(
         else base_model or "built from a config (random initialisation)",
         family=family,
         paper=PAPERS.get(family, family),
+        inference=inference_note(model),
         head_json=json.dumps(head, indent=2),
         dataset=dataset,
-        metrics_table="\n".join(
-            f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(metrics.items())
-        ),
-        hyper_table="\n".join(f"| {k} | {v} |" for k, v in hyper.items()),
-        auto_class=auto_class,
-        repo=name,
+        metrics_tables=metrics_tables(model, metrics),
+        hyper_table="\n".join(f"| {k} | {getattr(v, 'value', v)} |" for k, v in hyper.items()),
+        how_to_load=how_to_load(auto_class, name, has_code(output_dir)),
+        how_to_use=how_to_use(cls, name, auto_class),
         plots="\n\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in plots or []),
     )
+    output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "README.md"
     path.write_text(text, encoding="utf-8")
     return path

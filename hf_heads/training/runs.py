@@ -3,10 +3,13 @@ local/Hub/bundled data, metrics, and the end-of-run artefacts (plots, card, Hub 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import resource
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +110,94 @@ def load_local_files(train: str | None, validation: str | None, test: str | None
     return datasets.load_dataset(builders[ext], data_files=files)
 
 
+def _offline() -> bool:
+    """Whether the Hugging Face Hub is switched off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    from huggingface_hub import constants
+
+    flags = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    on = ("1", "ON", "YES", "TRUE")
+    return bool(constants.HF_HUB_OFFLINE) or any(os.environ.get(flag, "").upper() in on for flag in flags)
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_hub_dataset(name: str, config_name: str | None, builtin: Iterable[str], flag: str = "--dataset_name"):
+    """`datasets.load_dataset(name, config_name)` for a `--dataset_name` that is not a built-in corpus; a name
+    the Hub cannot give (offline, or no such dataset) is one `UsageError` line listing the built-in corpora."""
+    import datasets
+    from datasets.exceptions import DatasetNotFoundError
+
+    try:
+        return datasets.load_dataset(name, config_name)
+    except (ConnectionError, DatasetNotFoundError) as err:
+        builtin = list(builtin)
+        why = (
+            "Hub datasets need a network (Hugging Face offline mode is on: HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"
+            if _offline()
+            else "the Hub could not be reached"
+            if isinstance(err, ConnectionError)
+            else f"the Hub has no such dataset ({str(err).splitlines()[0]})"
+        )
+        raise UsageError(
+            f"{flag}={name!r} is not a built-in corpus{_did_you_mean(name, builtin)}, and {why}; built-in corpora: "
+            f"{', '.join(builtin)}; or give local files (--train_file / --validation_file)"
+        ) from err
+
+
+@contextmanager
+def loading_model(flag: str, name: str, builtin: Iterable[str]) -> Iterator[None]:
+    """Around `from_pretrained` of `name` (given by `flag`): the `OSError` transformers raises for a model it cannot
+    find (a Hub id offline, a misspelt directory) becomes one `UsageError` line that says what works offline."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, FileNotFoundError) and not _is_hub_error(err):
+            raise
+        if Path(name).exists():  # a local directory that is not a model: transformers' own first line says why
+            raise UsageError(f"{flag}={name!r}: {str(err).splitlines()[0]}") from err
+        builtin = list(builtin)
+        reason = ("Hugging Face offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache"
+                  if _offline() else "the Hub could not be reached or has no such model")  # fmt: skip
+        works = "a local directory" + (f" or a built-in model: {', '.join(builtin)}" if builtin else "")
+        raise UsageError(
+            f"{flag}={name!r} is not a local directory{_did_you_mean(name, builtin)}, and {reason}; "
+            f"offline, use {works}"
+        ) from err
+
+
+def _is_hub_error(err: BaseException) -> bool:
+    """Whether `err` was raised inside transformers / huggingface_hub / datasets (a model or file they could not
+    find), as opposed to the script's own I/O."""
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    filename = last.tb_frame.f_code.co_filename if last is not None else ""
+    return any(f"{os.sep}{pkg}{os.sep}" in filename for pkg in ("transformers", "huggingface_hub", "datasets"))
+
+
+def ensure_word_counts(model, train_dataset, head: dict) -> None:
+    """Before evaluating without training: a head whose norm scaling or noise needs word counts and has none
+    (a model built here, not a trained hf_heads model, which saves them) gets the training split's label counts,
+    as `HeadsTrainer` collects them before training; with no training split, a `UsageError` names the flags."""
+    from hf_heads.training.trainer import label_counts
+
+    head_module = getattr(model, "head", None)
+    if head_module is None or not model.head_needs_counts() or bool((head_module.word_counts >= 0).all()):
+        return
+    if train_dataset is None or len(train_dataset) == 0:
+        norm = head.get("word_norm") not in (None, "no-mod") and head.get("scale") is None
+        what = f"--word_norm={head.get('word_norm')!r}" if norm else f"--noise={head.get('noise')!r}"
+        raise UsageError(
+            f"{what} needs word counts of the training data, and this run has no training split to count them "
+            "from: give --train_file (or a --dataset_name with a train split; its tokens are counted), or "
+            "--model_name_or_path of a trained hf_heads model (it saves its counts)"
+        )
+    model.set_word_counts(label_counts(train_dataset, head_module.num_classes))
+
+
 def truncate_splits(raw, train: int | None, validation: int | None, test: int | None):
     """The first `--max_*_samples` rows of each split (splits without a limit are kept whole)."""
     import datasets
@@ -189,14 +280,25 @@ def save_json(path: str | Path, data: dict) -> None:
 
 
 def main_wrapper(main) -> None:
-    """Run `main()`; a `UsageError`/`ValueError` from bad input prints one line and exits with status 2
-    (set HF_HEADS_TRACEBACK=1 to see the traceback instead)."""
+    """Run `main()`; a `UsageError`/`ValueError` from bad input, or an `OSError` of transformers / huggingface_hub
+    for a model it cannot find, prints one line and exits with status 2 (set HF_HEADS_TRACEBACK=1 to see the
+    traceback instead)."""
     try:
         main()
     except (UsageError, ValueError, FileNotFoundError, ModuleNotFoundError) as err:
         if os.environ.get("HF_HEADS_TRACEBACK"):
             raise
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # transformers / huggingface_hub could not find a model or file (e.g. a Hub id offline)
+        if os.environ.get("HF_HEADS_TRACEBACK") or not _is_hub_error(err):
+            raise
+        offline = " (Hugging Face offline mode is on: Hub ids load only from the local cache)" if _offline() else ""
+        print(
+            f"error: {str(err).splitlines()[0]}{offline}; offline, models load from local directories, the "
+            f"built-in tiny backbones and the packaged models ({', '.join(PACKAGED_MODELS)})",
+            file=sys.stderr,
+        )
         sys.exit(2)
 
 
@@ -219,8 +321,9 @@ def finish_run(
     trainer, *, model, tokenizer, run_args: RunArguments, training_args, dataset: str, base_model: str,
     metrics: dict, plots: list[str] | tuple[str, ...] = (), task: tuple[str, str] | None = None,
 ) -> None:  # fmt: skip
-    """End-of-run artefacts on the main process: loss-curve plot, model card (with `model-index`),
-    `run_summary.json`, the offline Hub export (`--hub_export_dir`) and `--push_to_hub`."""
+    """End-of-run artefacts on the main process: loss-curve plot (each loss labelled by what it is), model card
+    (with `model-index`), `run_summary.json`, the offline Hub export (`--hub_export_dir`, with its own card)
+    and `--push_to_hub` (which keeps this card: the Trainer would replace it with a generic one)."""
     from hf_heads.training.cards import plot_loss_curves, write_model_card
 
     if not trainer.is_world_process_zero():
@@ -228,15 +331,20 @@ def finish_run(
     out = Path(training_args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     family = model.config.head["family"]
-    plots = [str(plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{family} head")), *plots]
-    write_model_card(out, model=model, dataset=dataset, metrics=metrics, training_args=training_args,
-                     base_model=base_model, plots=plots, repo_id=training_args.hub_model_id, task=task)  # fmt: skip
+    curves = plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{family} head", model=model)
+    plots = [str(curves), *plots]
+    card = dict(model=model, dataset=dataset, metrics=metrics, training_args=training_args, base_model=base_model,
+                plots=plots, task=task)  # fmt: skip
+    write_model_card(out, repo_id=training_args.hub_model_id, **card)
     save_json(out / "run_summary.json", {"head": model.config.head, "dataset": dataset, **metrics})
     if run_args.hub_export_dir:
-        model.export_for_hub(run_args.hub_export_dir, tokenizer=tokenizer)
-        for name in ["README.md", *(Path(p).name for p in plots)]:
-            (Path(run_args.hub_export_dir) / name).write_bytes((out / name).read_bytes())
-        print(f"Hub export written to {run_args.hub_export_dir}")
+        hub = Path(run_args.hub_export_dir)
+        model.export_for_hub(hub, tokenizer=tokenizer)
+        for name in (Path(p).name for p in plots):
+            (hub / name).write_bytes((out / name).read_bytes())
+        write_model_card(hub, repo_id=training_args.hub_model_id or out.name, **card)
+        print(f"Hub export written to {hub}")
     if training_args.push_to_hub:
+        trainer.create_model_card = lambda *args, **kwargs: None  # keep README.md: the hf_heads card
         trainer.push_to_hub()
     print(f"model, card and plots written to {out}")
