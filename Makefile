@@ -64,11 +64,12 @@ demo: install
 		--method nce --num_samples 1024 --noise log-uniform
 	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin $(DEMO_DIR)/sampled
 
+# Two xdist workers (one thread each) on the reference machine's 2 cores.
 test: install
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n 2 -m "not slow" --durations=15 tests
 
 test-all: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --durations=15 tests
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -45,7 +45,7 @@ HEADS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--eval_verses", type=int, default=64)
+    parser.add_argument("--eval_verses", type=int, default=16)
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args()
     torch.manual_seed(0)

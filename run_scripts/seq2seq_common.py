@@ -244,10 +244,10 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     if covered is not None and not trained:
         model.head.set_embedding_table(table)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
-    k = head.get("k")
+    k = head.get("decode_k") or head.get("k")
     if head["family"] == "sparse" and (training_args.generation_num_beams or 1) > k:
-        raise UsageError(f"--generation_num_beams={training_args.generation_num_beams} must be <= --k={k}: "
-                         "the sparse head gives every other token probability 0")  # fmt: skip
+        raise UsageError(f"--generation_num_beams={training_args.generation_num_beams} must be <= --k={k}: the sparse "
+                         "head (decoding with --decode_k, default k) gives other tokens probability 0")  # fmt: skip
 
     def preprocess(batch: dict) -> dict:
         sources = [data_args.source_prefix + (s or "") for s in batch["source"]]

@@ -10,7 +10,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import GPT2Config, LlamaConfig  # noqa: E402
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# `make test` runs the suite on 2 pytest-xdist workers: one thread each (and in the scripts they start), so the
+# two workers share the 2 cores instead of oversubscribing them. A plain `pytest` run keeps 2 threads.
+THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
+os.environ["OMP_NUM_THREADS"] = THREADS
+torch.set_num_threads(min(int(THREADS), torch.get_num_threads()))
 
 
 def tiny_gpt2_config(vocab_size: int = 61, **kw) -> GPT2Config:

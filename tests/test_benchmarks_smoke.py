@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
 @pytest.mark.parametrize(

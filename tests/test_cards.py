@@ -22,7 +22,7 @@ from hf_heads.training.cards import loss_labels, model_index_results
 from hf_heads.training.runs import RunArguments, finish_run, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 GPT2 = dict(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=32, bos_token_id=2, eos_token_id=3)
 BART = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
             encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=50, max_position_embeddings=32, pad_token_id=1,

@@ -21,7 +21,7 @@ from hf_heads.data import minilm_path
 from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _drop_tensor(directory: Path, key: str) -> None:

@@ -19,7 +19,7 @@ from hf_heads.training.trainer import label_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_CLM = str(ROOT / "run_scripts" / "run_clm.py")
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 MARGIN_FLAGS = ["--head", "margin", "--margin", "arc", "--m", "0.001", "--word_norm", "log-unigram"]
 SMALL = ["--block_size", "32", "--per_device_train_batch_size", "4", "--report_to", "none", "--seed", "0"]
 

@@ -13,7 +13,7 @@ from reopen_check import assert_reopens
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "run_scripts"
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 QUIET = ["--report_to", "none", "--seed", "0", "--save_strategy", "no", "--disable_tqdm", "true"]
 
 

@@ -147,3 +147,26 @@ def test_chunked_sparse_gradient_gradcheck_float64(reduction):
             return out if reduction == "mean" else out * torch.arange(1.0, 8.0, dtype=torch.float64)
 
         assert torch.autograd.gradcheck(f, (h, w, b))
+
+
+def test_decode_k_truncates_the_inference_distribution_and_round_trips(tmp_path):
+    """The sparse-softmax paper trains with k = 20 and decodes with beam 5 over the top 5: `decode_k` sets the k of
+    the inference logits (and so of generate()); the training loss keeps `k`; saved with the config."""
+    from conftest import tiny_gpt2_config
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_gpt2_config().to_dict(), head={"family": "sparse", "k": 20,
+                                                                                       "decode_k": 5}))  # fmt: skip
+    ids = torch.randint(4, 61, (2, 9))
+    model.eval()
+    logits = model(input_ids=ids).logits
+    assert bool((torch.isfinite(logits).sum(-1) == 5).all())
+    hidden = model.backbone(input_ids=ids).last_hidden_state
+    expected = sparse_linear_cross_entropy(hidden[:, :-1], model.head.weight, model.head.bias, ids[:, 1:], 20)
+    torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, expected)
+    model.save_pretrained(tmp_path)
+    again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
+    assert again.config.head["decode_k"] == 5
+    torch.testing.assert_close(again(input_ids=ids).logits, logits)
+    with pytest.raises(ValueError, match="head.decode_k"):
+        HeadsConfig(backbone=tiny_gpt2_config().to_dict(), head={"family": "sparse", "decode_k": 0})

@@ -203,7 +203,11 @@ class DiscreteHead(nn.Module):
         does); the margin / sampled scores are computed in float32 with autocast off."""
         if not self.is_margin:
             out = F.linear(hidden, self.weight, self.bias).to(self.weight.dtype)
-            return truncate_to_top_k(out, self.options.k) if isinstance(self.options, SparseHeadOptions) else out
+            return (
+                truncate_to_top_k(out, self.options.inference_k)
+                if isinstance(self.options, SparseHeadOptions)
+                else out
+            )
         return self._margin_inference_logits(hidden).to(self.weight.dtype)
 
     @autocast_off
@@ -220,6 +224,16 @@ class DiscreteHead(nn.Module):
             scores, criterion=o.criterion, method=o.method, noise_probs=self.noise_probs(),
             num_samples=o.num_samples, normalize=o.normalize,
         ).to(scores.dtype)  # fmt: skip
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether copying a checkpoint's output layer leaves this head's distribution different from the
+        checkpoint's (norm scalings, sampled corrections), so that `calibrate_to` has something to do."""
+        if not self.is_margin:
+            return False
+        o = self.options
+        norms = o.scale is None and (o.word_norm != "no-mod" or o.context_norm != "no-mod")
+        return norms or o.context_norm == "max-norm" or (self.is_sampled and self.bias is not None)
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:

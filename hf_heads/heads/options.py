@@ -155,10 +155,24 @@ class SparseHeadOptions(SoftmaxHeadOptions):
     only the k largest logits of each row (k >= num_beams for beam search)."""
 
     k: int = field(default=20, metadata={"help": "Logits kept per row (the paper's best: 20); k >= V is softmax."})
+    decode_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "Logits kept per row by the inference distribution and generate() (the paper trains with k=20 "
+            "and decodes with beam 5 over the top 5); default: k. Keep decode_k >= num_beams."
+        },
+    )
 
     def validate(self) -> None:
         super().validate()
         check_number("head.k", self.k, minimum=1, integer=True)
+        if self.decode_k is not None:
+            check_number("head.decode_k", self.decode_k, minimum=1, integer=True)
+
+    @property
+    def inference_k(self) -> int:
+        """The k of the inference logits: `decode_k`, or the training `k`."""
+        return self.k if self.decode_k is None else self.decode_k
 
 
 CONTINUOUS_LOSSES = ("vmf", *(f"syn-margin-{n}" for n in ("projection", "difference")),

@@ -83,8 +83,8 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
     @torch.no_grad()
     def _calibrate_from(self, lm: PreTrainedModel, calibration_ids: torch.LongTensor | None) -> None:
         head = self.head
-        if not head.is_margin:
-            return  # softmax / sparse heads start as the checkpoint's output layer exactly
+        if not head.needs_calibration:
+            return  # softmax, sparse and plain margin heads start as the checkpoint's output layer exactly
         if self.head_needs_counts():
             if bool((head.word_counts < 0).any()):
                 logger.warning(

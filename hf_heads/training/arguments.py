@@ -38,7 +38,8 @@ FLAG_TO_OPTION = {
     "margin": "margin", "m": "m", "scale": "scale", "word_norm": "word_norm", "context_norm": "context_norm",
     "criterion": "criterion", "method": "method", "num_samples": "num_samples", "noise": "noise",
     "noise_smoothing": "noise_smoothing", "noise_add": "noise_add", "remove_accidental_hits": "remove_accidental_hits",
-    "normalize": "normalize", "k": "k", "head_label_smoothing": "label_smoothing", "head_bias": "bias",
+    "normalize": "normalize", "k": "k", "decode_k": "decode_k", "head_label_smoothing": "label_smoothing",
+    "head_bias": "bias",
     "loss_chunk_size": "chunk_size", "loss": "loss", "loss_margin": "loss_margin", "num_negatives": "num_negatives",
     "vmf_lambda1": "vmf_lambda1", "vmf_lambda2": "vmf_lambda2", "tie_decoder_inputs": "tie_decoder_inputs",
     "logit_scale": "logit_scale", "embedding_name": "embedding_name",
@@ -65,6 +66,7 @@ class HeadFlags:
     remove_accidental_hits: bool | None = _flag("remove_accidental_hits")
     normalize: bool | None = _flag("normalize")
     k: int | None = _flag("k")
+    decode_k: int | None = _flag("decode_k")
     head_label_smoothing: float | None = field(
         default=None, metadata={"help": "Softmax / sparse heads: label smoothing of the training loss (default: 0)."}
     )
