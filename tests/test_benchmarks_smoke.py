@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HEADS_BENCH_IN_PROCESS": "1"}  # no fresh process per method
 
 
 @pytest.mark.parametrize(
