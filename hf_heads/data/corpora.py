@@ -91,10 +91,12 @@ def _cached(key: str, build: Callable[[], DatasetDict]) -> DatasetDict:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     dsd.save_to_disk(str(tmp))
-    if path.exists():  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
+    try:
         os.replace(tmp, path)
+    except OSError:  # another process (e.g. a parallel test worker) finished first: keep its copy
+        if not (path / "dataset_dict.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return load_from_disk(str(path))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import torch
@@ -71,6 +72,22 @@ class HeadsPreTrainedModel(PreTrainedModel):
         name = next(n for n, p in self.backbone.named_parameters(remove_duplicate=False) if p is emb)
         self._tied_weights_keys = {"head.weight": f"backbone.{name}"}
         self.head.weight = emb
+
+    _skip_logits = False  # set by `logits_skipped()`
+
+    @contextlib.contextmanager
+    def logits_skipped(self):
+        """Within this context a forward pass given labels returns the loss and no logits, in eval mode too (the
+        eval loss and perplexity never need the (B, T, V) logits; `HeadsTrainer` uses it for loss-only
+        evaluation)."""
+        previous, self._skip_logits = self._skip_logits, True
+        try:
+            yield self
+        finally:
+            self._skip_logits = previous
+
+    def _wants_logits(self, labels) -> bool:
+        return labels is None or not (self.training or self._skip_logits)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.backbone.get_input_embeddings()

@@ -147,7 +147,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
             loss = self.head.loss(hidden, shifted.to(hidden.device), num_items_in_batch=num_items_in_batch)
         logits = None
-        if labels is None or not self.training:
+        if self._wants_logits(labels):
             keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
             logits = self.head.logits(hidden[:, keep, :])  # (B, T', V)
         return CausalLMOutputWithPast(

@@ -126,7 +126,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         loss = None
         if labels is not None:
             loss = self.head.loss(pooled, labels.to(pooled.device), num_items_in_batch=num_items_in_batch)
-        logits = None if (labels is not None and self.training) else self.head.logits(pooled)  # (B, C)
+        logits = self.head.logits(pooled) if self._wants_logits(labels) else None  # (B, C)
         return SequenceClassifierOutput(
             loss=loss,
             logits=logits,

@@ -244,7 +244,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = self.head.loss(hidden, labels.to(hidden.device), num_items_in_batch=num_items_in_batch)
-        logits = None if (labels is not None and self.training) else self.head.logits(hidden)  # (B, T, V)
+        logits = self.head.logits(hidden) if self._wants_logits(labels) else None  # (B, T, V)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

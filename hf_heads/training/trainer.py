@@ -56,6 +56,15 @@ class _HeadsTrainerMixin:
         self._prepare_head()
         return super().train(*args, **kwargs)
 
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Loss-only evaluation (no `compute_metrics`, or `--prediction_loss_only`) never builds the (B, T, V)
+        logits: the head computes the eval loss in chunks from the hidden states."""
+        inner = self.accelerator.unwrap_model(model)
+        if prediction_loss_only and "labels" in inputs and hasattr(inner, "logits_skipped"):
+            with inner.logits_skipped():
+                return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)

@@ -1,0 +1,35 @@
+"""Loss-only evaluation builds no (B, T, V) logits: `Trainer.evaluate` without `compute_metrics` goes through
+`HeadsTrainer.prediction_step`, which asks the model for its loss only; the eval loss is the same."""
+
+import pytest
+import torch
+from conftest import tiny_llama_config
+from test_run_clm import _lm_dataset
+
+from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsTrainer, HeadsTrainingArguments
+
+
+@pytest.mark.parametrize("head", [{"family": "softmax"}, {"family": "sampled", "criterion": "ce", "method": "is",
+                                                          "num_samples": 8, "noise": "uniform"}])  # fmt: skip
+def test_evaluate_without_compute_metrics_builds_no_logits(tmp_path, head):
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    calls = []
+    original = model.head.logits
+    model.head.logits = lambda hidden: calls.append(tuple(hidden.shape)) or original(hidden)
+    args = HeadsTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to="none",
+                                  use_cpu=True, disable_tqdm=True)  # fmt: skip
+    data = _lm_dataset(n=8)
+    trainer = HeadsTrainer(model=model, args=args, eval_dataset=data)
+    loss_only = trainer.evaluate()["eval_loss"]
+    assert calls == []  # no logits built
+    trainer.compute_metrics = lambda prediction: {}  # a metric that needs predictions: logits are built
+    with_logits = trainer.evaluate()["eval_loss"]
+    assert calls and calls[0][-1] == 32
+    assert loss_only == pytest.approx(with_logits, rel=1e-6)
+    model.eval()
+    batch = {k: torch.tensor(v[:2]) for k, v in data[:2].items()}
+    with model.logits_skipped():
+        out = model(**batch)
+    assert out.logits is None and torch.isfinite(out.loss)
+    assert model(**batch).logits.shape == (2, 16, 61)
