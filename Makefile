@@ -78,6 +78,7 @@ bench: install
 	$(PY) benchmarks/bench_margin.py
 	$(PY) benchmarks/bench_sampled.py
 	$(PY) benchmarks/bench_sparse.py
+	$(PY) benchmarks/bench_eval.py
 	$(PY) benchmarks/bench_continuous.py --plot docs/results/continuous/instances_per_second.png
 
 # The research reproductions (each 15-45 minutes on 2 CPU cores), written to docs/results/.

@@ -50,3 +50,22 @@ def tiny_base(request, tmp_path):
     path = tmp_path / request.param
     model.eval().save_pretrained(path)
     return str(path), model
+
+
+# The longest end-to-end tests (seconds on the reference machine, one thread) go first, so that the two xdist
+# workers start them early and the short tests fill in around them instead of one long test running alone at the end.
+LONG_FIRST = (
+    "test_run_classification_minilm_beats_majority_class",
+    "test_cli_fuzz_one_line_error_and_exit_2",
+    "test_run_translation_sparse_end_to_end_under_accelerate",
+    "test_run_clm_margin_end_to_end",
+    "test_smollm2_softmax_head_same_logits",
+    "test_run_question_generation_minilm_bert2bert",
+    "test_two_process_ddp_matches_one_process",
+    "test_run_summarization_tiny_t5_head_tail",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.originalname, len(rank)))

@@ -16,6 +16,8 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HEADS_BENCH_IN_PROCESS": "1"}  #
     [
         ("bench_sparse.py", ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
          "| hf_heads chunked, sparse k=5 |"),
+        ("bench_eval.py", ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
+         "| hf_heads HeadsTrainer.evaluate |"),
         ("bench_continuous.py", ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--plot",
                                  "{tmp}/ips.png"], "| continuous d=300, syn-margin-projection |"),
     ],

@@ -138,13 +138,14 @@ def test_run_question_generation_minilm_bert2bert(tmp_path):
 
 def test_run_classification_minilm_beats_majority_class(tmp_path):
     """The real check of the classification path: MiniLM fine-tuned on WordNet's 45 lexicographer classes
-    for 80 steps with the sparse head is far above the majority-class baseline."""
+    for 60 steps of 16 glosses with the sparse head is far above the majority-class baseline (measured with one
+    thread: accuracy 0.427 against 0.123, 98 s)."""
     out = tmp_path / "run"
     proc = run(
         "run_classification.py", "--output_dir", str(out), "--dataset_name", "wordnet-lexnames",
-        "--model_name_or_path", "minilm", "--max_train_samples", "2560", "--max_eval_samples", "500",
-        "--max_seq_length", "48", "--do_train", "--do_eval", "--max_steps", "80", "--per_device_train_batch_size",
-        "32", "--learning_rate", "1e-4", "--head", "sparse", "--k", "10", *QUIET,
+        "--model_name_or_path", "minilm", "--max_train_samples", "960", "--max_eval_samples", "300",
+        "--max_seq_length", "32", "--do_train", "--do_eval", "--max_steps", "60", "--per_device_train_batch_size",
+        "16", "--learning_rate", "2e-4", "--head", "sparse", "--k", "10", *QUIET,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())
