@@ -48,7 +48,8 @@ def run_one(method: str, tokens: int, hidden: int, vocab: int, device: str, repe
     def step():
         result.update(trainer.evaluate())
 
-    return {"method": method, "eval_loss": result.get("eval_loss"), **measure(step, device, repeats)}
+    timing = measure(step, device, repeats)
+    return {"method": method, "eval_loss": result["eval_loss"], **timing}
 
 
 def main() -> None:
