@@ -33,3 +33,18 @@ def test_evaluate_without_compute_metrics_builds_no_logits(tmp_path, head):
         out = model(**batch)
     assert out.logits is None and torch.isfinite(out.loss)
     assert model(**batch).logits.shape == (2, 16, 61)
+
+
+def test_fused_loss_without_gradients_is_the_same_loss():
+    """Under no_grad the chunked loss computes the loss alone (no gradient matmuls): same value, every option."""
+    from hf_heads.losses import fused_linear_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    h, w, b = torch.randn(40, 16, generator=g), torch.randn(50, 16, generator=g), torch.randn(50, generator=g)
+    y = torch.randint(0, 50, (40,), generator=g)
+    y[3] = -100
+    for kwargs in ({}, {"top_k": 5}, {"label_smoothing": 0.1}, {"reduction": "sum"}, {"num_items_in_batch": 17}):
+        reference = fused_linear_cross_entropy(h.requires_grad_(), w, b, y, chunk_size=7, **kwargs)
+        with torch.no_grad():
+            fast = fused_linear_cross_entropy(h, w, b, y, chunk_size=7, **kwargs)
+        torch.testing.assert_close(fast, reference.detach())
