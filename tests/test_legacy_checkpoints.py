@@ -22,3 +22,17 @@ def test_legacy_checkpoint_loads_and_predicts_the_same_logits(name):
     with torch.no_grad():
         logits = model(**inputs(task)).logits
     torch.testing.assert_close(logits, expected["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_run_scripts_compare_a_legacy_head_section_with_todays_flags():
+    """A run directory saved before an option existed (no `warm_start_gain` / `decode_k` in its head section) is the
+    same head as today's flags for it: reopening or resuming it with those flags is not refused."""
+    from hf_heads.heads import head_dict
+    from hf_heads.training.runs import resolve_head, same_head, saved_head
+
+    head = CASES["causal-margin"][1]
+    saved = saved_head(str(LEGACY / "causal-margin"))
+    assert saved == head_dict(head) and "warm_start_gain" in saved
+    assert resolve_head(str(LEGACY / "causal-margin"), head_dict(head), flags_given=True) == saved
+    assert same_head({**saved, "warm_start_gain": 0.3}, saved)  # fitted by from_base, not a user's choice
+    assert not same_head({**saved, "m": 0.3}, saved)

@@ -231,12 +231,22 @@ def resolve_checkpoint(output_dir: str, resume: str | bool | None, head: dict) -
         path = str(resume)
     if path is None or not (Path(path) / "config.json").is_file():
         raise UsageError(f"--resume_from_checkpoint={resume!r}: no checkpoint with a config.json found (at {path})")
-    saved = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("head")
-    if saved != head:
+    saved = saved_head(path)
+    if not same_head(saved, head):
         raise UsageError(
             f"--resume_from_checkpoint={path!r} was trained with head {saved}, but this run asks for head {head}"
         )
     return path
+
+
+def same_head(a: dict | None, b: dict | None) -> bool:
+    """Whether two head sections ask for the same head; `warm_start_gain` is ignored: `from_base` fits it when it
+    calibrates a warm start, it is not a user's choice (a resumed or reopened calibrated run keeps its own)."""
+
+    def strip(head):
+        return None if head is None else {k: v for k, v in head.items() if k != "warm_start_gain"}
+
+    return strip(a) == strip(b)
 
 
 def saved_head(name_or_path: str) -> dict | None:
@@ -245,7 +255,11 @@ def saved_head(name_or_path: str) -> dict | None:
     if not config.is_file():
         return None
     data = json.loads(config.read_text(encoding="utf-8"))
-    return data.get("head") if data.get("model_type") == "hf_heads" else None
+    if data.get("model_type") != "hf_heads" or data.get("head") is None:
+        return None
+    from hf_heads.heads import head_dict
+
+    return head_dict(data["head"])  # every option filled in, so a directory saved before an option existed compares
 
 
 def resolve_head(name_or_path: str, requested: dict, flags_given: bool) -> dict:
@@ -254,7 +268,7 @@ def resolve_head(name_or_path: str, requested: dict, flags_given: bool) -> dict:
     saved = saved_head(name_or_path)
     if saved is None:
         return requested
-    if flags_given and saved != requested:
+    if flags_given and not same_head(saved, requested):
         raise UsageError(
             f"--model_name_or_path={name_or_path!r} is an hf_heads model with head {saved}, but the head flags ask "
             f"for {requested}; drop the head flags to use its head, or start from its base model"
