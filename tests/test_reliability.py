@@ -131,7 +131,7 @@ BAD_FLAGS = {
 SCRIPTS = ["run_clm.py", "run_translation.py", "run_classification.py"]
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_cli_fuzz_one_line_error_and_exit_2(tmp_path_factory, data):
     script = data.draw(st.sampled_from(SCRIPTS))

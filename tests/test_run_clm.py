@@ -133,10 +133,13 @@ def test_output_dir_holding_a_run_is_refused(text_files, tmp_path):
 def test_resume_from_checkpoint_of_another_head_is_refused(tmp_path):
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()
-    softmax = {"family": "softmax", "bias": True, "chunk_size": None}
+    from hf_heads.heads import head_dict
+
+    softmax = {"family": "softmax", "bias": True, "chunk_size": None}  # a section saved before label_smoothing
     (ckpt / "config.json").write_text(json.dumps({"model_type": "hf_heads", "head": softmax}))
+    softmax = head_dict(softmax)  # what the scripts ask for: every option filled in
     assert resolve_checkpoint(str(tmp_path), True, softmax) == str(ckpt)
-    margin = {**softmax, "family": "margin", "margin": "arc"}
+    margin = head_dict({"family": "margin", "margin": "arc"})
     with pytest.raises(UsageError, match="was trained with head"):
         resolve_checkpoint(str(tmp_path), str(ckpt), margin)
     with pytest.raises(UsageError, match="no checkpoint"):
