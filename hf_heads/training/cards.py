@@ -297,7 +297,8 @@ def inference_note(model) -> str:
         "softmax": "the logits of a plain softmax",
         "margin": "the model's own scores, never the margin",
         "sampled": "the paper's correction of the trained scores, renormalised over the vocabulary",
-        "sparse": f"the logits of the top {model.config.head.get('k')} classes (the others get -inf)",
+        "sparse": f"the logits of the top {model.config.head.get('decode_k') or model.config.head.get('k')} classes "
+        "(the others get -inf)",
         "continuous": "the similarity of each vocabulary embedding to the predicted embedding (nearest-neighbour "
         "decoding)",
     }
