@@ -212,11 +212,7 @@ class DiscreteHead(nn.Module):
 
     @autocast_off
     def _margin_inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        hidden = hidden if hidden.dtype == torch.float64 else hidden.float()  # scores in float32 (see logits)
-        scores = margin_logits(
-            hidden, self.weight, self.bias, None, **self._margin_kwargs(False),
-            context_norm_value=self._running_context_norm(),
-        )  # fmt: skip
+        scores = self._margin_inference_scores(hidden)
         if not self.is_sampled:
             return scores
         o = self.options
@@ -294,9 +290,11 @@ class DiscreteHead(nn.Module):
         return report
 
     def _margin_inference_scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """l(c, i) of eq. 13 without margin (before any sampled correction), float32 (N, V)."""
-        return margin_logits(hidden.float(), self.weight, self.bias, None, **self._margin_kwargs(False),
-                             context_norm_value=self._running_context_norm()).float()  # fmt: skip
+        """l(c, i) of eq. 13 without margin (before any sampled correction), (*, V) in float32 (float64 stays)."""
+        hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
+        scores = margin_logits(hidden, self.weight, self.bias, None, **self._margin_kwargs(False),
+                               context_norm_value=self._running_context_norm())  # fmt: skip
+        return scores if scores.dtype == torch.float64 else scores.float()
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
@@ -310,8 +308,7 @@ class DiscreteHead(nn.Module):
         last = getattr(self, "_last_hidden", None)
         if self.is_sampled and last is not None and last.shape[0]:
             o = self.options
-            scores = margin_logits(last, self.weight, self.bias, None, **self._margin_kwargs(False),
-                                   context_norm_value=self._running_context_norm())  # fmt: skip
+            scores = self._margin_inference_scores(last)
             raw = corrected_log_probs(scores, criterion=o.criterion, method=o.method, noise_probs=self.noise_probs(),
                                       num_samples=o.num_samples, normalize=False)  # fmt: skip
             out["head/self_norm_logz_mean"], out["head/self_norm_logz_std"] = self_normalization(raw)
