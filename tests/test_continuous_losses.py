@@ -136,6 +136,20 @@ def test_reductions():
     torch.testing.assert_close(syn_margin_loss(pred, target), rows.mean())
 
 
+@pytest.mark.parametrize("loss", [vmf_nll, syn_margin_loss])
+def test_num_items_in_batch_divides_the_sum(loss):
+    """As in the transformers Trainer: "mean" divides the sum by num_items_in_batch when given (gradient
+    accumulation over batches of different sizes), else by the number of positions."""
+    pred, target = torch.randn(2, 3, 5, dtype=torch.float64), _unit(6, 5, 0).reshape(2, 3, 5)
+    total, mean = loss(pred, target, reduction="sum"), loss(pred, target)
+    torch.testing.assert_close(mean, total / 6)
+    for n in (10, torch.tensor(10)):
+        ours = loss(pred, target, num_items_in_batch=n)
+        torch.testing.assert_close(ours, total / 10)
+        torch.testing.assert_close(ours, mean * 6 / 10)
+    assert loss(pred, target, reduction="none").shape == (2, 3)
+
+
 def test_nearest_neighbour_diagnostics():
     table = torch.eye(4)
     pred = torch.tensor([[1.0, 0.1, 0, 0], [0.2, 1.0, 0.5, 0], [0, 0.4, 0.0, 1.0]])

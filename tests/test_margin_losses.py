@@ -1,19 +1,31 @@
-"""Large-margin softmax (margin paper eqs. 5-14) against a literal reference, forward and backward."""
+"""Large-margin softmax (margin paper eqs. 5-14) against a literal reference, forward and backward; the
+margin spec, the option errors and the row bookkeeping every loss shares."""
 
+import dataclasses
 import math
+import pickle
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from hf_heads.data import frequency_rank
 from hf_heads.losses import (
     MarginCrossEntropy,
+    MarginSpec,
+    OptionError,
     arc_phi,
     fused_linear_cross_entropy,
     lsm_psi,
     margin_cross_entropy,
     margin_logits,
+    sampled_loss,
+    sparse_softmax_cross_entropy,
+    validate_margin_options,
+    vmf_nll,
 )
+from hf_heads.losses import noise as noise_module
+from hf_heads.losses._rows import frequency_ranks, reduce_rows, safe_exp, valid_rows
 
 N, H, V = 29, 6, 17
 
@@ -292,3 +304,146 @@ def test_labels_out_of_range():
     y[0] = V
     with pytest.raises(ValueError, match=f"found {V}, allowed 0 <= label < {V}"):
         margin_cross_entropy(h, W, b, y, margin="arc", m=0.1)
+
+
+@pytest.mark.parametrize("opts", [dict(margin="cos", m=0.3), dict(margin="arc", m=0.2, context_norm="max-norm")])
+def test_top_k_with_a_margin_matches_the_sparse_loss_of_the_margin_logits(opts):
+    """The chunked pass's dense top-k branch (a replaced target logit with top_k): eq. 5 of the sparse-softmax
+    paper over the logits of eq. 13."""
+    h, W, b, y, _ = _inputs()
+    y[4] = -100
+    ours = margin_cross_entropy(h, W, b, y, top_k=5, label_smoothing=0.1, chunk_size=6, **opts)
+    ref = sparse_softmax_cross_entropy(margin_logits(h, W, b, y, **opts), y, 5, label_smoothing=0.1)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    for a, c in zip(torch.autograd.grad(ours, (h, W, b)), torch.autograd.grad(ref, (h, W, b)), strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
+    assert torch.autograd.gradcheck(
+        lambda h_, W_, b_: margin_cross_entropy(h_, W_, b_, y, top_k=5, chunk_size=6, **opts), (h, W, b)
+    )
+
+
+# ----------------------------------------------------------------------------- the margin spec
+
+
+def test_spec_gives_the_same_numbers_as_the_keyword_arguments():
+    h, W, b, y, counts = _inputs()
+    kw = dict(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm", gain=1.5)
+    spec = MarginSpec(**kw)
+    assert torch.equal(
+        margin_logits(h, W, b, y, spec=spec, word_counts=counts),
+        margin_logits(h, W, b, y, word_counts=counts, **kw),
+    )
+    assert torch.equal(
+        margin_cross_entropy(h, W, b, y, spec=spec, word_counts=counts),
+        margin_cross_entropy(h, W, b, y, word_counts=counts, **kw),
+    )
+    assert spec.without_margin() == MarginSpec(word_norm="log-rank", context_norm="max-norm", gain=1.5)
+    assert torch.equal(
+        margin_logits(h, W, b, None, spec=spec, word_counts=counts),
+        margin_logits(h, W, b, y, spec=spec.without_margin(), word_counts=counts),
+    )
+    module = MarginCrossEntropy(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm", word_counts=counts)
+    assert module.spec == MarginSpec(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.m = 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, message",
+    [
+        (dict(margin="lsm", m=1.5), "m", "m=1.5 must be an integer"),
+        (dict(margin="cos", m=-1), "m", "m=-1 must be >= 0"),
+        (dict(margin="x"), "margin", "margin='x' is not allowed; allowed: 'none', 'cos', 'arc', 'lsm'"),
+        (dict(scale=8.0, word_norm="uniform"), "word_norm", "word_norm and context_norm must be 'no-mod'"),
+        (dict(scale=8.0, context_norm="max-norm"), "context_norm", "word_norm and context_norm must be 'no-mod'"),
+        (dict(gain=0.0), "gain", "gain=0.0 must be > 0"),
+    ],
+)
+def test_spec_is_validated_on_construction(kwargs, field, message):
+    with pytest.raises(OptionError, match=message) as err:
+        MarginSpec(**kwargs)
+    assert err.value.field == field and err.value.value == kwargs[field]
+    assert str(err.value).startswith(f"{field}={kwargs[field]!r} ")
+
+
+def test_spec_and_keyword_arguments_do_not_mix():
+    h, W, b, y, counts = _inputs()
+    spec = MarginSpec(margin="cos", m=0.2)
+    with pytest.raises(OptionError, match=r"m=0\.3 must be left at its default \(0\.0\) when spec is given") as err:
+        margin_cross_entropy(h, W, b, y, spec=spec, m=0.3)
+    assert err.value.field == "m"
+    with pytest.raises(OptionError, match="scale=4.0 must be left at its default"):
+        margin_logits(h, W, b, y, spec=spec, scale=4.0)
+    with pytest.raises(OptionError, match="word_norm='log-rank' needs word_counts"):
+        margin_cross_entropy(h, W, b, y, spec=MarginSpec(word_norm="log-rank"))
+    assert MarginSpec(word_norm="log-rank").word_norm == "log-rank"  # counts are data, checked at the call
+
+
+# ----------------------------------------------------------------------------- option errors
+
+
+def test_option_error_carries_the_field_and_can_be_renamed():
+    with pytest.raises(OptionError) as err:
+        validate_margin_options("cos", -1, None, "no-mod", "no-mod")
+    e = err.value
+    assert isinstance(e, ValueError)
+    assert (e.field, e.value, e.allowed, e.name) == ("m", -1, "must be >= 0", "m")
+    assert str(e) == "m=-1 must be >= 0"
+    head = e.renamed("head.m")
+    assert str(head) == "head.m=-1 must be >= 0" and (head.field, head.name) == ("m", "head.m")
+    assert str(e.renamed("--m")) == "--m=-1 must be >= 0"
+    again = pickle.loads(pickle.dumps(head))
+    assert (again.field, again.name, str(again)) == ("m", "head.m", "head.m=-1 must be >= 0")
+    with pytest.raises(OptionError) as err:
+        validate_margin_options("cos", 0.1, None, "log-rank", "no-mod")
+    assert err.value.field == "word_norm" and str(err.value).startswith("word_norm='log-rank' needs word_counts")
+
+
+# ----------------------------------------------------------------------------- shared row bookkeeping
+
+
+def test_rows_and_reductions():
+    with pytest.raises(ValueError, match="hidden has 6 rows but target has 5"):
+        valid_rows(torch.zeros(2, 3, 4), torch.zeros(5, dtype=torch.long), -100)
+    h, y, valid = valid_rows(torch.zeros(2, 3, 4), torch.tensor([[1, -100, 2], [-100, 0, 0]]), -100)
+    assert h.shape == (6, 4) and y.shape == (6,) and valid.tolist() == [True, False, True, False, True, True]
+    per_row = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    rows = reduce_rows(per_row, valid, (2, 3), "none")
+    assert rows.tolist() == [[1.0, 0.0, 2.0], [0.0, 3.0, 4.0]]
+    assert reduce_rows(per_row, valid, (2, 3), "sum") == 10.0
+    assert reduce_rows(per_row, valid, (2, 3), "mean") == 2.5
+    assert reduce_rows(per_row, valid, (2, 3), "mean", 8) == 1.25
+    assert reduce_rows(per_row, valid, (2, 3), "mean", torch.tensor(8)) == 1.25
+    assert reduce_rows(per_row, valid, (2, 3), "mean", 0) == 10.0  # a divisor is never below 1
+    assert reduce_rows(per_row[:0], valid & False, (2, 3), "mean") == 0.0
+    assert reduce_rows(per_row, None, (2, 2), "none").shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda h, W, b, y: fused_linear_cross_entropy(h, W, b, y, reduction="x"),
+        lambda h, W, b, y: margin_cross_entropy(h, W, b, y, reduction="x"),
+        lambda h, W, b, y: sampled_loss(h, W, b, y, criterion="bce", method="full", reduction="x"),
+        lambda h, W, b, y: sparse_softmax_cross_entropy(h @ W.T, y, 3, reduction="x"),
+        lambda h, W, b, y: vmf_nll(h, h.detach(), reduction="x"),
+    ],
+)
+def test_every_loss_refuses_an_unknown_reduction_with_one_message(call):
+    h, W, b, y, _ = _inputs(torch.float32)
+    with pytest.raises(OptionError, match="^reduction='x' is not allowed; allowed: 'mean', 'sum', 'none'$"):
+        call(h, W, b, y)
+
+
+def test_frequency_ranks_are_written_once():
+    counts = torch.tensor([5, 50, 0, 20, 50])
+    expected = [3, 0, 4, 2, 1]  # ties keep id order
+    assert frequency_ranks(counts).tolist() == expected
+    assert frequency_ranks(counts.double()).tolist() == expected
+    assert noise_module.frequency_ranks is frequency_ranks
+    assert frequency_rank(counts).tolist() == expected
+
+
+def test_safe_exp():
+    assert safe_exp(1.0) == math.e
+    assert math.isfinite(safe_exp(1e6)) and safe_exp(1e6) == math.exp(700.0)

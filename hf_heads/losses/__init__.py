@@ -1,12 +1,20 @@
 """Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
 
 - `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares)
-- `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace; word/context norm scaling)
-- `sampled`: sampling-based criteria (MCS, IS, CPS, NCE × CE/BCE; full MSE/BCE/CE) + posterior corrections
+- `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace: eqs. 5-8, 13-14; word/context norm
+  scaling f, g: eqs. 9-12); `MarginSpec` holds the scorer's options
+- `sampled`: sampling-based criteria (MCS, IS, CPS, NCE × CE/BCE: eqs. 7-21; full MSE/BCE/CE: eqs. 1, 3, 5) and
+  their posterior corrections (eqs. 2-22), one object per method in `SAMPLING_METHODS`
 - `noise`: the noise distributions D of the sampled criteria and the shared draw
-- `sparse`: sparse-softmax (softmax over the top-k logits) and its loss
+- `sparse`: sparse-softmax (softmax over the top-k logits, eq. 4) and its loss (eq. 5)
+- `continuous`: continuous-output losses on a predicted embedding: the von Mises-Fisher NLL (Kumar & Tsvetkov
+  eq. 3, with their two regularised forms) and the margin loss with synthetic negatives (Bhat et al. eq. 1)
+
+Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks) and `_checks` (argument
+checks raising `OptionError`, which names the field, the value and what is allowed).
 """
 
+from hf_heads.losses._checks import OptionError
 from hf_heads.losses.continuous import (
     NEGATIVES,
     log_cmk,
@@ -20,6 +28,7 @@ from hf_heads.losses.margin import (
     MARGINS,
     WORD_NORMS,
     MarginCrossEntropy,
+    MarginSpec,
     arc_phi,
     context_norm_values,
     lsm_psi,
@@ -33,7 +42,9 @@ from hf_heads.losses.noise import NOISES, draw_samples, frequency_ranks, noise_d
 from hf_heads.losses.sampled import (
     CRITERIA,
     METHODS,
+    SAMPLING_METHODS,
     SampledLoss,
+    SamplingMethod,
     corrected_log_probs,
     corrected_nll,
     sampled_loss,
@@ -50,6 +61,7 @@ from hf_heads.losses.sparse import (
 )
 
 __all__ = [
+    "OptionError",
     "NEGATIVES",
     "log_cmk",
     "nearest_neighbour_diagnostics",
@@ -64,6 +76,8 @@ __all__ = [
     "CRITERIA",
     "METHODS",
     "NOISES",
+    "SAMPLING_METHODS",
+    "SamplingMethod",
     "SampledLoss",
     "corrected_log_probs",
     "corrected_nll",
@@ -77,6 +91,7 @@ __all__ = [
     "MARGINS",
     "WORD_NORMS",
     "MarginCrossEntropy",
+    "MarginSpec",
     "arc_phi",
     "check_labels",
     "context_norm_values",

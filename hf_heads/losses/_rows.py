@@ -1,20 +1,33 @@
-"""Row bookkeeping shared by every loss: the compute dtype and mixed precision.
+"""Row bookkeeping shared by every loss: the compute dtype and mixed precision, the non-ignored rows, the
+reductions, the frequency rank of the classes and a perplexity that never overflows.
 
 Every loss computes in float32 (float64 when its inputs are float64, for gradcheck), whatever the dtype
 of its inputs, and whatever autocast context it is called in: under `torch.autocast` (the Trainer's
 `--bf16` / `--fp16`) a matmul would otherwise return bfloat16/float16 in the middle of a float32
 computation. Gradients go back to each input in its own dtype (the upcast is an autograd op).
+
+Rows and reductions, as in `F.cross_entropy` and the transformers Trainer: a row whose target is
+`ignore_index` contributes nothing; "none" returns one loss per row (0 on ignored rows), "sum" their sum and
+"mean" the sum divided by `num_items_in_batch` when given (the Trainer's count of target tokens over the whole
+accumulated batch, which makes gradient accumulation exact) or else by the number of non-ignored rows; a
+divisor is never below 1, so a batch with every row ignored has loss 0, never NaN.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
 
+from hf_heads.losses._checks import check_choice
+
 F = TypeVar("F", bound=Callable)
+
+REDUCTIONS = ("mean", "sum", "none")
+MAX_EXP_ARG = 700.0  # math.exp overflows float64 past ~709.78
 
 
 def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
@@ -34,3 +47,94 @@ def autocast_off(fn: F) -> F:
             return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def valid_rows(
+    hidden: torch.Tensor, target: torch.Tensor, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(h (N, H), y (N,), valid (N,)): hidden (*, H) and target (*) flattened to rows, and the mask of the rows
+    whose target is not `ignore_index`."""
+    h = hidden.reshape(-1, hidden.shape[-1])
+    y = target.reshape(-1)
+    if h.shape[0] != y.shape[0]:
+        raise ValueError(f"hidden has {h.shape[0]} rows but target has {y.shape[0]}")
+    return h, y, y != ignore_index
+
+
+def check_labels(target: torch.Tensor, num_classes: int, ignore_index: int = -100) -> None:
+    """Raise `ValueError` for a label outside [0, num_classes) that is not `ignore_index`."""
+    bad = (target != ignore_index) & ((target < 0) | (target >= num_classes))
+    if bool(bad.any()):
+        raise ValueError(
+            f"labels: found {int(target[bad][0])}, allowed 0 <= label < {num_classes} or ignore_index={ignore_index}"
+        )
+
+
+def linear_rows(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    ignore_index: int,
+    reduction: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """The checked inputs of an output layer's loss: (h (N, H), weight (C, H), bias (C,), y (N,), valid (N,)),
+    the rows as in `valid_rows` and the tensors in the compute dtype of `hidden`; refuses an unknown reduction
+    and a label outside [0, C)."""
+    check_reduction(reduction)
+    h, y, valid = valid_rows(hidden, target, ignore_index)
+    check_labels(y, weight.shape[0], ignore_index)
+    compute = compute_dtype(h)
+    return h.to(compute), weight.to(compute), None if bias is None else bias.to(compute), y, valid
+
+
+def check_reduction(reduction: str) -> None:
+    check_choice("reduction", reduction, REDUCTIONS)
+
+
+def mean_divisor(
+    num_items_in_batch: int | float | torch.Tensor | None, num_valid: int, device: torch.device | None = None
+) -> int | float | torch.Tensor:
+    """What "mean" divides the sum of the row losses by: `num_items_in_batch` when given, else the number of
+    non-ignored rows; at least 1."""
+    if num_items_in_batch is None:
+        return max(num_valid, 1)
+    if isinstance(num_items_in_batch, torch.Tensor):
+        return (num_items_in_batch if device is None else num_items_in_batch.to(device)).clamp_min(1)
+    return max(num_items_in_batch, 1)
+
+
+def reduce_rows(
+    per_row: torch.Tensor,
+    valid: torch.Tensor | None,
+    target_shape: torch.Size | tuple[int, ...],
+    reduction: str,
+    num_items_in_batch: int | float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Reduce the losses `per_row` (M,) of the non-ignored rows, M = valid.sum() (`valid` None: every row).
+
+    "none" returns the losses in `target_shape`, 0 on the ignored rows; "sum" their sum; "mean" the sum divided
+    by `mean_divisor`."""
+    check_reduction(reduction)
+    if reduction == "none":
+        if valid is None or per_row.shape[0] == valid.numel():  # every row valid: nothing to scatter
+            return per_row.reshape(target_shape)
+        return per_row.new_zeros(valid.numel()).masked_scatter(valid.reshape(-1), per_row).reshape(target_shape)
+    total = per_row.sum()
+    if reduction == "sum":
+        return total
+    return total / mean_divisor(num_items_in_batch, per_row.numel(), total.device)
+
+
+def frequency_ranks(counts: torch.Tensor) -> torch.Tensor:
+    """(C,) rank of each class by descending count (0 = most frequent; ties keep id order)."""
+    counts = torch.as_tensor(counts)
+    order = torch.sort(counts, descending=True, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(counts.numel(), device=counts.device)
+    return ranks
+
+
+def safe_exp(x: float) -> float:
+    """exp(min(x, 700)): e.g. the perplexity of a mean NLL, finite (about 1e304 at most) however large x is."""
+    return math.exp(min(x, MAX_EXP_ARG))

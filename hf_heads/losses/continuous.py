@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.losses._checks import check_choice, check_number
-from hf_heads.losses._rows import autocast_off
+from hf_heads.losses._rows import autocast_off, check_reduction, compute_dtype, reduce_rows
 
 NEGATIVES = ("projection", "difference", "random", "most-informative")
 _DEBYE_MIN_ORDER = 30.0
@@ -46,8 +46,8 @@ def _debye_log_iv(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     u1 = t * (3.0 - 5.0 * t2) / 24.0
     u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 * t2) / 1152.0
     u3 = t * t2 * (30375.0 - 369603.0 * t2 + 765765.0 * t2**2 - 425425.0 * t2**3) / 414720.0
-    u4 = t2 * t2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2**2 - 446185740.0 * t2**3
-                    + 185910725.0 * t2**4) / 39813120.0  # fmt: skip
+    u4_poly = 4465125.0 - 94121676.0 * t2 + 349922430.0 * t2**2 - 446185740.0 * t2**3 + 185910725.0 * t2**4
+    u4 = t2 * t2 * u4_poly / 39813120.0
     series = 1.0 + u1 / v + u2 / v**2 + u3 / v**3 + u4 / v**4
     return -0.5 * torch.log(2.0 * math.pi * v) + v * eta - 0.25 * torch.log1p(z * z) + torch.log(series)
 
@@ -91,11 +91,9 @@ def log_cmk(kappa: torch.Tensor, dim: int) -> torch.Tensor:
     return _LogCmk.apply(kappa, dim)
 
 
-def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
-    check_choice("reduction", reduction, ("mean", "sum", "none"))
-    if reduction == "none":
-        return loss
-    return loss.sum() if reduction == "sum" else loss.sum() / max(loss.numel(), 1)
+def _reduce(loss: torch.Tensor, reduction: str, num_items_in_batch) -> torch.Tensor:
+    """Every position is a row (the heads drop the ignored ones before calling)."""
+    return reduce_rows(loss.reshape(-1), None, loss.shape, reduction, num_items_in_batch)
 
 
 def _check_pair(pred: torch.Tensor, target_emb: torch.Tensor) -> None:
@@ -112,19 +110,22 @@ def vmf_nll(
     lambda2: float = 1.0,
     reduction: str = "mean",
     min_kappa: float = 1e-4,
+    num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """−log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ for predictions û (*, d) and unit targets u (*, d).
 
     ‖û‖ is clamped below at `min_kappa` (the density is undefined at κ = 0). Computed in float32 (float64
-    stays float64); `reduction` over all leading positions."""
+    stays float64); `reduction` over all leading positions, "mean" dividing the sum by `num_items_in_batch`
+    when given."""
     _check_pair(pred, target_emb)
     check_number("lambda1", lambda1, minimum=0)
     check_number("lambda2", lambda2, minimum=0)
-    compute = torch.float64 if pred.dtype == torch.float64 else torch.float32
+    check_reduction(reduction)
+    compute = compute_dtype(pred)
     pred, target_emb = pred.to(compute), target_emb.to(compute)
     kappa = pred.norm(dim=-1).clamp_min(min_kappa)  # (*,)
     loss = -log_cmk(kappa, pred.shape[-1]) - lambda2 * (pred * target_emb).sum(-1) + lambda1 * kappa
-    return _reduce(loss, reduction)
+    return _reduce(loss, reduction, num_items_in_batch)
 
 
 @autocast_off
@@ -139,6 +140,7 @@ def syn_margin_loss(
     num_negatives: int = 5,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
+    num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """max(0, λ + u'ᵀû − uᵀû) (Bhat et al. eq. 1) on unit vectors; û (*, d) is normalised here.
 
@@ -148,11 +150,13 @@ def syn_margin_loss(
             `target_ids` to exclude the target's own row).
         margin: λ >= 0.
         embeddings: (V, d) unit-norm table, for `random` and `most-informative`.
+        reduction: over all leading positions, "mean" dividing the sum by `num_items_in_batch` when given.
     """
     _check_pair(pred, target_emb)
     check_choice("negative", negative, NEGATIVES)
     check_number("margin", margin, minimum=0)
-    compute = torch.float64 if pred.dtype == torch.float64 else torch.float32
+    check_reduction(reduction)
+    compute = compute_dtype(pred)
     u_hat = F.normalize(pred.to(compute), dim=-1)  # (*, d)
     u = target_emb.to(compute)
     positive = (u_hat * u).sum(-1)  # (*,)
@@ -161,18 +165,17 @@ def syn_margin_loss(
             direction = u_hat - positive[..., None] * u if negative == "projection" else u_hat - u
             neg = F.normalize(direction, dim=-1)  # (*, d); zero where û = u (no orthogonal part)
         loss = F.relu(margin + (neg * u_hat).sum(-1) - positive)
-        return _reduce(loss, reduction)
+        return _reduce(loss, reduction, num_items_in_batch)
     if embeddings is None:
         raise ValueError(f"negative={negative!r} needs embeddings=(V, d) table")
     table = embeddings.to(compute)
     if negative == "random":
         check_number("num_negatives", num_negatives, minimum=1, integer=True)
-        idx = torch.randint(
-            0, table.shape[0], (*u_hat.shape[:-1], num_negatives), device=table.device, generator=generator
-        )  # fmt: skip  (*, k)
+        draws = (*u_hat.shape[:-1], num_negatives)
+        idx = torch.randint(0, table.shape[0], draws, device=table.device, generator=generator)  # (*, k)
         neg_sim = torch.einsum("...kd,...d->...k", table[idx], u_hat)  # (*, k)
         loss = F.relu(margin + neg_sim - positive[..., None]).mean(-1)
-        return _reduce(loss, reduction)
+        return _reduce(loss, reduction, num_items_in_batch)
     if target_ids is None:
         raise ValueError("negative='most-informative' needs target_ids (to exclude the target's own row)")
     with torch.no_grad():
@@ -180,7 +183,7 @@ def syn_margin_loss(
         scores.scatter_(-1, target_ids[..., None].long(), float("-inf"))
         neg = table[scores.argmax(-1)]  # (*, d)
     loss = F.relu(margin + (neg * u_hat).sum(-1) - positive)
-    return _reduce(loss, reduction)
+    return _reduce(loss, reduction, num_items_in_batch)
 
 
 @torch.no_grad()

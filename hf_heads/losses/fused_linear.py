@@ -27,9 +27,12 @@ weighted by the incoming gradient.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from hf_heads.losses._rows import autocast_off
+from hf_heads.losses._rows import autocast_off, linear_rows, mean_divisor, reduce_rows
+from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MiB in float32)
 
@@ -38,27 +41,26 @@ def default_chunk_size(num_rows: int, num_classes: int) -> int:
     return max(1, min(num_rows, DEFAULT_CHUNK_ELEMENTS // max(num_classes, 1)))
 
 
-def check_labels(target: torch.Tensor, num_classes: int, ignore_index: int = -100) -> None:
-    """Raise `ValueError` for a label outside [0, num_classes) that is not `ignore_index`."""
-    bad = (target != ignore_index) & ((target < 0) | (target >= num_classes))
-    if bool(bad.any()):
-        raise ValueError(
-            f"labels: found {int(target[bad][0])}, allowed 0 <= label < {num_classes} or ignore_index={ignore_index}"
-        )
+class _Chunk(NamedTuple):
+    z: torch.Tensor  # (n, V) logits (the target's replaced)
+    rows: torch.Tensor  # (n,) 0..n-1
+    vals: torch.Tensor | None  # (n, k) the top-k logits (top_k < V), else None
+    idx: torch.Tensor | None  # (n, k) their columns
+    lse: torch.Tensor  # (n,) log-sum-exp over the row (or its top k)
+    loss: torch.Tensor  # (n,)
 
 
-def _chunk_pass(
-    h: torch.Tensor,  # (n, H)
-    w: torch.Tensor,  # (V, H)
-    b: torch.Tensor | None,  # (V,)
-    y: torch.Tensor,  # (n,)
-    t: torch.Tensor | None,  # (n,)
-    top_k: int | None,
-    row_weight: torch.Tensor | None,  # (n,) gradient weight of each row; None: no gradients
-    label_smoothing: float = 0.0,
-):
-    """Loss of one chunk of rows and, when `row_weight` is given, d(Σ_i row_weight_i · loss_i) / dz
-    (and / dt for a replaced target logit)."""
+class _Grads(NamedTuple):
+    """Gradient buffers the chunks write into: d h and d t row by row, d w and d b accumulated."""
+
+    h: torch.Tensor  # (N, H)
+    w: torch.Tensor  # (V, H)
+    b: torch.Tensor | None  # (V,)
+    t: torch.Tensor | None  # (N,)
+
+
+def _chunk_loss(h, w, b, y, t, top_k, label_smoothing) -> _Chunk:
+    """Logits and loss of one chunk of rows h (n, H) with targets y (n,) and replaced target logits t (n,)."""
     z = h @ w.T  # (n, V), float32 or float64 (the caller upcasts half precision)
     if b is not None:
         z += b
@@ -70,85 +72,82 @@ def _chunk_pass(
         vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
         lse = torch.logsumexp(vals, dim=1)  # (n,)
     else:
-        idx = None
+        vals = idx = None
         lse = torch.logsumexp(z, dim=1)  # (n,)
     loss = lse - target_z  # (n,)
     if label_smoothing:
         mean_z = z.mean(dim=1) if idx is None else vals.mean(dim=1)
         loss = (1 - label_smoothing) * loss + label_smoothing * (lse - mean_z)
-    if row_weight is None:
-        return loss, None
-    target_coef = 1.0 - label_smoothing
-    if idx is not None and t is None:
-        # sparse gradient: only the k kept logits and the target logit have one, so return (n, k+1) columns
-        # and coefficients instead of a dense (n, V) block (the caller gathers / scatters k+1 rows of W)
-        coef = torch.exp(vals - lse[:, None])  # (n, k)
-        if label_smoothing:
-            coef -= label_smoothing / top_k
-        cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
-        coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -target_coef)], dim=1)
-        return loss, ("sparse", cols, coef * row_weight.to(coef.dtype)[:, None])
+    return _Chunk(z, rows, vals, idx, lse, loss)
+
+
+def _dense_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Grads, sl: slice) -> torch.Tensor:
+    """Loss of one chunk; adds d(Σ_i row_weight_i · loss_i) to `grads` through the dense d loss / d z (n, V)."""
+    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing)
+    z, rows = c.z, c.rows
     # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
-    if idx is None:
-        grad_z = torch.exp(z.sub_(lse[:, None]))  # (n, V), reuses the logits buffer
+    if c.idx is None:
+        grad_z = torch.exp(z.sub_(c.lse[:, None]))  # (n, V), reuses the logits buffer
     else:
         grad_z = torch.zeros_like(z)
-        grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]))
+        grad_z.scatter_(1, c.idx, torch.exp(c.vals - c.lse[:, None]))
     if label_smoothing:
-        support = z.shape[1] if idx is None else top_k
-        if idx is None:
-            grad_z -= label_smoothing / support
+        if c.idx is None:
+            grad_z -= label_smoothing / z.shape[1]
         else:
-            grad_z.scatter_add_(1, idx, torch.full_like(vals, -label_smoothing / support))
-    grad_z[rows, y] -= target_coef
+            grad_z.scatter_add_(1, c.idx, torch.full_like(c.vals, -label_smoothing / top_k))
+    grad_z[rows, y] -= 1.0 - label_smoothing
     grad_z *= row_weight.to(z.dtype)[:, None]
-    grad_t = None
-    if t is not None:
-        grad_t = grad_z[rows, y].clone()  # (n,)
+    if grads.t is not None:
+        grads.t[sl] = grad_z[rows, y]  # (n,)
         grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-    return loss, (grad_z, grad_t)  # the caller turns d loss / d z into d h, d w, d b in place
+    torch.mm(grad_z, w, out=grads.h[sl])  # (n, H), written in place
+    grads.w.addmm_(grad_z.T, h)  # (V, H) accumulated without a temporary
+    if grads.b is not None:
+        grads.b.add_(grad_z.sum(0))
+    return c.loss
+
+
+def _sparse_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Grads, sl: slice) -> torch.Tensor:
+    """Loss of one chunk (top_k < V, no replaced target logit); only the k kept logits and the target's have a
+    gradient, so it gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
+    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing)
+    coef = torch.exp(c.vals - c.lse[:, None])  # (n, k)
+    if label_smoothing:
+        coef -= label_smoothing / top_k
+    cols = torch.cat([c.idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
+    coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -(1.0 - label_smoothing))], dim=1)
+    coef = coef * row_weight.to(coef.dtype)[:, None]
+    torch.bmm(coef[:, None, :], w[cols], out=grads.h[sl, None, :])  # (n, 1, H)
+    grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+    if grads.b is not None:
+        grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
+    return c.loss
 
 
 @autocast_off
 def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
+    """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t) of
+    Σ_i row_weight_i · loss_i, chunk by chunk; without it the loss alone (one matmul per chunk)."""
     n = h.shape[0]
     losses = torch.empty(n, dtype=h.dtype, device=h.device)
-    grads = None
-    if row_weight is not None:
-        grad_h = torch.empty_like(h)
-        grad_w = torch.zeros_like(w)
-        grad_b = torch.zeros_like(b) if b is not None else None
-        grad_t = torch.empty_like(h[:, 0]) if t is not None else None
-    for start in range(0, n, chunk_size):
-        sl = slice(start, min(start + chunk_size, n))
-        loss, g = _chunk_pass(
-            h[sl],
-            w,
-            b,
-            y[sl],
-            None if t is None else t[sl],
-            top_k,
-            None if row_weight is None else row_weight[sl],
-            label_smoothing,
-        )
-        losses[sl] = loss
-        if g is not None and g[0] == "sparse":
-            _, cols, coef = g  # (n, k+1), (n, k+1)
-            torch.bmm(coef[:, None, :], w[cols], out=grad_h[sl, None, :])  # (n, 1, H)
-            grad_w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[sl, None, :]).reshape(-1, h.shape[1]))
-            if grad_b is not None:
-                grad_b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
-        elif g is not None:
-            grad_z, g_t = g  # (n, V), (n,)
-            torch.mm(grad_z, w, out=grad_h[sl])  # (n, H), written in place
-            grad_w.addmm_(grad_z.T, h[sl])  # (V, H) accumulated without a temporary
-            if grad_b is not None:
-                grad_b += grad_z.sum(0)
-            if grad_t is not None:
-                grad_t[sl] = g_t
-    if row_weight is not None:
-        grads = (grad_h, grad_w, grad_b, grad_t)
-    return losses, grads
+    chunks = [slice(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
+    if row_weight is None:
+        for sl in chunks:
+            losses[sl] = _chunk_loss(h[sl], w, b, y[sl], None if t is None else t[sl], top_k, label_smoothing).loss
+        return losses, None
+    grads = _Grads(
+        torch.empty_like(h),
+        torch.zeros_like(w),
+        None if b is None else torch.zeros_like(b),
+        None if t is None else torch.empty_like(h[:, 0]),
+    )
+    sparse = top_k is not None and top_k < w.shape[0] and t is None
+    step = _sparse_chunk if sparse else _dense_chunk
+    for sl in chunks:
+        t_sl = None if t is None else t[sl]
+        losses[sl] = step(h[sl], w, b, y[sl], t_sl, top_k, label_smoothing, row_weight[sl], grads, sl)
+    return losses, tuple(grads)
 
 
 class _FusedLinearCEScalar(torch.autograd.Function):
@@ -217,40 +216,15 @@ def fused_linear_cross_entropy(
         a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
     """
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction={reduction!r} is not allowed; allowed: mean, sum, none")
-    hidden = hidden.reshape(-1, hidden.shape[-1])
-    target = target.reshape(-1)
-    if target_logit is not None:
-        target_logit = target_logit.reshape(-1)
-    if hidden.shape[0] != target.shape[0]:
-        raise ValueError(f"hidden has {hidden.shape[0]} rows but target has {target.shape[0]}")
-    compute = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-    h, w = hidden.to(compute), weight.to(compute)
-    b = None if bias is None else bias.to(compute)
-    valid = target != ignore_index
-    all_valid = bool(valid.all())
-    if not all_valid:
-        h, y = h[valid], target[valid]
-        t = None if target_logit is None else target_logit[valid]
-    else:
-        y, t = target, target_logit
-    if t is not None:
-        t = t.to(compute)
-    check_labels(y, w.shape[0], ignore_index)
+    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
+    t = None if target_logit is None else target_logit.reshape(-1).to(h.dtype)
+    if not bool(valid.all()):
+        h, y, t = h[valid], y[valid], None if t is None else t[valid]
     chunk = chunk_size or default_chunk_size(h.shape[0], w.shape[0])
     if reduction == "none":
         rows = _FusedLinearCERows.apply(h, w, b, t, y, top_k, label_smoothing, chunk)
-        if all_valid:
-            return rows
-        out = rows.new_zeros(target.shape[0])
-        return out.masked_scatter(valid, rows)
-    if reduction == "sum":
-        scale = 1.0
-    elif num_items_in_batch is not None:
-        scale = 1.0 / float(num_items_in_batch)
-    else:
-        scale = 1.0 / max(int(y.numel()), 1)
+        return reduce_rows(rows, valid, valid.shape, "none")
+    scale = 1.0 if reduction == "sum" else 1.0 / float(mean_divisor(num_items_in_batch, y.numel()))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))

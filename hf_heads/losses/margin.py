@@ -46,14 +46,23 @@ Choices where the paper is silent (each is tested):
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from hf_heads.losses._checks import check_choice, check_number
-from hf_heads.losses._rows import autocast_off, compute_dtype
-from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
+from hf_heads.losses._checks import OptionError, check_choice, check_number
+from hf_heads.losses._rows import (
+    autocast_off,
+    check_labels,
+    compute_dtype,
+    frequency_ranks,
+    linear_rows,
+    reduce_rows,
+)
+from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 
 MARGINS = ("none", "cos", "arc", "lsm")
 WORD_NORMS = ("no-mod", "uniform", "log-rank", "unigram", "log-unigram")
@@ -73,7 +82,8 @@ def validate_margin_options(
     *,
     counts_required: bool = True,
 ) -> None:
-    """Raise `ValueError` naming the field for any invalid combination of margin options."""
+    """Raise `OptionError` naming the field for any invalid option or combination of margin options, and
+    `ValueError` for word counts of the wrong shape or with negative / non-finite entries."""
     check_choice("margin", margin, MARGINS)
     check_choice("word_norm", word_norm, WORD_NORMS)
     check_choice("context_norm", context_norm, CONTEXT_NORMS)
@@ -84,12 +94,19 @@ def validate_margin_options(
     if scale is not None:
         check_number("scale", scale, exclusive_minimum=0)
         if word_norm != "no-mod" or context_norm != "no-mod":
-            raise ValueError(
-                f"scale={scale!r} fixes ‖W‖=1 and ‖h‖=scale (eqs. 5-6), so word_norm and context_norm must be "
-                f"'no-mod'; got word_norm={word_norm!r}, context_norm={context_norm!r}"
+            field, value = ("word_norm", word_norm) if word_norm != "no-mod" else ("context_norm", context_norm)
+            raise OptionError(
+                field,
+                value,
+                f"is not allowed with scale={scale!r}: the scale fixes ‖W‖=1 and ‖h‖=scale (eqs. 5-6), so word_norm "
+                "and context_norm must be 'no-mod'",
             )
+    _check_word_counts(word_norm, word_counts, vocab_size, counts_required)
+
+
+def _check_word_counts(word_norm: str, word_counts, vocab_size: int | None, counts_required: bool) -> None:
     if word_norm in NEEDS_COUNTS and counts_required and word_counts is None:
-        raise ValueError(f"word_norm={word_norm!r} needs word_counts (a (V,) tensor of training counts)")
+        raise OptionError("word_norm", word_norm, "needs word_counts (a (V,) tensor of training counts)")
     if word_counts is not None:
         if word_counts.dim() != 1:
             raise ValueError(f"word_counts must be 1-D (V,), got shape {tuple(word_counts.shape)}")
@@ -97,6 +114,58 @@ def validate_margin_options(
             raise ValueError(f"word_counts has {word_counts.numel()} entries but the vocabulary has {vocab_size}")
         if not bool(torch.isfinite(word_counts).all()) or bool((word_counts < 0).any()):
             raise ValueError("word_counts must be finite and >= 0")
+
+
+@dataclass(frozen=True)
+class MarginSpec:
+    """The options of eq. 13's scorer, validated on construction (an invalid spec never exists): the target's
+    φ (`margin`, `m`), the face-recognition `scale`, the norms f (`word_norm`) and g (`context_norm`) and the
+    `gain` on g (module docstring). The word counts and a fixed g value are data, passed beside it."""
+
+    margin: str = "none"
+    m: float = 0.0
+    scale: float | None = None
+    word_norm: str = "no-mod"
+    context_norm: str = "no-mod"
+    gain: float = 1.0
+
+    def __post_init__(self) -> None:
+        validate_margin_options(
+            self.margin, self.m, self.scale, self.word_norm, self.context_norm, counts_required=False
+        )
+        check_number("gain", self.gain, exclusive_minimum=0)
+
+    def without_margin(self) -> MarginSpec:
+        """The same scorer with no margin (the inference logits)."""
+        return dataclasses.replace(self, margin="none", m=0.0)
+
+    def check_counts(self, word_counts: torch.Tensor | None, vocab_size: int | None = None) -> None:
+        """Raise when the word norm needs counts and has none, or the counts do not fit the vocabulary."""
+        _check_word_counts(self.word_norm, word_counts, vocab_size, True)
+
+
+_SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MarginSpec)}
+
+
+def _resolve_spec(spec: MarginSpec | None, **options) -> MarginSpec:
+    """`spec`, or a spec built from the individual margin keyword arguments (which must stay at their
+    defaults when `spec` is given)."""
+    unknown = set(options) - set(_SPEC_DEFAULTS)
+    if unknown:
+        raise TypeError(
+            f"unexpected margin option(s) {', '.join(sorted(unknown))}; allowed: {', '.join(_SPEC_DEFAULTS)}"
+        )
+    if spec is None:
+        return MarginSpec(**options)
+    if not isinstance(spec, MarginSpec):
+        raise TypeError(f"spec must be a MarginSpec, got {type(spec).__name__}")
+    for name, value in options.items():
+        default = _SPEC_DEFAULTS[name]
+        if value is not default and value != default:
+            raise OptionError(
+                name, value, f"must be left at its default ({default!r}) when spec is given (spec={spec!r})"
+            )
+    return spec
 
 
 # ----------------------------------------------------------------------------- φ (eq. 14)
@@ -155,10 +224,7 @@ def word_norm_values(weight: torch.Tensor, word_norm: str, word_counts: torch.Te
         return bottom + u * counts
     # log-rank: log(exp(top) − v·r), v = (exp(top) − exp(bottom)) / V  (eqs. 9, 11)
     vocab = weight.shape[0]
-    order = torch.sort(counts, descending=True, stable=True).indices
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(vocab, device=order.device)
-    frac = rank.to(weight.dtype) / vocab  # (V,) in [0, 1)
+    frac = frequency_ranks(counts).to(weight.dtype) / vocab  # (V,) in [0, 1)
     return torch.logaddexp(top + torch.log1p(-frac), bottom + torch.log(frac))
 
 
@@ -179,29 +245,27 @@ def context_norm_values(
 # ----------------------------------------------------------------------------- logits
 
 
-def _margin_parts(
-    hidden, weight, bias, target, margin, m, scale, word_norm, context_norm, word_counts, g_value, gain=1.0
-):
+def _margin_parts(hidden, weight, bias, target, spec: MarginSpec, word_counts, g_value):
     """Split eq. 13 into row scales a (N,), column scales s (V,) and the target logit t (N,) so that
-    l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i. `gain` multiplies g(i)."""
+    l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i. `spec.gain` multiplies g(i)."""
     h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
     w_norm = weight.norm(dim=1).clamp_min(_EPS)  # (V,)
-    if scale is not None:
-        g, f = torch.full_like(h_norm, float(scale)), torch.ones_like(w_norm)
+    if spec.scale is not None:
+        g, f = torch.full_like(h_norm, float(spec.scale)), torch.ones_like(w_norm)
     else:
-        g = context_norm_values(hidden, context_norm, g_value)
-        f = word_norm_values(weight, word_norm, word_counts)
-    if gain != 1.0:
-        g = (h_norm if g is None else g) * gain  # (N,)
+        g = context_norm_values(hidden, spec.context_norm, g_value)
+        f = word_norm_values(weight, spec.word_norm, word_counts)
+    if spec.gain != 1.0:
+        g = (h_norm if g is None else g) * spec.gain  # (N,)
     a = None if g is None else g / h_norm  # (N,)
     s = None if f is None else f / w_norm  # (V,)
     t = None
-    if target is not None and margin != "none":
+    if target is not None and spec.margin != "none":
         w_y = weight[target]  # (N, H)
         cos = (hidden * w_y).sum(1) / (h_norm * w_norm[target])  # (N,)
         g_y = h_norm if g is None else g
         f_y = w_norm[target] if f is None else f[target]
-        t = g_y * f_y * target_phi(cos, margin, m)  # (N,)
+        t = g_y * f_y * target_phi(cos, spec.margin, spec.m)  # (N,)
         if bias is not None:
             t = t + bias[target]
     return a, s, t
@@ -226,15 +290,20 @@ def margin_logits(
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
     gain: float = 1.0,
+    spec: MarginSpec | None = None,
 ) -> torch.Tensor:
     """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,).
 
     With `target` (*,) the target class gets φ of eq. 14 (rows equal to -100 get no margin);
-    without it, the logits are the inference logits (no margin). Materialises (N, V): use
+    without it, the logits are the inference logits (no margin). The options come as keyword arguments or as
+    one `spec` (then the keyword arguments stay at their defaults). Materialises (N, V): use
     `margin_cross_entropy` for training. Computed in float32 (float64 for float64 inputs, also under
     autocast) and returned in the dtype `hidden @ weight.T` would have outside autocast.
     """
-    validate_margin_options(margin, m, scale, word_norm, context_norm, word_counts, weight.shape[0])
+    spec = _resolve_spec(
+        spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
+    )
+    spec.check_counts(word_counts, weight.shape[0])
     lead = hidden.shape[:-1]
     out_dtype = torch.promote_types(hidden.dtype, weight.dtype)
     compute = compute_dtype(hidden, weight)
@@ -244,9 +313,7 @@ def margin_logits(
     if y is not None:
         check_labels(y, weight.shape[0], -100)
     safe_y = None if y is None else y.clamp_min(0)
-    a, s, t = _margin_parts(
-        h, weight, bias, safe_y, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value, gain
-    )
+    a, s, t = _margin_parts(h, weight, bias, safe_y, spec, word_counts, context_norm_value)
     h2, w2 = _scaled(h, weight, a, s)
     logits = h2 @ w2.T  # (N, V)
     if bias is not None:
@@ -279,6 +346,7 @@ def margin_cross_entropy(
     top_k: int | None = None,
     label_smoothing: float = 0.0,
     gain: float = 1.0,
+    spec: MarginSpec | None = None,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
     without materialising the (N, V) logits. Arguments as in `margin_logits`; `reduction`,
@@ -286,20 +354,13 @@ def margin_cross_entropy(
     number of non-ignored tokens (exact gradient accumulation). With margin="none", scale=None and
     both norms no-mod this is `F.cross_entropy(hidden @ weight.T + bias, target)`.
     """
-    validate_margin_options(margin, m, scale, word_norm, context_norm, word_counts, weight.shape[0])
-    h = hidden.reshape(-1, hidden.shape[-1])
-    y = target.reshape(-1)
-    if h.shape[0] != y.shape[0]:
-        raise ValueError(f"hidden has {h.shape[0]} rows but target has {y.shape[0]}")
-    check_labels(y, weight.shape[0], ignore_index)
-    compute = torch.float64 if h.dtype == torch.float64 else torch.float32
-    h, w = h.to(compute), weight.to(compute)
-    b = None if bias is None else bias.to(compute)
-    valid = y != ignore_index
-    h_v, y_v = h[valid], y[valid]
-    a, s, t = _margin_parts(
-        h_v, w, b, y_v, margin, m, scale, word_norm, context_norm, word_counts, context_norm_value, gain
+    spec = _resolve_spec(
+        spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
     )
+    spec.check_counts(word_counts, weight.shape[0])
+    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
+    h_v, y_v = h[valid], y[valid]
+    a, s, t = _margin_parts(h_v, w, b, y_v, spec, word_counts, context_norm_value)
     h2, w2 = _scaled(h_v, w, a, s)
     loss = fused_linear_cross_entropy(
         h2,
@@ -313,13 +374,11 @@ def margin_cross_entropy(
         num_items_in_batch=num_items_in_batch,
         chunk_size=chunk_size,
     )
-    if reduction == "none":
-        return loss.new_zeros(y.shape[0]).masked_scatter(valid, loss).reshape(target.shape)
-    return loss
+    return reduce_rows(loss, valid, target.shape, "none") if reduction == "none" else loss
 
 
 class MarginCrossEntropy(nn.Module):
-    """`margin_cross_entropy` as a module: options at construction, tensors at call time."""
+    """`margin_cross_entropy` as a module: options at construction (`spec`), tensors at call time."""
 
     def __init__(
         self,
@@ -334,9 +393,8 @@ class MarginCrossEntropy(nn.Module):
         chunk_size: int | None = None,
     ) -> None:
         super().__init__()
-        validate_margin_options(margin, m, scale, word_norm, context_norm, word_counts)
-        self.margin, self.m, self.scale = margin, m, scale
-        self.word_norm, self.context_norm = word_norm, context_norm
+        self.spec = MarginSpec(margin, m, scale, word_norm, context_norm)
+        self.spec.check_counts(word_counts)
         self.reduction, self.ignore_index, self.chunk_size = reduction, ignore_index, chunk_size
         self.register_buffer("word_counts", word_counts, persistent=False)
 
@@ -346,11 +404,7 @@ class MarginCrossEntropy(nn.Module):
             weight,
             bias,
             target,
-            margin=self.margin,
-            m=self.m,
-            scale=self.scale,
-            word_norm=self.word_norm,
-            context_norm=self.context_norm,
+            spec=self.spec,
             word_counts=self.word_counts,
             context_norm_value=context_norm_value,
             reduction=self.reduction,

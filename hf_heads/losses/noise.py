@@ -23,17 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._checks import OptionError, check_choice, check_number
+from hf_heads.losses._rows import frequency_ranks
 
 NOISES = ("uniform", "log-uniform", "unigram")
-
-
-def frequency_ranks(counts: torch.Tensor) -> torch.Tensor:
-    """(C,) rank of each class by descending count (0 = most frequent; ties keep id order)."""
-    order = torch.sort(counts.double(), descending=True, stable=True).indices
-    ranks = torch.empty_like(order)
-    ranks[order] = torch.arange(counts.numel(), device=counts.device)
-    return ranks
 
 
 def noise_distribution(
@@ -59,9 +52,11 @@ def noise_distribution(
     if noise == "log-uniform":
         if ranks is None:
             if counts is None:
-                raise ValueError(
-                    "noise='log-uniform' needs the frequency rank: pass counts (word_counts), or "
-                    "ranks=torch.arange(C) if the token ids are already sorted by frequency"
+                raise OptionError(
+                    "noise",
+                    noise,
+                    "needs the frequency rank: pass counts (word_counts), or ranks=torch.arange(C) if the token "
+                    "ids are already sorted by frequency",
                 )
             ranks = frequency_ranks(counts)
         r = torch.as_tensor(ranks, dtype=torch.float64)
@@ -69,7 +64,7 @@ def noise_distribution(
             raise ValueError(f"ranks has shape {tuple(r.shape)}, expected ({num_classes},)")
         return torch.log1p(1.0 / (r + 1.0)) / torch.log(torch.tensor(num_classes + 1.0, dtype=torch.float64))
     if counts is None:
-        raise ValueError("noise='unigram' needs counts (hf_heads.data.word_counts or the training labels)")
+        raise OptionError("noise", noise, "needs counts (hf_heads.data.word_counts or the training labels)")
     check_number("noise_smoothing", smoothing, exclusive_minimum=0)
     check_number("noise_add", add, minimum=0)
     smoothed = counts + add

@@ -31,6 +31,13 @@ Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation
     bce cps        s + log(C·D(c))          eq. 16 (αK = C)
     bce nce        s                        eq. 20
 
+Each method is one object of `SAMPLING_METHODS` (`Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of
+both tables: the term a candidate contributes to the CE denominator and to the BCE negatives (written with
+log(K·D(c)), K and C) and its posterior correction for each criterion. `sampled_loss` and
+`corrected_log_probs` apply them and write no per-method case of their own. A correction asks for
+`noise_probs` only where it uses D: CE-IS (eq. 14), BCE-IS (eq. 12), BCE-NCE (eq. 20) and the full criteria
+need none.
+
 Choices where the paper is silent (each is tested):
 - The CE criteria keep the target among the candidates of the denominator, with the same
   per-class transform as a sample (s for MCS, s − log K·D(c) for IS, s + log α for CPS, σ(z) for
@@ -49,40 +56,173 @@ Choices where the paper is silent (each is tested):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from hf_heads.losses._checks import check_choice, check_number
-from hf_heads.losses._rows import autocast_off
-from hf_heads.losses.fused_linear import check_labels, default_chunk_size
-from hf_heads.losses.margin import _margin_parts, margin_cross_entropy, margin_logits, validate_margin_options
+from hf_heads.losses._checks import OptionError, check_choice, check_number
+from hf_heads.losses._rows import (
+    autocast_off,
+    check_labels,
+    check_reduction,
+    compute_dtype,
+    linear_rows,
+    reduce_rows,
+    valid_rows,
+)
+from hf_heads.losses.fused_linear import default_chunk_size
+from hf_heads.losses.margin import MarginSpec, _margin_parts, _resolve_spec, margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 
 CRITERIA = ("ce", "bce", "mse")
-METHODS = ("full", "mcs", "is", "cps", "nce")
-REDUCTIONS = ("mean", "sum", "none")
+
+
+# ----------------------------------------------------------------------------- the methods
+
+
+@dataclass(frozen=True)
+class SamplingMethod:
+    """One sampling method: its candidate terms and its posterior corrections (module docstring tables).
+
+    Arguments: s are scores of candidates (any shape), `log_kd` log(K·D(c)) of their classes (same shape), K the
+    number of samples and C the number of classes. The defaults are the identity terms of MCS."""
+
+    name: ClassVar[str]
+    draws_samples: ClassVar[bool] = True  # False: every class is a candidate (no noise)
+    corrections_with_noise: ClassVar[tuple[str, ...]] = ()  # the criteria whose correction uses log D
+
+    def ce_candidate(self, s: torch.Tensor, log_kd: torch.Tensor, num_samples: int, num_classes: int):
+        """A candidate's term in the CE denominator log Σ exp(·) (the target is a candidate too)."""
+        return s
+
+    def ce_numerator(self, t: torch.Tensor, target_term: torch.Tensor) -> torch.Tensor:
+        """The CE numerator from the target's score t and its candidate term."""
+        return t
+
+    def bce_logit(self, s: torch.Tensor, log_kd: torch.Tensor) -> torch.Tensor:
+        """z of the BCE terms −log σ(z_cn) (target) and −log(1 − σ(z_k)) (sample)."""
+        return s
+
+    def bce_weight(self, log_kd: torch.Tensor, num_samples: int, num_classes: int):
+        """The weight of a sample's −log(1 − σ(z_k)), or None for 1."""
+        return None
+
+    def correction(self, s, criterion: str, log_d, num_samples: int | None, num_classes: int) -> torch.Tensor:
+        """log p̃(c|x) (before normalisation) from the trained scores s (*, C); log_d: log D (C,) or None."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Full(SamplingMethod):
+    """No sampling: MSE (eq. 1), BCE (eq. 3) and CE (eq. 5) over every class; p = σ(s) (eqs. 2, 4), softmax(s)
+    (eq. 6)."""
+
+    name: ClassVar[str] = "full"
+    draws_samples: ClassVar[bool] = False
+
+    def correction(self, s, criterion, log_d, num_samples, num_classes):
+        return s if criterion == "ce" else F.logsigmoid(s)
+
+
+@dataclass(frozen=True)
+class MCS(SamplingMethod):
+    """Monte Carlo sampling: BCE eq. 7, CE eq. 9 with the scores as they are; corrections s + log(K·D(c))
+    (eq. 8) and s + log D(c) (eq. 10)."""
+
+    name: ClassVar[str] = "mcs"
+    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+
+    def correction(self, s, criterion, log_d, num_samples, num_classes):
+        return s + log_d if criterion == "ce" else s + (log_d + math.log(num_samples))
+
+
+@dataclass(frozen=True)
+class IS(SamplingMethod):
+    """Importance sampling: each sample weighted by 1 / (K·D(c̃)): BCE eq. 11, CE eq. 13 (exp(s) / (K·D), i.e.
+    s − log(K·D) inside the log-sum-exp); corrections s (eqs. 12, 14)."""
+
+    name: ClassVar[str] = "is"
+
+    def ce_candidate(self, s, log_kd, num_samples, num_classes):
+        return s - log_kd
+
+    def bce_weight(self, log_kd, num_samples, num_classes):
+        return torch.exp(-log_kd)
+
+    def correction(self, s, criterion, log_d, num_samples, num_classes):
+        return s
+
+
+@dataclass(frozen=True)
+class CPS(SamplingMethod):
+    """Compensated partial summation: each sample weighted by α = C / K: BCE eq. 15, CE eq. 17 (s + log α);
+    corrections s + log(C·D(c)) (eq. 16, αK = C) and s + log D(c) (eq. 18)."""
+
+    name: ClassVar[str] = "cps"
+    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+
+    def ce_candidate(self, s, log_kd, num_samples, num_classes):
+        return s + math.log(num_classes / num_samples)
+
+    def bce_weight(self, log_kd, num_samples, num_classes):
+        return num_classes / num_samples
+
+    def correction(self, s, criterion, log_d, num_samples, num_classes):
+        return s + log_d if criterion == "ce" else s + log_d + math.log(num_classes)
+
+
+@dataclass(frozen=True)
+class NCE(SamplingMethod):
+    """Noise contrastive estimation, q = exp(s), z = s − log(K·D(c)): BCE eq. 19 on z, CE eq. 21 on σ(z) (the
+    numerator σ(z_cn) too); corrections s (eq. 20) and σ(z) + log D(c) (eq. 22)."""
+
+    name: ClassVar[str] = "nce"
+    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce",)
+
+    def ce_candidate(self, s, log_kd, num_samples, num_classes):
+        return torch.sigmoid(s - log_kd)
+
+    def ce_numerator(self, t, target_term):
+        return target_term
+
+    def bce_logit(self, s, log_kd):
+        return s - log_kd
+
+    def correction(self, s, criterion, log_d, num_samples, num_classes):
+        if criterion == "ce":
+            return torch.sigmoid(s - (log_d + math.log(num_samples))) + log_d
+        return s
+
+
+SAMPLING_METHODS: dict[str, SamplingMethod] = {cls.name: cls() for cls in (Full, MCS, IS, CPS, NCE)}
+METHODS = tuple(SAMPLING_METHODS)  # ("full", "mcs", "is", "cps", "nce")
 
 
 def validate_sampled_options(criterion: str, method: str, num_samples: int | None, num_classes: int | None) -> None:
-    """Raise `ValueError` naming the field for an invalid criterion / method / K."""
+    """Raise `OptionError` naming the field for an invalid criterion / method / K."""
     check_choice("criterion", criterion, CRITERIA)
     check_choice("method", method, METHODS)
     if criterion == "mse" and method != "full":
-        raise ValueError(f"criterion='mse' has only method='full' (the paper defines no sampled MSE); got {method!r}")
-    if method == "full":
+        raise OptionError(
+            "method",
+            method,
+            "is not allowed: criterion='mse' has only method='full' (the paper defines no sampled MSE)",
+        )
+    if not SAMPLING_METHODS[method].draws_samples:
         return
     if num_samples is None:
-        raise ValueError(f"method={method!r} needs num_samples=K (an integer, 1 <= K < number of classes)")
+        raise OptionError(
+            "num_samples",
+            None,
+            f"is missing: method={method!r} needs num_samples=K (an integer, 1 <= K < number of classes)",
+        )
     check_number("num_samples", num_samples, minimum=1, integer=True)
     if num_classes is not None and num_samples >= num_classes:
-        raise ValueError(f"num_samples={num_samples} must be < the number of classes ({num_classes})")
-
-
-def _log_kd(log_noise: torch.Tensor, num_samples: int) -> torch.Tensor:
-    return log_noise + math.log(num_samples)
+        raise OptionError("num_samples", num_samples, f"must be < the number of classes ({num_classes})")
 
 
 @autocast_off
@@ -99,48 +239,25 @@ def corrected_log_probs(
     docstring). `normalize=False` returns the unnormalised log p̃ of the paper's corrections."""
     num_classes = scores.shape[-1]
     validate_sampled_options(criterion, method, num_samples, num_classes)
-    s = scores.double() if scores.dtype == torch.float64 else scores.float()
+    sampler = SAMPLING_METHODS[method]
+    s = scores.to(compute_dtype(scores))
     log_d = None
-    if method in ("mcs", "cps", "nce") or (method == "is" and criterion == "ce"):
+    if criterion in sampler.corrections_with_noise:
         if noise_probs is None:
             raise ValueError(f"method={method!r} needs noise_probs for its correction")
         check_noise_probs(noise_probs, num_classes)
         log_d = noise_probs.to(device=s.device, dtype=s.dtype).log()
-    if method == "full":
-        out = s if criterion == "ce" else F.logsigmoid(s)
-    elif criterion == "ce":
-        if method == "is":
-            out = s
-        elif method in ("mcs", "cps"):
-            out = s + log_d
-        else:
-            out = torch.sigmoid(s - _log_kd(log_d, num_samples)) + log_d
-    else:
-        if method in ("is", "nce"):
-            out = s
-        elif method == "mcs":
-            out = s + _log_kd(log_d, num_samples)
-        else:
-            out = s + log_d + math.log(num_classes)
+    out = sampler.correction(s, criterion, log_d, num_samples, num_classes)
     return torch.log_softmax(out, dim=-1) if normalize else out
 
 
-def _reduce(per_row, valid, y_shape, reduction, num_items_in_batch):
-    if reduction == "none":
-        return per_row.new_zeros(valid.shape[0]).masked_scatter(valid, per_row).reshape(y_shape)
-    total = per_row.sum()
-    if reduction == "sum":
-        return total
-    denom = num_items_in_batch if num_items_in_batch is not None else per_row.shape[0]
-    if isinstance(denom, torch.Tensor):
-        return total / denom.to(total.device).clamp_min(1)
-    return total / max(int(denom), 1)
+# ----------------------------------------------------------------------------- the criteria
 
 
-def _scorer(hidden, weight, bias, target, margin_kwargs):
+def _scorer(hidden, weight, bias, target, spec: MarginSpec, word_counts, g_value):
     """Row scales a (N,), column scales f (C,) and target logit t (N,) of the margin scorer
     (eq. 13): s(c, n) = a_n · f_c · (h_n · W_c) + b_c, target logit t_n (margin applied)."""
-    a, f, t = _margin_parts(hidden, weight, bias, target, **margin_kwargs)
+    a, f, t = _margin_parts(hidden, weight, bias, target, spec, word_counts, g_value)
     h = hidden if a is None else hidden * a[:, None]
     if t is None:
         w_y = weight[target] if f is None else weight[target] * f[target, None]
@@ -174,14 +291,35 @@ def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size):
 
 def _row_chunks(fn, row_args: tuple, shared_args: tuple, step: int) -> torch.Tensor:
     """cat_i fn(*row_args[chunk i], *shared_args) over chunks of `step` rows; each chunk's (rows, C)
-    intermediates are recomputed in backward (activation checkpointing) instead of kept."""
+    intermediates are recomputed in backward (activation checkpointing) instead of kept. With no rows, fn of the
+    empty rows: a (0,) result that is still part of the graph (a batch of padding trains with a zero loss)."""
     outs = []
+    if row_args[0].shape[0] == 0:
+        return fn(*row_args, *shared_args)
     for i in range(0, row_args[0].shape[0], step):
         args = (*(a[i : i + step] for a in row_args), *shared_args)
         use_ckpt = torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in args)
         outs.append(checkpoint(fn, *args, use_reentrant=False) if use_ckpt else fn(*args))
-    empty_dtype = torch.float64 if row_args[0].dtype == torch.float64 else torch.float32
-    return torch.cat(outs) if outs else row_args[0].new_zeros(0, dtype=empty_dtype)
+    return torch.cat(outs)
+
+
+def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
+    """Per-row loss of a sampling criterion from the target scores t (N,) and the sample scores s_k (N, K)."""
+    if criterion == "ce":
+        u_t = sampler.ce_candidate(t, log_kd_t, num_samples, num_classes)  # (N,)
+        u_k = sampler.ce_candidate(s_k, log_kd_k, num_samples, num_classes)  # (N, K)
+        if hit is not None:
+            u_k = u_k.masked_fill(hit, float("-inf"))
+        denominator = torch.logsumexp(torch.cat([u_t[:, None], u_k], dim=1), dim=1)  # (N,)
+        return denominator - sampler.ce_numerator(t, u_t)
+    pos = F.softplus(-sampler.bce_logit(t, log_kd_t))  # −log σ(z_cn)
+    neg = F.softplus(sampler.bce_logit(s_k, log_kd_k))  # −log(1 − σ(z_k)), (N, K)
+    weight = sampler.bce_weight(log_kd_k, num_samples, num_classes)
+    if weight is not None:
+        neg = neg * weight
+    if hit is not None:
+        neg = neg.masked_fill(hit, 0.0)
+    return pos + neg.sum(1)
 
 
 @autocast_off
@@ -210,44 +348,42 @@ def sampled_loss(
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
     gain: float = 1.0,
+    spec: MarginSpec | None = None,
 ) -> torch.Tensor:
     """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
     target (*) with output layer weight (C, H), bias (C,).
 
     K = `num_samples` classes are drawn from `noise_probs` (C,) once for the whole batch with
-    `generator` (or given as `samples` (K,)). Margin options as in `margin_cross_entropy` (the
-    margin is applied to the target logit). `reduction`, `ignore_index` and `num_items_in_batch` as
-    in `F.cross_entropy` / the transformers Trainer (sum divided by `num_items_in_batch`).
+    `generator` (or given as `samples` (K,)). Margin options as in `margin_cross_entropy` (keyword arguments
+    or one `spec`; the margin is applied to the target logit). `reduction`, `ignore_index` and
+    `num_items_in_batch` as in `F.cross_entropy` / the transformers Trainer (sum divided by `num_items_in_batch`).
     """
     num_classes = weight.shape[0]
     validate_sampled_options(criterion, method, num_samples, num_classes)
-    check_choice("reduction", reduction, REDUCTIONS)
-    validate_margin_options(margin, m, scale, word_norm, context_norm, word_counts, num_classes)
-    h_all = hidden.reshape(-1, hidden.shape[-1])
-    y_all = target.reshape(-1)
-    if h_all.shape[0] != y_all.shape[0]:
-        raise ValueError(f"hidden has {h_all.shape[0]} rows but target has {y_all.shape[0]}")
-    check_labels(y_all, num_classes, ignore_index)
-    compute = torch.float64 if h_all.dtype == torch.float64 else torch.float32
-    valid = y_all != ignore_index
-    h, y = h_all[valid].to(compute), y_all[valid]
-    w = weight.to(compute)
-    b = None if bias is None else bias.to(compute)
-    margin_kwargs = dict(
-        margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm,
-        word_counts=word_counts, g_value=context_norm_value, gain=gain,
-    )  # fmt: skip
+    check_reduction(reduction)
+    spec = _resolve_spec(
+        spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
+    )
+    spec.check_counts(word_counts, num_classes)
+    rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
     if method == "full" and criterion == "ce":
         return margin_cross_entropy(
-            hidden, weight, bias, target, margin=margin, m=m, scale=scale, word_norm=word_norm,
-            context_norm=context_norm, word_counts=word_counts, context_norm_value=context_norm_value,
-            reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
-            chunk_size=chunk_size, gain=gain,
-        )  # fmt: skip
-    h2, f, t = _scorer(h, w, b, y, margin_kwargs)  # (N, H), (C,) or None, (N,)
+            hidden,
+            weight,
+            bias,
+            target,
+            spec=spec,
+            word_counts=word_counts,
+            context_norm_value=context_norm_value,
+            chunk_size=chunk_size,
+            **rows,
+        )
+    h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
+    h, y = h_all[valid], y_all[valid]
+    h2, f, t = _scorer(h, w, b, y, spec, word_counts, context_norm_value)  # (N, H), (C,) or None, (N,)
     if method == "full":
         per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size)
-        return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
+        return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
 
     if noise_probs is None:
         raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
@@ -256,42 +392,13 @@ def sampled_loss(
         samples = draw_samples(noise_probs.to(weight.device), num_samples, generator)
     elif samples.shape != (num_samples,):
         raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
-    log_d = noise_probs.to(device=h.device, dtype=compute).log()  # (C,)
+    log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,) log(K·D(c))
     s_k = _candidate_scores(h2, w, b, f, samples)  # (N, K)
-    hit = samples[None, :] == y[:, None]  # (N, K) accidental hits
-    log_k = math.log(num_samples)
-
-    if criterion == "ce":
-        if method == "mcs":
-            u_k, u_t, num = s_k, t, t
-        elif method == "is":
-            u_k, u_t, num = s_k - log_k - log_d[samples], t - log_k - log_d[y], t
-        elif method == "cps":
-            alpha = math.log(num_classes / num_samples)
-            u_k, u_t, num = s_k + alpha, t + alpha, t
-        else:  # nce, eq. 21
-            u_k = torch.sigmoid(s_k - log_k - log_d[samples])
-            u_t = torch.sigmoid(t - log_k - log_d[y])
-            num = u_t
-        if remove_accidental_hits:
-            u_k = u_k.masked_fill(hit, float("-inf"))
-        denominator = torch.logsumexp(torch.cat([u_t[:, None], u_k], dim=1), dim=1)  # (N,)
-        per_row = denominator - num
-    else:  # bce
-        if method == "nce":
-            z_k, z_t = s_k - log_k - log_d[samples], t - log_k - log_d[y]
-            neg = F.softplus(z_k)  # −log(1 − σ(z))
-            pos = F.softplus(-z_t)
-        else:
-            neg, pos = F.softplus(s_k), F.softplus(-t)
-            if method == "is":
-                neg = neg * torch.exp(-(log_k + log_d[samples]))
-            elif method == "cps":
-                neg = neg * (num_classes / num_samples)
-        if remove_accidental_hits:
-            neg = neg.masked_fill(hit, 0.0)
-        per_row = pos + neg.sum(1)
-    return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
+    hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
+    per_row = _sampled_rows(
+        SAMPLING_METHODS[method], criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes
+    )
+    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
 
 
 @autocast_off
@@ -309,27 +416,32 @@ def corrected_nll(
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
-    **scorer_kwargs,
+    word_counts: torch.Tensor | None = None,
+    context_norm_value: float | torch.Tensor | None = None,
+    spec: MarginSpec | None = None,
+    **margin_options,
 ) -> torch.Tensor:
     """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior (the evaluation loss:
-    exp of its mean is the perplexity), in chunks of rows; no margin (inference logits)."""
-    check_choice("reduction", reduction, REDUCTIONS)
-    h_all = hidden.reshape(-1, hidden.shape[-1])
-    y_all = target.reshape(-1)
+    exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer's options
+    as in `margin_logits`: `margin_options` (margin, m, scale, word_norm, context_norm, gain) or one `spec`."""
+    check_reduction(reduction)
+    spec = _resolve_spec(spec, **margin_options).without_margin()
+    spec.check_counts(word_counts, weight.shape[0])
+    h_all, y_all, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y_all, weight.shape[0], ignore_index)
-    valid = y_all != ignore_index
     h, y = h_all[valid], y_all[valid]
     step = chunk_size or default_chunk_size(max(h.shape[0], 1), weight.shape[0])
+    scorer = dict(spec=spec, word_counts=word_counts, context_norm_value=context_norm_value)
 
     def rows(h_c, y_c, w_, b_):
-        scores = margin_logits(h_c, w_, b_, None, **scorer_kwargs)  # (n, C)
+        scores = margin_logits(h_c, w_, b_, None, **scorer)  # (n, C)
         logp = corrected_log_probs(
             scores, criterion=criterion, method=method, noise_probs=noise_probs, num_samples=num_samples
         )
         return -logp.gather(1, y_c[:, None]).squeeze(1)
 
     per_row = _row_chunks(rows, (h, y), (weight, bias), step)
-    return _reduce(per_row, valid, target.shape, reduction, num_items_in_batch)
+    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
 
 
 def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:
@@ -357,18 +469,26 @@ class SampledLoss(nn.Module):
         super().__init__()
         validate_sampled_options(criterion, method, num_samples, None if noise_probs is None else noise_probs.numel())
         self.criterion, self.method, self.num_samples = criterion, method, num_samples
-        self.remove_accidental_hits, self.reduction, self.ignore_index = (
-            remove_accidental_hits,
-            reduction,
-            ignore_index,
-        )
+        self.remove_accidental_hits = remove_accidental_hits
+        self.reduction, self.ignore_index = reduction, ignore_index
         self.scorer_kwargs = scorer_kwargs
         self.register_buffer("noise_probs", noise_probs, persistent=False)
 
     def forward(self, hidden, weight, bias, target, num_items_in_batch=None, generator=None, samples=None):
         return sampled_loss(
-            hidden, weight, bias, target, criterion=self.criterion, method=self.method,
-            num_samples=self.num_samples, noise_probs=self.noise_probs, generator=generator, samples=samples,
-            remove_accidental_hits=self.remove_accidental_hits, reduction=self.reduction,
-            ignore_index=self.ignore_index, num_items_in_batch=num_items_in_batch, **self.scorer_kwargs,
-        )  # fmt: skip
+            hidden,
+            weight,
+            bias,
+            target,
+            criterion=self.criterion,
+            method=self.method,
+            num_samples=self.num_samples,
+            noise_probs=self.noise_probs,
+            generator=generator,
+            samples=samples,
+            remove_accidental_hits=self.remove_accidental_hits,
+            reduction=self.reduction,
+            ignore_index=self.ignore_index,
+            num_items_in_batch=num_items_in_batch,
+            **self.scorer_kwargs,
+        )

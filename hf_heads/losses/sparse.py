@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.losses._checks import check_choice, check_number
-from hf_heads.losses._rows import autocast_off
-from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
+from hf_heads.losses._checks import OptionError, check_number
+from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, reduce_rows
+from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 
 
 def check_k(k) -> None:
@@ -69,30 +69,21 @@ def sparse_softmax_cross_entropy(
     """Eq. 5 for logits z (*, C) and targets (*); `reduction`, `ignore_index`, `label_smoothing`
     as in `F.cross_entropy`; `num_items_in_batch` divides the sum (exact gradient accumulation)."""
     check_k(k)
-    check_choice("reduction", reduction, ("mean", "sum", "none"))
+    check_reduction(reduction)
     check_number("label_smoothing", label_smoothing, minimum=0)
     if label_smoothing > 1:
-        raise ValueError(f"label_smoothing={label_smoothing!r} must be <= 1")
+        raise OptionError("label_smoothing", label_smoothing, "must be <= 1")
     logits = z.reshape(-1, z.shape[-1])
     y = target.reshape(-1)
     check_labels(y, logits.shape[1], ignore_index)
-    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    logits = logits.to(compute)
     valid = y != ignore_index
-    safe = y.clamp_min(0)
-    vals = torch.topk(logits, min(k, logits.shape[1]), dim=1).values  # (N, k)
-    lse = torch.logsumexp(vals, dim=1)  # (N,)
-    loss = lse - logits.gather(1, safe[:, None]).squeeze(1)
+    logits, y_v = logits[valid].to(compute_dtype(logits)), y[valid]
+    vals = torch.topk(logits, min(k, logits.shape[1]), dim=1).values  # (n, k)
+    lse = torch.logsumexp(vals, dim=1)  # (n,)
+    loss = lse - logits.gather(1, y_v[:, None]).squeeze(1)
     if label_smoothing:
         loss = (1 - label_smoothing) * loss + label_smoothing * (lse - vals.mean(1))
-    loss = torch.where(valid, loss, torch.zeros_like(loss))
-    if reduction == "none":
-        return loss.reshape(target.shape)
-    total = loss.sum()
-    if reduction == "sum":
-        return total
-    denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
-    return total / torch.as_tensor(denom, device=total.device).clamp_min(1)
+    return reduce_rows(loss, valid, target.shape, reduction, num_items_in_batch)
 
 
 def sparse_linear_cross_entropy(
@@ -119,6 +110,11 @@ class SparseSoftmaxCrossEntropy(nn.Module):
 
     def forward(self, z, target, num_items_in_batch=None):
         return sparse_softmax_cross_entropy(
-            z, target, self.k, reduction=self.reduction, ignore_index=self.ignore_index,
-            label_smoothing=self.label_smoothing, num_items_in_batch=num_items_in_batch,
-        )  # fmt: skip
+            z,
+            target,
+            self.k,
+            reduction=self.reduction,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            num_items_in_batch=num_items_in_batch,
+        )
