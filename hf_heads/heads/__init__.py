@@ -1,37 +1,42 @@
-"""Output layers: `DiscreteHead` (softmax, margin, sampled, sparse) and `ContinuousHead` (continuous)."""
+"""Output layers, one module per family: softmax, sparse, margin, sampled (discrete: hf_heads.heads.discrete) and
+continuous. Each family module holds its options dataclass and its head class and registers them
+(hf_heads.heads.registry); `make_head` builds the head of a head section."""
 
-from torch import nn
-
-from hf_heads.heads.continuous import ContinuousHead
+from hf_heads.heads.base import OutputHead
 from hf_heads.heads.discrete import DiscreteHead
-from hf_heads.heads.options import (
-    HEAD_FAMILIES,
-    ContinuousHeadOptions,
-    MarginHeadOptions,
-    SampledHeadOptions,
-    SoftmaxHeadOptions,
-    SparseHeadOptions,
-    head_dict,
-    head_options,
-)
+from hf_heads.heads.options import HeadOptions
+from hf_heads.heads.registry import FAMILIES, family, head_dict, head_options, make_head, option_help
 
+# Each family module registers itself on import: this order is the order of help texts and error messages.
+# isort: off
+from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
+from hf_heads.heads.margin import MarginHead, MarginHeadOptions
+from hf_heads.heads.sampled import SampledHead, SampledHeadOptions
+from hf_heads.heads.sparse import SparseHead, SparseHeadOptions
+from hf_heads.heads.continuous import ContinuousHead, ContinuousHeadOptions
+# isort: on
 
-def make_head(hidden_size: int, num_classes: int, head: dict | None) -> nn.Module:
-    """The head module for a head section: `ContinuousHead` for the continuous family, else `DiscreteHead`."""
-    family = (head or {}).get("family", "softmax")
-    return (ContinuousHead if family == "continuous" else DiscreteHead)(hidden_size, num_classes, head)
-
+HEAD_FAMILIES = {name: entry.options for name, entry in FAMILIES.items()}  # family -> options class
 
 __all__ = [
+    "FAMILIES",
     "HEAD_FAMILIES",
     "ContinuousHead",
     "ContinuousHeadOptions",
     "DiscreteHead",
+    "HeadOptions",
+    "MarginHead",
     "MarginHeadOptions",
+    "OutputHead",
+    "SampledHead",
     "SampledHeadOptions",
+    "SoftmaxHead",
     "SoftmaxHeadOptions",
+    "SparseHead",
     "SparseHeadOptions",
+    "family",
     "head_dict",
     "head_options",
     "make_head",
+    "option_help",
 ]

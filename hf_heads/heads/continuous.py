@@ -9,12 +9,17 @@ and beam search ranks hypotheses by these scores (log-softmax of them, as for an
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_heads.heads.options import ContinuousHeadOptions, head_options
-from hf_heads.losses._rows import autocast_off
+from hf_heads.heads.base import OutputHead
+from hf_heads.heads.options import HeadOptions
+from hf_heads.heads.registry import register_family
+from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
 from hf_heads.losses.continuous import nearest_neighbour_diagnostics, syn_margin_loss, vmf_nll
 
 _DIAGNOSTIC_ROWS = 256  # positions of the last training batch kept for the table-2 diagnostics
@@ -34,12 +39,74 @@ def check_embedding_table(table: torch.Tensor, num_classes: int, dim: int | None
         raise ValueError(f"embedding table has {int(zero.sum())} all-zero rows (first: row {int(zero.nonzero()[0])})")
 
 
-class ContinuousHead(nn.Module):
+CONTINUOUS_LOSSES = (
+    "vmf",
+    *(f"syn-margin-{n}" for n in ("projection", "difference")),
+    *(f"margin-{n}" for n in ("random", "most-informative")),
+)
+
+
+@dataclass
+class ContinuousHeadOptions(HeadOptions):
+    """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a
+    d-dim embedding, trained against a frozen, L2-normalised pretrained table E (V, d) stored with the
+    weights; decoding ranks the vocabulary by û·Eᵀ (nearest neighbour)."""
+
+    loss: str = field(default="vmf", metadata={"help": f"Continuous-output loss: {', '.join(CONTINUOUS_LOSSES)}."})
+    loss_margin: float = field(default=0.5, metadata={"help": "λ of the margin losses (>= 0)."})
+    num_negatives: int = field(default=5, metadata={"help": "margin-random: negatives drawn per position."})
+    vmf_lambda1: float = field(default=0.0, metadata={"help": "vMF: + λ1‖û‖ (Kumar & Tsvetkov's NLLvMF_reg1)."})
+    vmf_lambda2: float = field(default=1.0, metadata={"help": "vMF: − λ2 ûᵀu (their NLLvMF_reg2; 1 = plain NLL)."})
+    embedding_dim: int | None = field(
+        default=None, metadata={"help": "d of the embedding table (set when a table is attached)."}
+    )
+    embedding_name: str = field(default="glove-6B-50d", metadata={"help": "Name of the pretrained table (a label)."})
+    tie_decoder_inputs: bool = field(
+        default=False,
+        metadata={"help": "Decoder inputs are E[token] through a linear map d -> H (the paper's tied setup)."},
+    )
+    logit_scale: float = field(
+        default=10.0, metadata={"help": "Margin losses: decoding logits are logit_scale · cos(û, E_c) (beam search)."}
+    )
+
+    def check(self) -> None:
+        super().check()
+        check_choice("loss", self.loss, CONTINUOUS_LOSSES)
+        check_choice("embedding_name", self.embedding_name, ("glove-6B-50d",))
+        check_number("loss_margin", self.loss_margin, minimum=0)
+        check_number("num_negatives", self.num_negatives, minimum=1, integer=True)
+        check_number("vmf_lambda1", self.vmf_lambda1, minimum=0)
+        check_number("vmf_lambda2", self.vmf_lambda2, exclusive_minimum=0)
+        check_number("logit_scale", self.logit_scale, exclusive_minimum=0)
+        if self.embedding_dim is not None:
+            check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
+
+    @property
+    def negative(self) -> str | None:
+        """The margin loss's negative kind (one of hf_heads.losses.continuous.NEGATIVES), None for vMF."""
+        return None if self.loss == "vmf" else self.loss.removeprefix("syn-margin-").removeprefix("margin-")
+
+    def describe(self) -> str:
+        return f"continuous {self.loss}"
+
+
+class ContinuousHead(OutputHead):
     """Output layer predicting a d-dim embedding for each of the V words of the vocabulary (see module doc)."""
 
-    def __init__(self, hidden_size: int, num_classes: int, head: dict | None = None) -> None:
-        super().__init__()
-        self.options: ContinuousHeadOptions = head_options(head)
+    paper = (
+        "Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output Machine "
+        "Translation*, WNGT 2019 (and Kumar & Tsvetkov, *Von Mises-Fisher Loss for Training Sequence to Sequence "
+        "Models with Continuous Outputs*, ICLR 2019)"
+    )
+    tasks = ("seq2seq",)
+    eval_loss_is_nll = False  # the eval loss is the training loss (vMF NLL of the embedding, or a margin)
+    has_output_matrix = False  # its output is an embedding: nothing to tie or to copy from a checkpoint
+    uses_embedding_table = True
+    loss_in_nats = False
+    logits_note = "the similarity of each vocabulary embedding to the predicted embedding (nearest-neighbour decoding)"
+
+    def __init__(self, hidden_size: int, num_classes: int, options: ContinuousHeadOptions) -> None:
+        super().__init__(hidden_size, num_classes, options)
         dim = self.options.embedding_dim
         if dim is None:
             raise ValueError("head.embedding_dim is not set: build the head with the table's dimension d")
@@ -53,10 +120,21 @@ class ContinuousHead(nn.Module):
     def num_classes(self) -> int:
         return self.embeddings.shape[0]
 
-    eval_loss_is_nll = False  # the eval loss is the training loss (vMF NLL of the embedding, or a margin)
+    def reset_parameters(self, init=nn.init) -> None:
+        init.normal_(self.proj.weight, mean=0.0, std=0.02)
+        init.zeros_(self.proj.bias)
+        if self.input_proj is not None:
+            init.normal_(self.input_proj.weight, mean=0.0, std=0.02)
+
+    def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+        """Nothing to copy: a checkpoint's (V, H) output layer has no counterpart in an H -> d projection."""
 
     def set_word_counts(self, counts: torch.Tensor) -> None:
         raise ValueError("the continuous head uses no word counts (its targets are the embedding table's rows)")
+
+    def loss_names(self, target: str = "word") -> tuple[str, str]:
+        name = "vMF NLL of the target embedding" if self.options.loss == "vmf" else f"{self.options.loss} margin loss"
+        return name, f"{name}, the training loss; not a word NLL"
 
     def set_embedding_table(self, table: torch.Tensor) -> None:
         """Attach the pretrained table (V, d); rows are L2-normalised here and frozen."""
@@ -76,33 +154,26 @@ class ContinuousHead(nn.Module):
             self._checked = key
         return self.embeddings
 
+    @property
+    def embeds_decoder_inputs(self) -> bool:
+        return self.input_proj is not None
+
     def embed_inputs(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """Decoder input embeddings (B, T, H) = E[ids] W_in (tie_decoder_inputs)."""
         return self.input_proj(self._table()[input_ids])
 
     @autocast_off
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        """û (*, d) in float32: the projection runs in the head's dtype with autocast off (through the module, so
-        its hooks run), and is upcast for the losses."""
-        return self.proj(hidden.to(self.proj.weight.dtype)).float()
+        """û (*, d) in float32 (float64 for a float64 head): the projection runs in the head's dtype with autocast
+        off (through the module, so its hooks run), and is upcast for the losses."""
+        return self.proj(hidden.to(self.proj.weight.dtype)).to(compute_dtype(self.proj.weight))
 
-    def loss(
-        self,
-        hidden: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        ignore_index: int = -100,
-        reduction: str = "mean",
-    ) -> torch.Tensor:
+    def training_loss(self, hidden, labels, *, num_items_in_batch=None, ignore_index=-100, reduction="mean"):
         """Loss of hidden (*, H) against word ids (*); ignored positions contribute nothing. `mean` divides the
         sum by `num_items_in_batch` when given (exact gradient accumulation), else by the valid positions."""
         table = self._table()
-        flat_h, flat_y = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
-        valid = flat_y != ignore_index
-        bad = valid & ((flat_y < 0) | (flat_y >= self.num_classes))
-        if bool(bad.any()):
-            raise ValueError(f"labels: found {int(flat_y[bad][0])}, allowed 0 <= label < {self.num_classes}")
+        flat_h, flat_y, valid = valid_rows(hidden, labels, ignore_index)
+        check_labels(flat_y, self.num_classes, ignore_index)
         pred = self.predict(flat_h[valid])  # (n, d)
         ids = flat_y[valid]
         target = table[ids]  # (n, d)
@@ -112,17 +183,20 @@ class ContinuousHead(nn.Module):
         if o.loss == "vmf":
             rows = vmf_nll(pred, target, lambda1=o.vmf_lambda1, lambda2=o.vmf_lambda2, reduction="none")
         else:
-            rows = syn_margin_loss(pred, target, negative=o.negative, margin=o.loss_margin, embeddings=table,
-                                   target_ids=ids, num_negatives=o.num_negatives, reduction="none")  # fmt: skip
-        if reduction == "none":
-            return rows.new_zeros(flat_y.shape).masked_scatter(valid, rows).reshape(labels.shape)
-        total = rows.sum() + 0.0 * pred.sum()  # keeps the graph when every position is ignored
-        if reduction == "sum":
-            return total
-        denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
-        return total / torch.as_tensor(denom, device=total.device).clamp_min(1)
+            rows = syn_margin_loss(
+                pred,
+                target,
+                negative=o.negative,
+                margin=o.loss_margin,
+                embeddings=table,
+                target_ids=ids,
+                num_negatives=o.num_negatives,
+                reduction="none",
+            )
+        rows = rows + 0.0 * pred.sum()  # (n,); keeps the graph when every position is ignored
+        return reduce_rows(rows, valid, labels.shape, reduction, num_items_in_batch)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(*, V) decoding scores: û·Eᵀ (vMF) or logit_scale · cos(û, E) (margin losses)."""
         return self._scores(hidden).to(self.proj.weight.dtype)
 
@@ -131,7 +205,7 @@ class ContinuousHead(nn.Module):
         pred = self.predict(hidden)  # (*, d) float32
         if self.options.loss != "vmf":
             pred = F.normalize(pred, dim=-1) * self.options.logit_scale
-        return pred @ self._table().float().T  # (*, V)
+        return pred @ self._table().to(pred.dtype).T  # (*, V)
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
@@ -143,9 +217,7 @@ class ContinuousHead(nn.Module):
         pred, ids = last
         out = {f"head/{k}": v for k, v in nearest_neighbour_diagnostics(pred, ids, self._table()).items()}
         out["head/pred_norm_mean"] = pred.norm(dim=-1).mean().item()
-        return {k: round(v, 4) for k, v in out.items() if v == v}
+        return {k: v for k, v in out.items() if v == v}
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor | None = None, **loss_kwargs):
-        loss = None if labels is None else self.loss(hidden, labels, **loss_kwargs)
-        logits = None if (labels is not None and self.training) else self.logits(hidden)
-        return loss, logits
+
+register_family("continuous", ContinuousHeadOptions, ContinuousHead)

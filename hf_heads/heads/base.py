@@ -1,0 +1,152 @@
+"""`OutputHead`: the template every head family fills in (hf_heads.heads.softmax, sparse, margin, sampled,
+continuous). `forward`, `loss` and `logits` live here once; a family overrides a few hooks:
+
+- `training_loss(hidden, labels, **rows)`: the training criterion (train mode);
+- `eval_loss(hidden, labels, **rows)`: the evaluation loss (eval mode; default: the training criterion), and
+  `eval_loss_is_nll`, whether it is the NLL of the inference distribution (then exp(eval_loss) is a perplexity);
+- `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
+- `diagnostics()`: statistics logged next to the loss;
+- `needs_counts` (on the options): whether training word counts are needed;
+- `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), and
+  `needs_calibration` / `calibrate_to(...)` when copying it is not enough to keep the checkpoint's distribution;
+- `reset_parameters(init)`: weight init (`PreTrainedModel._init_weights` calls it);
+- class attributes the models and cards read: `paper`, `tasks`, `has_output_matrix` (a (V, H) weight that can be
+  tied to the input embeddings), `uses_embedding_table`.
+
+`rows` are `num_items_in_batch`, `ignore_index` and `reduction`, as in `F.cross_entropy` / the Trainer.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from hf_heads.heads.registry import head_options
+
+TASKS = ("causal-lm", "seq2seq", "classification")
+
+
+class OutputHead(nn.Module):
+    """Base class of every head: `head(hidden, labels)` -> (loss or None, logits or None)."""
+
+    family: ClassVar[str] = ""  # set by `register_family`
+    options_class: ClassVar[type] = type(None)  # set by `register_family`
+    paper: ClassVar[str] = ""  # citation shown in model cards
+    tasks: ClassVar[tuple[str, ...]] = TASKS
+    eval_loss_is_nll: ClassVar[bool] = True
+    has_output_matrix: ClassVar[bool] = True
+    uses_embedding_table: ClassVar[bool] = False
+    logits_note: ClassVar[str] = "the model scores"  # what the inference logits are (model cards)
+    loss_in_nats: ClassVar[bool] = True  # whether the losses are log-likelihoods (plots' unit)
+
+    def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
+        """`options`: this family's options object, or its head section as a dict (`family` optional), or None
+        for the defaults. `hf_heads.heads.make_head` builds the head of any family from a head section."""
+        super().__init__()
+        if not self.family:
+            raise TypeError(f"{type(self).__name__} is a base class: build heads with hf_heads.heads.make_head(...)")
+        if options is None or isinstance(options, dict):
+            section = {"family": self.family, **(options or {})}
+            if section["family"] != self.family:
+                raise ValueError(
+                    f"head.family={section['family']!r}, but {type(self).__name__} is the "
+                    f"{self.family!r} family: build other families with hf_heads.heads.make_head"
+                )
+            options = head_options(section)
+        if type(options) is not self.options_class:
+            raise TypeError(f"{type(self).__name__} takes {self.options_class.__name__}, not {type(options).__name__}")
+        self.options = options
+
+    # ------------------------------------------------------------------ hooks
+
+    def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, **rows) -> torch.Tensor:
+        raise NotImplementedError
+
+    def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, **rows) -> torch.Tensor:
+        return self.training_loss(hidden, labels, **rows)
+
+    def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def diagnostics(self) -> dict[str, float]:
+        return {}
+
+    def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+        """Copy a checkpoint's output layer: weight (V, H) (None when it is tied to the input embeddings, which the
+        head then shares already) and bias (V,) or None (a zero bias)."""
+        raise ValueError(f"a {self.family} head cannot start from a checkpoint's output layer")
+
+    def reset_parameters(self, init=nn.init) -> None:
+        """Initialise the head's parameters (`init`: torch.nn.init or transformers.initialization)."""
+
+    @property
+    def needs_calibration(self) -> bool:
+        return False
+
+    @torch.no_grad()
+    def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
+        return {}
+
+    def loss_names(self, target: str = "word") -> tuple[str, str]:
+        """(training loss, evaluation loss) as shown in plots and cards; `target`: what a label is (word, class)."""
+        return "training criterion", f"{self.family} head's eval loss"
+
+    def check_generation(self, num_beams: int) -> None:
+        """Refuse (`OptionError` on field `num_beams`) a beam width that the head's distribution cannot serve."""
+
+    @property
+    def num_classes(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def embeds_decoder_inputs(self) -> bool:
+        """Whether the head builds the decoder's input embeddings (`embed_inputs`) instead of the backbone."""
+        return False
+
+    def embed_inputs(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        raise ValueError(f"a {self.family} head does not embed decoder inputs")
+
+    @property
+    def needs_counts(self) -> bool:
+        return self.options.needs_counts
+
+    def set_word_counts(self, counts: torch.Tensor) -> None:
+        raise ValueError(f"the {self.family} head uses no word counts")
+
+    # ------------------------------------------------------------------ the template
+
+    def loss(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ) -> torch.Tensor:
+        """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
+        eval mode."""
+        rows = dict(num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction)
+        return self.training_loss(hidden, labels, **rows) if self.training else self.eval_loss(hidden, labels, **rows)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Inference logits (*, V) in the head's dtype; they never carry a training margin."""
+        return self.inference_logits(hidden)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        return_logits: bool | None = None,
+        **loss_kwargs,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`.
+        The models call the head through this method, so module hooks (FSDP, PEFT) run around the loss too."""
+        loss = None if labels is None else self.loss(hidden, labels, **loss_kwargs)
+        if return_logits is None:
+            return_logits = labels is None or not self.training
+        return loss, (self.logits(hidden) if return_logits else None)

@@ -1,0 +1,246 @@
+"""The margin family: large-margin softmax for language models (Huo et al., Interspeech 2020, eqs. 5-14;
+hf_heads.losses.margin): L-Softmax, ArcFace, CosFace on the target logit, word- and context-vector norm scaling.
+
+Training: the chunked cross-entropy of eq. 13 with the margin of eq. 14 on the target. Evaluation and inference:
+l(c, i) of eq. 13 without the margin (norm scaling kept: it is part of the model), so `exp(eval_loss)` is the
+model's perplexity. max-norm uses the batch maximum in training and a running maximum (momentum
+`context_norm_momentum`, saved as `context_norm_running`) at evaluation and inference, so a prediction does not
+depend on the rest of its batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads.registry import register_family
+from hf_heads.heads.softmax import SoftmaxHeadOptions
+from hf_heads.losses._checks import OptionError, check_number
+from hf_heads.losses._rows import autocast_off
+from hf_heads.losses.margin import (
+    CONTEXT_NORMS,
+    MARGINS,
+    WORD_NORMS,
+    margin_cross_entropy,
+    margin_logits,
+    validate_margin_options,
+)
+
+
+@dataclass
+class MarginHeadOptions(SoftmaxHeadOptions):
+    """Large-margin softmax (margin paper, eqs. 5-14)."""
+
+    margin: str = field(default="none", metadata={"help": f"Target-class margin φ: {', '.join(MARGINS)}."})
+    m: float = field(default=0.0, metadata={"help": "Margin m (an integer >= 1 for lsm, >= 0 otherwise)."})
+    scale: float | None = field(
+        default=None, metadata={"help": "Face-recognition setting: normalise both vectors, ‖W‖=1, ‖h‖=scale."}
+    )
+    word_norm: str = field(default="no-mod", metadata={"help": f"Word-vector norm f(y): {', '.join(WORD_NORMS)}."})
+    context_norm: str = field(
+        default="no-mod", metadata={"help": f"Context-vector norm g(i): {', '.join(CONTEXT_NORMS)}."}
+    )
+    context_norm_momentum: float = field(
+        default=0.01,
+        metadata={"help": "Momentum of the running max-norm used at inference (0 < momentum <= 1)."},
+    )
+    warm_start_gain: float = field(
+        default=1.0,
+        metadata={
+            "help": "Global factor on g(i)·f(c)·φ (not the bias); 1 = eq. 13 as written. Set by from_base, which fits "
+            "it so a norm-scaled head starts at the checkpoint's distribution (hf_heads.losses.margin)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.margin == "lsm" and isinstance(self.m, float) and self.m.is_integer():
+            self.m = int(self.m)  # L-Softmax's m is an integer; JSON and the command line may give 2.0
+        super().__post_init__()
+
+    def check(self) -> None:
+        super().check()
+        if self.label_smoothing:
+            raise OptionError(
+                "label_smoothing", self.label_smoothing, "is only available for the softmax and sparse families"
+            )
+        validate_margin_options(
+            self.margin, self.m, self.scale, self.word_norm, self.context_norm, counts_required=False
+        )
+        check_number("context_norm_momentum", self.context_norm_momentum, exclusive_minimum=0)
+        if self.context_norm_momentum > 1:
+            raise OptionError("context_norm_momentum", self.context_norm_momentum, "must be <= 1")
+        check_number("warm_start_gain", self.warm_start_gain, exclusive_minimum=0)
+
+    @property
+    def norm_scaled(self) -> bool:
+        """Whether f or g replaces the vectors' own norms (eq. 9-10; not in the face-recognition setting)."""
+        return self.scale is None and (self.word_norm != "no-mod" or self.context_norm != "no-mod")
+
+    @property
+    def needs_counts(self) -> bool:
+        return self.scale is None and self.word_norm != "no-mod"
+
+    def counts_reason(self) -> str:
+        return f"word_norm={self.word_norm!r}" if self.scale is None and self.word_norm != "no-mod" else ""
+
+    def scorer(self, with_margin: bool) -> dict:
+        """The options of eq. 13's scorer (keyword arguments of hf_heads.losses.margin)."""
+        return dict(
+            margin=self.margin if with_margin else "none",
+            m=self.m if with_margin else 0.0,
+            scale=self.scale,
+            word_norm=self.word_norm,
+            context_norm=self.context_norm,
+            gain=self.warm_start_gain,
+        )
+
+    def describe(self) -> str:
+        parts = [self.margin] + ([f"m={self.m}"] if self.margin != "none" else [])
+        parts += [f"s={self.scale}"] if self.scale else [f"f={self.word_norm}", f"g={self.context_norm}"]
+        return "margin " + " ".join(parts)
+
+
+class MarginHead(DiscreteHead):
+    """Output layer with the large-margin criterion (see the module docstring)."""
+
+    paper = "Huo et al., *Investigation of Large-Margin Softmax in Neural Language Modeling*, Interspeech 2020"
+    logits_note = "the model's own scores, never the margin"
+
+    # ------------------------------------------------------------------ max-norm
+
+    def running_context_norm(self) -> torch.Tensor | None:
+        """The running max ‖h‖ used by max-norm outside training (None before the first training step)."""
+        if self.options.context_norm == "max-norm" and float(self.context_norm_running) >= 0:
+            return self.context_norm_running
+        return None
+
+    @torch.no_grad()
+    def _observe(self, hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int) -> None:
+        """Update the running max-norm with a training batch."""
+        if self.options.context_norm != "max-norm":
+            return
+        valid = hidden.reshape(-1, hidden.shape[-1])[labels.reshape(-1) != ignore_index]
+        if valid.shape[0] == 0:
+            return
+        batch_max = valid.float().norm(dim=1).max().to(self.context_norm_running.dtype)
+        if float(self.context_norm_running) < 0:
+            self.context_norm_running.copy_(batch_max)
+        else:
+            self.context_norm_running.lerp_(batch_max, self.options.context_norm_momentum)
+
+    # ------------------------------------------------------------------ hooks
+
+    def scorer(self, with_margin: bool) -> dict:
+        return dict(self.options.scorer(with_margin), word_counts=self.counts())
+
+    def training_loss(self, hidden, labels, **rows):
+        self._observe(hidden, labels, rows["ignore_index"])
+        return self.criterion(hidden, labels, **rows)
+
+    def criterion(self, hidden, labels, **rows) -> torch.Tensor:
+        """The training criterion once the running statistics are updated: cross-entropy of eq. 13 with margin."""
+        return margin_cross_entropy(
+            hidden, self.weight, self.bias, labels, **self.scorer(True), chunk_size=self.options.chunk_size, **rows
+        )
+
+    def eval_loss(self, hidden, labels, **rows):
+        """NLL of the inference distribution (no margin; max-norm uses the running value)."""
+        return margin_cross_entropy(
+            hidden,
+            self.weight,
+            self.bias,
+            labels,
+            **self.scorer(False),
+            context_norm_value=self.running_context_norm(),
+            chunk_size=self.options.chunk_size,
+            **rows,
+        )
+
+    def inference_logits(self, hidden):
+        """Computed in float32 with autocast off, returned in the head's dtype."""
+        return self._inference_scores(hidden).to(self.weight.dtype)
+
+    @autocast_off
+    def _inference_scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.posterior(self.scores(hidden))
+
+    def scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64)."""
+        hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
+        out = margin_logits(
+            hidden, self.weight, self.bias, None, **self.scorer(False), context_norm_value=self.running_context_norm()
+        )
+        return out if out.dtype == torch.float64 else out.float()
+
+    def posterior(self, scores: torch.Tensor) -> torch.Tensor:
+        """Inference logits from the scores (the margin family: the scores themselves)."""
+        return scores
+
+    def loss_names(self, target: str = "word") -> tuple[str, str]:
+        o = self.options
+        return f"margin softmax cross-entropy, {o.margin} m={o.m}", f"NLL of the {target}, no margin"
+
+    # ------------------------------------------------------------------ warm start
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether copying a checkpoint's output layer leaves this head's distribution different from the
+        checkpoint's, so that `calibrate_to` has something to do (norm scalings, max-norm)."""
+        return self.options.norm_scaled or self.options.context_norm == "max-norm"
+
+    @torch.no_grad()
+    def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
+        """Start as close to a checkpoint's distribution as the family allows (`from_base` calls this once, on
+        probe positions, right after copying the checkpoint's output layer). hidden (N, H) are the probe's final
+        hidden states and base_log_probs (N, V) the checkpoint's log-probabilities there.
+
+        - max-norm: the running max-norm is set to the probe's max ‖h‖ (inference no longer depends on the batch);
+        - `calibrate_bias` (sampled heads: a bias shift);
+        - norm-scaled heads (word_norm or context_norm not no-mod, `scale` unset): `warm_start_gain` is fitted
+          (golden-section search on log gain) to minimise KL(checkpoint ‖ head) over the probe.
+        The margin itself never enters (inference logits carry none). Returns what was set."""
+        o = self.options
+        h = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
+        target = base_log_probs.reshape(-1, base_log_probs.shape[-1]).float()  # (N, V)
+        report: dict[str, float] = {}
+        if o.context_norm == "max-norm":
+            self.context_norm_running.fill_(float(h.norm(dim=1).max()))
+            report["context_norm_running"] = float(self.context_norm_running)
+        report.update(self.calibrate_bias(h))
+        if o.norm_scaled:
+            p = target.exp()
+
+            def kl(log_gain: float) -> float:
+                o.warm_start_gain = math.exp(log_gain)
+                return float((p * (target - torch.log_softmax(self.logits(h).float(), dim=-1))).sum(-1).mean())
+
+            o.warm_start_gain = math.exp(_golden_section(kl, math.log(1e-3), math.log(1e3), steps=40))
+            report["warm_start_gain"] = o.warm_start_gain
+        return report
+
+    def calibrate_bias(self, hidden: torch.Tensor) -> dict[str, float]:
+        """Shift the bias so the inference distribution starts at the checkpoint's (margin heads: nothing to do)."""
+        return {}
+
+
+def _golden_section(fn, lo: float, hi: float, steps: int) -> float:
+    """The midpoint of the bracket left after `steps` golden-section steps minimising `fn` on [lo, hi]."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = fn(a), fn(b)
+    for _ in range(steps):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = fn(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = fn(b)
+    return (lo + hi) / 2
+
+
+register_family("margin", MarginHeadOptions, MarginHead)

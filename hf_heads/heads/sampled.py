@@ -1,0 +1,208 @@
+"""The sampled family: sampling-based training criteria with the correction back to class posteriors (Gao et al.,
+Interspeech 2021, eqs. 1-22; hf_heads.losses.sampled). A margin head (eq. 13 scorer, margin options composing)
+whose training criterion runs over K shared noise samples.
+
+Inference logits are the corrected log-posteriors over the full vocabulary, and the eval loss is their NLL, so
+perplexity and `generate()` see p(c|x). The K samples are drawn with the default torch generator of the device,
+which the transformers Trainer seeds (`--seed`) and saves/restores with every checkpoint (`rng_state*.pth`), so a
+resumed run draws the same samples as the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from hf_heads.heads.margin import MarginHead, MarginHeadOptions
+from hf_heads.heads.registry import register_family
+from hf_heads.losses._checks import OptionError, check_choice, check_number
+from hf_heads.losses.noise import NOISES, noise_distribution
+from hf_heads.losses.sampled import (
+    CRITERIA,
+    METHODS,
+    corrected_log_probs,
+    corrected_nll,
+    sampled_loss,
+    self_normalization,
+    validate_sampled_options,
+)
+
+_DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-normalisation diagnostic
+
+
+@dataclass
+class SampledHeadOptions(MarginHeadOptions):
+    """Sampling-based training criteria with the posterior correction (sampling paper, eqs. 1-22); the margin
+    options of the margin family compose with them (margin on the target logit)."""
+
+    criterion: str = field(default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}."})
+    method: str = field(
+        default="full", metadata={"help": f"Sampling method: {', '.join(METHODS)} (full = no sampling)."}
+    )
+    num_samples: int | None = field(
+        default=None, metadata={"help": "K noise samples per batch, shared by all positions (1 <= K < V)."}
+    )
+    noise: str = field(
+        default="log-uniform",
+        metadata={"help": f"Noise distribution D: {', '.join(NOISES)} (ranks / counts from the training set)."},
+    )
+    noise_smoothing: float = field(default=0.75, metadata={"help": "Unigram noise: D(c) ∝ (count + add)^smoothing."})
+    noise_add: float = field(default=0.0, metadata={"help": "Unigram noise: count added to every class."})
+    remove_accidental_hits: bool = field(
+        default=False, metadata={"help": "Drop samples equal to the target (default: keep, as in the paper)."}
+    )
+    normalize: bool = field(
+        default=True,
+        metadata={"help": "Inference: renormalise the corrected posterior over V (false: raw corrected scores)."},
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.method == "full" and self.num_samples is not None:
+            raise OptionError(
+                "num_samples",
+                self.num_samples,
+                "is only used by a sampling method, not method='full'; drop it or choose method mcs / is / cps / nce",
+            )
+        validate_sampled_options(self.criterion, self.method, self.num_samples, None)
+        check_choice("noise", self.noise, NOISES)
+        check_number("noise_smoothing", self.noise_smoothing, exclusive_minimum=0)
+        check_number("noise_add", self.noise_add, minimum=0)
+
+    def initial_bias(self, num_classes: int) -> float:
+        """−log V for the BCE and MSE criteria, 0 otherwise. Their outputs q = σ(s) (or q = exp(s) for NCE) are not
+        renormalised in training, and their optimum is q ≈ p(c|x) (or a monotone map of it) ~ 1/V; starting from
+        b = 0 gives q = 1/2 (or 1) for every class, and the first thousands of steps only pull the normaliser down
+        (the usual NCE initialisation; the paper is silent)."""
+        return -math.log(num_classes) if self.criterion in ("bce", "mse") else 0.0
+
+    @property
+    def samples(self) -> bool:
+        return self.method != "full"
+
+    @property
+    def needs_counts(self) -> bool:
+        return super().needs_counts or (self.samples and self.noise != "uniform")
+
+    def counts_reason(self) -> str:
+        return super().counts_reason() or f"noise={self.noise!r}"
+
+    def correction(self) -> dict:
+        """Keyword arguments of `corrected_log_probs` (without the noise distribution)."""
+        return dict(criterion=self.criterion, method=self.method, num_samples=self.num_samples)
+
+    def describe(self) -> str:
+        name = f"sampled {self.criterion}-{self.method}"
+        return name + (f" K={self.num_samples} {self.noise}" if self.samples else "")
+
+
+class SampledHead(MarginHead):
+    """A margin head trained with a sampling-based criterion (see the module docstring)."""
+
+    paper = "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021"
+    logits_note = "the paper's correction of the trained scores, renormalised over the vocabulary"
+
+    def __init__(self, hidden_size: int, num_classes: int, options: SampledHeadOptions) -> None:
+        if options.samples and options.num_samples >= num_classes:
+            raise OptionError(
+                "head.num_samples", options.num_samples, f"must be < the number of classes ({num_classes})"
+            )
+        super().__init__(hidden_size, num_classes, options)
+
+    def noise_probs(self) -> torch.Tensor | None:
+        """D (V,) (from the word counts for log-uniform / unigram noise); None for method full."""
+        o = self.options
+        if not o.samples:
+            return None
+        # D depends only on the counts: rebuild it when they change (in-place writes, e.g. set_word_counts or
+        # load_state_dict, bump the buffer's version), not at every step.
+        key = (self.word_counts._version, self.weight.device)
+        cached = getattr(self, "_noise_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        counts = None if o.noise == "uniform" else self.counts()
+        probs = noise_distribution(
+            o.noise, self.num_classes, counts=counts, smoothing=o.noise_smoothing, add=o.noise_add
+        ).to(self.weight.device)
+        self._noise_cache = (key, probs)
+        return probs
+
+    def criterion(self, hidden, labels, **rows):
+        o = self.options
+        self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
+        return sampled_loss(
+            hidden,
+            self.weight,
+            self.bias,
+            labels,
+            **o.correction(),
+            noise_probs=self.noise_probs(),
+            remove_accidental_hits=o.remove_accidental_hits,
+            chunk_size=o.chunk_size,
+            **self.scorer(True),
+            **rows,
+        )
+
+    def eval_loss(self, hidden, labels, **rows):
+        """NLL of the corrected full-vocabulary posterior (no margin; max-norm uses the running value)."""
+        return corrected_nll(
+            hidden,
+            self.weight,
+            self.bias,
+            labels,
+            **self.options.correction(),
+            noise_probs=self.noise_probs(),
+            chunk_size=self.options.chunk_size,
+            **self.scorer(False),
+            context_norm_value=self.running_context_norm(),
+            **rows,
+        )
+
+    def posterior(self, scores: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
+        normalize = self.options.normalize if normalize is None else normalize
+        return corrected_log_probs(
+            scores, **self.options.correction(), noise_probs=self.noise_probs(), normalize=normalize
+        ).to(scores.dtype)
+
+    def loss_names(self, target: str = "word") -> tuple[str, str]:
+        o = self.options
+        train = f"sampled criterion {o.criterion}-{o.method}" + (f", K={o.num_samples}" if o.samples else "")
+        return train, f"NLL of the {target}, corrected posterior, no margin"
+
+    @property
+    def needs_calibration(self) -> bool:
+        return super().needs_calibration or self.bias is not None
+
+    @torch.no_grad()
+    def calibrate_bias(self, hidden: torch.Tensor) -> dict[str, float]:
+        """The bias is shifted by −log Z (mean log-normaliser of the checkpoint's logits over the probe) minus the
+        per-class offset of the criterion's correction (e.g. log K·D(c) for BCE-MCS, log D(c) for CE-MCS/CPS): the
+        corrected scores then start at the checkpoint's log p(c|x), which is the optimum of every criterion but
+        CE-NCE (its σ-bounded output cannot represent it; left as copied). For full BCE/MSE log σ(s) ≈ s for the
+        small probabilities of a large vocabulary, so the same shift applies."""
+        o = self.options
+        if self.bias is None or (o.criterion == "ce" and o.method == "nce"):
+            return {}
+        log_z = torch.logsumexp(self.scores(hidden), dim=1).mean()  # scalar
+        offset = torch.zeros_like(self.bias, dtype=torch.float32)  # (V,) per-class offset of the correction
+        if not (o.method == "full" and o.criterion in ("bce", "mse")):
+            zeros = torch.zeros(1, self.num_classes, device=self.bias.device)
+            offset = self.posterior(zeros, normalize=False)[0]
+        self.bias.sub_((log_z + offset).to(self.bias.dtype))
+        return {"bias_shift_mean": -float((log_z + offset).mean())}
+
+    @torch.no_grad()
+    def diagnostics(self) -> dict[str, float]:
+        """Also the self-normalisation of the corrected scores on the last training batch (mean / std over
+        positions of log Σ_c p̃(c|x); 0 means self-normalised)."""
+        out = super().diagnostics()
+        last = getattr(self, "_last_hidden", None)
+        if last is not None and last.shape[0]:
+            raw = self.posterior(self.scores(last), normalize=False)
+            out["head/self_norm_logz_mean"], out["head/self_norm_logz_std"] = self_normalization(raw)
+        return out
+
+
+register_family("sampled", SampledHeadOptions, SampledHead)

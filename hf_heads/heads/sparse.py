@@ -1,0 +1,82 @@
+"""The sparse family: sparse-softmax (Sun et al. 2021, eqs. 4-5), a softmax head whose loss and inference
+distribution keep only the k largest logits of each row.
+
+Training and evaluation use eq. 5 (chunked, hf_heads.losses.fused_linear with `top_k`); the inference logits are
+-inf outside each row's top `decode_k` (default k), so softmax of them is eq. 4 and greedy / beam search decode
+with the truncated distribution. Its perplexity is infinite whenever a target falls outside the top k, which is
+why the eval loss is eq. 5 rather than that NLL (`eval_loss_is_nll = False`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hf_heads.heads.registry import register_family
+from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
+from hf_heads.losses._checks import OptionError, check_number
+from hf_heads.losses.sparse import truncate_to_top_k
+
+
+@dataclass
+class SparseHeadOptions(SoftmaxHeadOptions):
+    """Sparse-softmax: the loss and the inference distribution use only the k largest logits of each row (k >=
+    num_beams for beam search)."""
+
+    k: int = field(default=20, metadata={"help": "Logits kept per row (the paper's best: 20); k >= V is softmax."})
+    decode_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "Logits kept per row by the inference distribution and generate() (the paper trains with k=20 "
+            "and decodes with beam 5 over the top 5); default: k. Keep decode_k >= num_beams."
+        },
+    )
+
+    def check(self) -> None:
+        super().check()
+        check_number("k", self.k, minimum=1, integer=True)
+        if self.decode_k is not None:
+            check_number("decode_k", self.decode_k, minimum=1, integer=True)
+
+    @property
+    def inference_k(self) -> int:
+        """The k of the inference logits: `decode_k`, or the training `k`."""
+        return self.k if self.decode_k is None else self.decode_k
+
+    def describe(self) -> str:
+        return f"sparse k={self.k}" + (f" decode_k={self.decode_k}" if self.decode_k is not None else "")
+
+
+class SparseHead(SoftmaxHead):
+    """A softmax head with the sparse-softmax criterion (eq. 5) and the truncated distribution (eq. 4)."""
+
+    paper = (
+        "Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021 "
+        "(softmax over the top-k logits)"
+    )
+    eval_loss_is_nll = False
+
+    def top_k(self, inference: bool) -> int:
+        return self.options.inference_k if inference else self.options.k
+
+    def inference_logits(self, hidden):
+        return truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))
+
+    @property
+    def logits_note(self) -> str:
+        return f"the logits of the top {self.options.inference_k} classes (the others get -inf)"
+
+    def loss_names(self, target: str = "word") -> tuple[str, str]:
+        smoothing = f", label smoothing {self.options.label_smoothing}" if self.options.label_smoothing else ""
+        name = f"sparse-softmax loss, eq. 5, top-{self.options.k}"
+        return f"{name}{smoothing}", f"{name}; not an NLL, no perplexity"
+
+    def check_generation(self, num_beams: int) -> None:
+        if num_beams > self.options.inference_k:
+            raise OptionError(
+                "num_beams",
+                num_beams,
+                f"must be <= decode_k={self.options.inference_k} (default: k): the sparse "
+                "head gives every token outside its top decode_k probability 0",
+            )
+
+
+register_family("sparse", SparseHeadOptions, SparseHead)
