@@ -10,16 +10,12 @@ import json
 import sys
 from pathlib import Path
 
+from hf_heads.heads import head_options
+
 
 def describe(head: dict) -> str:
-    if head["family"] == "softmax":
-        return "softmax"
-    if head["family"] == "sampled":
-        name = f"sampled {head['criterion']}-{head['method']}"
-        return name + (f" K={head['num_samples']} {head['noise']}" if head["method"] != "full" else "")
-    parts = [head["margin"]] + ([f"m={head['m']}"] if head["margin"] != "none" else [])
-    parts += [f"s={head['scale']}"] if head.get("scale") else [f"f={head['word_norm']}", f"g={head['context_norm']}"]
-    return "margin " + " ".join(parts)
+    """The head's short label (each family's options describe themselves)."""
+    return head_options(head).describe()
 
 
 def main(dirs: list[str]) -> None:
@@ -29,8 +25,15 @@ def main(dirs: list[str]) -> None:
         if not path.exists():
             sys.exit(f"error: {path} not found (did the run finish?)")
         s = json.loads(path.read_text())
-        rows.append((describe(s["head"]), s.get("eval_perplexity"), s.get("train_tokens_per_second"),
-                     s.get("train_peak_rss_mib"), d))  # fmt: skip
+        rows.append(
+            (
+                describe(s["head"]),
+                s.get("eval_perplexity"),
+                s.get("train_tokens_per_second"),
+                s.get("train_peak_rss_mib"),
+                d,
+            )
+        )
     print("\n| head | eval perplexity | train tokens/s | peak RSS (MiB) | output |")
     print("|---|---:|---:|---:|---|")
     for name, ppl, tps, rss, d in rows:

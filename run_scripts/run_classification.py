@@ -132,8 +132,12 @@ def load_raw(data: DataArguments) -> tuple[datasets.DatasetDict, list[str]]:
                 )
         # a new int64 column: mapping in place would keep the column's string type ("0", "1", ...)
         column = data.label_column
-        raw = raw.map(lambda batch: {"label_id": [index[str(v)] for v in batch[column]]}, batched=True,
-                      remove_columns=[column], desc="label ids").rename_column("label_id", column)  # fmt: skip
+        raw = raw.map(
+            lambda batch: {"label_id": [index[str(v)] for v in batch[column]]},
+            batched=True,
+            remove_columns=[column],
+            desc="label ids",
+        ).rename_column("label_id", column)
     return raw.rename_columns({data.text_column: "text", data.label_column: "label"}), names
 
 
@@ -145,16 +149,23 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
                 tok = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
         else:
             tok = build_word_tokenizer(train_texts, vocab_size=model_args.word_vocab_size)
-        config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, pooling=model_args.pooling,
-                             classifier_dropout=model_args.classifier_dropout,
-                             id2label=id2label, label2id={v: k for k, v in id2label.items()})  # fmt: skip
+        config = HeadsConfig(
+            backbone=tiny_backbone_config(name, tok),
+            head=head,
+            pooling=model_args.pooling,
+            classifier_dropout=model_args.classifier_dropout,
+            id2label=id2label,
+            label2id={v: k for k, v in id2label.items()},
+        )
         return HeadsForSequenceClassification(config), tok
     if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
         model = AutoModelForSequenceClassification.from_pretrained(name)
         if model.config.id2label != id2label:
             trained = list(model.config.id2label.values())[:10]
-            raise UsageError(f"--model_name_or_path={name!r} was trained on labels {trained}, this dataset has "
-                             f"{list(id2label.values())[:10]}")  # fmt: skip
+            raise UsageError(
+                f"--model_name_or_path={name!r} was trained on labels {trained}, this dataset has "
+                f"{list(id2label.values())[:10]}"
+            )
         return model, AutoTokenizer.from_pretrained(name)
     path = packaged_model_path(name) if name in PACKAGED_MODELS else name
     flag, tok_name = ("--tokenizer_name", model_args.tokenizer_name) if model_args.tokenizer_name else (None, path)
@@ -190,8 +201,9 @@ def main() -> None:
     id2label = dict(enumerate(names))
     model, tok = build_model_and_tokenizer(model_args, head, id2label, [t for t in raw["train"]["text"] if t])
     check_vocab(tok, model)
-    logger.info("head %s, %d parameters, %d labels, pooling %s", head, model.num_parameters(), len(names),
-                model.pooling)  # fmt: skip
+    logger.info(
+        "head %s, %d parameters, %d labels, pooling %s", head, model.num_parameters(), len(names), model.pooling
+    )
 
     def preprocess(batch: dict) -> dict:
         texts = [t or "" for t in batch["text"]]
@@ -227,7 +239,7 @@ def main() -> None:
         if split not in tokenized:
             raise UsageError(f"--do_{'eval' if prefix == 'eval' else 'predict'} needs a {split} split")
         if not training_args.do_train:  # a head that needs word (label) counts gets them from the training split
-            ensure_word_counts(model, tokenized["train"], head)
+            ensure_word_counts(model, tokenized["train"])
         result = trainer.predict(tokenized[split], metric_key_prefix=prefix)
         gold = np.asarray(raw[split]["label"])
         result.metrics[f"{prefix}_majority_class_accuracy"] = float((gold == majority).mean())
@@ -241,8 +253,16 @@ def main() -> None:
             out.write_text("index\tprediction\tlabel\n" + "\n".join(lines) + "\n", encoding="utf-8")
 
     dataset = data_args.dataset_name if not data_args.train_file else Path(data_args.train_file).name
-    finish_run(trainer, model=model, tokenizer=tok, run_args=run_args, training_args=training_args, dataset=dataset,
-               base_model=model_args.model_name_or_path, metrics=metrics)  # fmt: skip
+    finish_run(
+        trainer,
+        model=model,
+        tokenizer=tok,
+        run_args=run_args,
+        training_args=training_args,
+        dataset=dataset,
+        base_model=model_args.model_name_or_path,
+        metrics=metrics,
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ dataset; `--train_file`/`--validation_file` read local .txt/.csv/.json files.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from itertools import chain
@@ -50,6 +49,7 @@ from hf_heads.training.runs import (
     tiny_backbone_config,
     train_block,
 )
+from hf_heads.training.trainer import perplexity
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +160,11 @@ def main() -> None:
     check_vocab(tok, model)
     logger.info(
         "head %s, %d parameters, vocabulary %d, world size %d",
-        head, model.num_parameters(), len(tok), training_args.world_size,
-    )  # fmt: skip
+        head,
+        model.num_parameters(),
+        len(tok),
+        training_args.world_size,
+    )
 
     block = data_args.block_size
 
@@ -207,10 +210,10 @@ def main() -> None:
         metrics.update(train_block(trainer, checkpoint, tokens_per_second))
     if training_args.do_eval and eval_ds is not None:
         if not training_args.do_train:  # a head that needs word counts gets them from the training split
-            ensure_word_counts(model, train_ds, head)
+            ensure_word_counts(model, train_ds)
         eval_metrics = trainer.evaluate()
         if model.head.eval_loss_is_nll:
-            eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 700.0))
+            eval_metrics["eval_perplexity"] = perplexity(eval_metrics["eval_loss"])
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)
@@ -222,12 +225,24 @@ def main() -> None:
             counts = label_counts(train_ds, model.head.num_classes)
         words = tok.convert_ids_to_tokens(list(range(model.head.num_classes)))
         out = Path(training_args.output_dir)
-        plots.append(str(plot_word_vectors(model.head.weight, words, counts, out / "word_vectors.png",
-                                           f"{head['family']} head")))  # fmt: skip
+        plots.append(
+            str(
+                plot_word_vectors(model.head.weight, words, counts, out / "word_vectors.png", f"{head['family']} head")
+            )
+        )
     local = data_args.train_file or data_args.validation_file
     dataset = Path(local).name if local else data_args.dataset_name
-    finish_run(trainer, model=model, tokenizer=tok, run_args=run_args, training_args=training_args, dataset=dataset,
-               base_model=model_args.model_name_or_path, metrics=metrics, plots=plots)  # fmt: skip
+    finish_run(
+        trainer,
+        model=model,
+        tokenizer=tok,
+        run_args=run_args,
+        training_args=training_args,
+        dataset=dataset,
+        base_model=model_args.model_name_or_path,
+        metrics=metrics,
+        plots=plots,
+    )
 
 
 if __name__ == "__main__":

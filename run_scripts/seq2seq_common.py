@@ -18,6 +18,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
 from hf_heads.data.tokenization import encode_head_tail
+from hf_heads.heads import family
+from hf_heads.losses._checks import OptionError
 from hf_heads.metrics import generation_metrics
 from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
 from hf_heads.training.runs import (
@@ -129,18 +131,24 @@ def _translation_pairs(raw: datasets.DatasetDict, name: str, task: Seq2SeqTask, 
         raise UsageError("give --source_lang and --target_lang (keys of the `translation` column)")
     for split_name, split in raw.items():
         if "translation" not in split.column_names:
-            raise UsageError(f"split {split_name!r} has no `translation` column (columns: {split.column_names}); "
-                             "give --source_column and --target_column")  # fmt: skip
+            raise UsageError(
+                f"split {split_name!r} has no `translation` column (columns: {split.column_names}); "
+                "give --source_column and --target_column"
+            )
         keys = sorted(split[0]["translation"]) if len(split) else [src, tgt]
         for flag, lang in (("--source_lang", src), ("--target_lang", tgt)):
             if lang not in keys:
                 raise UsageError(f"{flag}={lang!r}: the `translation` column has languages {keys}")
     columns = {k: v.column_names for k, v in raw.items()}
-    return datasets.DatasetDict({
-        k: v.map(lambda row: {"source": row["translation"][src], "target": row["translation"][tgt]},
-                 remove_columns=columns[k])
-        for k, v in raw.items()
-    })  # fmt: skip
+    return datasets.DatasetDict(
+        {
+            k: v.map(
+                lambda row: {"source": row["translation"][src], "target": row["translation"][tgt]},
+                remove_columns=columns[k],
+            )
+            for k, v in raw.items()
+        }
+    )
 
 
 OFFLINE_MODELS = (*TINY_SEQ2SEQ, *PACKAGED_MODELS)
@@ -237,17 +245,17 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     else:
         tok = build_tokenizer(model_args, raw)
     covered = None
-    if head["family"] == "continuous":  # targets are pretrained embeddings: words outside the table -> <unk>
+    if family(head["family"]).head.uses_embedding_table:  # targets are table rows: words outside it -> <unk>
         head, table, covered = continuous_table(head, tok)
     model = build_model(model_args, head, tok)
     check_vocab(tok, model)
     if covered is not None and not trained:
         model.head.set_embedding_table(table)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
-    k = head.get("decode_k") or head.get("k")
-    if head["family"] == "sparse" and (training_args.generation_num_beams or 1) > k:
-        raise UsageError(f"--generation_num_beams={training_args.generation_num_beams} must be <= --k={k}: the sparse "
-                         "head (decoding with --decode_k, default k) gives other tokens probability 0")  # fmt: skip
+    try:
+        model.head.check_generation(training_args.generation_num_beams or 1)
+    except OptionError as err:
+        raise UsageError(str(err.renamed("--generation_num_beams"))) from None
 
     def preprocess(batch: dict) -> dict:
         sources = [data_args.source_prefix + (s or "") for s in batch["source"]]
@@ -280,12 +288,15 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     if covered is not None and "train" in tokenized:  # how much of the target side the embedding table covers
         ids = [i for row in tokenized["train"]["labels"] for i in row]
         metrics["target_token_coverage"] = sum(i != tok.unk_token_id for i in ids) / max(len(ids), 1)
-        logger.info("continuous head: %.1f%% of target tokens are in %s", 100 * metrics["target_token_coverage"],
-                    head["embedding_name"])  # fmt: skip
+        logger.info(
+            "continuous head: %.1f%% of target tokens are in %s",
+            100 * metrics["target_token_coverage"],
+            head["embedding_name"],
+        )
     if training_args.do_train:
         metrics.update(train_block(trainer, checkpoint))
     if (training_args.do_eval or training_args.do_predict) and not training_args.do_train:
-        ensure_word_counts(model, tokenized.get("train"), head)  # a head that needs counts: the training split's
+        ensure_word_counts(model, tokenized.get("train"))  # a head that needs counts: the training split's
     if training_args.do_eval:
         if "validation" not in tokenized:
             raise UsageError("--do_eval needs a validation split (--validation_file)")
@@ -306,12 +317,23 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
             preds = [[t if t >= 0 else tok.pad_token_id for t in row] for row in preds.tolist()]
             texts = [t.strip() for t in tok.batch_decode(preds, skip_special_tokens=True)]
             out = Path(training_args.output_dir) / "generated_predictions.jsonl"
-            rows = [{"source": s, "reference": r, "prediction": p}
-                    for s, r, p in zip(raw["test"]["source"], raw["test"]["target"], texts, strict=True)]  # fmt: skip
+            rows = [
+                {"source": s, "reference": r, "prediction": p}
+                for s, r, p in zip(raw["test"]["source"], raw["test"]["target"], texts, strict=True)
+            ]
             out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
 
     dataset = data_args.dataset_name or (
         task.corpora[0] if not data_args.train_file else Path(data_args.train_file).name
     )
-    finish_run(trainer, model=model, tokenizer=tok, run_args=run_args, training_args=training_args, dataset=dataset,
-               base_model=model_args.model_name_or_path, metrics=metrics, task=(task.name, task.title))  # fmt: skip
+    finish_run(
+        trainer,
+        model=model,
+        tokenizer=tok,
+        run_args=run_args,
+        training_args=training_args,
+        dataset=dataset,
+        base_model=model_args.model_name_or_path,
+        metrics=metrics,
+        task=(task.name, task.title),
+    )

@@ -21,6 +21,8 @@ from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, 
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
+from hf_heads.losses._rows import frequency_ranks
+
 SPECIAL_TOKENS = ("<unk>", "<pad>", "<s>", "</s>")
 
 
@@ -117,10 +119,7 @@ def word_counts(dataset, tokenizer, column: str = "text", *, batch_size: int = 1
 
 def frequency_rank(counts: torch.Tensor) -> torch.Tensor:
     """(V,) rank of each id by descending count (0 = most frequent); ties keep id order."""
-    order = torch.sort(counts, descending=True, stable=True).indices
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=order.device)
-    return rank
+    return frequency_ranks(counts)
 
 
 def _special_affixes(tokenizer) -> tuple[list[int], list[int]]:

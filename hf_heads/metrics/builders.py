@@ -71,9 +71,12 @@ def _report_rouge(metric, predictions: list[str], references: list[str]) -> dict
     """ROUGE-1/2/L/Lsum: the plain mean over examples of rouge-score's F-measure, with Porter stemming
     (deterministic; evaluate's default instead reports the bootstrap `mid` without stemming)."""
     result = metric.compute(
-        predictions=predictions, references=references, rouge_types=list(ROUGE_TYPES), use_aggregator=False,
+        predictions=predictions,
+        references=references,
+        rouge_types=list(ROUGE_TYPES),
+        use_aggregator=False,
         use_stemmer=True,
-    )  # fmt: skip
+    )
     return {key: sum(result[key]) / max(len(result[key]), 1) for key in ROUGE_TYPES}
 
 

@@ -10,8 +10,7 @@ from torch import nn
 from transformers import AutoModel, PreTrainedModel
 from transformers import initialization as init
 
-from hf_heads.heads.continuous import ContinuousHead
-from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads import family
 from hf_heads.modeling.configuration import HeadsConfig
 
 
@@ -41,33 +40,39 @@ class HeadsPreTrainedModel(PreTrainedModel):
             )
         return (model, info) if want_info else model
 
+    head_task = ""  # the task of the model class, one of hf_heads.heads.base.TASKS
+
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, DiscreteHead):
-            init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                init.constant_(module.bias, module.options.initial_bias(module.num_classes))
-        elif isinstance(module, ContinuousHead):
-            init.normal_(module.proj.weight, mean=0.0, std=0.02)
-            init.zeros_(module.proj.bias)
-            if module.input_proj is not None:
-                init.normal_(module.input_proj.weight, mean=0.0, std=0.02)
+        if module is getattr(self, "head", None):
+            module.reset_parameters(init)
 
     def _wrap_backbone(self, config: HeadsConfig, backbone: PreTrainedModel | None) -> PreTrainedModel:
         if backbone is None:
             backbone = AutoModel.from_config(config.backbone)
         return backbone
 
-    def _refuse_continuous(self, config: HeadsConfig) -> None:
-        if config.head["family"] == "continuous":
-            raise ValueError(f"head.family='continuous' is for HeadsForSeq2SeqLM, not {type(self).__name__}")
+    def _check_head_task(self, config: HeadsConfig) -> None:
+        """Refuse a head family that does not serve this model's task (e.g. a continuous head outside seq2seq)."""
+        name = config.head["family"]
+        tasks = family(name).head.tasks
+        if self.head_task not in tasks:
+            models = {
+                "causal-lm": "HeadsForCausalLM",
+                "seq2seq": "HeadsForSeq2SeqLM",
+                "classification": "HeadsForSequenceClassification",
+            }
+            allowed = ", ".join(models[t] for t in tasks)
+            raise ValueError(f"head.family={name!r} is for {allowed}, not {type(self).__name__}")
 
     def _declare_tied_head(self) -> None:
         """Tie head.weight to the backbone's input embeddings when the config asks for it."""
         if not self.config.tie_word_embeddings:
             return
-        if self.config.head["family"] == "continuous":
-            raise ValueError("tie_word_embeddings=true does not apply to a continuous head (its output is an "
-                             "embedding); use head.tie_decoder_inputs")  # fmt: skip
+        if not self.head.has_output_matrix:
+            raise ValueError(
+                f"tie_word_embeddings=true does not apply to a {self.head.family} head (it has no (V, H) output "
+                "matrix)" + ("; use head.tie_decoder_inputs" if self.head.uses_embedding_table else "")
+            )
         emb = self.backbone.get_input_embeddings().weight
         name = next(n for n, p in self.backbone.named_parameters(remove_duplicate=False) if p is emb)
         self._tied_weights_keys = {"head.weight": f"backbone.{name}"}
@@ -119,7 +124,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
     def head_needs_counts(self) -> bool:
-        return bool(getattr(self.head.options, "needs_counts", False))
+        return self.head.needs_counts
 
 
 def refuse_hf_heads_checkpoint(name_or_path, cls_name: str, **from_pretrained_kwargs) -> None:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
 
@@ -24,11 +24,13 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
     inference logits (no margin) and are skipped while training with labels.
     """
 
+    head_task = "causal-lm"
+
     def __init__(self, config: HeadsConfig, backbone: PreTrainedModel | None = None) -> None:
         super().__init__(config)
-        self._refuse_continuous(config)
+        self._check_head_task(config)
         self.backbone = self._wrap_backbone(config, backbone)
-        self.head = DiscreteHead(config.hidden_size, config.vocab_size, config.head)
+        self.head = make_head(config.hidden_size, config.vocab_size, config.head)
         self._declare_tied_head()
         self.post_init()
 
@@ -50,7 +52,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         (e.g. `gguf_file=`, `dtype=`).
 
         Heads whose inference distribution cannot equal the checkpoint's by copying its output layer (norm-scaled
-        margin heads, sampled criteria) get a calibrated start (`DiscreteHead.calibrate_to`) on probe positions:
+        margin heads, sampled criteria) get a calibrated start (`MarginHead.calibrate_to`) on probe positions:
         `calibration_ids` (B, T), or by default 4 sequences of 32 tokens that the checkpoint samples itself from
         its BOS token (seeded; the global RNG is left untouched). Norm scalings that need word counts are
         calibrated only when `word_counts` is given (a warning says so otherwise). `calibrate=False` keeps the
@@ -67,11 +69,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         )
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
         model = cls(config, backbone=lm.base_model)
-        with torch.no_grad():
-            if not tied:
-                model.head.weight.copy_(out.weight)
-            if model.head.bias is not None:
-                model.head.bias.copy_(out.bias if getattr(out, "bias", None) is not None else 0.0)
+        model.head.start_from(None if tied else out.weight, getattr(out, "bias", None))
         if word_counts is not None:
             model.set_word_counts(word_counts)
         model.config.name_or_path = str(name_or_path)
@@ -86,7 +84,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         if not head.needs_calibration:
             return  # softmax, sparse and plain margin heads start as the checkpoint's output layer exactly
         if self.head_needs_counts():
-            if bool((head.word_counts < 0).any()):
+            if not head.has_word_counts:
                 logger.warning(
                     "head %s needs word counts: the warm start is not calibrated (pass word_counts= to from_base)",
                     self.config.head,
@@ -145,11 +143,13 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
-            loss = self.head.loss(hidden, shifted.to(hidden.device), num_items_in_batch=num_items_in_batch)
+            loss, _ = self.head(
+                hidden, shifted.to(hidden.device), return_logits=False, num_items_in_batch=num_items_in_batch
+            )
         logits = None
         if self._wants_logits(labels):
             keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-            logits = self.head.logits(hidden[:, keep, :])  # (B, T', V)
+            _, logits = self.head(hidden[:, keep, :], return_logits=True)  # (B, T', V)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,

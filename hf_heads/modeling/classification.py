@@ -13,7 +13,7 @@ from transformers import AutoModel, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
 
@@ -23,8 +23,10 @@ def resolve_pooling(config: HeadsConfig, backbone: PreTrainedModel) -> str:
     (model types with a masked-LM head) and last non-pad token for decoders."""
     has_pooler = getattr(backbone, "pooler", None) is not None
     if config.pooling == "pooler" and not has_pooler:
-        raise ValueError(f"pooling='pooler' but the {config.backbone.model_type!r} backbone has no pooler; "
-                         "allowed here: 'first', 'last', 'mean', 'auto'")  # fmt: skip
+        raise ValueError(
+            f"pooling='pooler' but the {config.backbone.model_type!r} backbone has no pooler; "
+            "allowed here: 'first', 'last', 'mean', 'auto'"
+        )
     if config.pooling != "auto":
         return config.pooling
     if has_pooler:
@@ -53,9 +55,11 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
     mode: the NLL of the inference distribution, eq. 5 for sparse heads).
     """
 
+    head_task = "classification"
+
     def __init__(self, config: HeadsConfig, backbone: PreTrainedModel | None = None) -> None:
         super().__init__(config)
-        self._refuse_continuous(config)
+        self._check_head_task(config)
         if config.num_labels < 2:
             raise ValueError(f"num_labels={config.num_labels} must be >= 2 (regression is not a head family)")
         self.backbone = self._wrap_backbone(config, backbone)
@@ -65,7 +69,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         if dropout is None:
             dropout = getattr(text, "classifier_dropout", None) or getattr(text, "hidden_dropout_prob", 0.0) or 0.0
         self.dropout = nn.Dropout(dropout)
-        self.head = DiscreteHead(config.hidden_size, config.num_labels, config.head)
+        self.head = make_head(config.hidden_size, config.num_labels, config.head)
         self.post_init()
 
     @classmethod
@@ -88,9 +92,13 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         backbone = AutoModel.from_pretrained(name_or_path, **from_pretrained_kwargs)
         config = HeadsConfig(
-            backbone=backbone.config.to_dict(), head=head, pooling=pooling, classifier_dropout=classifier_dropout,
-            id2label=labels, label2id={v: k for k, v in labels.items()},
-        )  # fmt: skip
+            backbone=backbone.config.to_dict(),
+            head=head,
+            pooling=pooling,
+            classifier_dropout=classifier_dropout,
+            id2label=labels,
+            label2id={v: k for k, v in labels.items()},
+        )
         model = cls(config, backbone=backbone)
         model.config.name_or_path = str(name_or_path)
         return model
@@ -123,10 +131,10 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
                 )
             pooled = pool(hidden, mask, self.pooling)
         pooled = self.dropout(pooled)
-        loss = None
-        if labels is not None:
-            loss = self.head.loss(pooled, labels.to(pooled.device), num_items_in_batch=num_items_in_batch)
-        logits = self.head.logits(pooled) if self._wants_logits(labels) else None  # (B, C)
+        labels = None if labels is None else labels.to(pooled.device)
+        loss, logits = self.head(
+            pooled, labels, return_logits=self._wants_logits(labels), num_items_in_batch=num_items_in_batch
+        )  # logits (B, C)
         return SequenceClassifierOutput(
             loss=loss,
             logits=logits,

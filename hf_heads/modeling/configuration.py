@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import AutoConfig, PretrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from hf_heads.heads.options import head_dict
+from hf_heads.heads import head_dict
 from hf_heads.losses._checks import check_choice, check_number
 
 POOLINGS = ("auto", "pooler", "first", "last", "mean")
@@ -16,9 +16,10 @@ class HeadsConfig(PretrainedConfig):
 
     Args:
         backbone: the wrapped backbone's config (a `PretrainedConfig` or its dict, with `model_type`).
-        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse", **options}` (see
-            `hf_heads.heads.options`). Validated here, so a bad `config.json` is refused on load with a
-            `ValueError` that names the field, the value and what is allowed.
+        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse" | "continuous", **options}`
+            (the options dataclass of each family: `hf_heads.heads.<family>`). Validated here, so a bad
+            `config.json` is refused on load with a `ValueError` that names the field, the value and what is
+            allowed.
         tie_word_embeddings: share the head's weight with the backbone's input embeddings.
         pooling: sequence classification only: how a sequence becomes one vector. `pooler` (the backbone's
             pooled output, BERT-style), `first` (first token), `last` (last non-pad token, for decoder-only

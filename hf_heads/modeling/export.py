@@ -64,8 +64,10 @@ def _exportable(module: str, source: str) -> tuple[str, list[str]]:
         module_name = getattr(node, "module", None) or "hf_heads"
         new = line.replace(f"from {module_name} import", f"from .{flat_name(module_name)} import", 1)
         if isinstance(node, ast.Import) or module_name == "hf_heads" or new == line:
-            raise RuntimeError(f"{module}, line {node.lineno}: `{line.strip()}` cannot be exported with the model "
-                               "code; write `from hf_heads.x.y import z` on one line")  # fmt: skip
+            raise RuntimeError(
+                f"{module}, line {node.lineno}: `{line.strip()}` cannot be exported with the model "
+                "code; write `from hf_heads.x.y import z` on one line"
+            )
         lines[node.lineno - 1] = new
         imported.append(node.module)
     return "".join(lines), imported

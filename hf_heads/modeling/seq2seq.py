@@ -14,7 +14,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderConfig, GenerationMixin
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
-from hf_heads.heads import make_head
+from hf_heads.heads import family, head_dict, make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
 
@@ -102,6 +102,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
     search decodes with the head's distribution (sparse heads: keep k >= num_beams).
     """
 
+    head_task = "seq2seq"
+
     def __init__(self, config: HeadsConfig, backbone: nn.Module | None = None) -> None:
         super().__init__(config)
         if not config.is_encoder_decoder:
@@ -142,17 +144,14 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
         out = lm.get_output_embeddings()
-        continuous = (head or {}).get("family") == "continuous"
-        tied = out.weight is lm.get_input_embeddings().weight and not continuous
+        head = head_dict(head)  # validated, defaults filled in
+        matrix = family(head["family"]).head.has_output_matrix
+        tied = out.weight is lm.get_input_embeddings().weight and matrix
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
         model = cls(config, backbone=lm.base_model)
         bias = getattr(lm, "final_logits_bias", None)
         bias = bias.reshape(-1) if bias is not None else getattr(out, "bias", None)
-        with torch.no_grad():
-            if not tied and hasattr(model.head, "weight"):  # a continuous head has no (V, H) output layer
-                model.head.weight.copy_(out.weight)
-            if getattr(model.head, "bias", None) is not None:
-                model.head.bias.copy_(bias if bias is not None else torch.zeros_like(model.head.bias))
+        model.head.start_from(None if tied else out.weight, bias)
         model.config.name_or_path = str(name_or_path)
         return model
 
@@ -196,7 +195,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
                 raise ValueError(f"{name} is unknown for {decoder_name_or_path!r}; pass {name}=...")
         backbone = EncoderDecoderConfig.from_encoder_decoder_configs(encoder.config, dec)
         backbone.decoder_start_token_id, backbone.eos_token_id, backbone.pad_token_id = start, end, dec.pad_token_id
-        tie = (head or {}).get("family") != "continuous"
+        head = head_dict(head)  # validated, defaults filled in
+        tie = family(head["family"]).head.has_output_matrix
         config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=tie)
         model = cls(config, backbone=EncoderDecoderBackbone(backbone, encoder=encoder, decoder=decoder))
         model.config.name_or_path = str(encoder_name_or_path)
@@ -225,8 +225,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        if getattr(self.head.options, "tie_decoder_inputs", False) and decoder_input_ids is not None:
-            decoder_inputs_embeds = self.head.embed_inputs(decoder_input_ids)  # (B, T, H) = E[ids] W_in
+        if self.head.embeds_decoder_inputs and decoder_input_ids is not None:
+            decoder_inputs_embeds = self.head.embed_inputs(decoder_input_ids)  # (B, T, H)
             decoder_input_ids = None
         outputs = self.backbone(
             input_ids=input_ids,
@@ -241,10 +241,10 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H) decoder states
-        loss = None
-        if labels is not None:
-            loss = self.head.loss(hidden, labels.to(hidden.device), num_items_in_batch=num_items_in_batch)
-        logits = self.head.logits(hidden) if self._wants_logits(labels) else None  # (B, T, V)
+        labels = None if labels is None else labels.to(hidden.device)
+        loss, logits = self.head(
+            hidden, labels, return_logits=self._wants_logits(labels), num_items_in_batch=num_items_in_batch
+        )  # logits (B, T, V)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

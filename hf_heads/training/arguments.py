@@ -4,103 +4,84 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import typing
 from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.heads.options import (
-    HEAD_FAMILIES,
-    ContinuousHeadOptions,
-    MarginHeadOptions,
-    SampledHeadOptions,
-    SparseHeadOptions,
-    head_dict,
-)
+from hf_heads.heads import FAMILIES, head_dict
+from hf_heads.heads.registry import DEFAULT_FAMILY
+from hf_heads.losses._checks import OptionError
 
 logger = logging.getLogger(__name__)
 DEFAULT_LOGGING_STEPS = 500  # TrainingArguments' default, kept when the run length is not given in steps
 
-
-def _help(name: str) -> str:
-    for cls in (SampledHeadOptions, SparseHeadOptions, MarginHeadOptions, ContinuousHeadOptions):
-        if name in cls.__dataclass_fields__:
-            return cls.__dataclass_fields__[name].metadata["help"]
-    raise KeyError(name)
-
-
-def _flag(name: str):
-    return field(default=None, metadata={"help": _help(name)})
-
-
-# flag name -> head option name (flags keep the option names except where TrainingArguments is ambiguous)
-FLAG_TO_OPTION = {
-    "margin": "margin", "m": "m", "scale": "scale", "word_norm": "word_norm", "context_norm": "context_norm",
-    "criterion": "criterion", "method": "method", "num_samples": "num_samples", "noise": "noise",
-    "noise_smoothing": "noise_smoothing", "noise_add": "noise_add", "remove_accidental_hits": "remove_accidental_hits",
-    "normalize": "normalize", "k": "k", "decode_k": "decode_k", "head_label_smoothing": "label_smoothing",
-    "head_bias": "bias",
-    "loss_chunk_size": "chunk_size", "loss": "loss", "loss_margin": "loss_margin", "num_negatives": "num_negatives",
-    "vmf_lambda1": "vmf_lambda1", "vmf_lambda2": "vmf_lambda2", "tie_decoder_inputs": "tie_decoder_inputs",
-    "logit_scale": "logit_scale", "embedding_name": "embedding_name",
-}  # fmt: skip
+# Flags keep the option names, except where a TrainingArguments flag would be ambiguous; options that hf_heads
+# sets itself (from a checkpoint or an embedding table) are not flags.
+RENAMED_FLAGS = {
+    "family": "head",
+    "bias": "head_bias",
+    "chunk_size": "loss_chunk_size",
+    "label_smoothing": "head_label_smoothing",
+}
+NOT_FLAGS = ("warm_start_gain", "embedding_dim")
 
 
-@dataclass
-class HeadFlags:
+def _option_flags() -> dict[str, tuple[str, type, str]]:
+    """{flag: (option, type, help)} over every registered family's options (each option once)."""
+    out = {}
+    for entry in FAMILIES.values():
+        hints = typing.get_type_hints(entry.options)
+        for f in dataclasses.fields(entry.options):
+            flag = RENAMED_FLAGS.get(f.name, f.name)
+            if f.name in NOT_FLAGS or flag in out:
+                continue
+            kind = next(
+                t for t in (bool, int, float, str) if t in (typing.get_args(hints[f.name]) or (hints[f.name],))
+            )
+            out[flag] = (f.name, kind, f.metadata.get("help", ""))
+    return out
+
+
+FLAG_TO_OPTION = {flag: option for flag, (option, _, _) in _option_flags().items()}
+
+
+def _head_flags_class() -> type:
+    """The dataclass of head flags: `--head <family>` and one flag per option, default None (the family's)."""
+    fields = [
+        (
+            "head",
+            str,
+            dataclasses.field(default=DEFAULT_FAMILY, metadata={"help": f"Head family: {', '.join(FAMILIES)}."}),
+        )
+    ]
+    for flag, (_, kind, help_text) in _option_flags().items():
+        fields.append((flag, kind | None, dataclasses.field(default=None, metadata={"help": help_text})))
+    return dataclasses.make_dataclass("_GeneratedHeadFlags", fields)
+
+
+class HeadFlags(_head_flags_class()):
     """Head options as command-line flags; `head_config()` turns them into a validated head section.
     A flag left unset takes the family's default; a flag the family does not have is an error."""
 
-    head: str = field(default="softmax", metadata={"help": f"Head family: {', '.join(HEAD_FAMILIES)}."})
-    margin: str | None = _flag("margin")
-    m: float | None = _flag("m")
-    scale: float | None = _flag("scale")
-    word_norm: str | None = _flag("word_norm")
-    context_norm: str | None = _flag("context_norm")
-    criterion: str | None = _flag("criterion")
-    method: str | None = _flag("method")
-    num_samples: int | None = _flag("num_samples")
-    noise: str | None = _flag("noise")
-    noise_smoothing: float | None = _flag("noise_smoothing")
-    noise_add: float | None = _flag("noise_add")
-    remove_accidental_hits: bool | None = _flag("remove_accidental_hits")
-    normalize: bool | None = _flag("normalize")
-    k: int | None = _flag("k")
-    decode_k: int | None = _flag("decode_k")
-    head_label_smoothing: float | None = field(
-        default=None, metadata={"help": "Softmax / sparse heads: label smoothing of the training loss (default: 0)."}
-    )
-    head_bias: bool | None = field(default=None, metadata={"help": "Keep the output bias (default: true)."})
-    loss_chunk_size: int | None = field(
-        default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
-    )
-    loss: str | None = _flag("loss")
-    loss_margin: float | None = _flag("loss_margin")
-    num_negatives: int | None = _flag("num_negatives")
-    vmf_lambda1: float | None = _flag("vmf_lambda1")
-    vmf_lambda2: float | None = _flag("vmf_lambda2")
-    tie_decoder_inputs: bool | None = _flag("tie_decoder_inputs")
-    logit_scale: float | None = _flag("logit_scale")
-    embedding_name: str | None = _flag("embedding_name")
-
     def head_flags_given(self) -> bool:
         """Whether any head flag was set (a non-default `--head` included)."""
-        return self.head != "softmax" or any(getattr(self, flag) is not None for flag in FLAG_TO_OPTION)
+        return self.head != DEFAULT_FAMILY or any(getattr(self, flag) is not None for flag in FLAG_TO_OPTION)
 
     def head_config(self) -> dict:
-        """The validated head section; a flag that the family does not have is an error, never ignored."""
+        """The validated head section; a flag that the family does not have is an error, never ignored. Errors
+        name the flag (`--m`, `--head_bias`, ...)."""
         section: dict = {"family": self.head}
-        for flag, key in FLAG_TO_OPTION.items():
+        for flag, option in FLAG_TO_OPTION.items():
             value = getattr(self, flag)
             if value is not None:
-                section[key] = value
+                section[option] = value
         try:
             return head_dict(section)
-        except ValueError as err:
-            message = str(err).replace("head.bias", "--head_bias").replace("head.chunk_size", "--loss_chunk_size")
-            message = message.replace("head.label_smoothing", "--head_label_smoothing")
-            message = message.replace("head.", "--").replace("--family", "--head")
-            raise ValueError(message.replace("needs num_samples=", "needs --num_samples=")) from None
+        except OptionError as err:
+            raise err.renamed(f"--{RENAMED_FLAGS.get(err.field, err.field)}") from None
 
 
 @dataclass
@@ -123,8 +104,10 @@ class _RunDefaults:
         # accelerate (which the Trainer relies on for autocast) turns fp16 autocast on for GPUs / NPUs / ... only:
         # on a CPU `--fp16` trains in float32 with no message; bf16 autocast works on a CPU.
         if self.fp16 and self.device.type == "cpu":
-            logger.warning("--fp16 on a CPU: the Trainer does not use fp16 autocast on CPU, so this run trains "
-                           "in float32; use --bf16 for mixed precision on a CPU")  # fmt: skip
+            logger.warning(
+                "--fp16 on a CPU: the Trainer does not use fp16 autocast on CPU, so this run trains "
+                "in float32; use --bf16 for mixed precision on a CPU"
+            )
 
 
 @dataclass

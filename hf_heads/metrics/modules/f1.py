@@ -75,9 +75,15 @@ class F1(evaluate.Metric):
         )
 
     def _compute(
-        self, predictions, references, labels=None, pos_label=1, average="binary", sample_weight=None,
+        self,
+        predictions,
+        references,
+        labels=None,
+        pos_label=1,
+        average="binary",
+        sample_weight=None,
         zero_division="warn",
-    ):  # fmt: skip
+    ):
         score = f1_score(
             references,
             predictions,
