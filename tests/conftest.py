@@ -69,3 +69,80 @@ LONG_FIRST = (
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.originalname, len(rank)))
+
+
+# ---------------------------------------------------------------- tiny backbones and batches shared by the model tests
+
+
+def tiny_enc_dec_config(kind: str = "bart", vocab_size: int = 50, no_dropout: bool = False):
+    """A tiny encoder-decoder backbone config: `bart`, `t5`, `marian` or `bert2bert` (an EncoderDecoderConfig of two
+    BERTs); `no_dropout` sets every dropout probability to 0 (train-mode losses then depend on the weights only)."""
+    from transformers import BartConfig, BertConfig, EncoderDecoderConfig, MarianConfig, T5Config
+
+    small = dict(vocab_size=vocab_size, pad_token_id=1, eos_token_id=3)
+    layers = dict(
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        d_model=32,
+    )
+    quiet = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0) if no_dropout else {}
+    if kind == "bart":
+        return BartConfig(
+            **small, **layers, **quiet, bos_token_id=2, decoder_start_token_id=3, forced_eos_token_id=None
+        )
+    if kind == "marian":
+        return MarianConfig(**small, **layers, **quiet, decoder_start_token_id=1)
+    if kind == "t5":
+        return T5Config(
+            **small,
+            d_model=32,
+            d_kv=16,
+            d_ff=64,
+            num_layers=1,
+            num_heads=2,
+            decoder_start_token_id=1,
+            **(dict(dropout_rate=0.0) if no_dropout else {}),
+        )
+    if kind != "bert2bert":
+        raise ValueError(f"kind={kind!r}: bart, t5, marian or bert2bert")
+    bert = _tiny_bert_kwargs(vocab_size, pad_token_id=1, no_dropout=no_dropout)
+    cfg = EncoderDecoderConfig.from_encoder_decoder_configs(
+        BertConfig(**bert), BertConfig(**bert, is_decoder=True, add_cross_attention=True)
+    )
+    cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id = 2, 1, 3
+    return cfg
+
+
+def _tiny_bert_kwargs(vocab_size: int, pad_token_id: int, no_dropout: bool) -> dict:
+    quiet = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0) if no_dropout else {}
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        pad_token_id=pad_token_id,
+        max_position_embeddings=64,
+        **quiet,
+    )
+
+
+def tiny_bert_config(vocab_size: int = 50, pad_token_id: int = 0, no_dropout: bool = False):
+    from transformers import BertConfig
+
+    return BertConfig(**_tiny_bert_kwargs(vocab_size, pad_token_id, no_dropout))
+
+
+def seq2seq_batch(seed: int = 0, vocab_size: int = 50):
+    """input_ids (3, 7), attention_mask (row 0 padded after 5 tokens), labels (3, 5) (row 1 ignored after 3)."""
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randint(4, vocab_size, (3, 7), generator=g), torch.randint(4, vocab_size, (3, 5), generator=g)
+    mask = torch.ones_like(x)
+    mask[0, 5:] = 0
+    y[1, 3:] = -100
+    return x, mask, y

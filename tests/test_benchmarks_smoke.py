@@ -14,18 +14,56 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HEADS_BENCH_IN_PROCESS": "1"}  #
 @pytest.mark.parametrize(
     "script, args, expect",
     [
-        ("bench_sparse.py", ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
-         "| hf_heads chunked, sparse k=5 |"),
-        ("bench_eval.py", ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
-         "| hf_heads HeadsTrainer.evaluate |"),
-        ("bench_continuous.py", ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--plot",
-                                 "{tmp}/ips.png"], "| continuous d=300, syn-margin-projection |"),
+        (
+            "bench_sparse.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
+            "| hf_heads chunked, sparse k=5 |",
+        ),
+        (
+            "bench_margin.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
+            "| hf_heads context_norm max-norm |",
+        ),
+        (
+            "bench_sampled.py",
+            [
+                "--tokens",
+                "64",
+                "--hidden",
+                "16",
+                "--vocab",
+                "300",
+                "--num_samples",
+                "8",
+                "--repeats",
+                "1",
+                "--modes",
+                "output layer",
+            ],
+            "| bce-nce |",
+        ),
+        (
+            "bench_eval.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
+            "| hf_heads HeadsTrainer.evaluate |",
+        ),
+        (
+            "bench_continuous.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--plot", "{tmp}/ips.png"],
+            "| continuous d=300, syn-margin-projection |",
+        ),
     ],
-)  # fmt: skip
+)
 def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):
     args = [a.format(tmp=tmp_path) for a in args]
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
-                          env=ENV, cwd=ROOT / "benchmarks", timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT / "benchmarks",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout
     if script == "bench_continuous.py":

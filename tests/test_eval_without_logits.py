@@ -9,16 +9,22 @@ from test_run_clm import _lm_dataset
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsTrainer, HeadsTrainingArguments
 
 
-@pytest.mark.parametrize("head", [{"family": "softmax"}, {"family": "sampled", "criterion": "ce", "method": "is",
-                                                          "num_samples": 8, "noise": "uniform"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"family": "softmax"},
+        {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
+    ],
+)
 def test_evaluate_without_compute_metrics_builds_no_logits(tmp_path, head):
     torch.manual_seed(0)
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
     calls = []
     original = model.head.logits
     model.head.logits = lambda hidden: calls.append(tuple(hidden.shape)) or original(hidden)
-    args = HeadsTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to="none",
-                                  use_cpu=True, disable_tqdm=True)  # fmt: skip
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to="none", use_cpu=True, disable_tqdm=True
+    )
     data = _lm_dataset(n=8)
     trainer = HeadsTrainer(model=model, args=args, eval_dataset=data)
     loss_only = trainer.evaluate()["eval_loss"]

@@ -132,8 +132,15 @@ def test_sacrebleu_matches_corpus_bleu(loaded, kwargs, multi):
     got = loaded("sacrebleu").compute(predictions=PREDS, references=refs, **kwargs)
     ref = sacrebleu.corpus_bleu(PREDS, streams, **kwargs)
     assert list(got) == EVALUATE_KEYS["sacrebleu"]
-    assert got == {"score": ref.score, "counts": ref.counts, "totals": ref.totals, "precisions": ref.precisions,
-                   "bp": ref.bp, "sys_len": ref.sys_len, "ref_len": ref.ref_len}  # fmt: skip
+    assert got == {
+        "score": ref.score,
+        "counts": ref.counts,
+        "totals": ref.totals,
+        "precisions": ref.precisions,
+        "bp": ref.bp,
+        "sys_len": ref.sys_len,
+        "ref_len": ref.ref_len,
+    }
 
 
 def test_sacrebleu_evaluate_example_and_errors(loaded):

@@ -1,24 +1,12 @@
 """HeadsForSeq2SeqLM and HeadsForSequenceClassification: every discrete family on BART / T5 / Marian /
-BERT2BERT and BERT / GPT-2 backbones, save/load, Auto classes, generate, export without hf_heads."""
-
-import json
-import subprocess
-import sys
+BERT2BERT and BERT / GPT-2 backbones, generate, pooling, config errors (save / load through the Auto classes and the
+export without hf_heads of every family: tests/test_contract.py)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    BartConfig,
-    BartForConditionalGeneration,
-    BertConfig,
-    EncoderDecoderConfig,
-    GPT2Config,
-    MarianConfig,
-    T5Config,
-)
+from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config
+from transformers import BartForConditionalGeneration, GPT2Config
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM, HeadsForSequenceClassification
 from hf_heads.modeling.seq2seq import shift_tokens_right
@@ -33,34 +21,6 @@ FAMILIES = {
 LABELS = {0: "animal", 1: "plant", 2: "act", 3: "time", 4: "place"}
 
 
-def _enc_dec(kind: str):
-    small = dict(vocab_size=V, pad_token_id=1, eos_token_id=3)
-    layers = dict(encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-                  encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, d_model=32)  # fmt: skip
-    if kind == "bart":
-        return BartConfig(**small, **layers, bos_token_id=2, decoder_start_token_id=3, forced_eos_token_id=None)
-    if kind == "marian":
-        return MarianConfig(**small, **layers, decoder_start_token_id=1)
-    if kind == "t5":
-        return T5Config(**small, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, decoder_start_token_id=1)
-    bert = dict(vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                pad_token_id=1, max_position_embeddings=64)  # fmt: skip
-    cfg = EncoderDecoderConfig.from_encoder_decoder_configs(
-        BertConfig(**bert), BertConfig(**bert, is_decoder=True, add_cross_attention=True)
-    )
-    cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id = 2, 1, 3
-    return cfg
-
-
-def _seq2seq_batch(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x, y = torch.randint(4, V, (3, 7), generator=g), torch.randint(4, V, (3, 5), generator=g)
-    mask = torch.ones_like(x)
-    mask[0, 5:] = 0
-    y[1, 3:] = -100
-    return x, mask, y
-
-
 def _no_dropout(model):
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
@@ -70,10 +30,10 @@ def _no_dropout(model):
 
 @pytest.mark.parametrize("kind", ["bart", "t5", "marian", "bert2bert"])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_seq2seq_every_backbone_and_family(kind, family, tmp_path):
+def test_seq2seq_every_backbone_and_family(kind, family):
     torch.manual_seed(0)
-    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec(kind), head=FAMILIES[family]))
-    x, mask, y = _seq2seq_batch()
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config(kind), head=FAMILIES[family]))
+    x, mask, y = seq2seq_batch()
     out = model(input_ids=x, attention_mask=mask, labels=y)
     assert out.logits is None and torch.isfinite(out.loss)
     out.loss.backward()
@@ -85,22 +45,15 @@ def test_seq2seq_every_backbone_and_family(kind, family, tmp_path):
         )
         assert generated.shape[0] == 3 and generated.shape[1] <= 5
         assert bool((generated[:, 0] == model.generation_config.decoder_start_token_id).all())
-    model.save_pretrained(tmp_path)
-    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
-    assert isinstance(loaded, HeadsForSeq2SeqLM) and loaded.config.head == model.config.head
-    torch.testing.assert_close(
-        loaded(input_ids=x, attention_mask=mask, labels=y).logits,
-        model(input_ids=x, attention_mask=mask, labels=y).logits,
-    )
 
 
 def test_seq2seq_softmax_head_equals_bart(tmp_path):
     """from_base of a BART checkpoint: same logits, same loss (the head owns it), same beam search."""
     torch.manual_seed(0)
-    base = BartForConditionalGeneration(_enc_dec("bart")).eval()
+    base = BartForConditionalGeneration(tiny_enc_dec_config("bart")).eval()
     base.save_pretrained(tmp_path)
     model = HeadsForSeq2SeqLM.from_base(str(tmp_path)).eval()
-    x, mask, y = _seq2seq_batch()
+    x, mask, y = seq2seq_batch()
     ours, theirs = model(input_ids=x, attention_mask=mask, labels=y), base(input_ids=x, attention_mask=mask, labels=y)
     torch.testing.assert_close(ours.logits, theirs.logits, rtol=0, atol=1e-6)
     torch.testing.assert_close(ours.loss, theirs.loss, rtol=1e-6, atol=1e-6)
@@ -110,8 +63,10 @@ def test_seq2seq_softmax_head_equals_bart(tmp_path):
 
 def test_seq2seq_loss_is_reference_cross_entropy_and_cache_is_consistent():
     torch.manual_seed(0)
-    model = _no_dropout(HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bert2bert"), head={"family": "softmax"})))
-    x, mask, y = _seq2seq_batch()
+    model = _no_dropout(
+        HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bert2bert"), head={"family": "softmax"}))
+    )
+    x, mask, y = seq2seq_batch()
     dec_in = shift_tokens_right(y, 1, 2)
     assert dec_in[1, 4] == 1 and dec_in[0, 0] == 2 and torch.equal(dec_in[0, 1:], y[0, :-1])
     model.eval()
@@ -124,12 +79,19 @@ def test_seq2seq_loss_is_reference_cross_entropy_and_cache_is_consistent():
 
 def test_seq2seq_sparse_beam_search_uses_truncated_distribution():
     torch.manual_seed(0)
-    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bart"), head={"family": "sparse", "k": 3})).eval()
-    x, mask, _ = _seq2seq_batch()
+    model = HeadsForSeq2SeqLM(
+        HeadsConfig(backbone=tiny_enc_dec_config("bart"), head={"family": "sparse", "k": 3})
+    ).eval()
+    x, mask, _ = seq2seq_batch()
     out = model.generate(
-        input_ids=x, attention_mask=mask, max_new_tokens=3, num_beams=3, output_scores=True,
-        return_dict_in_generate=True, do_sample=False,
-    )  # fmt: skip
+        input_ids=x,
+        attention_mask=mask,
+        max_new_tokens=3,
+        num_beams=3,
+        output_scores=True,
+        return_dict_in_generate=True,
+        do_sample=False,
+    )
     for step in out.scores:  # (B * beams, V): at most k finite scores per row
         assert int(torch.isfinite(step).sum(-1).max()) <= 3
 
@@ -141,22 +103,22 @@ def test_seq2seq_refuses_decoder_only_backbone():
 
 def _clf_config(kind: str, family: str, pooling: str = "auto") -> HeadsConfig:
     if kind == "bert":
-        backbone = BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                              intermediate_size=64, pad_token_id=0, max_position_embeddings=64)  # fmt: skip
+        backbone = tiny_bert_config(V)
     else:
         backbone = GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64, pad_token_id=1)
     head = dict(FAMILIES[family], num_samples=3) if family == "sampled" else FAMILIES[family]
-    return HeadsConfig(backbone=backbone, head=head, id2label=LABELS,
-                       label2id={v: k for k, v in LABELS.items()}, pooling=pooling)  # fmt: skip
+    return HeadsConfig(
+        backbone=backbone, head=head, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}, pooling=pooling
+    )
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_classification_every_backbone_and_family(kind, family, tmp_path):
+def test_classification_every_backbone_and_family(kind, family):
     torch.manual_seed(0)
     model = HeadsForSequenceClassification(_clf_config(kind, family))
     assert model.pooling == ("pooler" if kind == "bert" else "last")
-    x, mask, _ = _seq2seq_batch()
+    x, mask, _ = seq2seq_batch()
     labels = torch.tensor([0, 4, 2])
     out = model(input_ids=x, attention_mask=mask, labels=labels)
     assert out.logits is None and torch.isfinite(out.loss)
@@ -164,17 +126,12 @@ def test_classification_every_backbone_and_family(kind, family, tmp_path):
     model.eval()
     logits = model(input_ids=x, attention_mask=mask).logits
     assert logits.shape == (3, 5)
-    model.save_pretrained(tmp_path)
-    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
-    assert isinstance(loaded, HeadsForSequenceClassification)
-    assert loaded.config.id2label == LABELS and loaded.config.label2id["place"] == 4
-    torch.testing.assert_close(loaded(input_ids=x, attention_mask=mask).logits, logits)
 
 
 def test_classification_softmax_loss_is_reference_and_margin_only_in_training():
     torch.manual_seed(0)
     plain = _no_dropout(HeadsForSequenceClassification(_clf_config("bert", "softmax"))).eval()
-    x, mask, _ = _seq2seq_batch()
+    x, mask, _ = seq2seq_batch()
     labels = torch.tensor([0, 4, 2])
     logits = plain(input_ids=x, attention_mask=mask).logits
     torch.testing.assert_close(
@@ -217,43 +174,3 @@ def test_classification_bad_config():
         HeadsForSequenceClassification(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2), num_labels=1))
     with pytest.raises(ValueError, match="classifier_dropout=1.5 must be < 1"):
         HeadsConfig(backbone=GPT2Config(), classifier_dropout=1.5)
-
-
-EXPORT_CHECK = """
-import sys
-sys.modules["hf_heads"] = None  # hf_heads must not be importable here
-import torch
-import transformers
-auto = getattr(transformers, sys.argv[4])
-model = auto.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-x = torch.load(sys.argv[2])
-out = model.generate(x, max_new_tokens=4, num_beams=2) if sys.argv[4] == "AutoModelForSeq2SeqLM" else model(x).logits
-torch.save(out, sys.argv[3])
-print(type(model).__module__)
-"""
-
-
-@pytest.mark.parametrize("task", ["seq2seq", "classification"])
-def test_export_loads_without_hf_heads(task, tmp_path):
-    torch.manual_seed(0)
-    if task == "seq2seq":
-        model, auto = (
-            HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bert2bert"), head=FAMILIES["sparse"])),
-            "Seq2SeqLM",
-        )
-    else:
-        model, auto = HeadsForSequenceClassification(_clf_config("bert", "margin")), "SequenceClassification"
-    model.eval()
-    out = model.export_for_hub(tmp_path / "export")
-    auto = f"AutoModelFor{auto}"
-    assert json.loads((out / "config.json").read_text())["auto_map"][auto].endswith(type(model).__name__)
-    x = _seq2seq_batch()[0]
-    torch.save(x, tmp_path / "x.pt")
-    proc = subprocess.run(
-        [sys.executable, "-c", EXPORT_CHECK, str(out), str(tmp_path / "x.pt"), str(tmp_path / "y.pt"), auto],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "hf_heads" not in proc.stdout.split(".")[0]
-    expected = model.generate(x, max_new_tokens=4, num_beams=2) if task == "seq2seq" else model(x).logits
-    torch.testing.assert_close(torch.load(tmp_path / "y.pt"), expected)

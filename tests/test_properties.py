@@ -19,9 +19,14 @@ from hf_heads.losses import (
 )
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MARGINS = [dict(margin="none"), dict(margin="cos", m=0.3), dict(margin="arc", m=0.2), dict(margin="lsm", m=2),
-           dict(margin="cos", m=0.3, scale=30.0), dict(margin="arc", m=0.5, word_norm="log-unigram",
-                                                         context_norm="max-norm")]  # fmt: skip
+MARGINS = [
+    dict(margin="none"),
+    dict(margin="cos", m=0.3),
+    dict(margin="arc", m=0.2),
+    dict(margin="lsm", m=2),
+    dict(margin="cos", m=0.3, scale=30.0),
+    dict(margin="arc", m=0.5, word_norm="log-unigram", context_norm="max-norm"),
+]
 SAMPLED = [(c, m) for c in ("ce", "bce") for m in ("mcs", "is", "cps", "nce")]
 
 
@@ -36,9 +41,12 @@ def _inputs(seed: int, n: int, v: int, h: int, scale: float, dtype=torch.float32
 
 
 case = st.tuples(
-    st.integers(0, 10_000), st.integers(1, 9), st.integers(3, 40), st.integers(2, 12),
+    st.integers(0, 10_000),
+    st.integers(1, 9),
+    st.integers(3, 40),
+    st.integers(2, 12),
     st.sampled_from([1e-4, 1e-2, 1.0, 30.0, 1e3]),
-)  # fmt: skip
+)
 
 
 @SETTINGS
@@ -58,8 +66,17 @@ def test_sampled_losses_finite_for_any_finite_input(case, crit):
     hidden, weight, bias, target, _ = _inputs(*case)
     v = weight.shape[0]
     hidden.requires_grad_()
-    loss = sampled_loss(hidden, weight, bias, target, criterion=crit[0], method=crit[1], num_samples=max(1, v // 2),
-                        noise_probs=torch.full((v,), 1.0 / v), generator=torch.Generator().manual_seed(0))  # fmt: skip
+    loss = sampled_loss(
+        hidden,
+        weight,
+        bias,
+        target,
+        criterion=crit[0],
+        method=crit[1],
+        num_samples=max(1, v // 2),
+        noise_probs=torch.full((v,), 1.0 / v),
+        generator=torch.Generator().manual_seed(0),
+    )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(hidden.grad).all()
 
@@ -85,8 +102,11 @@ def test_continuous_losses_finite_for_any_norm(case, d, norm):
     pred = F.normalize(torch.randn(case[1], d, generator=g), dim=-1) * norm
     target = F.normalize(torch.randn(case[1], d, generator=g), dim=-1)
     pred.requires_grad_()
-    for loss in (vmf_nll(pred, target), syn_margin_loss(pred, target, negative="projection"),
-                 syn_margin_loss(pred, target, negative="difference")):  # fmt: skip
+    for loss in (
+        vmf_nll(pred, target),
+        syn_margin_loss(pred, target, negative="projection"),
+        syn_margin_loss(pred, target, negative="difference"),
+    ):
         (grad,) = torch.autograd.grad(loss, pred)
         assert torch.isfinite(loss) and torch.isfinite(grad).all()
 
@@ -98,8 +118,12 @@ def test_cosface_arcface_with_zero_margin_equal_normalised_softmax(seed, scale, 
     ours = margin_cross_entropy(hidden, weight, None, target, margin=kind, m=0.0, scale=scale)
     normalised = scale * F.normalize(hidden, dim=-1) @ F.normalize(weight, dim=-1).T
     torch.testing.assert_close(ours, F.cross_entropy(normalised, target), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(margin_cross_entropy(hidden, weight, bias, target), F.cross_entropy(
-        hidden @ weight.T + bias, target), rtol=1e-5, atol=1e-5)  # fmt: skip
+    torch.testing.assert_close(
+        margin_cross_entropy(hidden, weight, bias, target),
+        F.cross_entropy(hidden @ weight.T + bias, target),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @SETTINGS
@@ -111,8 +135,17 @@ def test_importance_sampling_over_every_other_class_is_full_ce(seed, v, target_c
     hidden, weight, bias, _, _ = _inputs(seed, 7, v, 6, 1.0)
     target = torch.full((7,), target_class)
     others = torch.tensor([c for c in range(v) if c != target_class])
-    loss = sampled_loss(hidden, weight, bias, target, criterion="ce", method="is", num_samples=v - 1,
-                        noise_probs=torch.full((v,), 1.0 / v), samples=others)  # fmt: skip
+    loss = sampled_loss(
+        hidden,
+        weight,
+        bias,
+        target,
+        criterion="ce",
+        method="is",
+        num_samples=v - 1,
+        noise_probs=torch.full((v,), 1.0 / v),
+        samples=others,
+    )
     expected = F.cross_entropy(hidden @ weight.T + bias, target) + math.log(v / (v - 1))
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
 
@@ -121,9 +154,18 @@ LOSSES = {
     "margin": lambda h, w, b, y, **kw: margin_cross_entropy(h, w, b, y, margin="arc", m=0.2, **kw),
     "sparse": lambda h, w, b, y, **kw: fused_linear_cross_entropy(h, w, b, y, top_k=3, **kw),
     "sampled": lambda h, w, b, y, **kw: sampled_loss(
-        h, w, b, y, criterion="bce", method="nce", num_samples=4, noise_probs=torch.full((9,), 1 / 9),
-        samples=torch.tensor([0, 2, 2, 5]), **kw),
-}  # fmt: skip
+        h,
+        w,
+        b,
+        y,
+        criterion="bce",
+        method="nce",
+        num_samples=4,
+        noise_probs=torch.full((9,), 1 / 9),
+        samples=torch.tensor([0, 2, 2, 5]),
+        **kw,
+    ),
+}
 
 
 @SETTINGS
@@ -142,8 +184,9 @@ def test_ignored_rows_reductions_and_num_items(seed, family, extra):
     torch.testing.assert_close(fn(garbage, weight, bias, y), fn(hidden, weight, bias, y), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fn(hidden, weight, bias, y, reduction="sum"), rows.sum(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fn(hidden, weight, bias, y), rows.sum() / 6, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fn(hidden, weight, bias, y, num_items_in_batch=6 + extra), rows.sum() / (6 + extra),
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    torch.testing.assert_close(
+        fn(hidden, weight, bias, y, num_items_in_batch=6 + extra), rows.sum() / (6 + extra), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -162,8 +205,17 @@ def test_half_precision_inputs_are_computed_in_float32(dtype, family):
         if family == "sparse":
             return fused_linear_cross_entropy(h, w, b, target, top_k=5, label_smoothing=0.1)
         if family == "sampled":
-            return sampled_loss(h, w, b, target, criterion="ce", method="cps", num_samples=8,
-                                noise_probs=torch.full((40,), 1 / 40), samples=torch.arange(0, 40, 5))  # fmt: skip
+            return sampled_loss(
+                h,
+                w,
+                b,
+                target,
+                criterion="ce",
+                method="cps",
+                num_samples=8,
+                noise_probs=torch.full((40,), 1 / 40),
+                samples=torch.arange(0, 40, 5),
+            )
         table = F.normalize(w[:, :8].float(), dim=-1)
         return vmf_nll(h, table[target]) if family == "vmf" else syn_margin_loss(h, table[target])
 
@@ -189,7 +241,7 @@ def _bad_values(annotation: str) -> list:
 def _option_cases():
     from dataclasses import fields
 
-    from hf_heads.heads.options import HEAD_FAMILIES
+    from hf_heads.heads import HEAD_FAMILIES
 
     for family, cls in HEAD_FAMILIES.items():
         for f in fields(cls):
@@ -201,7 +253,7 @@ def _option_cases():
 def test_every_head_option_error_names_the_field(family, name, value):
     """Each option of each family, given a value of the wrong type or outside its range, is refused with a
     ValueError that names `head.<option>`."""
-    from hf_heads.heads.options import head_options
+    from hf_heads.heads import head_options
 
     with pytest.raises(ValueError) as err:
         head_options({"family": family, name: value})

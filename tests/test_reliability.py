@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_llama_config
+from conftest import tiny_enc_dec_config, tiny_llama_config
 from datasets import Dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
-from test_modeling_tasks import _enc_dec
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM
 from hf_heads.data import minilm_path
@@ -31,15 +30,16 @@ def _drop_tensor(directory: Path, key: str) -> None:
 
 
 def test_checkpoint_missing_word_counts_or_embedding_table_is_refused(tmp_path):
-    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(),
-                                         head={"family": "margin", "word_norm": "unigram"}))  # fmt: skip
+    model = HeadsForCausalLM(
+        HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "margin", "word_norm": "unigram"})
+    )
     model.set_word_counts(torch.arange(61.0))
     model.save_pretrained(tmp_path / "lm")
     _drop_tensor(tmp_path / "lm", "head.word_counts")
     with pytest.raises(ValueError, match="lacks head.word_counts: refusing to load"):
         HeadsForCausalLM.from_pretrained(tmp_path / "lm")
     head = {"family": "continuous", "embedding_dim": 8}
-    s2s = HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bart"), head=head))
+    s2s = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head=head))
     s2s.head.set_embedding_table(torch.randn(50, 8))
     s2s.save_pretrained(tmp_path / "s2s")
     _drop_tensor(tmp_path / "s2s", "head.embeddings")
@@ -56,22 +56,41 @@ def test_corrupt_or_hand_edited_config_is_refused(tmp_path):
     with pytest.raises(OSError, match="not a valid JSON file"):
         AutoConfig.from_pretrained(tmp_path)
     raw = json.loads(text)
-    for edit, message in (({"k": 0}, "head.k=0"), ({"family": "sparsemax"}, "head.family='sparsemax'"),
-                          ({"topk": 3}, "head.topk is not an option")):  # fmt: skip
+    for edit, message in (
+        ({"k": 0}, "head.k=0"),
+        ({"family": "sparsemax"}, "head.family='sparsemax'"),
+        ({"topk": 3}, "head.topk is not an option"),
+    ):
         (tmp_path / "config.json").write_text(json.dumps({**raw, "head": {**raw["head"], **edit}}))
         with pytest.raises(ValueError, match=message):
             AutoConfig.from_pretrained(tmp_path)
 
 
 def test_tokenizer_larger_than_the_model_vocabulary_is_refused(tmp_path):
-    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bart"), head={"family": "softmax"}))
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head={"family": "softmax"}))
     model.save_pretrained(tmp_path / "model")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "run_scripts" / "run_translation.py"), "--output_dir", str(tmp_path / "o"),
-         "--model_name_or_path", str(tmp_path / "model"), "--tokenizer_name", minilm_path(), "--do_eval",
-         "--max_eval_samples", "4", "--report_to", "none"],
-        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "run_scripts" / "run_translation.py"),
+            "--output_dir",
+            str(tmp_path / "o"),
+            "--model_name_or_path",
+            str(tmp_path / "model"),
+            "--tokenizer_name",
+            minilm_path(),
+            "--do_eval",
+            "--max_eval_samples",
+            "4",
+            "--report_to",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "error: the tokenizer has 30522 tokens but the model embeds only 50" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -85,13 +104,21 @@ def _seq2seq_data(n=24):
 
 def _seq2seq_trainer(out, head):
     torch.manual_seed(0)
-    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=_enc_dec("bart"), head=head))
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head=head))
     if head["family"] == "continuous":
         model.head.set_embedding_table(torch.randn(50, 8, generator=torch.Generator().manual_seed(2)))
     args = HeadsSeq2SeqTrainingArguments(
-        output_dir=str(out), max_steps=6, per_device_train_batch_size=4, learning_rate=3e-3, logging_steps=1,
-        save_steps=3, report_to="none", seed=0, use_cpu=True, disable_tqdm=True,
-    )  # fmt: skip
+        output_dir=str(out),
+        max_steps=6,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        logging_steps=1,
+        save_steps=3,
+        report_to="none",
+        seed=0,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     return HeadsSeq2SeqTrainer(model=model, args=args, train_dataset=_seq2seq_data())
 
 
@@ -119,15 +146,31 @@ def test_interrupted_seq2seq_training_resumes_to_the_same_losses(tmp_path, head)
 
 # flags with values that must be refused, per script; plus junk for any typed flag
 BAD_FLAGS = {
-    "common": [("--head", "softmaxx"), ("--k", "0"), ("--k", "many"), ("--m", "-1"), ("--margin", "big"),
-               ("--num_samples", "-3"), ("--criterion", "hinge"), ("--noise", "zipf"), ("--noise_smoothing", "0"),
-               ("--head_label_smoothing", "1.5"), ("--loss_chunk_size", "0"), ("--learning_rate", "fast"),
-               ("--max_steps", "1.5"), ("--no_such_flag", "1")],
+    "common": [
+        ("--head", "softmaxx"),
+        ("--k", "0"),
+        ("--k", "many"),
+        ("--m", "-1"),
+        ("--margin", "big"),
+        ("--num_samples", "-3"),
+        ("--criterion", "hinge"),
+        ("--noise", "zipf"),
+        ("--noise_smoothing", "0"),
+        ("--head_label_smoothing", "1.5"),
+        ("--loss_chunk_size", "0"),
+        ("--learning_rate", "fast"),
+        ("--max_steps", "1.5"),
+        ("--no_such_flag", "1"),
+    ],
     "run_clm.py": [("--block_size", "x"), ("--text_column", "body")],
-    "run_translation.py": [("--loss", "l2"), ("--loss_margin", "-0.1"), ("--source_lang", "xx"),
-                           ("--max_source_length", "many")],
+    "run_translation.py": [
+        ("--loss", "l2"),
+        ("--loss_margin", "-0.1"),
+        ("--source_lang", "xx"),
+        ("--max_source_length", "many"),
+    ],
     "run_classification.py": [("--pooling", "max"), ("--label_column", "topic"), ("--classifier_dropout", "2")],
-}  # fmt: skip
+}
 SCRIPTS = ["run_clm.py", "run_translation.py", "run_classification.py"]
 
 
@@ -143,10 +186,28 @@ def test_cli_fuzz_one_line_error_and_exit_2(tmp_path_factory, data):
         "run_classification.py": ["--dataset_name", "bbc-news", "--model_name_or_path", "tiny-bert"],
     }[script]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "run_scripts" / script), "--output_dir", str(out), "--do_train", "--max_steps",
-         "1", "--max_train_samples", "8", "--report_to", "none", *base, flag, value],
-        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "run_scripts" / script),
+            "--output_dir",
+            str(out),
+            "--do_train",
+            "--max_steps",
+            "1",
+            "--max_train_samples",
+            "8",
+            "--report_to",
+            "none",
+            *base,
+            flag,
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 2, (script, flag, value, proc.stderr[-2000:])
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, (script, flag, value, proc.stderr[-2000:])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
+from export_check import export_job, load_without_hf_heads
 from reopen_check import assert_reopens
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
@@ -44,27 +45,35 @@ def run_clm_script(script: str, *args: str) -> subprocess.CompletedProcess:
     return run_clm(*args)
 
 
-LOAD_EXPORT = """
-import sys
-sys.modules["hf_heads"] = None  # hf_heads must not be importable here
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-tok = AutoTokenizer.from_pretrained(sys.argv[1])
-ids = tok("In the beginning God", return_tensors="pt").input_ids  # a prompt: no </s> appended
-torch.save({"ids": ids, "logits": model(ids).logits}, sys.argv[2])
-"""
-
-
 def test_run_clm_margin_end_to_end(text_files, tmp_path):
     train, valid = text_files
     out, hub = tmp_path / "run", tmp_path / "hub"
     proc = run_clm(
-        "--train_file", str(train), "--validation_file", str(valid), "--output_dir", str(out),
-        "--hub_export_dir", str(hub), "--do_train", "--do_eval", "--max_steps", "6", "--logging_steps", "2",
-        "--eval_strategy", "steps", "--eval_steps", "3", "--save_strategy", "no", *MARGIN_FLAGS,
-        "--context_norm", "max-norm", *SMALL,
-    )  # fmt: skip
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(valid),
+        "--output_dir",
+        str(out),
+        "--hub_export_dir",
+        str(hub),
+        "--do_train",
+        "--do_eval",
+        "--max_steps",
+        "6",
+        "--logging_steps",
+        "2",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "3",
+        "--save_strategy",
+        "no",
+        *MARGIN_FLAGS,
+        "--context_norm",
+        "max-norm",
+        *SMALL,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"model, card and plots written to {out}" in proc.stdout
     summary = json.loads((out / "run_summary.json").read_text())
@@ -80,19 +89,25 @@ def test_run_clm_margin_end_to_end(text_files, tmp_path):
     assert {"config.json", "model.safetensors", "README.md", "loss_curves.png", "tokenizer.json"} <= {
         p.name for p in hub.iterdir()
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD_EXPORT, str(hub), str(tmp_path / "y.pt")],
-        capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = torch.load(tmp_path / "y.pt")
+    job = export_job(hub, "AutoModelForCausalLM", text="In the beginning God")  # a prompt: no </s> appended
+    (got,) = load_without_hf_heads([job], tmp_path / "export-check")
     model = HeadsForCausalLM.from_pretrained(out).eval()
     assert float(model.head.context_norm_running) > 0 and bool((model.head.word_counts >= 0).all())
-    torch.testing.assert_close(got["logits"], model(got["ids"]).logits)
+    torch.testing.assert_close(got["output"], model(**got["inputs"]).logits)
 
     # the run directory reopens: evaluated as it is (no training, no head flags), and trained further
-    data = ("--train_file", str(train), "--validation_file", str(valid), "--block_size", "32",
-            "--max_train_samples", "8", "--max_eval_samples", "8")  # fmt: skip
+    data = (
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(valid),
+        "--block_size",
+        "32",
+        "--max_train_samples",
+        "8",
+        "--max_eval_samples",
+        "8",
+    )
     reopened = assert_reopens(run_clm_script, "run_clm.py", out, *data, eval_only=True)
     assert reopened["eval_loss"] > 0 and "train_loss" not in reopened
     assert "train_loss" in assert_reopens(run_clm_script, "run_clm.py", out, *data)
@@ -167,10 +182,18 @@ def _trainer(out, max_steps, head):
     torch.manual_seed(0)
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
     args = HeadsTrainingArguments(
-        output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-        learning_rate=3e-3, logging_steps=1, save_steps=3, report_to="none", seed=0, use_cpu=True,
+        output_dir=str(out),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        logging_steps=1,
+        save_steps=3,
+        report_to="none",
+        seed=0,
+        use_cpu=True,
         disable_tqdm=True,
-    )  # fmt: skip
+    )
     return HeadsTrainer(model=model, args=args, train_dataset=_lm_dataset())
 
 
@@ -203,20 +226,57 @@ def test_two_process_ddp_matches_one_process(text_files, tmp_path):
     (its simple launcher), so CPU data parallelism is `--multi_gpu --num_processes 2` plus `--use_cpu`."""
     train, _ = text_files
     common = [
-        "--train_file", str(train), "--model_name_or_path", "tiny-llama", "--do_train", "--max_steps", "4",
-        "--logging_steps", "1", "--save_strategy", "no", "--block_size", "32", "--report_to", "none", "--seed", "0",
-        "--head", "margin", "--margin", "cos", "--m", "0.1", "--word_norm", "log-unigram",
-        "--train_sampling_strategy", "sequential", "--use_cpu",  # the same global batches in both runs
-    ]  # fmt: skip
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+        "--train_file",
+        str(train),
+        "--model_name_or_path",
+        "tiny-llama",
+        "--do_train",
+        "--max_steps",
+        "4",
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--block_size",
+        "32",
+        "--report_to",
+        "none",
+        "--seed",
+        "0",
+        "--head",
+        "margin",
+        "--margin",
+        "cos",
+        "--m",
+        "0.1",
+        "--word_norm",
+        "log-unigram",
+        "--train_sampling_strategy",
+        "sequential",
+        "--use_cpu",  # the same global batches in both runs
+    ]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]
     curves = {}
     for procs, per_device in ((1, 4), (2, 2)):
         out = tmp_path / f"p{procs}"
         proc = run_clm(
-            *common, "--output_dir", str(out), "--per_device_train_batch_size", str(per_device),
+            *common,
+            "--output_dir",
+            str(out),
+            "--per_device_train_batch_size",
+            str(per_device),
             launcher=launch + (["--multi_gpu", "--num_processes", "2"] if procs == 2 else ["--cpu"]),
-        )  # fmt: skip
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         history = json.loads((out / "trainer_state.json").read_text())["log_history"]
         curves[procs] = torch.tensor([[e["loss"], e["grad_norm"]] for e in history if "loss" in e])
@@ -239,21 +299,38 @@ def word_tokenizer_dir(text_files, tmp_path):
 @pytest.mark.parametrize(
     "args, messages",
     [
-        (["--dataset_name", "bible-wbe", "--do_train"],
-         ["--dataset_name='bible-wbe' is not a built-in corpus (did you mean 'bible-web'?)", "offline mode",
-          "bible-web, bbc-news, wordnet-glosses"]),
-        (["--train_file", "{train}", "--model_name_or_path", "gpt2", "--do_train"],
-         ["--model_name_or_path='gpt2' is not a local directory", "offline mode", "tiny-gpt2, tiny-llama"]),
-        (["--train_file", "{train}", "--tokenizer_name", "no-such/tokenizer", "--do_train"],
-         ["--tokenizer_name='no-such/tokenizer' is not a local directory", "offline mode"]),
+        (
+            ["--dataset_name", "bible-wbe", "--do_train"],
+            [
+                "--dataset_name='bible-wbe' is not a built-in corpus (did you mean 'bible-web'?)",
+                "offline mode",
+                "bible-web, bbc-news, wordnet-glosses",
+            ],
+        ),
+        (
+            ["--train_file", "{train}", "--model_name_or_path", "gpt2", "--do_train"],
+            ["--model_name_or_path='gpt2' is not a local directory", "offline mode", "tiny-gpt2, tiny-llama"],
+        ),
+        (
+            ["--train_file", "{train}", "--tokenizer_name", "no-such/tokenizer", "--do_train"],
+            ["--tokenizer_name='no-such/tokenizer' is not a local directory", "offline mode"],
+        ),
         (["--validation_file", "{valid}", "--do_eval"], ["built-in backbone", "give --train_file"]),
         (["--validation_file", "{valid}", "--do_train"], ["--do_train needs a training split"]),
-        (["--validation_file", "{valid}", "--tokenizer_name", "{tok}", "--do_eval", *MARGIN_FLAGS],
-         ["--word_norm='log-unigram' needs word counts", "give --train_file"]),
+        (
+            ["--validation_file", "{valid}", "--tokenizer_name", "{tok}", "--do_eval", *MARGIN_FLAGS],
+            ["--word_norm='log-unigram' needs word counts", "give --train_file"],
+        ),
     ],
-    ids=["dataset-name", "hub-model-offline", "hub-tokenizer-offline", "validation-only", "train-without-train-split",
-         "eval-counts-without-training-data"],
-)  # fmt: skip
+    ids=[
+        "dataset-name",
+        "hub-model-offline",
+        "hub-tokenizer-offline",
+        "validation-only",
+        "train-without-train-split",
+        "eval-counts-without-training-data",
+    ],
+)
 def test_data_and_model_errors_are_one_line_and_exit_2(text_files, word_tokenizer_dir, tmp_path, args, messages):
     train, valid = text_files
     args = [a.format(train=train, valid=valid, tok=word_tokenizer_dir) for a in args]
@@ -288,8 +365,18 @@ def test_word_level_lm_ends_training_lines_with_eos_and_eval_only_counts_words(t
     train, valid = text_files
     out = tmp_path / "run"
     data = ["--train_file", str(train), "--validation_file", str(valid), "--max_eval_samples", "8"]
-    proc = run_clm(*data, "--output_dir", str(out), "--do_train", "--max_steps", "2", "--save_strategy", "no",
-                   *MARGIN_FLAGS, *SMALL)  # fmt: skip
+    proc = run_clm(
+        *data,
+        "--output_dir",
+        str(out),
+        "--do_train",
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        *MARGIN_FLAGS,
+        *SMALL,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     model = HeadsForCausalLM.from_pretrained(out).eval()
     tok = transformers.AutoTokenizer.from_pretrained(out)

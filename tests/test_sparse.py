@@ -109,10 +109,10 @@ def test_sparse_head_decodes_with_the_truncated_distribution(tmp_path):
 def test_head_label_smoothing_in_training_only(family):
     """Softmax: F.cross_entropy's label smoothing; sparse: smoothing over the top-k support. Eval losses are the
     unsmoothed ones (NLL for softmax, eq. 5 for sparse)."""
-    from hf_heads.heads.discrete import DiscreteHead
+    from hf_heads.heads import make_head
 
     torch.manual_seed(0)
-    head = DiscreteHead(6, 9, {"family": family, "label_smoothing": 0.1, **({"k": 4} if family == "sparse" else {})})
+    head = make_head(6, 9, {"family": family, "label_smoothing": 0.1, **({"k": 4} if family == "sparse" else {})})
     h, y = torch.randn(5, 6), torch.tensor([0, 3, -100, 8, 2])
     z = h @ head.weight.T + head.bias
     if family == "softmax":
@@ -125,7 +125,7 @@ def test_head_label_smoothing_in_training_only(family):
     torch.testing.assert_close(head.train().loss(h, y), smooth)
     torch.testing.assert_close(head.eval().loss(h, y), plain)
     with pytest.raises(ValueError, match="head.label_smoothing=0.1 is only available for the softmax and sparse"):
-        DiscreteHead(6, 9, {"family": "margin", "label_smoothing": 0.1})
+        make_head(6, 9, {"family": "margin", "label_smoothing": 0.1})
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
@@ -142,8 +142,9 @@ def test_chunked_sparse_gradient_gradcheck_float64(reduction):
     for smoothing in (0.0, 0.2):
 
         def f(h_, w_, b_, smoothing=smoothing):
-            out = sparse_linear_cross_entropy(h_, w_, b_, y, 3, label_smoothing=smoothing, chunk_size=2,
-                                              reduction=reduction)  # fmt: skip
+            out = sparse_linear_cross_entropy(
+                h_, w_, b_, y, 3, label_smoothing=smoothing, chunk_size=2, reduction=reduction
+            )
             return out if reduction == "mean" else out * torch.arange(1.0, 8.0, dtype=torch.float64)
 
         assert torch.autograd.gradcheck(f, (h, w, b))
@@ -155,8 +156,9 @@ def test_decode_k_truncates_the_inference_distribution_and_round_trips(tmp_path)
     from conftest import tiny_gpt2_config
 
     torch.manual_seed(0)
-    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_gpt2_config().to_dict(), head={"family": "sparse", "k": 20,
-                                                                                       "decode_k": 5}))  # fmt: skip
+    model = HeadsForCausalLM(
+        HeadsConfig(backbone=tiny_gpt2_config().to_dict(), head={"family": "sparse", "k": 20, "decode_k": 5})
+    )
     ids = torch.randint(4, 61, (2, 9))
     model.eval()
     logits = model(input_ids=ids).logits

@@ -49,9 +49,15 @@ def test_sampled_head_starts_at_the_checkpoint_distribution(base, batch, criteri
     # the unnormalised corrected scores start self-normalised on average (log Z shifted out)
     o = model.head.options
     with torch.no_grad():
-        scores = model.head._margin_inference_scores(model.backbone(input_ids=batch).last_hidden_state)
-        raw_scores = corrected_log_probs(scores, criterion=criterion, method=method, num_samples=20,
-                                         noise_probs=model.head.noise_probs(), normalize=False)  # fmt: skip
+        scores = model.head.scores(model.backbone(input_ids=batch).last_hidden_state)
+        raw_scores = corrected_log_probs(
+            scores,
+            criterion=criterion,
+            method=method,
+            num_samples=20,
+            noise_probs=model.head.noise_probs(),
+            normalize=False,
+        )
     assert abs(float(torch.logsumexp(raw_scores, -1).mean())) < 0.5 and o.normalize  # probe vs batch positions
 
 

@@ -1,0 +1,100 @@
+"""The one check that saved model directories load where hf_heads is not installed: a subprocess whose import system
+cannot find hf_heads loads each directory with `AutoModelFor….from_pretrained(dir, trust_remote_code=True)` (the code
+saved next to the weights) and runs it. Used by the contract (tests/test_contract.py, one subprocess per task for
+every head family) and by the run-script tests on the directories their runs export."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+SCRIPT = r"""
+import importlib.util
+import os
+import sys
+
+# hf_heads must not be importable here: drop the path entries and import finders that could find it, then block it
+sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or os.getcwd(), "hf_heads"))]
+sys.meta_path[:] = [f for f in sys.meta_path if "hf_heads" not in repr(f) + getattr(f, "__module__", "")]
+assert importlib.util.find_spec("hf_heads") is None, "hf_heads is still importable"
+sys.modules["hf_heads"] = None
+
+import torch
+import transformers
+
+results = []
+for job in torch.load(sys.argv[1]):
+    auto = getattr(transformers, job["auto"])
+    result = {}
+    if job["refusal"]:  # without trust_remote_code: the error transformers gives
+        try:
+            auto.from_pretrained(job["dir"])
+            result["refused"] = None
+        except ValueError as err:
+            result["refused"] = str(err).splitlines()[0]
+    model = auto.from_pretrained(job["dir"], trust_remote_code=True).eval()
+    result["module"] = type(model).__module__
+    inputs = job["inputs"]
+    if job["text"] is not None:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"])
+        inputs = {k: v for k, v in tokenizer(job["text"], return_tensors="pt").items() if k != "token_type_ids"}
+    result["inputs"] = inputs
+    with torch.no_grad():
+        if job["generate"] is not None:
+            result["output"] = model.generate(**inputs, **job["generate"])
+        else:
+            result["output"] = model(**inputs).logits
+    results.append(result)
+torch.save(results, sys.argv[2])
+"""
+
+
+def export_job(
+    directory,
+    auto: str,
+    inputs: dict | None = None,
+    *,
+    text: str | None = None,
+    generate: dict | None = None,
+    refusal: bool = False,
+) -> dict:
+    """One directory to load with `transformers.<auto>` and run: on `inputs` (keyword tensors), or on `text` encoded
+    by the directory's tokenizer; `model.generate(**inputs, **generate)` when `generate` is given, else the logits.
+    `refusal`: first try loading without `trust_remote_code` and keep the first line of the error."""
+    if (inputs is None) == (text is None):
+        raise ValueError("give inputs or text")
+    return dict(dir=str(directory), auto=auto, inputs=inputs, text=text, generate=generate, refusal=refusal)
+
+
+def load_without_hf_heads(jobs: list[dict], workdir: Path, timeout: int = 300) -> list[dict]:
+    """Run `jobs` (`export_job`) in one subprocess without hf_heads; returns per job {"module": the loaded model's
+    module, "inputs": what it ran on, "output": logits or generated ids, "refused": the error (with refusal)}.
+    Fails when the subprocess does, or when a model did not come from the directory's own code."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    torch.save(jobs, workdir / "jobs.pt")
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_MODULES_CACHE": str(workdir / "modules"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(workdir / "jobs.pt"), str(workdir / "results.pt")],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = torch.load(workdir / "results.pt")
+    for job, result in zip(jobs, results, strict=True):
+        assert result["module"].startswith("transformers_modules."), (job["dir"], result["module"])
+    return results

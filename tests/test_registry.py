@@ -1,0 +1,131 @@
+"""The head-family registry: a family is its head module plus one `register_family` line, and nothing outside
+hf_heads/heads dispatches on a family's name or type."""
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import GPT2Config
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, make_head
+from hf_heads.heads.registry import register_family
+from hf_heads.losses._checks import check_number
+from hf_heads.training.cards import inference_note, loss_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILY_NAMES = ("softmax", "margin", "sampled", "sparse", "continuous")
+
+
+@dataclass
+class TemperatureHeadOptions(SoftmaxHeadOptions):
+    temperature: float = field(default=1.0, metadata={"help": "Logits are divided by it."})
+
+    def check(self) -> None:
+        super().check()
+        check_number("temperature", self.temperature, exclusive_minimum=0)
+
+
+class TemperatureHead(SoftmaxHead):
+    paper = "a toy family of the registry test"
+    logits_note = "the logits divided by the temperature"
+
+    def training_loss(self, hidden, labels, **rows):
+        return F.cross_entropy(self.inference_logits(hidden).flatten(0, -2), labels.flatten(), reduction="mean")
+
+    eval_loss = training_loss
+
+    def inference_logits(self, hidden):
+        return super().inference_logits(hidden) / self.options.temperature
+
+
+@pytest.fixture
+def temperature_family():
+    register_family("temperature", TemperatureHeadOptions, TemperatureHead)
+    yield
+    del FAMILIES["temperature"]
+
+
+def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
+    """make_head, config validation, the model (forward, save, from_pretrained) and the card text all follow the
+    registry; nothing else is edited."""
+    with pytest.raises(ValueError, match=r"head.temperature=0 must be > 0"):
+        HeadsConfig(
+            backbone=GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50).to_dict(),
+            head={"family": "temperature", "temperature": 0},
+        )
+    config = HeadsConfig(
+        backbone=GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50).to_dict(),
+        head={"family": "temperature", "temperature": 2.0},
+    )
+    model = HeadsForCausalLM(config).eval()
+    assert type(model.head) is TemperatureHead and config.head["temperature"] == 2.0
+    ids = torch.randint(0, 50, (2, 6))
+    out = model(input_ids=ids, labels=ids)
+    hidden = model.backbone(input_ids=ids).last_hidden_state
+    plain = hidden @ model.head.weight.T + model.head.bias
+    torch.testing.assert_close(out.logits, plain / 2.0)
+    torch.testing.assert_close(out.loss, F.cross_entropy((plain / 2.0)[:, :-1].flatten(0, 1), ids[:, 1:].flatten()))
+    model.save_pretrained(tmp_path)
+    again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(again(input_ids=ids).logits, out.logits)
+    assert "divided by the temperature" in inference_note(model)
+    assert make_head(16, 50, {"family": "temperature"}).options.temperature == 1.0
+    assert loss_labels(model)["eval_label"] == "eval loss (NLL of the word)"
+
+
+def test_registering_a_family_twice_is_refused():
+    with pytest.raises(ValueError, match="'softmax' is already registered"):
+        register_family("softmax", SoftmaxHeadOptions, SoftmaxHead)
+
+
+def test_options_coerce_what_json_and_the_command_line_change():
+    """An integral float for an int option, and an L-Softmax m of 2.0 (the `--m` flag is a float) become ints, for
+    every family that has them; a fractional one is refused with the field named."""
+    from transformers import HfArgumentParser
+
+    from hf_heads.training import HeadsTrainingArguments
+
+    parser = HfArgumentParser(HeadsTrainingArguments)
+    for family in ("margin", "sampled"):
+        (args,) = parser.parse_args_into_dataclasses(
+            ["--output_dir", "x", "--head", family, "--margin", "lsm", "--m", "2"]
+        )
+        head = args.head_config()
+        assert head["m"] == 2 and isinstance(head["m"], int)
+    head = make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.0, "noise": "uniform"})
+    assert head.options.num_samples == 4 and isinstance(head.options.num_samples, int)
+    with pytest.raises(ValueError, match=r"head.num_samples=4.5 must be an integer"):
+        make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.5, "noise": "uniform"})
+    with pytest.raises(ValueError, match=r"head.m=2.5 must be an integer"):
+        make_head(8, 20, {"family": "margin", "margin": "lsm", "m": 2.5})
+
+
+def _dispatch_on_family(path: Path) -> list[str]:
+    """Lines of `path` that compare with a family name or test a head / options class with isinstance."""
+    found = []
+    names = "|".join(FAMILY_NAMES)
+    compare = re.compile(rf"""(==|!=|\bin)\s*\(?["']({names})["']|["']({names})["']\s*(==|!=)""")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+            text = ast.unparse(node)
+            if re.search(r"(Head|HeadOptions)\b", text):
+                found.append(f"{path}:{node.lineno}: {text}")
+        if isinstance(node, ast.Compare):
+            text = ast.unparse(node)
+            if compare.search(text):
+                found.append(f"{path}:{node.lineno}: {text}")
+    return found
+
+
+def test_nothing_outside_the_heads_dispatches_on_a_family():
+    """Models, trainer, cards, scripts and benchmarks ask the head (or the registry), never its family's name."""
+    paths = [p for p in (ROOT / "hf_heads").rglob("*.py") if "heads" not in p.relative_to(ROOT / "hf_heads").parts]
+    paths += list((ROOT / "run_scripts").glob("*.py"))
+    found = [line for p in paths for line in _dispatch_on_family(p)]
+    assert not found, "\n".join(found)
+    assert _dispatch_on_family(ROOT / "tests" / "fixtures" / "make_legacy_checkpoints.py")  # the check can fail
