@@ -44,22 +44,31 @@ def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title=""
         model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head=head))
         model.set_word_counts(counts)
         targs = HeadsTrainingArguments(
-            output_dir=str(out / "tmp"), max_steps=steps, per_device_train_batch_size=batch,
-            per_device_eval_batch_size=32, learning_rate=lr, warmup_steps=steps // 10, seed=0,
-            logging_steps=max(steps // 5, 1), save_strategy="no", report_to="none", disable_tqdm=True,
-        )  # fmt: skip
-        trainer = HeadsTrainer(model=model, args=targs, train_dataset=train, eval_dataset=valid,
-                               data_collator=default_data_collator)  # fmt: skip
+            output_dir=str(out / "tmp"),
+            max_steps=steps,
+            per_device_train_batch_size=batch,
+            per_device_eval_batch_size=32,
+            learning_rate=lr,
+            warmup_steps=steps // 10,
+            seed=0,
+            logging_steps=max(steps // 5, 1),
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+        )
+        trainer = HeadsTrainer(
+            model=model, args=targs, train_dataset=train, eval_dataset=valid, data_collator=default_data_collator
+        )
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
         loss = trainer.evaluate()["eval_loss"]
         ppl = math.exp(loss) if math.isfinite(loss) else float("nan")
         row = {"group": group, "setting": name, "perplexity": ppl, "seconds_per_step": seconds / steps}
-        if getattr(model.head, "is_sampled", False):
-            diag = model.head.diagnostics()
-            row["self_norm_logz_mean"] = diag.get("head/self_norm_logz_mean", float("nan"))
-            row["self_norm_logz_std"] = diag.get("head/self_norm_logz_std", float("nan"))
+        diag = model.head.diagnostics()
+        if "head/self_norm_logz_mean" in diag:  # sampled heads
+            row["self_norm_logz_mean"] = diag["head/self_norm_logz_mean"]
+            row["self_norm_logz_std"] = diag["head/self_norm_logz_std"]
         rows.append(row)
         print(f"{group:10s} {name:42s} ppl {ppl:9.1f}  {seconds / steps:.3f} s/step", flush=True)
 

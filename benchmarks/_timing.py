@@ -35,7 +35,13 @@ def measure(step: Callable[[], object], device: str, repeats: int) -> dict:
         sync()
         times.append(time.perf_counter() - start)
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else rss_mib() - base
-    return {"seconds": statistics.median(times), "min_s": min(times), "max_s": max(times), "peak_mib": peak}
+    return {
+        "seconds": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "peak_mib": peak,
+        "times": times,
+    }
 
 
 def seconds_cell(row: dict) -> str:
@@ -74,6 +80,30 @@ def run_isolated(script: str, method: str, options: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def interleaved(script: str, methods: list[str], options: dict, rounds: int) -> list[dict]:
+    """`run_isolated` for every method, in turn, `rounds` times; per method the median, min and max over all its
+    timed calls and the largest peak memory."""
+    runs: dict[str, list[dict]] = {m: [] for m in methods}
+    for _ in range(rounds):
+        for method in methods:
+            runs[method].append(run_isolated(script, method, options))
+    out = []
+    for method, rows in runs.items():
+        times = [t for r in rows for t in r["times"]]
+        peak = max(r["peak_mib"] for r in rows)
+        out.append(
+            {
+                "method": method,
+                "seconds": statistics.median(times),
+                "min_s": min(times),
+                "max_s": max(times),
+                "peak_mib": peak,
+                "times": times,
+            }
+        )
+    return out
+
+
 def bench_parser(doc: str, *, tokens: int = 4096, vocab: int | list[int] = 50_000):
     """The arguments every output-layer benchmark takes (sizes, device, repeats, threads, the hidden --one)."""
     import argparse
@@ -87,6 +117,7 @@ def bench_parser(doc: str, *, tokens: int = 4096, vocab: int | list[int] = 50_00
         parser.add_argument("--vocab", type=int, default=vocab)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1, help="run every method in turn this many times")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     return parser

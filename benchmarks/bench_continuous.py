@@ -27,8 +27,11 @@ from hf_heads.losses import fused_linear_cross_entropy
 LOSSES = ["vmf", "margin-random", "margin-most-informative", "syn-margin-projection", "syn-margin-difference"]
 LAYER = {"softmax, naive logits": ("softmax", None, None), "softmax, hf_heads chunked": ("chunked", None, None)}
 LAYER.update({f"continuous d={d}, {loss}": ("continuous", d, loss) for d in (50, 300) for loss in LOSSES})
-DECODE = {f"{name}, {how}": (name, how) for name in ("softmax", "continuous d=50", "continuous d=300")
-          for how in ("greedy", "beam 5")}  # fmt: skip
+DECODE = {
+    f"{name}, {how}": (name, how)
+    for name in ("softmax", "continuous d=50", "continuous d=300")
+    for how in ("greedy", "beam 5")
+}
 
 
 def run_layer(name: str, n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
@@ -37,7 +40,7 @@ def run_layer(name: str, n: int, hidden: int, vocab: int, device: str, repeats: 
     h = torch.randn(n, hidden, device=device, requires_grad=True)
     y = torch.randint(0, vocab, (n,), device=device)
     if kind == "continuous":
-        head = ContinuousHead(hidden, vocab, {"family": "continuous", "embedding_dim": dim, "loss": loss}).to(device)
+        head = ContinuousHead(hidden, vocab, {"embedding_dim": dim, "loss": loss}).to(device)
         head.set_embedding_table(torch.randn(vocab, dim))
         params = [h, *head.parameters()]
     else:
@@ -67,9 +70,18 @@ def run_decode(name: str, vocab: int, device: str) -> dict:
 
     family, how = DECODE[name]
     torch.manual_seed(0)
-    backbone = BartConfig(vocab_size=vocab, d_model=256, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=512,
-                          decoder_ffn_dim=512, encoder_attention_heads=4, decoder_attention_heads=4,
-                          max_position_embeddings=128, forced_eos_token_id=None)  # fmt: skip
+    backbone = BartConfig(
+        vocab_size=vocab,
+        d_model=256,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_ffn_dim=512,
+        decoder_ffn_dim=512,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        max_position_embeddings=128,
+        forced_eos_token_id=None,
+    )
     if family == "softmax":
         head = {"family": "softmax"}
     else:
@@ -118,16 +130,24 @@ def main() -> None:
         return
     print(f"# continuous output layer vs softmax, N={args.tokens}, H={args.hidden}, V={args.vocab:,}, float32")
     print(device_line(args.device) + "\n")
-    options = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, device=args.device,
-                   repeats=args.repeats, threads=args.threads)  # fmt: skip
+    options = dict(
+        tokens=args.tokens,
+        hidden=args.hidden,
+        vocab=args.vocab,
+        device=args.device,
+        repeats=args.repeats,
+        threads=args.threads,
+    )
     rows = [run_isolated(__file__, name, options) for name in LAYER]
     ref = rows[0]
     print("| output layer | s / step | peak MiB | instances / s | time vs softmax | memory vs softmax |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
         ratios = r["seconds"] / ref["seconds"], r["peak_mib"] / max(ref["peak_mib"], 1e-9)
-        print(f"| {r['method']} | {r['seconds']:.4f} | {r['peak_mib']:.0f} | {r['instances_per_second']:,.0f} | "
-              f"{ratios[0]:.3f}× | {ratios[1]:.3f}× |")  # fmt: skip
+        print(
+            f"| {r['method']} | {r['seconds']:.4f} | {r['peak_mib']:.0f} | {r['instances_per_second']:,.0f} | "
+            f"{ratios[0]:.3f}× | {ratios[1]:.3f}× |"
+        )
     if args.plot:
         plot([r for r in rows if r["method"].startswith("continuous d=300")] + rows[:2], args.plot)
     decode = [run_isolated(__file__, name, options) for name in DECODE]

@@ -29,15 +29,23 @@ METHODS = ("transformers Trainer.evaluate", "hf_heads HeadsTrainer.evaluate")
 
 def run_one(method: str, tokens: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                         num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=512)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=1,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=512,
+    )
     base = LlamaForCausalLM(config).to(device).eval()
     batch, length = 8, tokens // 8
     ids = torch.randint(0, vocab, (batch, length)).tolist()
     data = Dataset.from_dict({"input_ids": ids, "labels": ids})
     out = tempfile.mkdtemp()
-    common = dict(output_dir=out, per_device_eval_batch_size=batch, report_to="none", disable_tqdm=True,
-                  use_cpu=device == "cpu")  # fmt: skip
+    common = dict(
+        output_dir=out, per_device_eval_batch_size=batch, report_to="none", disable_tqdm=True, use_cpu=device == "cpu"
+    )
     if method.startswith("transformers"):
         trainer = Trainer(model=base, args=TrainingArguments(**common), eval_dataset=data)
     else:
@@ -62,8 +70,14 @@ def main() -> None:
         return
     print(f"# Trainer.evaluate, loss only: 1-layer Llama H={args.hidden}, V={args.vocab:,}, N={args.tokens} tokens")
     print(device_line(args.device))
-    options = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, device=args.device,
-                   repeats=args.repeats, threads=args.threads)  # fmt: skip
+    options = dict(
+        tokens=args.tokens,
+        hidden=args.hidden,
+        vocab=args.vocab,
+        device=args.device,
+        repeats=args.repeats,
+        threads=args.threads,
+    )
     rows = [run_isolated(__file__, method, options) for method in METHODS]
     ref = rows[0]
     print(

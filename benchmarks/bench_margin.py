@@ -4,10 +4,12 @@
     python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
     python benchmarks/bench_margin.py --vocab 50000 --device cuda
 
-Each method runs in a fresh process. Peak memory is what the loss adds on top of its inputs
+Each method runs in a fresh process; with `--rounds R` the methods run in turn R times (so a slow spell of a
+noisy machine is shared by all of them) and each row reports the median, min and max over all its timed calls.
+Peak memory is what the loss adds on top of its inputs
 (hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
 the growth of the process's peak resident set (ru_maxrss) over the level after the inputs were
-allocated. Seconds are the median of `--repeats` timed calls after one warm-up call.
+allocated. Each process times `--repeats` calls after one warm-up call.
 """
 
 from __future__ import annotations
@@ -16,21 +18,31 @@ import json
 
 import torch
 import torch.nn.functional as F
-from _timing import bench_parser, device_line, measure, run_isolated, seconds_cell
+from _timing import bench_parser, device_line, interleaved, measure, seconds_cell
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
 
 ARC = dict(margin="arc", m=0.001, word_norm="log-unigram", context_norm="max-norm")
 LSM = dict(margin="lsm", m=2)
+SOFTMAX = "hf_heads softmax"
 # name: (implementation, margin options, the naive row it is compared with)
 METHODS = {
     "naive logits, softmax": ("naive", {}, "naive logits, softmax"),
     "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
-    "hf_heads softmax": ("ours", {}, "naive logits, softmax"),
+    SOFTMAX: ("ours", {}, "naive logits, softmax"),
     "naive logits, arc+log-unigram+max-norm": ("naive", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm": ("ours", ARC, "naive logits, arc+log-unigram+max-norm"),
     "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
     "hf_heads lsm m=2": ("ours", LSM, "naive logits, lsm m=2"),
+    # every other margin option alone, compared with hf_heads' own softmax
+    "hf_heads arc m=0.001": ("ours", dict(margin="arc", m=0.001), None),
+    "hf_heads cos m=0.1": ("ours", dict(margin="cos", m=0.1), None),
+    "hf_heads cos m=0.1, scale 30": ("ours", dict(margin="cos", m=0.1, scale=30.0), None),
+    **{
+        f"hf_heads word_norm {n}": ("ours", dict(word_norm=n), None)
+        for n in ("uniform", "log-rank", "unigram", "log-unigram")
+    },
+    "hf_heads context_norm max-norm": ("ours", dict(context_norm="max-norm"), None),
 }
 
 
@@ -70,25 +82,33 @@ def main() -> None:
     print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, float32")
     print(device_line(args.device))
     for vocab in args.vocab:
-        rows = []
-        for method in METHODS:
-            if METHODS[method][0] == "torch" and not hasattr(F, "linear_cross_entropy"):
-                continue  # torch < 2.13 has no F.linear_cross_entropy
-            options = dict(tokens=args.tokens, hidden=args.hidden, vocab=vocab, device=args.device,
-                           repeats=args.repeats, threads=args.threads)  # fmt: skip
-            rows.append(run_isolated(__file__, method, options))
-        by_name = {r["method"]: r for r in rows}
-        print(f"\nV={vocab:,}\n")
-        print(
-            f"| method | s / step, median (min–max) of {args.repeats} | peak MiB | time vs naive | memory vs naive |"
+        methods = [m for m in METHODS if METHODS[m][0] != "torch" or hasattr(F, "linear_cross_entropy")]
+        options = dict(
+            tokens=args.tokens,
+            hidden=args.hidden,
+            vocab=vocab,
+            device=args.device,
+            repeats=args.repeats,
+            threads=args.threads,
         )
-        print("|---|---:|---:|---:|---:|")
-        for r in rows:
-            ref = by_name[METHODS[r["method"]][2]]
-            time_ratio = r["seconds"] / ref["seconds"]
-            mem_ratio = r["peak_mib"] / max(ref["peak_mib"], 1e-9)
-            name, mib = r["method"], r["peak_mib"]
-            print(f"| {name} | {seconds_cell(r)} | {mib:.0f} | {time_ratio:.2f}× | {mem_ratio:.2f}× |")
+        by_name = {r["method"]: r for r in interleaved(__file__, methods, options, args.rounds)}
+        print(f"\nV={vocab:,}\n")
+        calls = args.repeats * args.rounds
+        print(
+            f"| method | s / step, median (min–max) of {calls} | peak MiB | time vs naive | memory vs naive | "
+            f"time vs {SOFTMAX} |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        for name in methods:
+            r, naive = by_name[name], METHODS[name][2]
+            vs_naive = "—"
+            if naive is not None:
+                ref = by_name[naive]
+                vs_naive = f"{r['seconds'] / ref['seconds']:.2f}× | {r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×"
+            else:
+                vs_naive = "— | —"
+            vs_softmax = f"{r['seconds'] / by_name[SOFTMAX]['seconds']:.2f}×" if METHODS[name][0] == "ours" else "—"
+            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {vs_naive} | {vs_softmax} |")
 
 
 if __name__ == "__main__":

@@ -9,20 +9,16 @@ Two measurements per criterion, each in a fresh process:
 - `train step`: forward+backward+AdamW step of a 2-layer GPT-2-style decoder (hidden H, 8 heads,
   context 128) with the hf_heads head, batch N tokens.
 Peak memory: on CUDA `torch.cuda.max_memory_allocated` over the step; on the CPU the growth of the
-process's peak resident set over the level after set-up. Seconds: median of `--repeats` calls
-after one warm-up call.
+process's peak resident set over the level after set-up. Seconds: median (min–max) of `--repeats` calls after
+one warm-up call, over `--rounds` rounds in which every criterion runs in turn.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
-import subprocess
-import sys
 
 import torch
-from _timing import measure
+from _timing import bench_parser, device_line, interleaved, measure, seconds_cell
 
 CRITERIA = [("ce", "full"), ("bce", "full"), ("mse", "full")] + [
     (c, m) for c in ("ce", "bce") for m in ("mcs", "is", "cps", "nce")
@@ -36,13 +32,13 @@ def head_section(criterion: str, method: str, k: int) -> dict:
 
 def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats) -> dict:
     from hf_heads import HeadsConfig, HeadsForCausalLM
-    from hf_heads.heads.discrete import DiscreteHead
+    from hf_heads.heads import make_head
 
     torch.manual_seed(0)
     counts = torch.arange(vocab, 0, -1).float()
     head = head_section(criterion, method, k)
     if mode == "output layer":
-        module = DiscreteHead(hidden, vocab, head).to(device)
+        module = make_head(hidden, vocab, head).to(device)
         module.set_word_counts(counts)
         h = torch.randn(n, hidden, device=device, requires_grad=True)
         y = torch.randint(0, vocab, (n,), device=device)
@@ -74,42 +70,46 @@ def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=2048)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--vocab", type=int, default=200_000)
+    parser = bench_parser(__doc__, tokens=2048, vocab=200_000)
     parser.add_argument("--num_samples", type=int, default=8192)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--modes", nargs="+", default=["output layer", "train step"])
-    parser.add_argument("--one", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.one:
-        mode, criterion, method = args.one
-        result = run_one(mode, criterion, method, args.tokens, args.hidden, args.vocab, args.num_samples,
-                         args.device, args.repeats)  # fmt: skip
+        mode, name = args.one.split(":")
+        criterion, method = name.split("-")
+        result = run_one(
+            mode, criterion, method, args.tokens, args.hidden, args.vocab, args.num_samples, args.device, args.repeats
+        )
         print(json.dumps(result))
         return
-    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     print(f"# N={args.tokens} tokens, H={args.hidden}, V={args.vocab:,}, K={args.num_samples:,}, float32")
-    print(f"# device: {args.device} ({where}), torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(device_line(args.device))
+    options = dict(
+        tokens=args.tokens,
+        hidden=args.hidden,
+        vocab=args.vocab,
+        num_samples=args.num_samples,
+        device=args.device,
+        repeats=args.repeats,
+        threads=args.threads,
+    )
     for mode in args.modes:
-        rows = []
-        for criterion, method in CRITERIA:
-            cmd = [sys.executable, __file__, "--one", mode, criterion, method, "--tokens", str(args.tokens),
-                   "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--num_samples", str(args.num_samples),
-                   "--device", args.device, "--repeats", str(args.repeats)]  # fmt: skip
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            rows.append((f"{criterion}-{method}", json.loads(out.stdout.strip().splitlines()[-1])))
-            print(f"  measured {mode} {criterion}-{method}", file=sys.stderr, flush=True)
-        ref = rows[0][1]  # ce-full: the full softmax
+        names = [f"{mode}:{criterion}-{method}" for criterion, method in CRITERIA]
+        rows = interleaved(__file__, names, options, args.rounds)
+        ref = rows[0]  # ce-full: the full softmax
         print(f"\n{mode}\n")
-        print("| criterion | s / step | peak MiB | speed-up vs full softmax | memory vs full softmax |")
+        print(
+            f"| criterion | s / step, median (min–max) of {args.repeats * args.rounds} | peak MiB | "
+            "speed-up vs full softmax | memory vs full softmax |"
+        )
         print("|---|---:|---:|---:|---:|")
-        for name, r in rows:
+        for r in rows:
             speed = ref["seconds"] / r["seconds"]
             mem = r["peak_mib"] / max(ref["peak_mib"], 1e-9)
-            print(f"| {name} | {r['seconds']:.3f} | {r['peak_mib']:.0f} | {speed:.2f}× | {mem:.2f}× |")
+            name = r["method"].split(":")[1]
+            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {speed:.2f}× | {mem:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -64,20 +64,33 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.one, args.k, args.tokens, args.hidden, args.vocab, args.device, args.repeats)))
         return
-    print(f"# sparse-softmax loss vs CE, output layer forward+backward, N={args.tokens}, H={args.hidden}, "
-          f"V={args.vocab:,}, float32")  # fmt: skip
+    print(
+        f"# sparse-softmax loss vs CE, output layer forward+backward, N={args.tokens}, H={args.hidden}, "
+        f"V={args.vocab:,}, float32"
+    )
     print(device_line(args.device) + "\n")
     table = methods(args.k)
-    options = dict(k=args.k, tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, device=args.device,
-                   repeats=args.repeats, threads=args.threads)  # fmt: skip
+    options = dict(
+        k=args.k,
+        tokens=args.tokens,
+        hidden=args.hidden,
+        vocab=args.vocab,
+        device=args.device,
+        repeats=args.repeats,
+        threads=args.threads,
+    )
     rows = {name: run_isolated(__file__, name, options) for name in table}
     naive = rows["naive logits, CE"]
     print("| method | s / step | peak MiB | time vs CE | memory vs CE | time vs naive CE | memory vs naive CE |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows.items():
         ref = rows[table[name][2]]
-        cells = [r["seconds"] / ref["seconds"], r["peak_mib"] / max(ref["peak_mib"], 1e-9),
-                 r["seconds"] / naive["seconds"], r["peak_mib"] / max(naive["peak_mib"], 1e-9)]  # fmt: skip
+        cells = [
+            r["seconds"] / ref["seconds"],
+            r["peak_mib"] / max(ref["peak_mib"], 1e-9),
+            r["seconds"] / naive["seconds"],
+            r["peak_mib"] / max(naive["peak_mib"], 1e-9),
+        ]
         print(
             f"| {name} | {r['seconds']:.3f} | {r['peak_mib']:.0f} | " + " | ".join(f"{c:.2f}×" for c in cells) + " |"
         )

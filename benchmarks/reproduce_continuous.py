@@ -39,13 +39,47 @@ ACC = ("eval_accuracy@1", "eval_accuracy@2", "eval_accuracy@5", "eval_accuracy@1
 
 def run(name: str, seed: int, args, out: Path) -> dict:
     flags = SETTINGS[name] + (["--tie_decoder_inputs", "true"] if "continuous" in SETTINGS[name] else [])
-    cmd = [sys.executable, str(ROOT / "run_scripts" / "run_translation.py"), "--output_dir", str(out),
-           "--overwrite_output_dir", "--dataset_name", "bible-es-en", "--model_name_or_path", "tiny-bart",
-           "--word_vocab_size", str(args.vocab), "--max_source_length", "48", "--max_target_length", "48",
-           "--max_eval_samples", str(args.eval_samples), "--do_train", "--do_eval", "--predict_with_generate",
-           "--generation_num_beams", "1", "--max_steps", str(args.steps), "--per_device_train_batch_size", "32",
-           "--learning_rate", str(args.lr), "--warmup_steps", str(args.steps // 10), "--seed", str(seed),
-           "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", *flags]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "run_scripts" / "run_translation.py"),
+        "--output_dir",
+        str(out),
+        "--overwrite_output_dir",
+        "--dataset_name",
+        "bible-es-en",
+        "--model_name_or_path",
+        "tiny-bart",
+        "--word_vocab_size",
+        str(args.vocab),
+        "--max_source_length",
+        "48",
+        "--max_target_length",
+        "48",
+        "--max_eval_samples",
+        str(args.eval_samples),
+        "--do_train",
+        "--do_eval",
+        "--predict_with_generate",
+        "--generation_num_beams",
+        "1",
+        "--max_steps",
+        str(args.steps),
+        "--per_device_train_batch_size",
+        "32",
+        "--learning_rate",
+        str(args.lr),
+        "--warmup_steps",
+        str(args.steps // 10),
+        "--seed",
+        str(seed),
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        *flags,
+    ]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
@@ -66,27 +100,37 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in SETTINGS:
-        runs = [run(name, seed, args, out / "runs" / f"{name.split(',')[0].split(' ')[0]}-{i}-{seed}")
-                for i, seed in [(list(SETTINGS).index(name), s) for s in args.seeds]]  # fmt: skip
+        runs = [
+            run(name, seed, args, out / "runs" / f"{name.split(',')[0].split(' ')[0]}-{i}-{seed}")
+            for i, seed in [(list(SETTINGS).index(name), s) for s in args.seeds]
+        ]
         bleu = [r["eval_bleu"] for r in runs]
-        row = {"setting": name, "bleu_mean": statistics.mean(bleu),
-               "bleu_std": statistics.stdev(bleu) if len(bleu) > 1 else 0.0,
-               **{k.removeprefix("eval_"): 100 * statistics.mean(r[k] for r in runs) for k in ACC},
-               "train_seconds": statistics.mean(r["train_runtime"] for r in runs)}  # fmt: skip
+        row = {
+            "setting": name,
+            "bleu_mean": statistics.mean(bleu),
+            "bleu_std": statistics.stdev(bleu) if len(bleu) > 1 else 0.0,
+            **{k.removeprefix("eval_"): 100 * statistics.mean(r[k] for r in runs) for k in ACC},
+            "train_seconds": statistics.mean(r["train_runtime"] for r in runs),
+        }
         rows.append(row)
         print(row, flush=True)
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"Bible es→en, tiny BART from scratch, {args.steps} steps × 32 pairs, seeds {args.seeds}; greedy "
-             f"decoding of the first {args.eval_samples} validation pairs (sacreBLEU); teacher-forced accuracy@k (%).",
-             "", "| setting | BLEU (mean ± std) | acc@1 | acc@2 | acc@5 | acc@10 | train s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"Bible es→en, tiny BART from scratch, {args.steps} steps × 32 pairs, seeds {args.seeds}; greedy "
+        f"decoding of the first {args.eval_samples} validation pairs (sacreBLEU); teacher-forced accuracy@k (%).",
+        "",
+        "| setting | BLEU (mean ± std) | acc@1 | acc@2 | acc@5 | acc@10 | train s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['setting']} | {r['bleu_mean']:.2f} ± {r['bleu_std']:.2f} | {r['accuracy@1']:.1f} | "
-                     f"{r['accuracy@2']:.1f} | {r['accuracy@5']:.1f} | {r['accuracy@10']:.1f} | "
-                     f"{r['train_seconds']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {r['setting']} | {r['bleu_mean']:.2f} ± {r['bleu_std']:.2f} | {r['accuracy@1']:.1f} | "
+            f"{r['accuracy@2']:.1f} | {r['accuracy@5']:.1f} | {r['accuracy@10']:.1f} | "
+            f"{r['train_seconds']:.0f} |"
+        )
     (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     import matplotlib

@@ -23,15 +23,26 @@ GRID = [
     ("table 1", "baseline", BASE),
     ("table 1", "lsm m=1", {"family": "margin", "margin": "lsm", "m": 1}),
     ("table 1", "lsm m=2", {"family": "margin", "margin": "lsm", "m": 2}),
-    *[("table 1", f"{mg} s=64 m={m}", {"family": "margin", "margin": mg, "m": m, "scale": 64.0})
-      for mg in ("arc", "cos") for m in (0.0, 0.001, 0.01)],
-    *[("table 2", f"g={g} f={f}", {"family": "margin", "word_norm": f, "context_norm": g})
-      for g in ("no-mod", "max-norm") for f in ("no-mod", "uniform", "log-rank", "unigram", "log-unigram")
-      if (g, f) != ("no-mod", "no-mod")],
-    *[("table 3", f"{mg} m=0.001 g=max-norm f=log-unigram",
-       {"family": "margin", "margin": mg, "m": 0.001, "word_norm": "log-unigram", "context_norm": "max-norm"})
-      for mg in ("arc", "cos")],
-]  # fmt: skip
+    *[
+        ("table 1", f"{mg} s=64 m={m}", {"family": "margin", "margin": mg, "m": m, "scale": 64.0})
+        for mg in ("arc", "cos")
+        for m in (0.0, 0.001, 0.01)
+    ],
+    *[
+        ("table 2", f"g={g} f={f}", {"family": "margin", "word_norm": f, "context_norm": g})
+        for g in ("no-mod", "max-norm")
+        for f in ("no-mod", "uniform", "log-rank", "unigram", "log-unigram")
+        if (g, f) != ("no-mod", "no-mod")
+    ],
+    *[
+        (
+            "table 3",
+            f"{mg} m=0.001 g=max-norm f=log-unigram",
+            {"family": "margin", "margin": mg, "m": 0.001, "word_norm": "log-unigram", "context_norm": "max-norm"},
+        )
+        for mg in ("arc", "cos")
+    ],
+]
 
 
 def main() -> None:
@@ -42,8 +53,16 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--out", default="docs/results/margin_lm")
     args = ap.parse_args()
-    run_grid(GRID, corpus="bible-web", out=args.out, steps=args.steps, batch=args.batch, block=args.block,
-             lr=args.lr, title="Margin never applied at evaluation.")  # fmt: skip
+    run_grid(
+        GRID,
+        corpus="bible-web",
+        out=args.out,
+        steps=args.steps,
+        batch=args.batch,
+        block=args.block,
+        lr=args.lr,
+        title="Margin never applied at evaluation.",
+    )
 
 
 if __name__ == "__main__":

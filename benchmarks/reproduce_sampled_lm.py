@@ -22,8 +22,10 @@ from _lm_grid import run_grid
 
 
 def grid(k: int) -> list:
-    out = [("full", f"{c.upper()} full", {"family": "sampled", "criterion": c, "method": "full"})
-           for c in ("ce", "bce", "mse")]  # fmt: skip
+    out = [
+        ("full", f"{c.upper()} full", {"family": "sampled", "criterion": c, "method": "full"})
+        for c in ("ce", "bce", "mse")
+    ]
     for c in ("bce", "ce"):
         for m in ("mcs", "is", "cps", "nce"):
             head = {"family": "sampled", "criterion": c, "method": m, "num_samples": k, "noise": "log-uniform"}
@@ -41,9 +43,17 @@ def main() -> None:
     ap.add_argument("--max_eval_blocks", type=int, default=200)
     ap.add_argument("--out", default="docs/results/sampled_lm")
     args = ap.parse_args()
-    run_grid(grid(args.num_samples), corpus="wordnet-glosses", out=args.out, steps=args.steps, batch=args.batch,
-             block=args.block, lr=args.lr, max_eval_blocks=args.max_eval_blocks,
-             title="Perplexity of the corrected, renormalised posterior.")  # fmt: skip
+    run_grid(
+        grid(args.num_samples),
+        corpus="wordnet-glosses",
+        out=args.out,
+        steps=args.steps,
+        batch=args.batch,
+        block=args.block,
+        lr=args.lr,
+        max_eval_blocks=args.max_eval_blocks,
+        title="Perplexity of the corrected, renormalised posterior.",
+    )
 
 
 if __name__ == "__main__":

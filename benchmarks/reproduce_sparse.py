@@ -30,8 +30,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMON = ["--report_to", "none", "--seed", "0", "--save_strategy", "no", "--disable_tqdm", "true",
-          "--overwrite_output_dir"]  # fmt: skip
+COMMON = [
+    "--report_to",
+    "none",
+    "--seed",
+    "0",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--overwrite_output_dir",
+]
 
 
 def run(script: str, out: Path, args: list[str]) -> dict:
@@ -57,20 +66,59 @@ def heads_for(num_classes: int, ks: list[int]) -> list[tuple[str, list[str]]]:
 def classification(out: Path, steps: int) -> list[dict]:
     rows = []
     datasets = [
-        ("wordnet-lexnames", 45, [1, 10, 20, 50], ["--max_seq_length", "48", "--per_device_train_batch_size", "32",
-                                                   "--max_steps", str(steps)]),
-        ("bbc-news", 5, [1, 2, 3], ["--max_seq_length", "128", "--head_tail", "--per_device_train_batch_size", "16",
-                                    "--max_steps", str(steps // 2)]),
-    ]  # fmt: skip
+        (
+            "wordnet-lexnames",
+            45,
+            [1, 10, 20, 50],
+            ["--max_seq_length", "48", "--per_device_train_batch_size", "32", "--max_steps", str(steps)],
+        ),
+        (
+            "bbc-news",
+            5,
+            [1, 2, 3],
+            [
+                "--max_seq_length",
+                "128",
+                "--head_tail",
+                "--per_device_train_batch_size",
+                "16",
+                "--max_steps",
+                str(steps // 2),
+            ],
+        ),
+    ]
     for dataset, classes, ks, extra in datasets:
         for name, flags in heads_for(classes, ks):
             run_dir = out / "runs" / f"clf-{dataset}-{name.split(' (')[0].replace(' ', '').replace('=', '')}"
-            s = run("run_classification.py", run_dir, ["--dataset_name", dataset, "--model_name_or_path", "minilm",
-                    "--do_train", "--do_predict", "--learning_rate", "1e-4", "--warmup_steps", str(steps // 10),
-                    *extra, *flags])  # fmt: skip
-            rows.append({"dataset": dataset, "classes": classes, "head": name, "macro_f1": s["predict_f1_macro"],
-                         "micro_f1": s["predict_f1_micro"], "majority_class_accuracy":
-                         s["predict_majority_class_accuracy"], "train_seconds": s["train_runtime"]})  # fmt: skip
+            s = run(
+                "run_classification.py",
+                run_dir,
+                [
+                    "--dataset_name",
+                    dataset,
+                    "--model_name_or_path",
+                    "minilm",
+                    "--do_train",
+                    "--do_predict",
+                    "--learning_rate",
+                    "1e-4",
+                    "--warmup_steps",
+                    str(steps // 10),
+                    *extra,
+                    *flags,
+                ],
+            )
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "classes": classes,
+                    "head": name,
+                    "macro_f1": s["predict_f1_macro"],
+                    "micro_f1": s["predict_f1_micro"],
+                    "majority_class_accuracy": s["predict_majority_class_accuracy"],
+                    "train_seconds": s["train_runtime"],
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -79,24 +127,63 @@ def seq2seq(out: Path, steps: int) -> list[dict]:
     rows = []
     tasks = [
         ("run_question_generation.py", "faq", ["--max_source_length", "128", "--max_target_length", "32"]),
-        ("run_summarization.py", "bbc-news", ["--max_source_length", "192", "--max_target_length", "24",
-                                              "--head_tail"]),
-    ]  # fmt: skip
+        (
+            "run_summarization.py",
+            "bbc-news",
+            ["--max_source_length", "192", "--max_target_length", "24", "--head_tail"],
+        ),
+    ]
     heads = [("softmax", ["--head", "softmax"]), ("sparse k=20", ["--head", "sparse", "--k", "20"])]
     for script, dataset, extra in tasks:
         for name, flags in heads:
             run_dir = out / "runs" / f"{dataset}-{name.replace(' ', '').replace('=', '')}"
-            train = ["--dataset_name", dataset, "--model_name_or_path", "minilm", "--do_train", "--do_predict",
-                     "--predict_with_generate", "--generation_num_beams", "1", "--max_steps", str(steps),
-                     "--per_device_train_batch_size", "16", "--learning_rate", "2e-4", "--warmup_steps",
-                     str(steps // 10), "--head_label_smoothing", "0.1", *extra, *flags]  # fmt: skip
+            train = [
+                "--dataset_name",
+                dataset,
+                "--model_name_or_path",
+                "minilm",
+                "--do_train",
+                "--do_predict",
+                "--predict_with_generate",
+                "--generation_num_beams",
+                "1",
+                "--max_steps",
+                str(steps),
+                "--per_device_train_batch_size",
+                "16",
+                "--learning_rate",
+                "2e-4",
+                "--warmup_steps",
+                str(steps // 10),
+                "--head_label_smoothing",
+                "0.1",
+                *extra,
+                *flags,
+            ]
             first = run(script, run_dir, train)
-            beam5 = run(script, run_dir.with_name(run_dir.name + "-beam5"), [
-                "--model_name_or_path", str(run_dir), "--dataset_name", dataset, "--do_predict",
-                "--predict_with_generate", "--generation_num_beams", "5", *extra])  # fmt: skip
+            beam5 = run(
+                script,
+                run_dir.with_name(run_dir.name + "-beam5"),
+                [
+                    "--model_name_or_path",
+                    str(run_dir),
+                    "--dataset_name",
+                    dataset,
+                    "--do_predict",
+                    "--predict_with_generate",
+                    "--generation_num_beams",
+                    "5",
+                    *extra,
+                ],
+            )
             for beams, s, d in ((1, first, run_dir), (5, beam5, run_dir.with_name(run_dir.name + "-beam5"))):
-                row = {"task": dataset, "head": name, "beams": beams, "train_seconds": first["train_runtime"],
-                       "distinct_predictions": distinct_predictions(d)}  # fmt: skip
+                row = {
+                    "task": dataset,
+                    "head": name,
+                    "beams": beams,
+                    "train_seconds": first["train_runtime"],
+                    "distinct_predictions": distinct_predictions(d),
+                }
                 for key in ("rouge1", "rouge2", "rougeL", "bleu_1", "bleu_2", "bleu_3", "bleu_4"):
                     row[key] = s[f"predict_{key}"] * (100 if key.startswith("rouge") else 1)
                 rows.append(row)
@@ -161,15 +248,32 @@ def main() -> None:
         for r in rows:
             for key in ("macro_f1", "micro_f1", "majority_class_accuracy"):
                 r[key] = 100 * r[key]
-        write(rows, out, "classification", f"Table 1 analogue: test-split F1 (%) after {args.classification_steps} "
-              f"steps (BBC: {args.classification_steps // 2}), MiniLM encoder, one seed.")  # fmt: skip
+        write(
+            rows,
+            out,
+            "classification",
+            f"Table 1 analogue: test-split F1 (%) after {args.classification_steps} "
+            f"steps (BBC: {args.classification_steps // 2}), MiniLM encoder, one seed.",
+        )
         plot(rows, out, "classification", "dataset", lambda r: r["head"], ["macro_f1", "micro_f1"], "F1 (%)")
     if args.what in ("seq2seq", "all"):
         rows = seq2seq(out, args.seq2seq_steps)
-        write(rows, out, "seq2seq", f"Tables 3 and 5 analogue: test split, {args.seq2seq_steps} steps, BERT2BERT "
-              "from MiniLM, label smoothing 0.1, one seed. ROUGE F1 x 100, BLEU-n on 0-100.")  # fmt: skip
-        plot(rows, out, "seq2seq", "task", lambda r: f"{r['head']}, beam {r['beams']}",
-             ["rouge1", "rouge2", "bleu_1", "bleu_2", "bleu_4"], "test")  # fmt: skip
+        write(
+            rows,
+            out,
+            "seq2seq",
+            f"Tables 3 and 5 analogue: test split, {args.seq2seq_steps} steps, BERT2BERT "
+            "from MiniLM, label smoothing 0.1, one seed. ROUGE F1 x 100, BLEU-n on 0-100.",
+        )
+        plot(
+            rows,
+            out,
+            "seq2seq",
+            "task",
+            lambda r: f"{r['head']}, beam {r['beams']}",
+            ["rouge1", "rouge2", "bleu_1", "bleu_2", "bleu_4"],
+            "test",
+        )
 
 
 if __name__ == "__main__":

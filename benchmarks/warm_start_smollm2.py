@@ -25,7 +25,12 @@ from hf_heads.data import load_lm_text, smollm2_path
 HEADS = {
     "softmax": {"family": "softmax"},
     "margin arc m=0.001 + log-unigram + max-norm (README)": {
-        "family": "margin", "margin": "arc", "m": 0.001, "word_norm": "log-unigram", "context_norm": "max-norm"},
+        "family": "margin",
+        "margin": "arc",
+        "m": 0.001,
+        "word_norm": "log-unigram",
+        "context_norm": "max-norm",
+    },
     "margin arc m=0.001": {"family": "margin", "margin": "arc", "m": 0.001},
     "margin max-norm": {"family": "margin", "context_norm": "max-norm"},
     "margin log-unigram": {"family": "margin", "word_norm": "log-unigram"},
@@ -34,13 +39,28 @@ HEADS = {
     "margin uniform": {"family": "margin", "word_norm": "uniform"},
     "margin cos s=64 m=0.1 (face)": {"family": "margin", "margin": "cos", "m": 0.1, "scale": 64.0},
     "sparse k=20": {"family": "sparse", "k": 20},
-    **{f"sampled {c}-{m} K=1024": {"family": "sampled", "criterion": c, "method": m, "num_samples": 1024,
-                                   "noise": "log-uniform"}
-       for c, m in [("ce", "mcs"), ("ce", "is"), ("ce", "cps"), ("ce", "nce"), ("bce", "mcs"), ("bce", "is"),
-                    ("bce", "cps"), ("bce", "nce")]},
+    **{
+        f"sampled {c}-{m} K=1024": {
+            "family": "sampled",
+            "criterion": c,
+            "method": m,
+            "num_samples": 1024,
+            "noise": "log-uniform",
+        }
+        for c, m in [
+            ("ce", "mcs"),
+            ("ce", "is"),
+            ("ce", "cps"),
+            ("ce", "nce"),
+            ("bce", "mcs"),
+            ("bce", "is"),
+            ("bce", "cps"),
+            ("bce", "nce"),
+        ]
+    },
     "sampled bce full": {"family": "sampled", "criterion": "bce", "method": "full"},
     "sampled mse full": {"family": "sampled", "criterion": "mse", "method": "full"},
-}  # fmt: skip
+}
 
 
 def main() -> None:
