@@ -1,4 +1,8 @@
+import logging
 import os
+import runpy
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -69,6 +73,30 @@ LONG_FIRST = (
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.originalname, len(rank)))
+
+
+# ---------------------------------------------------------------- run scripts without a new interpreter
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "run_scripts"
+
+
+@pytest.fixture
+def script_error(monkeypatch, capsys):
+    """Run a script of run_scripts/ in this process, as `python run_scripts/<script> *args` would, and return its
+    exit status and stderr. For the bad-input paths: they stop before training, and an interpreter start costs
+    ~8 s of imports on the reference machine. An exception other than the scripts' own one-line exit (a
+    traceback) propagates and fails the test. Each script keeps at least one real subprocess test."""
+
+    def run(script: str, *args: str) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", [str(SCRIPTS / script), *map(str, args)])
+        monkeypatch.syspath_prepend(str(SCRIPTS))
+        monkeypatch.setattr(logging.root, "handlers", [])  # the script's basicConfig handler dies with the test
+        monkeypatch.setattr(logging.root, "level", logging.root.level)
+        with pytest.raises(SystemExit) as info:
+            runpy.run_path(str(SCRIPTS / script), run_name="__main__")
+        return info.value.code, capsys.readouterr().err
+
+    return run
 
 
 # ---------------------------------------------------------------- tiny backbones and batches shared by the model tests

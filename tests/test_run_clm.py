@@ -125,14 +125,20 @@ def test_run_clm_margin_end_to_end(text_files, tmp_path):
         (["--learning_rate", "fast"], "invalid arguments"),
     ],
 )
-def test_bad_command_line_is_one_line_and_exit_2(text_files, tmp_path, args, message):
+def test_bad_command_line_is_one_line_and_exit_2(text_files, tmp_path, script_error, args, message):
     train, _ = text_files
-    proc = run_clm("--train_file", str(train), "--output_dir", str(tmp_path / "o"), "--do_train", *args)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and message in lines[0], proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
+    code, stderr = script_error(
+        "run_clm.py", "--train_file", train, "--output_dir", tmp_path / "o", "--do_train", *args
+    )
+    assert code == 2, stderr[-3000:]
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], stderr[-3000:]
     assert not (tmp_path / "o").exists()
+
+
+def test_help_exits_0(script_error):
+    code, _ = script_error("run_clm.py", "--help")
+    assert code == 0
 
 
 def test_output_dir_holding_a_run_is_refused(text_files, tmp_path):
@@ -331,14 +337,15 @@ def word_tokenizer_dir(text_files, tmp_path):
         "eval-counts-without-training-data",
     ],
 )
-def test_data_and_model_errors_are_one_line_and_exit_2(text_files, word_tokenizer_dir, tmp_path, args, messages):
+def test_data_and_model_errors_are_one_line_and_exit_2(
+    text_files, word_tokenizer_dir, tmp_path, script_error, args, messages
+):
     train, valid = text_files
     args = [a.format(train=train, valid=valid, tok=word_tokenizer_dir) for a in args]
-    proc = run_clm("--output_dir", str(tmp_path / "o"), *args, *SMALL, timeout=300)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and all(m in lines[0] for m in messages), proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
+    code, stderr = script_error("run_clm.py", "--output_dir", tmp_path / "o", *args, *SMALL)
+    assert code == 2, stderr[-3000:]
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and all(m in lines[0] for m in messages), stderr[-3000:]
 
 
 def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):

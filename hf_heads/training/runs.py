@@ -110,6 +110,8 @@ def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
             return parser.parse_json_file(json_file=Path(argv[0]).resolve())
         *outs, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     except SystemExit as err:
+        if not err.code:  # --help / --version: argparse printed what was asked for
+            raise
         raise UsageError(f"invalid arguments (exit {err.code}); see --help") from None
     except (ValueError, TypeError) as err:
         raise UsageError(str(err).splitlines()[0]) from None
