@@ -41,13 +41,14 @@ def _noise(vocab=13):
     return noise_distribution("unigram", vocab, counts=torch.arange(1.0, vocab + 1.0) ** 2, smoothing=0.75)
 
 
-def reference(h, w, b, y, criterion, method, samples, d):
-    """The paper's criteria written literally, one position at a time (mean over positions)."""
+def reference(h, w, b, y, criterion, method, samples, d, transform=lambda s: s):
+    """The paper's criteria written literally, one position at a time (mean over positions); `transform` maps the
+    scores (a checkpoint's output transform)."""
     vocab, k = w.shape[0], len(samples)
     alpha = vocab / k
     total = 0.0
     for n in range(h.shape[0]):
-        s = torch.stack([h[n] @ w[c] + b[c] for c in range(vocab)])
+        s = transform(torch.stack([h[n] @ w[c] + b[c] for c in range(vocab)]))
         t = int(y[n])
         if method == "full":
             if criterion == "mse":  # eq. 1
@@ -98,6 +99,24 @@ def test_matches_literal_reference_forward_and_backward(criterion, method):
     g2 = torch.autograd.grad(ref, (h, w, b))
     for a, r in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("criterion, method", ALL)
+def test_output_transform_matches_literal_reference(criterion, method):
+    """A checkpoint's logit scale and soft-cap (hf_heads.losses.transforms) apply to every score the criteria use."""
+    h, w, b, y = _data()
+    d = _noise()
+    samples = torch.tensor([0, 3, 3, 7, 12, 5])
+    spec = MarginSpec(logit_scale=0.6, softcap=2.5)
+    kw = dict(criterion=criterion, method=method, num_samples=6, noise_probs=d, samples=samples)
+    ours = sampled_loss(h, w, b, y, spec=spec, **kw)
+    ref = reference(
+        h, w, b, y, criterion, method, samples.tolist(), d.double(), lambda s: 2.5 * torch.tanh(0.6 * s / 2.5)
+    )
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    for a, r in zip(torch.autograd.grad(ours, (h, w, b)), torch.autograd.grad(ref, (h, w, b)), strict=True):
+        torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda h_, w_, b_: sampled_loss(h_, w_, b_, y, spec=spec, **kw), (h, w, b))
 
 
 @pytest.mark.parametrize("criterion, method", ALL)

@@ -24,6 +24,7 @@ from hf_heads.losses.margin import (
     CONTEXT_NORMS,
     MARGINS,
     WORD_NORMS,
+    MarginSpec,
     margin_cross_entropy,
     margin_logits,
     validate_margin_options,
@@ -86,15 +87,17 @@ class MarginHeadOptions(SoftmaxHeadOptions):
     def counts_reason(self) -> str:
         return f"word_norm={self.word_norm!r}" if self.scale is None and self.word_norm != "no-mod" else ""
 
-    def scorer(self, with_margin: bool) -> dict:
-        """The options of eq. 13's scorer (keyword arguments of hf_heads.losses.margin)."""
-        return dict(
+    def scorer(self, with_margin: bool) -> MarginSpec:
+        """Eq. 13's scorer with the checkpoint's output transform (hf_heads.losses.margin)."""
+        return MarginSpec(
             margin=self.margin if with_margin else "none",
             m=self.m if with_margin else 0.0,
             scale=self.scale,
             word_norm=self.word_norm,
             context_norm=self.context_norm,
             gain=self.warm_start_gain,
+            logit_scale=self.logit_scale,
+            softcap=self.logit_softcap,
         )
 
     def describe(self) -> str:
@@ -134,7 +137,7 @@ class MarginHead(DiscreteHead):
     # ------------------------------------------------------------------ hooks
 
     def scorer(self, with_margin: bool) -> dict:
-        return dict(self.options.scorer(with_margin), word_counts=self.counts())
+        return dict(spec=self.options.scorer(with_margin), word_counts=self.counts())
 
     def training_loss(self, hidden, labels, **rows):
         self._observe(hidden, labels, rows["ignore_index"])

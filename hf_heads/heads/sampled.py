@@ -181,7 +181,9 @@ class SampledHead(MarginHead):
         per-class offset of the criterion's correction (e.g. log K·D(c) for BCE-MCS, log D(c) for CE-MCS/CPS): the
         corrected scores then start at the checkpoint's log p(c|x), which is the optimum of every criterion but
         CE-NCE (its σ-bounded output cannot represent it; left as copied). For full BCE/MSE log σ(s) ≈ s for the
-        small probabilities of a large vocabulary, so the same shift applies."""
+        small probabilities of a large vocabulary, so the same shift applies. With a logit scale s the bias moves by
+        the shift / s (scores are s·(W h + b)); with a soft-cap the shift is the same, exact only where the cap is
+        linear (scores well below it): the cap then bounds what any bias can reach."""
         o = self.options
         if self.bias is None or (o.criterion == "ce" and o.method == "nce"):
             return {}
@@ -190,7 +192,7 @@ class SampledHead(MarginHead):
         if not (o.method == "full" and o.criterion in ("bce", "mse")):
             zeros = torch.zeros(1, self.num_classes, device=self.bias.device)
             offset = self.posterior(zeros, normalize=False)[0]
-        self.bias.sub_((log_z + offset).to(self.bias.dtype))
+        self.bias.sub_(((log_z + offset) / o.logit_scale).to(self.bias.dtype))
         return {"bias_shift_mean": -float((log_z + offset).mean())}
 
     @torch.no_grad()

@@ -13,6 +13,7 @@ from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import register_family
 from hf_heads.losses._checks import OptionError, check_number
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+from hf_heads.losses.transforms import check_transform, transform_logits
 
 
 @dataclass
@@ -31,8 +32,25 @@ class SoftmaxHeadOptions(HeadOptions):
         },
     )
 
+    logit_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "Output transform of the checkpoint (hf_heads.losses.transforms): every logit is multiplied by it "
+            "(Cohere logit_scale, Granite 1/logits_scaling, T5's d_model^-0.5 before a tied LM head). from_base "
+            "sets it; training and inference both apply it."
+        },
+    )
+    logit_softcap: float | None = field(
+        default=None,
+        metadata={
+            "help": "Output transform of the checkpoint: final soft-cap cap·tanh(z/cap) of every logit (Gemma 2/3 "
+            "final_logit_softcapping). from_base sets it; training and inference both apply it."
+        },
+    )
+
     def check(self) -> None:
         super().check()
+        check_transform(self.logit_scale, self.logit_softcap)
         if self.chunk_size is not None:
             check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
         check_number("label_smoothing", self.label_smoothing, minimum=0)
@@ -59,6 +77,8 @@ class SoftmaxHead(DiscreteHead):
             top_k=self.top_k(False),
             label_smoothing=smoothing,
             chunk_size=self.options.chunk_size,
+            logit_scale=self.options.logit_scale,
+            softcap=self.options.logit_softcap,
             **rows,
         )
         return out.reshape(labels.shape) if rows["reduction"] == "none" else out  # (*,) like the labels
@@ -71,8 +91,9 @@ class SoftmaxHead(DiscreteHead):
 
     def inference_logits(self, hidden):
         """The base model's own `F.linear` (under autocast it runs in the autocast dtype, as the wrapped
-        checkpoint's output layer does), returned in the head's dtype."""
-        return F.linear(hidden, self.weight, self.bias).to(self.weight.dtype)
+        checkpoint's output layer does) and its output transform, returned in the head's dtype."""
+        z = F.linear(hidden, self.weight, self.bias)
+        return transform_logits(z, self.options.logit_scale, self.options.logit_softcap).to(self.weight.dtype)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         smoothing = f", label smoothing {self.options.label_smoothing}" if self.options.label_smoothing else ""

@@ -12,6 +12,10 @@ over chunks of rows, and computes the gradients with respect to h, w, b and t in
 (margin paper, eq. 13–14) fit the same kernel: the margin only changes l(y_i, i), and the norm
 scalings g(i), f(c) are row/column rescalings of h and w done by the caller.
 
+`softcap` applies an architecture's final logit soft-capping z -> cap·tanh(z / cap) (Gemma 2 / 3) to every logit
+of the chunk, the replaced target logit included (a margin acts on the raw logit, the cap on the result), and
+multiplies the gradient by its derivative 1 − tanh²; a logit scale is the caller's (scale h and b).
+
 `top_k` restricts the log-sum-exp to each row's k largest logits (sparse-softmax paper, eq. 5). Its
 gradient reaches only those k logits and the target's, so the backward gathers / scatters k+1 rows of W
 per token instead of two dense (n, V) x (V, H) products: the sparse loss costs one matmul, not three.
@@ -33,6 +37,7 @@ import torch
 
 from hf_heads.losses._rows import autocast_off, linear_rows, mean_divisor, reduce_rows
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
+from hf_heads.losses.transforms import check_transform
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MiB in float32)
 
@@ -42,12 +47,18 @@ def default_chunk_size(num_rows: int, num_classes: int) -> int:
 
 
 class _Chunk(NamedTuple):
-    z: torch.Tensor  # (n, V) logits (the target's replaced)
+    z: torch.Tensor  # (n, V) logits (the target's replaced; soft-capped when a cap is given)
     rows: torch.Tensor  # (n,) 0..n-1
     vals: torch.Tensor | None  # (n, k) the top-k logits (top_k < V), else None
     idx: torch.Tensor | None  # (n, k) their columns
     lse: torch.Tensor  # (n,) log-sum-exp over the row (or its top k)
     loss: torch.Tensor  # (n,)
+    target_z: torch.Tensor  # (n,) the target's logit
+
+
+def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
+    """d cap·tanh(x / cap) / dx at the capped values z = cap·tanh(x / cap): 1 − (z / cap)²."""
+    return 1.0 - (z / softcap).square()
 
 
 class _Grads(NamedTuple):
@@ -59,7 +70,7 @@ class _Grads(NamedTuple):
     t: torch.Tensor | None  # (N,)
 
 
-def _chunk_loss(h, w, b, y, t, top_k, label_smoothing) -> _Chunk:
+def _chunk_loss(h, w, b, y, t, top_k, label_smoothing, softcap) -> _Chunk:
     """Logits and loss of one chunk of rows h (n, H) with targets y (n,) and replaced target logits t (n,)."""
     z = h @ w.T  # (n, V), float32 or float64 (the caller upcasts half precision)
     if b is not None:
@@ -67,6 +78,8 @@ def _chunk_loss(h, w, b, y, t, top_k, label_smoothing) -> _Chunk:
     rows = torch.arange(z.shape[0], device=z.device)
     if t is not None:
         z[rows, y] = t
+    if softcap is not None:
+        z.div_(softcap).tanh_().mul_(softcap)
     target_z = z[rows, y]  # (n,)
     if top_k is not None and top_k < z.shape[1]:
         vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
@@ -78,13 +91,14 @@ def _chunk_loss(h, w, b, y, t, top_k, label_smoothing) -> _Chunk:
     if label_smoothing:
         mean_z = z.mean(dim=1) if idx is None else vals.mean(dim=1)
         loss = (1 - label_smoothing) * loss + label_smoothing * (lse - mean_z)
-    return _Chunk(z, rows, vals, idx, lse, loss)
+    return _Chunk(z, rows, vals, idx, lse, loss, target_z)
 
 
-def _dense_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Grads, sl: slice) -> torch.Tensor:
+def _dense_chunk(h, w, b, y, t, top_k, label_smoothing, softcap, row_weight, grads: _Grads, sl: slice):
     """Loss of one chunk; adds d(Σ_i row_weight_i · loss_i) to `grads` through the dense d loss / d z (n, V)."""
-    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing)
+    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing, softcap)
     z, rows = c.z, c.rows
+    slope = None if softcap is None else _capped_slope(z, softcap)  # (n, V): d capped / d raw
     # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
     if c.idx is None:
         grad_z = torch.exp(z.sub_(c.lse[:, None]))  # (n, V), reuses the logits buffer
@@ -97,6 +111,8 @@ def _dense_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Grad
         else:
             grad_z.scatter_add_(1, c.idx, torch.full_like(c.vals, -label_smoothing / top_k))
     grad_z[rows, y] -= 1.0 - label_smoothing
+    if slope is not None:
+        grad_z *= slope
     grad_z *= row_weight.to(z.dtype)[:, None]
     if grads.t is not None:
         grads.t[sl] = grad_z[rows, y]  # (n,)
@@ -108,15 +124,17 @@ def _dense_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Grad
     return c.loss
 
 
-def _sparse_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Grads, sl: slice) -> torch.Tensor:
+def _sparse_chunk(h, w, b, y, t, top_k, label_smoothing, softcap, row_weight, grads: _Grads, sl: slice):
     """Loss of one chunk (top_k < V, no replaced target logit); only the k kept logits and the target's have a
     gradient, so it gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
-    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing)
+    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing, softcap)
     coef = torch.exp(c.vals - c.lse[:, None])  # (n, k)
     if label_smoothing:
         coef -= label_smoothing / top_k
     cols = torch.cat([c.idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
     coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -(1.0 - label_smoothing))], dim=1)
+    if softcap is not None:
+        coef = coef * _capped_slope(torch.cat([c.vals, c.target_z[:, None]], dim=1), softcap)
     coef = coef * row_weight.to(coef.dtype)[:, None]
     torch.bmm(coef[:, None, :], w[cols], out=grads.h[sl, None, :])  # (n, 1, H)
     grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
@@ -126,7 +144,7 @@ def _sparse_chunk(h, w, b, y, t, top_k, label_smoothing, row_weight, grads: _Gra
 
 
 @autocast_off
-def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
+def _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size, row_weight=None):
     """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t) of
     Σ_i row_weight_i · loss_i, chunk by chunk; without it the loss alone (one matmul per chunk)."""
     n = h.shape[0]
@@ -134,7 +152,8 @@ def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
     chunks = [slice(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
     if row_weight is None:
         for sl in chunks:
-            losses[sl] = _chunk_loss(h[sl], w, b, y[sl], None if t is None else t[sl], top_k, label_smoothing).loss
+            t_sl = None if t is None else t[sl]
+            losses[sl] = _chunk_loss(h[sl], w, b, y[sl], t_sl, top_k, label_smoothing, softcap).loss
         return losses, None
     grads = _Grads(
         torch.empty_like(h),
@@ -146,7 +165,7 @@ def _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight=None):
     step = _sparse_chunk if sparse else _dense_chunk
     for sl in chunks:
         t_sl = None if t is None else t[sl]
-        losses[sl] = step(h[sl], w, b, y[sl], t_sl, top_k, label_smoothing, row_weight[sl], grads, sl)
+        losses[sl] = step(h[sl], w, b, y[sl], t_sl, top_k, label_smoothing, softcap, row_weight[sl], grads, sl)
     return losses, tuple(grads)
 
 
@@ -154,9 +173,9 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i weight · loss_i with all gradients computed in the forward pass."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, weight: float, top_k, label_smoothing, chunk_size):
+    def forward(ctx, h, w, b, t, y, weight: float, top_k, label_smoothing, softcap, chunk_size):
         row_weight = torch.full((h.shape[0],), weight, dtype=h.dtype, device=h.device)
-        losses, grads = _run(h, w, b, y, t, top_k, label_smoothing, chunk_size, row_weight)
+        losses, grads = _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size, row_weight)
         ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
         ctx.has = [g is not None for g in grads]
         return losses.sum() * weight
@@ -165,25 +184,25 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     def backward(ctx, grad_out):
         saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
         grad_h, grad_w, grad_b, grad_t = saved
-        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None
+        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None, None
 
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses; the backward pass recomputes each chunk weighted by the incoming gradient."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, top_k, label_smoothing, chunk_size):
+    def forward(ctx, h, w, b, t, y, top_k, label_smoothing, softcap, chunk_size):
         with torch.no_grad():
-            losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, chunk_size)
+            losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size)
         ctx.save_for_backward(h, w, b, t, y)
-        ctx.opts = (top_k, label_smoothing, chunk_size)
+        ctx.opts = (top_k, label_smoothing, softcap, chunk_size)
         return losses
 
     @staticmethod
     def backward(ctx, grad_out):
         h, w, b, t, y = ctx.saved_tensors
         _, grads = _run(h, w, b, y, t, *ctx.opts, row_weight=grad_out)
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
 @autocast_off
@@ -200,6 +219,8 @@ def fused_linear_cross_entropy(
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
+    logit_scale: float = 1.0,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -212,23 +233,29 @@ def fused_linear_cross_entropy(
         label_smoothing: as in `F.cross_entropy` (over the top-k support when `top_k` is set).
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
         chunk_size: rows per chunk (default: 2^23 logits per chunk).
+        logit_scale: the logits are logit_scale · (hidden @ weight.T + bias) (a replaced target logit is taken as
+            given: scale it yourself).
+        softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
     Returns:
         a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
     """
+    check_transform(logit_scale, softcap)
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
+    if logit_scale != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
+        h, b = h * logit_scale, None if b is None else b * logit_scale
     t = None if target_logit is None else target_logit.reshape(-1).to(h.dtype)
     if not bool(valid.all()):
         h, y, t = h[valid], y[valid], None if t is None else t[valid]
     chunk = chunk_size or default_chunk_size(h.shape[0], w.shape[0])
     if reduction == "none":
-        rows = _FusedLinearCERows.apply(h, w, b, t, y, top_k, label_smoothing, chunk)
+        rows = _FusedLinearCERows.apply(h, w, b, t, y, top_k, label_smoothing, softcap, chunk)
         return reduce_rows(rows, valid, valid.shape, "none")
     scale = 1.0 if reduction == "sum" else 1.0 / float(mean_divisor(num_items_in_batch, y.numel()))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
-        losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, chunk_size or 4 * chunk)
+        losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size or 4 * chunk)
         return losses.sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, top_k, label_smoothing, chunk)
+    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, top_k, label_smoothing, softcap, chunk)

@@ -42,6 +42,11 @@ Choices where the paper is silent (each is tested):
   in the paper: `HeadsForCausalLM.from_base` fits it once so that a norm-scaled head (f or g not no-mod), whose
   f(c) = log c_y or g(i) = max ‖h‖ replace the checkpoint's norms, starts at the checkpoint's distribution as
   closely as one global factor allows; it is then a fixed part of the model (saved in its head section).
+- A checkpoint's output transform (hf_heads.losses.transforms: `logit_scale`, `softcap`) applies to every logit
+  of eq. 13 as the architecture applies it to its plain logits: l' = cap·tanh(scale·l / cap), the margin's target
+  logit included. So the margin is taken on the raw logit and the cap bounds the result: near the cap a margin
+  changes the target logit less (tanh saturates), which is what the checkpoint's own logits do to a large score.
+  `gain` and `logit_scale` both multiply g·f·φ; the scale also multiplies the bias, the gain does not.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from hf_heads.losses._rows import (
     reduce_rows,
 )
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+from hf_heads.losses.transforms import check_transform, soft_cap
 
 MARGINS = ("none", "cos", "arc", "lsm")
 WORD_NORMS = ("no-mod", "uniform", "log-rank", "unigram", "log-unigram")
@@ -128,12 +134,15 @@ class MarginSpec:
     word_norm: str = "no-mod"
     context_norm: str = "no-mod"
     gain: float = 1.0
+    logit_scale: float = 1.0
+    softcap: float | None = None
 
     def __post_init__(self) -> None:
         validate_margin_options(
             self.margin, self.m, self.scale, self.word_norm, self.context_norm, counts_required=False
         )
         check_number("gain", self.gain, exclusive_minimum=0)
+        check_transform(self.logit_scale, self.softcap)
 
     def without_margin(self) -> MarginSpec:
         """The same scorer with no margin (the inference logits)."""
@@ -246,8 +255,9 @@ def context_norm_values(
 
 
 def _margin_parts(hidden, weight, bias, target, spec: MarginSpec, word_counts, g_value):
-    """Split eq. 13 into row scales a (N,), column scales s (V,) and the target logit t (N,) so that
-    l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i. `spec.gain` multiplies g(i)."""
+    """Split eq. 13 into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,) so
+    that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i. `spec.gain` multiplies g(i);
+    `spec.logit_scale` multiplies every logit (a, t and b; the soft-cap is the caller's, on the result)."""
     h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
     w_norm = weight.norm(dim=1).clamp_min(_EPS)  # (V,)
     if spec.scale is not None:
@@ -268,7 +278,11 @@ def _margin_parts(hidden, weight, bias, target, spec: MarginSpec, word_counts, g
         t = g_y * f_y * target_phi(cos, spec.margin, spec.m)  # (N,)
         if bias is not None:
             t = t + bias[target]
-    return a, s, t
+    if spec.logit_scale != 1.0:
+        a = torch.full_like(h_norm, spec.logit_scale) if a is None else a * spec.logit_scale
+        t = None if t is None else t * spec.logit_scale
+        bias = None if bias is None else bias * spec.logit_scale
+    return a, s, t, bias
 
 
 def _scaled(hidden, weight, a, s):
@@ -313,7 +327,7 @@ def margin_logits(
     if y is not None:
         check_labels(y, weight.shape[0], -100)
     safe_y = None if y is None else y.clamp_min(0)
-    a, s, t = _margin_parts(h, weight, bias, safe_y, spec, word_counts, context_norm_value)
+    a, s, t, bias = _margin_parts(h, weight, bias, safe_y, spec, word_counts, context_norm_value)
     h2, w2 = _scaled(h, weight, a, s)
     logits = h2 @ w2.T  # (N, V)
     if bias is not None:
@@ -322,6 +336,7 @@ def margin_logits(
         keep = y != -100
         rows = torch.arange(h.shape[0], device=h.device)[keep]
         logits = logits.index_put((rows, y[keep]), t[keep])
+    logits = soft_cap(logits, spec.softcap)
     return logits.reshape(*lead, weight.shape[0]).to(out_dtype)
 
 
@@ -360,7 +375,7 @@ def margin_cross_entropy(
     spec.check_counts(word_counts, weight.shape[0])
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
     h_v, y_v = h[valid], y[valid]
-    a, s, t = _margin_parts(h_v, w, b, y_v, spec, word_counts, context_norm_value)
+    a, s, t, b = _margin_parts(h_v, w, b, y_v, spec, word_counts, context_norm_value)
     h2, w2 = _scaled(h_v, w, a, s)
     loss = fused_linear_cross_entropy(
         h2,
@@ -368,6 +383,7 @@ def margin_cross_entropy(
         b,
         y_v,
         target_logit=t,
+        softcap=spec.softcap,
         top_k=top_k,
         label_smoothing=label_smoothing,
         reduction=reduction,

@@ -77,6 +77,7 @@ from hf_heads.losses._rows import (
 from hf_heads.losses.fused_linear import default_chunk_size
 from hf_heads.losses.margin import MarginSpec, _margin_parts, _resolve_spec, margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
+from hf_heads.losses.transforms import soft_cap
 
 CRITERIA = ("ce", "bce", "mse")
 
@@ -257,21 +258,21 @@ def corrected_log_probs(
 def _scorer(hidden, weight, bias, target, spec: MarginSpec, word_counts, g_value):
     """Row scales a (N,), column scales f (C,) and target logit t (N,) of the margin scorer
     (eq. 13): s(c, n) = a_n · f_c · (h_n · W_c) + b_c, target logit t_n (margin applied)."""
-    a, f, t = _margin_parts(hidden, weight, bias, target, spec, word_counts, g_value)
+    a, f, t, bias = _margin_parts(hidden, weight, bias, target, spec, word_counts, g_value)
     h = hidden if a is None else hidden * a[:, None]
     if t is None:
         w_y = weight[target] if f is None else weight[target] * f[target, None]
         t = (h * w_y).sum(1) + (0 if bias is None else bias[target])
-    return h, f, t
+    return h, f, soft_cap(t, spec.softcap), bias
 
 
-def _candidate_scores(h, weight, bias, f, cands):
+def _candidate_scores(h, weight, bias, f, cands, softcap):
     w = weight[cands] if f is None else weight[cands] * f[cands, None]  # (K, H)
     out = h @ w.T  # (N, K)
-    return out if bias is None else out + bias[cands]
+    return soft_cap(out if bias is None else out + bias[cands], softcap)
 
 
-def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size):
+def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size, softcap):
     """Per-row full BCE (eq. 3) or MSE (eq. 1) loss over all C classes, in chunks of rows whose
     (rows, C) scores are recomputed in backward (activation checkpointing), never all at once."""
     w = weight if f is None else weight * f[:, None]
@@ -280,6 +281,7 @@ def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size):
         s = h_c @ w_.T  # (n, C)
         if b_ is not None:
             s = s + b_
+        s = soft_cap(s, softcap)
         plain_t = s.gather(1, y_c[:, None]).squeeze(1)
         if criterion == "bce":  # Σ_c softplus(s_c) − softplus(s_t) + softplus(−t)
             return F.softplus(s).sum(1) - F.softplus(plain_t) + F.softplus(-t_c)
@@ -380,9 +382,9 @@ def sampled_loss(
         )
     h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
     h, y = h_all[valid], y_all[valid]
-    h2, f, t = _scorer(h, w, b, y, spec, word_counts, context_norm_value)  # (N, H), (C,) or None, (N,)
+    h2, f, t, b = _scorer(h, w, b, y, spec, word_counts, context_norm_value)  # (N, H), (C,) or None, (N,), (C,)
     if method == "full":
-        per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size)
+        per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size, spec.softcap)
         return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
 
     if noise_probs is None:
@@ -393,7 +395,7 @@ def sampled_loss(
     elif samples.shape != (num_samples,):
         raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
     log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,) log(K·D(c))
-    s_k = _candidate_scores(h2, w, b, f, samples)  # (N, K)
+    s_k = _candidate_scores(h2, w, b, f, samples, spec.softcap)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
     per_row = _sampled_rows(
         SAMPLING_METHODS[method], criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes

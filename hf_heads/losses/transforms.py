@@ -1,0 +1,37 @@
+"""Output transforms of Hub architectures, applied to the logits of every discrete family.
+
+Some checkpoints do not end in a plain `lm_head(h)`; their logits are
+
+    z' = cap · tanh(scale · z / cap)        z = W h + b (the head's logits)
+
+with `scale` a multiplicative logit scale (Cohere and Cohere 2 `logit_scale`; Granite `1 / logits_scaling`; T5's
+d_model^-0.5 rescale of the decoder states before a tied LM head, which is the same factor on W h because the
+head is linear in h) and `cap` a final soft-cap (Gemma 2 / 3 `final_logit_softcapping`); None means no cap.
+`HeadsFor*.from_base` reads them from the checkpoint's config so the wrapped model keeps its distribution, and
+the training criteria apply them to the logits they train, inside their chunks (hf_heads.losses.fused_linear,
+margin, sampled). The order (scale, then bias, then the cap) is each architecture's own: none of them has both
+a scale and a bias, and the cap comes last in Gemma.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_heads.losses._checks import check_number
+
+
+def check_transform(logit_scale: float, softcap: float | None) -> None:
+    """Raise `OptionError` for a non-positive scale or cap."""
+    check_number("logit_scale", logit_scale, exclusive_minimum=0)
+    if softcap is not None:
+        check_number("logit_softcap", softcap, exclusive_minimum=0)
+
+
+def soft_cap(z: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """cap · tanh(z / cap) (z itself without a cap)."""
+    return z if softcap is None else torch.tanh(z / softcap) * softcap
+
+
+def transform_logits(z: torch.Tensor, logit_scale: float = 1.0, softcap: float | None = None) -> torch.Tensor:
+    """cap · tanh(scale · z / cap) of logits z that already include the bias (see the module docstring)."""
+    return soft_cap(z if logit_scale == 1.0 else z * logit_scale, softcap)
