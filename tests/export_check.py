@@ -36,6 +36,11 @@ for job in torch.load(sys.argv[1]):
             result["refused"] = None
         except ValueError as err:
             result["refused"] = str(err).splitlines()[0]
+    if job["pipeline"] is not None:  # transformers.pipeline(task, model=dir, trust_remote_code=True) on the text
+        task, kwargs = job["pipeline"]
+        pipe = transformers.pipeline(task, model=job["dir"], trust_remote_code=True)
+        result["pipeline"] = pipe(job["text"], **kwargs)
+        result["pipeline_module"] = type(pipe.model).__module__
     model = auto.from_pretrained(job["dir"], trust_remote_code=True).eval()
     result["module"] = type(model).__module__
     inputs = job["inputs"]
@@ -61,13 +66,19 @@ def export_job(
     text: str | None = None,
     generate: dict | None = None,
     refusal: bool = False,
+    pipeline: tuple[str, dict] | None = None,
 ) -> dict:
     """One directory to load with `transformers.<auto>` and run: on `inputs` (keyword tensors), or on `text` encoded
     by the directory's tokenizer; `model.generate(**inputs, **generate)` when `generate` is given, else the logits.
-    `refusal`: first try loading without `trust_remote_code` and keep the first line of the error."""
+    `refusal`: first try loading without `trust_remote_code` and keep the first line of the error. `pipeline`:
+    (task, call kwargs): also run `transformers.pipeline(task, model=directory, trust_remote_code=True)` on `text`."""
     if (inputs is None) == (text is None):
         raise ValueError("give inputs or text")
-    return dict(dir=str(directory), auto=auto, inputs=inputs, text=text, generate=generate, refusal=refusal)
+    if pipeline is not None and text is None:
+        raise ValueError("a pipeline job needs text")
+    return dict(
+        dir=str(directory), auto=auto, inputs=inputs, text=text, generate=generate, refusal=refusal, pipeline=pipeline
+    )
 
 
 def load_without_hf_heads(jobs: list[dict], workdir: Path, timeout: int = 300) -> list[dict]:

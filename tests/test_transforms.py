@@ -95,7 +95,7 @@ def test_margin_with_transform_takes_the_margin_on_the_raw_logit_then_caps(optio
 )
 def test_every_discrete_head_applies_the_transform_in_training_and_inference(section):
     torch.manual_seed(0)
-    head = make_head(5, 11, {**section, "logit_scale": SCALE, "logit_softcap": CAP}).double()
+    head = make_head(5, 11, {**section, "logit_multiplier": SCALE, "logit_softcap": CAP}).double()
     plain = make_head(5, 11, section).double()
     plain.load_state_dict(head.state_dict())
     h, _, _, y = _data()
@@ -116,7 +116,7 @@ def test_every_discrete_head_applies_the_transform_in_training_and_inference(sec
 def test_bad_transform_is_refused_with_its_field():
     with pytest.raises(ValueError, match="head.logit_softcap=0.0"):
         make_head(5, 11, {"family": "softmax", "logit_softcap": 0.0})
-    with pytest.raises(ValueError, match="head.logit_scale=-1"):
-        make_head(5, 11, {"family": "margin", "logit_scale": -1})
+    with pytest.raises(ValueError, match="head.logit_multiplier=-1"):
+        make_head(5, 11, {"family": "margin", "logit_multiplier": -1})
     with pytest.raises(OptionError, match="logit_scale"):
         MarginSpec(logit_scale=0.0)

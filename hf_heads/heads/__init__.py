@@ -4,7 +4,7 @@ continuous. Each family module holds its options dataclass and its head class an
 
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.discrete import DiscreteHead
-from hf_heads.heads.options import HeadOptions
+from hf_heads.heads.options import CHECKPOINT_OPTIONS, HeadOptions
 from hf_heads.heads.registry import FAMILIES, family, head_dict, head_options, make_head, option_help
 
 # Each family module registers itself on import: this order is the order of help texts and error messages.
@@ -19,6 +19,7 @@ from hf_heads.heads.continuous import ContinuousHead, ContinuousHeadOptions
 HEAD_FAMILIES = {name: entry.options for name, entry in FAMILIES.items()}  # family -> options class
 
 __all__ = [
+    "CHECKPOINT_OPTIONS",
     "FAMILIES",
     "HEAD_FAMILIES",
     "ContinuousHead",

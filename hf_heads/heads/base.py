@@ -7,7 +7,8 @@ continuous). `forward`, `loss` and `logits` live here once; a family overrides a
 - `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
 - `diagnostics()`: statistics logged next to the loss;
 - `needs_counts` (on the options): whether training word counts are needed;
-- `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), and
+- `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), `copied_logits`
+  the logits of that copied layer (checked against the checkpoint's), and
   `needs_calibration` / `calibrate_to(...)` when copying it is not enough to keep the checkpoint's distribution;
 - `reset_parameters(init)`: weight init (`PreTrainedModel._init_weights` calls it);
 - class attributes the models and cards read: `paper`, `tasks`, `has_output_matrix` (a (V, H) weight that can be
@@ -73,6 +74,12 @@ class OutputHead(nn.Module):
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
         return {}
+
+    def copied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits of the checkpoint's output layer as `start_from` copied it, with its output transform: what
+        `from_base` compares with the checkpoint's own logits (hf_heads.modeling.parity) before returning a model.
+        Default: the inference logits."""
+        return self.inference_logits(hidden)
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
         """Copy a checkpoint's output layer: weight (V, H) (None when it is tied to the input embeddings, which the

@@ -6,9 +6,11 @@ only in their hooks (hf_heads.heads.base)."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
+from hf_heads.losses.transforms import transform_logits
 
 
 class DiscreteHead(OutputHead):
@@ -38,6 +40,12 @@ class DiscreteHead(OutputHead):
                 self.weight.copy_(weight)
             if self.bias is not None:
                 self.bias.copy_(bias.reshape(-1) if bias is not None else torch.zeros_like(self.bias))
+
+    def copied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """transform(W h + b): the checkpoint's output layer with its logit scale and soft-cap, whatever the family's
+        criterion, norm scaling or truncation does with it."""
+        o = self.options
+        return transform_logits(F.linear(hidden, self.weight, self.bias), o.logit_multiplier, o.logit_softcap)
 
     def set_word_counts(self, counts: torch.Tensor) -> None:
         counts = torch.as_tensor(counts)

@@ -96,7 +96,7 @@ class MarginHeadOptions(SoftmaxHeadOptions):
             word_norm=self.word_norm,
             context_norm=self.context_norm,
             gain=self.warm_start_gain,
-            logit_scale=self.logit_scale,
+            logit_scale=self.logit_multiplier,
             softcap=self.logit_softcap,
         )
 

@@ -18,6 +18,10 @@ from typing import ClassVar
 
 from hf_heads.losses._checks import OptionError, check_number
 
+# Options that `from_base` sets from the checkpoint (its output transform, the calibrated gain) rather than the user:
+# not command-line flags, and not compared when a run is resumed or reopened with the head the user asked for.
+CHECKPOINT_OPTIONS = ("warm_start_gain", "logit_multiplier", "logit_softcap")
+
 
 def _kinds(cls: type, name: str) -> set[str]:
     """{"int", "None", ...}: the types of a field's annotation (annotations are strings here)."""

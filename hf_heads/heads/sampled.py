@@ -192,7 +192,7 @@ class SampledHead(MarginHead):
         if not (o.method == "full" and o.criterion in ("bce", "mse")):
             zeros = torch.zeros(1, self.num_classes, device=self.bias.device)
             offset = self.posterior(zeros, normalize=False)[0]
-        self.bias.sub_(((log_z + offset) / o.logit_scale).to(self.bias.dtype))
+        self.bias.sub_(((log_z + offset) / o.logit_multiplier).to(self.bias.dtype))
         return {"bias_shift_mean": -float((log_z + offset).mean())}
 
     @torch.no_grad()

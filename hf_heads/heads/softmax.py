@@ -32,7 +32,7 @@ class SoftmaxHeadOptions(HeadOptions):
         },
     )
 
-    logit_scale: float = field(
+    logit_multiplier: float = field(
         default=1.0,
         metadata={
             "help": "Output transform of the checkpoint (hf_heads.losses.transforms): every logit is multiplied by it "
@@ -50,7 +50,7 @@ class SoftmaxHeadOptions(HeadOptions):
 
     def check(self) -> None:
         super().check()
-        check_transform(self.logit_scale, self.logit_softcap)
+        check_transform(self.logit_multiplier, self.logit_softcap, "logit_multiplier")
         if self.chunk_size is not None:
             check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
         check_number("label_smoothing", self.label_smoothing, minimum=0)
@@ -77,7 +77,7 @@ class SoftmaxHead(DiscreteHead):
             top_k=self.top_k(False),
             label_smoothing=smoothing,
             chunk_size=self.options.chunk_size,
-            logit_scale=self.options.logit_scale,
+            logit_scale=self.options.logit_multiplier,
             softcap=self.options.logit_softcap,
             **rows,
         )
@@ -93,7 +93,7 @@ class SoftmaxHead(DiscreteHead):
         """The base model's own `F.linear` (under autocast it runs in the autocast dtype, as the wrapped
         checkpoint's output layer does) and its output transform, returned in the head's dtype."""
         z = F.linear(hidden, self.weight, self.bias)
-        return transform_logits(z, self.options.logit_scale, self.options.logit_softcap).to(self.weight.dtype)
+        return transform_logits(z, self.options.logit_multiplier, self.options.logit_softcap).to(self.weight.dtype)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         smoothing = f", label smoothing {self.options.label_smoothing}" if self.options.label_smoothing else ""

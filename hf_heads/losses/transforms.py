@@ -20,9 +20,9 @@ import torch
 from hf_heads.losses._checks import check_number
 
 
-def check_transform(logit_scale: float, softcap: float | None) -> None:
-    """Raise `OptionError` for a non-positive scale or cap."""
-    check_number("logit_scale", logit_scale, exclusive_minimum=0)
+def check_transform(logit_scale: float, softcap: float | None, scale_field: str = "logit_scale") -> None:
+    """Raise `OptionError` for a non-positive scale or cap (`scale_field`: the scale's name for the message)."""
+    check_number(scale_field, logit_scale, exclusive_minimum=0)
     if softcap is not None:
         check_number("logit_softcap", softcap, exclusive_minimum=0)
 

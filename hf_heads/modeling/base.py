@@ -32,6 +32,11 @@ class HeadsPreTrainedModel(PreTrainedModel):
         left uninitialised."""
         want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        with torch.no_grad():  # model-level buffers no checkpoint holds (Falcon-H1's mup_vector): the loader marks
+            for sub in model.modules():  # their model as initialised, so let each sub-model set them; init helpers
+                stem = sub is model.backbone and getattr(model.config, "classifier_stem", None)  # its head is gone
+                if isinstance(sub, PreTrainedModel) and sub is not model and not stem:  # skip every loaded tensor
+                    sub._init_weights(sub)
         missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("head."))
         if missing:
             raise ValueError(
@@ -48,7 +53,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def _wrap_backbone(self, config: HeadsConfig, backbone: PreTrainedModel | None) -> PreTrainedModel:
         if backbone is None:
-            backbone = AutoModel.from_config(config.backbone)
+            backbone = fresh(AutoModel.from_config(config.backbone))
         return backbone
 
     def _check_head_task(self, config: HeadsConfig) -> None:
@@ -76,6 +81,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         emb = self.backbone.get_input_embeddings().weight
         name = next(n for n, p in self.backbone.named_parameters(remove_duplicate=False) if p is emb)
         self._tied_weights_keys = {"head.weight": f"backbone.{name}"}
+        emb._is_hf_initialized = True  # the backbone's embedding: the head's weight init must not overwrite it
         self.head.weight = emb
 
     _skip_logits = False  # set by `logits_skipped()`
@@ -125,6 +131,65 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
+
+
+def fresh(model: nn.Module) -> nn.Module:
+    """A module built from a config inside this model's `__init__`, with the "already initialised" marks its own
+    `post_init` left removed: this model's `post_init` (or `from_pretrained`, after loading the weights) initialises
+    it, non-persistent buffers included (e.g. Falcon-H1's `mup_vector`, which no checkpoint holds)."""
+    for module in model.modules():
+        module.__dict__.pop("_is_hf_initialized", None)
+    return model
+
+
+def backbone_of(lm: PreTrainedModel) -> PreTrainedModel:
+    """The backbone inside a task model (`*ForCausalLM`, `*ForConditionalGeneration`) that returns its final hidden
+    states: `lm.base_model`, or, for task models that have no separate base model (`T5ForConditionalGeneration`'s
+    `base_model` is the task model itself), an `AutoModel` of the same config whose parameters and buffers are
+    the task model's own (shared, not copied)."""
+    base = lm.base_model
+    if base is not lm:
+        return base
+    bodies = [child for child in lm.children() if isinstance(child, PreTrainedModel)]
+    if len(bodies) == 1 and getattr(bodies[0].config, "is_encoder_decoder", False) == lm.config.is_encoder_decoder:
+        return bodies[0]  # a body under another name than base_model_prefix (Llama4ForCausalLM.model)
+    return sharing(AutoModel, lm)
+
+
+def sharing(auto_class, lm: PreTrainedModel) -> PreTrainedModel:
+    """`auto_class.from_config(lm.config)` built without allocating, holding `lm`'s own parameters and buffers under
+    the same names (shared, not copied; `lm` is left as it is). Raises when it has a tensor `lm` lacks."""
+    with torch.device("meta"):
+        model = auto_class.from_config(lm.config, dtype=lm.dtype)
+    own = dict(lm.named_parameters(remove_duplicate=False)) | dict(lm.named_buffers(remove_duplicate=False))
+    tensors = list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
+    for name, tensor in tensors:
+        if name not in own:
+            raise ValueError(
+                f"cannot wrap {type(lm).__name__}: its {type(model).__name__} has {name!r}, which {type(lm).__name__} "
+                "lacks"
+            )
+        module_name, _, leaf = name.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else model
+        (module._parameters if isinstance(tensor, nn.Parameter) else module._buffers)[leaf] = own[name]
+    for module in model.modules():  # trained weights: the wrapping model's post_init must not initialise them again
+        module._is_hf_initialized = True
+    return model.train(lm.training)
+
+
+def output_layer(lm: PreTrainedModel, hidden_size: int, name) -> nn.Module:
+    """`lm.get_output_embeddings()` when it is the (V, H) linear layer a head can start from; else a clear error
+    (an architecture whose output layer is something else is refused, never wrapped wrong)."""
+    out = lm.get_output_embeddings()
+    weight = getattr(out, "weight", None)
+    if not isinstance(out, nn.Linear) or weight is None or weight.shape[1] != hidden_size:
+        shape = None if weight is None else tuple(weight.shape)
+        raise ValueError(
+            f"{name!r} ({type(lm).__name__}, model_type={lm.config.model_type!r}): its output layer is "
+            f"{type(out).__name__} with weight {shape}, not a (vocab, {hidden_size}) nn.Linear applied to the "
+            "backbone's final hidden states: hf_heads cannot start a head from it"
+        )
+    return out
 
 
 def refuse_hf_heads_checkpoint(name_or_path, cls_name: str, **from_pretrained_kwargs) -> None:

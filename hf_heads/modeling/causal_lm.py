@@ -10,8 +10,15 @@ from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from hf_heads.heads import make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
+from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.parity import (
+    check_same_distribution,
+    generation_unsupported,
+    output_transform,
+    probe_ids,
+    with_transform,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +49,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         word_counts: torch.Tensor | None = None,
         calibration_ids: torch.LongTensor | None = None,
         calibrate: bool = True,
+        verify: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForCausalLM:
         """Wrap a pretrained causal LM: reuse its backbone weights and start the head from its own
@@ -57,26 +65,56 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         its BOS token (seeded; the global RNG is left untouched). Norm scalings that need word counts are
         calibrated only when `word_counts` is given (a warning says so otherwise). `calibrate=False` keeps the
         copied output layer as it is.
+
+        The checkpoint's output transform (Gemma 2/3 soft-cap, Cohere / Granite logit scale) becomes the head's
+        `logit_multiplier` / `logit_softcap`, and with `verify` (the default) the copied output layer is checked on a
+        probe input against the checkpoint's own logits: an architecture whose logits hf_heads does not reproduce
+        is refused with an error naming it (hf_heads.modeling.parity), never returned changed.
         """
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
         else:
             lm = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
-        out = lm.get_output_embeddings()
+        backbone_config = HeadsConfig(backbone=lm.config.to_dict())
+        out = output_layer(lm, backbone_config.hidden_size, name_or_path)
         tied = (
             bool(getattr(lm.config, "tie_word_embeddings", False)) and out.weight is lm.get_input_embeddings().weight
         )
+        head = with_transform(head, output_transform(lm.config), str(name_or_path))
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
-        model = cls(config, backbone=lm.base_model)
+        model = cls(config, backbone=backbone_of(lm))
         model.head.start_from(None if tied else out.weight, getattr(out, "bias", None))
         if word_counts is not None:
             model.set_word_counts(word_counts)
         model.config.name_or_path = str(name_or_path)
         model = model.to(out.weight.dtype)
+        if verify:
+            model._verify_against(lm, str(name_or_path))
         if calibrate:
             model._calibrate_from(lm, calibration_ids)
         return model
+
+    @torch.no_grad()
+    def _verify_against(self, lm: PreTrainedModel, name: str) -> None:
+        """The copied output layer on the backbone's states gives the checkpoint's logits (modeling.parity)."""
+        ids = probe_ids(self.config.vocab_size).to(lm.get_output_embeddings().weight.device)
+        was_training, lm_training = self.training, lm.training
+        self.eval(), lm.eval()
+        try:
+            original = lm(input_ids=ids).logits  # (B, T, V)
+            wrapped = self.head.copied_logits(self.backbone(input_ids=ids).last_hidden_state)
+        finally:
+            self.train(was_training), lm.train(lm_training)
+        check_same_distribution(original, wrapped, checkpoint=lm, name=name, what="log-probabilities")
+
+    def generate(self, *args, **kwargs):
+        """`GenerationMixin.generate`, refused for backbones whose own `*ForCausalLM` generates with a cache of its
+        own (state-space and recurrent models) that the generic loop does not reproduce."""
+        reason = generation_unsupported(self.config.backbone)
+        if reason:
+            raise NotImplementedError(reason)
+        return super().generate(*args, **kwargs)
 
     @torch.no_grad()
     def _calibrate_from(self, lm: PreTrainedModel, calibration_ids: torch.LongTensor | None) -> None:

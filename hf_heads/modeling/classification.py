@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_heads.heads import make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
+from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, fresh, refuse_hf_heads_checkpoint, sharing
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.parity import check_same_distribution, probe_ids
 
 
 def resolve_pooling(config: HeadsConfig, backbone: PreTrainedModel) -> str:
@@ -47,6 +48,36 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
+def final_projection(classifier: PreTrainedModel) -> str:
+    """The module name of a sequence classifier's final (C, H) projection: the last `nn.Linear` with C outputs
+    outside its base model (BERT `classifier`, RoBERTa / ELECTRA `classifier.out_proj`, GPT-2 / Llama `score`, ...)."""
+    base = classifier.base_model_prefix
+    found = [
+        name
+        for name, module in classifier.named_modules()
+        if isinstance(module, nn.Linear)
+        and module.out_features == classifier.config.num_labels
+        and not (name == base or name.startswith(f"{base}."))
+    ]
+    if not found:
+        raise ValueError(
+            f"{type(classifier).__name__} has no final (num_labels={classifier.config.num_labels}, H) projection "
+            "outside its base model: hf_heads cannot take its classifier over"
+        )
+    return found[-1]
+
+
+def classifier_stem(classifier: PreTrainedModel, name: str) -> tuple[PreTrainedModel, nn.Linear]:
+    """(the classifier with module `name` replaced by the identity, the replaced projection)."""
+    parent_name, _, leaf = name.rpartition(".")
+    parent = classifier.get_submodule(parent_name) if parent_name else classifier
+    projection = getattr(parent, leaf)
+    if not isinstance(projection, nn.Linear):
+        raise ValueError(f"classifier_stem={name!r} is a {type(projection).__name__}, not the final nn.Linear")
+    setattr(parent, leaf, nn.Identity())
+    return classifier, projection
+
+
 class HeadsForSequenceClassification(HeadsPreTrainedModel):
     """Sequence classifier: backbone -> pooled vector (B, H) -> dropout -> hf_heads head over `num_labels`.
 
@@ -62,35 +93,67 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         self._check_head_task(config)
         if config.num_labels < 2:
             raise ValueError(f"num_labels={config.num_labels} must be >= 2 (regression is not a head family)")
-        self.backbone = self._wrap_backbone(config, backbone)
-        self.pooling = resolve_pooling(config, self.backbone)
-        text = config.backbone.get_text_config()
-        dropout = config.classifier_dropout
-        if dropout is None:
-            dropout = getattr(text, "classifier_dropout", None) or getattr(text, "hidden_dropout_prob", 0.0) or 0.0
+        hidden_size = config.hidden_size
+        if config.classifier_stem is not None:  # a fine-tuned classifier: its own pooling and dropout, then the head
+            if backbone is None:
+                backbone = fresh(AutoModelForSequenceClassification.from_config(config.backbone))
+            backbone, projection = classifier_stem(backbone, config.classifier_stem)
+            hidden_size = projection.in_features
+            self.backbone, self.pooling, dropout = backbone, "stem", 0.0
+        else:
+            self.backbone = self._wrap_backbone(config, backbone)
+            self.pooling = resolve_pooling(config, self.backbone)
+            text = config.backbone.get_text_config()
+            dropout = config.classifier_dropout
+            if dropout is None:
+                dropout = getattr(text, "classifier_dropout", None) or getattr(text, "hidden_dropout_prob", 0.0) or 0.0
         self.dropout = nn.Dropout(dropout)
-        self.head = make_head(config.hidden_size, config.num_labels, config.head)
+        self.head = make_head(hidden_size, config.num_labels, config.head)
         self.post_init()
 
     @classmethod
     def from_base(
         cls,
-        name_or_path: str,
+        name_or_path: str | PreTrainedModel,
         *,
         num_labels: int | None = None,
         id2label: dict[int, str] | None = None,
         head: dict | None = None,
         pooling: str = "auto",
         classifier_dropout: float | None = None,
+        keep_classifier: bool | None = None,
+        verify: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForSequenceClassification:
-        """Pretrained backbone (`AutoModel.from_pretrained(name_or_path)`) plus a new head over the labels
-        (give `id2label` or `num_labels`)."""
-        if id2label is None and num_labels is None:
-            raise ValueError("give id2label (preferred) or num_labels")
-        labels = dict(id2label) if id2label is not None else {i: f"LABEL_{i}" for i in range(num_labels)}
+        """Wrap a pretrained model (a Hub id, a local directory or a loaded model, whose modules are then shared).
+
+        - A fine-tuned sequence classifier (`*ForSequenceClassification`; `keep_classifier=None` decides by the
+          checkpoint's `architectures`): its labels and its architecture's classifier (pooler, dense+tanh, context
+          pooler, last-token pooling, ...) are kept and its final projection becomes the head, so the wrapped model
+          predicts what the checkpoint predicts (checked on a probe input with `verify`). `id2label` / `num_labels`,
+          if given, must agree with the checkpoint's.
+        - Any other checkpoint (a bare encoder or decoder, or `keep_classifier=False`): its backbone
+          (`AutoModel`) plus a new head over the labels (give `id2label` or `num_labels`); `pooling` and
+          `classifier_dropout` as in `HeadsConfig`."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
-        backbone = AutoModel.from_pretrained(name_or_path, **from_pretrained_kwargs)
+        loaded = isinstance(name_or_path, PreTrainedModel)
+        hub = {k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir")}
+        checkpoint_config = name_or_path.config if loaded else AutoConfig.from_pretrained(name_or_path, **hub)
+        if keep_classifier is None:
+            names = [type(name_or_path).__name__] if loaded else checkpoint_config.architectures or []
+            keep_classifier = any(n.endswith("ForSequenceClassification") for n in names)
+        name = str(name_or_path.config.name_or_path if loaded else name_or_path)
+        if keep_classifier:
+            return cls._from_classifier(name_or_path, name, num_labels, id2label, head, verify, from_pretrained_kwargs)
+        if id2label is None and num_labels is None:
+            raise ValueError(
+                "give id2label (preferred) or num_labels: the checkpoint is not a sequence classifier, so its head is "
+                "new"
+            )
+        labels = dict(id2label) if id2label is not None else {i: f"LABEL_{i}" for i in range(num_labels)}
+        if id2label is not None and num_labels is not None and num_labels != len(labels):
+            raise ValueError(f"num_labels={num_labels} but id2label has {len(labels)} labels")
+        backbone = backbone_of(name_or_path) if loaded else AutoModel.from_pretrained(name, **from_pretrained_kwargs)
         config = HeadsConfig(
             backbone=backbone.config.to_dict(),
             head=head,
@@ -100,7 +163,54 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
             label2id={v: k for k, v in labels.items()},
         )
         model = cls(config, backbone=backbone)
-        model.config.name_or_path = str(name_or_path)
+        model.config.name_or_path = name
+        return model
+
+    @classmethod
+    def _from_classifier(cls, source, name, num_labels, id2label, head, verify, kwargs):
+        """`from_base` of a fine-tuned classifier: its final projection becomes the head."""
+        if isinstance(source, PreTrainedModel):
+            checkpoint = source
+        else:
+            checkpoint = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
+        trained = {int(k): v for k, v in checkpoint.config.id2label.items()}
+        if num_labels is not None and num_labels != len(trained):
+            raise ValueError(
+                f"num_labels={num_labels}, but {name!r} is a classifier over {len(trained)} labels; to train a new "
+                "head over other labels pass keep_classifier=False"
+            )
+        if id2label is not None and {int(k): v for k, v in id2label.items()} != trained:
+            raise ValueError(
+                f"id2label={dict(id2label)!r} disagrees with the checkpoint's id2label={trained!r}; to train a new "
+                "head over other labels pass keep_classifier=False"
+            )
+        stem_name = final_projection(checkpoint)
+        probe = probe_ids(checkpoint.config.vocab_size).to(checkpoint.device)
+        original = None
+        if verify:
+            was_training = checkpoint.training
+            with torch.no_grad():
+                original = checkpoint.eval()(input_ids=probe).logits  # (B, C)
+            checkpoint.train(was_training)
+        shared = sharing(AutoModelForSequenceClassification, checkpoint)  # the caller's model is left as it is
+        projection = shared.get_submodule(stem_name)
+        config = HeadsConfig(
+            backbone=checkpoint.config.to_dict(),
+            head=head,
+            classifier_stem=stem_name,
+            id2label=trained,
+            label2id={v: k for k, v in trained.items()},
+        )
+        model = cls(config, backbone=shared)  # replaces the projection of `shared` by the identity
+        model.head.start_from(projection.weight, projection.bias)
+        model.config.name_or_path = name
+        model = model.to(projection.weight.dtype)
+        if verify:
+            was_training = model.training
+            with torch.no_grad():
+                wrapped = model.head.copied_logits(model.eval().backbone(input_ids=probe).logits)
+            model.train(was_training)
+            check_same_distribution(original, wrapped, checkpoint=checkpoint, name=name, what="class probabilities")
         return model
 
     def forward(
@@ -119,7 +229,9 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         outputs = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
         )
-        if self.pooling == "pooler":
+        if self.pooling == "stem":
+            pooled = outputs.logits  # (B, H): the checkpoint's classifier up to its final projection
+        elif self.pooling == "pooler":
             pooled = outputs.pooler_output  # (B, H)
         else:
             hidden = outputs.last_hidden_state  # (B, T, H)

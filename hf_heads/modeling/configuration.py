@@ -27,6 +27,10 @@ class HeadsConfig(PretrainedConfig):
             one, else `first` for encoders and `last` for decoders.
         classifier_dropout: sequence classification only: dropout before the head (default: the
             backbone's `classifier_dropout` or `hidden_dropout_prob`, else 0).
+        classifier_stem: sequence classification of a fine-tuned classifier checkpoint only: the module name of its
+            final (C, H) projection. The backbone is then the checkpoint's `AutoModelForSequenceClassification` (its
+            own pooling, pooler, dense+tanh, context pooler, dropout, ...) with that projection replaced by the
+            identity, and the head takes its place (`HeadsForSequenceClassification.from_base`).
     """
 
     model_type = "hf_heads"
@@ -37,6 +41,7 @@ class HeadsConfig(PretrainedConfig):
     tie_word_embeddings: bool = False
     pooling: str = "auto"
     classifier_dropout: float | None = None
+    classifier_stem: str | None = None
 
     def __post_init__(self, **kwargs):
         self.head = head_dict(self.head)
@@ -45,6 +50,14 @@ class HeadsConfig(PretrainedConfig):
             check_number("classifier_dropout", self.classifier_dropout, minimum=0)
             if self.classifier_dropout >= 1:
                 raise ValueError(f"classifier_dropout={self.classifier_dropout!r} must be < 1")
+        if self.classifier_stem is not None:
+            if not isinstance(self.classifier_stem, str) or not self.classifier_stem:
+                raise ValueError(f"classifier_stem={self.classifier_stem!r} must be a module name or null")
+            if self.pooling != "auto":
+                raise ValueError(
+                    f"pooling={self.pooling!r} does not apply with classifier_stem={self.classifier_stem!r} (the "
+                    "checkpoint's classifier pools); allowed: 'auto'"
+                )
         super().__post_init__(**kwargs)
         self.is_encoder_decoder = bool(getattr(self.backbone, "is_encoder_decoder", False))
 
@@ -54,7 +67,10 @@ class HeadsConfig(PretrainedConfig):
 
     @property
     def hidden_size(self) -> int:
-        return self.backbone.get_text_config(decoder=True).hidden_size
+        """The width of the final hidden states the head reads: the backbone's `hidden_size`, or OPT's
+        `word_embed_proj_dim` (its decoder ends with a projection to it, as in OPT-350m)."""
+        text = self.backbone.get_text_config(decoder=True)
+        return getattr(text, "word_embed_proj_dim", None) or text.hidden_size
 
     @property
     def vocab_size(self) -> int:

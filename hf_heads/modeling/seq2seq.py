@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderConfig, GenerationMixin
+from transformers import (
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    EncoderDecoderConfig,
+    GenerationMixin,
+    PreTrainedModel,
+)
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from hf_heads.heads import family, head_dict, make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel, refuse_hf_heads_checkpoint
+from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.parity import check_same_distribution, output_transform, probe_ids, with_transform
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -134,26 +142,60 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         return shift_tokens_right(labels, self._token("pad_token_id"), self._token("decoder_start_token_id"))
 
     @classmethod
-    def from_base(cls, name_or_path: str, head: dict | None = None, **from_pretrained_kwargs) -> HeadsForSeq2SeqLM:
-        """Wrap a pretrained `AutoModelForSeq2SeqLM` (BART, T5, Marian, ...): reuse its encoder-decoder and
-        start the head from its own output layer (and its `final_logits_bias` where it has one).
+    def from_base(
+        cls,
+        name_or_path: str | PreTrainedModel,
+        head: dict | None = None,
+        verify: bool = True,
+        **from_pretrained_kwargs,
+    ) -> HeadsForSeq2SeqLM:
+        """Wrap a pretrained `AutoModelForSeq2SeqLM` (BART, T5, Marian, ...; a Hub id, a local directory or an already
+        loaded model, whose modules are then shared): reuse its encoder-decoder and start the head from its own
+        output layer (and its `final_logits_bias` where it has one).
 
-        T5 checkpoints with tied embeddings multiply the decoder states by d_model^-0.5 before their LM
-        head; the hf_heads head has no such factor, so for them the starting logits differ from T5's by
-        that scale (fine-tuning adapts it). BART, Marian, mBART and Pegasus start identical."""
+        The checkpoint's output transform (T5's d_model^-0.5 rescale of the decoder states before a tied LM head)
+        becomes the head's `logit_multiplier`, and with `verify` (the default) the copied output layer is checked on a
+        probe input against the checkpoint's own logits: an architecture whose logits hf_heads does not reproduce
+        is refused with an error naming it (hf_heads.modeling.parity). A continuous head has no output layer to
+        copy: it starts from its embedding table and is not compared."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
-        lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
-        out = lm.get_output_embeddings()
+        if isinstance(name_or_path, PreTrainedModel):
+            lm, name_or_path = name_or_path, name_or_path.config.name_or_path
+        else:
+            lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+        out = output_layer(lm, HeadsConfig(backbone=lm.config.to_dict()).hidden_size, name_or_path)
         head = head_dict(head)  # validated, defaults filled in
         matrix = family(head["family"]).head.has_output_matrix
+        if matrix:
+            head = head_dict(with_transform(head, output_transform(lm.config), str(name_or_path)))
         tied = out.weight is lm.get_input_embeddings().weight and matrix
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
-        model = cls(config, backbone=lm.base_model)
+        model = cls(config, backbone=backbone_of(lm))
         bias = getattr(lm, "final_logits_bias", None)
         bias = bias.reshape(-1) if bias is not None else getattr(out, "bias", None)
         model.head.start_from(None if tied else out.weight, bias)
         model.config.name_or_path = str(name_or_path)
+        model = model.to(out.weight.dtype)
+        if verify and matrix:
+            model._verify_against(lm, str(name_or_path))
         return model
+
+    @torch.no_grad()
+    def _verify_against(self, lm: PreTrainedModel, name: str) -> None:
+        """The copied output layer on the decoder's states gives the checkpoint's logits (modeling.parity)."""
+        device = lm.get_output_embeddings().weight.device
+        ids = probe_ids(self.config.vocab_size).to(device)
+        decoder_ids = probe_ids(self.config.vocab_size, seed=1, length=5).to(device)
+        decoder_ids[:, 0] = self._token("decoder_start_token_id")
+        was_training, lm_training = self.training, lm.training
+        self.eval(), lm.eval()
+        try:
+            original = lm(input_ids=ids, decoder_input_ids=decoder_ids).logits  # (B, T, V)
+            hidden = self.backbone(input_ids=ids, decoder_input_ids=decoder_ids).last_hidden_state
+            wrapped = self.head.copied_logits(hidden)
+        finally:
+            self.train(was_training), lm.train(lm_training)
+        check_same_distribution(original, wrapped, checkpoint=lm, name=name, what="log-probabilities")
 
     @classmethod
     def from_encoder_decoder_pretrained(

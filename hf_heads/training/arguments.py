@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.heads import FAMILIES, head_dict
+from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
 from hf_heads.heads.registry import DEFAULT_FAMILY
 from hf_heads.losses._checks import OptionError
 
@@ -26,7 +26,7 @@ RENAMED_FLAGS = {
     "chunk_size": "loss_chunk_size",
     "label_smoothing": "head_label_smoothing",
 }
-NOT_FLAGS = ("warm_start_gain", "embedding_dim")
+NOT_FLAGS = (*CHECKPOINT_OPTIONS, "embedding_dim")
 
 
 def _option_flags() -> dict[str, tuple[str, type, str]]:

@@ -266,11 +266,13 @@ def resolve_checkpoint(output_dir: str, resume: str | bool | None, head: dict) -
 
 
 def same_head(a: dict | None, b: dict | None) -> bool:
-    """Whether two head sections ask for the same head; `warm_start_gain` is ignored: `from_base` fits it when it
-    calibrates a warm start, it is not a user's choice (a resumed or reopened calibrated run keeps its own)."""
+    """Whether two head sections ask for the same head; the options `from_base` sets from the checkpoint
+    (`hf_heads.heads.CHECKPOINT_OPTIONS`: the calibrated gain, the output transform) are ignored: they are not a
+    user's choice (a resumed or reopened run keeps its own)."""
+    from hf_heads.heads import CHECKPOINT_OPTIONS
 
     def strip(head):
-        return None if head is None else {k: v for k, v in head.items() if k != "warm_start_gain"}
+        return None if head is None else {k: v for k, v in head.items() if k not in CHECKPOINT_OPTIONS}
 
     return strip(a) == strip(b)
 
