@@ -120,3 +120,24 @@ def test_bad_transform_is_refused_with_its_field():
         make_head(5, 11, {"family": "margin", "logit_multiplier": -1})
     with pytest.raises(OptionError, match="logit_scale"):
         MarginSpec(logit_scale=0.0)
+
+
+def test_saved_and_exported_models_keep_the_transform(tmp_path):
+    """A Gemma 2 checkpoint (soft-cap) wrapped by from_base: its head section carries the cap, and the directory it
+    saves gives the checkpoint's logits through from_pretrained and where hf_heads is not installed."""
+    from arch_matrix import build, probe_inputs
+    from export_check import export_job, load_without_hf_heads
+    from transformers import AutoModelForCausalLM
+
+    from hf_heads import HeadsForCausalLM
+
+    original = build("gemma2", "causal_lm")
+    model = HeadsForCausalLM.from_base(original, head={"family": "margin", "margin": "arc", "m": 0.1})
+    assert model.config.head["logit_softcap"] == 2.0
+    model.save_pretrained(tmp_path / "saved")
+    inputs = probe_inputs("causal_lm")
+    with torch.no_grad():
+        want = original(**inputs).logits
+        torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(tmp_path / "saved")(**inputs).logits, want)
+    (got,) = load_without_hf_heads([export_job(tmp_path / "saved", "AutoModelForCausalLM", inputs)], tmp_path / "x")
+    torch.testing.assert_close(got["output"], want)
