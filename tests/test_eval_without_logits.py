@@ -54,3 +54,48 @@ def test_fused_loss_without_gradients_is_the_same_loss():
         with torch.no_grad():
             fast = fused_linear_cross_entropy(h, w, b, y, chunk_size=7, **kwargs)
         torch.testing.assert_close(fast, reference.detach())
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"family": "margin", "margin": "arc", "m": 0.3},
+        {"family": "sparse", "k": 3},
+        {"family": "sampled", "criterion": "bce", "method": "mcs", "num_samples": 8, "noise": "uniform"},
+    ],
+)
+def test_eval_accuracy_at_k_without_logits(tmp_path, head):
+    """`eval_accuracy_top_k`: accuracy@k of the inference distribution from chunks of the hidden states, the same as
+    top-k of the full logits, with no (B, T, V) logits in the loss-only path and with logits for compute_metrics."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    data = _lm_dataset(n=10)
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        eval_accuracy_top_k=[1, 5],
+    )
+    trainer = HeadsTrainer(model=model, args=args, eval_dataset=data)
+    shapes = []
+    original = model.head.logits
+    model.head.logits = lambda hidden: shapes.append(tuple(hidden.shape)) or original(hidden)
+    metrics = trainer.evaluate()
+    assert all(len(shape) == 2 and shape[0] <= 4 * 16 for shape in shapes)  # chunks of rows, never (B, T, V)
+    model.head.logits = original
+    model.eval()
+    ids = torch.tensor(data["input_ids"])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[:, :-1]  # (B, T-1, V) position t predicts token t+1
+    target = ids[:, 1:]
+    possible = torch.isfinite(logits.gather(-1, target[..., None])).squeeze(-1)  # sparse: p = 0 is never a hit
+    for k in (1, 5):
+        hit = (logits.topk(k, dim=-1).indices == target[..., None]).any(-1) & possible
+        assert metrics[f"eval_accuracy@{k}"] == pytest.approx(hit.float().mean().item())
+    trainer.compute_metrics = lambda prediction: {}  # logits built for compute_metrics: the same accuracy
+    with_logits = trainer.evaluate()
+    assert with_logits["eval_accuracy@5"] == pytest.approx(metrics["eval_accuracy@5"])
+    with pytest.raises(ValueError, match="eval_accuracy_top_k=0 must be >= 1"):
+        HeadsTrainingArguments(output_dir=str(tmp_path), eval_accuracy_top_k=[0], report_to="none", use_cpu=True)

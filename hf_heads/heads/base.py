@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from hf_heads.heads.registry import head_options
+from hf_heads.losses.fused_linear import default_chunk_size
 
 TASKS = ("causal-lm", "seq2seq", "classification")
 
@@ -41,6 +42,7 @@ class OutputHead(nn.Module):
     uses_embedding_table: ClassVar[bool] = False
     logits_note: ClassVar[str] = "the model scores"  # what the inference logits are (model cards)
     loss_in_nats: ClassVar[bool] = True  # whether the losses are log-likelihoods (plots' unit)
+    has_unnormalized_scores: ClassVar[bool] = False  # whether `unnormalized_log_scores` exists (sampled heads)
 
     def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
         """`options`: this family's options object, or its head section as a dict (`family` optional), or None
@@ -75,6 +77,13 @@ class OutputHead(nn.Module):
     def diagnostics(self) -> dict[str, float]:
         return {}
 
+    def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(*, V) log-scores of the model's distribution before renormalisation, for heads trained to be
+        self-normalised (`has_unnormalized_scores`; the sampling paper's table 4 rescoring)."""
+        raise ValueError(
+            f"the {self.family} head has no unnormalised scores: its logits are not trained to be self-normalised"
+        )
+
     def copied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The logits of the checkpoint's output layer as `start_from` copied it, with its output transform: what
         `from_base` compares with the checkpoint's own logits (hf_heads.modeling.parity) before returning a model.
@@ -107,6 +116,12 @@ class OutputHead(nn.Module):
     @property
     def num_classes(self) -> int:
         raise NotImplementedError
+
+    @property
+    def training_loss_is_nll(self) -> bool:
+        """Whether the per-token training loss is −log q(label) for a distribution q over classes (or over the
+        sampled candidates): then exp(−loss) is a probability (TRL's DFT loss weights each token by it)."""
+        return self.loss_in_nats
 
     @property
     def embeds_decoder_inputs(self) -> bool:
@@ -143,17 +158,55 @@ class OutputHead(nn.Module):
         """Inference logits (*, V) in the head's dtype; they never carry a training margin."""
         return self.inference_logits(hidden)
 
+    @torch.no_grad()
+    def statistics(self, hidden: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100) -> dict:
+        """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), shaped like
+        the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0, e.g.
+        outside a sparse head's top k), `entropy` −Σ p log p, and `rank`, the number of classes strictly more probable
+        than the label (the label is in the top k when rank < k; 0 = the argmax), V where p(label) = 0 (never in a
+        top k). Computed without gradient from the
+        logits of chunks of rows (one (chunk, V) block at a time, 2^23 logits), never the (N, V) logits."""
+        h = hidden.reshape(-1, hidden.shape[-1])  # (N, H)
+        y = labels.reshape(-1).to(h.device)  # (N,)
+        rows = torch.nonzero(y != ignore_index).squeeze(1)  # (M,) the positions that count
+        out = {
+            "log_prob": torch.zeros(y.shape, dtype=torch.float32, device=h.device),
+            "entropy": torch.zeros(y.shape, dtype=torch.float32, device=h.device),
+            "rank": torch.zeros(y.shape, dtype=torch.long, device=h.device),
+        }
+        step = default_chunk_size(max(rows.numel(), 1), self.num_classes)
+        for start in range(0, rows.numel(), step):
+            r = rows[start : start + step]  # (n,)
+            log_p = torch.log_softmax(self.logits(h[r]).float(), dim=-1)  # (n, V)
+            target = log_p.gather(1, y[r, None])  # (n, 1)
+            out["log_prob"][r] = target.squeeze(1)
+            out["entropy"][r] = torch.special.entr(log_p.exp()).sum(-1)
+            rank = (log_p > target).sum(-1)  # (n,)
+            out["rank"][r] = torch.where(target.squeeze(1) > -torch.inf, rank, log_p.shape[-1])
+        return {name: value.reshape(labels.shape) for name, value in out.items()}
+
     def forward(
         self,
         hidden: torch.Tensor,
         labels: torch.Tensor | None = None,
         *,
         return_logits: bool | None = None,
+        normalized: bool = True,
+        statistics: bool = False,
         **loss_kwargs,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | dict[str, torch.Tensor] | None]:
         """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`.
-        The models call the head through this method, so module hooks (FSDP, PEFT) run around the loss too."""
+        With `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`,
+        computed in chunks without the logits; with `normalized=False` the logits are `unnormalized_log_scores`. The
+        models call the head through this method, so module
+        hooks (FSDP's unsharding, PEFT's adapted weight) run around the loss, the logits and the statistics too."""
         loss = None if labels is None else self.loss(hidden, labels, **loss_kwargs)
+        if statistics:
+            if labels is None:
+                raise ValueError("statistics=True needs labels")
+            return loss, self.statistics(hidden, labels, ignore_index=loss_kwargs.get("ignore_index", -100))
         if return_logits is None:
             return_logits = labels is None or not self.training
-        return loss, (self.logits(hidden) if return_logits else None)
+        if not return_logits:
+            return loss, None
+        return loss, (self.logits(hidden) if normalized else self.unnormalized_log_scores(hidden))

@@ -104,6 +104,19 @@ class SampledHead(MarginHead):
     paper = "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021"
     logits_note = "the paper's correction of the trained scores, renormalised over the vocabulary"
 
+    has_unnormalized_scores = True
+
+    def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(*, V) corrected log-scores log p̃(c|x) without the renormalisation over V (`corrected_log_probs` with
+        normalize=False; the sampling paper's table 4 'without renormalisation')."""
+        return self.posterior(self.scores(hidden), normalize=False)
+
+    @property
+    def training_loss_is_nll(self) -> bool:
+        """CE full, CE-MCS and CE-NCE are −log of a softmax over the vocabulary or the candidates (eqs. 5, 9, 21);
+        CE-IS and CE-CPS weight the denominator (1 / (K·D), α = C/K: eqs. 13, 17), BCE and MSE are not softmaxes."""
+        return self.options.criterion == "ce" and self.options.method in ("full", "mcs", "nce")
+
     def __init__(self, hidden_size: int, num_classes: int, options: SampledHeadOptions) -> None:
         if options.samples and options.num_samples >= num_classes:
             raise OptionError(

@@ -85,17 +85,37 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.head.weight = emb
 
     _skip_logits = False  # set by `logits_skipped()`
+    _statistics: list | None = None  # set by `logits_skipped(statistics=True)`
 
     @contextlib.contextmanager
-    def logits_skipped(self):
+    def logits_skipped(self, statistics: bool = False):
         """Within this context a forward pass given labels returns the loss and no logits, in eval mode too (the
         eval loss and perplexity never need the (B, T, V) logits; `HeadsTrainer` uses it for loss-only
-        evaluation)."""
+        evaluation). With `statistics=True` it also records statistics as `statistics_recorded` does and yields
+        their list."""
         previous, self._skip_logits = self._skip_logits, True
         try:
-            yield self
+            with self.statistics_recorded(statistics) as recorded:
+                yield recorded
         finally:
             self._skip_logits = previous
+
+    @contextlib.contextmanager
+    def statistics_recorded(self, enabled: bool = True):
+        """Within this context each forward pass given labels appends the head's per-position statistics of the
+        inference distribution (`OutputHead.statistics`: log-prob and rank of the label, entropy; plus `mask`, the
+        labelled positions), computed in chunks from the hidden states, to the list the context yields."""
+        previous, self._statistics = self._statistics, ([] if enabled else None)
+        try:
+            yield self._statistics
+        finally:
+            self._statistics = previous
+
+    def _record_statistics(self, hidden: torch.Tensor, labels: torch.Tensor | None) -> None:
+        """Inside `logits_skipped(statistics=True)`: record the statistics of this forward's labelled positions."""
+        if self._statistics is not None and labels is not None:
+            _, stats = self.head(hidden, labels, statistics=True)
+            self._statistics.append(stats | {"mask": labels != -100})
 
     def _wants_logits(self, labels) -> bool:
         return labels is None or not (self.training or self._skip_logits)
@@ -131,6 +151,13 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
+
+    def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:
+        """transformers' `add_adapter` (PEFT), with PEFT's default `target_modules` of the backbone filled in when
+        the config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`; see
+        hf_heads.integrations.peft). LoRA on the head: `target_parameters=["head.weight"]`."""
+        peft = importlib.import_module("hf_heads.integrations.peft")
+        return super().add_adapter(peft.with_backbone_targets(adapter_config, self), adapter_name)
 
 
 def fresh(model: nn.Module) -> nn.Module:

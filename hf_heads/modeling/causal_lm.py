@@ -12,6 +12,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
 from hf_heads.modeling.parity import (
     check_same_distribution,
     generation_unsupported,
@@ -32,6 +33,19 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
     """
 
     head_task = "causal-lm"
+    _trl_fused_head = False  # set when TRL's SFTTrainer tried to install its own LM head (see __setattr__)
+
+    def __setattr__(self, name: str, value) -> None:
+        """TRL's `SFTTrainer` replaces `model.forward` with a plain cross-entropy LM head read from
+        `get_output_embeddings()` (`trl.trainer.utils.add_fused_lm_head`). That replacement would train plain CE
+        instead of this model's head criterion, so it is not installed: this model answers TRL's
+        `fused_lm_head=True` calls itself, with its head's own criterion (`token_loss_output`). Any other
+        assignment (accelerate's mixed-precision forward wrapper included) is left as it is."""
+        if name == "forward" and is_trl_fused_forward(value):
+            object.__setattr__(self, "_trl_fused_head", True)
+            logger.info("TRL's fused LM head not installed: the %s head answers fused_lm_head calls", self.head.family)
+            return
+        super().__setattr__(name, value)
 
     def __init__(self, config: HeadsConfig, backbone: PreTrainedModel | None = None) -> None:
         super().__init__(config)
@@ -162,11 +176,21 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
+        fused_lm_head: bool = False,
         **kwargs,
-    ) -> CausalLMOutputWithPast:
+    ) -> CausalLMOutputWithPast | TokenLossOutput:
         """Args as in transformers' `*ForCausalLM.forward`; `num_items_in_batch` makes gradient
-        accumulation exact (the loss is a sum divided by it)."""
+        accumulation exact (the loss is a sum divided by it).
+
+        `fused_lm_head=True` (TRL's `SFTTrainer` protocol, hf_heads.integrations.trl) returns a `TokenLossOutput`
+        of per-token quantities instead of logits; `shift_labels=` (a keyword, kept out of the signature so that the
+        Trainer's label names stay `labels`) are labels already shifted (position t predicts shift_labels[t]), as
+        TRL passes them under context / sequence parallelism."""
         kwargs.pop("return_dict", None)
+        shift_labels = kwargs.pop("shift_labels", None)
+        wants_loss = fused_lm_head or labels is not None or shift_labels is not None
+        if self._trl_fused_head and self.training and torch.is_grad_enabled() and not wants_loss:
+            raise ValueError(trl_full_logits_refusal(self.head.family))
         outputs = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -178,14 +202,17 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H)
+        if shift_labels is None and labels is not None:
+            shift_labels = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
+        if fused_lm_head:
+            return token_loss_output(self.head, hidden, shift_labels, num_items_in_batch)
         loss = None
-        if labels is not None:
-            shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
-            loss, _ = self.head(
-                hidden, shifted.to(hidden.device), return_logits=False, num_items_in_batch=num_items_in_batch
-            )
+        if shift_labels is not None:
+            shift_labels = shift_labels.to(hidden.device)
+            loss, _ = self.head(hidden, shift_labels, return_logits=False, num_items_in_batch=num_items_in_batch)
+            self._record_statistics(hidden, shift_labels)
         logits = None
-        if self._wants_logits(labels):
+        if self._wants_logits(shift_labels):
             keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
             _, logits = self.head(hidden[:, keep, :], return_logits=True)  # (B, T', V)
         return CausalLMOutputWithPast(

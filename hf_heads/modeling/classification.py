@@ -247,6 +247,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         loss, logits = self.head(
             pooled, labels, return_logits=self._wants_logits(labels), num_items_in_batch=num_items_in_batch
         )  # logits (B, C)
+        self._record_statistics(pooled, labels)
         return SequenceClassifierOutput(
             loss=loss,
             logits=logits,

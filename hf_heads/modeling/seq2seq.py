@@ -287,6 +287,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         loss, logits = self.head(
             hidden, labels, return_logits=self._wants_logits(labels), num_items_in_batch=num_items_in_batch
         )  # logits (B, T, V)
+        self._record_statistics(hidden, labels)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -13,7 +13,7 @@ from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
 from hf_heads.heads.registry import DEFAULT_FAMILY
-from hf_heads.losses._checks import OptionError
+from hf_heads.losses._checks import OptionError, check_number
 
 logger = logging.getLogger(__name__)
 DEFAULT_LOGGING_STEPS = 500  # TrainingArguments' default, kept when the run length is not given in steps
@@ -97,7 +97,17 @@ class _RunDefaults:
         },
     )
 
+    eval_accuracy_top_k: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Also report teacher-forced token / label accuracy@k (eval_accuracy@k) for these k (e.g. 1 5), "
+            "computed in chunks from the hidden states: no (B, T, V) logits, with or without compute_metrics."
+        },
+    )
+
     def __post_init__(self):
+        for k in self.eval_accuracy_top_k or ():
+            check_number("eval_accuracy_top_k", k, minimum=1, integer=True)
         if self.logging_steps is None:  # not given: a loss curve with ~20 points, even for a short run
             self.logging_steps = max(1, self.max_steps // 20) if self.max_steps > 0 else DEFAULT_LOGGING_STEPS
         super().__post_init__()

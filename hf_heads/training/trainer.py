@@ -38,6 +38,8 @@ def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index
 
 
 class _HeadsTrainerMixin:
+    counts_column = "labels"  # the training-set column the word counts are read from
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if getattr(self.args, "label_smoothing_factor", 0.0):
@@ -55,7 +57,7 @@ class _HeadsTrainerMixin:
             return
         if self.train_dataset is None:
             raise ValueError("this head needs word counts: give a train_dataset or call model.set_word_counts(...)")
-        model.set_word_counts(label_counts(self.train_dataset, head.num_classes))
+        model.set_word_counts(label_counts(self.train_dataset, head.num_classes, column=self.counts_column))
 
     def train(self, *args, **kwargs):
         self._prepare_head()
@@ -63,12 +65,33 @@ class _HeadsTrainerMixin:
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Loss-only evaluation (no `compute_metrics`, or `--prediction_loss_only`) never builds the (B, T, V)
-        logits: the head computes the eval loss in chunks from the hidden states."""
+        logits: the head computes the eval loss in chunks from the hidden states. With `eval_accuracy_top_k` the
+        head's statistics (rank of each label) are recorded in the same forward, in chunks, logits or not."""
         inner = self.accelerator.unwrap_model(model)
-        if prediction_loss_only and "labels" in inputs and hasattr(inner, "logits_skipped"):
-            with inner.logits_skipped():
-                return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        ks = getattr(self.args, "eval_accuracy_top_k", None)
+        if not hasattr(inner, "logits_skipped") or "labels" not in inputs:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        context = inner.logits_skipped if prediction_loss_only else inner.statistics_recorded
+        with context(bool(ks)) as recorded:
+            out = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        for stats in recorded or ():
+            hits = torch.stack([((stats["rank"] < k) & stats["mask"]).sum() for k in ks])  # (len(ks),)
+            total = stats["mask"].sum()
+            self._accuracy_counts = self._accuracy_counts + torch.cat([hits, total[None]]).double()
+        return out
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, **kwargs):
+        """The Trainer's loop, plus `{prefix}_accuracy@k` for each k of `eval_accuracy_top_k` (summed over every
+        process's labelled positions)."""
+        ks = getattr(self.args, "eval_accuracy_top_k", None) or []
+        self._accuracy_counts = torch.zeros(len(ks) + 1, dtype=torch.float64, device=self.args.device)
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, **kwargs)
+        if ks:
+            counts = self.accelerator.reduce(self._accuracy_counts, reduction="sum").tolist()
+            prefix = kwargs.get("metric_key_prefix", "eval")
+            for k, hits in zip(ks, counts[:-1], strict=True):
+                output.metrics[f"{prefix}_accuracy@{k}"] = hits / max(counts[-1], 1.0)
+        return output
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         model = self.accelerator.unwrap_model(self.model)

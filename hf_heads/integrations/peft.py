@@ -1,0 +1,60 @@
+"""PEFT adapters on hf_heads models.
+
+- **Default targets.** PEFT picks LoRA's default `target_modules` by `config.model_type`; an hf_heads model's
+  model_type is `hf_heads` whatever its backbone, so PEFT alone answers "Please specify `target_modules`".
+  `with_backbone_targets(peft_config, model)` fills them with PEFT's own default for the backbone's model_type
+  (e.g. `q_proj`, `v_proj` for Llama), restricted to modules under `backbone.` so the head is never matched by a
+  name. `model.add_adapter(config)` (transformers' PEFT integration) and `HeadsSFTTrainer(peft_config=...)` do it for
+  you; with `peft.get_peft_model` call it yourself (three lines in README).
+- **LoRA on the head**: `LoraConfig(target_parameters=["head.weight"])` (PEFT's LoRA on a parameter). PEFT then
+  replaces `head.weight` by W + (α/r)·B·A inside the head's forward, so every criterion (chunked softmax, margin,
+  sampled candidates, sparse top-k) trains the low-rank update on the (V, H) weight it reads — the (N, V) logits are
+  never built. `target_modules=["head"]` is refused by PEFT itself (a head is not an `nn.Linear`); the continuous
+  head has no (V, H) output weight (`refuse_head_lora`).
+- **`modules_to_save=["head"]`**: the whole head is trained and saved with the adapter.
+"""
+
+from __future__ import annotations
+
+import re
+
+from peft import PeftConfig
+from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+
+def backbone_target_modules(model) -> str:
+    """PEFT's default LoRA targets for the backbone of an hf_heads `model`, as a regex over module names under
+    `backbone.`; raises a clear error when PEFT has no default for that backbone (as PEFT does for a bare model)."""
+    backbone = model.config.backbone
+    backbone_type = backbone.get("model_type") if isinstance(backbone, dict) else backbone.model_type
+    names = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(backbone_type)
+    if names is None:
+        raise ValueError(
+            f"PEFT has no default LoRA target_modules for the backbone model_type={backbone_type!r}: give "
+            "LoraConfig(target_modules=[...]) (module names inside model.backbone)"
+        )
+    if isinstance(names, str):  # already a regex over full module names
+        return rf"backbone\.(?:{names})"
+    return r"backbone\..*\.(?:" + "|".join(re.escape(n) for n in sorted(names)) + ")"
+
+
+def with_backbone_targets(peft_config: PeftConfig, model) -> PeftConfig:
+    """`peft_config` with `target_modules` set to the backbone's PEFT default (`backbone_target_modules`) when it
+    names neither `target_modules` nor `target_parameters` (with `target_parameters` alone, e.g. LoRA on the head
+    only, PEFT adapts just those); returned as is otherwise. Also refuses LoRA on the weight of a head that has
+    none."""
+    refuse_head_lora(peft_config, model)
+    if getattr(peft_config, "target_modules", True) is not None or getattr(peft_config, "target_parameters", None):
+        return peft_config
+    peft_config.target_modules = backbone_target_modules(model)
+    return peft_config
+
+
+def refuse_head_lora(peft_config: PeftConfig, model) -> None:
+    """A `target_parameters` entry naming the head's weight on a head without a (V, H) output matrix: clear error."""
+    targets = getattr(peft_config, "target_parameters", None) or []
+    if any(t.startswith("head.") for t in targets) and not model.head.has_output_matrix:
+        raise ValueError(
+            f"target_parameters={targets}: a {model.head.family} head has no (V, H) output weight to adapt; use "
+            "modules_to_save=['head'] to train the whole head"
+        )

@@ -1,0 +1,168 @@
+"""PEFT on hf_heads models (hf_heads.integrations.peft): the backbone's default LoRA targets for every task, LoRA on
+the head's (V, H) weight trained inside the chunked losses (no (N, V) tensor), adapters and `modules_to_save=["head"]`
+saved, reloaded and generating the same tokens."""
+
+import pytest
+import torch
+from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_llama_config
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
+from hf_heads.integrations.peft import backbone_target_modules, with_backbone_targets
+
+peft = pytest.importorskip("peft")
+
+V = 200
+FAMILIES = {
+    "softmax": {"family": "softmax"},
+    "margin": {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "uniform", "context_norm": "max-norm"},
+    "sparse": {"family": "sparse", "k": 5},
+    "sampled": {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
+}
+
+
+def _causal(head, seed=0):
+    torch.manual_seed(seed)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config(V).to_dict(), head=head))
+    if model.head_needs_counts():
+        model.set_word_counts(torch.arange(V, 0, -1, dtype=torch.float64))
+    return model
+
+
+def _adapted(model) -> list[str]:
+    return sorted({name.split(".")[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")})
+
+
+@pytest.mark.parametrize(
+    "task, build, expected",
+    [
+        ("CAUSAL_LM", lambda: _causal({"family": "softmax"}), ["q_proj", "v_proj"]),
+        (
+            "SEQ_2_SEQ_LM",
+            lambda: HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head={"family": "softmax"})),
+            ["q_proj", "v_proj"],
+        ),
+        (
+            "SEQ_CLS",
+            lambda: HeadsForSequenceClassification(
+                HeadsConfig(backbone=tiny_bert_config(), head={"family": "softmax"}, num_labels=3)
+            ),
+            ["query", "value"],
+        ),
+    ],
+)
+def test_default_lora_config_targets_the_backbones_default_modules(task, build, expected):
+    native = build()
+    native.add_adapter(peft.LoraConfig(task_type=task))  # transformers' own PEFT integration fills the targets
+    assert _adapted(native) == expected
+    # peft.get_peft_model keys its defaults by model_type ("hf_heads"): fill them with with_backbone_targets.
+    # PEFT 0.21's PeftModelForSeq2SeqLM fails on transformers 5.23 for every seq2seq model (it reads the removed
+    # GenerationMixin._prepare_encoder_decoder_kwargs_for_generation), so the seq2seq model is wrapped task-free.
+    peft_task = None if task == "SEQ_2_SEQ_LM" else task
+    with pytest.raises(ValueError, match="target_modules"):
+        peft.get_peft_model(build(), peft.LoraConfig(task_type=peft_task))
+    model = build()
+    model = peft.get_peft_model(model, with_backbone_targets(peft.LoraConfig(task_type=peft_task), model))
+    assert _adapted(model) == expected
+    assert not any("head" in name for name, p in model.named_parameters() if "lora_" in name)
+
+
+def test_backbone_without_a_peft_default_is_refused_by_name():
+    from transformers import GPT2Config
+
+    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=V)
+    config.model_type = "not-in-peft"
+    model = HeadsForCausalLM(HeadsConfig(backbone=config.to_dict() | {"model_type": "gpt2"}))
+    model.config.backbone = {"model_type": "not-in-peft"}
+    with pytest.raises(ValueError, match="no default LoRA target_modules for the backbone model_type='not-in-peft'"):
+        backbone_target_modules(model)
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest tensor any operation returns."""
+
+    largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def _lora_on_head(model):
+    config = peft.LoraConfig(
+        task_type="CAUSAL_LM", r=4, target_parameters=["head.weight"], init_lora_weights=False, lora_alpha=8
+    )
+    return peft.get_peft_model(model, with_backbone_targets(config, model))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_lora_on_the_head_trains_inside_the_chunked_loss(tmp_path, family):
+    head = dict(FAMILIES[family], chunk_size=8)  # chunks of 8 rows: an (N, V) tensor would stand out
+    model = _lora_on_head(_causal(head))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, V, (4, 16), generator=g)  # N = 64 rows: N·V = 12800 > V·H = 6400 > N·(MLP 64) = 4096
+    model.train()
+    with _LargestTensor() as probe:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    assert probe.largest < ids.numel() * V, f"a tensor of {probe.largest} elements (N·V = {ids.numel() * V})"
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    head_lora = [n for n in grads if n.startswith("base_model.model.head.lora_")]
+    assert len(head_lora) == 2 and all(grads[n].abs().sum() > 0 for n in head_lora)
+    assert model.base_model.model.head.base_layer.weight.grad is None  # W frozen, B·A trained
+
+    # inference sees W + (α/r)·B·A: the same logits as the merged model
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+        merged = _lora_on_head(_causal(head))
+        merged.load_state_dict(model.state_dict())
+        merged = merged.merge_and_unload()
+        torch.testing.assert_close(logits, merged(input_ids=ids).logits)
+    assert not torch.allclose(logits, _causal(head).eval()(input_ids=ids).logits)  # the adapter changed them
+
+    # adapter save -> reload on a fresh base -> identical logits and greedy tokens
+    model.save_pretrained(tmp_path / "adapter")
+    reloaded = peft.PeftModel.from_pretrained(_causal(head), tmp_path / "adapter").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, logits)
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=1)
+    torch.testing.assert_close(
+        model.generate(input_ids=ids[:1, :5], **kwargs), reloaded.generate(input_ids=ids[:1, :5], **kwargs)
+    )
+
+
+def test_modules_to_save_head_saves_and_reloads_the_head(tmp_path):
+    model = _causal(FAMILIES["margin"])
+    config = with_backbone_targets(peft.LoraConfig(task_type="CAUSAL_LM", r=4, modules_to_save=["head"]), model)
+    model = peft.get_peft_model(model, config)
+    ids = torch.randint(4, V, (2, 8), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    model.eval()
+    model.save_pretrained(tmp_path)
+    reloaded = peft.PeftModel.from_pretrained(_causal(FAMILIES["margin"]), tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, model(input_ids=ids).logits)
+        assert not torch.allclose(
+            reloaded(input_ids=ids).logits, _causal(FAMILIES["margin"]).eval()(input_ids=ids).logits
+        )
+
+
+def test_lora_on_a_head_without_an_output_weight_is_refused():
+    model = HeadsForSeq2SeqLM(
+        HeadsConfig(
+            backbone=tiny_enc_dec_config("bart"), head={"family": "continuous", "loss": "vmf", "embedding_dim": 8}
+        )
+    )
+    config = peft.LoraConfig(target_parameters=["head.weight"])
+    with pytest.raises(ValueError, match="continuous head has no \\(V, H\\) output weight"):
+        with_backbone_targets(config, model)
+    model.head.set_embedding_table(torch.randn(50, 8))
+    x, mask, y = seq2seq_batch()
+    adapted = peft.get_peft_model(model, with_backbone_targets(peft.LoraConfig(), model))
+    assert torch.isfinite(adapted(input_ids=x, attention_mask=mask, labels=y).loss)

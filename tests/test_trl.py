@@ -1,0 +1,140 @@
+"""TRL's SFTTrainer trains an hf_heads causal LM with the head's own criterion (hf_heads.integrations.trl,
+hf_heads.modeling.fused): the trainer's loss and gradients equal `model(**batch).loss` in training mode for every
+discrete family; SFT options that would train on the inference logits are refused, never run as plain CE."""
+
+import pytest
+import torch
+from conftest import tiny_llama_config
+from datasets import Dataset
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.data.tokenization import build_word_tokenizer
+from hf_heads.losses._checks import OptionError
+
+trl = pytest.importorskip("trl")
+from hf_heads.integrations.trl import HeadsSFTTrainer  # noqa: E402
+
+V = 61
+FAMILIES = {
+    "softmax": {"family": "softmax"},
+    "margin": {"family": "margin", "margin": "arc", "m": 0.2},
+    "sparse": {"family": "sparse", "k": 5, "label_smoothing": 0.1},
+    "sampled-ce-is": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
+    "sampled-bce-nce": {
+        "family": "sampled",
+        "criterion": "bce",
+        "method": "nce",
+        "num_samples": 8,
+        "noise": "uniform",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_word_tokenizer([" ".join(f"w{i}" for i in range(V - 4))], add_eos=False)  # 4 specials + 57 words
+
+
+def _data(n=8, length=10):
+    g = torch.Generator().manual_seed(1)
+    return Dataset.from_dict({"input_ids": torch.randint(4, V, (n, length), generator=g).tolist()})
+
+
+def _model(head):
+    torch.manual_seed(0)
+    return HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config(V).to_dict(), head=head))
+
+
+def _args(tmp_path, **kw):
+    return trl.SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+        eos_token="</s>",
+        pad_token="<pad>",
+        **kw,
+    )
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_sft_trainer_trains_the_heads_own_criterion(tmp_path, tokenizer, family):
+    model = _model(FAMILIES[family])
+    trainer = trl.SFTTrainer(model=model, args=_args(tmp_path), train_dataset=_data(), processing_class=tokenizer)
+    assert type(model).forward is HeadsForCausalLM.forward and "forward" not in vars(model)  # TRL's head not installed
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    model.train()
+    torch.manual_seed(5)  # the sampled heads draw their K samples from the global generator
+    trainer_loss = trainer.compute_loss(model, dict(batch))
+    trainer_loss.backward()
+    trainer_grads = _grads(model)
+    model.zero_grad()
+    torch.manual_seed(5)
+    model_loss = model(**batch).loss
+    model_loss.backward()
+    torch.testing.assert_close(trainer_loss, model_loss)
+    for name, grad in _grads(model).items():
+        torch.testing.assert_close(trainer_grads[name], grad, msg=name)
+    # what TRL logs: entropy and accuracy of the inference distribution (no margin, sampled corrected)
+    stats = trainer._metrics["train"]
+    assert 0 < stats["entropy"][-1] < torch.log(torch.tensor(float(V))).item() + 1e-4
+
+
+def test_sft_eval_loss_is_the_heads_eval_loss(tmp_path, tokenizer):
+    model = _model(FAMILIES["margin"])
+    data = _data(n=4)
+    trainer = trl.SFTTrainer(
+        model=model, args=_args(tmp_path), train_dataset=data, eval_dataset=data, processing_class=tokenizer
+    )
+    batch = trainer.data_collator([trainer.eval_dataset[i] for i in range(4)])
+    eval_loss = trainer.evaluate()["eval_loss"]
+    model.eval()
+    with torch.no_grad():
+        assert eval_loss == pytest.approx(model(**batch).loss.item(), rel=1e-5)  # no margin at evaluation
+
+
+def test_sft_options_that_need_full_logits_are_refused(tmp_path, tokenizer):
+    model = _model(FAMILIES["margin"])
+    args = _args(tmp_path, label_smoothing_factor=0.1)
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=_data(), processing_class=tokenizer)
+    with pytest.raises(ValueError, match="label_smoothing_factor > 0 .* not with the margin head's criterion"):
+        trainer.train()
+    with pytest.raises(ValueError, match="label_smoothing_factor"):
+        HeadsSFTTrainer(model=_model(FAMILIES["margin"]), args=args, train_dataset=_data(), processing_class=tokenizer)
+    with pytest.raises(ValueError, match="compute_loss_func"):
+        HeadsSFTTrainer(
+            model=_model(FAMILIES["margin"]),
+            args=_args(tmp_path),
+            train_dataset=_data(),
+            processing_class=tokenizer,
+            compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum(),
+        )
+
+
+def test_heads_sft_trainer_checks_dft_and_fills_peft_targets(tmp_path, tokenizer):
+    peft = pytest.importorskip("peft")
+    with pytest.raises(OptionError, match="loss_type='dft' is not allowed .* allowed: 'nll'"):
+        HeadsSFTTrainer(
+            model=_model(FAMILIES["sampled-bce-nce"]),
+            args=_args(tmp_path, loss_type="dft"),
+            train_dataset=_data(),
+            processing_class=tokenizer,
+        )
+    trainer = HeadsSFTTrainer(  # DFT on a margin head: exp(−ℓ) is the margin softmax's probability
+        model=_model(FAMILIES["margin"]),
+        args=_args(tmp_path, loss_type="dft", logging_steps=1),
+        train_dataset=_data(),
+        processing_class=tokenizer,
+        peft_config=peft.LoraConfig(task_type="CAUSAL_LM", r=4),  # no target_modules: the backbone's (Llama) default
+    )
+    adapted = sorted({n.split(".")[-1] for n, m in trainer.model.named_modules() if hasattr(m, "lora_A")})
+    assert adapted == ["q_proj", "v_proj"]
+    trainer.train()
+    assert "head/weight_norm_mean" in trainer.state.log_history[0]  # HeadsTrainer's diagnostics
