@@ -1,0 +1,383 @@
+"""Sentence and token log-probabilities under an hf_heads model's inference distribution, for rescoring.
+
+The score of a text is Σ_t log p(y_t | y_<t [, source]) with p the distribution the head's inference logits define
+(`OutputHead.logits`: log_softmax of them is the model's p(c|x)). It is computed from the backbone's final hidden
+states, the scored positions gathered and passed through the head in chunks of rows, so one (chunk, V) block of
+logits exists at a time, never the (B, T, V) logits of a batch (the memory rule of hf_heads.losses.fused_linear).
+
+Per family (what a score means):
+
+- softmax: log_softmax of W h + b (with the checkpoint's output transform).
+- margin (margin paper, eq. 13): the scores l(c, i) without the margin of eq. 14 (the inference logits never carry
+  it); max-norm heads use their running max ‖h‖, and are refused before one exists (the score would then depend on
+  the rest of the batch).
+- sampled (sampling paper, eqs. 2-22): the corrected posterior. `normalize=True` renormalises it over the vocabulary
+  (log_softmax of the corrected scores, the perplexities of the paper's tables 2-3); `normalize=False` returns the
+  corrected log-score log p̃(c|x) itself, without the log-sum-exp: the paper's table 4 ("WERs without explicit
+  normalization"), meaningful for self-normalising criteria (BCE-IS, BCE-NCE, ...), a raw score otherwise.
+- sparse (sparse-softmax paper, eq. 4): log of the truncated distribution. A token outside the row's top
+  `decode_k` (default k) has probability 0, so its log-probability is -inf, and so is the score of its text; this
+  is exactly log_softmax of the truncated inference logits, which is what `generate()` decodes with.
+- continuous (Bhat et al. 2019): log_softmax of the decoding scores û·Eᵀ (or s·cos(û, E)), the distribution beam
+  search ranks hypotheses with. It is not the vMF density of the training loss.
+
+`normalize=False` is the sampling paper's setting and is accepted for sampled heads only: softmax, margin and
+continuous logits are not trained to be self-normalised (their raw logits carry an arbitrary per-position offset),
+and a sparse head's raw logit is not a probability of anything (eq. 5 needs the top-k log-sum-exp). They are refused
+with a ValueError rather than returning the normalised score under another name.
+
+Sequences:
+
+- causal LM: `[BOS] + tokens + [EOS]` (tokens without the tokenizer's own special tokens); every token after the
+  first is scored given the ones before it. `add_bos=False` leaves the first token unscored (nothing predicts it);
+  `add_eos=False` does not score the end of the text.
+- seq2seq: the target `tokens + [EOS]` is scored given the source (encoded with the tokenizer's own special
+  tokens, as the training scripts encode sources) and the decoder's start token `decoder_start_token_id`, which
+  plays the role of BOS (a seq2seq decoder always starts from it: `add_bos=False` is refused there).
+
+Batches are padded on the right with an attention mask: no real token ever attends to padding and the default
+position ids 0..T-1 are the unpadded ones, so a text scores the same alone or in any batch (up to float rounding).
+A text longer than the model's context (`max_position_embeddings` / `n_positions` of the backbone, when the config
+has one) is refused with an error naming it and both lengths, not truncated or windowed: a truncated score would
+silently be the score of another text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PretrainedConfig
+
+from hf_heads.losses.fused_linear import default_chunk_size
+
+Where = Callable[[int], str]  # index -> how an error names that text, e.g. "texts[3]" or "input.txt line 4"
+
+
+@dataclass
+class _Example:
+    """One text to score: `inputs` (T,) fed to the (decoder of the) model, position t predicting `targets[t]`."""
+
+    index: int
+    inputs: list[int]
+    targets: list[int]
+    source: list[int] | None = None  # encoder input ids (seq2seq)
+
+
+def token_log_probs(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    sources: Sequence[str] | None = None,
+    normalize: bool = True,
+    batch_size: int = 32,
+    add_bos: bool = True,
+    add_eos: bool = True,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> list[torch.Tensor]:
+    """Log-probability of every scored token of each text: a list of float64 tensors (n_i,), one per text.
+
+    `model`: a `HeadsForCausalLM` or `HeadsForSeq2SeqLM`; `tokenizer`: its tokenizer (at most the model's vocabulary
+    size); `sources` (seq2seq only, required there): one source text per text. `normalize`: see the module docstring
+    (False: the sampling paper's unnormalised corrected scores, sampled heads only). `chunk_size`: scored positions
+    per (chunk, V) block of logits (default: 2^23 logits, 32 MiB in float32). `progress`: a tqdm bar on stderr.
+    Which tokens are scored (BOS, EOS) and what a score means per head family: module docstring."""
+    return _score(
+        model,
+        tokenizer,
+        texts,
+        sources=sources,
+        normalize=normalize,
+        batch_size=batch_size,
+        add_bos=add_bos,
+        add_eos=add_eos,
+        chunk_size=chunk_size,
+        progress=progress,
+    )
+
+
+def sentence_log_probs(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    sources: Sequence[str] | None = None,
+    normalize: bool = True,
+    batch_size: int = 32,
+    add_bos: bool = True,
+    add_eos: bool = True,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """(len(texts),) float64: the sum of each text's token log-probabilities (`token_log_probs`, same arguments).
+    -inf where a sparse head gives a token probability 0."""
+    rows = token_log_probs(
+        model,
+        tokenizer,
+        texts,
+        sources=sources,
+        normalize=normalize,
+        batch_size=batch_size,
+        add_bos=add_bos,
+        add_eos=add_eos,
+        chunk_size=chunk_size,
+        progress=progress,
+    )
+    return torch.stack([row.sum() for row in rows]) if rows else torch.zeros(0, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def _task(model) -> str:
+    task = getattr(model, "head_task", None)
+    if task not in ("causal-lm", "seq2seq") or not hasattr(model, "head") or not hasattr(model, "backbone"):
+        raise ValueError(
+            f"model is a {type(model).__name__}: scoring needs an hf_heads HeadsForCausalLM or HeadsForSeq2SeqLM "
+            "(load a saved one with AutoModelForCausalLM / AutoModelForSeq2SeqLM after `import hf_heads`)"
+        )
+    return task
+
+
+def _check_normalize(head, normalize: bool) -> None:
+    if not isinstance(normalize, bool):
+        raise ValueError(f"normalize={normalize!r} must be True or False")
+    if not normalize and not head.has_unnormalized_scores:
+        raise ValueError(
+            f"normalize=False: the {head.family} head has no unnormalised scores; it is the sampling paper's "
+            "rescoring with the corrected scores without renormalisation (table 4), allowed for sampled heads only "
+            "(softmax, margin and continuous logits are not self-normalised, a sparse head's raw logit is no "
+            "probability): use normalize=True"
+        )
+    running = getattr(head, "running_context_norm", None)
+    if getattr(head.options, "context_norm", None) == "max-norm" and running is not None and running() is None:
+        raise ValueError(
+            "head.context_norm='max-norm' has no running max ‖h‖ yet (it is set by training or by from_base's "
+            "calibration): without it a score would depend on the rest of its batch"
+        )
+
+
+def _check_texts(texts, name: str) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise ValueError(f"{name} must be a list of strings, not {type(texts).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"{name}[{i}] is a {type(text).__name__}, not a string")
+    return list(texts)
+
+
+def _check_vocab(tokenizer, model) -> None:
+    size = min(model.head.num_classes, model.get_input_embeddings().num_embeddings)
+    if len(tokenizer) > size:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model scores only {size} classes: use the model's own "
+            "tokenizer (or one whose vocabulary matches it)"
+        )
+
+
+def _max_positions(config) -> int | None:
+    """The context of a backbone (sub-)config: `max_position_embeddings` (GPT-2's `n_positions` maps to it), or
+    None where positions are relative (T5) or rotary without a stated maximum."""
+    value = getattr(config, "max_position_embeddings", None)
+    if value is None:
+        value = getattr(config, "n_positions", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def _special_id(tokenizer, model, name: str) -> int | None:
+    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the backbone config."""
+    value = getattr(tokenizer, name, None)
+    return value if value is not None else model.config.backbone_token_id(name)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+def _encode(
+    model,
+    tokenizer,
+    texts: list[str],
+    sources: list[str] | None,
+    add_bos: bool,
+    add_eos: bool,
+    where: Where,
+    source_where: Where,
+) -> list[_Example]:
+    task = _task(model)
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    eos = [_required_id(tokenizer, model, "eos_token_id", "add_eos")] if add_eos else []
+    backbone = model.config.backbone
+    examples = []
+    if task == "causal-lm":
+        bos = [_required_id(tokenizer, model, "bos_token_id", "add_bos")] if add_bos else []
+        limit = _max_positions(backbone.get_text_config(decoder=True))
+        for i, (text, row) in enumerate(zip(texts, ids, strict=True)):
+            _check_nonempty(text, row, where(i))
+            seq = bos + list(row) + eos
+            if len(seq) < 2:
+                raise ValueError(
+                    f"{where(i)} is a single token without BOS or EOS: nothing predicts it (use add_bos or add_eos)"
+                )
+            _check_length(len(seq) - 1, limit, where(i), f"{len(seq)} tokens with BOS/EOS, fed as {len(seq) - 1}")
+            examples.append(_Example(i, seq[:-1], seq[1:]))
+        return examples
+    if not add_bos:
+        raise ValueError(
+            "add_bos=False: a seq2seq decoder always starts from its decoder_start_token_id (the role BOS plays "
+            "for a causal LM); add_bos applies to causal LMs only"
+        )
+    start = model.config.backbone_token_id("decoder_start_token_id")
+    if start is None:
+        raise ValueError("backbone.decoder_start_token_id is not set: set it in the model's backbone config")
+    src_ids = tokenizer(sources)["input_ids"]
+    encoder = getattr(backbone, "encoder", None)  # an EncoderDecoderConfig (BERT2BERT) holds the encoder's config
+    if not isinstance(encoder, PretrainedConfig):
+        encoder = backbone.get_text_config(encoder=True)
+    enc_limit = _max_positions(encoder)
+    dec_limit = _max_positions(backbone.get_text_config(decoder=True))
+    for i, (text, row, source, src) in enumerate(zip(texts, ids, sources, src_ids, strict=True)):
+        _check_nonempty(text, row, where(i))
+        _check_nonempty(source, src, source_where(i))
+        target = list(row) + eos
+        _check_length(len(target), dec_limit, where(i), f"{len(target)} target tokens with EOS")
+        _check_length(len(src), enc_limit, source_where(i), f"{len(src)} tokens")
+        examples.append(_Example(i, [start] + target[:-1], target, list(src)))
+    return examples
+
+
+def _required_id(tokenizer, model, name: str, flag: str) -> int:
+    value = _special_id(tokenizer, model, name)
+    if value is None:
+        raise ValueError(f"{flag}=True, but neither the tokenizer nor the model config has {name}: pass {flag}=False")
+    return value
+
+
+def _check_nonempty(text: str, ids, where: str) -> None:
+    if not text.strip():
+        raise ValueError(f"{where} is empty: every text needs at least one token (an empty string cannot be scored)")
+    if len(ids) == 0:
+        raise ValueError(f"{where} ({text[:40]!r}) tokenizes to no tokens")
+
+
+def _check_length(length: int, limit: int | None, where: str, what: str) -> None:
+    if limit is not None and length > limit:
+        raise ValueError(
+            f"{where} is too long for the model: {what}, more than its context of {limit} positions "
+            "(max_position_embeddings); long texts are refused, not truncated: split it"
+        )
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+
+
+def _score(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    sources: Sequence[str] | None,
+    normalize: bool,
+    batch_size: int,
+    add_bos: bool,
+    add_eos: bool,
+    chunk_size: int | None,
+    progress: bool,
+    where: Where | None = None,
+    source_where: Where | None = None,
+) -> list[torch.Tensor]:
+    task = _task(model)
+    where = where or (lambda i: f"texts[{i}]")
+    source_where = source_where or (lambda i: f"sources[{i}]")
+    texts = _check_texts(texts, "texts")
+    if task == "seq2seq":
+        if sources is None:
+            raise ValueError("sources=None: a seq2seq model scores a target given its source; pass sources=[...]")
+        sources = _check_texts(sources, "sources")
+        if len(sources) != len(texts):
+            raise ValueError(f"sources has {len(sources)} items but texts has {len(texts)}: give one source per text")
+    elif sources is not None:
+        raise ValueError("sources= is for seq2seq models; a causal LM scores texts on their own")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size={chunk_size!r} must be an integer >= 1 or None")
+    head = model.head
+    _check_normalize(head, normalize)
+    _check_vocab(tokenizer, model)
+    if not texts:
+        return []
+    examples = _encode(model, tokenizer, texts, sources, add_bos, add_eos, where, source_where)
+    order = sorted(examples, key=lambda e: -(len(e.inputs) + len(e.source or ())))  # less padding per batch
+    out: list[torch.Tensor | None] = [None] * len(examples)
+    pad = _pad_id(tokenizer, model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), tqdm(total=len(examples), desc="scoring", unit="text", disable=not progress) as bar:
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                for example, row in zip(batch, _score_batch(model, batch, pad, normalize, chunk_size), strict=True):
+                    out[example.index] = row
+                bar.update(len(batch))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _pad_id(tokenizer, model) -> int:
+    """Any valid id works (padded positions are masked and never scored); the tokenizer's, else the config's."""
+    for value in (getattr(tokenizer, "pad_token_id", None), model.config.backbone_token_id("pad_token_id")):
+        if value is not None:
+            return value
+    return 0
+
+
+def _padded(rows: list[list[int]], value: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (B, T) and attention mask (B, T)."""
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), value, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _score_batch(model, batch: list[_Example], pad: int, normalize: bool, chunk_size: int | None):
+    device = model.get_input_embeddings().weight.device
+    inputs, mask = _padded([e.inputs for e in batch], pad, device)  # (B, T)
+    targets, _ = _padded([e.targets for e in batch], -100, device)  # (B, T), -100 past each row's end
+    head = model.head
+    if batch[0].source is None:
+        hidden = model.backbone(input_ids=inputs, attention_mask=mask, use_cache=False).last_hidden_state  # (B, T, H)
+    else:
+        src, src_mask = _padded([e.source for e in batch], pad, device)  # (B, S)
+        decoder = dict(decoder_input_ids=inputs)
+        if head.embeds_decoder_inputs:  # as HeadsForSeq2SeqLM.forward: the head embeds the decoder inputs
+            decoder = dict(decoder_inputs_embeds=head.embed_inputs(inputs))  # (B, T, H)
+        hidden = model.backbone(
+            input_ids=src, attention_mask=src_mask, decoder_attention_mask=mask, use_cache=False, **decoder
+        ).last_hidden_state  # (B, T, H) decoder states
+    valid = targets != -100  # (B, T)
+    rows = _gathered(head, hidden[valid], targets[valid], normalize, chunk_size)  # (N,) row-major over (B, T)
+    return rows.cpu().split([len(e.targets) for e in batch])
+
+
+def _gathered(head, hidden: torch.Tensor, targets: torch.Tensor, normalize: bool, chunk_size: int | None):
+    """log p(y_n | x_n) (N,) float64 for hidden (N, H) and targets (N,), one (chunk, V) block of logits at a time."""
+    num = hidden.shape[0]
+    size = chunk_size or default_chunk_size(num, head.num_classes)
+    out = torch.empty(num, dtype=torch.float64, device=hidden.device)
+    for start in range(0, num, size):
+        h, y = hidden[start : start + size], targets[start : start + size]  # (n, H), (n,)
+        # through the module call, so hooks on the head run (FSDP unsharding, PEFT): (n, V) inference logits (no
+        # margin, top-k truncated for sparse heads), or the corrected log-scores without renormalisation
+        _, z = head(h, return_logits=True, normalized=normalize)
+        z = z if z.dtype == torch.float64 else z.float()
+        log_p = torch.log_softmax(z, dim=-1) if normalize else z  # (n, V)
+        out[start : start + size] = log_p.gather(1, y[:, None]).squeeze(1).double()  # (n,)
+    return out
