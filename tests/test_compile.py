@@ -1,0 +1,46 @@
+"""`torch.compile` of a training step (forward + backward) gives the eager loss and gradients for every discrete
+family: AOT autograd tracing in the default suite (margin), the inductor backend for every family (slow)."""
+
+import pytest
+import torch
+from conftest import tiny_llama_config
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+
+FAMILIES = {
+    "softmax": {"family": "softmax"},
+    "margin": {"family": "margin", "margin": "arc", "m": 0.2, "context_norm": "max-norm"},
+    "sparse": {"family": "sparse", "k": 5},
+    "sampled": {"family": "sampled", "criterion": "ce", "method": "mcs", "num_samples": 8, "noise": "uniform"},
+}
+
+
+def _step(model, ids):
+    torch.manual_seed(1)  # the sampled head draws its samples from the global generator
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach()
+
+
+def _check(family: str, backend: str) -> None:
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=FAMILIES[family]))
+    ids = torch.randint(4, 61, (2, 8), generator=torch.Generator().manual_seed(0))
+    eager = _step(model, ids)
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    compiled = _step(torch.compile(model, backend=backend), ids)
+    torch.testing.assert_close(compiled, eager)
+    for name, p in model.named_parameters():
+        if name in grads:
+            torch.testing.assert_close(p.grad, grads[name], msg=name)
+
+
+def test_compiled_training_step_margin_aot_eager():
+    _check("margin", "aot_eager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_compiled_training_step_inductor(family):
+    _check(family, "inductor")
