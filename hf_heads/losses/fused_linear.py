@@ -46,6 +46,19 @@ def default_chunk_size(num_rows: int, num_classes: int) -> int:
     return max(1, min(num_rows, DEFAULT_CHUNK_ELEMENTS // max(num_classes, 1)))
 
 
+EVAL_CHUNK_ROWS = 256  # a CPU GEMM of fewer rows runs slower than one (N, H) @ (H, V) matmul
+EVAL_CHUNK_ELEMENTS = 1 << 26  # ... but never more than 256 MiB of float32 logits per chunk
+
+
+def eval_chunk_size(num_rows: int, num_classes: int, chunk: int) -> int:
+    """Rows per chunk of the loss alone (no gradient blocks kept): 4 × the training `chunk`, and at least
+    `EVAL_CHUNK_ROWS` rows unless that exceeds `EVAL_CHUNK_ELEMENTS` logits. Measured at V = 200k, H = 512,
+    N = 2048 on 2 CPU cores: chunks of 41 / 128 / 256 / 512 rows took 1.6 / 1.06 / 0.91 / 0.85 × the time of one
+    matmul + cross-entropy."""
+    floor = min(num_rows, EVAL_CHUNK_ROWS, max(1, EVAL_CHUNK_ELEMENTS // max(num_classes, 1)))
+    return max(4 * chunk, floor)
+
+
 class _Chunk(NamedTuple):
     z: torch.Tensor  # (n, V) logits (the target's replaced; soft-capped when a cap is given)
     rows: torch.Tensor  # (n,) 0..n-1
@@ -256,6 +269,7 @@ def fused_linear_cross_entropy(
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
-        losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size or 4 * chunk)
+        eval_chunk = chunk_size or eval_chunk_size(h.shape[0], w.shape[0], chunk)
+        losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, softcap, eval_chunk)
         return losses.sum() * scale
     return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, top_k, label_smoothing, softcap, chunk)
