@@ -25,8 +25,25 @@ def blocks(dataset, tok, size):
     return Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * size] * len(rows), "labels": rows})
 
 
-def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title="", max_eval_blocks=None) -> list[dict]:
-    """grid: [(group, name, head section)]. Returns one row per setting and writes the outputs."""
+def run_grid(
+    grid,
+    *,
+    corpus,
+    out,
+    steps,
+    batch,
+    block,
+    lr,
+    hidden=128,
+    title="",
+    max_eval_blocks=None,
+    self_normalization=False,
+) -> list[dict]:
+    """grid: [(group, name, head section)]. Returns one row per setting and writes the outputs.
+
+    `self_normalization=True` (sampled heads) adds the columns valid_self_norm_logz_mean / _std: the mean and std
+    over every validation position of log Σ_c p̃(c|x), the corrected but unnormalised scores
+    (`validation_self_normalization`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(2)
@@ -65,10 +82,10 @@ def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title=""
         loss = trainer.evaluate()["eval_loss"]
         ppl = math.exp(loss) if math.isfinite(loss) else float("nan")
         row = {"group": group, "setting": name, "perplexity": ppl, "seconds_per_step": seconds / steps}
-        diag = model.head.diagnostics()
-        if "head/self_norm_logz_mean" in diag:  # sampled heads
-            row["self_norm_logz_mean"] = diag["head/self_norm_logz_mean"]
-            row["self_norm_logz_std"] = diag["head/self_norm_logz_std"]
+        if self_normalization:
+            row["valid_self_norm_logz_mean"], row["valid_self_norm_logz_std"] = validation_self_normalization(
+                model, valid
+            )
         rows.append(row)
         print(f"{group:10s} {name:42s} ppl {ppl:9.1f}  {seconds / steps:.3f} s/step", flush=True)
 
@@ -94,6 +111,27 @@ def run_grid(grid, *, corpus, out, steps, batch, block, lr, hidden=128, title=""
     plot_rows(rows, out / "perplexity.png")
     print((out / "results.md").read_text())
     return rows
+
+
+@torch.no_grad()
+def validation_self_normalization(model, valid, batch_size: int = 8) -> tuple[float, float]:
+    """Mean and std over every validation position that has a label (all but the last of each block) of
+    log Σ_c p̃(c|x), p̃ the sampled head's corrected but unnormalised posterior (`posterior(..., normalize=False)`,
+    the scores the sampling paper's table 4 rescores with); 0 means self-normalised. One extra pass over the
+    validation blocks, `batch_size` blocks (a (batch_size · block, V) score matrix) at a time."""
+    model.eval()
+    device = next(model.parameters()).device
+    log_z = []
+    for i in range(0, len(valid), batch_size):
+        rows = valid[i : i + batch_size]
+        ids = torch.tensor(rows["input_ids"], device=device)
+        mask = torch.tensor(rows["attention_mask"], device=device)
+        states = model.backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]  # (B, T-1, H)
+        states = states[mask[:, 1:].bool()]  # (n, H): the positions whose next token is scored
+        raw = model.head.posterior(model.head.scores(states), normalize=False)  # (n, V) log p̃
+        log_z.append(torch.logsumexp(raw.float(), dim=-1).double())
+    values = torch.cat(log_z)
+    return float(values.mean()), float(values.std())
 
 
 def plot_rows(rows: list[dict], path: Path) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Small reproduction of the margin paper's tables 1-3 on the bundled World English Bible.
 
-    python benchmarks/reproduce_margin_lm.py            # 18 settings x 100 steps, ~20 min on 2 CPU cores
+    python benchmarks/reproduce_margin_lm.py            # 20 settings x 100 steps, ~20 min on 2 CPU cores
     python benchmarks/reproduce_margin_lm.py --steps 20 --out /tmp/smoke   # smoke run
 
 A 2-layer GPT-2-style decoder (hidden 128, word-level vocabulary of the training text) is trained

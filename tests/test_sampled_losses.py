@@ -422,3 +422,23 @@ def test_correction_recovers_the_true_posterior(criterion, method):
         assert kl > 0.1  # documented failure of eq. 21, see above
     else:
         assert kl < KL_BOUND.get((criterion, method), 0.02), kl
+
+
+def test_ce_cps_is_ce_mcs_plus_log_alpha():
+    """α = C/K is one constant (eq. 17 = eq. 9 + log α): same samples, loss shifted by log(C/K), same gradients."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(12, 8, generator=g, dtype=torch.float64)
+    w, b = torch.randn(40, 8, generator=g, dtype=torch.float64), torch.randn(40, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 40, (12,), generator=g)
+    samples = torch.randint(0, 40, (6,), generator=g)
+    noise = torch.full((40,), 1 / 40, dtype=torch.float64)
+    out = {}
+    for method in ("mcs", "cps"):
+        w_ = w.clone().requires_grad_()
+        loss = sampled_loss(
+            h, w_, b, y, criterion="ce", method=method, num_samples=6, samples=samples, noise_probs=noise
+        )
+        loss.backward()
+        out[method] = (loss.detach(), w_.grad)
+    torch.testing.assert_close(out["cps"][0], out["mcs"][0] + math.log(40 / 6))
+    torch.testing.assert_close(out["cps"][1], out["mcs"][1], rtol=0, atol=1e-12)

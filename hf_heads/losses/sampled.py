@@ -161,7 +161,18 @@ class IS(SamplingMethod):
 @dataclass(frozen=True)
 class CPS(SamplingMethod):
     """Compensated partial summation: each sample weighted by α = C / K: BCE eq. 15, CE eq. 17 (s + log α);
-    corrections s + log(C·D(c)) (eq. 16, αK = C) and s + log D(c) (eq. 18)."""
+    corrections s + log(C·D(c)) (eq. 16, αK = C) and s + log D(c) (eq. 18).
+
+    CE-CPS is CE-MCS plus a constant. α = C / K is one number for the whole run (sec. 3.2.3: C the vocabulary size,
+    K the number of samples), so log(α Σ_k exp s_k) = log α + log Σ_k exp s_k and the eq. 17 loss is the eq. 9
+    loss + log α at every position; here the target's candidate term carries α as well, so the same holds with
+    the target in the denominator. Same gradient, same correction (eq. 18 = eq. 10): from the same seed and the
+    same samples CE-CPS trains the same model as CE-MCS (in float64 the loss differs by log(C/K) and the
+    gradients agree to 1e-16; docs/results/sampled_lm: both 529.3). The paper's tables report them different
+    (table 2: CE-MCS 57.9, CE-CPS 62.2; table 3: 52.4, 52.3); with α constant its eqs. 9 and 17 cannot cause that,
+    so the difference comes from outside the equations (separate runs, or an implementation that does not scale
+    every term of the sum by α; the paper does not say). α matters only in BCE-CPS, where it weights the negatives
+    (eq. 15) and enters the optimum (eq. 16)."""
 
     name: ClassVar[str] = "cps"
     corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
