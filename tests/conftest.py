@@ -66,6 +66,7 @@ LONG_FIRST = (
     "test_smollm2_softmax_head_same_logits",
     "test_run_question_generation_minilm_bert2bert",
     "test_two_process_ddp_matches_one_process",
+    "test_fsdp2_two_processes_match_one_process",
     "test_run_summarization_tiny_t5_head_tail",
 )
 

@@ -112,3 +112,31 @@ def test_counts_required_and_checked(tiny_base):
 
 # The export check lives in tests/export_check.py (run over every family by tests/test_contract.py); this script is
 # kept only for test_sampled_head.py, which still imports it: remove both together.
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"family": "margin", "margin": "arc", "m": 0.2},
+        {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
+    ],
+)
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(head):
+    from conftest import tiny_llama_config
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head)).train()
+    ids = torch.randint(4, 61, (2, 8), generator=torch.Generator().manual_seed(0))
+    results = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.zero_grad()
+        torch.manual_seed(1)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    assert model.backbone.is_gradient_checkpointing
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], grad, msg=name)

@@ -135,9 +135,10 @@ class HeadsPreTrainedModel(PreTrainedModel):
         directory (Trainer checkpoints, a run's `output_dir`, `push_to_hub`) loads with
         `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True` where
         hf_heads is not installed (see `hf_heads.modeling.export`)."""
-        if not type(self).__module__.startswith("hf_heads."):  # exported code (transformers copies it) or a subclass
+        export = importlib.import_module("hf_heads.modeling.export") if __name__.startswith("hf_heads.") else None
+        if export is None or not export.model_class(self).__module__.startswith("hf_heads."):
+            # exported code (transformers copies it, without export.py) or a user's subclass
             return super().save_pretrained(save_directory, is_main_process=is_main_process, **kwargs)
-        export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         save = super().save_pretrained
         return export.save_with_code(self, save_directory, save, is_main_process=is_main_process, **kwargs)
 

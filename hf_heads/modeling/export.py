@@ -116,13 +116,21 @@ def has_code(directory: str | Path) -> bool:
     return bool(files) and all((Path(directory) / name).is_file() for name in files)
 
 
+def model_class(model) -> type:
+    """The model's own class: FSDP2's `fully_shard` swaps in a subclass `FSDP<name>` defined in torch."""
+    cls = type(model)
+    while cls.__module__.startswith("torch.distributed.") and len(cls.__bases__) > 1:
+        cls = cls.__bases__[-1]
+    return cls
+
+
 def save_with_code(
     model, directory: str | Path, save: Callable, *, strict: bool = False, is_main_process: bool = True, **kwargs
 ):
     """`save(directory, is_main_process=..., **kwargs)` (`PreTrainedModel.save_pretrained` of the model) with
     `auto_map` in the config, then the code next to it. A model whose code cannot be exported is saved without
     them, with a warning (it then loads with `import hf_heads` only), or, with `strict`, refused (`ValueError`)."""
-    name = type(model).__name__
+    name = model_class(model).__name__
     try:
         if name not in AUTO_CLASSES:
             raise RuntimeError(f"model class {name!r} is not one of {', '.join(AUTO_CLASSES)}")

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers import Seq2SeqTrainer, Trainer
 
@@ -35,6 +37,25 @@ def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index
             raise ValueError(f"{column}: found {int(values.max())}, allowed 0 <= label < {num_classes}")
         counts += torch.bincount(values, minlength=num_classes).double()
     return counts
+
+
+@contextlib.contextmanager
+def _gathered(model, head):
+    """FSDP2 (`fully_shard`): the head's parameters gathered while `diagnostics()` runs outside the forward (every
+    rank calls `log()`, so the all-gather is collective); a no-op otherwise."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch build without distributed
+        FSDPModule = ()  # noqa: N806
+    owner = head if isinstance(head, FSDPModule) else model if isinstance(model, FSDPModule) else None
+    if owner is None:
+        yield
+        return
+    owner.unshard()
+    try:
+        yield
+    finally:
+        owner.reshard()
 
 
 class _HeadsTrainerMixin:
@@ -97,7 +118,8 @@ class _HeadsTrainerMixin:
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:
-            logs.update({key: round(value, 4) for key, value in head.diagnostics().items()})
+            with _gathered(model, head):
+                logs.update({key: round(value, 4) for key, value in head.diagnostics().items()})
         is_nll = head is None or head.eval_loss_is_nll
         for key in [k for k in logs if is_nll and k.endswith("eval_loss")]:
             prefix = key[: -len("loss")]
