@@ -25,6 +25,27 @@ def blocks(dataset, tok, size):
     return Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * size] * len(rows), "labels": rows})
 
 
+def lm_trainer(model, train, valid, *, out, steps: int, batch: int, lr: float, **extra) -> HeadsTrainer:
+    """The reproductions' `HeadsTrainer`: `steps` of `batch` blocks, linear warm-up over a tenth, seed 0, no
+    checkpoints; `extra` goes to `HeadsTrainingArguments`."""
+    targs = HeadsTrainingArguments(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=batch,
+        per_device_eval_batch_size=32,
+        learning_rate=lr,
+        warmup_steps=steps // 10,
+        seed=0,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        **{"logging_steps": max(steps // 5, 1), **extra},
+    )
+    return HeadsTrainer(
+        model=model, args=targs, train_dataset=train, eval_dataset=valid, data_collator=default_data_collator
+    )
+
+
 def run_grid(
     grid,
     *,
@@ -60,22 +81,7 @@ def run_grid(
         set_seed(0)
         model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head=head))
         model.set_word_counts(counts)
-        targs = HeadsTrainingArguments(
-            output_dir=str(out / "tmp"),
-            max_steps=steps,
-            per_device_train_batch_size=batch,
-            per_device_eval_batch_size=32,
-            learning_rate=lr,
-            warmup_steps=steps // 10,
-            seed=0,
-            logging_steps=max(steps // 5, 1),
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-        )
-        trainer = HeadsTrainer(
-            model=model, args=targs, train_dataset=train, eval_dataset=valid, data_collator=default_data_collator
-        )
+        trainer = lm_trainer(model, train, valid, out=out / "tmp", steps=steps, batch=batch, lr=lr)
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start

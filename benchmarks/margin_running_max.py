@@ -24,14 +24,13 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, default_data_collator, set_seed
+from transformers import GPT2Config, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _lm_grid import blocks  # noqa: E402
+from _lm_grid import blocks, lm_trainer  # noqa: E402
 
 from hf_heads import HeadsConfig, HeadsForCausalLM  # noqa: E402
 from hf_heads.data import build_word_tokenizer, load_lm_text, word_counts  # noqa: E402
-from hf_heads.training import HeadsTrainer, HeadsTrainingArguments  # noqa: E402
 
 SETTINGS = [
     ("g=max-norm f=no-mod", {"family": "margin", "word_norm": "no-mod", "context_norm": "max-norm"}),
@@ -106,22 +105,7 @@ def main() -> None:
             running.append(float(hd.context_norm_running))
 
         hd._observe = recording
-        targs = HeadsTrainingArguments(
-            output_dir="/tmp/running_max_check",
-            max_steps=args.steps,
-            per_device_train_batch_size=16,
-            per_device_eval_batch_size=32,
-            learning_rate=1e-3,
-            warmup_steps=args.steps // 10,
-            seed=0,
-            logging_steps=max(args.steps // 5, 1),
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-        )
-        trainer = HeadsTrainer(
-            model=model, args=targs, train_dataset=train, eval_dataset=valid, data_collator=default_data_collator
-        )
+        trainer = lm_trainer(model, train, valid, out="/tmp/running_max_check", steps=args.steps, batch=16, lr=1e-3)
         start = time.perf_counter()
         trainer.train()
         hd._observe = observe
