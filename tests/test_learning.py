@@ -1,0 +1,407 @@
+"""Known-answer learning tests (issue #17 §1): synthetic tasks whose answer is known, trained from scratch with a
+plain torch loop (Adam, small batches drawn from a seeded generator, no Trainer) on the tiny backbones of conftest,
+and scored by decoding, never by the training criterion:
+
+- `lm`: next-token prediction of a fixed random bigram chain (every token t >= 4 has one fixed successor, a random
+  permutation), tiny Llama; scored by greedy `generate()` from each of the 36 start tokens, 15 new tokens each,
+  token accuracy against the chain.
+- `copy` / `reverse`: a random sequence of 6 words out of 20 (seq2seq, tiny BART, labels = the sequence then EOS);
+  scored by greedy `generate()` on 128 held-out random sequences, token accuracy over the 6 positions (the
+  exact-sequence accuracy is asserted too where the token accuracy threshold is >= 95%).
+- `clf`: 144-class classification whose label is 12·a + b for the two "key" tokens a, b (12 values each) at
+  positions 1 and 2, followed by 2 random distractor tokens (tiny BERT, first-token pooling); scored by the argmax of
+  `model(...).logits` in eval mode on 512 held-out draws (fresh distractors).
+
+Every head family must reach a stated accuracy in the same budget: the default suite runs softmax plus one other
+family per task (about a minute on one core); `@pytest.mark.slow` runs the whole family × option grid (margin
+lsm / arc / cos with word and context norms, every valid sampled criterion × method with its correction, sparse with
+decode_k, continuous with every loss on a real GloVe 6B-50d sub-table of 24 common English words). The thresholds
+are from measured runs with a margin (see `EXPECTED`); a config that cannot learn a task in the budget is asserted to
+stay below a ceiling, with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from conftest import tiny_bert_config, tiny_enc_dec_config, tiny_llama_config
+
+from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
+
+# ---------------------------------------------------------------------------------------------------- the heads
+
+MARGIN = {
+    "margin-lsm": {"family": "margin", "margin": "lsm", "m": 2},
+    "margin-lsm-uniform": {"family": "margin", "margin": "lsm", "m": 2, "word_norm": "uniform"},
+    "margin-arc-s16": {"family": "margin", "margin": "arc", "m": 0.2, "scale": 16},
+    "margin-arc-logrank-maxnorm": {
+        "family": "margin",
+        "margin": "arc",
+        "m": 0.2,
+        "word_norm": "log-rank",
+        "context_norm": "max-norm",
+    },
+    "margin-cos-s16": {"family": "margin", "margin": "cos", "m": 0.1, "scale": 16},
+    "margin-cos-logunigram-maxnorm": {
+        "family": "margin",
+        "margin": "cos",
+        "m": 0.1,
+        "word_norm": "log-unigram",
+        "context_norm": "max-norm",
+    },
+    "margin-cos-unigram": {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "unigram"},
+}
+# every valid criterion x method (MSE has only `full`: the paper defines no sampled MSE); K = 8 uniform samples
+SAMPLED = {
+    f"sampled-{c}-{m}": {
+        "family": "sampled",
+        "criterion": c,
+        "method": m,
+        **({} if m == "full" else {"num_samples": 8, "noise": "uniform"}),
+    }
+    for c in ("ce", "bce", "mse")
+    for m in ("full", "mcs", "is", "cps", "nce")
+    if c != "mse" or m == "full"
+}
+DISCRETE = {
+    "softmax": {"family": "softmax"},
+    **MARGIN,
+    **SAMPLED,
+    "sparse": {"family": "sparse", "k": 5, "decode_k": 1},
+}
+CONTINUOUS = {
+    f"continuous-{loss}": {"family": "continuous", "loss": loss, "embedding_dim": 50}
+    for loss in ("vmf", "syn-margin-projection", "syn-margin-difference", "margin-random", "margin-most-informative")
+}
+
+
+def _counts(model, num_classes: int) -> None:
+    """Word counts for the heads whose norms or noise need them: the synthetic data are uniform over the classes."""
+    if model.head.options.needs_counts:
+        model.set_word_counts(torch.full((num_classes,), 100.0))
+
+
+# ---------------------------------------------------------------------------------------------------- the tasks
+
+LM_V, LM_LEN = 40, 16  # tokens 4..39 form the chain; sequences of 16 tokens
+
+
+def _chain_successor() -> torch.Tensor:
+    """successor[t] for t in 4..V-1 (a fixed random permutation of 4..V-1); entries 0..3 unused."""
+    perm = torch.randperm(LM_V - 4, generator=torch.Generator().manual_seed(0)) + 4
+    return torch.cat([torch.zeros(4, dtype=torch.long), perm])
+
+
+def _chain(successor: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:
+    rows = [starts]
+    for _ in range(length - 1):
+        rows.append(successor[rows[-1]])
+    return torch.stack(rows, 1)  # (B, length)
+
+
+def train_lm(head: dict, steps: int = 150, lr: float = 1e-2, batch: int = 32) -> HeadsForCausalLM:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    successor = _chain_successor()
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config(LM_V), head=head))
+    _counts(model, LM_V)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        x = _chain(successor, torch.randint(4, LM_V, (batch,), generator=g), LM_LEN)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def lm_accuracy(model: HeadsForCausalLM) -> float:
+    """Greedy continuation of the chain from every start token: token accuracy of the 15 generated tokens."""
+    starts = torch.arange(4, LM_V)
+    reference = _chain(_chain_successor(), starts, LM_LEN)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=starts[:, None],
+            attention_mask=torch.ones(len(starts), 1, dtype=torch.long),
+            max_new_tokens=LM_LEN - 1,
+            min_new_tokens=LM_LEN - 1,
+            do_sample=False,
+            pad_token_id=1,
+        )
+    return float((out[:, 1:] == reference[:, 1:]).float().mean())
+
+
+S2S_V, S2S_LEN = 24, 6  # tokens 4..23 are the words; 0 pad-ish, 1 pad, 2 bos, 3 eos (= BART's decoder start)
+
+
+def _s2s_batch(task: str, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randint(4, S2S_V, (n, S2S_LEN), generator=g)
+    y = x if task == "copy" else x.flip(1)
+    return x, torch.cat([y, torch.full((n, 1), 3)], 1)  # labels end with EOS
+
+
+@functools.lru_cache(maxsize=1)
+def glove_subtable() -> tuple[tuple[str, ...], torch.Tensor]:
+    """The real GloVe 6B-50d vectors of the 24 most frequent purely alphabetic words of two letters or more (the,
+    of, to, and, in, ...; GloVe's rows are in frequency order): row i is token i. Function words are each other's
+    near neighbours in GloVe, which is what nearest-neighbour decoding has to cope with."""
+    from hf_heads.data.corpora import load_glove
+
+    words, matrix = load_glove()
+    rows = [i for i, w in enumerate(words[:300]) if w.isalpha() and len(w) > 1][:S2S_V]
+    return tuple(words[i] for i in rows), torch.tensor(matrix[rows])
+
+
+def train_s2s(task: str, head: dict, steps: int = 200, lr: float = 3e-3, batch: int = 64) -> HeadsForSeq2SeqLM:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    model = HeadsForSeq2SeqLM(
+        HeadsConfig(backbone=tiny_enc_dec_config("bart", vocab_size=S2S_V, no_dropout=True), head=head)
+    )
+    if head["family"] == "continuous":
+        model.head.set_embedding_table(glove_subtable()[1])
+    else:
+        _counts(model, S2S_V)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        x, y = _s2s_batch(task, batch, g)
+        loss = model(input_ids=x, attention_mask=torch.ones_like(x), labels=y).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def s2s_accuracy(model: HeadsForSeq2SeqLM, task: str) -> tuple[float, float]:
+    """(token accuracy, exact-sequence accuracy) of greedy generate() on 128 held-out sequences."""
+    x, y = _s2s_batch(task, 128, torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=S2S_LEN + 1,
+            min_new_tokens=S2S_LEN + 1,
+            do_sample=False,
+        )
+    hit = out[:, 1 : S2S_LEN + 1] == y[:, :S2S_LEN]  # position 0 is the decoder start token
+    return float(hit.float().mean()), float(hit.all(1).float().mean())
+
+
+CLF_KEYS, CLF_NOISE, CLF_V = 12, 2, 40  # key tokens 4..15, distractors 16..39; 144 classes
+
+
+def _clf_batch(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = torch.randint(0, CLF_KEYS, (n,), generator=g), torch.randint(0, CLF_KEYS, (n,), generator=g)
+    noise = torch.randint(4 + CLF_KEYS, CLF_V, (n, CLF_NOISE), generator=g)
+    x = torch.cat([torch.full((n, 1), 2), (a + 4)[:, None], (b + 4)[:, None], noise], 1)  # [CLS] a b n n
+    return x, a * CLF_KEYS + b
+
+
+def train_clf(head: dict, steps: int = 300, lr: float = 1e-2, batch: int = 128) -> HeadsForSequenceClassification:
+    """First-token pooling: BERT's tanh pooler bounds the pooled vector to [-1, 1]^32 and softmax over 144 classes
+    then learns far more slowly (measured: 12% after 200 steps against 85% with `first`)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    num_classes = CLF_KEYS * CLF_KEYS
+    config = HeadsConfig(
+        backbone=tiny_bert_config(CLF_V, no_dropout=True), head=head, num_labels=num_classes, pooling="first"
+    )
+    model = HeadsForSequenceClassification(config)
+    _counts(model, num_classes)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        x, y = _clf_batch(batch, g)
+        loss = model(input_ids=x, attention_mask=torch.ones_like(x), labels=y).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def clf_accuracy(model: HeadsForSequenceClassification) -> float:
+    """Argmax of the inference logits on 512 held-out draws."""
+    x, y = _clf_batch(512, torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits
+    return float((logits.argmax(-1) == y).float().mean())
+
+
+def accuracy(task: str, head: dict) -> float:
+    """Token accuracy (lm, copy, reverse) or accuracy (clf) of `head` trained on `task` in the fixed budget."""
+    if task == "lm":
+        return lm_accuracy(train_lm(head))
+    if task == "clf":
+        return clf_accuracy(train_clf(head))
+    return s2s_accuracy(train_s2s(task, head), task)[0]
+
+
+# ---------------------------------------------------------------------------------------------------- expectations
+
+CHANCE = {"lm": 1 / (LM_V - 4), "copy": 1 / (S2S_V - 4), "reverse": 1 / (S2S_V - 4), "clf": 1 / CLF_KEYS**2}
+
+# Why a config does not reach its target in the budget (measured: every one of them sits near chance, i.e. greedy
+# decoding of a near-constant prediction, or well below softmax). These are failures within the budget of this test
+# (150-300 Adam steps), not proofs that the criterion cannot learn the task.
+FEW_NEGATIVES = (
+    "K=8 shared uniform samples of {C} classes per step: each class is pushed down as a sampled negative in only "
+    "~8/{C} of the steps, too few updates to learn the argmax in this budget (measured on clf: K=64 still reaches "
+    "only 65% with CE-MCS and 45% with BCE-NCE)"
+)
+LSM = (
+    "L-Softmax m=2 without the usual annealing from plain softmax (a λ-mixture): at initialisation θ ≈ 90°, where "
+    "the target logit ψ(θ) ≈ −‖W‖‖h‖ is below every other class; on seq2seq and 144 classes training collapses to "
+    "one class in this budget (measured; it reaches 100% on lm)"
+)
+CE_NCE = (
+    "CE-NCE scores σ(z) ∈ (0, 1): the corrected log-posterior σ(z) + log D(c) spans less than 1 nat, so it cannot "
+    "represent a peaked posterior and its gradient saturates; the argmax learns slowly or not at all"
+)
+VMF_SYN = (
+    "the 20 target words are GloVe vectors of function words (mean pairwise cosine 0.78); their common direction is "
+    "at cosine 0.88 (0.71-0.96) from every one of them, so predicting it leaves the synthetic-negative hinges "
+    "max(0, 0.5 + u'ᵀû − uᵀû) near zero (0.10 for SMP) and lowers the vMF NLL by growing ‖û‖ along it: training "
+    "collapses to one nearest neighbour in this budget (vMF also measured at 4.7% after 600 steps)"
+)
+ARC_LOGRANK = (
+    "ArcFace m=0.2 with log-rank word norms and the max-norm context norm, no scale: with equal counts f(c) is set "
+    "by ‖W_amax‖ and ‖W_amin‖ alone (≈ 0.11 for every word at initialisation), so no word can raise its own "
+    "logit scale; on seq2seq training collapses to one token in this budget (measured; the same head reaches 100% "
+    "on lm and clf; not diagnosed further)"
+)
+BCE_MCS = FEW_NEGATIVES.format(C=S2S_V) + "; BCE-MCS weighs each by 1 where IS / CPS weigh it by 1/(K·D) = C/K = 3"
+
+
+def learns(floor: float, why: str = "") -> tuple[float, float, str]:
+    """Asserted accuracy >= floor (the measured value, with a margin)."""
+    return floor, 1.0, why
+
+
+def fails(ceiling: float, why: str) -> tuple[float, float, str]:
+    """Asserted accuracy <= ceiling: the config does not learn the task in the budget, for the reason given."""
+    return 0.0, ceiling, why
+
+
+# (task, head) -> (lowest, highest accuracy asserted, reason). Measured values (this file's seeds, one thread)
+# are in the comments; a config measured at 100% is asserted >= 95%.
+EXPECTED: dict[tuple[str, str], tuple[float, float, str]] = {}
+for _task in ("lm", "copy", "reverse", "clf"):
+    for _name in DISCRETE:
+        EXPECTED[_task, _name] = learns(0.95)
+    if _task in ("copy", "reverse"):
+        for _name in CONTINUOUS:
+            EXPECTED[_task, _name] = learns(0.95)
+EXPECTED.update(
+    {
+        # lm: every discrete config measured 100% except CE-NCE (77.8%; see test_ce_nce_cannot_represent_the_posterior)
+        ("lm", "sampled-ce-nce"): learns(0.6, CE_NCE),
+        # copy (token accuracy of greedy generate; chance 5%)
+        ("copy", "continuous-vmf"): fails(0.15, VMF_SYN),  # 4.7%
+        ("copy", "continuous-syn-margin-projection"): fails(0.15, VMF_SYN),  # 4.7%
+        ("copy", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 6.1%
+        ("copy", "continuous-margin-random"): learns(0.7, "5 random negatives per position: slower"),  # 82.8%
+        ("copy", "margin-lsm"): fails(0.15, LSM),  # 4.4%
+        ("copy", "margin-lsm-uniform"): fails(0.15, LSM),  # 4.7%
+        ("copy", "margin-arc-logrank-maxnorm"): fails(0.15, ARC_LOGRANK),  # 4.7%
+        ("copy", "sampled-ce-mcs"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 46.1%
+        ("copy", "sampled-ce-is"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 45.6% (= CPS: D uniform)
+        ("copy", "sampled-ce-cps"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 45.6%
+        ("copy", "sampled-ce-nce"): fails(0.15, CE_NCE),  # 4.2%
+        ("copy", "sampled-bce-mcs"): fails(0.15, BCE_MCS),  # 4.4%
+        ("copy", "sampled-bce-is"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 48.7% (= CPS: D uniform)
+        ("copy", "sampled-bce-cps"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 48.7%
+        ("copy", "sampled-bce-nce"): learns(0.33, FEW_NEGATIVES.format(C=S2S_V)),  # 44.4%
+        # reverse (token accuracy; chance 5%)
+        ("reverse", "continuous-vmf"): fails(0.15, VMF_SYN),  # 4.7%
+        ("reverse", "continuous-syn-margin-projection"): fails(0.15, VMF_SYN),  # 4.7%
+        ("reverse", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 6.1%
+        ("reverse", "continuous-margin-random"): learns(0.7, "5 random negatives per position: slower"),  # 82.8%
+        ("reverse", "continuous-margin-most-informative"): learns(0.9),  # 96.1% (exact sequences 79.7%)
+        ("reverse", "margin-lsm"): fails(0.15, LSM),  # 6.1%
+        ("reverse", "margin-lsm-uniform"): fails(0.15, LSM),  # 4.7%
+        ("reverse", "margin-arc-logrank-maxnorm"): fails(0.15, ARC_LOGRANK),  # 4.7%
+        ("reverse", "sampled-ce-mcs"): learns(0.45, FEW_NEGATIVES.format(C=S2S_V)),  # 59.4%
+        ("reverse", "sampled-ce-is"): learns(0.45, FEW_NEGATIVES.format(C=S2S_V)),  # 59.4%
+        ("reverse", "sampled-ce-cps"): learns(0.45, FEW_NEGATIVES.format(C=S2S_V)),  # 59.4%
+        ("reverse", "sampled-ce-nce"): fails(0.15, CE_NCE),  # 4.2%
+        ("reverse", "sampled-bce-mcs"): fails(0.15, BCE_MCS),  # 4.4%
+        ("reverse", "sampled-bce-is"): learns(0.55, FEW_NEGATIVES.format(C=S2S_V)),  # 70.6%
+        ("reverse", "sampled-bce-cps"): learns(0.55, FEW_NEGATIVES.format(C=S2S_V)),  # 70.6%
+        ("reverse", "sampled-bce-nce"): learns(0.5, FEW_NEGATIVES.format(C=S2S_V)),  # 62.9%
+        # clf (accuracy of the argmax of the logits; chance 0.7%)
+        ("clf", "margin-lsm"): fails(0.3, LSM),  # 8.0%
+        ("clf", "margin-lsm-uniform"): fails(0.3, LSM),  # 16.4%
+        ("clf", "sampled-ce-mcs"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 7.8%
+        ("clf", "sampled-ce-is"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.7%
+        ("clf", "sampled-ce-cps"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.7%
+        ("clf", "sampled-ce-nce"): fails(0.2, CE_NCE),  # 1.6%
+        ("clf", "sampled-bce-mcs"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 8.6%
+        ("clf", "sampled-bce-is"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
+        ("clf", "sampled-bce-cps"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
+        ("clf", "sampled-bce-nce"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.9%
+        ("clf", "sampled-mse-full"): learns(0.9),  # 98.0%
+        ("clf", "sparse"): learns(0.5, "k=5 of 144 classes: below softmax in this budget"),  # 62.7%
+    }
+)
+
+
+def check(task: str, name: str) -> None:
+    head = {**DISCRETE, **CONTINUOUS}[name]
+    low, high, why = EXPECTED[task, name]
+    if task in ("copy", "reverse"):
+        acc, exact = s2s_accuracy(train_s2s(task, head), task)
+        if low >= 0.95:  # a config that learns the task generates whole sequences right
+            assert exact >= 0.9, f"{task} {name}: exact-sequence accuracy {exact:.3f} < 0.9 (token {acc:.3f})"
+    else:
+        acc = accuracy(task, head)
+    assert acc >= low, f"{task} {name}: accuracy {acc:.3f} < {low} (chance {CHANCE[task]:.3f}) {why}"
+    assert acc <= high, f"{task} {name}: accuracy {acc:.3f} > {high}: expected to fail in the budget because {why}"
+
+
+# ---------------------------------------------------------------------------------------------------- the tests
+
+# The default suite: softmax plus one other family per task (CE-NCE on lm: test_ce_nce_cannot_represent_the_posterior)
+DEFAULT = [
+    ("lm", "softmax"),
+    ("copy", "softmax"),
+    ("copy", "continuous-margin-most-informative"),
+    ("reverse", "softmax"),
+    ("reverse", "margin-cos-logunigram-maxnorm"),
+    ("clf", "softmax"),
+    ("clf", "margin-arc-s16"),
+]
+GRID = [key for key in EXPECTED if key not in DEFAULT and key != ("lm", "sampled-ce-nce")]
+
+
+@pytest.mark.parametrize(("task", "name"), DEFAULT, ids=[f"{t}-{n}" for t, n in DEFAULT])
+def test_learns_known_answer(task, name):
+    check(task, name)
+
+
+def test_ce_nce_cannot_represent_the_posterior():
+    """CE-NCE on the bigram chain (p(next | t) = 1): greedy decoding learns most of the chain, but the corrected
+    posterior σ(z) + log D(c) (eq. 22) is bounded, so with uniform noise no class can get more than
+    e / (e + V − 1) of the mass (6.5% for V = 40) however long it trains: the head cannot represent this posterior."""
+    model = train_lm(SAMPLED["sampled-ce-nce"])
+    acc = lm_accuracy(model)
+    low, _, why = EXPECTED["lm", "sampled-ce-nce"]
+    assert acc >= low, f"CE-NCE greedy accuracy {acc:.3f} < {low}"  # measured 77.8%
+    starts = torch.arange(4, LM_V)
+    x = _chain(_chain_successor(), starts, LM_LEN)
+    with torch.no_grad():
+        probs = model(input_ids=x).logits.float().softmax(-1)  # (B, T, V)
+    target = probs[:, :-1].gather(-1, x[:, 1:, None])  # p(true next token)
+    bound = math.e / (math.e + LM_V - 1)
+    assert float(probs.max()) <= bound + 1e-5, why
+    assert float(target.mean()) < 0.1  # against ~1 for softmax on the same task
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("task", "name"), GRID, ids=[f"{t}-{n}" for t, n in GRID])
+def test_learns_known_answer_grid(task, name):
+    check(task, name)
