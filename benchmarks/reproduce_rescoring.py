@@ -22,8 +22,10 @@ The LMs: a 2-layer GPT-2 (hidden 128) per head on the training chapters (`_lm_gr
 `hf_heads.scoring.sentence_log_probs`; sampled heads are scored normalised and unnormalised (table 4).
 
 Command: `python benchmarks/reproduce_rescoring.py` (writes docs/results/rescoring/asr_synthetic.{csv,md,png}).
-The translation n-best experiment of the same issue needs an es→en model that translates (see
-docs/results/seq2seq_recipes) and is not run here.
+With `--translation_model DIR` (an es→en model trained by `run_scripts/run_translation.py`, e.g. the recipe of
+docs/results/seq2seq_recipes), a second table reranks that model's beam-8 n-best lists (all 8 beams, first-pass
+score = summed log-probability) of Bible validation (dev) and test verses by BLEU (sacreBLEU on the lower-cased,
+tokenised form above); the English sides of those verses are removed from the LMs' training text.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ from rapidfuzz.distance import Levenshtein
 from transformers import GPT2Config, set_seed
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
-from hf_heads.data import build_word_tokenizer, load_lm_text, word_counts
+from hf_heads.data import build_word_tokenizer, load_lm_text, load_translation, word_counts
 from hf_heads.scoring import sentence_log_probs, tune_weights
-from hf_heads.scoring.rescore import negative_wer, rescore_nbest
+from hf_heads.scoring.rescore import corpus_bleu, negative_wer, rescore_nbest
 
 K = 512
 LMS = [  # (name, head section, score normalised?)
@@ -137,6 +139,59 @@ def make_nbest(
     return records
 
 
+def translation_nbest(model_dir: str, pairs: list[dict], tok, beams: int, batch: int = 16) -> list[dict]:
+    """N-best lists of an es→en hf_heads translation model: beam search with `beams` beams returning all of them,
+    first-pass score = the hypothesis' summed log-probability (length_penalty 0). Hypotheses and references are
+    put in the LM tokenizer's form (lower case, words and punctuation separated by spaces) for BLEU and scoring."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    mt = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
+    mtok = AutoTokenizer.from_pretrained(model_dir)
+    records = []
+    for i in range(0, len(pairs), batch):
+        chunk = pairs[i : i + batch]
+        enc = mtok([p["es"] for p in chunk], return_tensors="pt", padding=True, truncation=True, max_length=128)
+        with torch.no_grad():
+            gen = mt.generate(
+                **enc,
+                num_beams=beams,
+                num_return_sequences=beams,
+                max_new_tokens=96,
+                length_penalty=0.0,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        texts = mtok.batch_decode(gen.sequences, skip_special_tokens=True)
+        scores = gen.sequences_scores.tolist()
+        for j, pair in enumerate(chunk):
+            hyps: dict[str, float] = {}
+            for text, score in zip(
+                texts[j * beams : (j + 1) * beams], scores[j * beams : (j + 1) * beams], strict=True
+            ):
+                words = " ".join(tokens_of(tok, text))
+                if words and words not in hyps:
+                    hyps[words] = score
+            if hyps:
+                records.append(
+                    {
+                        "id": i + j,
+                        "reference": " ".join(tokens_of(tok, pair["en"])),
+                        "hypotheses": [{"text": t, "score": v} for t, v in hyps.items()],
+                    }
+                )
+        print(f"translation n-best: {len(records)} lists", flush=True)
+    return records
+
+
+def bleu_oracle(records: list[dict]) -> list[str]:
+    import sacrebleu
+
+    return [
+        max(r["hypotheses"], key=lambda h: sacrebleu.sentence_bleu(h["text"], [r["reference"]]).score)["text"]
+        for r in records
+    ]
+
+
 def wer_of(records: list[dict], texts: list[str]) -> float:
     return float(jiwer.wer([r["reference"] for r in records], texts))
 
@@ -161,12 +216,27 @@ def main() -> None:
     parser.add_argument("--dev", type=int, default=200)
     parser.add_argument("--test", type=int, default=300)
     parser.add_argument("--out", default="docs/results/rescoring")
+    parser.add_argument(
+        "--translation_model", default=None, help="a trained es→en model directory: adds the translation table"
+    )
+    parser.add_argument("--beams", type=int, default=8)
+    parser.add_argument("--mt_dev", type=int, default=150)
+    parser.add_argument("--mt_test", type=int, default=300)
     args = parser.parse_args()
     torch.set_num_threads(2)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     text = load_lm_text("bible-web")
+    mt_pairs = {}
+    if args.translation_model:
+        mt = load_translation("bible-es-en")
+        mt_pairs = {
+            "dev": [r["translation"] for r in mt["validation"].select(range(args.mt_dev))],
+            "test": [r["translation"] for r in mt["test"].select(range(args.mt_test))],
+        }
+        held_out = {p["en"] for pairs in mt_pairs.values() for p in pairs}  # never in the LMs' training text
+        text["train"] = text["train"].filter(lambda r: r["text"] not in held_out)
     tok = build_word_tokenizer(list(text["train"]["text"]), vocab_size=args.vocab)
     counts = word_counts(text["train"], tok)
     vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
@@ -192,6 +262,15 @@ def main() -> None:
         "oracle": wer_of(test, oracle(test)),
     }
     print(f"test WER first pass {base['first_pass']:.4f}, oracle {base['oracle']:.4f}", flush=True)
+    tasks = {"asr": (dev, test, negative_wer)}
+    if mt_pairs:
+        mt_dev, mt_test = (translation_nbest(args.translation_model, mt_pairs[k], tok, args.beams) for k in mt_pairs)
+        tasks["translation"] = (mt_dev, mt_test, corpus_bleu)
+        mt_base = {
+            "first_pass": corpus_bleu(first_pass(mt_test), [r["reference"] for r in mt_test]),
+            "oracle": corpus_bleu(bleu_oracle(mt_test), [r["reference"] for r in mt_test]),
+        }
+        print(f"test BLEU first pass {mt_base['first_pass']:.2f}, oracle {mt_base['oracle']:.2f}", flush=True)
 
     train = blocks(text["train"], tok, args.block)
     valid = blocks(text["validation"], tok, args.block).select(range(200))
@@ -212,71 +291,95 @@ def main() -> None:
         eval_loss = trainer.evaluate()["eval_loss"]
         model.eval()
         for normalize in normalizations:
-            scores = {}
-            for split, records in (("dev", dev), ("test", test)):
-                texts = [h["text"] for r in records for h in r["hypotheses"]]
-                flat = sentence_log_probs(model, scorer_tok, texts, normalize=normalize, batch_size=64).tolist()
-                it = iter(flat)
-                scores[split] = [[next(it) for _ in r["hypotheses"]] for r in records]
-            tuned = tune_weights(
-                dev, scores["dev"], metric=negative_wer, lm_weights=lm_weights, length_penalties=penalties
-            )
-            reranked = rescore_nbest(
-                test, scores["test"], lm_weight=tuned.lm_weight, length_penalty=tuned.length_penalty
-            )
-            test_wer = wer_of(test, [r["hypotheses"][0]["text"] for r in reranked])
-            row = {
-                "lm": name,
-                "normalized": normalize,
-                "valid_perplexity": math.exp(eval_loss) if head["family"] != "sparse" else float("nan"),
-                "lm_weight": tuned.lm_weight,
-                "length_penalty": tuned.length_penalty,
-                "dev_wer": -tuned.metric,
-                "test_wer_first_pass": base["first_pass"],
-                "test_wer_rescored": test_wer,
-                "test_wer_oracle": base["oracle"],
-                "train_minutes": minutes,
-            }
-            rows.append(row)
-            print(row, flush=True)
+            for task, (task_dev, task_test, metric) in tasks.items():
+                scores = {}
+                for split, records in (("dev", task_dev), ("test", task_test)):
+                    texts = [h["text"] for r in records for h in r["hypotheses"]]
+                    flat = sentence_log_probs(model, scorer_tok, texts, normalize=normalize, batch_size=64).tolist()
+                    it = iter(flat)
+                    scores[split] = [[next(it) for _ in r["hypotheses"]] for r in records]
+                tuned = tune_weights(
+                    task_dev, scores["dev"], metric=metric, lm_weights=lm_weights, length_penalties=penalties
+                )
+                reranked = rescore_nbest(
+                    task_test, scores["test"], lm_weight=tuned.lm_weight, length_penalty=tuned.length_penalty
+                )
+                best = [r["hypotheses"][0]["text"] for r in reranked]
+                value = metric(best, [r["reference"] for r in task_test])
+                row = {
+                    "task": task,
+                    "lm": name,
+                    "normalized": normalize,
+                    "valid_perplexity": math.exp(eval_loss) if head["family"] != "sparse" else float("nan"),
+                    "lm_weight": tuned.lm_weight,
+                    "length_penalty": tuned.length_penalty,
+                    "dev": abs(tuned.metric),
+                    "test_rescored": abs(value),
+                    "train_minutes": minutes,
+                }
+                rows.append(row)
+                print(row, flush=True)
 
-    with open(out / "asr_synthetic.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    for task, (_, task_test, _) in tasks.items():
+        task_rows = [r for r in rows if r["task"] == task]
+        task_base = base if task == "asr" else mt_base
+        write_table(out, task, task_rows, task_base, len(task_test), args)
+        plot(task_rows, task_base, out / f"{TABLES[task][0]}.png", TABLES[task][1])
+
+
+TABLES = {  # task -> (file stem, metric name)
+    "asr": ("asr_synthetic", "WER (%)"),
+    "translation": ("translation_bible_es_en", "BLEU"),
+}
+
+
+def write_table(out: Path, task: str, rows: list[dict], base: dict, size: int, args) -> None:
+    stem, metric = TABLES[task]
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) + ["test_first_pass", "test_oracle"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows([r | {"test_first_pass": base["first_pass"], "test_oracle": base["oracle"]} for r in rows])
+    show = (lambda v: f"{100 * v:.2f}") if task == "asr" else (lambda v: f"{v:.2f}")
+    what = (
+        "synthetic ASR-style n-best lists from a word-confusion model, not a recogniser"
+        if task == "asr"
+        else f"beam-{args.beams} n-best lists of the es→en model `{args.translation_model}` on Bible test verses"
+    )
     lines = [
-        f"Synthetic ASR-style n-best rescoring (`python benchmarks/reproduce_rescoring.py`, {args.steps} steps of "
-        f"batch {args.batch} × {args.block} tokens per LM; n-best from a word-confusion model, not a recogniser: see "
-        f"the script's docstring). Test: {len(test)} lists; first-pass WER {base['first_pass']:.2%}, oracle "
-        f"{base['oracle']:.2%}.",
+        f"N-best rescoring, {what} (`python benchmarks/reproduce_rescoring.py"
+        + (f" --translation_model {args.translation_model}" if args.translation_model else "")
+        + f"`, {args.steps} steps of batch {args.batch} × {args.block} tokens per LM; see the script's docstring). "
+        f"Test: {size} lists; {metric} first pass {show(base['first_pass'])}, oracle {show(base['oracle'])}. "
+        "lm_weight and length_penalty tuned on the dev lists.",
         "",
-        "| LM | scores | valid ppl | lm_weight | length_penalty | dev WER | test WER rescored | train min |",
+        f"| LM | scores | valid ppl | lm_weight | length_penalty | dev {metric} | test {metric} rescored "
+        "| train min |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
         *[
             f"| {r['lm']} | {'normalised' if r['normalized'] else 'unnormalised'} | {r['valid_perplexity']:.1f} | "
-            f"{r['lm_weight']} | {r['length_penalty']} | {r['dev_wer']:.2%} | {r['test_wer_rescored']:.2%} | "
+            f"{r['lm_weight']} | {r['length_penalty']} | {show(r['dev'])} | {show(r['test_rescored'])} | "
             f"{r['train_minutes']:.1f} |"
             for r in rows
         ],
     ]
-    (out / "asr_synthetic.md").write_text("\n".join(lines) + "\n")
-    plot(rows, base, out / "asr_synthetic.png")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
-def plot(rows: list[dict], base: dict, path: Path) -> None:
+def plot(rows: list[dict], base: dict, path: Path, metric: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = ["first pass"] + [f"{r['lm']}{'' if r['normalized'] else ' (unnorm.)'}" for r in rows] + ["oracle"]
-    values = [base["first_pass"]] + [r["test_wer_rescored"] for r in rows] + [base["oracle"]]
+    values = [base["first_pass"]] + [r["test_rescored"] for r in rows] + [base["oracle"]]
+    scale = 100.0 if metric.startswith("WER") else 1.0
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.barh(range(len(values)), [100 * v for v in values], color=["grey"] + ["C0"] * len(rows) + ["grey"])
+    ax.barh(range(len(values)), [scale * v for v in values], color=["grey"] + ["C0"] * len(rows) + ["grey"])
     ax.set_yticks(range(len(values)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("test WER (%), synthetic n-best")
+    ax.set_xlabel(f"test {metric}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
