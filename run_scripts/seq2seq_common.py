@@ -77,6 +77,13 @@ class ModelArguments:
     tie_word_embeddings: bool = field(
         default=False, metadata={"help": "Built-in backbones: tie the head to the (shared) input embeddings."}
     )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "Built-in backbones: config values to change, `key=value,key=value` (as transformers' "
+            "run_clm.py), e.g. `init_std=0.088,dropout=0.0` or `d_model=256,encoder_layers=3,decoder_layers=3`."
+        },
+    )
 
 
 @dataclass
@@ -190,12 +197,50 @@ def continuous_table(head: dict, tok) -> tuple[dict, torch.Tensor, torch.Tensor]
     return {**head, "embedding_dim": table.shape[1]}, table, covered
 
 
+def _override_config(config, overrides: str) -> None:
+    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error."""
+    for item in overrides.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or not hasattr(config, key):
+            raise UsageError(
+                f"--config_overrides: {item.strip()!r} is not key=value of a {type(config).__name__} field"
+            )
+        old = getattr(config, key)
+        if isinstance(old, bool):
+            if value.lower() not in ("true", "false"):
+                raise UsageError(f"--config_overrides: {key}={value!r} must be true or false")
+            new = value.lower() == "true"
+        elif isinstance(old, (int, float)):
+            try:
+                number = float(value)
+            except ValueError:
+                raise UsageError(f"--config_overrides: {key}={value!r} must be a number") from None
+            if isinstance(old, int) and not number.is_integer():
+                raise UsageError(f"--config_overrides: {key}={value!r} must be an integer")
+            new = int(number) if isinstance(old, int) else number
+        elif value.lower() == "none":
+            new = None
+        else:  # a str or None field: keep a number a number
+            try:
+                new = int(value) if value.lstrip("-").isdigit() else float(value)
+            except ValueError:
+                new = value
+        setattr(config, key, new)
+    logger.info("backbone config overrides: %s", overrides)
+
+
 def build_model(model_args: ModelArguments, head: dict, tok):
     name = model_args.model_name_or_path
+    if model_args.config_overrides and name not in TINY_SEQ2SEQ:
+        raise UsageError(
+            f"--config_overrides applies to the built-in backbones ({', '.join(TINY_SEQ2SEQ)}), not {name!r}"
+        )
     if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
         return AutoModelForSeq2SeqLM.from_pretrained(name)
     if name in TINY_SEQ2SEQ:
         backbone = tiny_backbone_config(name, tok, tie_word_embeddings=model_args.tie_word_embeddings)
+        if model_args.config_overrides:
+            _override_config(backbone, model_args.config_overrides)
         config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=model_args.tie_word_embeddings)
         return HeadsForSeq2SeqLM(config)
     if name in PACKAGED_MODELS:

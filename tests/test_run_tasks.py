@@ -475,6 +475,8 @@ CLF = ["--train_file", "{train}", "--text_column", "sentence"]
             "--model_name_or_path='bert-base-uncased' is not a local directory",
         ),
         ("run_translation.py", ["--model_name_or_path", "facebook/bart-base"], "offline, use a local directory"),
+        ("run_translation.py", ["--config_overrides", "d_model=1.5"], "d_model='1.5' must be an integer"),
+        ("run_translation.py", ["--config_overrides", "no_such_field=1"], "is not key=value of a BartConfig field"),
         (
             "run_summarization.py",
             ["--validation_file", "{valid}", "--source_column", "sentence", "--target_column", "topic"],
