@@ -74,7 +74,15 @@ def run_grid(
     if max_eval_blocks:
         valid = valid.select(range(min(len(valid), max_eval_blocks)))
     counts = word_counts(text["train"], tok)
-    backbone = GPT2Config(n_embd=hidden, n_layer=2, n_head=4, n_positions=block, vocab_size=len(tok))
+    backbone = GPT2Config(
+        n_embd=hidden,
+        n_layer=2,
+        n_head=4,
+        n_positions=block,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,  # not GPT-2's 50256
+    )
     print(f"{corpus}: vocabulary {len(tok)}, {len(train)} training / {len(valid)} validation blocks of {block}")
     rows = []
     for group, name, head in grid:

@@ -274,7 +274,15 @@ def main() -> None:
 
     train = blocks(text["train"], tok, args.block)
     valid = blocks(text["validation"], tok, args.block).select(range(200))
-    backbone = GPT2Config(n_embd=128, n_layer=2, n_head=4, n_positions=args.block, vocab_size=len(tok))
+    backbone = GPT2Config(
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        n_positions=args.block,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,  # not GPT-2's 50256
+    )
     scorer_tok = build_word_tokenizer(list(text["train"]["text"]), vocab_size=args.vocab)
     scorer_tok.bos_token = scorer_tok.eos_token  # each verse followed </s> in training
     lm_weights = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0]

@@ -11,7 +11,7 @@ import sacrebleu
 import torch
 from sklearn import metrics as skm
 
-from hf_heads.metrics import METRICS, classification_metrics, generation_metrics, load_metric, path
+from hf_heads.metrics import METRICS, classification_metrics, distinct_share, generation_metrics, load_metric, path
 
 PREDS = ["the cat sat on the mat", "a dog barked loudly", "storms hit the northern coast, again."]
 REFS = ["the cat sat on a mat", "the dog barked loudly", "Storm hits the north coast again."]
@@ -418,7 +418,8 @@ def test_generation_builder_reports_sacrebleu_and_stemmed_mean_rouge():
     tok, eval_pred, texts, refs = _decode_pair(PREDS, REFS)
     out = generation_metrics(tok, ("rouge", "bleu"))(eval_pred)
     keys = ["rouge1", "rouge2", "rougeL", "rougeLsum", "bleu", "brevity_penalty", "length_ratio"]
-    assert list(out) == keys + ["bleu_1", "bleu_2", "bleu_3", "bleu_4"]
+    assert list(out) == keys + ["bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct"]
+    assert out["distinct"] == len(set(texts)) / len(texts)
     ref = sacrebleu.corpus_bleu(texts, [refs])
     assert out["bleu"] == ref.score and out["brevity_penalty"] == ref.bp
     assert out["length_ratio"] == ref.sys_len / max(ref.ref_len, 1)
@@ -431,7 +432,18 @@ def test_generation_builder_reports_sacrebleu_and_stemmed_mean_rouge():
     scores = [scorer.score(r, p) for p, r in zip(texts, refs, strict=True)]
     for key in EVALUATE_KEYS["rouge"]:
         assert out[key] == sum(s[key].fmeasure for s in scores) / len(scores)
-    assert list(generation_metrics(tok, ("bleu",))(eval_pred)) == keys[4:] + ["bleu_1", "bleu_2", "bleu_3", "bleu_4"]
+    bleu_keys = keys[4:] + ["bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct"]
+    assert list(generation_metrics(tok, ("bleu",))(eval_pred)) == bleu_keys
+
+
+def test_distinct_share_counts_repeated_outputs():
+    """A model that writes one constant headline scores 1/N; whitespace around an output does not make it new."""
+    assert distinct_share(["a b", "a b ", "c", "d"]) == 3 / 4
+    assert distinct_share(["same"] * 5) == 1 / 5
+    assert distinct_share([]) == 0.0
+    tok, (pred_ids, ref_ids), _, _ = _decode_pair(PREDS, REFS)
+    repeated = np.repeat(pred_ids[:1], len(PREDS), axis=0)  # the first prediction for every example
+    assert generation_metrics(tok, ("bleu",))((repeated, ref_ids))["distinct"] == 1 / len(PREDS)
 
 
 def test_generation_builder_decodes_and_ignores_padding():
@@ -443,5 +455,6 @@ def test_generation_builder_decodes_and_ignores_padding():
     preds = np.concatenate([ids, np.full((1, 2), tok.pad_token_id)], axis=1)
     out = generation_metrics(tok)((preds, labels))
     assert out["bleu"] == pytest.approx(100.0) and out["rouge1"] == pytest.approx(1.0)
+    assert out["distinct"] == 1.0
     with pytest.raises(ValueError, match="generation metric='sacrebleu' is not allowed; allowed: 'bleu', 'rouge'"):
         generation_metrics(tok, ("sacrebleu",))

@@ -6,9 +6,18 @@ from hf_heads.metrics.builders import (
     GENERATION_METRICS,
     METRICS,
     classification_metrics,
+    distinct_share,
     generation_metrics,
     load_metric,
     path,
 )
 
-__all__ = ["GENERATION_METRICS", "METRICS", "classification_metrics", "generation_metrics", "load_metric", "path"]
+__all__ = [
+    "GENERATION_METRICS",
+    "METRICS",
+    "classification_metrics",
+    "distinct_share",
+    "generation_metrics",
+    "load_metric",
+    "path",
+]

@@ -80,6 +80,11 @@ def _report_rouge(metric, predictions: list[str], references: list[str]) -> dict
     return {key: sum(result[key]) / max(len(result[key]), 1) for key in ROUGE_TYPES}
 
 
+def distinct_share(texts: Sequence[str]) -> float:
+    """Share of distinct strings in `texts` (after stripping whitespace): 1.0 when all differ, 1/N when all equal."""
+    return len({t.strip() for t in texts}) / max(len(texts), 1)
+
+
 _REPORTS = {"bleu": ("sacrebleu", _report_bleu), "rouge": ("rouge", _report_rouge)}
 
 
@@ -90,7 +95,10 @@ def generation_metrics(tokenizer, names: Sequence[str] = GENERATION_METRICS) -> 
     * "bleu": `bleu`, `brevity_penalty`, `length_ratio` of sacreBLEU (module `sacrebleu`, 0-100; not the 0-1
       `bleu` module) and `bleu_1`..`bleu_4`, cumulative BLEU-n;
     * "rouge": `rouge1`, `rouge2`, `rougeL`, `rougeLsum`, the mean per-example F-measure with stemming
-      (module `rouge` with `use_aggregator=False, use_stemmer=True`)."""
+      (module `rouge` with `use_aggregator=False, use_stemmer=True`);
+
+    and always `distinct`: the share of distinct predictions (1.0 = every output differs; a model that writes
+    one constant headline for every article scores 1/N however good its ROUGE looks)."""
     for name in names:
         check_choice("generation metric", name, GENERATION_METRICS)
     reports = [(load_metric(_REPORTS[name][0]), _REPORTS[name][1]) for name in names]
@@ -106,6 +114,7 @@ def generation_metrics(tokenizer, names: Sequence[str] = GENERATION_METRICS) -> 
         out: dict = {}
         for metric, report in reports:
             out.update(report(metric, texts, refs))
+        out["distinct"] = distinct_share(texts)
         return out
 
     return compute
