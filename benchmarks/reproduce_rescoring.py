@@ -35,6 +35,8 @@ import csv
 import math
 import random
 import re
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -215,7 +217,7 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=2.0, help="std of the first-pass score noise")
     parser.add_argument("--dev", type=int, default=200)
     parser.add_argument("--test", type=int, default=300)
-    parser.add_argument("--out", default="docs/results/rescoring")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs/results/rescoring"))
     parser.add_argument(
         "--translation_model", default=None, help="a trained es→en model directory: adds the translation table"
     )
@@ -354,9 +356,8 @@ def write_table(out: Path, task: str, rows: list[dict], base: dict, size: int, a
         else f"beam-{args.beams} n-best lists of the es→en model `{args.translation_model}` on Bible test verses"
     )
     lines = [
-        f"N-best rescoring, {what} (`python benchmarks/reproduce_rescoring.py"
-        + (f" --translation_model {args.translation_model}" if args.translation_model else "")
-        + f"`, {args.steps} steps of batch {args.batch} × {args.block} tokens per LM; see the script's docstring). "
+        f"N-best rescoring, {what} (`{shlex.join(['python', 'benchmarks/reproduce_rescoring.py', *sys.argv[1:]])}`"
+        + f", {args.steps} steps of batch {args.batch} × {args.block} tokens per LM; see the script's docstring). "
         f"Test: {size} lists; {metric} first pass {show(base['first_pass'])}, oracle {show(base['oracle'])}. "
         "lm_weight and length_penalty tuned on the dev lists.",
         "",
