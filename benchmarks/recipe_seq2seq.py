@@ -216,7 +216,8 @@ def write_rows(csv_path: Path, key: tuple[str, str, str], results: list[dict], s
         writer.writeheader()
         writer.writerows(rows)
     write_table(csv_path, rows)
-    print(f"wrote {csv_path} and {csv_path.with_suffix('.md')}")
+    write_plot(csv_path, rows)
+    print(f"wrote {csv_path} and its .md / .png")
 
 
 def write_table(csv_path: Path, rows: list[dict]) -> None:
@@ -242,6 +243,35 @@ def write_table(csv_path: Path, rows: list[dict]) -> None:
         + "\n".join(lines)
         + "\n"
     )
+
+
+def _seeds_label(seeds: str) -> str:
+    n = len(seeds.split())
+    return "baseline, no training" if n == 0 else f"{n} seed" + ("s" if n > 1 else "")
+
+
+MAIN_METRIC = {"translation": "bleu", "summarization": "rouge1", "question_generation": "bleu"}
+
+
+def write_plot(csv_path: Path, rows: list[dict]) -> None:
+    """`results.png` next to the CSV: per task, the main metric (translation / QG: BLEU, summarization: ROUGE-1) of
+    every head, each bar labelled with its seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in MAIN_METRIC if any(r["task"] == t for r in rows)]
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(7, 1.2 + 0.45 * len(rows) / 3), squeeze=False)
+    for ax, task in zip(axes[:, 0], tasks, strict=True):
+        bars = [r for r in rows if r["task"] == task and r["metric"] == MAIN_METRIC[task]]
+        ax.barh(range(len(bars)), [float(r["value"]) for r in bars], color="C0")
+        ax.set_yticks(range(len(bars)), [f"{r['head']} ({_seeds_label(r['seeds'])})" for r in bars])
+        ax.invert_yaxis()
+        ax.set_title(f"{task}, {bars[0]['dataset']}: {MAIN_METRIC[task]} (mean over seeds)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(csv_path.with_suffix(".png"), dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
