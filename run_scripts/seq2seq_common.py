@@ -198,7 +198,9 @@ def continuous_table(head: dict, tok) -> tuple[dict, torch.Tensor, torch.Tensor]
 
 
 def _override_config(config, overrides: str) -> None:
-    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error."""
+    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error.
+    Not `PretrainedConfig.update_from_string` (transformers' run_clm.py): its errors do not name the key
+    ("invalid literal for int()"), and it cannot set a field whose value is None."""
     for item in overrides.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or not hasattr(config, key):
@@ -220,7 +222,9 @@ def _override_config(config, overrides: str) -> None:
             new = int(number) if isinstance(old, int) else number
         elif value.lower() == "none":
             new = None
-        else:  # a str or None field: keep a number a number
+        elif isinstance(old, str):
+            new = value
+        else:  # a None field: keep a number a number
             try:
                 new = int(value) if value.lstrip("-").isdigit() else float(value)
             except ValueError:

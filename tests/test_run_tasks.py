@@ -553,3 +553,24 @@ def test_classification_two_process_ddp_matches_one_process(label_files, tmp_pat
         history = json.loads((out / "trainer_state.json").read_text())["log_history"]
         curves[procs] = torch.tensor([[e["loss"], e["grad_norm"]] for e in history if "loss" in e])
     torch.testing.assert_close(curves[2], curves[1], rtol=1e-4, atol=1e-4)
+
+
+def test_config_overrides_parse_as_the_field_type(monkeypatch):
+    """`--config_overrides` values take the type of the field they replace: a string field stays a string even
+    when it looks like a number, a float field accepts an integer literal, a bool field needs true / false."""
+    from transformers import BartConfig
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from seq2seq_common import _override_config
+
+    config = BartConfig(d_model=128, init_std=0.02, activation_function="gelu", scale_embedding=False)
+    _override_config(config, "d_model=256,init_std=1,activation_function=relu,scale_embedding=true,dropout=0.0")
+    assert (config.d_model, config.init_std, config.activation_function, config.scale_embedding) == (
+        256,
+        1.0,
+        "relu",
+        True,
+    )
+    assert isinstance(config.d_model, int) and isinstance(config.init_std, float) and config.dropout == 0.0
+    _override_config(config, "activation_function=2")
+    assert config.activation_function == "2"
