@@ -128,12 +128,6 @@ def _set(args: list[str], flag: str, value: str) -> list[str]:
     return args
 
 
-def distinct_share(texts: list[str]) -> float:
-    from hf_heads.metrics import distinct_share
-
-    return distinct_share(texts)
-
-
 def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "generated_predictions.jsonl").read_text().splitlines()]
 
@@ -162,6 +156,7 @@ def chrf(run_dir: Path, max_length: int) -> float:
 def lead_baseline(run_dir: Path, max_length: int) -> dict[str, float]:
     """Summarization's lead-N baseline on the same test articles: the first N words of each article (N = the mean
     reference length in words, rounded), tokenized and scored like the model's predictions."""
+    from hf_heads.metrics import distinct_share
     from hf_heads.metrics.builders import _report_bleu, _report_rouge, load_metric
 
     rows = _rows(run_dir)
@@ -188,7 +183,10 @@ def run_seed(task: str, seed: int, out: Path, args: list[str], threads: int, reu
     result = {k: metrics[f"predict_{k}"] for k in RECIPES[task][3] if k not in ("chrf", "distinct")}
     if "chrf" in RECIPES[task][3]:
         result["chrf"] = chrf(run_dir, int(_flag(args, "--max_target_length", "64")))
-    result["distinct"] = distinct_share([r["prediction"] for r in _rows(run_dir)])  # also predict_distinct now
+    from hf_heads.metrics import distinct_share
+
+    # from the predictions file: runs made before the scripts reported predict_distinct have it too
+    result["distinct"] = distinct_share([r["prediction"] for r in _rows(run_dir)])
     result["train_minutes"] = metrics["train_runtime"] / 60
     print(f"seed {seed}: {result}", flush=True)
     return result

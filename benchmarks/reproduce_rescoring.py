@@ -194,11 +194,7 @@ def bleu_oracle(records: list[dict]) -> list[str]:
     ]
 
 
-def wer_of(records: list[dict], texts: list[str]) -> float:
-    return float(jiwer.wer([r["reference"] for r in records], texts))
-
-
-def oracle(records: list[dict]) -> list[str]:
+def wer_oracle(records: list[dict]) -> list[str]:
     return [min(r["hypotheses"], key=lambda h: jiwer.wer(r["reference"], h["text"]))["text"] for r in records]
 
 
@@ -260,8 +256,8 @@ def main() -> None:
         f"mean size {sum(len(r['hypotheses']) for r in test) / len(test):.1f}"
     )
     base = {
-        "first_pass": wer_of(test, first_pass(test)),
-        "oracle": wer_of(test, oracle(test)),
+        "first_pass": -negative_wer(first_pass(test), [r["reference"] for r in test]),
+        "oracle": -negative_wer(wer_oracle(test), [r["reference"] for r in test]),
     }
     print(f"test WER first pass {base['first_pass']:.4f}, oracle {base['oracle']:.4f}", flush=True)
     tasks = {"asr": (dev, test, negative_wer)}
