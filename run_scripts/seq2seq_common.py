@@ -21,7 +21,7 @@ from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.heads import family
 from hf_heads.losses._checks import OptionError
 from hf_heads.metrics import generation_metrics
-from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
+from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments, label_counts
 from hf_heads.training.runs import (
     PACKAGED_MODELS,
     TINY_SEQ2SEQ,
@@ -271,6 +271,19 @@ def accuracy_at_k(trainer, dataset, ks: tuple[int, ...] = (1, 2, 5, 10)) -> dict
     return {f"eval_accuracy@{k}": float(h) / max(total, 1) for k, h in zip(ks, hits, strict=True)}
 
 
+def attach_table(model, table, train_dataset) -> None:
+    """The continuous head's pretrained table; `--center_embeddings frequency` counts the training targets."""
+    counts = None
+    if model.head.options.center_embeddings == "frequency":
+        if train_dataset is None:
+            raise UsageError(
+                "--center_embeddings frequency counts the training targets: give a training split (--do_train with "
+                "--dataset_name or --train_file), or --model_name_or_path of a trained hf_heads model"
+            )
+        counts = label_counts(train_dataset, model.head.num_classes)
+    model.head.set_embedding_table(table, counts=counts)
+
+
 def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
@@ -298,8 +311,6 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         head, table, covered = continuous_table(head, tok)
     model = build_model(model_args, head, tok)
     check_vocab(tok, model)
-    if covered is not None and not trained:
-        model.head.set_embedding_table(table)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
     try:
         model.head.check_generation(training_args.generation_num_beams or 1)
@@ -322,6 +333,8 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
 
     with training_args.main_process_first(desc="tokenize"):
         tokenized = raw.map(preprocess, batched=True, remove_columns=["source", "target"], desc="tokenize")
+    if covered is not None and not trained:
+        attach_table(model, table, tokenized.get("train"))
     collator = DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)
     compute = generation_metrics(tok, task.metrics) if training_args.predict_with_generate else None
     trainer = HeadsSeq2SeqTrainer(

@@ -85,6 +85,34 @@ def test_bad_tables_and_options():
         )
 
 
+@pytest.mark.parametrize("how", ["none", "mean", "frequency"])
+def test_centred_tables(how):
+    """center_embeddings: the unit rows minus their (count-weighted) mean, normalised again; counts are required
+    by `frequency` and refused by the others."""
+    head = ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, "center_embeddings": how})
+    table = torch.randn(V, D, generator=torch.Generator().manual_seed(3)) + 2.0  # a shared direction
+    counts = torch.arange(V, dtype=torch.float64) ** 2
+    unit = table / table.norm(dim=1, keepdim=True)
+    weights = {"none": None, "mean": torch.full((V,), 1.0 / V), "frequency": counts / counts.sum()}[how]
+    want = unit if weights is None else unit - (weights[:, None].float() * unit).sum(0)
+    want = want / want.norm(dim=1, keepdim=True)
+    if how == "frequency":
+        with pytest.raises(ValueError, match="center_embeddings='frequency' weights the mean row by the training"):
+            head.set_embedding_table(table)
+        with pytest.raises(ValueError, match=r"counts has shape \(49,\), expected \(50,\)"):
+            head.set_embedding_table(table, counts=counts[:49])
+        with pytest.raises(ValueError, match="positive sum"):
+            head.set_embedding_table(table, counts=torch.zeros(V))
+        head.set_embedding_table(table, counts=counts)
+    else:
+        with pytest.raises(ValueError, match=f"counts are used only by .*this head has '{how}'"):
+            head.set_embedding_table(table, counts=counts)
+        head.set_embedding_table(table)
+    torch.testing.assert_close(head.embeddings, want)
+    shared = (head.embeddings.mean(0) if how != "frequency" else weights.float() @ head.embeddings).norm()
+    assert (shared < 0.2) == (how != "none")  # the plain table keeps its shared direction (~0.9 here)
+
+
 def test_glove_table_coverage_and_unk_mapping():
     tok = build_word_tokenizer(["the king spoke to the people", "qwzxv the king"])
     table, covered = embedding_table(tok)

@@ -15,6 +15,7 @@ from hf_heads.data import corpora
         (data.load_summarization, "bbc-news", (2225, 2225), ["document", "summary", "category"]),
         (data.load_question_generation, "faq", (503, 503), ["id", "answer", "question", "category"]),
         (data.load_classification, "wordnet-lexnames", (117659, 117659), ["text", "label"]),
+        (data.load_classification, "wordnet-hypernyms", (20529, 20529), ["text", "label"]),
         (data.load_classification, "bbc-news", (2225, 2225), ["text", "label"]),
         (data.load_classification, "bible-books", (31000, 31200), ["text", "label"]),
         (data.load_lm_text, "bible-web", (37457, 37457), ["text"]),
@@ -39,6 +40,20 @@ def test_classification_labels():
     assert len(names) == 45 and names[5] == "noun.animal"
     assert len(set(wn["test"]["label"])) > 30
     assert len(data.load_classification("bible-books")["train"].features["label"].names) == 66
+
+
+PARIS = "the capital and largest city of France; and international center of culture and commerce"
+
+
+def test_wordnet_hypernyms_label_is_the_direct_hypernym():
+    hyper = data.load_classification("wordnet-hypernyms")
+    names = hyper["train"].features["label"].names
+    assert len(names) == 288 and len(set(names)) == 288 and names[:3] == ["city", "person", "bird_genus"]
+    rows = {r["text"]: names[r["label"]] for split in hyper.values() for r in split}
+    # data.noun 08932568 (Paris, @i 08691669 national_capital); "dog" has two hypernyms (canine, domestic_animal):
+    # a synset with more than one parent is left out
+    assert rows[PARIS] == "national_capital"
+    assert not any(text.startswith("a member of the genus Canis") for text in rows)
 
 
 def test_lm_text_is_large_enough():

@@ -164,10 +164,13 @@ def test_run_translation_continuous_syn_margin(tmp_path):
         "syn-margin-projection",
         "--tie_decoder_inputs",
         "true",
+        "--center_embeddings",
+        "frequency",
         *QUIET,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["head"]["center_embeddings"] == "frequency"
     assert summary["head"]["embedding_dim"] == 50 and 0.5 < summary["target_token_coverage"] <= 1.0
     assert "eval_bleu" in summary and "eval_perplexity" not in summary
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]

