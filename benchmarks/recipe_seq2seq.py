@@ -5,6 +5,7 @@
     python benchmarks/recipe_seq2seq.py --task summarization --seeds 42 43 44 --reuse  # keep finished seeds
     python benchmarks/recipe_seq2seq.py --task translation --max_steps 2400 --no_csv   # more steps, no CSV row
     python benchmarks/recipe_seq2seq.py --task translation --head margin -- --margin cos --m 0.2 --s 16
+    python benchmarks/recipe_seq2seq.py --task translation --dataset_name ding-de-en   # the same recipe, de→en
 
 Arguments after `--` go to the script after the recipe's (a head's options); `--head` names the family and the
 CSV's `head` column (`--label` overrides the column, e.g. `margin-cos`).
@@ -278,6 +279,9 @@ def main() -> None:
     ap.add_argument("--head", default="softmax", help="The head family (--head of the script).")
     ap.add_argument("--label", default=None, help="The CSV's head column (default: --head).")
     ap.add_argument("--seeds", type=int, nargs="+", default=[42])
+    ap.add_argument(
+        "--dataset_name", default=None, help="Another corpus of the task (ding-de-en), same recipe arguments."
+    )
     ap.add_argument("--out", type=Path, default=None, help="Run directories (default outputs/recipe_<task>[_label]).")
     ap.add_argument("--csv", type=Path, default=ROOT / "docs/results/seq2seq_recipes/results.csv")
     ap.add_argument("--max_steps", type=int, default=None, help="Override the recipe's steps (and nothing else).")
@@ -290,11 +294,13 @@ def main() -> None:
     ap.add_argument("head_args", nargs="*", help="After `--`: more arguments for the script (head options).")
     a = ap.parse_args()
     script, dataset, args, _ = RECIPES[a.task]
+    recipe_dataset, dataset = dataset, a.dataset_name or dataset
     label = a.label or a.head
     args = [*args, "--dataset_name", dataset, "--head", a.head, *a.head_args]
     if a.max_steps is not None:
         args = _set(args, "--max_steps", str(a.max_steps))
-    out = a.out or ROOT / "outputs" / (f"recipe_{a.task}" + ("" if label == "softmax" else f"_{label}"))
+    stem = f"recipe_{a.task}" + ("" if dataset == recipe_dataset else f"_{dataset}")
+    out = a.out or ROOT / "outputs" / (stem + ("" if label == "softmax" else f"_{label}"))
     results = [run_seed(a.task, seed, out, args, a.threads, a.reuse) for seed in a.seeds]
     if a.task == "summarization":
         lead = lead_baseline(out / f"seed{a.seeds[0]}", int(_flag(args, "--max_target_length", "64")))
