@@ -1,10 +1,12 @@
-"""Shared driver of the reproduction grids: train a small word-level decoder once per head section
-on a bundled corpus, evaluate the model's own distribution, write results.md / results.csv / a plot."""
+"""Shared driver of the reproduction grids: train a small word-level decoder once per head section and seed
+on a bundled corpus, evaluate the model's own distribution, write results.md / results.csv / a plot, and with
+`eval_steps` the validation perplexity every `eval_steps` steps (curves.csv / curves.png: has it flattened?)."""
 
 from __future__ import annotations
 
 import csv
 import math
+import statistics
 import time
 from itertools import chain
 from pathlib import Path
@@ -25,9 +27,9 @@ def blocks(dataset, tok, size):
     return Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * size] * len(rows), "labels": rows})
 
 
-def lm_trainer(model, train, valid, *, out, steps: int, batch: int, lr: float, **extra) -> HeadsTrainer:
-    """The reproductions' `HeadsTrainer`: `steps` of `batch` blocks, linear warm-up over a tenth, seed 0, no
-    checkpoints; `extra` goes to `HeadsTrainingArguments`."""
+def lm_trainer(model, train, valid, *, out, steps: int, batch: int, lr: float, seed: int = 0, **extra) -> HeadsTrainer:
+    """The reproductions' `HeadsTrainer`: `steps` of `batch` blocks, linear warm-up over a tenth, no checkpoints;
+    `extra` goes to `HeadsTrainingArguments`."""
     targs = HeadsTrainingArguments(
         output_dir=str(out),
         max_steps=steps,
@@ -35,7 +37,7 @@ def lm_trainer(model, train, valid, *, out, steps: int, batch: int, lr: float, *
         per_device_eval_batch_size=32,
         learning_rate=lr,
         warmup_steps=steps // 10,
-        seed=0,
+        seed=seed,
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
@@ -59,8 +61,11 @@ def run_grid(
     title="",
     max_eval_blocks=None,
     self_normalization=False,
+    seeds=(0,),
+    eval_steps=None,
 ) -> list[dict]:
-    """grid: [(group, name, head section)]. Returns one row per setting and writes the outputs.
+    """grid: [(group, name, head section)]. Returns one row per setting (perplexity = the mean over `seeds`,
+    `perplexity_std` their sample std, `perplexity_per_seed`) and writes the outputs.
 
     `self_normalization=True` (sampled heads) adds the columns valid_self_norm_logz_mean / _std: the mean and std
     over every validation position of log Σ_c p̃(c|x), the corrected but unnormalised scores
@@ -84,45 +89,78 @@ def run_grid(
         eos_token_id=tok.eos_token_id,  # not GPT-2's 50256
     )
     print(f"{corpus}: vocabulary {len(tok)}, {len(train)} training / {len(valid)} validation blocks of {block}")
-    rows = []
+    rows, curves = [], []
+    extra_args = {"eval_strategy": "steps", "eval_steps": eval_steps} if eval_steps else {}
     for group, name, head in grid:
-        set_seed(0)
-        model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head=head))
-        model.set_word_counts(counts)
-        trainer = lm_trainer(model, train, valid, out=out / "tmp", steps=steps, batch=batch, lr=lr)
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-        loss = trainer.evaluate()["eval_loss"]
-        ppl = math.exp(loss) if math.isfinite(loss) else float("nan")
-        row = {"group": group, "setting": name, "perplexity": ppl, "seconds_per_step": seconds / steps}
-        if self_normalization:
-            row["valid_self_norm_logz_mean"], row["valid_self_norm_logz_std"] = validation_self_normalization(
-                model, valid
+        runs = []
+        for seed in seeds:
+            set_seed(seed)
+            model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head=head))
+            model.set_word_counts(counts)
+            trainer = lm_trainer(
+                model, train, valid, out=out / "tmp", steps=steps, batch=batch, lr=lr, seed=seed, **extra_args
             )
+            start = time.perf_counter()
+            trainer.train()
+            seconds = time.perf_counter() - start  # includes the curve's evaluations when eval_steps is set
+            loss = trainer.evaluate()["eval_loss"]
+            run = {"perplexity": math.exp(loss) if math.isfinite(loss) else float("nan"), "seconds": seconds}
+            if self_normalization:
+                run["logz"] = validation_self_normalization(model, valid)
+            runs.append(run)
+            for h in trainer.state.log_history[:-1]:  # the last entry is the final evaluate()
+                if "eval_loss" in h:
+                    curves.append(
+                        {"setting": name, "seed": seed, "step": h["step"], "perplexity": math.exp(h["eval_loss"])}
+                    )
+            print(
+                f"{group:10s} {name:42s} seed {seed} ppl {run['perplexity']:9.1f}  {seconds / steps:.3f} s/step",
+                flush=True,
+            )
+        ppl = [r["perplexity"] for r in runs]
+        row = {
+            "group": group,
+            "setting": name,
+            "perplexity": statistics.mean(ppl),
+            "seconds_per_step": statistics.median(r["seconds"] for r in runs) / steps,
+            "perplexity_std": statistics.stdev(ppl) if len(ppl) > 1 else float("nan"),
+        }
+        if self_normalization:
+            row["valid_self_norm_logz_mean"] = statistics.mean(r["logz"][0] for r in runs)
+            row["valid_self_norm_logz_std"] = statistics.mean(r["logz"][1] for r in runs)
+        row["perplexity_per_seed"] = " / ".join(f"{p:.1f}" for p in ppl)
         rows.append(row)
-        print(f"{group:10s} {name:42s} ppl {ppl:9.1f}  {seconds / steps:.3f} s/step", flush=True)
 
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[-1]))
         writer.writeheader()
         writer.writerows(rows)
-    extra = [k for k in rows[-1] if k not in ("group", "setting", "perplexity", "seconds_per_step")]
+    extra = [
+        k for k in rows[-1] if k not in ("group", "setting", "perplexity", "seconds_per_step", "perplexity_per_seed")
+    ]
     lines = [
         f"Validation perplexity after {steps} steps (batch {batch} × {block} tokens, lr {lr}), 2-layer GPT-2 "
-        f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`. {title}",
+        f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`, seeds {list(seeds)} (perplexity: "
+        f"mean over the seeds). {title}",
         "",
-        "| group | setting | perplexity | s / step |" + "".join(f" {k} |" for k in extra),
-        "|---|---|---:|---:|" + "---:|" * len(extra),
+        "| group | setting | perplexity | s / step |" + "".join(f" {k} |" for k in extra) + " per seed |",
+        "|---|---|---:|---:|" + "---:|" * len(extra) + "---|",
         *[
             f"| {r['group']} | {r['setting']} | {r['perplexity']:.1f} | {r['seconds_per_step']:.3f} |"
             + "".join(f" {r.get(k, float('nan')):.3f} |" for k in extra)
+            + f" {r['perplexity_per_seed']} |"
             for r in rows
         ],
     ]
     (out / "results.md").write_text("\n".join(lines) + "\n")
 
     plot_rows(rows, out / "perplexity.png")
+    if curves:
+        with open(out / "curves.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(curves[0]))
+            writer.writeheader()
+            writer.writerows(curves)
+        plot_curves(curves, out / "curves.png")
     print((out / "results.md").read_text())
     return rows
 
@@ -158,7 +196,9 @@ def plot_rows(rows: list[dict], path: Path) -> None:
     groups = list(dict.fromkeys(r["group"] for r in rows))
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.5), dpi=120)
     for n, r in enumerate(rows):
-        ax.plot([float(r["perplexity"])], [n], "o", color=f"C{groups.index(r['group'])}")
+        std = float(r.get("perplexity_std") or "nan")
+        xerr = [[std], [std]] if math.isfinite(std) else None
+        ax.errorbar([float(r["perplexity"])], [n], xerr=xerr, fmt="o", color=f"C{groups.index(r['group'])}")
     ax.set_yticks(range(len(rows)), [r["setting"] for r in rows])
     ax.axvline(float(rows[0]["perplexity"]), color="k", lw=0.8, ls="--", label=rows[0]["setting"])
     ax.set_xscale("log")
@@ -166,6 +206,28 @@ def plot_rows(rows: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3, which="both", axis="x")
     ax.invert_yaxis()
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_curves(curves: list[dict], path: Path) -> None:
+    """Validation perplexity against the step, mean over the seeds, one line per setting (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=120)
+    for i, name in enumerate(dict.fromkeys(c["setting"] for c in curves)):
+        steps = sorted({c["step"] for c in curves if c["setting"] == name})
+        mean = [
+            statistics.mean(c["perplexity"] for c in curves if c["setting"] == name and c["step"] == s) for s in steps
+        ]
+        ax.plot(steps, mean, marker=".", color=f"C{i % 10}", ls="-" if i < 10 else "--", label=name)
+    ax.set(xlabel="step", ylabel="validation perplexity (mean over seeds)", yscale="log")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

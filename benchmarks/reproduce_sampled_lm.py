@@ -4,6 +4,10 @@ vocabulary 53,726 ≥ 30k).
 
     python benchmarks/reproduce_sampled_lm.py            # 11 criteria, ~20 min on 2 CPU cores
     python benchmarks/reproduce_sampled_lm.py --steps 10 --out /tmp/smoke
+    python benchmarks/reproduce_sampled_lm.py --steps 3000 --seeds 0 1 2 --eval_steps 250   # curves, 3 seeds
+
+The 3-seed run to a flat curve has not been made: the three full-vocabulary rows cost 1.9-5.5 s per step on 2 CPU
+cores (results.md; 11.6 s together), i.e. about 29 hours for 3,000 steps × 3 seeds, the eight sampled rows 8 more.
 
 A 2-layer GPT-2-style decoder (hidden 128) is trained from scratch for the same number of steps
 with each criterion (K = 8,192 log-uniform samples shared over the batch, as in the paper); the
@@ -44,6 +48,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--num_samples", type=int, default=8192)
     ap.add_argument("--max_eval_blocks", type=int, default=200)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="One run per seed; tables show the mean.")
+    ap.add_argument("--eval_steps", type=int, default=None, help="Validation every N steps: curves.csv / .png.")
     ap.add_argument("--out", default="docs/results/sampled_lm")
     args = ap.parse_args()
     run_grid(
@@ -58,6 +64,8 @@ def main() -> None:
         title="Perplexity of the corrected, renormalised posterior; log Z = log Σ_c p̃(c|x) of the corrected, "
         "unnormalised scores over every validation position (0 = self-normalised).",
         self_normalization=True,
+        seeds=args.seeds,
+        eval_steps=args.eval_steps,
     )
 
 

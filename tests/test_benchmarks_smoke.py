@@ -68,3 +68,23 @@ def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):
     assert expect in proc.stdout
     if script == "bench_continuous.py":
         assert "| continuous d=50, beam 5 |" in proc.stdout and (tmp_path / "ips.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_lm_grid_seeds_and_curves(tmp_path):
+    """The reproduction driver with two seeds and an evaluation every 2 steps: mean ± std per setting, the
+    per-seed values, curves.csv / curves.png."""
+    code = (
+        "from _lm_grid import run_grid\n"
+        f"run_grid([('base', 'softmax', {{'family': 'softmax'}})], corpus='bible-web', out=r'{tmp_path}', steps=4,"
+        " batch=2, block=16, lr=1e-3, max_eval_blocks=4, seeds=(0, 1), eval_steps=2)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "results.md").read_text()
+    assert "seeds [0, 1]" in table and "| per seed |" in table
+    curves = (tmp_path / "curves.csv").read_text().splitlines()
+    assert curves[0] == "setting,seed,step,perplexity" and len(curves) == 1 + 2 * 2  # 2 seeds x steps 2, 4
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
