@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import statistics
 import time
 from itertools import chain
@@ -63,16 +64,21 @@ def run_grid(
     self_normalization=False,
     seeds=(0,),
     eval_steps=None,
+    save_models=None,
 ) -> list[dict]:
     """grid: [(group, name, head section)]. Returns one row per setting (perplexity = the mean over `seeds`,
     `perplexity_std` their sample std, `perplexity_per_seed`) and writes the outputs.
 
     `self_normalization=True` (sampled heads) adds the columns valid_self_norm_logz_mean / _std: the mean and std
     over every validation position of log Σ_c p̃(c|x), the corrected but unnormalised scores
-    (`validation_self_normalization`)."""
+    (`validation_self_normalization`) and valid_unnormalised_ppl: exp(mean NLL − mean log Z) over the same positions,
+    the perplexity of the unnormalised scores (table 4's "without renormalisation"; not a distribution's perplexity).
+
+    `save_models`: a folder; the first seed's model of every setting is saved there (`save_pretrained`, one
+    sub-folder per setting, the name made path-safe) with `word_counts.pt`, for plots of the trained vectors."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))  # 2 cores unless told otherwise
     text = load_lm_text(corpus)
     tok = build_word_tokenizer(list(text["train"]["text"]))
     train, valid = blocks(text["train"], tok, block), blocks(text["validation"], tok, block)
@@ -107,6 +113,12 @@ def run_grid(
             run = {"perplexity": math.exp(loss) if math.isfinite(loss) else float("nan"), "seconds": seconds}
             if self_normalization:
                 run["logz"] = validation_self_normalization(model, valid)
+                run["unnormalised_ppl"] = math.exp(loss - run["logz"][0]) if math.isfinite(loss) else float("nan")
+            if save_models and seed == seeds[0]:
+                folder = Path(save_models) / setting_folder(name)
+                model.save_pretrained(folder)
+                torch.save(counts, folder / "word_counts.pt")
+                tok.save_pretrained(folder)
             runs.append(run)
             for h in trainer.state.log_history[:-1]:  # the last entry is the final evaluate()
                 if "eval_loss" in h:
@@ -128,9 +140,24 @@ def run_grid(
         if self_normalization:
             row["valid_self_norm_logz_mean"] = statistics.mean(r["logz"][0] for r in runs)
             row["valid_self_norm_logz_std"] = statistics.mean(r["logz"][1] for r in runs)
+            row["valid_unnormalised_ppl"] = statistics.mean(r["unnormalised_ppl"] for r in runs)
         row["perplexity_per_seed"] = " / ".join(f"{p:.1f}" for p in ppl)
         rows.append(row)
+        header = (
+            f"Validation perplexity after {steps} steps (batch {batch} × {block} tokens, lr {lr}), 2-layer GPT-2 "
+            f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`, seeds {list(seeds)} "
+            f"(perplexity: mean over the seeds). {title}"
+        )
+        if len(rows) < len(grid):
+            header += f" **Partial: {len(rows)} of {len(grid)} settings done.**"
+        write_tables(out, rows, curves, header)  # after every setting: an interrupted grid keeps its finished rows
 
+    print((out / "results.md").read_text())
+    return rows
+
+
+def write_tables(out: Path, rows: list[dict], curves: list[dict], header: str) -> None:
+    """results.csv / results.md / perplexity.png, and curves.csv / curves.png when there are curves."""
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[-1]))
         writer.writeheader()
@@ -139,9 +166,7 @@ def run_grid(
         k for k in rows[-1] if k not in ("group", "setting", "perplexity", "seconds_per_step", "perplexity_per_seed")
     ]
     lines = [
-        f"Validation perplexity after {steps} steps (batch {batch} × {block} tokens, lr {lr}), 2-layer GPT-2 "
-        f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`, seeds {list(seeds)} (perplexity: "
-        f"mean over the seeds). {title}",
+        header,
         "",
         "| group | setting | perplexity | s / step |" + "".join(f" {k} |" for k in extra) + " per seed |",
         "|---|---|---:|---:|" + "---:|" * len(extra) + "---|",
@@ -153,7 +178,6 @@ def run_grid(
         ],
     ]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-
     plot_rows(rows, out / "perplexity.png")
     if curves:
         with open(out / "curves.csv", "w", newline="") as f:
@@ -161,8 +185,11 @@ def run_grid(
             writer.writeheader()
             writer.writerows(curves)
         plot_curves(curves, out / "curves.png")
-    print((out / "results.md").read_text())
-    return rows
+
+
+def setting_folder(name: str) -> str:
+    """A path-safe folder name for a grid setting ("cos s=64 m=0.01" -> "cos_s-64_m-0.01")."""
+    return name.replace(" ", "_").replace("=", "-").replace("/", "-")
 
 
 @torch.no_grad()

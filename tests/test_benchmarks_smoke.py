@@ -73,11 +73,14 @@ def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):
 @pytest.mark.slow
 def test_lm_grid_seeds_and_curves(tmp_path):
     """The reproduction driver with two seeds and an evaluation every 2 steps: mean ± std per setting, the
-    per-seed values, curves.csv / curves.png."""
+    per-seed values, curves.csv / curves.png; the first seed's models saved and plotted as the margin paper's
+    figure 1 (plot_margin_word_vectors.py)."""
+    cos = {"family": "margin", "margin": "cos", "m": 0.01, "scale": 64.0}
     code = (
         "from _lm_grid import run_grid\n"
-        f"run_grid([('base', 'softmax', {{'family': 'softmax'}})], corpus='bible-web', out=r'{tmp_path}', steps=4,"
-        " batch=2, block=16, lr=1e-3, max_eval_blocks=4, seeds=(0, 1), eval_steps=2)\n"
+        f"run_grid([('base', 'baseline', {{'family': 'softmax'}}), ('t1', 'cos s=64 m=0.01', {cos!r})],"
+        f" corpus='bible-web', out=r'{tmp_path}', steps=4, batch=2, block=16, lr=1e-3, max_eval_blocks=4,"
+        f" seeds=(0, 1), eval_steps=2, save_models=r'{tmp_path / 'models'}')\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600
@@ -86,5 +89,20 @@ def test_lm_grid_seeds_and_curves(tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert "seeds [0, 1]" in table and "| per seed |" in table
     curves = (tmp_path / "curves.csv").read_text().splitlines()
-    assert curves[0] == "setting,seed,step,perplexity" and len(curves) == 1 + 2 * 2  # 2 seeds x steps 2, 4
+    assert curves[0] == "setting,seed,step,perplexity" and len(curves) == 1 + 2 * 2 * 2  # 2 rows x 2 seeds x 2 evals
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["baseline", "cos_s-64_m-0.01"]
+    script = ROOT / "benchmarks" / "plot_margin_word_vectors.py"
+    args = ["--models", str(tmp_path / "models"), "--results", str(tmp_path / "results.csv"), "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args, "--settings", "baseline", "cos s=64 m=0.01"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT / "benchmarks",
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = (tmp_path / "word_vectors.md").read_text().splitlines()
+    assert rows[4].startswith("| baseline | ") and rows[5].startswith("| cos s=64 m=0.01 | ") and len(rows) == 6
+    assert (tmp_path / "word_vectors.png").read_bytes()[:4] == b"\x89PNG"
