@@ -65,6 +65,7 @@ def run_grid(
     seeds=(0,),
     eval_steps=None,
     save_models=None,
+    resume=False,
 ) -> list[dict]:
     """grid: [(group, name, head section)]. Returns one row per setting (perplexity = the mean over `seeds`,
     `perplexity_std` their sample std, `perplexity_per_seed`) and writes the outputs.
@@ -75,7 +76,10 @@ def run_grid(
     the perplexity of the unnormalised scores (table 4's "without renormalisation"; not a distribution's perplexity).
 
     `save_models`: a folder; the first seed's model of every setting is saved there (`save_pretrained`, one
-    sub-folder per setting, the name made path-safe) with `word_counts.pt`, for plots of the trained vectors."""
+    sub-folder per setting, the name made path-safe) with `word_counts.pt`, for plots of the trained vectors.
+
+    `resume=True` keeps the settings already in `out`'s results.csv / curves.csv (written after every setting) and
+    runs only the others; the tables must come from the same configuration (checked on results.md's first line)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))  # 2 cores unless told otherwise
@@ -95,9 +99,20 @@ def run_grid(
         eos_token_id=tok.eos_token_id,  # not GPT-2's 50256
     )
     print(f"{corpus}: vocabulary {len(tok)}, {len(train)} training / {len(valid)} validation blocks of {block}")
-    rows, curves = [], []
+    header = (
+        f"Validation perplexity after {steps} steps (batch {batch} × {block} tokens, lr {lr}), 2-layer GPT-2 "
+        f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`, seeds {list(seeds)} "
+        f"(perplexity: mean over the seeds). {title}"
+    )
+    done, curves = finished_rows(out, header) if resume else ({}, [])
+    curves = [c for c in curves if c["setting"] in done]
+    rows = []
     extra_args = {"eval_strategy": "steps", "eval_steps": eval_steps} if eval_steps else {}
     for group, name, head in grid:
+        if name in done:
+            rows.append(done[name])
+            print(f"{group:10s} {name:42s} kept from {out / 'results.csv'}", flush=True)
+            continue
         runs = []
         for seed in seeds:
             set_seed(seed)
@@ -143,17 +158,35 @@ def run_grid(
             row["valid_unnormalised_ppl"] = statistics.mean(r["unnormalised_ppl"] for r in runs)
         row["perplexity_per_seed"] = " / ".join(f"{p:.1f}" for p in ppl)
         rows.append(row)
-        header = (
-            f"Validation perplexity after {steps} steps (batch {batch} × {block} tokens, lr {lr}), 2-layer GPT-2 "
-            f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`, seeds {list(seeds)} "
-            f"(perplexity: mean over the seeds). {title}"
-        )
-        if len(rows) < len(grid):
-            header += f" **Partial: {len(rows)} of {len(grid)} settings done.**"
-        write_tables(out, rows, curves, header)  # after every setting: an interrupted grid keeps its finished rows
+        done_now = len(rows) + sum(1 for _, n, _ in grid[len(rows) :] if n in done)
+        partial = f" **Partial: {done_now} of {len(grid)} settings done.**" if done_now < len(grid) else ""
+        kept = rows + [done[n] for _, n, _ in grid[len(rows) :] if n in done]
+        write_tables(out, kept, curves, header + partial)  # after every setting: an interrupted grid keeps its rows
 
     print((out / "results.md").read_text())
     return rows
+
+
+def finished_rows(out: Path, header: str) -> tuple[dict[str, dict], list[dict]]:
+    """The rows and curve points of an earlier (possibly interrupted) run of the same grid in `out`."""
+    if not (out / "results.csv").exists():
+        return {}, []
+    first = (out / "results.md").read_text().splitlines()[0]
+    if not first.startswith(header):
+        raise SystemExit(
+            f"resume: {out / 'results.md'} was written by another configuration:\n  {first}\nthis run:\n  {header}"
+        )
+    text = ("group", "setting", "perplexity_per_seed")
+    with open(out / "results.csv", newline="") as f:
+        done = {r["setting"]: {k: v if k in text else float(v) for k, v in r.items()} for r in csv.DictReader(f)}
+    curves = []
+    if (out / "curves.csv").exists():
+        with open(out / "curves.csv", newline="") as f:
+            curves = [
+                {**c, "seed": int(c["seed"]), "step": int(c["step"]), "perplexity": float(c["perplexity"])}
+                for c in csv.DictReader(f)
+            ]
+    return done, curves
 
 
 def write_tables(out: Path, rows: list[dict], curves: list[dict], header: str) -> None:

@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--max_eval_blocks", type=int, default=None, help="Evaluate on the first N validation blocks.")
     ap.add_argument("--rows", choices=("all", "key"), default="all", help="Every row, or the 14 KEY_ROWS.")
     ap.add_argument("--save_models", default=None, help="Folder for the first seed's model of every row.")
+    ap.add_argument("--resume", action="store_true", help="Keep the rows already in --out; run the others.")
     ap.add_argument("--out", default="docs/results/margin_lm")
     args = ap.parse_args()
     run_grid(
@@ -99,6 +100,7 @@ def main() -> None:
         title="Margin never applied at evaluation.",
         seeds=args.seeds,
         eval_steps=args.eval_steps,
+        resume=args.resume,
         max_eval_blocks=args.max_eval_blocks,
         save_models=args.save_models,
     )

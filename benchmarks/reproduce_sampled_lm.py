@@ -37,18 +37,20 @@ UNIGRAM = {"noise": "unigram", "noise_add": 1.0}  # smoothed unigram: D(c) ∝ (
 def grid(k: int, rows: str = "all") -> list:
     """The 11 criteria with log-uniform noise, then table 4's unigram-noise rows: every criterion whose correction
     queries D (BCE / CE with MCS and CPS; the paper switches BCE-MCS / BCE-CPS to a smoothed unigram there).
-    rows="paper" leaves out MSE full (in the paper's derivations, not in its tables 2-4)."""
+    rows="paper" leaves out MSE full (in the paper's derivations, not in its tables 2-4) and the CE-CPS rows: CE-CPS
+    is CE-MCS (its loss is CE-MCS's plus the constant log(C/K), with the same gradient and correction, eqs. 17-18 vs
+    9-10; same seed and samples give the same run, docs/results/README.md)."""
     full = [
         ("full", f"{c.upper()} full", {"family": "sampled", "criterion": c, "method": "full"})
         for c in (("ce", "bce", "mse") if rows == "all" else ("ce", "bce"))
     ]
     out = full[:1]  # CE full first, the costly BCE / MSE full last: an interrupted run keeps the baseline
     for c in ("bce", "ce"):
-        for m in ("mcs", "is", "cps", "nce"):
+        for m in ("mcs", "is", "cps", "nce") if rows == "all" or c == "bce" else ("mcs", "is", "nce"):
             head = {"family": "sampled", "criterion": c, "method": m, "num_samples": k, "noise": "log-uniform"}
             out.append((f"{c.upper()} sampled", f"{c.upper()}-{m.upper()} K={k}", head))
     for c in ("bce", "ce"):
-        for m in ("mcs", "cps"):
+        for m in ("mcs", "cps") if rows == "all" or c == "bce" else ("mcs",):
             head = {"family": "sampled", "criterion": c, "method": m, "num_samples": k, **UNIGRAM}
             out.append(("unigram noise", f"{c.upper()}-{m.upper()} K={k} unigram", head))
     return out + full[1:]
@@ -64,7 +66,8 @@ def main() -> None:
     ap.add_argument("--max_eval_blocks", type=int, default=200)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="One run per seed; tables show the mean.")
     ap.add_argument("--eval_steps", type=int, default=None, help="Validation every N steps: curves.csv / .png.")
-    ap.add_argument("--rows", choices=("all", "paper"), default="all", help="paper: without MSE full.")
+    ap.add_argument("--rows", choices=("all", "paper"), default="all", help="paper: without MSE full and CE-CPS.")
+    ap.add_argument("--resume", action="store_true", help="Keep the rows already in --out; run the others.")
     ap.add_argument("--out", default="docs/results/sampled_lm")
     args = ap.parse_args()
     run_grid(
@@ -81,6 +84,7 @@ def main() -> None:
         self_normalization=True,
         seeds=args.seeds,
         eval_steps=args.eval_steps,
+        resume=args.resume,
     )
 
 

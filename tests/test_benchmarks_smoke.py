@@ -74,18 +74,21 @@ def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):
 def test_lm_grid_seeds_and_curves(tmp_path):
     """The reproduction driver with two seeds and an evaluation every 2 steps: mean ± std per setting, the
     per-seed values, curves.csv / curves.png; the first seed's models saved and plotted as the margin paper's
-    figure 1 (plot_margin_word_vectors.py)."""
+    figure 1 (plot_margin_word_vectors.py); a resumed run keeps the finished settings."""
     cos = {"family": "margin", "margin": "cos", "m": 0.01, "scale": 64.0}
     code = (
         "from _lm_grid import run_grid\n"
         f"run_grid([('base', 'baseline', {{'family': 'softmax'}}), ('t1', 'cos s=64 m=0.01', {cos!r})],"
         f" corpus='bible-web', out=r'{tmp_path}', steps=4, batch=2, block=16, lr=1e-3, max_eval_blocks=4,"
         f" seeds=(0, 1), eval_steps=2, save_models=r'{tmp_path / 'models'}')\n"
+        f"run_grid([('base', 'baseline', {{'family': 'softmax'}})], corpus='bible-web', out=r'{tmp_path}', steps=4,"
+        " batch=2, block=16, lr=1e-3, max_eval_blocks=4, seeds=(0, 1), eval_steps=2, resume=True)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "baseline                                   kept from" in proc.stdout  # resume=True ran nothing
     table = (tmp_path / "results.md").read_text()
     assert "seeds [0, 1]" in table and "| per seed |" in table
     curves = (tmp_path / "curves.csv").read_text().splitlines()
