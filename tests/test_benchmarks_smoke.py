@@ -11,6 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HEADS_BENCH_IN_PROCESS": "1"}  # no fresh process per method
 
 
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    """benchmarks/<script> with `args`, run from benchmarks/ (as its docstring shows), output captured."""
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600)
+
+
 @pytest.mark.parametrize(
     "script, args, expect",
     [
@@ -55,15 +61,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HEADS_BENCH_IN_PROCESS": "1"}  #
     ],
 )
 def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):
-    args = [a.format(tmp=tmp_path) for a in args]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=ROOT / "benchmarks",
-        timeout=600,
-    )
+    proc = run_script(script, *[a.format(tmp=tmp_path) for a in args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout
     if script == "bench_continuous.py":
@@ -95,16 +93,8 @@ def test_lm_grid_seeds_and_curves(tmp_path):
     assert curves[0] == "setting,seed,step,perplexity" and len(curves) == 1 + 2 * 2 * 2  # 2 rows x 2 seeds x 2 evals
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["baseline", "cos_s-64_m-0.01"]
-    script = ROOT / "benchmarks" / "plot_margin_word_vectors.py"
     args = ["--models", str(tmp_path / "models"), "--results", str(tmp_path / "results.csv"), "--out", str(tmp_path)]
-    proc = subprocess.run(
-        [sys.executable, str(script), *args, "--settings", "baseline", "cos s=64 m=0.01"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=ROOT / "benchmarks",
-        timeout=600,
-    )
+    proc = run_script("plot_margin_word_vectors.py", *args, "--settings", "baseline", "cos s=64 m=0.01")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = (tmp_path / "word_vectors.md").read_text().splitlines()
     assert rows[4].startswith("| baseline | ") and rows[5].startswith("| cos s=64 m=0.01 | ") and len(rows) == 6
