@@ -104,9 +104,11 @@ def run_grid(
         f"hidden {hidden}, word-level vocabulary {len(tok):,}, corpus `{corpus}`, seeds {list(seeds)} "
         f"(perplexity: mean over the seeds). {title}"
     )
+    names = [name for _, name, _ in grid]
     done, curves = finished_rows(out, header) if resume else ({}, [])
+    done = {name: row for name, row in done.items() if name in names}
     curves = [c for c in curves if c["setting"] in done]
-    rows = []
+    rows, table = [], dict(done)  # table: every finished setting, written in grid order after each new one
     extra_args = {"eval_strategy": "steps", "eval_steps": eval_steps} if eval_steps else {}
     for group, name, head in grid:
         if name in done:
@@ -158,10 +160,10 @@ def run_grid(
             row["valid_unnormalised_ppl"] = statistics.mean(r["unnormalised_ppl"] for r in runs)
         row["perplexity_per_seed"] = " / ".join(f"{p:.1f}" for p in ppl)
         rows.append(row)
-        done_now = len(rows) + sum(1 for _, n, _ in grid[len(rows) :] if n in done)
-        partial = f" **Partial: {done_now} of {len(grid)} settings done.**" if done_now < len(grid) else ""
-        kept = rows + [done[n] for _, n, _ in grid[len(rows) :] if n in done]
-        write_tables(out, kept, curves, header + partial)  # after every setting: an interrupted grid keeps its rows
+        table[name] = row
+        partial = f" **Partial: {len(table)} of {len(grid)} settings done.**" if len(table) < len(grid) else ""
+        # after every setting, so an interrupted grid keeps its finished rows
+        write_tables(out, [table[n] for n in names if n in table], curves, header + partial)
 
     print((out / "results.md").read_text())
     return rows

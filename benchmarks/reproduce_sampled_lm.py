@@ -2,15 +2,17 @@
 """Small reproduction of the sampling paper's tables 2-4 on the bundled WordNet glosses (word-level
 vocabulary 53,726 ≥ 30k).
 
-    python benchmarks/reproduce_sampled_lm.py            # 11 criteria + 4 unigram-noise rows, ~25 min on 2 CPU cores
+    python benchmarks/reproduce_sampled_lm.py            # 11 criteria + 4 unigram-noise rows on 2 CPU cores
     python benchmarks/reproduce_sampled_lm.py --steps 10 --out /tmp/smoke
     python benchmarks/reproduce_sampled_lm.py --steps 3000 --seeds 0 1 2 --eval_steps 250   # curves, 3 seeds
 
     python benchmarks/reproduce_sampled_lm.py --rows paper --steps 100 --seeds 0 1 2 --eval_steps 25 \
         --max_eval_blocks 48 --out docs/results/sampled_lm/seeds   # the committed 3-seed run (~2 h, one core)
 
-The 3-seed run to a flat curve has not been made: the three full-vocabulary rows cost 1.9-5.5 s per step on 2 CPU
-cores (results.md; 11.6 s together), i.e. about 29 hours for 3,000 steps × 3 seeds, the eight sampled rows 8 more.
+The s / step column of results.md (2 CPU cores) sums to 14.9 s for the 11 criteria, about 25 minutes of training
+at 100 steps; the 4 unigram rows are sampled criteria (0.37-0.44 s per step there). The 3-seed run to a flat curve
+has not been made: the three full-vocabulary rows cost 1.9-5.5 s per step (11.6 s together), i.e. about 29 hours for
+3,000 steps × 3 seeds, the eight sampled rows 8 more.
 
 A 2-layer GPT-2-style decoder (hidden 128) is trained from scratch for the same number of steps
 with each criterion (K = 8,192 log-uniform samples shared over the batch, as in the paper); the
