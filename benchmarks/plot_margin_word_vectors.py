@@ -3,11 +3,12 @@
 coordinates, with the full-dimension statistics behind the paper's reading of it.
 
     python benchmarks/plot_margin_word_vectors.py --models outputs/margin_models \\
-        --results docs/results/margin_lm/key_rows/results.csv --out docs/results/margin_lm/key_rows
+        --out docs/results/margin_lm/key_rows --settings baseline "arc m=0.001 g=max-norm f=no-mod" \\
+        "cos m=0.001 g=max-norm f=no-mod" "arc s=64 m=0.01" "cos s=64 m=0.01"
 
 `--models` is the folder written by `reproduce_margin_lm.py --save_models` (the first seed's model of every row).
-By default the panels are the baseline and the arc and cos rows with the lowest mean perplexity in `--results`
-(the paper: "the large-margin softmax in bold in table 3"); `--settings` names others.
+By default the panels are the paper's: the baseline and "the large-margin softmax in bold in table 3", arc and cos
+with m = 0.001 and max-norm context vectors (PAPER_SETTINGS); `--settings` names others (one column each).
 
 The paper does not say how its 128-dimensional vectors become 2-D points. Here: the two leading right singular
 vectors of the top-100 rows (not centred: angles are measured from the origin, as the logits see them), then a
@@ -21,7 +22,6 @@ among the top-100 words (larger = "more evenly populate the embedding space"), a
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import torch
@@ -40,15 +40,7 @@ PAIRS = (  # (a, b, relation): semantic pairs first (reds), then syntactic (blue
 )
 
 
-def pick_settings(results: Path) -> list[str]:
-    """The baseline and the arc / cos rows with the lowest mean perplexity."""
-    with open(results, newline="") as f:
-        rows = list(csv.DictReader(f))
-    picked = ["baseline"]
-    for prefix in ("arc", "cos"):
-        candidates = [r for r in rows if r["setting"].startswith(prefix)]
-        picked.append(min(candidates, key=lambda r: float(r["perplexity"]))["setting"])
-    return picked
+PAPER_SETTINGS = ("baseline", "arc m=0.001 g=max-norm f=no-mod", "cos m=0.001 g=max-norm f=no-mod")
 
 
 def angles_deg(vectors: torch.Tensor) -> torch.Tensor:
@@ -104,19 +96,16 @@ def polar_points(weight: torch.Tensor, top: torch.Tensor, anchor: int) -> torch.
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", required=True, help="Folder of reproduce_margin_lm.py --save_models.")
-    ap.add_argument("--results", default=None, help="results.csv to pick the best arc / cos rows from.")
-    ap.add_argument("--settings", nargs="+", default=None, help="Setting names (default: baseline, best arc, cos).")
+    ap.add_argument("--settings", nargs="+", default=list(PAPER_SETTINGS), help="Setting names, one column each.")
     ap.add_argument("--out", default="docs/results/margin_lm/key_rows")
     args = ap.parse_args()
-    if args.settings is None and args.results is None:
-        ap.error("give --settings, or --results to pick the best arc / cos rows from")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from _lm_grid import setting_folder
 
-    settings = args.settings or pick_settings(Path(args.results))
+    settings = args.settings
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(2, len(settings), figsize=(4.2 * len(settings), 8.4), subplot_kw={"projection": "polar"})
@@ -136,7 +125,7 @@ def main() -> None:
         ax = axes[0, col]
         ax.scatter(polar[rest[:2000], 0], polar[rest[:2000], 1], s=2, color="0.8", label="other words")
         ax.scatter(polar[top, 0], polar[top, 1], s=6, color="C0", label=f"top {TOP} frequent")
-        ax.set_title(f"({'abc'[col] if col < 3 else col}) {name}", fontsize=9)
+        ax.set_title(f"({chr(ord('a') + col)}) {name}", fontsize=9)
         ax = axes[1, col]
         for i, (a, b, relation) in enumerate(PAIRS):
             color = (reds if relation == "semantic" else blues)(0.45 + 0.18 * (i % 3))
@@ -144,7 +133,7 @@ def main() -> None:
                 theta, r = polar[word_id(tok, word)]
                 ax.plot([0, theta], [0, r], color=color, lw=1)
                 ax.annotate(word, (theta, r), fontsize=7, color=color)
-        ax.set_title(f"({'def'[col] if col < 3 else col}) word pairs", fontsize=9)
+        ax.set_title(f"({chr(ord('a') + len(settings) + col)}) word pairs", fontsize=9)
     axes[0, 0].legend(fontsize=7, loc="lower left")
     fig.suptitle("Output word vectors in polar coordinates (2-D projection; 'the' at angle 0, radius 1)")
     fig.tight_layout()

@@ -93,7 +93,7 @@ def test_lm_grid_seeds_and_curves(tmp_path):
     assert curves[0] == "setting,seed,step,perplexity" and len(curves) == 1 + 2 * 2 * 2  # 2 rows x 2 seeds x 2 evals
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["baseline", "cos_s-64_m-0.01"]
-    args = ["--models", str(tmp_path / "models"), "--results", str(tmp_path / "results.csv"), "--out", str(tmp_path)]
+    args = ["--models", str(tmp_path / "models"), "--out", str(tmp_path)]
     proc = run_script("plot_margin_word_vectors.py", *args, "--settings", "baseline", "cos s=64 m=0.01")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = (tmp_path / "word_vectors.md").read_text().splitlines()
