@@ -58,6 +58,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--plot", "{tmp}/ips.png"],
             "| continuous d=300, syn-margin-projection |",
         ),
+        (
+            "probe_continuous_copy.py",
+            ["--loss", "cosine", "--table", "mean-centred", "--freeze_bias", "--steps", "2"],
+            "loss=cosine table=mean-centred freeze_bias=True steps=2: greedy copy accuracy",
+        ),
     ],
 )
 def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):

@@ -1,4 +1,4 @@
-"""Model cards, loss plots, `model-index`, saved directories and run defaults say what is true (issue #13)."""
+"""Model cards, loss plots, `model-index`, saved directories and run defaults say what is true."""
 
 from __future__ import annotations
 

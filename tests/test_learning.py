@@ -1,4 +1,4 @@
-"""Known-answer learning tests (issue #17 §1): synthetic tasks whose answer is known, trained from scratch with a
+"""Known-answer learning tests: synthetic tasks whose answer is known, trained from scratch with a
 plain torch loop (Adam, small batches drawn from a seeded generator, no Trainer) on the tiny backbones of conftest,
 and scored by decoding, never by the training criterion:
 

@@ -1,4 +1,4 @@
-"""hf_heads.scoring (issue #18): sentence / token log-probabilities of every head family on causal LMs and seq2seq
+"""hf_heads.scoring: sentence / token log-probabilities of every head family on causal LMs and seq2seq
 models equal the log_softmax of the model's own logits at the target ids (alone or batched, chunked), the sampled
 family's unnormalised corrected scores (sampling paper, table 4), bad input, n-best rescoring and weight tuning, and
 the CLI (`python -m hf_heads.scoring`, `run_scripts/score.py`)."""

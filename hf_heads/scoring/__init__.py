@@ -1,4 +1,4 @@
-"""Scoring texts with an hf_heads model's inference distribution and n-best rescoring (issue #18).
+"""Scoring texts with an hf_heads model's inference distribution and n-best rescoring.
 
 - `sentence_log_probs` / `token_log_probs`: log p(text) (given a source for seq2seq models), computed in chunks of
   positions without the (B, T, V) logits; per head family what a score means is in `hf_heads.scoring.scores`.
