@@ -66,7 +66,8 @@ def main() -> None:
         lines.append(
             f"| {r['label']} | {' | '.join(cells)} | {test} | {' | '.join(acc)} | {r['seconds_per_step']:.2f} |"
         )
-    lines += ["", "Command: `python benchmarks/plot_translation_curves.py " + " ".join(map(str, a.runs)) + "`"]
+    command = " ".join(map(str, [*a.runs, "--out", a.out]))
+    lines += ["", f"Command: `python benchmarks/plot_translation_curves.py {command}`"]
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
