@@ -32,7 +32,7 @@ def load(run_dir: Path) -> dict:
         raise SystemExit(f"{run_dir}: no validation BLEU during training (run with --do_eval --eval_strategy steps)")
     steps = state["global_step"]
     seconds_per_step = (history[end]["train_runtime"] - sum(h["eval_runtime"] for h in evals)) / steps
-    label = run_dir.parent.name.removeprefix("recipe_translation_")
+    label = f"{run_dir.parent.name.removeprefix('recipe_translation_')} ({run_dir.name})"  # e.g. softmax (seed42)
     return {
         "label": label,
         "curve": [(h["step"], h["step"] * seconds_per_step / 60, h["eval_bleu"]) for h in evals],
@@ -51,7 +51,7 @@ def main() -> None:
     runs = [load(r) for r in a.runs]
     steps = sorted({s for r in runs for s, _, _ in r["curve"]})
     lines = [
-        "Bible es→en translation recipe (seed 42): validation BLEU (greedy, first 200 verses) during training, test "
+        "Bible es→en translation recipe: validation BLEU (greedy, first 200 verses) during training, test "
         "BLEU (500 verses), teacher-forced validation accuracy@1/@5 (%) after training, training seconds per step "
         "(one thread on the shared 2-core machine; runs overlapped with other jobs, so compare them loosely).",
         "",
