@@ -96,7 +96,7 @@ def test_gain_minimises_the_kl_over_the_probe(base, batch):
     def kl(g):
         model.head.options.warm_start_gain = g
         out = torch.log_softmax(model.head.logits(hidden).float(), -1)
-        return float((target.exp() * (target - out)).sum(-1).mean())
+        return float((target.exp() * (target - out)).sum(-1).mean().detach())
 
     best = kl(gain)
     assert best <= kl(gain * 1.05) and best <= kl(gain / 1.05)
