@@ -49,8 +49,10 @@ def probe_loss(model: HeadsForSeq2SeqLM, x: torch.Tensor, y: torch.Tensor, loss:
         return value, model.head.diagnostics()["head/pred_norm_mean"]
     head = model.head
     decoder_ids = model.prepare_decoder_input_ids_from_labels(y)  # (B, T), as the model's forward builds them
-    inputs = {"decoder_inputs_embeds": head.embed_inputs(decoder_ids)} if head.embeds_decoder_inputs else {}
-    inputs = inputs or {"decoder_input_ids": decoder_ids}
+    if head.embeds_decoder_inputs:  # tied decoder inputs: the table's rows, as the model's forward embeds them
+        inputs = {"decoder_inputs_embeds": head.embed_inputs(decoder_ids)}
+    else:
+        inputs = {"decoder_input_ids": decoder_ids}
     hidden = model.backbone(input_ids=x, attention_mask=mask, **inputs).last_hidden_state  # (B, T, H)
     pred = head.predict(hidden)  # (B, T, d)
     target = head.embeddings[y]  # (B, T, d) unit rows
