@@ -23,6 +23,7 @@ from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from hf_heads.heads import family, head_dict, make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
+from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.parity import check_same_distribution, output_transform, probe_ids, with_transform
 
@@ -65,12 +66,12 @@ class EncoderDecoderBackbone(nn.Module):
         decoder_input_ids=None,
         decoder_attention_mask=None,
         encoder_outputs=None,
-        past_key_values=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         use_cache=None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
+        cache = take_cache(kwargs)  # the decoder's (self- and cross-attention) cache, never the encoder's
         # as in transformers' EncoderDecoderModel: `decoder_*` kwargs go to the decoder, the rest to the encoder
         decoder_kwargs = {k[len("decoder_") :]: v for k, v in kwargs.items() if k.startswith("decoder_")}
         encoder_kwargs = {k: v for k, v in kwargs.items() if not k.startswith("decoder_")}
@@ -89,14 +90,14 @@ class EncoderDecoderBackbone(nn.Module):
             inputs_embeds=decoder_inputs_embeds,
             encoder_hidden_states=encoder_states,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
             use_cache=use_cache,
             return_dict=True,
+            **cache_kwargs(cache),
             **decoder_kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=out.last_hidden_state,
-            past_key_values=out.past_key_values,
+            **cache_kwargs(cache_of(out)),
             encoder_last_hidden_state=encoder_states,
         )
 
@@ -254,7 +255,6 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs=None,
-        past_key_values=None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -262,7 +262,10 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        """Args as in transformers' `*ForConditionalGeneration.forward`; the generation cache is taken as `cache` or
+        `past_key_values` (hf_heads.modeling.compat)."""
         kwargs.pop("return_dict", None)
+        cache = take_cache(kwargs)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -276,10 +279,10 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            **cache_kwargs(cache),
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H) decoder states
@@ -291,6 +294,6 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_kwargs(cache_of(outputs)),
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
         )
