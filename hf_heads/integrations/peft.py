@@ -6,6 +6,11 @@
   (e.g. `q_proj`, `v_proj` for Llama), restricted to modules under `backbone.` so the head is never matched by a
   name. `model.add_adapter(config)` (transformers' PEFT integration) and `HeadsSFTTrainer(peft_config=...)` do it for
   you; with `peft.get_peft_model` call it yourself (three lines in README).
+- **`model.add_adapter(config)`** injects the adapter through PEFT itself (`peft.inject_adapter_in_model`), as
+  transformers does, but without transformers' PEFT version gate: transformers 5.24 asks for PEFT >= 0.22, which is
+  not published, so its own `add_adapter` refuses every PEFT release. transformers' other adapter methods
+  (`set_adapter`, `disable_adapters`, saving an adapter-only checkpoint) keep their gate; `peft.get_peft_model` with
+  `with_backbone_targets` works on every supported release.
 - **LoRA on the head**: `LoraConfig(target_parameters=["head.weight"])` (PEFT's LoRA on a parameter). PEFT then
   replaces `head.weight` by W + (α/r)·B·A inside the head's forward, so every criterion (chunked softmax, margin,
   sampled candidates, sparse top-k) trains the low-rank update on the (V, H) weight it reads — the (N, V) logits are
@@ -18,7 +23,9 @@ from __future__ import annotations
 
 import re
 
-from peft import PeftConfig
+from peft import PeftConfig, inject_adapter_in_model
+from peft.tuners.tuners_utils import BaseTunerLayer
+from peft.utils import ModulesToSaveWrapper
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 
@@ -48,6 +55,25 @@ def with_backbone_targets(peft_config: PeftConfig, model) -> PeftConfig:
         return peft_config
     peft_config.target_modules = backbone_target_modules(model)
     return peft_config
+
+
+def add_adapter(model, adapter_config: PeftConfig, adapter_name: str | None = None) -> None:
+    """`PeftAdapterMixin.add_adapter` of transformers, step for step, with the backbone's default targets filled in
+    (`with_backbone_targets`) and the adapter injected by PEFT itself (no transformers version gate; see above)."""
+    if not isinstance(adapter_config, PeftConfig):
+        raise TypeError(
+            f"adapter_config should be an instance of peft.PeftConfig, got {type(adapter_config).__name__}"
+        )
+    adapter_name = adapter_name or "default"
+    if getattr(model, "_hf_peft_config_loaded", False) and adapter_name in model.peft_config:
+        raise ValueError(f"an adapter named {adapter_name!r} already exists: pass another adapter_name")
+    adapter_config = with_backbone_targets(adapter_config, model)
+    adapter_config.base_model_name_or_path = model.__dict__.get("name_or_path", None)
+    inject_adapter_in_model(adapter_config, model, adapter_name)
+    model._hf_peft_config_loaded = True
+    for module in model.modules():  # make it the active adapter, as transformers' set_adapter does
+        if isinstance(module, BaseTunerLayer | ModulesToSaveWrapper):
+            module.set_adapter(adapter_name)
 
 
 def refuse_head_lora(peft_config: PeftConfig, model) -> None:
