@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from arch_matrix import _TASKS as MATRIX  # noqa: E402
-from arch_matrix import SKIPPED, TASKS, build, is_tied, probe_inputs  # noqa: E402
+from arch_matrix import NO_BEAM_SEARCH, SKIPPED, TASKS, build, cache_mismatches, is_tied, probe_inputs  # noqa: E402
 
 from hf_heads import HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification  # noqa: E402
 
@@ -53,19 +53,25 @@ def row(task: str, key: str) -> dict:
     out["transform"] = ", ".join(transform) or "—"
     if task in ("causal_lm", "seq2seq"):
         prompt = {k: v for k, v in batch.items() if k != "decoder_input_ids"}
-        try:
-            same = [
-                torch.equal(
-                    model.generate(**prompt, max_new_tokens=4, do_sample=False, num_beams=n),
-                    original.generate(**prompt, max_new_tokens=4, do_sample=False, num_beams=n),
-                )
-                for n in (1, 2)
-            ]
-            out["generate"] = "same" if all(same) else "DIFFERENT"
-        except NotImplementedError:
-            out["generate"] = "refused (recurrent-state cache)"
+        beams = (1,) if key in NO_BEAM_SEARCH else (1, 2)
+        same = [
+            torch.equal(
+                model.generate(**prompt, max_new_tokens=4, do_sample=False, num_beams=n),
+                original.generate(**prompt, max_new_tokens=4, do_sample=False, num_beams=n),
+            )
+            for n in beams
+        ]
+        out["generate"] = ("same" if all(same) else "DIFFERENT") + (
+            " (greedy; beam search with a cache is refused by transformers' own class)" if len(beams) == 1 else ""
+        )
+        sparse = WRAPPERS[task].from_base(original, head={"family": "sparse", "k": 5}).eval()
+        if cache_mismatches(original, prompt, beams=beams):  # transformers' own model: its cache changes the output
+            out["cached"] = "as the original, whose beam search differs with its cache"
+        else:
+            wrong = cache_mismatches(model, prompt, beams=beams) + cache_mismatches(sparse, prompt, beams=beams)
+            out["cached"] = "same" if not wrong else "DIFFERENT"
     else:
-        out["generate"] = "—"
+        out["generate"] = out["cached"] = "—"
     out["status"] = "same" if out["delta"] <= 1e-5 else "DIFFERENT"
     return out
 
@@ -80,7 +86,9 @@ def main() -> None:
         "",
         f"transformers tiny random-weight models (tests/arch_matrix.py), torch {torch.__version__}; max |Δ log p| "
         "over a (2, 7) probe between `AutoModelFor*` and `HeadsFor*.from_base(model, head={'family': 'softmax'})`; "
-        "generate: greedy and 2-beam output, 4 new tokens.",
+        "generate: greedy and 2-beam output, 4 new tokens; cached generate: `generate(use_cache=True)` equals "
+        "`use_cache=False` (greedy and 2-beam tokens, greedy scores to 1e-4) for the softmax head and a sparse k=5 "
+        "head.",
         "",
     ]
     counts = {}
@@ -89,16 +97,16 @@ def main() -> None:
         counts[task] = sum(r["status"] == "same" for r in rows), len(rows)
         lines += [f"## {task} ({counts[task][0]} of {counts[task][1]} model types exact)", ""]
         lines += [
-            "| model type | class | tied | transform | max Δ log p | generate | result |",
-            "|---|---|---|---|---:|---|---|",
+            "| model type | class | tied | transform | max Δ log p | generate | cached generate | result |",
+            "|---|---|---|---|---:|---|---|---|",
         ]
         for r in rows:
             if r["status"] == "refused":
-                lines.append(f"| {r['key']} | {r['class']} | {r['tied']} | — | — | — | refused: {r['note']} |")
+                lines.append(f"| {r['key']} | {r['class']} | {r['tied']} | — | — | — | — | refused: {r['note']} |")
             else:
                 lines.append(
                     f"| {r['key']} | {r['class']} | {r['tied']} | {r['transform']} | {r['delta']:.1e} | "
-                    f"{r['generate']} | {r['status']} |"
+                    f"{r['generate']} | {r['cached']} | {r['status']} |"
                 )
         lines.append("")
     lines += ["Not built (transformers itself cannot run them tiny):", ""]

@@ -905,6 +905,37 @@ def probe_inputs(task: str) -> dict[str, torch.Tensor]:
     return out
 
 
+# Decoders whose own *ForCausalLM refuses beam search with its cache ("the cache cannot be reordered").
+NO_BEAM_SEARCH = {"rwkv", "xlstm"}
+
+
+def cache_mismatches(
+    model: PreTrainedModel, prompt: dict[str, torch.Tensor], new_tokens: int = 4, beams: tuple[int, ...] = (1, 2)
+) -> list[str]:
+    """`generate(use_cache=True)` against `generate(use_cache=False)`, greedy and 2-beam, `new_tokens` tokens forced
+    (no early EOS): the tokens must be equal and the greedy step scores equal to 1e-4. Returns what differs."""
+    found = []
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    with torch.no_grad():
+        for n in beams:
+            runs = [
+                model.generate(
+                    **prompt, **kw, num_beams=n, use_cache=cache, return_dict_in_generate=True, output_scores=True
+                )
+                for cache in (True, False)
+            ]
+            if not torch.equal(runs[0].sequences, runs[1].sequences):
+                found.append(f"{n}-beam tokens {runs[0].sequences.tolist()} != {runs[1].sequences.tolist()}")
+            elif n == 1:
+                cached, uncached = torch.stack(runs[0].scores), torch.stack(runs[1].scores)  # (steps, B, V)
+                finite = torch.isfinite(uncached)
+                if not torch.equal(finite, torch.isfinite(cached)) or not torch.allclose(
+                    cached[finite], uncached[finite], rtol=1e-4, atol=1e-4
+                ):
+                    found.append("greedy scores differ")
+    return found
+
+
 def is_tied(model: PreTrainedModel) -> bool:
     """Whether the output projection shares its weight tensor with the input embeddings."""
     try:

@@ -7,7 +7,7 @@
 import pytest
 import torch
 from arch_matrix import _TASKS as MATRIX
-from arch_matrix import NUM_LABELS, SKIPPED, TASKS, VOCAB, build, probe_inputs
+from arch_matrix import NO_BEAM_SEARCH, NUM_LABELS, SKIPPED, TASKS, VOCAB, build, cache_mismatches, probe_inputs
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from hf_heads import HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
@@ -45,13 +45,8 @@ REFUSED = {
     ("causal_lm", "modernbert-decoder"): "refuses to return a different model",  # a prediction head before lm_head
     ("seq2seq", "fsmt"): "cannot start a head from it",  # the decoder applies its output projection itself
 }
-# Decoders whose own generation runs through a recurrent-state cache: generate() is refused, the rest is exact.
-NO_GENERATE = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm", "minimax"}
 # transformers 5.23's own xLSTMForCausalLM cannot backpropagate (an in-place op in its cell): no training step.
 NO_BACKWARD = {"xlstm"}
-# Known defect, refused loudly on reload (not silently re-initialised): Marian ties its LM head to `shared` through a
-# chain of tied embeddings that the wrapped model's checkpoint does not resolve.
-RELOAD_REFUSED = {("seq2seq", "marian"): "lacks head.weight"}
 TRAINED_FAMILIES = [
     {"family": "sparse", "k": 5},
     {"family": "margin", "margin": "arc", "m": 0.1, "context_norm": "max-norm"},
@@ -84,25 +79,36 @@ def test_from_base_returns_the_checkpoints_distribution(task, key, tmp_path):
     want = _log_probs(original, inputs)
     torch.testing.assert_close(_log_probs(model, inputs), want, rtol=1e-5, atol=1e-5)
     prompt = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
-    if key in NO_GENERATE:
-        with pytest.raises(NotImplementedError, match="recurrent-state cache"):
-            model.generate(**prompt, max_new_tokens=2)
-    elif task in ("causal_lm", "seq2seq"):
-        for beams in (1, 2):
-            kw = dict(max_new_tokens=4, do_sample=False, num_beams=beams)
-            assert torch.equal(model.generate(**prompt, **kw), original.generate(**prompt, **kw)), beams
+    if task in ("causal_lm", "seq2seq"):
+        # recurrent-state decoders (mamba, rwkv, ...) generate through their own class's cache and hooks
+        beams = (1,) if key in NO_BEAM_SEARCH else (1, 2)
+        for n in beams:
+            kw = dict(max_new_tokens=4, do_sample=False, num_beams=n)
+            assert torch.equal(model.generate(**prompt, **kw), original.generate(**prompt, **kw)), n
+        if key in NO_BEAM_SEARCH:  # transformers' own class refuses beam search with its cache: the same refusal
+            with pytest.raises(ValueError, match="cannot use beam search with a cache"):
+                model.generate(**prompt, max_new_tokens=2, num_beams=2)
+        # generate() runs with the cache by default: cached decoding must be the uncached one, for a head that
+        # copies the checkpoint and for one whose distribution is its own (sparse top-k) ...
+        if not cache_mismatches(original, prompt, beams=beams):
+            sparse = _wrap(task, original, {"family": "sparse", "k": 5}).eval()
+            assert cache_mismatches(model, prompt, beams=beams) == []
+            assert cache_mismatches(sparse, prompt, beams=beams) == []
+        else:  # ... unless transformers' own model decodes differently with its cache: then follow it in both modes
+            for n, cache in ((1, True), (1, False), (2, True), (2, False)):
+                kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=n, use_cache=cache)
+                assert torch.equal(model.generate(**prompt, **kw), original.generate(**prompt, **kw)), (n, cache)
     else:
         assert want.shape == (2, NUM_LABELS) and model.config.id2label == original.config.id2label
     model.save_pretrained(tmp_path)
     auto = {"causal_lm": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}.get(
         task, AutoModelForSequenceClassification
     )
-    if (task, key) in RELOAD_REFUSED:
-        with pytest.raises(ValueError, match=RELOAD_REFUSED[task, key]):
-            auto.from_pretrained(tmp_path)
-    else:
-        reloaded = auto.from_pretrained(tmp_path).eval()
-        torch.testing.assert_close(_log_probs(reloaded, inputs), want, rtol=1e-5, atol=1e-5)
+    reloaded = auto.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(_log_probs(reloaded, inputs), want, rtol=1e-5, atol=1e-5)
+    if task in ("causal_lm", "seq2seq"):
+        kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=beams[-1])
+        assert torch.equal(reloaded.generate(**prompt, **kw), original.generate(**prompt, **kw))
     if key in NO_BACKWARD:
         return
 
@@ -161,3 +167,22 @@ def test_from_base_leaves_the_callers_model_as_it_was():
         _wrap(task, original, {"family": "softmax"})
         after = original.state_dict()
         assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before), key
+
+
+def test_every_seq2seq_type_round_trips_through_trust_remote_code(tmp_path):
+    """from_base -> save_pretrained -> `AutoModelForSeq2SeqLM.from_pretrained(dir, trust_remote_code=True)` where
+    hf_heads is not installed (Marian's chain of tied embeddings included): the original's beam-search output."""
+    from export_check import export_job, load_without_hf_heads
+
+    keys = sorted(k for k in DEFAULT["seq2seq"] if ("seq2seq", k) not in REFUSED)
+    prompt = {k: v for k, v in probe_inputs("seq2seq").items() if k != "decoder_input_ids"}
+    kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=2)
+    jobs, want = [], []
+    for key in keys:
+        original = build(key, "seq2seq").eval()
+        HeadsForSeq2SeqLM.from_base(original, head={"family": "softmax"}).save_pretrained(tmp_path / key)
+        jobs.append(export_job(tmp_path / key, "AutoModelForSeq2SeqLM", prompt, generate=kw))
+        want.append(original.generate(**prompt, **kw))
+    results = load_without_hf_heads(jobs, tmp_path / "check")
+    for key, expected, result in zip(keys, want, results, strict=True):
+        assert torch.equal(result["output"], expected), key

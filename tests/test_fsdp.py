@@ -54,6 +54,13 @@ FAMILIES = {
     ),
     "sparse": ({"family": "sparse", "k": 5}, "global"),
 }
+# A checkpoint with tied embeddings (head.weight is the input embedding's tensor), sharded by accelerate's own FSDP2
+# preparation (`accelerate.utils.fsdp_utils.fsdp2_prepare_model`, the code `Accelerator.prepare` runs under
+# `distributed_type: FSDP`, which accelerate does not enable on CPU) with docs/fsdp.md's config for tied checkpoints.
+TIED = {
+    "tied softmax (accelerate)": ({"family": "softmax"}, "global"),
+    "tied margin-arc (accelerate)": ({"family": "margin", "margin": "arc", "m": 0.2}, "global"),
+}
 WORLD = 2
 RTOL = 1e-5  # max |fsdp - reference| / max |reference|, per tensor
 TIMEOUT = 240
@@ -88,7 +95,7 @@ def test_fsdp2_two_processes_match_one_process(tmp_path):
         raise AssertionError(f"a worker failed or ran past {TIMEOUT} s:\n{tails}")
     result = json.loads(out.read_text())
     print(f"2-process FSDP2 run: {time.perf_counter() - start:.1f} s")
-    assert set(result) == set(FAMILIES)
+    assert set(result) == set(FAMILIES) | set(TIED)
     for name, checks in result.items():
         for what, (abs_diff, rel_diff) in checks.items():
             print(f"{name:24s} {what:40s} max abs {abs_diff:.3g}  rel {rel_diff:.3g}")
@@ -96,7 +103,9 @@ def test_fsdp2_two_processes_match_one_process(tmp_path):
                 assert abs_diff == 0, f"{name}: greedy generate differs under FSDP2"
             else:
                 assert rel_diff <= RTOL, f"{name}: {what} differs under FSDP2 (max abs {abs_diff}, rel {rel_diff})"
-        assert any(what.startswith("grad head.weight") for what in checks), name
+        # a tied head's weight is listed once, as the embedding it is
+        weight = "grad backbone.embed_tokens.weight" if name in TIED else "grad head.weight"
+        assert any(what.startswith(weight) for what in checks), name
 
 
 # ------------------------------------------------------------------------------------------------- worker
@@ -187,6 +196,33 @@ def _check_family(ref, model, batch: dict, rank: int, world: int, reference: str
     return checks
 
 
+def _accelerate_fsdp2(model, mesh):
+    """`model` prepared by accelerate's FSDP2 code path, with docs/fsdp.md's plugin settings for a tied checkpoint
+    (auto-wrap of the decoder layers only: accelerate puts the tied embedding and the head, which
+    `get_output_embeddings()` returns, into one FSDP group)."""
+    from types import SimpleNamespace
+
+    from accelerate import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2,
+        auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["LlamaDecoderLayer"],
+        reshard_after_forward=True,
+        state_dict_type="FULL_STATE_DICT",
+    )
+    accelerator = SimpleNamespace(  # the attributes fsdp2_prepare_model reads from an Accelerator
+        state=SimpleNamespace(fsdp_plugin=plugin),
+        torch_device_mesh=mesh,
+        parallelism_config=SimpleNamespace(fsdp_dim_names=mesh.mesh_dim_names),
+        mixed_precision="no",
+        is_main_process=mesh.get_rank() == 0,
+        device=torch.device("cpu"),
+    )
+    return fsdp2_prepare_model(accelerator, model)
+
+
 def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     import copy
 
@@ -203,7 +239,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
     )
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_shard",))
     batch = _batch()
     counts = torch.arange(61, dtype=torch.float32) % 7  # word counts for log-unigram (some zero)
     results = {}
@@ -220,6 +256,16 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
         checks = _check_family(ref, model, batch, rank, world, reference)
         values = torch.tensor(list(checks.values()), dtype=torch.float64)
         dist.all_reduce(values, op=dist.ReduceOp.MAX)  # the worst over the ranks
+        results[name] = dict(zip(checks, values.tolist(), strict=True))
+    for name, (head, reference) in TIED.items():
+        torch.manual_seed(0)
+        backbone = tiny_llama_config(tie_word_embeddings=True).to_dict()
+        ref = HeadsForCausalLM(HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=True))
+        assert ref.head.weight is ref.get_input_embeddings().weight
+        model = _accelerate_fsdp2(copy.deepcopy(ref), mesh)
+        checks = _check_family(ref, model, batch, rank, world, reference)
+        values = torch.tensor(list(checks.values()), dtype=torch.float64)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
         results[name] = dict(zip(checks, values.tolist(), strict=True))
     if rank == 0:
         Path(out_file).write_text(json.dumps(results, indent=1))

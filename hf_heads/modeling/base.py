@@ -80,6 +80,10 @@ class HeadsPreTrainedModel(PreTrainedModel):
             )
         emb = self.backbone.get_input_embeddings().weight
         name = next(n for n, p in self.backbone.named_parameters(remove_duplicate=False) if p is emb)
+        # the embedding may itself be tied to another tensor of the backbone (Marian: encoder.embed_tokens ->
+        # shared): tie the head to that source, which is the tensor the checkpoint holds
+        backbone_ties = getattr(self.backbone, "get_expanded_tied_weights_keys", None)
+        name = (backbone_ties(all_submodels=True) if backbone_ties else {}).get(name, name)
         self._tied_weights_keys = {"head.weight": f"backbone.{name}"}
         emb._is_hf_initialized = True  # the backbone's embedding: the head's weight init must not overwrite it
         self.head.weight = emb
@@ -126,6 +130,29 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.backbone.set_input_embeddings(value)
 
+    def get_output_embeddings(self) -> nn.Module | None:
+        """The head, when it holds a (V, H) output matrix (`head.weight`, the input embeddings' own tensor when tied);
+        None for a head without one (continuous). accelerate's FSDP2 preparation reads it to put a tied embedding
+        and its output layer in one FSDP group. It is no `nn.Linear`: `set_output_embeddings` refuses to replace
+        it."""
+        head = getattr(self, "head", None)
+        return head if head is not None and head.has_output_matrix else None
+
+    def set_output_embeddings(self, new_embeddings: nn.Module) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}.set_output_embeddings: the output layer is the {self.head.family} head, which owns "
+            "the training criterion; replacing it with another module would drop it"
+        )
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """Refused: the head's (V, ...) tensors (output weight, bias, word counts, embedding table) would not follow
+        the input embeddings, leaving a model whose vocabularies disagree."""
+        raise NotImplementedError(
+            f"{type(self).__name__}.resize_token_embeddings is not supported: the {self.head.family} head's "
+            "vocabulary-sized tensors would not be resized with the input embeddings; resize the base checkpoint "
+            "before from_base"
+        )
+
     def set_word_counts(self, counts: torch.Tensor) -> None:
         """Training counts (V,) for the heads that need them (unigram / log-unigram / log-rank / uniform)."""
         self.head.set_word_counts(counts)
@@ -155,10 +182,11 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:
         """transformers' `add_adapter` (PEFT), with PEFT's default `target_modules` of the backbone filled in when
-        the config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`; see
-        hf_heads.integrations.peft). LoRA on the head: `target_parameters=["head.weight"]`."""
+        the config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`), the
+        adapter injected by PEFT itself (see hf_heads.integrations.peft). LoRA on the head:
+        `target_parameters=["head.weight"]`."""
         peft = importlib.import_module("hf_heads.integrations.peft")
-        return super().add_adapter(peft.with_backbone_targets(adapter_config, self), adapter_name)
+        peft.add_adapter(self, adapter_config, adapter_name)
 
 
 def fresh(model: nn.Module) -> nn.Module:

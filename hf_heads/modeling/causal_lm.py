@@ -6,22 +6,41 @@ import logging
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
+from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
 from hf_heads.modeling.parity import (
     check_same_distribution,
-    generation_unsupported,
     output_transform,
     probe_ids,
+    stateful_generation,
     with_transform,
 )
 
 logger = logging.getLogger(__name__)
+
+
+class HeadLogits(nn.Module):
+    """A head's inference logits (no margin; top-k truncated for sparse heads; the checkpoint's transform applied) in
+    the place of a `*ForCausalLM`'s output layer: hidden states (B, T, H) -> logits (B, T, V)."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    @property
+    def weight(self) -> torch.Tensor:  # read by output layers' callers for the dtype of the hidden states
+        return self.head.weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden, return_logits=True)[1]  # (B, T, V)
 
 
 class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
@@ -123,12 +142,36 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         check_same_distribution(original, wrapped, checkpoint=lm, name=name, what="log-probabilities")
 
     def generate(self, *args, **kwargs):
-        """`GenerationMixin.generate`, refused for backbones whose own `*ForCausalLM` generates with a cache of its
-        own (state-space and recurrent models) that the generic loop does not reproduce."""
-        reason = generation_unsupported(self.config.backbone)
-        if reason:
-            raise NotImplementedError(reason)
+        """`GenerationMixin.generate`. A backbone whose own `*ForCausalLM` generates through a recurrent-state cache of
+        its own (mamba, mamba2, falcon_mamba, rwkv, xlstm, minimax) generates through that class: its cache and
+        generation hooks, this model's backbone and head (`recurrent_generator`)."""
+        if stateful_generation(self.config.backbone):
+            return self.recurrent_generator().generate(*args, **kwargs)
         return super().generate(*args, **kwargs)
+
+    def recurrent_generator(self) -> PreTrainedModel:
+        """The backbone's own `*ForCausalLM` (its cache classes, `prepare_inputs_for_generation`, the update of its
+        state between steps) built around this model's backbone (shared, not copied), with its output layer replaced
+        by this head's inference logits: what `generate()` runs for a recurrent-state backbone."""
+        lm_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(self.config.backbone)]
+        with torch.device("meta"):
+            lm = lm_class(self.config.backbone)
+        output = lm.get_output_embeddings()
+        slots = {name: module for name, module in lm.named_children() if module is lm.base_model or module is output}
+        if len(slots) != 2:
+            raise NotImplementedError(
+                f"generate() with a {self.config.backbone.model_type!r} backbone: {lm_class.__name__} does not hold "
+                "its body and output layer as two direct children, so hf_heads cannot generate through it"
+            )
+        for name, module in slots.items():
+            setattr(lm, name, self.backbone if module is lm.base_model else HeadLogits(self.head))
+        left = [n for n, t in [*lm.named_parameters(), *lm.named_buffers()] if t.is_meta]
+        if left:
+            raise NotImplementedError(
+                f"generate() through {lm_class.__name__}: it has tensors of its own ({left[:3]})"
+            )
+        lm.generation_config = self.generation_config
+        return lm.train(self.training)
 
     @torch.no_grad()
     def _calibrate_from(self, lm: PreTrainedModel, calibration_ids: torch.LongTensor | None) -> None:
@@ -170,7 +213,6 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values=None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -185,8 +227,10 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         `fused_lm_head=True` (TRL's `SFTTrainer` protocol, hf_heads.integrations.trl) returns a `TokenLossOutput`
         of per-token quantities instead of logits; `shift_labels=` (a keyword, kept out of the signature so that the
         Trainer's label names stay `labels`) are labels already shifted (position t predicts shift_labels[t]), as
-        TRL passes them under context / sequence parallelism."""
+        TRL passes them under context / sequence parallelism. The generation cache is taken as `cache` or
+        `past_key_values` (hf_heads.modeling.compat)."""
         kwargs.pop("return_dict", None)
+        cache = take_cache(kwargs)
         shift_labels = kwargs.pop("shift_labels", None)
         wants_loss = fused_lm_head or labels is not None or shift_labels is not None
         if self._trl_fused_head and self.training and torch.is_grad_enabled() and not wants_loss:
@@ -195,10 +239,10 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             return_dict=True,
+            **cache_kwargs(cache),
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H)
@@ -218,7 +262,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=getattr(outputs, "past_key_values", None),
+            **cache_kwargs(cache_of(outputs)),
             hidden_states=getattr(outputs, "hidden_states", None),
             attentions=getattr(outputs, "attentions", None),
         )

@@ -115,22 +115,17 @@ def check_same_distribution(
         )
 
 
-# Decoders whose own *ForCausalLM generates through a cache of its own (state-space / recurrent state) that the
-# generic generation loop of GenerationMixin does not reproduce (measured: tests/test_architectures.py).
+# Decoders whose own *ForCausalLM generates through a recurrent-state cache of its own, which the generic generation
+# loop of GenerationMixin does not reproduce (measured: tests/test_architectures.py): the state-space models below,
+# and every class that says it cannot use the generic dynamic cache (rwkv, xlstm, minimax, reformer).
 STATEFUL_GENERATION = ("mamba", "mamba2", "falcon_mamba")
 
 
-def generation_unsupported(backbone: PretrainedConfig) -> str | None:
-    """Why `generate()` cannot reproduce this backbone's own generation, or None."""
+def stateful_generation(backbone: PretrainedConfig) -> bool:
+    """Whether `generate()` must run through this backbone's own `*ForCausalLM` (its cache and generation hooks)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     lm_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(backbone), None)
-    model_type = getattr(backbone, "model_type", "?")
-    if model_type in STATEFUL_GENERATION or (lm_class is not None and not lm_class._supports_default_dynamic_cache()):
-        return (
-            f"generate() with a {model_type!r} backbone is not supported: its own "
-            f"{getattr(lm_class, '__name__', 'model')} generates through a recurrent-state cache that hf_heads does "
-            "not reproduce, so the output would differ from the checkpoint's; forward, training and evaluation are "
-            "exact"
-        )
-    return None
+    return lm_class is not None and (
+        getattr(backbone, "model_type", None) in STATEFUL_GENERATION or not lm_class._supports_default_dynamic_cache()
+    )
