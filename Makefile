@@ -68,7 +68,8 @@ lock:
 test-latest: system-data
 	rm -rf .venv-latest && python3 -m venv .venv-latest
 	$(call INSTALL,.venv-latest) torch==2.13.0
-	$(call INSTALL,.venv-latest) --upgrade --upgrade-strategy eager -e '.[dev]'
+	echo torch==2.13.0 > .venv-latest/torch-cpu.txt
+	$(call INSTALL,.venv-latest) -c .venv-latest/torch-cpu.txt -e '.[dev]'
 	$(call INSTALL,.venv-latest) --no-deps $(NO_DEPS)
 	.venv-latest/bin/python -m pip list --disable-pip-version-check 2>/dev/null | \
 		grep -iE '^(torch|transformers|tokenizers|accelerate|datasets|evaluate|trl|peft) '
