@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
+import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -66,7 +67,7 @@ def row(task: str, key: str) -> dict:
         )
         sparse = WRAPPERS[task].from_base(original, head={"family": "sparse", "k": 5}).eval()
         if cache_mismatches(original, prompt, beams=beams):  # transformers' own model: its cache changes the output
-            out["cached"] = "as the original, whose beam search differs with its cache"
+            out["cached"] = "as the original, which decodes differently with its own cache"
         else:
             wrong = cache_mismatches(model, prompt, beams=beams) + cache_mismatches(sparse, prompt, beams=beams)
             out["cached"] = "same" if not wrong else "DIFFERENT"
@@ -84,7 +85,8 @@ def main() -> None:
     lines = [
         "# Architectures tested: from_base parity (`python benchmarks/architectures_table.py`)",
         "",
-        f"transformers tiny random-weight models (tests/arch_matrix.py), torch {torch.__version__}; max |Δ log p| "
+        f"transformers tiny random-weight models (tests/arch_matrix.py), transformers {transformers.__version__}, "
+        f"torch {torch.__version__}; max |Δ log p| "
         "over a (2, 7) probe between `AutoModelFor*` and `HeadsFor*.from_base(model, head={'family': 'softmax'})`; "
         "generate: greedy and 2-beam output, 4 new tokens; cached generate: `generate(use_cache=True)` equals "
         "`use_cache=False` (greedy and 2-beam tokens, greedy scores to 1e-4) for the softmax head and a sparse k=5 "

@@ -95,7 +95,7 @@ def test_from_base_returns_the_checkpoints_distribution(task, key, tmp_path):
             assert cache_mismatches(model, prompt, beams=beams) == []
             assert cache_mismatches(sparse, prompt, beams=beams) == []
         else:  # ... unless transformers' own model decodes differently with its cache: then follow it in both modes
-            for n, cache in ((1, True), (1, False), (2, True), (2, False)):
+            for n, cache in ((n, cache) for n in beams for cache in (True, False)):
                 kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=n, use_cache=cache)
                 assert torch.equal(model.generate(**prompt, **kw), original.generate(**prompt, **kw)), (n, cache)
     else:

@@ -13,7 +13,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
-from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
+from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache, takes_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
 from hf_heads.modeling.parity import (
@@ -147,6 +147,8 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         generation hooks, this model's backbone and head (`recurrent_generator`)."""
         if stateful_generation(self.config.backbone):
             return self.recurrent_generator().generate(*args, **kwargs)
+        if not takes_cache(self.backbone):  # no cache to keep (openai-gpt): every step reads the whole sequence, as
+            kwargs["use_cache"] = False  # the backbone's own class does (a cache would cut the input to new tokens)
         return super().generate(*args, **kwargs)
 
     def recurrent_generator(self) -> PreTrainedModel:

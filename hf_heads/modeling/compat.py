@@ -10,6 +10,7 @@ under the name of the installed release, so no call of hf_heads' own triggers tr
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
@@ -36,3 +37,8 @@ def cache_kwargs(cache) -> dict:
 def cache_of(outputs):
     """The cache a backbone returned (None when it returned none), read under the installed release's name."""
     return getattr(outputs, CACHE, None)
+
+
+def takes_cache(module) -> bool:
+    """Whether `module.forward` takes a generation cache at all (old architectures such as openai-gpt take none)."""
+    return any(name in inspect.signature(module.forward).parameters for name in CACHE_NAMES)
