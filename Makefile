@@ -96,7 +96,7 @@ demo: install
 	@echo "== [3/3] sampled head: BCE-NCE, K=1024, log-uniform noise =="
 	$(LAUNCH) run_scripts/run_clm.py $(DEMO_ARGS) --output_dir $(DEMO_DIR)/sampled --head sampled --criterion bce \
 		--method nce --num_samples 1024 --noise log-uniform
-	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin $(DEMO_DIR)/sampled
+	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin $(DEMO_DIR)/sampled | tee $(DEMO_DIR)/table.md
 
 # Two xdist workers (one thread each) on the reference machine's 2 cores.
 test: install
