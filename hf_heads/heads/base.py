@@ -65,16 +65,22 @@ class OutputHead(nn.Module):
     # ------------------------------------------------------------------ hooks
 
     def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, **rows) -> torch.Tensor:
+        """The family's training criterion of hidden (*, H) against labels (*) (train mode); `rows` are
+        `num_items_in_batch`, `ignore_index` and `reduction`."""
         raise NotImplementedError
 
     def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, **rows) -> torch.Tensor:
+        """The evaluation loss (eval mode); default: the training criterion. When `eval_loss_is_nll`, it is the NLL
+        of the inference distribution, so exp(eval_loss) is a perplexity."""
         return self.training_loss(hidden, labels, **rows)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (*, V) of hidden (*, H) whose softmax is the model's p(c | x); never with a training margin."""
         raise NotImplementedError
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
+        """Statistics logged next to the loss ({name: value}); default: none."""
         return {}
 
     def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -100,10 +106,15 @@ class OutputHead(nn.Module):
 
     @property
     def needs_calibration(self) -> bool:
+        """Whether copying a checkpoint's output layer (`start_from`) leaves the head's distribution different from
+        the checkpoint's, so that `from_base` calls `calibrate_to`; default: False."""
         return False
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
+        """Move the head towards a checkpoint's distribution: hidden (N, H) are probe positions' final hidden states,
+        base_log_probs (N, V) the checkpoint's log-probabilities there. Returns what was fitted (for logs); default:
+        nothing to do."""
         return {}
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
@@ -115,6 +126,7 @@ class OutputHead(nn.Module):
 
     @property
     def num_classes(self) -> int:
+        """V: the number of output classes (vocabulary size or number of labels)."""
         raise NotImplementedError
 
     @property
@@ -129,13 +141,16 @@ class OutputHead(nn.Module):
         return False
 
     def embed_inputs(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """Decoder input embeddings of input_ids (*) when `embeds_decoder_inputs`; other heads refuse."""
         raise ValueError(f"a {self.family} head does not embed decoder inputs")
 
     @property
     def needs_counts(self) -> bool:
+        """Whether the head's options need training word counts (`set_word_counts`)."""
         return self.options.needs_counts
 
     def set_word_counts(self, counts: torch.Tensor) -> None:
+        """Store the (V,) training word counts (norm scalings, noise distributions); heads that use none refuse."""
         raise ValueError(f"the {self.family} head uses no word counts")
 
     # ------------------------------------------------------------------ the template

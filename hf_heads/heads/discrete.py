@@ -57,6 +57,7 @@ class DiscreteHead(OutputHead):
 
     @property
     def has_word_counts(self) -> bool:
+        """Whether word counts were set (the buffer starts at −1, "not set")."""
         return not bool((self.word_counts < 0).any())
 
     def counts(self) -> torch.Tensor | None:

@@ -137,6 +137,8 @@ class MarginHead(DiscreteHead):
     # ------------------------------------------------------------------ hooks
 
     def scorer(self, with_margin: bool) -> dict:
+        """Keyword arguments of the margin losses: the options' scorer (`MarginHeadOptions.scorer`) and the word
+        counts."""
         return dict(spec=self.options.scorer(with_margin), word_counts=self.counts())
 
     def training_loss(self, hidden, labels, **rows):

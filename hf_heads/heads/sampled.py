@@ -80,6 +80,7 @@ class SampledHeadOptions(MarginHeadOptions):
 
     @property
     def samples(self) -> bool:
+        """Whether the criterion draws noise samples (every method but `full`)."""
         return self.method != "full"
 
     @property

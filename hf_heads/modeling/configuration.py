@@ -74,6 +74,7 @@ class HeadsConfig(PretrainedConfig):
 
     @property
     def vocab_size(self) -> int:
+        """The (decoder's) vocabulary size of the backbone."""
         return self.backbone.get_text_config(decoder=True).vocab_size
 
     def backbone_token_id(self, name: str) -> int | None:

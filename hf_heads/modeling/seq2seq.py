@@ -140,6 +140,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         return value
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Decoder inputs of labels (B, T): shifted right, the decoder start token first, -100 replaced by padding
+        (what data collators call)."""
         return shift_tokens_right(labels, self._token("pad_token_id"), self._token("decoder_start_token_id"))
 
     @classmethod
