@@ -1,5 +1,6 @@
-"""Continuous-output losses: log C_m against mpmath, vMF NLL and the margin losses against literal
-per-row references (forward and backward), float64 gradcheck, table-2 diagnostics, bad input."""
+"""Continuous-output losses: log C_m against mpmath, vMF NLL (both forms), the margin losses and the cosine /
+in-batch softmax losses against literal per-row references (forward and backward), float64 gradcheck, table-2
+diagnostics, bad input."""
 
 import math
 
@@ -9,7 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.losses import log_cmk, nearest_neighbour_diagnostics, syn_margin_loss, vmf_nll
-from hf_heads.losses.continuous import log_bessel_iv_and_ratio
+from hf_heads.losses.continuous import (
+    CosineSoftmaxLoss,
+    InBatchSoftmaxLoss,
+    cosine_softmax_loss,
+    in_batch_softmax_loss,
+    log_bessel_iv_and_ratio,
+)
 
 mpmath.mp.dps = 40
 KAPPAS = [1e-4, 1e-2, 0.5, 3.0, 29.0, 31.0, 200.0, 1e3, 1e4, 1e5]
@@ -171,5 +178,163 @@ def test_nearest_neighbour_diagnostics():
     ],
 )
 def test_bad_input(call, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+def test_vmf_released_form_matches_literal_d3():
+    """The authors' released `_nllvmf`: −log C_m(κ) + log(1 + κ)(0.2 − cos(û, u))."""
+    pred = (torch.randn(6, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 3).requires_grad_()
+    target = _unit(6, 3, 6)
+    ours = vmf_nll(pred, target, form="released")
+    kappa = pred.norm(dim=-1)
+    log_c3 = torch.log(kappa) - math.log(4 * math.pi) - torch.log(torch.sinh(kappa))
+    cos = (pred * target).sum(-1) / kappa
+    ref = (-log_c3 + torch.log(1 + kappa) * (0.2 - cos)).mean()
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, pred)[0], torch.autograd.grad(ref, pred)[0])
+    assert torch.autograd.gradcheck(
+        lambda p: vmf_nll(p, _unit(4, 50, 7), form="released"), (torch.randn(4, 50).double().requires_grad_(),)
+    )
+    with pytest.raises(ValueError, match="form='released' has no λ1 / λ2 terms"):
+        vmf_nll(pred, target, form="released", lambda1=0.02)
+
+
+# ---------------------------------------------------------------- the cross-entropies over scaled cosines
+
+
+def _literal_softmax_rows(pred, target, table, scale, candidate_sets, extra=None):
+    """loss_i = −s·cos(û_i, E_y) + log Σ_{c in candidate_sets[i]} exp(s·cos(û_i, E_c)) (+ extra[i] logits)."""
+    rows = []
+    for i in range(pred.shape[0]):
+        u_hat = pred[i] / pred[i].norm()
+        logits = torch.stack([scale * (u_hat @ table[c]) for c in candidate_sets[i]])
+        if extra is not None:
+            logits = torch.cat([logits, extra[i]])
+        rows.append(-scale * (u_hat @ table[target[i]]) + torch.logsumexp(logits, 0))
+    return torch.stack(rows)
+
+
+def _softmax_case(seed=0):
+    table = _unit(12, 5, seed)
+    pred = torch.randn(7, 5, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    target = torch.tensor([3, 3, 0, -100, 11, 7, 0])
+    return table, pred.requires_grad_(), target
+
+
+def test_cosine_softmax_matches_literal_forward_and_backward():
+    table, pred, target = _softmax_case()
+    valid = target != -100
+    for candidates in (None, torch.tensor([True] * 6 + [False] * 6)):  # target 7 and 11 lie outside the second
+        ours = cosine_softmax_loss(pred, target, table, scale=7.0, candidates=candidates)
+        sets = [
+            [c for c in range(12) if candidates is None or bool(candidates[c]) or c == int(y)] for y in target[valid]
+        ]
+        ref = _literal_softmax_rows(pred[valid], target[valid], table, 7.0, sets).mean()
+        torch.testing.assert_close(ours, ref)
+        torch.testing.assert_close(torch.autograd.grad(ours, pred)[0], torch.autograd.grad(ref, pred)[0])
+    # at full table and s = 1 it is F.cross_entropy of the cosines
+    full = F.cross_entropy(F.normalize(pred[valid], dim=-1) @ table.T, target[valid])
+    torch.testing.assert_close(cosine_softmax_loss(pred, target, table, scale=1.0), full)
+
+
+def test_in_batch_softmax_matches_literal_forward_and_backward():
+    table, pred, target = _softmax_case(1)
+    valid = target != -100
+    batch = sorted(set(target[valid].tolist()))  # {0, 3, 7, 11}
+    ours = in_batch_softmax_loss(pred, target, table, scale=5.0)
+    ref = _literal_softmax_rows(pred[valid], target[valid], table, 5.0, [batch] * int(valid.sum())).mean()
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, pred)[0], torch.autograd.grad(ref, pred)[0])
+    # K = 6 uniform draws from a pool of M = 9 ids: + log(M/K) on each, accidental hits (batch targets) dropped
+    pool = torch.tensor([0, 1, 2, 3, 4, 5, 6, 8, 9])
+    ours = in_batch_softmax_loss(
+        pred, target, table, scale=5.0, num_sampled=6, sample_pool=pool, generator=torch.Generator().manual_seed(3)
+    )
+    draws = pool[torch.randint(0, 9, (6,), generator=torch.Generator().manual_seed(3))]
+    kept = [int(d) for d in draws if int(d) not in batch]
+    assert 0 < len(kept) < 6  # the seed gives both kinds
+    extra = [
+        torch.stack([5.0 * (F.normalize(pred[i], dim=0) @ table[d]) + math.log(9 / 6) for d in kept])
+        for i in range(7)
+        if valid[i]
+    ]
+    ref = _literal_softmax_rows(pred[valid], target[valid], table, 5.0, [batch] * int(valid.sum()), extra).mean()
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, pred)[0], torch.autograd.grad(ref, pred)[0])
+
+
+@pytest.mark.parametrize("loss", [cosine_softmax_loss, in_batch_softmax_loss])
+def test_softmax_losses_gradcheck_float64_with_a_learned_scale(loss):
+    table, pred, target = _softmax_case(2)
+    scale = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
+    weights = torch.arange(1.0, 8.0, dtype=torch.float64)
+
+    def both(p, s):
+        return loss(p, target, table, scale=s), (loss(p, target, table, scale=s, reduction="none") * weights).sum()
+
+    assert torch.autograd.gradcheck(both, (pred.detach().requires_grad_(), scale))
+
+
+@pytest.mark.parametrize("loss", [cosine_softmax_loss, in_batch_softmax_loss])
+def test_softmax_losses_reductions_ignored_rows_and_num_items_in_batch(loss):
+    table, pred, target = _softmax_case(3)
+    rows = loss(pred, target, table, reduction="none")
+    assert rows.shape == target.shape and rows[3] == 0
+    total = loss(pred, target, table, reduction="sum")
+    torch.testing.assert_close(total, rows.sum())
+    torch.testing.assert_close(loss(pred, target, table), total / 6)
+    torch.testing.assert_close(loss(pred, target, table, num_items_in_batch=torch.tensor(10)), total / 10)
+    nothing = loss(pred, torch.full_like(target, -100), table)
+    assert nothing.item() == 0.0
+    nothing.backward()
+    assert pred.grad is not None and not pred.grad.any()
+    bf = loss(pred.detach().bfloat16(), target, table.float())  # computed in float32 whatever comes in
+    assert bf.dtype == torch.float32
+
+
+def test_softmax_loss_modules_equal_the_functions():
+    table, pred, target = _softmax_case(4)
+    torch.testing.assert_close(
+        CosineSoftmaxLoss(scale=3.0, reduction="sum")(pred, target, table),
+        cosine_softmax_loss(pred, target, table, scale=3.0, reduction="sum"),
+    )
+    torch.testing.assert_close(
+        InBatchSoftmaxLoss(scale=3.0)(pred, target, table), in_batch_softmax_loss(pred, target, table, scale=3.0)
+    )
+    y = torch.where(target == -100, 5, target)
+    torch.testing.assert_close(
+        CosineSoftmaxLoss(ignore_index=5)(pred, y, table), cosine_softmax_loss(pred, y, table, ignore_index=5)
+    )
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: cosine_softmax_loss(torch.randn(2, 3), torch.tensor([0, 1]), torch.randn(4, 3), scale=0.0),
+            "scale=0.0",
+        ),
+        (lambda: cosine_softmax_loss(torch.randn(2, 3), torch.tensor([0, 9]), torch.randn(4, 3)), "found 9"),
+        (lambda: cosine_softmax_loss(torch.randn(2, 3), torch.tensor([0]), torch.randn(4, 3)), "pred has shape"),
+        (lambda: cosine_softmax_loss(torch.randn(2, 3), torch.tensor([0, 1]), torch.randn(4, 2)), "expected (V, 3)"),
+        (
+            lambda: cosine_softmax_loss(
+                torch.randn(2, 3), torch.tensor([0, 1]), torch.randn(4, 3), candidates=torch.ones(3, dtype=torch.bool)
+            ),
+            "candidates must be a (4,) bool mask",
+        ),
+        (
+            lambda: in_batch_softmax_loss(torch.randn(2, 3), torch.tensor([0, 1]), torch.randn(4, 3), num_sampled=2),
+            "needs sample_pool",
+        ),
+        (
+            lambda: in_batch_softmax_loss(torch.randn(2, 3), torch.tensor([0, 1]), torch.randn(4, 3), num_sampled=-1),
+            "num_sampled=-1 must be >= 0",
+        ),
+        (lambda: vmf_nll(torch.randn(2, 3), torch.randn(2, 3), form="paper"), "form='paper' is not allowed"),
+    ],
+)
+def test_softmax_losses_bad_input(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call()

@@ -8,12 +8,29 @@ Sequence to Sequence Models with Continuous Outputs* (ICLR 2019), which it build
 - vMF NLL (Bhat et al. §2; Kumar & Tsvetkov eq. 3): −log p(u; û) = −log C_m(‖û‖) − ûᵀu with
   log C_m(κ) = (m/2−1) log κ − (m/2) log 2π − log I_{m/2−1}(κ). Kumar & Tsvetkov's two regularised forms
   are options: `lambda1` adds λ1‖û‖ (their NLLvMF_reg1) and `lambda2` scales the cosine term, −λ2 ûᵀu
-  (NLLvMF_reg2); λ1 = 0, λ2 = 1 is the plain NLL.
+  (NLLvMF_reg2); λ1 = 0, λ2 = 1 is the plain NLL. `form="released"` is the form of the authors' released
+  code (Sachin19/seq2seq-con, `_nllvmf`): −log C_m(κ) + log(1 + κ)·(0.2 − cos(û, u)), κ = ‖û‖.
 - Margin loss (Bhat et al. eq. 1): max(0, λ + u'ᵀû − uᵀû) on unit vectors, with the negative u' chosen
   `random` (k uniform draws from the table, loss averaged over them), `most-informative` (Lazaridou et
   al. 2015: the table row nearest to û − u, the target's own row excluded), `projection` (SMP, §3.2: the
   unit vector along û − (ûᵀu)u) or `difference` (SMD: the unit vector along û − u). Synthetic negatives
   are detached, as the paper says.
+
+Not in the papers, added because the losses above only pull û toward its target (when the decoder is unsure û lands
+between candidate words and its nearest neighbour is a frequent word), two cross-entropies over scaled cosines
+s·cos(û, E_c) that also push û away from the other words, on the same head (a d-dim prediction, the frozen unit
+table, nearest-neighbour decoding):
+
+- `cosine_softmax_loss`: −log softmax_c(s·cos(û, E_c))[y] over the whole table (or over an output vocabulary
+  mask; the target is always a candidate). This is the normalised softmax of NormFace (Wang et al. 2017) / CosFace
+  with m = 0 (Wang et al. 2018), here with the class vectors frozen at the pretrained table; cost n·V·d.
+- `in_batch_softmax_loss`: the same cross-entropy over the batch's distinct target words C = unique(y) only (the
+  in-batch negatives of Henderson et al. 2017 and of CLIP / InfoNCE, van den Oord et al. 2018), optionally plus K
+  words drawn uniformly from an output vocabulary of M words with the sampled-softmax correction of Jean et al.
+  (2015): their logits get − log(K·D(c)) = + log(M / K), and draws that are batch targets (accidental hits) are
+  dropped. Cost n·(U + K)·d, independent of V.
+
+The scale s = 1/τ is a float or a 0-dim tensor (a learned temperature).
 
 `log_cmk` is computed in float64 with no SciPy: log I_v(κ) from the uniform (Debye) asymptotic expansion
 at an order v + n ≥ 30, brought down to v by the stable backward recurrence of the ratios
@@ -27,11 +44,20 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from hf_heads.losses._checks import check_choice, check_number
-from hf_heads.losses._rows import autocast_off, check_reduction, compute_dtype, reduce_rows
+from hf_heads.losses._rows import (
+    autocast_off,
+    check_labels,
+    check_reduction,
+    compute_dtype,
+    reduce_rows,
+    valid_rows,
+)
 
 NEGATIVES = ("projection", "difference", "random", "most-informative")
+VMF_FORMS = ("nll", "released")
 _DEBYE_MIN_ORDER = 30.0
 
 
@@ -108,11 +134,14 @@ def vmf_nll(
     *,
     lambda1: float = 0.0,
     lambda2: float = 1.0,
+    form: str = "nll",
     reduction: str = "mean",
     min_kappa: float = 1e-4,
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """−log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ for predictions û (*, d) and unit targets u (*, d).
+    """−log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ for predictions û (*, d) and unit targets u (*, d) (`form="nll"`), or
+    the authors' released form −log C_m(κ) + log(1 + κ)·(0.2 − cos(û, u)) (`form="released"`, λ1 = 0 and λ2 = 1
+    required: it has no such terms).
 
     ‖û‖ is clamped below at `min_kappa` (the density is undefined at κ = 0). Computed in float32 (float64
     stays float64); `reduction` over all leading positions, "mean" dividing the sum by `num_items_in_batch`
@@ -120,11 +149,20 @@ def vmf_nll(
     _check_pair(pred, target_emb)
     check_number("lambda1", lambda1, minimum=0)
     check_number("lambda2", lambda2, minimum=0)
+    check_choice("form", form, VMF_FORMS)
+    if form == "released" and (lambda1 != 0 or lambda2 != 1):
+        raise ValueError(
+            f"form='released' has no λ1 / λ2 terms: lambda1={lambda1!r}, lambda2={lambda2!r} must be 0, 1"
+        )
     check_reduction(reduction)
     compute = compute_dtype(pred)
     pred, target_emb = pred.to(compute), target_emb.to(compute)
     kappa = pred.norm(dim=-1).clamp_min(min_kappa)  # (*,)
-    loss = -log_cmk(kappa, pred.shape[-1]) - lambda2 * (pred * target_emb).sum(-1) + lambda1 * kappa
+    if form == "released":
+        cos = (pred * target_emb).sum(-1) / kappa  # (*,)
+        loss = -log_cmk(kappa, pred.shape[-1]) + torch.log1p(kappa) * (0.2 - cos)
+    else:
+        loss = -log_cmk(kappa, pred.shape[-1]) - lambda2 * (pred * target_emb).sum(-1) + lambda1 * kappa
     return _reduce(loss, reduction, num_items_in_batch)
 
 
@@ -184,6 +222,155 @@ def syn_margin_loss(
         neg = table[scores.argmax(-1)]  # (*, d)
     loss = F.relu(margin + (neg * u_hat).sum(-1) - positive)
     return _reduce(loss, reduction, num_items_in_batch)
+
+
+def _scale_value(scale: float | torch.Tensor) -> float | torch.Tensor:
+    if isinstance(scale, torch.Tensor):
+        if scale.dim() != 0:  # its value is not checked: that would synchronise with the device every step
+            raise ValueError(f"scale must be a float or a 0-dim tensor, got shape {tuple(scale.shape)}")
+        return scale
+    check_number("scale", scale, exclusive_minimum=0)
+    return scale
+
+
+def _target_rows(pred: torch.Tensor, target: torch.Tensor, embeddings: torch.Tensor, ignore_index: int):
+    """(û (n, d) unit rows of the valid positions in the compute dtype, y (n,), valid (N,), table (V, d))."""
+    if pred.shape[:-1] != target.shape:
+        raise ValueError(
+            f"pred has shape {tuple(pred.shape)} but target has {tuple(target.shape)} (expected (*, d), (*))"
+        )
+    if embeddings.dim() != 2 or embeddings.shape[1] != pred.shape[-1]:
+        raise ValueError(f"embeddings has shape {tuple(embeddings.shape)}, expected (V, {pred.shape[-1]})")
+    h, y, valid = valid_rows(pred, target, ignore_index)
+    check_labels(y, embeddings.shape[0], ignore_index)
+    compute = compute_dtype(pred, embeddings)
+    return F.normalize(h[valid].to(compute), dim=-1), y[valid], valid, embeddings.to(compute)
+
+
+@autocast_off
+def cosine_softmax_loss(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    embeddings: torch.Tensor,
+    *,
+    scale: float | torch.Tensor = 20.0,
+    candidates: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy over scaled cosines to the whole table (NormFace / CosFace with m = 0, the class vectors frozen):
+
+        loss_i = −log [ exp(s·cos(û_i, E_{y_i})) / Σ_{c ∈ C ∪ {y_i}} exp(s·cos(û_i, E_c)) ]
+
+    Args:
+        pred: û (*, d), any norm (normalised here).
+        target: word ids (*); `ignore_index` rows contribute nothing.
+        embeddings: E (V, d), unit rows (the head's frozen table).
+        scale: s = 1/τ > 0, a float or a 0-dim tensor (learned temperature).
+        candidates: (V,) bool, the output vocabulary C (default: every row); the target is always a candidate.
+        reduction: as `F.cross_entropy`; "mean" divides the sum by `num_items_in_batch` when given.
+
+    The (n, V) scores of the valid rows are computed at once (no chunking): fine for word vocabularies of tens of
+    thousands; `in_batch_softmax_loss` is the cost-n·U·d form."""
+    check_reduction(reduction)
+    scale = _scale_value(scale)
+    u_hat, y, valid, table = _target_rows(pred, target, embeddings, ignore_index)
+    logits = scale * (u_hat @ table.T)  # (n, V)
+    if candidates is not None:
+        if candidates.shape != (table.shape[0],) or candidates.dtype != torch.bool:
+            raise ValueError(f"candidates must be a ({table.shape[0]},) bool mask, got {tuple(candidates.shape)}")
+        outside = ~candidates.to(logits.device)[None, :].expand_as(logits).clone()  # (n, V)
+        outside[torch.arange(y.shape[0], device=y.device), y] = False  # the target is always a candidate
+        logits = logits.masked_fill(outside, float("-inf"))
+    rows = F.cross_entropy(logits, y, reduction="none") + 0.0 * u_hat.sum()  # (n,)
+    return reduce_rows(rows, valid, target.shape, reduction, num_items_in_batch)
+
+
+@autocast_off
+def in_batch_softmax_loss(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    embeddings: torch.Tensor,
+    *,
+    scale: float | torch.Tensor = 20.0,
+    num_sampled: int = 0,
+    sample_pool: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy over scaled cosines to the batch's distinct target words (in-batch negatives):
+
+        C = unique(y) (U words), S = K words drawn i.i.d. uniformly from `sample_pool` (M ids), minus those in C
+        z_ic = s·cos(û_i, E_c) for c ∈ C,   z_ij = s·cos(û_i, E_{S_j}) − log(K·D(S_j)) = s·cos(û_i, E_{S_j}) + log(M/K)
+        loss_i = −z_{i y_i} + log Σ_{c ∈ C} exp(z_ic) + log Σ_j exp(z_ij)   (one log-sum-exp over C ∪ S)
+
+    Args:
+        pred: û (*, d); target: ids (*) (`ignore_index` rows are neither rows nor candidates);
+        embeddings: E (V, d) unit rows; scale: s = 1/τ (float or 0-dim tensor).
+        num_sampled: K >= 0 extra shared negatives (drawn once per call with `generator`); needs `sample_pool`,
+            the (M,) ids of the output vocabulary to draw from (uniform D(c) = 1/M).
+        reduction: as `F.cross_entropy`; "mean" divides the sum by `num_items_in_batch` when given.
+
+    Cost n·(U + K)·d, independent of V. The loss depends on the batch (its candidates), so it is not comparable
+    across batch sizes; decoding still ranks the whole (output) vocabulary by cos(û, E)."""
+    check_reduction(reduction)
+    scale = _scale_value(scale)
+    check_number("num_sampled", num_sampled, minimum=0, integer=True)
+    u_hat, y, valid, table = _target_rows(pred, target, embeddings, ignore_index)
+    cand, index = torch.unique(y, return_inverse=True)  # (U,), (n,): row i's target is cand[index[i]]
+    logits = scale * (u_hat @ table[cand].T)  # (n, U)
+    if num_sampled:
+        if sample_pool is None or sample_pool.dim() != 1 or sample_pool.numel() == 0:
+            raise ValueError("num_sampled > 0 needs sample_pool, the (M,) ids of the output vocabulary to draw from")
+        pool = sample_pool.to(cand.device)
+        device = pool.device if generator is None else generator.device
+        picks = torch.randint(0, pool.numel(), (num_sampled,), generator=generator, device=device)
+        draws = pool[picks.to(pool.device)]  # (K,) with replacement
+        correction = math.log(pool.numel() / num_sampled)  # −log(K·D(c)), D uniform over the pool
+        sampled = scale * (u_hat @ table[draws].T) + correction  # (n, K)
+        sampled = sampled.masked_fill(torch.isin(draws, cand)[None, :], float("-inf"))  # accidental hits
+        logits = torch.cat([logits, sampled], dim=1)  # (n, U + K)
+    rows = F.cross_entropy(logits, index, reduction="none") + 0.0 * u_hat.sum()  # (n,)
+    return reduce_rows(rows, valid, target.shape, reduction, num_items_in_batch)
+
+
+class CosineSoftmaxLoss(nn.Module):
+    """`cosine_softmax_loss` as a module (`scale`, `ignore_index`, `reduction` fixed at construction)."""
+
+    def __init__(self, scale: float = 20.0, ignore_index: int = -100, reduction: str = "mean") -> None:
+        super().__init__()
+        _scale_value(scale)
+        check_reduction(reduction)
+        self.scale, self.ignore_index, self.reduction = scale, ignore_index, reduction
+
+    def forward(self, pred, target, embeddings, candidates=None, num_items_in_batch=None):
+        return cosine_softmax_loss(
+            pred, target, embeddings, scale=self.scale, candidates=candidates, ignore_index=self.ignore_index,
+            reduction=self.reduction, num_items_in_batch=num_items_in_batch,
+        )  # fmt: skip
+
+
+class InBatchSoftmaxLoss(nn.Module):
+    """`in_batch_softmax_loss` as a module (`scale`, `num_sampled`, `ignore_index`, `reduction` fixed)."""
+
+    def __init__(
+        self, scale: float = 20.0, num_sampled: int = 0, ignore_index: int = -100, reduction: str = "mean"
+    ) -> None:
+        super().__init__()
+        _scale_value(scale)
+        check_number("num_sampled", num_sampled, minimum=0, integer=True)
+        check_reduction(reduction)
+        self.scale, self.num_sampled, self.ignore_index, self.reduction = scale, num_sampled, ignore_index, reduction
+
+    def forward(self, pred, target, embeddings, sample_pool=None, generator=None, num_items_in_batch=None):
+        return in_batch_softmax_loss(
+            pred, target, embeddings, scale=self.scale, num_sampled=self.num_sampled, sample_pool=sample_pool,
+            generator=generator, ignore_index=self.ignore_index, reduction=self.reduction,
+            num_items_in_batch=num_items_in_batch,
+        )  # fmt: skip
 
 
 @torch.no_grad()
