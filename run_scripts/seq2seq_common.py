@@ -16,7 +16,7 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
-from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
+from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered, train_word2vec_table
 from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.heads import family
 from hf_heads.losses._checks import OptionError
@@ -185,9 +185,36 @@ def build_tokenizer(model_args: ModelArguments, raw: datasets.DatasetDict):
     return load_tokenizer(model_args)
 
 
-def continuous_table(head: dict, tok) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """For a continuous head: (head with embedding_dim, table (V, d), covered (V,)) from the pretrained table."""
-    table, covered = embedding_table(tok, head["embedding_name"])
+TARGET_TABLE_FILE = "target_word2vec.npz"  # embedding_name=word2vec-targets: the table trained for the run
+
+
+def target_table_file(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model_dir: str, seed: int) -> str:
+    """embedding_name=word2vec-targets: the table file, trained with gensim on the training targets as the tokenizer
+    splits them (d = embedding_dim or 300, skip-gram, one worker, `seed`) into `output_dir`; a trained model's own
+    file when `model_dir` has one. Any other name is returned as it is."""
+    name = head["embedding_name"]
+    if name != "word2vec-targets":
+        return name
+    saved = Path(model_dir) / TARGET_TABLE_FILE
+    if saved.is_file():
+        return str(saved)
+    if "train" not in raw:
+        raise UsageError(
+            "--embedding_name word2vec-targets trains the table on the training targets: give a train split"
+        )
+    specials = set(tok.all_special_tokens)
+    ids = tok(text_target=[t or "" for t in raw["train"]["target"]], add_special_tokens=False)["input_ids"]
+    sentences = [[w for w in tok.convert_ids_to_tokens(row) if w not in specials] for row in ids]
+    path = Path(output_dir) / TARGET_TABLE_FILE
+    logger.info("training a %d-d word2vec table on %d target sentences -> %s", head.get("embedding_dim") or 300,
+                len(sentences), path)  # fmt: skip
+    return str(train_word2vec_table(sentences, path, dim=head.get("embedding_dim") or 300, seed=seed))
+
+
+def continuous_table(head: dict, tok, table_name: str | None = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """For a continuous head: (head with embedding_dim, table (V, d), covered (V,)) from the pretrained table
+    (`table_name`: the file or name to read, default the head's `embedding_name`)."""
+    table, covered = embedding_table(tok, table_name or head["embedding_name"])
     if head.get("embedding_dim") not in (None, table.shape[1]):
         raise UsageError(
             f"head embedding_dim={head['embedding_dim']} but {head['embedding_name']} has d={table.shape[1]}"
@@ -271,8 +298,43 @@ def accuracy_at_k(trainer, dataset, ks: tuple[int, ...] = (1, 2, 5, 10)) -> dict
     return {f"eval_accuracy@{k}": float(h) / max(total, 1) for k, h in zip(ks, hits, strict=True)}
 
 
+def scored_texts(tok, texts: list[str], max_length: int) -> list[str]:
+    """Texts as the generation metrics score references: encoded as labels (truncated) and decoded without the
+    special tokens. Every head scores against these (reference labels never pass through a head's vocabulary
+    mapping), so BLEU of a continuous and of a softmax run compare on the same references."""
+    ids = tok(text_target=[t or "" for t in texts], max_length=max_length, truncation=True)["input_ids"]
+    return [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)]
+
+
+def tokenize_splits(raw: datasets.DatasetDict, tok, data: DataArguments, covered: torch.Tensor | None):
+    """input_ids / attention_mask / labels of every split. A continuous head (`covered` (V,): the words its table
+    has) trains on targets whose uncovered words are `<unk>`; only the training split's labels are mapped, so the
+    validation and test labels, hence the references the metrics decode from them, are the same for every head."""
+
+    def preprocess(batch: dict) -> dict:
+        sources = [data.source_prefix + (s or "") for s in batch["source"]]
+        if data.head_tail:
+            enc = encode_head_tail(tok, sources, data.max_source_length)
+        else:
+            enc = tok(sources, max_length=data.max_source_length, truncation=True)
+        targets = [t or "" for t in batch["target"]]
+        enc["labels"] = tok(text_target=targets, max_length=data.max_target_length, truncation=True)["input_ids"]
+        return dict(enc)
+
+    tokenized = raw.map(preprocess, batched=True, remove_columns=["source", "target"], desc="tokenize")
+    if covered is not None and "train" in tokenized:
+        keep = {tok.eos_token_id, tok.unk_token_id} - {None}
+
+        def to_unk(batch: dict) -> dict:
+            return {"labels": [map_uncovered(row, covered, tok.unk_token_id, keep) for row in batch["labels"]]}
+
+        tokenized["train"] = tokenized["train"].map(to_unk, batched=True, desc="uncovered targets -> <unk>")
+    return tokenized
+
+
 def attach_table(model, table, train_dataset) -> None:
-    """The continuous head's pretrained table; `--center_embeddings frequency` counts the training targets."""
+    """The continuous head's pretrained table; `--center_embeddings frequency` counts the training targets, and
+    `--output_vocabulary targets` takes the distinct training labels as the output vocabulary."""
     counts = None
     if model.head.options.center_embeddings == "frequency":
         if train_dataset is None:
@@ -282,6 +344,15 @@ def attach_table(model, table, train_dataset) -> None:
             )
         counts = label_counts(train_dataset, model.head.num_classes)
     model.head.set_embedding_table(table, counts=counts)
+    if model.head.options.output_vocabulary == "targets":
+        if train_dataset is None:
+            raise UsageError(
+                "--output_vocabulary targets takes the words of the training targets: give a training split, or "
+                "--model_name_or_path of a trained hf_heads model"
+            )
+        ids = torch.tensor(sorted({i for row in train_dataset["labels"] for i in row if i >= 0}))
+        model.head.set_output_vocabulary(ids)
+        logger.info("continuous head: output vocabulary of %d target words (of %d)", len(ids), model.head.num_classes)
 
 
 def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
@@ -308,7 +379,10 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         tok = build_tokenizer(model_args, raw)
     covered = None
     if family(head["family"]).head.uses_embedding_table:  # targets are table rows: words outside it -> <unk>
-        head, table, covered = continuous_table(head, tok)
+        source = target_table_file(
+            head, tok, raw, training_args.output_dir, model_args.model_name_or_path, training_args.seed
+        )
+        head, table, covered = continuous_table(head, tok, source)
     model = build_model(model_args, head, tok)
     check_vocab(tok, model)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
@@ -317,22 +391,8 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     except OptionError as err:
         raise UsageError(str(err.renamed("--generation_num_beams"))) from None
 
-    def preprocess(batch: dict) -> dict:
-        sources = [data_args.source_prefix + (s or "") for s in batch["source"]]
-        if data_args.head_tail:
-            enc = encode_head_tail(tok, sources, data_args.max_source_length)
-        else:
-            enc = tok(sources, max_length=data_args.max_source_length, truncation=True)
-        targets = [t or "" for t in batch["target"]]
-        labels = tok(text_target=targets, max_length=data_args.max_target_length, truncation=True)["input_ids"]
-        if covered is not None:
-            keep = {tok.eos_token_id, tok.unk_token_id} - {None}
-            labels = [map_uncovered(row, covered, tok.unk_token_id, keep) for row in labels]
-        enc["labels"] = labels
-        return dict(enc)
-
     with training_args.main_process_first(desc="tokenize"):
-        tokenized = raw.map(preprocess, batched=True, remove_columns=["source", "target"], desc="tokenize")
+        tokenized = tokenize_splits(raw, tok, data_args, covered)
     if covered is not None and not trained:
         attach_table(model, table, tokenized.get("train"))
     collator = DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)

@@ -122,3 +122,174 @@ def test_glove_table_coverage_and_unk_mapping():
     ids = tok("qwzxv king")["input_ids"]
     mapped = map_uncovered(ids, covered, tok.unk_token_id, {tok.eos_token_id})
     assert mapped == [tok.unk_token_id, ids[1], tok.eos_token_id]
+
+
+# ---------------------------------------------------------------- output vocabulary, learned scale, tables, references
+
+
+def _options_model(**options):
+    torch.manual_seed(0)
+    head = {"family": "continuous", "embedding_dim": D, **options}
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head=head))
+    model.head.set_embedding_table(torch.randn(V, D, generator=torch.Generator().manual_seed(1)))
+    return model
+
+
+@pytest.mark.parametrize("loss", ["cosine-softmax", "in-batch-softmax", "vmf"])
+def test_output_vocabulary_restricts_decoding_and_is_saved(loss, tmp_path):
+    model = _options_model(loss=loss, output_vocabulary="targets")
+    vocab = torch.tensor([3, *range(10, 30)])  # </s> and 20 words
+    model.head.set_output_vocabulary(vocab)
+    x, mask, y = seq2seq_batch()
+    y = torch.where(y == -100, -100, vocab[1:][y % 20])
+    model.train()
+    model(input_ids=x, attention_mask=mask, labels=y).loss.backward()
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=x, attention_mask=mask, labels=y).logits
+        outside = torch.ones(V, dtype=torch.bool).index_fill_(0, vocab, False)
+        assert torch.isinf(logits[..., outside]).all() and torch.isfinite(logits[..., vocab]).all()
+        for beams in (1, 3):
+            out = model.generate(input_ids=x, attention_mask=mask, max_new_tokens=5, num_beams=beams, do_sample=False)
+            assert torch.isin(out[:, 1:], torch.cat([vocab, torch.tensor([1])])).all()  # words, </s>, then padding
+    model.save_pretrained(tmp_path)
+    loaded = HeadsForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded.head.output_mask, model.head.output_mask)
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=x, attention_mask=mask, labels=y).logits, logits)
+
+
+def test_cosine_softmax_decoding_logits_are_its_training_logits():
+    """cosine-softmax: softmax of the inference logits is the distribution the loss is the NLL of."""
+    model = _options_model(loss="cosine-softmax", logit_scale=15.0).eval()
+    hidden = torch.randn(6, 32)
+    labels = torch.tensor([4, 9, 9, 0, 49, 17])
+    with torch.no_grad():
+        nll = F.cross_entropy(model.head.logits(hidden), labels)
+        torch.testing.assert_close(model.head.loss(hidden, labels), nll)
+
+
+def test_learned_scale_trains_and_decodes_with_its_value(tmp_path):
+    model = _options_model(loss="in-batch-softmax", learn_logit_scale=True, logit_scale=20.0)
+    head = model.head
+    assert head.logit_scale.item() == pytest.approx(20.0)
+    hidden, labels = torch.randn(8, 32), torch.randint(0, V, (8,))
+    head.train()
+    head.loss(hidden, labels).backward()
+    assert head.log_logit_scale.grad is not None and head.log_logit_scale.grad != 0
+    with torch.no_grad():
+        head.log_logit_scale.fill_(torch.log(torch.tensor(5.0)))
+        cos = F.normalize(head.proj(hidden), dim=-1) @ head.embeddings.T
+        torch.testing.assert_close(head.logits(hidden), 5.0 * cos)
+        head.log_logit_scale.fill_(10.0)  # e^10: clamped at 100
+        torch.testing.assert_close(head.logits(hidden), 100.0 * cos)
+    assert head.diagnostics()["head/logit_scale"] == pytest.approx(100.0)
+
+
+def test_projection_layer_norm_and_released_vmf_form():
+    model = _options_model(loss="vmf", vmf_form="released", projection_layer_norm=True)
+    head = model.head
+    hidden = torch.randn(5, 32)
+    with torch.no_grad():
+        head.proj_norm.weight.fill_(2.0)
+        expected = F.layer_norm(head.proj(hidden), (D,), head.proj_norm.weight, head.proj_norm.bias)
+        torch.testing.assert_close(head.predict(hidden), expected)
+    head.train()
+    head.loss(hidden, torch.tensor([1, 2, 3, 4, 5])).backward()
+    assert head.proj_norm.weight.grad is not None
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"loss": "vmf", "num_sampled": 4}, "head.num_sampled=4 is for loss='in-batch-softmax'"),
+        ({"loss": "vmf", "learn_logit_scale": True}, "head.learn_logit_scale=True is for loss in"),
+        ({"loss": "syn-margin-projection", "vmf_form": "released"}, "head.vmf_form='released' is for loss='vmf'"),
+        ({"loss": "vmf", "vmf_form": "released", "vmf_lambda2": 0.1}, "has no λ1 / λ2 terms"),
+        ({"output_vocabulary": "source"}, "head.output_vocabulary='source' is not allowed"),
+        ({"embedding_name": "fasttext"}, "head.embedding_name='fasttext' is not allowed; allowed: 'glove-6B-50d'"),
+        ({"loss": "cosine-softmax", "learn_logit_scale": True, "logit_scale": 200.0}, "must be <= 100.0 when learned"),
+    ],
+)
+def test_new_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, **options})
+
+
+def test_set_output_vocabulary_checks():
+    head = ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D})
+    with pytest.raises(ValueError, match="set output_vocabulary='targets'"):
+        head.set_output_vocabulary(torch.tensor([1, 2]))
+    head = ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, "output_vocabulary": "targets"})
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 50\)"):
+        head.set_output_vocabulary(torch.tensor([1, 50]))
+    with pytest.raises(ValueError, match="has 1 words, needs at least 2"):
+        head.set_output_vocabulary(torch.tensor([4, 4]))
+    with pytest.raises(ValueError, match=r"mask has shape \(3,\)"):
+        head.set_output_vocabulary(torch.ones(3, dtype=torch.bool))
+    head.set_output_vocabulary(torch.tensor([4, 7]))
+    assert head.output_mask.sum() == 2 and head.output_mask[4] and head.output_mask[7]
+
+
+def test_table_files_npz_and_word2vec_text(tmp_path):
+    from hf_heads.data import load_word_vectors, save_table
+
+    tok = build_word_tokenizer(["the king spoke to the people", "qwzxv the king"])
+    words, vectors = ["king", "the", "people"], torch.randn(3, 6).numpy()
+    npz = save_table(tmp_path / "t.npz", words, vectors)
+    text = tmp_path / "t.vec"
+    text.write_text(
+        "3 6\n" + "".join(f"{w} {' '.join(map(str, v.tolist()))}\n" for w, v in zip(words, vectors, strict=True))
+    )
+    for path in (npz, text):
+        got_words, got = load_word_vectors(str(path))
+        assert got_words == words and got.shape == (3, 6)
+        table, covered = embedding_table(tok, str(path))
+        ids = tok.convert_tokens_to_ids(words)
+        assert covered.sum() == 3 and covered[ids].all()
+        torch.testing.assert_close(table[ids], torch.from_numpy(vectors), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_word_vectors(str(tmp_path / "missing.npz"))
+    with pytest.raises(ValueError, match="is not available"):
+        load_word_vectors("fasttext-300")
+
+
+def test_train_word2vec_table_is_reproducible(tmp_path):
+    from hf_heads.data import load_word_vectors, train_word2vec_table
+
+    sentences = [["the", "king", "spoke", "to", "the", "people"], ["the", "people", "heard", "the", "king"]] * 20
+    a = train_word2vec_table(sentences, tmp_path / "a.npz", dim=8, epochs=2)
+    b = train_word2vec_table(sentences, tmp_path / "b.npz", dim=8, epochs=2)
+    (wa, va), (wb, vb) = load_word_vectors(str(a)), load_word_vectors(str(b))
+    assert wa == wb and set(wa) == {"the", "king", "spoke", "to", "people", "heard"} and va.shape == (6, 8)
+    assert (va == vb).all()
+
+
+def test_references_are_the_same_for_every_head():
+    """Only the training labels of a continuous head map uncovered words to <unk>: the validation and test labels, and
+    the references decoded from them, are a softmax run's."""
+    import sys
+    from pathlib import Path
+
+    import datasets
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run_scripts"))
+    from seq2seq_common import DataArguments, scored_texts, tokenize_splits
+
+    pairs = {"source": ["el rey habló", "qwzxv el pueblo"], "target": ["the king spoke .", "qwzxv the people ."]}
+    raw = datasets.DatasetDict({k: datasets.Dataset.from_dict(pairs) for k in ("train", "validation", "test")})
+    tok = build_word_tokenizer([*pairs["source"], *pairs["target"]], add_eos=True)
+    _, covered = embedding_table(tok)
+    data = DataArguments()
+    softmax, continuous = tokenize_splits(raw, tok, data, None), tokenize_splits(raw, tok, data, covered)
+    labels = {(k, s): [list(row) for row in d[s]["labels"]] for k, d in (("s", softmax), ("c", continuous)) for s in d}
+    for split in ("validation", "test"):
+        assert labels["c", split] == labels["s", split]
+    assert labels["c", "train"] != labels["s", "train"]  # qwzxv -> <unk> for training only
+    assert tok.unk_token_id in labels["c", "train"][1]
+    decoded = [t.strip() for t in tok.batch_decode(labels["c", "test"], skip_special_tokens=True)]
+    assert (
+        decoded
+        == scored_texts(tok, pairs["target"], data.max_target_length)
+        == ["the king spoke .", "qwzxv the people ."]
+    )

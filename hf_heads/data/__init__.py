@@ -16,7 +16,14 @@ from hf_heads.data.corpora import (
     load_translation,
     split_dataset,
 )
-from hf_heads.data.embeddings import EMBEDDING_TABLES, embedding_table, map_uncovered
+from hf_heads.data.embeddings import (
+    EMBEDDING_TABLES,
+    embedding_table,
+    load_word_vectors,
+    map_uncovered,
+    save_table,
+    train_word2vec_table,
+)
 from hf_heads.data.models import minilm_path, smollm2_path
 from hf_heads.data.tokenization import (
     SPECIAL_TOKENS,
@@ -30,6 +37,9 @@ __all__ = [
     "EMBEDDING_TABLES",
     "embedding_table",
     "map_uncovered",
+    "load_word_vectors",
+    "save_table",
+    "train_word2vec_table",
     "CLASSIFICATION_CORPORA",
     "LM_CORPORA",
     "QUESTION_GENERATION_CORPORA",

@@ -13,12 +13,28 @@ counts, `mean` the unweighted mean; the rows are normalised again. Default `none
 300-d fastText vectors, not available here; how strongly those share a direction was not measured).
 
 Inference "logits" (*, V) are û·Eᵀ for vMF heads (the vMF log-density log C_m(‖û‖) + ûᵀE_c up to the per-row
-constant) and `logit_scale` · cos(û, E_c) for margin heads, so greedy search is nearest-neighbour decoding
-and beam search ranks hypotheses by these scores (log-softmax of them, as for any logits).
+constant) and s · cos(û, E_c) for the other losses (s = `logit_scale`, learned with `learn_logit_scale`), so greedy
+search is nearest-neighbour decoding and beam search ranks hypotheses by these scores (log-softmax of them, as for
+any logits). For `cosine-softmax` they are the logits the head was trained with, so their softmax is its p(c | x).
+
+Losses that learn (not in the papers; hf_heads.losses.continuous has their equations): `cosine-softmax`, the
+cross-entropy over s·cos(û, E_c) to every row, and `in-batch-softmax`, the same over the batch's distinct target
+words (plus `num_sampled` uniform draws with the sampled-softmax correction).
+
+Output vocabulary (`output_vocabulary="targets"`): a (V,) mask buffer `output_mask`, saved with the weights, of the
+words seen as training targets (those the table covers, plus `</s>` and `<unk>`: uncovered target words are mapped
+to `<unk>`); `set_output_vocabulary(ids)` sets it. Decoding (greedy and beam) scores only these rows (-inf
+elsewhere), `cosine-softmax` uses them as its candidates, and `in-batch-softmax` draws its extra negatives from them.
+With a shared source+target vocabulary the nearest neighbour would otherwise often be a source-language word, or the
+random row of a word the table lacks.
+
+Options from the authors' released vMF code (Sachin19/seq2seq-con): `vmf_form="released"` (its `_nllvmf`) and
+`projection_layer_norm` (a LayerNorm after the projection H -> d).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -28,9 +44,16 @@ from torch import nn
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import register_family
-from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.losses._checks import OptionError, check_choice, check_number
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
-from hf_heads.losses.continuous import nearest_neighbour_diagnostics, syn_margin_loss, vmf_nll
+from hf_heads.losses.continuous import (
+    VMF_FORMS,
+    cosine_softmax_loss,
+    in_batch_softmax_loss,
+    nearest_neighbour_diagnostics,
+    syn_margin_loss,
+    vmf_nll,
+)
 
 _DIAGNOSTIC_ROWS = 256  # positions of the last training batch kept for the table-2 diagnostics
 
@@ -50,11 +73,18 @@ def check_embedding_table(table: torch.Tensor, num_classes: int, dim: int | None
 
 
 CENTERINGS = ("none", "mean", "frequency")
+SOFTMAX_LOSSES = ("cosine-softmax", "in-batch-softmax")  # cross-entropies over s·cos(û, E_c)
 CONTINUOUS_LOSSES = (
     "vmf",
     *(f"syn-margin-{n}" for n in ("projection", "difference")),
     *(f"margin-{n}" for n in ("random", "most-informative")),
+    *SOFTMAX_LOSSES,
 )
+OUTPUT_VOCABULARIES = ("all", "targets")
+# embedding_name: a packaged table, a table trained on the training targets by the run scripts (gensim), or a file
+TABLE_NAMES = ("glove-6B-50d", "word2vec-targets")
+TABLE_SUFFIXES = (".npz", ".txt", ".vec")
+MAX_LOGIT_SCALE = 100.0  # a learned scale is clamped here (as CLIP clamps its logit scale)
 
 
 @dataclass
@@ -71,7 +101,14 @@ class ContinuousHeadOptions(HeadOptions):
     embedding_dim: int | None = field(
         default=None, metadata={"help": "d of the embedding table (set when a table is attached)."}
     )
-    embedding_name: str = field(default="glove-6B-50d", metadata={"help": "Name of the pretrained table (a label)."})
+    embedding_name: str = field(
+        default="glove-6B-50d",
+        metadata={
+            "help": "The target table: glove-6B-50d (packaged), word2vec-targets (trained by the run scripts on the "
+            "training targets with gensim, d = embedding_dim or 300; extra `tables`), or a file: .npz with arrays "
+            "`words` and `vectors`, or word2vec text (.txt / .vec). The model stores the table it trained against."
+        },
+    )
     center_embeddings: str = field(
         default="none",
         metadata={
@@ -84,19 +121,69 @@ class ContinuousHeadOptions(HeadOptions):
         metadata={"help": "Decoder inputs are E[token] through a linear map d -> H (the paper's tied setup)."},
     )
     logit_scale: float = field(
-        default=10.0, metadata={"help": "Margin losses: decoding logits are logit_scale · cos(û, E_c) (beam search)."}
+        default=10.0,
+        metadata={
+            "help": "s of the decoding logits s · cos(û, E_c) (beam search) for every loss but vMF; for "
+            "cosine-softmax and in-batch-softmax also the training scale s = 1/τ (its start when learned)."
+        },
+    )
+    learn_logit_scale: bool = field(
+        default=False,
+        metadata={"help": "cosine-softmax / in-batch-softmax: learn s (a parameter log s, clamped at 100)."},
+    )
+    num_sampled: int = field(
+        default=0,
+        metadata={
+            "help": "in-batch-softmax: K extra negatives drawn uniformly from the output vocabulary per batch "
+            "(sampled-softmax correction + log(M/K); accidental hits dropped)."
+        },
+    )
+    output_vocabulary: str = field(
+        default="all",
+        metadata={
+            "help": "Rows that decoding and the softmax losses consider: all, or targets (the words seen as "
+            "training targets, stored with the model as `output_mask`; set by the run scripts)."
+        },
+    )
+    vmf_form: str = field(
+        default="nll",
+        metadata={
+            "help": "vMF: nll (Kumar & Tsvetkov eq. 3 with λ1, λ2) or released (the authors' code: "
+            "−log C_m(κ) + log(1+κ)(0.2 − cos))."
+        },
+    )
+    projection_layer_norm: bool = field(
+        default=False, metadata={"help": "A LayerNorm after the projection H -> d (the authors' released code)."}
     )
 
     def check(self) -> None:
         super().check()
         check_choice("loss", self.loss, CONTINUOUS_LOSSES)
-        check_choice("embedding_name", self.embedding_name, ("glove-6B-50d",))
+        if self.embedding_name not in TABLE_NAMES and not self.embedding_name.endswith(TABLE_SUFFIXES):
+            allowed = ", ".join(map(repr, TABLE_NAMES)) + " or a file ending in " + ", ".join(TABLE_SUFFIXES)
+            raise OptionError("embedding_name", self.embedding_name, f"is not allowed; allowed: {allowed}")
+        check_choice("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
+        check_choice("vmf_form", self.vmf_form, VMF_FORMS)
+        check_number("num_sampled", self.num_sampled, minimum=0, integer=True)
+        if self.num_sampled and self.loss != "in-batch-softmax":
+            raise OptionError("num_sampled", self.num_sampled, f"is for loss='in-batch-softmax' (loss={self.loss!r})")
+        if self.learn_logit_scale and self.loss not in SOFTMAX_LOSSES:
+            raise OptionError("learn_logit_scale", True, f"is for loss in {SOFTMAX_LOSSES} (loss={self.loss!r})")
+        if self.vmf_form == "released":
+            if self.loss != "vmf":
+                raise OptionError("vmf_form", self.vmf_form, f"is for loss='vmf' (loss={self.loss!r})")
+            if self.vmf_lambda1 != 0 or self.vmf_lambda2 != 1:
+                raise OptionError(
+                    "vmf_form", self.vmf_form, "has no λ1 / λ2 terms: leave vmf_lambda1=0 and vmf_lambda2=1"
+                )
         check_choice("center_embeddings", self.center_embeddings, CENTERINGS)
         check_number("loss_margin", self.loss_margin, minimum=0)
         check_number("num_negatives", self.num_negatives, minimum=1, integer=True)
         check_number("vmf_lambda1", self.vmf_lambda1, minimum=0)
         check_number("vmf_lambda2", self.vmf_lambda2, exclusive_minimum=0)
         check_number("logit_scale", self.logit_scale, exclusive_minimum=0)
+        if self.learn_logit_scale and self.logit_scale > MAX_LOGIT_SCALE:
+            raise OptionError("logit_scale", self.logit_scale, f"must be <= {MAX_LOGIT_SCALE} when learned")
         if self.embedding_dim is not None:
             check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
 
@@ -107,7 +194,9 @@ class ContinuousHeadOptions(HeadOptions):
 
     def describe(self) -> str:
         centred = "" if self.center_embeddings == "none" else f", {self.center_embeddings}-centred table"
-        return f"continuous {self.loss}{centred}"
+        table = "" if self.embedding_name == "glove-6B-50d" else f", table {self.embedding_name}"
+        vocab = ", target-side output vocabulary" if self.output_vocabulary == "targets" else ""
+        return f"continuous {self.loss}{centred}{table}{vocab}"
 
 
 class ContinuousHead(OutputHead):
@@ -133,6 +222,13 @@ class ContinuousHead(OutputHead):
         self.proj = nn.Linear(hidden_size, dim)
         self.register_buffer("embeddings", torch.zeros(num_classes, dim))  # (V, d), unit rows once set
         self.input_proj = nn.Linear(dim, hidden_size, bias=False) if self.options.tie_decoder_inputs else None
+        # optional parts exist only when asked for, so checkpoints saved without them load unchanged
+        if self.options.projection_layer_norm:
+            self.proj_norm = nn.LayerNorm(dim)
+        if self.options.learn_logit_scale:
+            self.log_logit_scale = nn.Parameter(torch.tensor(math.log(self.options.logit_scale)))
+        if self.options.output_vocabulary == "targets":
+            self.register_buffer("output_mask", torch.ones(num_classes, dtype=torch.bool))  # (V,)
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
@@ -145,6 +241,11 @@ class ContinuousHead(OutputHead):
         init.zeros_(self.proj.bias)
         if self.input_proj is not None:
             init.normal_(self.input_proj.weight, mean=0.0, std=0.02)
+        if self.options.projection_layer_norm:
+            init.ones_(self.proj_norm.weight)
+            init.zeros_(self.proj_norm.bias)
+        if self.options.learn_logit_scale:
+            init.constant_(self.log_logit_scale, math.log(self.options.logit_scale))
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
         """Nothing to copy: a checkpoint's (V, H) output layer has no counterpart in an H -> d projection."""
@@ -153,8 +254,51 @@ class ContinuousHead(OutputHead):
         raise ValueError("the continuous head uses no word counts (its targets are the embedding table's rows)")
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
-        name = "vMF NLL of the target embedding" if self.options.loss == "vmf" else f"{self.options.loss} margin loss"
+        loss = self.options.loss
+        if loss == "vmf":
+            name = "vMF NLL of the target embedding"
+        elif loss == "cosine-softmax":
+            name = "cross-entropy over s·cos(û, E) to every word"
+        elif loss == "in-batch-softmax":
+            name = "cross-entropy over s·cos(û, E) to the batch's target words"
+        else:
+            name = f"{loss} margin loss"
         return name, f"{name}, the training loss; not a word NLL"
+
+    @property
+    def logit_scale(self) -> float | torch.Tensor:
+        """s: the option, or exp(log s) clamped at 100 when learned (a 0-dim tensor)."""
+        if self.options.learn_logit_scale:
+            return self.log_logit_scale.float().exp().clamp(max=MAX_LOGIT_SCALE)
+        return self.options.logit_scale
+
+    def set_output_vocabulary(self, ids: torch.Tensor) -> None:
+        """The output vocabulary (`output_vocabulary="targets"`): `ids` (M,) word ids, or a (V,) bool mask, e.g. the
+        distinct training labels (what the run scripts pass). At least two words."""
+        if self.options.output_vocabulary != "targets":
+            raise ValueError(
+                f"head.output_vocabulary={self.options.output_vocabulary!r}: set output_vocabulary='targets' to "
+                "restrict the output vocabulary"
+            )
+        ids = torch.as_tensor(ids)
+        if ids.dtype == torch.bool:
+            if ids.shape != (self.num_classes,):
+                raise ValueError(
+                    f"output vocabulary mask has shape {tuple(ids.shape)}, expected ({self.num_classes},)"
+                )
+            mask = ids
+        else:
+            ids = ids.long().reshape(-1)
+            if bool(((ids < 0) | (ids >= self.num_classes)).any()):
+                raise ValueError(f"output vocabulary ids must be in [0, {self.num_classes})")
+            mask = torch.zeros(self.num_classes, dtype=torch.bool).index_fill_(0, ids.cpu(), True)
+        if int(mask.sum()) < 2:
+            raise ValueError(f"the output vocabulary has {int(mask.sum())} words, needs at least 2")
+        with torch.no_grad():
+            self.output_mask.copy_(mask.to(self.output_mask.device))
+
+    def _candidates(self) -> torch.Tensor | None:
+        return self.output_mask if self.options.output_vocabulary == "targets" else None
 
     def set_embedding_table(self, table: torch.Tensor, counts: torch.Tensor | None = None) -> None:
         """Attach the pretrained table (V, d): rows are L2-normalised, centred as `center_embeddings` says (then
@@ -210,7 +354,10 @@ class ContinuousHead(OutputHead):
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
         """û (*, d) in float32 (float64 for a float64 head): the projection runs in the head's dtype with autocast
         off (through the module, so its hooks run), and is upcast for the losses."""
-        return self.proj(hidden.to(self.proj.weight.dtype)).to(compute_dtype(self.proj.weight))
+        out = self.proj(hidden.to(self.proj.weight.dtype))
+        if self.options.projection_layer_norm:
+            out = self.proj_norm(out)
+        return out.to(compute_dtype(self.proj.weight))
 
     def training_loss(self, hidden, labels, *, num_items_in_batch=None, ignore_index=-100, reduction="mean"):
         """Loss of hidden (*, H) against word ids (*); ignored positions contribute nothing. `mean` divides the
@@ -224,8 +371,26 @@ class ContinuousHead(OutputHead):
         o = self.options
         if self.training:
             self._last = (pred.detach()[:_DIAGNOSTIC_ROWS], ids[:_DIAGNOSTIC_ROWS])
-        if o.loss == "vmf":
-            rows = vmf_nll(pred, target, lambda1=o.vmf_lambda1, lambda2=o.vmf_lambda2, reduction="none")
+        if o.loss == "cosine-softmax":
+            rows = cosine_softmax_loss(
+                pred, ids, table, scale=self.logit_scale, candidates=self._candidates(), reduction="none"
+            )
+        elif o.loss == "in-batch-softmax":
+            candidates = self._candidates()
+            pool = None
+            if o.num_sampled:
+                pool = (
+                    candidates.nonzero().squeeze(1)
+                    if candidates is not None
+                    else torch.arange(self.num_classes, device=table.device)
+                )
+            rows = in_batch_softmax_loss(
+                pred, ids, table, scale=self.logit_scale, num_sampled=o.num_sampled, sample_pool=pool, reduction="none"
+            )
+        elif o.loss == "vmf":
+            rows = vmf_nll(
+                pred, target, lambda1=o.vmf_lambda1, lambda2=o.vmf_lambda2, form=o.vmf_form, reduction="none"
+            )
         else:
             rows = syn_margin_loss(
                 pred,
@@ -241,15 +406,18 @@ class ContinuousHead(OutputHead):
         return reduce_rows(rows, valid, labels.shape, reduction, num_items_in_batch)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) decoding scores: û·Eᵀ (vMF) or logit_scale · cos(û, E) (margin losses)."""
+        """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E) (the other losses); -inf outside the output
+        vocabulary (`output_vocabulary="targets"`)."""
         return self._scores(hidden).to(self.proj.weight.dtype)
 
     @autocast_off
     def _scores(self, hidden: torch.Tensor) -> torch.Tensor:
         pred = self.predict(hidden)  # (*, d) float32
         if self.options.loss != "vmf":
-            pred = F.normalize(pred, dim=-1) * self.options.logit_scale
-        return pred @ self._table().to(pred.dtype).T  # (*, V)
+            pred = F.normalize(pred, dim=-1) * self.logit_scale
+        scores = pred @ self._table().to(pred.dtype).T  # (*, V)
+        candidates = self._candidates()
+        return scores if candidates is None else scores.masked_fill(~candidates, float("-inf"))
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
@@ -261,6 +429,8 @@ class ContinuousHead(OutputHead):
         pred, ids = last
         out = {f"head/{k}": v for k, v in nearest_neighbour_diagnostics(pred, ids, self._table()).items()}
         out["head/pred_norm_mean"] = pred.norm(dim=-1).mean().item()
+        if self.options.learn_logit_scale:
+            out["head/logit_scale"] = float(self.logit_scale)
         return {k: v for k, v in out.items() if v == v}
 
 

@@ -8,7 +8,8 @@
 - `noise`: the noise distributions D of the sampled criteria and the shared draw
 - `sparse`: sparse-softmax (softmax over the top-k logits, eq. 4) and its loss (eq. 5)
 - `continuous`: continuous-output losses on a predicted embedding: the von Mises-Fisher NLL (Kumar & Tsvetkov
-  eq. 3, with their two regularised forms) and the margin loss with synthetic negatives (Bhat et al. eq. 1)
+  eq. 3, with their two regularised forms and the authors' released form), the margin loss with synthetic negatives
+  (Bhat et al. eq. 1), and cross-entropies over scaled cosines to the table (every row, or the batch's targets)
 
 Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks) and `_checks` (argument
 checks raising `OptionError`, which names the field, the value and what is allowed).
@@ -17,6 +18,10 @@ checks raising `OptionError`, which names the field, the value and what is allow
 from hf_heads.losses._checks import OptionError
 from hf_heads.losses.continuous import (
     NEGATIVES,
+    CosineSoftmaxLoss,
+    InBatchSoftmaxLoss,
+    cosine_softmax_loss,
+    in_batch_softmax_loss,
     log_cmk,
     nearest_neighbour_diagnostics,
     syn_margin_loss,
@@ -63,6 +68,10 @@ from hf_heads.losses.sparse import (
 __all__ = [
     "OptionError",
     "NEGATIVES",
+    "CosineSoftmaxLoss",
+    "InBatchSoftmaxLoss",
+    "cosine_softmax_loss",
+    "in_batch_softmax_loss",
     "log_cmk",
     "nearest_neighbour_diagnostics",
     "syn_margin_loss",
