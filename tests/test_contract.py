@@ -104,6 +104,9 @@ CASES = [
     _continuous("continuous-smd", "syn-margin-difference"),
     _continuous("continuous-random", "margin-random", num_negatives=3),
     _continuous("continuous-most-informative", "margin-most-informative", loss_margin=0.3),
+    _continuous("continuous-cosine-softmax", "cosine-softmax", logit_scale=5.0),
+    _continuous("continuous-in-batch-learned-scale", "in-batch-softmax", learn_logit_scale=True),
+    _continuous("continuous-vmf-released", "vmf", vmf_form="released"),
 ]
 CASE_PARAMS = [pytest.param(case, id=case.id) for case in CASES]
 SEED = 1234  # torch's global seed before every loss call: the samples / random negatives it draws
@@ -221,11 +224,25 @@ def _corrected_log_probs(o: dict, s, D_):
     return torch.log_softmax(out, dim=-1)
 
 
+def _cos_scale(o: dict, p):
+    """s of the continuous head's cosine logits: exp(log s) when learned, else logit_scale."""
+    return p["log_logit_scale"].exp() if "log_logit_scale" in p else o.get("logit_scale", 10.0)
+
+
 def _continuous_rows(o: dict, h, y, p, table, negatives):
-    """vMF NLL (Bhat et al. §2 with Kumar & Tsvetkov's λ1, λ2) or the margin loss of Bhat et al. eq. 1."""
+    """vMF NLL (Bhat et al. §2 with Kumar & Tsvetkov's λ1, λ2, or the authors' released form), the margin loss of
+    Bhat et al. eq. 1, or the cross-entropy over s·cos(û, E_c) to every row / to the batch's distinct targets."""
     u_hat = h @ p["proj.weight"].T + p["proj.bias"]
     E = F.normalize(table, dim=1)
     u = E[y]
+    if o["loss"] in ("cosine-softmax", "in-batch-softmax"):
+        candidates = torch.arange(E.shape[0]) if o["loss"] == "cosine-softmax" else y.unique()
+        z = _cos_scale(o, p) * F.normalize(u_hat, dim=1) @ E[candidates].T
+        return F.cross_entropy(z, (candidates[None, :] == y[:, None]).long().argmax(1), reduction="none")
+    if o.get("vmf_form") == "released":  # −log C_m(κ) + log(1 + κ)(0.2 − cos(û, u))
+        kappa = u_hat.norm(dim=1)
+        log_c = kappa.log() - 2 * math.log(2 * math.pi) - (torch.special.i1e(kappa).log() + kappa)
+        return -log_c + torch.log1p(kappa) * (0.2 - (u_hat * u).sum(1) / kappa)
     if o["loss"] == "vmf":
         d, kappa = u_hat.shape[1], u_hat.norm(dim=1)
         assert d == 4
@@ -278,7 +295,7 @@ def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws):
         if o["loss"] == "vmf":  # û·Eᵀ
             logits = u_hat @ E.T
         else:  # logit_scale · cos(û, E_c)
-            logits = o.get("logit_scale", 10.0) * F.normalize(u_hat, dim=1) @ E.T
+            logits = _cos_scale(o, p) * F.normalize(u_hat, dim=1) @ E.T
         return _continuous_rows(o, h[valid], y[valid], p, table, draws), logits
     W, b = p["weight"], p.get("bias")
     if case.family in ("softmax", "sparse"):
