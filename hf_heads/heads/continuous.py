@@ -269,7 +269,7 @@ class ContinuousHead(OutputHead):
     def logit_scale(self) -> float | torch.Tensor:
         """s: the option, or exp(log s) clamped at 100 when learned (a 0-dim tensor)."""
         if self.options.learn_logit_scale:
-            return self.log_logit_scale.float().exp().clamp(max=MAX_LOGIT_SCALE)
+            return self.log_logit_scale.to(compute_dtype(self.log_logit_scale)).exp().clamp(max=MAX_LOGIT_SCALE)
         return self.options.logit_scale
 
     def set_output_vocabulary(self, ids: torch.Tensor) -> None:
