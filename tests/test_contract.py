@@ -286,8 +286,9 @@ def _training_rows(case: Case, h, y, p, counts, table, draws):
     return _sampled_rows(o, _margin_logits(o, h, W, b, None, counts), target, y, _noise(o, W.shape[0], counts), draws)
 
 
-def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws):
-    """(eval loss per valid row, inference logits of every row)."""
+def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws, running=None):
+    """(eval loss per valid row, inference logits of every row); max-norm heads use `running`, the running max ‖h‖
+    (default: the max over the valid rows, which is the running value after one training step on this batch)."""
     o = case.head
     if case.family == "continuous":
         u_hat = h @ p["proj.weight"].T + p["proj.bias"]
@@ -306,7 +307,8 @@ def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws):
         logits = torch.full_like(z, -math.inf).scatter(1, top.indices, top.values)
         rows = z[valid].topk(o["k"], dim=1).values.logsumexp(1) - z[valid].gather(1, y[valid, None]).squeeze(1)
         return rows, logits  # eq. 5 unsmoothed (not the NLL of the truncated distribution)
-    running = h[valid].norm(dim=1).max() if o.get("context_norm") == "max-norm" else None
+    if o.get("context_norm") == "max-norm" and running is None:
+        running = h[valid].norm(dim=1).max()
     logits = _margin_logits(o, h, W, b, None, counts, g_value=running)  # no margin at inference
     if case.family == "sampled":
         logits = _corrected_log_probs(o, logits, _noise(o, W.shape[0], counts))
@@ -402,6 +404,55 @@ def test_losses_logits_and_gradients_equal_the_naive_reference(case):
         assert loss > eval_loss  # the margin is in the training loss only
     if case.family == "continuous":  # the table is stored L2-normalised
         torch.testing.assert_close(head.state_dict()["embeddings"].norm(dim=1), torch.ones(13))
+
+
+MAX_NORM_CASES = [pytest.param(case, id=case.id) for case in CASES if case.head.get("context_norm") == "max-norm"] + [
+    pytest.param(
+        Case(
+            "sampled-ce-mcs-max-norm",
+            {"family": "sampled", "criterion": "ce", "method": "mcs", "num_samples": 5, "context_norm": "max-norm"},
+            counts=True,
+        ),
+        id="sampled-ce-mcs-max-norm",
+    )
+]
+
+
+@pytest.mark.parametrize("case", MAX_NORM_CASES)
+def test_running_max_norm_follows_its_formula_and_is_what_evaluation_uses(case):
+    """max-norm's running value over several training batches is r_1 = M_1, r_t = (1 − μ) r_{t−1} + μ M_t with M_t
+    the max ‖h‖ over the batch's non-ignored rows only (ignored rows hold larger norms here); evaluation, inference
+    logits and the eval loss use r_t, not the max of the batch they are given."""
+    momentum = 0.3
+    case = Case(case.id, {**case.head, "context_norm_momentum": momentum}, case.tasks, case.counts)
+    head, table = _head(case)
+    head.train()
+    expected = None
+    for step, scale in enumerate((1.0, 3.0, 0.5)):
+        hidden, labels = _batch(seed=step)
+        valid = labels != -100
+        hidden = (hidden * scale).masked_fill(~valid[..., None], 50.0)  # ignored rows: the largest norms
+        _loss(head, hidden, labels)
+        batch_max = hidden[valid].double().norm(dim=1).max()
+        expected = batch_max if expected is None else (1 - momentum) * expected + momentum * batch_max
+        torch.testing.assert_close(head.context_norm_running.double(), expected, rtol=1e-6, atol=0)
+    head.eval()
+    hidden, labels = _batch(seed=7)  # its own max differs from the running value
+    valid = labels != -100
+    assert abs(float(hidden[valid].norm(dim=1).max()) - float(expected)) > 0.5
+    counts = _counts(13)
+    torch.manual_seed(SEED)
+    draws = _draws(case, int(valid.sum()), 13, counts)
+    with torch.no_grad():
+        eval_loss, logits = _loss(head, hidden, labels), head.logits(hidden)
+        params = {name: p.detach().double() for name, p in head.named_parameters()}
+        rows, expected_logits = _eval_rows_and_logits(
+            case, hidden.double().reshape(-1, 6), labels.reshape(-1), valid.reshape(-1), params, counts, table, draws,
+            running=expected,
+        )  # fmt: skip
+    tol = dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logits.double().reshape(-1, 13), expected_logits, **tol)
+    torch.testing.assert_close(eval_loss.double(), rows.mean(), **tol)
 
 
 class _Loss(nn.Module):
@@ -623,13 +674,20 @@ def test_mixed_precision_trains_evaluates_and_generates(case, mode, device):
         model.eval()
         with torch.no_grad():
             out = model(**batch)
-            generated = model.generate(**prompt, max_new_tokens=3, do_sample=False)
+            generated = model.generate(**prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+            # the first greedy token is the argmax of the model's own logits under the same precision
+            if task == "causal-lm":
+                first = model(input_ids=prompt["input_ids"]).logits[:, -1].argmax(-1)
+            else:
+                first = model(**prompt, decoder_input_ids=generated[:, :1]).logits[:, -1].argmax(-1)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     assert abs(loss.item() - reference.item()) <= 0.02 * abs(reference.item()), (loss.item(), reference.item())
     grads = [(p.dtype, p.grad) for p in model.parameters() if p.requires_grad and p.grad is not None]
     assert grads and all(g.dtype == d and bool(torch.isfinite(g).all()) for d, g in grads)
     assert torch.isfinite(out.loss) and out.logits.dtype == dtype
-    assert generated.shape[1] >= 1
+    start = prompt["input_ids"].shape[1] if task == "causal-lm" else 1
+    assert generated.shape == (prompt["input_ids"].shape[0], start + 3)
+    assert torch.equal(generated[:, start], first)
 
 
 # ------------------------------------------------------------------ items 5-6: save, reload, load without hf_heads

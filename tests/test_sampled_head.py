@@ -58,8 +58,7 @@ def test_sampled_head_trains_and_infers_with_the_corrected_posterior(head, tmp_p
             noise_probs=model.head.noise_probs(),
             num_samples=o.num_samples,
         )
-        if o.margin == "none":
-            torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)  # inference applies no margin
         nll = F.cross_entropy(logits[:, :-1].reshape(-1, 61), x[:, 1:].reshape(-1))
         torch.testing.assert_close(model(x, labels=x).loss, nll, atol=1e-5, rtol=1e-5)  # eval loss = corrected NLL
         assert model.generate(x[:1, :3], max_new_tokens=4, do_sample=False).shape == (1, 7)

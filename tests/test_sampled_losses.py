@@ -194,6 +194,34 @@ def test_remove_accidental_hits(criterion):
     assert torch.isfinite(with_hits)
 
 
+@pytest.mark.parametrize("criterion, method", SAMPLED)
+def test_accidental_hits_leave_every_criterion(criterion, method):
+    """remove_accidental_hits for every CE and BCE method: a sample equal to the row's target leaves that row's
+    criterion as if it had not been drawn (K and the corrections unchanged), forward and backward, against the
+    contract suite's naive per-row reference; rows without a hit are untouched."""
+    from test_contract import _sampled_rows
+
+    h, w, b, _ = _data(n=4)
+    y = torch.tensor([2, 5, 7, 2])
+    samples = torch.tensor([2, 5, 9, 2, 10])  # rows 0 and 3 hit twice, row 1 once, row 2 never
+    d = _noise()
+    kw = dict(criterion=criterion, method=method, num_samples=5, noise_probs=d, samples=samples, reduction="none")
+    rows = sampled_loss(h, w, b, y, remove_accidental_hits=True, **kw)
+    kept = sampled_loss(h, w, b, y, **kw)
+    assert bool((rows[[0, 1, 3]] != kept[[0, 1, 3]]).all()) and rows[2] == kept[2]
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    grads = torch.autograd.grad((rows * weights).sum(), (h, w, b))
+
+    hr, wr, br = (t.detach().clone().requires_grad_() for t in (h, w, b))
+    s = hr @ wr.T + br  # (4, 13)
+    t = s.gather(1, y[:, None]).squeeze(1)
+    options = {"criterion": criterion, "method": method, "remove_accidental_hits": True}
+    expected = _sampled_rows(options, s, t, y, d.double(), samples)
+    torch.testing.assert_close(rows, expected)
+    for got, want in zip(grads, torch.autograd.grad((expected * weights).sum(), (hr, wr, br)), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_margin_composition_scores_the_target_with_the_margin():
     h, w, b, y = _data()
     d = _noise()
