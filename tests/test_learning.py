@@ -76,6 +76,16 @@ CONTINUOUS = {
     f"continuous-{loss}{tag}": {"family": "continuous", "loss": loss, "embedding_dim": 50, "center_embeddings": how}
     for loss in ("vmf", "syn-margin-projection", "syn-margin-difference", "margin-random", "margin-most-informative")
     for how, tag in (("none", ""), ("frequency", "-centred"))
+} | {  # the cross-entropies over s·cos(û, E_c), s = 20
+    f"continuous-{loss}{tag}": {
+        "family": "continuous",
+        "loss": loss,
+        "embedding_dim": 50,
+        "center_embeddings": how,
+        "logit_scale": 20.0,
+    }
+    for loss in ("cosine-softmax", "in-batch-softmax")
+    for how, tag in (("none", ""), ("frequency", "-centred"))
 }
 
 
@@ -272,16 +282,10 @@ VMF_SYN = (
     "the 20 target words are GloVe vectors of function words (mean pairwise cosine 0.78); their common direction is "
     "at cosine 0.88 (0.71-0.96) from every one of them, so predicting it leaves the synthetic-negative hinges "
     "max(0, 0.5 + u'ᵀû − uᵀû) near zero (0.10 for SMP) and lowers the vMF NLL by growing ‖û‖ along it: training "
-    "collapses to one nearest neighbour in this budget (vMF also measured at 4.7% after 600 steps); the same losses "
-    "on the frequency-centred table learn (the `-centred` rows)"
+    "stays near one nearest neighbour in this budget; the same losses on the frequency-centred table learn (the "
+    "`-centred` rows), and so do the cross-entropies over s·cos(û, E_c) on this plain table (cosine-softmax, "
+    "in-batch-softmax), which also push û away from the other words"
 )
-ARC_LOGRANK = (
-    "ArcFace m=0.2 with log-rank word norms and the max-norm context norm, no scale: with equal counts f(c) is set "
-    "by ‖W_amax‖ and ‖W_amin‖ alone (≈ 0.11 for every word at initialisation), so no word can raise its own "
-    "logit scale; on seq2seq training collapses to one token in this budget (measured; the same head reaches 100% "
-    "on lm and clf; not diagnosed further)"
-)
-BCE_MCS = FEW_NEGATIVES.format(C=S2S_V) + "; BCE-MCS weighs each by 1 where IS / CPS weigh it by 1/(K·D) = C/K = 3"
 
 
 def learns(floor: float, why: str = "") -> tuple[float, float, str]:
@@ -295,7 +299,9 @@ def fails(ceiling: float, why: str) -> tuple[float, float, str]:
 
 
 # (task, head) -> (lowest, highest accuracy asserted, reason). Measured values (this file's seeds, one thread)
-# are in the comments; a config measured at 100% is asserted >= 95%.
+# are in the comments; a config measured at 100% is asserted >= 95%. The seq2seq values are with the tiny BART's
+# init_std = d_model ** -0.5 (tests/conftest.py); with BART's default 0.02 the cross-attention started too small and
+# several configs stayed at chance (e.g. vMF 4.7%, ArcFace log-rank max-norm 4.7%, BCE-MCS 4.4% on copy).
 EXPECTED: dict[tuple[str, str], tuple[float, float, str]] = {}
 for _task in ("lm", "copy", "reverse", "clf"):
     for _name in DISCRETE:
@@ -308,44 +314,25 @@ EXPECTED.update(
         # lm: every discrete config measured 100% except CE-NCE (77.8%; see test_ce_nce_cannot_represent_the_posterior)
         ("lm", "sampled-ce-nce"): learns(0.6, CE_NCE),
         # copy (token accuracy of greedy generate; chance 5%)
-        ("copy", "continuous-vmf"): fails(0.15, VMF_SYN),  # 4.7%
-        ("copy", "continuous-syn-margin-projection"): fails(0.15, VMF_SYN),  # 4.7%
-        ("copy", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 6.1%
-        ("copy", "continuous-margin-random"): learns(0.7, "5 random negatives per position: slower"),  # 82.8%
-        # the same losses on the frequency-centred table (center_embeddings="frequency") learn
-        ("copy", "continuous-vmf-centred"): learns(0.8),  # 93.8% (exact sequences 66.4%)
-        ("copy", "continuous-syn-margin-difference-centred"): learns(0.85),  # 96.0% (exact 76.6%)
-        ("copy", "continuous-margin-most-informative-centred"): learns(0.65),  # 77.1% (exact 19.5%)
-        ("copy", "margin-lsm"): fails(0.15, LSM),  # 4.4%
+        # every other seq2seq config, the continuous ones on the plain table included, measured 100% (cosine-softmax
+        # and in-batch-softmax on both tables, most-informative and random negatives centred among them)
+        ("copy", "continuous-vmf"): fails(0.2, VMF_SYN),  # 10.8%
+        ("copy", "continuous-syn-margin-projection"): fails(0.25, VMF_SYN),  # 13.9%
+        ("copy", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 5.7%
+        ("copy", "continuous-margin-random"): learns(0.85, "5 random negatives per position: slower"),  # 97.4%
+        ("copy", "continuous-margin-most-informative-centred"): learns(0.85),  # 96.4% (exact sequences 79.7%)
+        ("copy", "margin-lsm"): fails(0.15, LSM),  # 6.1%
         ("copy", "margin-lsm-uniform"): fails(0.15, LSM),  # 4.7%
-        ("copy", "margin-arc-logrank-maxnorm"): fails(0.15, ARC_LOGRANK),  # 4.7%
-        ("copy", "sampled-ce-mcs"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 46.1%
-        ("copy", "sampled-ce-is"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 45.6% (= CPS: D uniform)
-        ("copy", "sampled-ce-cps"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 45.6%
-        ("copy", "sampled-ce-nce"): fails(0.15, CE_NCE),  # 4.2%
-        ("copy", "sampled-bce-mcs"): fails(0.15, BCE_MCS),  # 4.4%
-        ("copy", "sampled-bce-is"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 48.7% (= CPS: D uniform)
-        ("copy", "sampled-bce-cps"): learns(0.35, FEW_NEGATIVES.format(C=S2S_V)),  # 48.7%
-        ("copy", "sampled-bce-nce"): learns(0.33, FEW_NEGATIVES.format(C=S2S_V)),  # 44.4%
+        ("copy", "sampled-ce-nce"): learns(0.2, CE_NCE),  # 32.9%
         # reverse (token accuracy; chance 5%)
-        ("reverse", "continuous-vmf"): fails(0.15, VMF_SYN),  # 4.7%
-        ("reverse", "continuous-syn-margin-projection"): fails(0.15, VMF_SYN),  # 4.7%
+        ("reverse", "continuous-vmf"): fails(0.2, VMF_SYN),  # 10.8%
+        ("reverse", "continuous-syn-margin-projection"): fails(0.35, VMF_SYN),  # 23.8%
         ("reverse", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 6.1%
-        ("reverse", "continuous-margin-random"): learns(0.7, "5 random negatives per position: slower"),  # 82.8%
-        ("reverse", "continuous-margin-most-informative"): learns(0.9),  # 96.1% (exact sequences 79.7%)
-        ("reverse", "continuous-vmf-centred"): learns(0.75),  # 87.8% (exact 41.4%)
-        ("reverse", "continuous-margin-most-informative-centred"): learns(0.85),  # 95.7% (exact 77.3%)
+        ("reverse", "continuous-margin-random"): learns(0.85, "5 random negatives per position: slower"),  # 97.1%
+        ("reverse", "continuous-margin-most-informative-centred"): learns(0.9),  # 99.0% (exact 93.8%)
         ("reverse", "margin-lsm"): fails(0.15, LSM),  # 6.1%
         ("reverse", "margin-lsm-uniform"): fails(0.15, LSM),  # 4.7%
-        ("reverse", "margin-arc-logrank-maxnorm"): fails(0.15, ARC_LOGRANK),  # 4.7%
-        ("reverse", "sampled-ce-mcs"): learns(0.45, FEW_NEGATIVES.format(C=S2S_V)),  # 59.4%
-        ("reverse", "sampled-ce-is"): learns(0.45, FEW_NEGATIVES.format(C=S2S_V)),  # 59.4%
-        ("reverse", "sampled-ce-cps"): learns(0.45, FEW_NEGATIVES.format(C=S2S_V)),  # 59.4%
-        ("reverse", "sampled-ce-nce"): fails(0.15, CE_NCE),  # 4.2%
-        ("reverse", "sampled-bce-mcs"): fails(0.15, BCE_MCS),  # 4.4%
-        ("reverse", "sampled-bce-is"): learns(0.55, FEW_NEGATIVES.format(C=S2S_V)),  # 70.6%
-        ("reverse", "sampled-bce-cps"): learns(0.55, FEW_NEGATIVES.format(C=S2S_V)),  # 70.6%
-        ("reverse", "sampled-bce-nce"): learns(0.5, FEW_NEGATIVES.format(C=S2S_V)),  # 62.9%
+        ("reverse", "sampled-ce-nce"): learns(0.3, CE_NCE),  # 45.3%
         # clf (accuracy of the argmax of the logits; chance 0.7%)
         ("clf", "margin-lsm"): fails(0.3, LSM),  # 8.0%
         ("clf", "margin-lsm-uniform"): fails(0.3, LSM),  # 16.4%
@@ -383,6 +370,8 @@ DEFAULT = [
     ("lm", "softmax"),
     ("copy", "softmax"),
     ("copy", "continuous-syn-margin-projection-centred"),
+    ("copy", "continuous-in-batch-softmax"),  # a continuous loss that learns on the plain GloVe table
+    ("reverse", "continuous-cosine-softmax"),
     ("reverse", "softmax"),
     ("reverse", "margin-cos-logunigram-maxnorm"),
     ("clf", "softmax"),
