@@ -36,7 +36,7 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data demo test test-all test-latest lock lint bench reproduce clean
+.PHONY: install system-data demo test test-all test-latest lock lint bench reproduce docs clean
 
 install: $(STAMP) system-data
 
@@ -46,7 +46,7 @@ $(PY):
 # torch first, pinned to the CPU wheel, so nothing later pulls the multi-GB CUDA build.
 $(STAMP): pyproject.toml $(LOCK) | $(PY)
 	$(call INSTALL,$(VENV)) -c $(LOCK) torch
-	$(call INSTALL,$(VENV)) -c $(LOCK) -e '.[dev]'
+	$(call INSTALL,$(VENV)) -c $(LOCK) -e '.[dev,docs]'
 	$(call INSTALL,$(VENV)) -c $(LOCK) --no-deps $(NO_DEPS)
 	touch $@
 
@@ -55,7 +55,7 @@ $(STAMP): pyproject.toml $(LOCK) | $(PY)
 lock:
 	rm -rf .venv-lock && python3 -m venv .venv-lock
 	$(call INSTALL,.venv-lock) torch==2.13.0
-	$(call INSTALL,.venv-lock) -e '.[dev]' $(LOCK_HOLDS)
+	$(call INSTALL,.venv-lock) -e '.[dev,docs]' $(LOCK_HOLDS)
 	$(call INSTALL,.venv-lock) --no-deps $(NO_DEPS)
 	{ echo "# The exact versions \`make install\` (and so \`make test\` and \`make demo\`) installs: written by \`make lock\`"; \
 	  echo "# on $$(date -u +%F) with $$(.venv-lock/bin/python --version); holds: $(LOCK_HOLDS) (reasons in the Makefile)."; \
@@ -69,7 +69,7 @@ test-latest: system-data
 	rm -rf .venv-latest && python3 -m venv .venv-latest
 	$(call INSTALL,.venv-latest) torch==2.13.0
 	echo torch==2.13.0 > .venv-latest/torch-cpu.txt
-	$(call INSTALL,.venv-latest) -c .venv-latest/torch-cpu.txt -e '.[dev]'
+	$(call INSTALL,.venv-latest) -c .venv-latest/torch-cpu.txt -e '.[dev,docs]'
 	$(call INSTALL,.venv-latest) --no-deps $(NO_DEPS)
 	.venv-latest/bin/python -m pip list --disable-pip-version-check 2>/dev/null | \
 		grep -iE '^(torch|transformers|tokenizers|accelerate|datasets|evaluate|trl|peft) '
@@ -114,6 +114,18 @@ bench: install
 	$(PY) benchmarks/bench_sparse.py
 	$(PY) benchmarks/bench_eval.py
 	$(PY) benchmarks/bench_continuous.py --plot docs/results/continuous/instances_per_second.png
+
+# The documentation site: built offline from docs/ with warnings as errors (broken links and anchors, LaTeX errors, a
+# public name without a docstring or not rendered) into site/, then served on 127.0.0.1 and checked in Debian's
+# headless chromium (installed if missing): the API page renders margin_cross_entropy's signature and the equations;
+# the screenshots go to docs/screenshots/.
+docs: install
+	@command -v chromium >/dev/null || { echo "installing chromium (Debian)"; \
+		$(SUDO) apt-get install -y -q chromium >/dev/null || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; } || \
+		{ echo "could not install chromium; run: apt-get install chromium"; exit 1; }; }
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+	$(PY) docs/screenshot.py --site site --out docs/screenshots
 
 # The research reproductions (each 15-45 minutes on 2 CPU cores), written to docs/results/.
 reproduce: install

@@ -1,0 +1,213 @@
+"""MkDocs hooks of the documentation site (mkdocs.yml: `hooks: [docs/hooks.py]`).
+
+- The head options table is generated from the options dataclasses of the family registry (one source of truth,
+  as the run scripts' flags are): a page containing `<!-- hf_heads:head-options -->` gets the table there.
+- Equations written as `$...$` / `$$...$$` (pymdownx.arithmatex, generic mode) are rendered to MathML at build
+  time (math-core), so the site needs no JavaScript and no network to show them, and a LaTeX error is a build
+  warning (an error under `mkdocs build --strict`).
+- Every public name (`__all__`) of the documented modules that is a class or a function must have a docstring of
+  its own, and so must the public methods those classes define: a missing one is a build warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib
+import inspect
+import logging
+import re
+import typing
+from pathlib import Path
+
+log = logging.getLogger("mkdocs.plugins.hf_heads_docs")
+
+DOCUMENTED_MODULES = ("hf_heads", "hf_heads.losses", "hf_heads.heads", "hf_heads.scoring", "hf_heads.metrics")
+OPTIONS_MARKER = "<!-- hf_heads:head-options -->"
+README = Path(__file__).resolve().parents[1] / "README.md"
+README_MARKER = re.compile(r"<!-- hf_heads:readme ([\w-]+) -->")
+REST_MARKER = re.compile(r"<!-- hf_heads:api-rest ([\w.]+) -->")
+_BLOCK_ID = re.compile(r"^::: ([\w.]+)$", re.M)
+_rendered: dict[str, set[str]] = {}  # page -> the ids of the objects mkdocstrings rendered on it
+
+
+# ---------------------------------------------------------------------------------------------- head options table
+
+
+def _type_name(hint) -> str:
+    args = typing.get_args(hint) or (hint,)
+    return " | ".join(getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in args)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def head_options_markdown() -> str:
+    """One table per registered family: each option the family adds to the family it extends, with its type,
+    default, command-line flag and help text, read from the options dataclasses and the flag generator."""
+    from hf_heads.heads import FAMILIES
+    from hf_heads.training.arguments import NOT_FLAGS, RENAMED_FLAGS
+
+    options_to_family = {entry.options: name for name, entry in FAMILIES.items()}
+    out = []
+    for name, entry in FAMILIES.items():
+        cls = entry.options
+        parent = next((options_to_family[b] for b in cls.__mro__[1:] if b in options_to_family), None)
+        inherited = {f.name for b in cls.__mro__[1:] if dataclasses.is_dataclass(b) for f in dataclasses.fields(b)}
+        hints = typing.get_type_hints(cls)
+        summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        out.append(f"### `{name}`\n")
+        out.append(f"`{cls.__module__}.{cls.__name__}`: {summary}")
+        if parent:
+            out.append(f" Every option of [`{parent}`](#{parent}), plus:")
+        out.append("\n\n| option | type | default | flag | what it does |\n|---|---|---|---|---|\n")
+        for f in dataclasses.fields(cls):
+            if f.name in inherited:
+                continue
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            flag = "set by `from_base`" if f.name in NOT_FLAGS else f"`--{RENAMED_FLAGS.get(f.name, f.name)}`"
+            out.append(
+                f"| `{f.name}` | `{_type_name(hints[f.name])}` | `{default!r}` | {flag} | "
+                f"{_cell(f.metadata.get('help', ''))} |\n"
+            )
+        out.append("\n")
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------------------- README sections
+
+
+def readme_section(name: str, where: str) -> str:
+    """The README text between `<!-- section:NAME -->` and `<!-- /section:NAME -->`, its links into docs/ made
+    relative to the site (so README and site share one copy of the tables they both show)."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- section:{re.escape(name)} -->\n(.*?)\n<!-- /section:{re.escape(name)} -->", text, re.S)
+    if not found:
+        log.warning("%s: README.md has no section %r", where, name)
+        return ""
+    return found.group(1).replace("](docs/", "](")
+
+
+# ------------------------------------------------------------------------------------------------------------- API
+
+
+def api_rest(module_name: str, markdown: str) -> str:
+    """One `::: module.name` block for each public name of `module_name` that the page does not render by itself, so a
+    page that groups a module's names by hand never drops a new one silently."""
+    listed = set(_BLOCK_ID.findall(markdown))
+    rest = [n for n in importlib.import_module(module_name).__all__ if f"{module_name}.{n}" not in listed]
+    blocks = [
+        f"::: {module_name}.{n}\n    options:\n      heading_level: 3\n      show_root_full_path: false\n"
+        for n in rest
+    ]
+    return "\n".join(blocks) or "None."
+
+
+def unrendered_public_names(rendered: dict[str, set[str]]) -> list[str]:
+    """`module.name` of every public name of the documented modules that no page rendered."""
+    ids = set().union(*rendered.values()) if rendered else set()
+    missing = []
+    for module_name in DOCUMENTED_MODULES:
+        for name in importlib.import_module(module_name).__all__:
+            if f"{module_name}.{name}" not in ids and name != "__version__":
+                missing.append(f"{module_name}.{name}")
+    return missing
+
+
+# ------------------------------------------------------------------------------------------------------- equations
+
+_INLINE = re.compile(r'<span class="arithmatex">\\\((.+?)\\\)</span>', re.S)
+_BLOCK = re.compile(r'<div class="arithmatex">\\\[(.+?)\\\]</div>', re.S)
+_converter = None
+
+
+def _mathml(latex: str, display: bool, where: str) -> str:
+    global _converter
+    import math_core
+
+    if _converter is None:
+        _converter = math_core.LatexToMathML(fancy_error=False)
+    try:
+        return _converter.convert_with_local_state(html.unescape(latex).strip(), displaystyle=display)
+    except math_core.LatexError as err:
+        log.warning("%s: LaTeX error in %r: %s", where, latex, err)
+        return html.escape(latex)
+
+
+def render_math(text: str, where: str) -> str:
+    """Replace arithmatex's generic `\\(...\\)` / `\\[...\\]` output by MathML."""
+    text = _BLOCK.sub(lambda m: f'<div class="arithmatex">{_mathml(m.group(1), True, where)}</div>', text)
+    return _INLINE.sub(lambda m: f'<span class="arithmatex">{_mathml(m.group(1), False, where)}</span>', text)
+
+
+# ------------------------------------------------------------------------------------------------------ docstrings
+
+
+def _own_doc(obj) -> str | None:
+    doc = obj.__dict__.get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)
+    if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and doc and doc.startswith(obj.__name__ + "("):
+        return None  # the signature that @dataclass writes when the class has no docstring
+    return doc.strip() if isinstance(doc, str) and doc.strip() else None
+
+
+def _inherited_doc(cls: type, attr: str) -> bool:
+    """Whether a base class documents `attr` (an override then shows the base's docstring)."""
+    for base in cls.__mro__[1:]:
+        member = base.__dict__.get(attr)
+        member = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+        if member is not None and _own_doc(member):
+            return True
+    return False
+
+
+def missing_docstrings() -> list[str]:
+    """Public classes and functions of the documented modules (and the public methods their classes define)
+    that have no docstring of their own."""
+    missing = []
+    for module_name in DOCUMENTED_MODULES:
+        module = importlib.import_module(module_name)
+        if not _own_doc(module):
+            missing.append(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue  # constants are shown with their value
+            if not _own_doc(obj):
+                missing.append(f"{module_name}.{name}")
+            if not inspect.isclass(obj) or not obj.__module__.startswith("hf_heads"):
+                continue
+            for attr, member in vars(obj).items():
+                if attr.startswith("_"):
+                    continue
+                func = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                if inspect.isfunction(func) and not _own_doc(func) and not _inherited_doc(obj, attr):
+                    missing.append(f"{module_name}.{name}.{attr}")
+    return sorted(set(missing))
+
+
+# ----------------------------------------------------------------------------------------------------------- hooks
+
+
+def on_pre_build(config) -> None:
+    _rendered.clear()
+    for name in missing_docstrings():
+        log.warning("public name without a docstring: %s", name)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if OPTIONS_MARKER in markdown:
+        markdown = markdown.replace(OPTIONS_MARKER, head_options_markdown())
+    markdown = REST_MARKER.sub(lambda m: api_rest(m.group(1), markdown), markdown)
+    return README_MARKER.sub(lambda m: readme_section(m.group(1), page.file.src_uri), markdown)
+
+
+def on_page_content(html_text: str, page, config, files) -> str:
+    if page.file.src_uri.startswith("api/"):
+        _rendered[page.file.src_uri] = set(re.findall(r'<h\d id="([\w.]+)" class="doc doc-heading"', html_text))
+    return render_math(html_text, page.file.src_uri)
+
+
+def on_post_build(config) -> None:
+    for name in unrendered_public_names(_rendered):
+        log.warning("public name not rendered on any API page: %s", name)
