@@ -46,7 +46,7 @@ def _cell(text: str) -> str:
 def head_options_markdown() -> str:
     """One table per registered family: each option the family adds to the family it extends, with its type,
     default, command-line flag and help text, read from the options dataclasses and the flag generator."""
-    from hf_heads.heads import FAMILIES
+    from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES
     from hf_heads.training.arguments import NOT_FLAGS, RENAMED_FLAGS
 
     options_to_family = {entry.options: name for name, entry in FAMILIES.items()}
@@ -66,7 +66,12 @@ def head_options_markdown() -> str:
             if f.name in inherited:
                 continue
             default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-            flag = "set by `from_base`" if f.name in NOT_FLAGS else f"`--{RENAMED_FLAGS.get(f.name, f.name)}`"
+            if f.name in CHECKPOINT_OPTIONS:
+                flag = "none: set by `from_base`"
+            elif f.name in NOT_FLAGS:
+                flag = "none"
+            else:
+                flag = f"`--{RENAMED_FLAGS.get(f.name, f.name)}`"
             out.append(
                 f"| `{f.name}` | `{_type_name(hints[f.name])}` | `{default!r}` | {flag} | "
                 f"{_cell(f.metadata.get('help', ''))} |\n"
