@@ -190,7 +190,7 @@ TARGET_TABLE_FILE = "target_word2vec.npz"  # embedding_name=word2vec-targets: th
 
 def target_table_file(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model_dir: str, seed: int) -> str:
     """embedding_name=word2vec-targets: the table file, trained with gensim on the training targets as the tokenizer
-    splits them (d = embedding_dim or 300, skip-gram, one worker, `seed`) into `output_dir`; a trained model's own
+    splits them (d = `word2vec_dim`, skip-gram, one worker, `seed`) into `output_dir`; a trained model's own
     file when `model_dir` has one. Any other name is returned as it is."""
     name = head["embedding_name"]
     if name != "word2vec-targets":
@@ -206,9 +206,9 @@ def target_table_file(head: dict, tok, raw: datasets.DatasetDict, output_dir: st
     ids = tok(text_target=[t or "" for t in raw["train"]["target"]], add_special_tokens=False)["input_ids"]
     sentences = [[w for w in tok.convert_ids_to_tokens(row) if w not in specials] for row in ids]
     path = Path(output_dir) / TARGET_TABLE_FILE
-    logger.info("training a %d-d word2vec table on %d target sentences -> %s", head.get("embedding_dim") or 300,
+    logger.info("training a %d-d word2vec table on %d target sentences -> %s", head["word2vec_dim"],
                 len(sentences), path)  # fmt: skip
-    return str(train_word2vec_table(sentences, path, dim=head.get("embedding_dim") or 300, seed=seed))
+    return str(train_word2vec_table(sentences, path, dim=head["word2vec_dim"], seed=seed))
 
 
 def continuous_table(head: dict, tok, table_name: str | None = None) -> tuple[dict, torch.Tensor, torch.Tensor]:

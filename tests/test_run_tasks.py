@@ -178,6 +178,32 @@ def test_run_translation_continuous_syn_margin(tmp_path):
     assert "Continuous-output" in (out / "README.md").read_text()
 
 
+def test_run_translation_continuous_in_batch_on_a_trained_target_table(tmp_path):
+    """in-batch-softmax on a 16-d word2vec table trained on the training targets (gensim), with the target-side
+    output vocabulary: the table file and the vocabulary are saved, and every predicted word is in the vocabulary."""
+    from hf_heads import HeadsForSeq2SeqLM
+
+    out = tmp_path / "run"
+    args = ["--dataset_name", "bible-es-en", "--model_name_or_path", "tiny-bart", "--word_vocab_size", "3000",
+            "--max_train_samples", "300", "--max_predict_samples", "8", "--max_source_length", "32",
+            "--max_target_length", "32", "--do_train", "--do_predict", "--predict_with_generate", "--max_steps", "4",
+            "--per_device_train_batch_size", "16", "--head", "continuous", "--loss", "in-batch-softmax",
+            "--num_sampled", "32", "--learn_logit_scale", "true", "--logit_scale", "20", "--output_vocabulary",
+            "targets", "--embedding_name", "word2vec-targets", "--word2vec_dim", "16"]  # fmt: skip
+    proc = run("run_translation.py", "--output_dir", str(out), *args, *QUIET)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (out / "target_word2vec.npz").is_file()
+    model = HeadsForSeq2SeqLM.from_pretrained(out)
+    mask = model.head.output_mask
+    assert model.head.embeddings.shape == (model.head.num_classes, 16) and 20 < int(mask.sum()) < mask.numel()
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(out)
+    for row in (out / "generated_predictions.jsonl").read_text().splitlines():
+        ids = tok(json.loads(row)["prediction"], add_special_tokens=False)["input_ids"]
+        assert all(bool(mask[i]) for i in ids)
+
+
 def test_run_summarization_tiny_t5_head_tail(tmp_path):
     out = tmp_path / "run"
     proc = run(

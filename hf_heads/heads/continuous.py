@@ -105,9 +105,12 @@ class ContinuousHeadOptions(HeadOptions):
         default="glove-6B-50d",
         metadata={
             "help": "The target table: glove-6B-50d (packaged), word2vec-targets (trained by the run scripts on the "
-            "training targets with gensim, d = embedding_dim or 300; extra `tables`), or a file: .npz with arrays "
+            "training targets with gensim, d = word2vec_dim; extra `tables`), or a file: .npz with arrays "
             "`words` and `vectors`, or word2vec text (.txt / .vec). The model stores the table it trained against."
         },
+    )
+    word2vec_dim: int = field(
+        default=300, metadata={"help": "embedding_name=word2vec-targets: d of the table trained on the targets."}
     )
     center_embeddings: str = field(
         default="none",
@@ -165,6 +168,7 @@ class ContinuousHeadOptions(HeadOptions):
         check_choice("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
         check_choice("vmf_form", self.vmf_form, VMF_FORMS)
         check_number("num_sampled", self.num_sampled, minimum=0, integer=True)
+        check_number("word2vec_dim", self.word2vec_dim, minimum=2, integer=True)
         if self.num_sampled and self.loss != "in-batch-softmax":
             raise OptionError("num_sampled", self.num_sampled, f"is for loss='in-batch-softmax' (loss={self.loss!r})")
         if self.learn_logit_scale and self.loss not in SOFTMAX_LOSSES:
