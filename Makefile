@@ -36,7 +36,7 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data demo test test-all test-latest lock lint bench reproduce docs clean
+.PHONY: install system-data demo test test-all test-latest lock lint mutate bench reproduce docs clean
 
 install: $(STAMP) system-data
 
@@ -107,6 +107,11 @@ test-all: install
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# Mutation testing of hf_heads/losses and hf_heads/heads: each hand-written plausible bug (tests/mutate.py) applied
+# to a copy of the committed tree and run against its tests; prints the survivors and the score (<= 15 min on 2 cores).
+mutate: install
+	$(PY) tests/mutate.py --rev HEAD --out docs/results/mutation.md
 
 bench: install
 	$(PY) benchmarks/bench_margin.py
