@@ -76,8 +76,10 @@ MUTANTS = [
        "CosFace cos θ + m"),
     _m("lsm-k-sign", "losses/margin.py", "return sign * t_cur - 2.0 * k", "return sign * t_cur + 2.0 * k", MARGIN,
        "L-Softmax ψ with +2k"),
-    _m("arc-past-pi", "losses/margin.py", "past_pi = x < math.cos(math.pi - m)", "past_pi = x < math.cos(math.pi + m)",
-       MARGIN, "ArcFace's continuation past π starts at the wrong angle"),
+    _m("arc-past-pi", "losses/margin.py", "past_pi = x < math.cos(math.pi - m)",
+       "past_pi = x < math.cos(math.pi - 2 * m)", MARGIN, "ArcFace's continuation past π starts at the wrong angle"),
+    _m("arc-no-continuation", "losses/margin.py", "return torch.where(past_pi, -2.0 - shifted, shifted)",
+       "return shifted", MARGIN, "ArcFace cos(θ + m) not continued past π (φ rises again)"),
     # ---------------------------------------------------------------- margin: f, g (eqs. 9-12)
     _m("log-unigram-plus-one", "losses/margin.py", "torch.log(counts.clamp_min(1.0))", "torch.log1p(counts)", MARGIN,
        "log-unigram f = log(1 + c) instead of log c"),
@@ -177,6 +179,16 @@ MUTANTS = [
        "SMD negative along û + u"),
     _m("smp-not-detached", "losses/continuous.py", "        with torch.no_grad():\n            direction = u_hat",
        "        if True:\n            direction = u_hat", CONTINUOUS, "synthetic negatives not detached"),
+    _m("in-batch-correction-sign", "losses/continuous.py", "math.log(pool.numel() / num_sampled)",
+       "math.log(num_sampled / pool.numel())", CONTINUOUS, "in-batch sampled words: −log(K·D) with the wrong sign"),
+    _m("in-batch-hits-kept", "losses/continuous.py",
+       "sampled = sampled.masked_fill(torch.isin(draws, cand)[None, :], float(\"-inf\"))", "sampled = sampled",
+       CONTINUOUS, "in-batch sampled words that are batch targets counted twice"),
+    _m("cosine-softmax-target-outside", "losses/continuous.py",
+       "outside[torch.arange(y.shape[0], device=y.device), y] = False", "pass", CONTINUOUS,
+       "cosine-softmax: a target outside the candidates is masked away"),
+    _m("cosine-softmax-unscaled", "losses/continuous.py", "logits = scale * (u_hat @ table.T)  # (n, V)",
+       "logits = u_hat @ table.T  # (n, V)", CONTINUOUS, "cosine-softmax ignores its scale s"),
 ]
 # fmt: on
 

@@ -288,21 +288,22 @@ VMF_SYN = (
 )
 
 
-def learns(floor: float, why: str = "") -> tuple[float, float, str]:
+def learns(floor: float, why: str = "") -> tuple[float, str, bool]:
     """Asserted accuracy >= floor (the measured value, with a margin)."""
-    return floor, 1.0, why
+    return floor, why, False
 
 
-def fails(ceiling: float, why: str) -> tuple[float, float, str]:
-    """Asserted accuracy <= ceiling: the config does not learn the task in the budget, for the reason given."""
-    return 0.0, ceiling, why
+def fails(why: str) -> tuple[float, str, bool]:
+    """An expected failure (xfail, not strict): the config does not learn the task in the budget, for the reason
+    given. The test still asserts that it learns (>= 0.95), so a fix shows as XPASS and no ceiling turns red."""
+    return 0.95, why, True
 
 
-# (task, head) -> (lowest, highest accuracy asserted, reason). Measured values (this file's seeds, one thread)
+# (task, head) -> (lowest accuracy asserted, reason, expected to fail). Measured values (this file's seeds, one thread)
 # are in the comments; a config measured at 100% is asserted >= 95%. The seq2seq values are with the tiny BART's
 # init_std = d_model ** -0.5 (tests/conftest.py); with BART's default 0.02 the cross-attention started too small and
 # several configs stayed at chance (e.g. vMF 4.7%, ArcFace log-rank max-norm 4.7%, BCE-MCS 4.4% on copy).
-EXPECTED: dict[tuple[str, str], tuple[float, float, str]] = {}
+EXPECTED: dict[tuple[str, str], tuple[float, str, bool]] = {}
 for _task in ("lm", "copy", "reverse", "clf"):
     for _name in DISCRETE:
         EXPECTED[_task, _name] = learns(0.95)
@@ -316,34 +317,34 @@ EXPECTED.update(
         # copy (token accuracy of greedy generate; chance 5%)
         # every other seq2seq config, the continuous ones on the plain table included, measured 100% (cosine-softmax
         # and in-batch-softmax on both tables, most-informative and random negatives centred among them)
-        ("copy", "continuous-vmf"): fails(0.2, VMF_SYN),  # 10.8%
-        ("copy", "continuous-syn-margin-projection"): fails(0.25, VMF_SYN),  # 13.9%
-        ("copy", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 5.7%
+        ("copy", "continuous-vmf"): fails(VMF_SYN),  # 10.8%
+        ("copy", "continuous-syn-margin-projection"): fails(VMF_SYN),  # 13.9%
+        ("copy", "continuous-syn-margin-difference"): fails(VMF_SYN),  # 5.7%
         ("copy", "continuous-margin-random"): learns(0.85, "5 random negatives per position: slower"),  # 97.4%
         ("copy", "continuous-margin-most-informative-centred"): learns(0.85),  # 96.4% (exact sequences 79.7%)
-        ("copy", "margin-lsm"): fails(0.15, LSM),  # 6.1%
-        ("copy", "margin-lsm-uniform"): fails(0.15, LSM),  # 4.7%
+        ("copy", "margin-lsm"): fails(LSM),  # 6.1%
+        ("copy", "margin-lsm-uniform"): fails(LSM),  # 4.7%
         ("copy", "sampled-ce-nce"): learns(0.2, CE_NCE),  # 32.9%
         # reverse (token accuracy; chance 5%)
-        ("reverse", "continuous-vmf"): fails(0.2, VMF_SYN),  # 10.8%
-        ("reverse", "continuous-syn-margin-projection"): fails(0.35, VMF_SYN),  # 23.8%
-        ("reverse", "continuous-syn-margin-difference"): fails(0.15, VMF_SYN),  # 6.1%
+        ("reverse", "continuous-vmf"): fails(VMF_SYN),  # 10.8%
+        ("reverse", "continuous-syn-margin-projection"): fails(VMF_SYN),  # 23.8%
+        ("reverse", "continuous-syn-margin-difference"): fails(VMF_SYN),  # 6.1%
         ("reverse", "continuous-margin-random"): learns(0.85, "5 random negatives per position: slower"),  # 97.1%
         ("reverse", "continuous-margin-most-informative-centred"): learns(0.9),  # 99.0% (exact 93.8%)
-        ("reverse", "margin-lsm"): fails(0.15, LSM),  # 6.1%
-        ("reverse", "margin-lsm-uniform"): fails(0.15, LSM),  # 4.7%
+        ("reverse", "margin-lsm"): fails(LSM),  # 6.1%
+        ("reverse", "margin-lsm-uniform"): fails(LSM),  # 4.7%
         ("reverse", "sampled-ce-nce"): learns(0.3, CE_NCE),  # 45.3%
         # clf (accuracy of the argmax of the logits; chance 0.7%)
-        ("clf", "margin-lsm"): fails(0.3, LSM),  # 8.0%
-        ("clf", "margin-lsm-uniform"): fails(0.3, LSM),  # 16.4%
-        ("clf", "sampled-ce-mcs"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 7.8%
-        ("clf", "sampled-ce-is"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.7%
-        ("clf", "sampled-ce-cps"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.7%
-        ("clf", "sampled-ce-nce"): fails(0.2, CE_NCE),  # 1.6%
-        ("clf", "sampled-bce-mcs"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 8.6%
-        ("clf", "sampled-bce-is"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
-        ("clf", "sampled-bce-cps"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
-        ("clf", "sampled-bce-nce"): fails(0.2, FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.9%
+        ("clf", "margin-lsm"): fails(LSM),  # 8.0%
+        ("clf", "margin-lsm-uniform"): fails(LSM),  # 16.4%
+        ("clf", "sampled-ce-mcs"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 7.8%
+        ("clf", "sampled-ce-is"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.7%
+        ("clf", "sampled-ce-cps"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.7%
+        ("clf", "sampled-ce-nce"): fails(CE_NCE),  # 1.6%
+        ("clf", "sampled-bce-mcs"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 8.6%
+        ("clf", "sampled-bce-is"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
+        ("clf", "sampled-bce-cps"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
+        ("clf", "sampled-bce-nce"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.9%
         ("clf", "sampled-mse-full"): learns(0.9),  # 98.0%
         ("clf", "sparse"): learns(0.5, "k=5 of 144 classes: below softmax in this budget"),  # 62.7%
     }
@@ -352,7 +353,7 @@ EXPECTED.update(
 
 def check(task: str, name: str) -> None:
     head = {**DISCRETE, **CONTINUOUS}[name]
-    low, high, why = EXPECTED[task, name]
+    low, why, _ = EXPECTED[task, name]
     if task in ("copy", "reverse"):
         acc, exact = s2s_accuracy(train_s2s(task, head), task)
         if low >= 0.95:  # a config that learns the task generates whole sequences right
@@ -360,7 +361,6 @@ def check(task: str, name: str) -> None:
     else:
         acc = accuracy(task, head)
     assert acc >= low, f"{task} {name}: accuracy {acc:.3f} < {low} (chance {CHANCE[task]:.3f}) {why}"
-    assert acc <= high, f"{task} {name}: accuracy {acc:.3f} > {high}: expected to fail in the budget because {why}"
 
 
 # ---------------------------------------------------------------------------------------------------- the tests
@@ -377,7 +377,11 @@ DEFAULT = [
     ("clf", "softmax"),
     ("clf", "margin-arc-s16"),
 ]
-GRID = [key for key in EXPECTED if key not in DEFAULT and key != ("lm", "sampled-ce-nce")]
+GRID = [
+    pytest.param(task, name, id=f"{task}-{name}", marks=[pytest.mark.xfail(reason=why, strict=False)] if xfail else [])
+    for (task, name), (_, why, xfail) in EXPECTED.items()
+    if (task, name) not in DEFAULT and (task, name) != ("lm", "sampled-ce-nce")
+]
 
 
 @pytest.mark.parametrize(("task", "name"), DEFAULT, ids=[f"{t}-{n}" for t, n in DEFAULT])
@@ -391,7 +395,7 @@ def test_ce_nce_cannot_represent_the_posterior():
     e / (e + V − 1) of the mass (6.5% for V = 40) however long it trains: the head cannot represent this posterior."""
     model = train_lm(SAMPLED["sampled-ce-nce"])
     acc = lm_accuracy(model)
-    low, _, why = EXPECTED["lm", "sampled-ce-nce"]
+    low, why, _ = EXPECTED["lm", "sampled-ce-nce"]
     assert acc >= low, f"CE-NCE greedy accuracy {acc:.3f} < {low}"  # measured 77.8%
     starts = torch.arange(4, LM_V)
     x = _chain(_chain_successor(), starts, LM_LEN)
@@ -404,6 +408,6 @@ def test_ce_nce_cannot_represent_the_posterior():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("task", "name"), GRID, ids=[f"{t}-{n}" for t, n in GRID])
+@pytest.mark.parametrize(("task", "name"), GRID)
 def test_learns_known_answer_grid(task, name):
     check(task, name)

@@ -31,9 +31,11 @@ N, H, V = 29, 6, 17
 
 
 def reference_logits(
-    h, W, b, y, margin="none", m=0.0, scale=None, word_norm="no-mod", context_norm="no-mod", counts=None
-):
-    """Eqs. 5-14 written out literally: θ from acos, ψ with its k, f and g by their definitions."""
+    h, W, b, y, margin="none", m=0.0, scale=None, word_norm="no-mod", context_norm="no-mod", counts=None,
+    gain=1.0, multiplier=1.0,
+):  # fmt: skip
+    """Eqs. 5-14 written out literally: θ from acos, ψ with its k, f and g by their definitions; `gain` multiplies
+    g, a checkpoint's output `multiplier` every logit (bias included)."""
     hn, wn = h.norm(dim=1), W.norm(dim=1)
     cos = (h @ W.T) / (hn[:, None] * wn[None, :])
     if scale is not None:
@@ -57,9 +59,10 @@ def reference_logits(
                 f = wn[amin] + u * c
             else:
                 f = torch.log(c.clamp_min(1))
+    g = g * gain
     logits = g[:, None] * f[None, :] * cos + b
     if y is None or margin == "none":
-        return logits
+        return logits * multiplier
     rows = torch.arange(h.shape[0])
     cy = cos[rows, y]
     theta = torch.acos(cy.clamp(-1, 1))
@@ -72,7 +75,7 @@ def reference_logits(
         phi = (-1) ** k * torch.cos(m * theta) - 2 * k
     logits = logits.clone()
     logits[rows, y] = g * f[y] * phi + b[y]
-    return logits
+    return logits * multiplier
 
 
 OPTIONS = [
@@ -123,6 +126,45 @@ def test_logits_and_loss_match_reference(opts):
         torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
     no_margin = margin_logits(h, W, b, None, **_kw(opts, counts))
     torch.testing.assert_close(no_margin, reference_logits(h, W, b, None, counts=counts, **opts))
+
+
+SPEC_OPTIONS = [
+    dict(margin="arc", m=0.2, word_norm="log-unigram", context_norm="max-norm", gain=1.5),
+    dict(margin="cos", m=0.3, gain=2.0, logit_scale=0.5),
+    dict(margin="lsm", m=2, word_norm="unigram", logit_scale=2.0),
+]
+
+
+@pytest.mark.parametrize("opts", SPEC_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_gain_and_the_checkpoints_multiplier_match_reference(opts):
+    """The warm-start gain multiplies g(i) only; the checkpoint's output multiplier every logit, the bias included
+    (module docstring): logits, loss and gradients against the literal reference."""
+    h, W, b, y, counts = _inputs()
+    spec = MarginSpec(**opts)
+    ref_opts = {k: v for k, v in opts.items() if k != "logit_scale"}
+    ref = reference_logits(h, W, b, y, counts=counts, multiplier=opts.get("logit_scale", 1.0), **ref_opts)
+    wc = counts if opts.get("word_norm", "no-mod") != "no-mod" else None
+    torch.testing.assert_close(margin_logits(h, W, b, y, spec=spec, word_counts=wc), ref, rtol=1e-10, atol=1e-10)
+    ref_loss = F.cross_entropy(ref, y)
+    loss = margin_cross_entropy(h, W, b, y, chunk_size=4, spec=spec, word_counts=wc)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-10, atol=1e-10)
+    for a, c in zip(torch.autograd.grad(loss, (h, W, b)), torch.autograd.grad(ref_loss, (h, W, b)), strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("m", [0.5, 1.0])
+def test_arcface_past_pi_is_continued_monotonically(m):
+    """Rows whose target angle θ is beyond π − m: φ = −2 − cos(θ + m) (so φ keeps decreasing in θ), against the
+    reference; the rows span θ over (0, π)."""
+    theta = torch.linspace(0.01, math.pi - 0.01, 41, dtype=torch.float64)  # (the ends: sin θ is clamped there)
+    W = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    h = torch.stack([torch.cos(theta), torch.sin(theta)], dim=1) * 2.0  # angle θ to class 0
+    y = torch.zeros(theta.shape[0], dtype=torch.long)
+    b = torch.zeros(2, dtype=torch.float64)
+    assert bool((theta > math.pi - m).sum() >= 5)
+    ours = margin_logits(h, W, b, y, margin="arc", m=m)[:, 0]  # (41,) = ‖h‖‖W_0‖·φ(θ)
+    torch.testing.assert_close(ours, reference_logits(h, W, b, y, margin="arc", m=m)[:, 0], rtol=1e-9, atol=1e-9)
+    assert bool((ours[1:] < ours[:-1]).all()), "φ must decrease over θ ∈ [0, π]"
 
 
 @pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain")
