@@ -118,6 +118,11 @@ def test_from_base_returns_the_checkpoints_distribution(task, key, tmp_path):
     labels = inputs["input_ids"] if task == "causal_lm" else inputs.get("decoder_input_ids")
     if labels is None:
         labels = torch.tensor([0, NUM_LABELS - 1])
+    # The softmax head's training loss is the checkpoint's own loss on the same labels (its label shift included).
+    with torch.no_grad():
+        want_loss = original(**inputs, labels=labels).loss
+        got_loss = model(**inputs, labels=labels).loss
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=1e-5, msg=lambda m: f"{key} softmax loss: {m}")
     for section in families:
         section = {**section, "num_samples": 2} if "classification" in task and "num_samples" in section else section
         trained = _wrap(task, original, section, **({"calibrate": False} if task == "causal_lm" else {}))
@@ -126,7 +131,12 @@ def test_from_base_returns_the_checkpoints_distribution(task, key, tmp_path):
         trained.train()
         loss = trained(**inputs, labels=labels).loss
         loss.backward()
-        assert torch.isfinite(loss), (section, loss)
+        assert torch.isfinite(loss) and loss > 0, (section, loss)
+        grads = {name: p.grad for name, p in trained.named_parameters() if p.requires_grad}
+        assert all(g is None or bool(torch.isfinite(g).all()) for g in grads.values()), section
+        # the loss reaches the backbone: a head that detached its input would train nothing below it
+        backbone = [g for name, g in grads.items() if not name.startswith("head.") and g is not None]
+        assert any(bool(g.abs().sum() > 0) for g in backbone), (key, section, "no gradient reaches the backbone")
 
 
 def test_matrix_size_and_skips_are_reported():
