@@ -34,11 +34,17 @@ def main(dirs: list[str]) -> None:
                 d,
             )
         )
-    print("\n| head | eval perplexity | train tokens/s | peak RSS (MiB) | output |")
-    print("|---|---:|---:|---:|---|")
-    for name, ppl, tps, rss, d in rows:
-        fmt = lambda v, spec: format(v, spec) if isinstance(v, int | float) else "n/a"  # noqa: E731
-        print(f"| {name} | {fmt(ppl, '.1f')} | {fmt(tps, '.0f')} | {fmt(rss, '.0f')} | {d} |")
+    fmt = lambda v, spec: format(v, spec) if isinstance(v, int | float) else "n/a"  # noqa: E731
+    ratio = lambda v, base: f"{v / base:.3f}×" if isinstance(v, int | float) and base else "n/a"  # noqa: E731
+    first_ppl, first_tps = rows[0][1], rows[0][2]  # row 1: the baseline (the first directory)
+    print("\n| head | eval perplexity | train tokens/s | peak RSS (MiB) | perplexity vs row 1 | tokens/s vs row 1 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, ppl, tps, rss, _ in rows:
+        print(
+            f"| {name} | {fmt(ppl, '.1f')} | {fmt(tps, '.0f')} | {fmt(rss, '.0f')} | {ratio(ppl, first_ppl)} "
+            f"| {ratio(tps, first_tps)} |"
+        )
+    print("\n" + "\n".join(f"- {name}: {d}" for name, *_, d in rows))
     measured = [(name, tps, ppl) for name, ppl, tps, _, _ in rows if tps is not None and ppl is not None]
     if measured:
         from hf_heads.training.plots import plot_speed_vs_perplexity
