@@ -19,7 +19,6 @@ from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered, train_word2vec_table
 from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.heads import family
-from hf_heads.losses._checks import OptionError
 from hf_heads.metrics import generation_metrics
 from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments, label_counts
 from hf_heads.training.runs import (
@@ -43,6 +42,7 @@ from hf_heads.training.runs import (
     train_block,
     truncate_splits,
 )
+from hf_heads.validation import OptionError
 
 logger = logging.getLogger(__name__)
 

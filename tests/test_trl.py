@@ -9,7 +9,7 @@ from datasets import Dataset
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.data.tokenization import build_word_tokenizer
-from hf_heads.losses._checks import OptionError
+from hf_heads.validation import OptionError
 
 trl = pytest.importorskip("trl")
 from hf_heads.integrations.trl import HeadsSFTTrainer  # noqa: E402

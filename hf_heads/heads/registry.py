@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from hf_heads.losses._checks import OptionError, check_choice
+from hf_heads.validation import OptionError, check_choice
 
 
 @dataclass(frozen=True)

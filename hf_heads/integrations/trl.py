@@ -17,9 +17,9 @@ from __future__ import annotations
 from trl import SFTConfig, SFTTrainer
 
 from hf_heads.integrations.peft import with_backbone_targets
-from hf_heads.losses._checks import OptionError
 from hf_heads.modeling.fused import trl_full_logits_refusal
 from hf_heads.training.trainer import _HeadsTrainerMixin
+from hf_heads.validation import OptionError
 
 
 def check_sft_options(model, args: SFTConfig | None, compute_loss_func=None) -> None:
