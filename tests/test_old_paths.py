@@ -19,3 +19,46 @@ def test_integrations_trl_reexports_the_trainer_beside_heads_trainer(monkeypatch
     with pytest.warns(FutureWarning, match=r"hf_heads\.training\.trl .*removed in 0\.3"):
         old = _import_fresh("hf_heads.integrations.trl", monkeypatch)
     assert old.HeadsSFTTrainer is trl.HeadsSFTTrainer and old.check_sft_options is trl.check_sft_options
+
+
+def test_training_runs_reexports_the_cli_package(monkeypatch):
+    from hf_heads.cli import backbones, errors, resume, runs
+
+    with pytest.warns(FutureWarning, match=r"hf_heads\.cli .*removed in 0\.3"):
+        old = _import_fresh("hf_heads.training.runs", monkeypatch)
+    for name in old.__all__:
+        new = next(getattr(m, name) for m in (backbones, errors, resume, runs) if hasattr(m, name))
+        assert getattr(old, name) is new, name
+
+
+def test_card_tables_moved_to_the_cli_package():
+    from hf_heads.cli import backbones
+    from hf_heads.training import cards
+
+    for name in ("HUB_IDS", "BUILT_FROM_CONFIG"):
+        with pytest.warns(FutureWarning, match=rf"hf_heads\.cli\.backbones\.{name} .*removed here in 0\.3"):
+            assert getattr(cards, name) is getattr(backbones, name)
+    with pytest.raises(AttributeError, match="has no attribute 'NO_SUCH_TABLE'"):
+        cards.NO_SUCH_TABLE  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "minilm"])
+def test_write_model_card_still_reads_a_run_script_model_name(name, tmp_path):
+    """`base_model="tiny-gpt2"` (or `"minilm"`) without `built_from_config` writes the card the run scripts write for
+    that name (`hf_heads.cli.backbones.card_base_model`), with a FutureWarning."""
+    from transformers import GPT2Config
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+    from hf_heads.cli.backbones import card_base_model
+    from hf_heads.training import HeadsTrainingArguments, write_model_card
+
+    backbone = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50).to_dict()
+    model = HeadsForCausalLM(HeadsConfig(backbone=backbone, head={"family": "softmax"}))
+    args = HeadsTrainingArguments(output_dir=str(tmp_path / "args"), report_to="none")
+    card = dict(model=model, dataset="d", metrics={}, training_args=args)
+    with pytest.warns(FutureWarning, match="names a run script's model"):
+        old = write_model_card(tmp_path / "old", base_model=name, repo_id="r", **card).read_text()
+    new = write_model_card(tmp_path / "new", repo_id="r", **card_base_model(name), **card).read_text()
+    assert old == new
+    assert ("sentence-transformers/all-MiniLM-L6-v2" in new) == (name == "minilm")
+    assert ("built from a config" in new) == (name == "tiny-gpt2")
