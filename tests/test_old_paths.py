@@ -62,3 +62,18 @@ def test_write_model_card_still_reads_a_run_script_model_name(name, tmp_path):
     assert old == new
     assert ("sentence-transformers/all-MiniLM-L6-v2" in new) == (name == "minilm")
     assert ("built from a config" in new) == (name == "tiny-gpt2")
+
+
+def test_deprecated_heads_names_still_work_and_warn():
+    import hf_heads.heads as heads
+
+    with pytest.warns(FutureWarning, match=r"HEAD_FAMILIES is deprecated.*0\.3; use hf_heads\.heads\.FAMILIES"):
+        families = heads.HEAD_FAMILIES
+    assert families == {name: entry.options for name, entry in heads.FAMILIES.items()}
+    assert families["margin"] is heads.MarginHeadOptions
+    with pytest.warns(FutureWarning, match=r"option_help is deprecated.*0\.3"):
+        option_help = heads.option_help
+    assert option_help("sparse")["k"].endswith("(default: 20)")
+    assert "HEAD_FAMILIES" not in heads.__all__ and "option_help" not in heads.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'NO_SUCH_NAME'"):
+        heads.NO_SUCH_NAME  # noqa: B018

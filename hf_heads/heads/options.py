@@ -77,8 +77,3 @@ class HeadOptions:
     def describe(self) -> str:
         """A short label of the head (results tables)."""
         return self.family
-
-    @classmethod
-    def field_help(cls) -> dict[str, str]:
-        """{field: help text}."""
-        return {f.name: f.metadata.get("help", "") for f in fields(cls)}
