@@ -16,8 +16,8 @@ sys.path.insert(0, "run_scripts")
 from transformers import DataCollatorForSeq2Seq, get_linear_schedule_with_warmup, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
+from hf_heads.cli.backbones import tiny_backbone_config
 from hf_heads.data import build_word_tokenizer, load_translation
-from hf_heads.training.runs import tiny_backbone_config
 
 torch.set_num_threads(1)
 name, lr, warm, total, steps, bs = (

@@ -25,33 +25,29 @@ import transformers
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSequenceClassification
+from hf_heads.cli.backbones import (
+    PACKAGED_MODELS,
+    TINY_BACKBONES,
+    TINY_ENCODERS,
+    packaged_model_path,
+    tiny_backbone_config,
+)
+from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model, main_wrapper
+from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.runs import (
+    RunArguments,
+    check_vocab,
+    ensure_word_counts,
+    finish_run,
+    load_local_files,
+    parse_args,
+    train_block,
+    truncate_splits,
+)
 from hf_heads.data import CLASSIFICATION_CORPORA, build_word_tokenizer, load_classification
 from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.metrics import classification_metrics
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
-from hf_heads.training.runs import (
-    PACKAGED_MODELS,
-    TINY_BACKBONES,
-    TINY_ENCODERS,
-    RunArguments,
-    UsageError,
-    check_output_dir,
-    check_vocab,
-    ensure_word_counts,
-    finish_run,
-    load_hub_dataset,
-    load_local_files,
-    loading_model,
-    main_wrapper,
-    packaged_model_path,
-    parse_args,
-    resolve_checkpoint,
-    resolve_head,
-    saved_head,
-    tiny_backbone_config,
-    train_block,
-    truncate_splits,
-)
 
 logger = logging.getLogger(__name__)
 TINY = {**TINY_ENCODERS, **TINY_BACKBONES}

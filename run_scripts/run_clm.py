@@ -26,29 +26,22 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, default_data_collator, set_seed
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.cli.backbones import TINY_BACKBONES, tiny_backbone_config
+from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model, main_wrapper
+from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.runs import (
+    RunArguments,
+    check_vocab,
+    ensure_word_counts,
+    finish_run,
+    load_local_files,
+    parse_args,
+    train_block,
+)
 from hf_heads.data import LM_CORPORA, build_word_tokenizer, is_word_tokenizer, load_lm_text
 from hf_heads.heads import head_options
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, label_counts
 from hf_heads.training.plots import plot_word_vectors
-from hf_heads.training.runs import (
-    TINY_BACKBONES,
-    RunArguments,
-    UsageError,
-    check_output_dir,
-    check_vocab,
-    ensure_word_counts,
-    finish_run,
-    load_hub_dataset,
-    load_local_files,
-    loading_model,
-    main_wrapper,
-    parse_args,
-    resolve_checkpoint,
-    resolve_head,
-    saved_head,
-    tiny_backbone_config,
-    train_block,
-)
 from hf_heads.training.trainer import perplexity
 
 logger = logging.getLogger(__name__)

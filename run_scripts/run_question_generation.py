@@ -10,10 +10,9 @@ with `--source_column` / `--target_column`. BLEU-1..4 (as the sparse-softmax pap
 come from the evaluate modules shipped in hf_heads when `--predict_with_generate` is on.
 """
 
-from seq2seq_common import Seq2SeqTask, main
-
+from hf_heads.cli.errors import main_wrapper
+from hf_heads.cli.seq2seq import Seq2SeqTask, main
 from hf_heads.data import QUESTION_GENERATION_CORPORA, load_question_generation
-from hf_heads.training.runs import main_wrapper
 
 TASK = Seq2SeqTask(
     name="text2text-generation",

@@ -11,10 +11,9 @@ files with `--source_column` / `--target_column`. ROUGE-1/2/L (rouge-score) and 
 evaluate modules shipped in hf_heads when `--predict_with_generate` is on.
 """
 
-from seq2seq_common import Seq2SeqTask, main
-
+from hf_heads.cli.errors import main_wrapper
+from hf_heads.cli.seq2seq import Seq2SeqTask, main
 from hf_heads.data import SUMMARIZATION_CORPORA, load_summarization
-from hf_heads.training.runs import main_wrapper
 
 TASK = Seq2SeqTask(
     name="summarization",

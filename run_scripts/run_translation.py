@@ -12,10 +12,9 @@ the Ding dictionary); or a Hub dataset / local .csv/.json files with a `translat
 plus BLEU-1..4) comes from the evaluate module shipped in hf_heads when `--predict_with_generate` is on.
 """
 
-from seq2seq_common import Seq2SeqTask, main
-
+from hf_heads.cli.errors import main_wrapper
+from hf_heads.cli.seq2seq import Seq2SeqTask, main
 from hf_heads.data import TRANSLATION_CORPORA, load_translation
-from hf_heads.training.runs import main_wrapper
 
 TASK = Seq2SeqTask(
     name="translation",

@@ -119,7 +119,7 @@ def tiny_enc_dec_config(kind: str = "bart", vocab_size: int = 50, no_dropout: bo
         max_position_embeddings=64,
         d_model=32,
         # BART / Marian's default init_std=0.02 is sized for d_model 1024; d_model ** -0.5 as the built-in backbones
-        # (hf_heads.training.runs) use: with 0.02 the cross-attention starts too small to carry the source
+        # (hf_heads.cli.backbones) use: with 0.02 the cross-attention starts too small to carry the source
         init_std=32**-0.5,
     )
     quiet = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0) if no_dropout else {}

@@ -13,10 +13,10 @@ import yaml
 from transformers import AutoConfig
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
+from hf_heads.cli.runs import RunArguments, finish_run, parse_args
 from hf_heads.modeling import export
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, plot_loss_curves, write_model_card
 from hf_heads.training.cards import loss_labels, model_index_results
-from hf_heads.training.runs import RunArguments, finish_run, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT2 = dict(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=32, bos_token_id=2, eos_token_id=3)
@@ -74,6 +74,7 @@ def card(tmp_path: Path, model, metrics: dict, task=None, name: str = "run") -> 
         metrics=metrics,
         training_args=args,
         base_model="tiny-gpt2",
+        built_from_config=True,
         task=task,
     )
     text = path.read_text()

@@ -268,13 +268,9 @@ def test_train_word2vec_table_is_reproducible(tmp_path):
 def test_references_are_the_same_for_every_head():
     """Only the training labels of a continuous head map uncovered words to <unk>: the validation and test labels, and
     the references decoded from them, are a softmax run's."""
-    import sys
-    from pathlib import Path
-
     import datasets
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run_scripts"))
-    from seq2seq_common import DataArguments, scored_texts, tokenize_splits
+    from hf_heads.cli.seq2seq import DataArguments, scored_texts, tokenize_splits
 
     pairs = {"source": ["el rey habló", "qwzxv el pueblo"], "target": ["the king spoke .", "qwzxv the people ."]}
     raw = datasets.DatasetDict({k: datasets.Dataset.from_dict(pairs) for k in ("train", "validation", "test")})

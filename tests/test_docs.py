@@ -150,7 +150,7 @@ COMMANDS = [
 @pytest.mark.parametrize("words", COMMANDS)
 def test_command_lines_parse(words, monkeypatch):
     """The script's own parser accepts every flag, and the head flags make a valid head section."""
-    import hf_heads.training.runs as runs
+    import hf_heads.cli.runs as runs
 
     parse = runs.parse_args
 
@@ -162,8 +162,8 @@ def test_command_lines_parse(words, monkeypatch):
     monkeypatch.setattr(runs, "parse_args", parse_then_stop)
     monkeypatch.setattr(sys, "argv", words)
     monkeypatch.syspath_prepend(str(ROOT / "run_scripts"))
-    sys.modules.pop("seq2seq_common", None)  # re-imported with the patched parse_args
+    sys.modules.pop("hf_heads.cli.seq2seq", None)  # re-imported with the patched parse_args
     monkeypatch.chdir(ROOT)
     with pytest.raises(_Parsed):
         runpy.run_path(str(ROOT / words[0]), run_name="__main__")
-    sys.modules.pop("seq2seq_common", None)
+    sys.modules.pop("hf_heads.cli.seq2seq", None)

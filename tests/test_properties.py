@@ -242,10 +242,10 @@ def _bad_values(annotation: str) -> list:
 def _option_cases():
     from dataclasses import fields
 
-    from hf_heads.heads import HEAD_FAMILIES
+    from hf_heads.heads import FAMILIES
 
-    for family, cls in HEAD_FAMILIES.items():
-        for f in fields(cls):
+    for family, entry in FAMILIES.items():
+        for f in fields(entry.options):
             for value in _bad_values(str(f.type)):
                 yield family, f.name, value
 

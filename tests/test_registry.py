@@ -14,8 +14,8 @@ from transformers import GPT2Config
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, make_head
 from hf_heads.heads.registry import register_family
-from hf_heads.losses._checks import check_number
 from hf_heads.training.cards import inference_note, loss_labels
+from hf_heads.validation import check_number
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY_NAMES = ("softmax", "margin", "sampled", "sparse", "continuous")

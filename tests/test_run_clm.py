@@ -13,9 +13,10 @@ from export_check import export_job, load_without_hf_heads
 from reopen_check import assert_reopens
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.cli.errors import UsageError
+from hf_heads.cli.resume import resolve_checkpoint
 from hf_heads.data import load_lm_text
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
-from hf_heads.training.runs import UsageError, resolve_checkpoint
 from hf_heads.training.trainer import label_counts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -352,7 +353,7 @@ def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):
     """Any transformers / huggingface_hub OSError the scripts do not catch themselves (a model it cannot find)."""
     from transformers import AutoConfig
 
-    from hf_heads.training.runs import main_wrapper
+    from hf_heads.cli.errors import main_wrapper
 
     with pytest.raises(SystemExit) as exit_info:
         main_wrapper(lambda: AutoConfig.from_pretrained("no-such-org/no-such-model"))

@@ -589,8 +589,7 @@ def test_config_overrides_parse_as_the_field_type(monkeypatch):
     when it looks like a number, a float field accepts an integer literal, a bool field needs true / false."""
     from transformers import BartConfig
 
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    from seq2seq_common import _override_config
+    from hf_heads.cli.seq2seq import _override_config
 
     config = BartConfig(d_model=128, init_std=0.02, activation_function="gelu", scale_embedding=False)
     _override_config(config, "d_model=256,init_std=1,activation_function=relu,scale_embedding=true,dropout=0.0")

@@ -1,4 +1,4 @@
-"""TRL's SFTTrainer trains an hf_heads causal LM with the head's own criterion (hf_heads.integrations.trl,
+"""TRL's SFTTrainer trains an hf_heads causal LM with the head's own criterion (hf_heads.training.trl,
 hf_heads.modeling.fused): the trainer's loss and gradients equal `model(**batch).loss` in training mode for every
 discrete family; SFT options that would train on the inference logits are refused, never run as plain CE."""
 
@@ -9,10 +9,10 @@ from datasets import Dataset
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.data.tokenization import build_word_tokenizer
-from hf_heads.losses._checks import OptionError
+from hf_heads.validation import OptionError
 
 trl = pytest.importorskip("trl")
-from hf_heads.integrations.trl import HeadsSFTTrainer  # noqa: E402
+from hf_heads.training.trl import HeadsSFTTrainer  # noqa: E402
 
 V = 61
 FAMILIES = {

@@ -44,7 +44,6 @@ from torch import nn
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import register_family
-from hf_heads.losses._checks import OptionError, check_choice, check_number
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
 from hf_heads.losses.continuous import (
     VMF_FORMS,
@@ -54,6 +53,7 @@ from hf_heads.losses.continuous import (
     syn_margin_loss,
     vmf_nll,
 )
+from hf_heads.validation import OptionError, check_choice, check_number
 
 _DIAGNOSTIC_ROWS = 256  # positions of the last training batch kept for the table-2 diagnostics
 

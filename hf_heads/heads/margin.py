@@ -18,7 +18,6 @@ import torch
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.registry import register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
-from hf_heads.losses._checks import OptionError, check_number
 from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.margin import (
     CONTEXT_NORMS,
@@ -29,6 +28,7 @@ from hf_heads.losses.margin import (
     margin_logits,
     validate_margin_options,
 )
+from hf_heads.validation import OptionError, check_number
 
 
 @dataclass

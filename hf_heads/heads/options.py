@@ -3,7 +3,7 @@
 
 - `__post_init__` coerces what a JSON or command-line round trip changes (an integral float for an `int` field,
   e.g. `--num_samples 8.0`; `m` of an L-Softmax margin) and refuses a value of the wrong type;
-- then `check()` (each family extends it) raises `OptionError` (hf_heads.losses._checks) carrying the field, the
+- then `check()` (each family extends it) raises `OptionError` (hf_heads.validation) carrying the field, the
   value and what is allowed. The error shows the bare field name; `hf_heads.heads.registry.head_options` shows it
   as `head.<field>` (config) and the run scripts as `--<flag>`.
 
@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from hf_heads.losses._checks import OptionError, check_number
+from hf_heads.validation import OptionError, check_number
 
 # Options that `from_base` sets from the checkpoint (its output transform, the calibrated gain) rather than the user:
 # not command-line flags, and not compared when a run is resumed or reopened with the head the user asked for.
@@ -77,8 +77,3 @@ class HeadOptions:
     def describe(self) -> str:
         """A short label of the head (results tables)."""
         return self.family
-
-    @classmethod
-    def field_help(cls) -> dict[str, str]:
-        """{field: help text}."""
-        return {f.name: f.metadata.get("help", "") for f in fields(cls)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from hf_heads.losses._checks import OptionError, check_choice
+from hf_heads.validation import OptionError, check_choice
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,3 @@ def make_head(hidden_size: int, num_classes: int, head: dict | None):
     """The head module of a head section: the registered family's head class."""
     options = head_options(head)
     return FAMILIES[options.family].head(hidden_size, num_classes, options)
-
-
-def option_help(name: str) -> dict[str, str]:
-    """{option: help text (default)} of a family."""
-    out = {}
-    for f in fields(family(name).options):
-        default = f.default if not callable(f.default_factory) else f.default_factory()
-        out[f.name] = f"{f.metadata.get('help', '')} (default: {default!r})"
-    return out

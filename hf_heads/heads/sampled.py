@@ -17,7 +17,6 @@ import torch
 
 from hf_heads.heads.margin import MarginHead, MarginHeadOptions
 from hf_heads.heads.registry import register_family
-from hf_heads.losses._checks import OptionError, check_choice, check_number
 from hf_heads.losses.noise import NOISES, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
@@ -28,6 +27,7 @@ from hf_heads.losses.sampled import (
     self_normalization,
     validate_sampled_options,
 )
+from hf_heads.validation import OptionError, check_choice, check_number
 
 _DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-normalisation diagnostic
 

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import register_family
-from hf_heads.losses._checks import OptionError, check_number
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
+from hf_heads.validation import OptionError, check_number
 
 
 @dataclass

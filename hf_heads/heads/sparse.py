@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from hf_heads.heads.registry import register_family
 from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
-from hf_heads.losses._checks import OptionError, check_number
 from hf_heads.losses.sparse import truncate_to_top_k
+from hf_heads.validation import OptionError, check_number
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Glue for the training stacks users bring: TRL (`hf_heads.integrations.trl`) and PEFT (`hf_heads.integrations.peft`).
+"""Glue for the PEFT adapters users bring (`hf_heads.integrations.peft`; the TRL trainer is
+`hf_heads.training.trl`, beside `HeadsTrainer`, and `hf_heads.integrations.trl` re-exports it until 0.3).
 
-Each module imports its library (optional extras: `pip install hf_heads[trl]`, `hf_heads[peft]`), so neither is
-imported by `import hf_heads`.
+The module imports its library (optional extra: `pip install hf_heads[peft]`), so it is not imported by
+`import hf_heads`.
 """

@@ -1,51 +1,15 @@
-"""TRL's `SFTTrainer` on hf_heads causal LMs.
+"""Former home of the TRL integration, which now lives beside the trainer: `hf_heads.training.trl`. Importing this
+module re-exports its names with a FutureWarning; it will be removed in 0.3."""
 
-A plain `trl.SFTTrainer(model=hf_heads_model, ...)` trains with the head's own criterion: TRL computes its loss
-from `model(..., fused_lm_head=True)`, which an hf_heads model answers itself (hf_heads.modeling.fused); the
-plain cross-entropy head TRL would install is not installed. SFT options that need the full logits in training
-(`label_smoothing_factor`, `compute_loss_func`) are refused when the model is called (never a silent plain CE).
+import warnings
 
-`HeadsSFTTrainer` is `SFTTrainer` plus what `HeadsTrainer` adds (word counts for the heads that need them, head
-diagnostics and perplexity in the logs) and checks of the SFT options against the head when it is built:
-`loss_type="dft"` weights each token's loss ℓ by exp(−ℓ) (DFT), refused for a criterion whose exp(−ℓ) is not a
-probability (sampled BCE / MSE, CE-IS, CE-CPS; continuous heads); `peft_config` without `target_modules` gets the
-backbone's PEFT default (hf_heads.integrations.peft).
-"""
+from hf_heads.training.trl import HeadsSFTTrainer, check_sft_options
 
-from __future__ import annotations
+warnings.warn(
+    "hf_heads.integrations.trl moved to hf_heads.training.trl and will be removed in 0.3; "
+    "import HeadsSFTTrainer from hf_heads.training.trl",
+    FutureWarning,
+    stacklevel=2,
+)
 
-from trl import SFTConfig, SFTTrainer
-
-from hf_heads.integrations.peft import with_backbone_targets
-from hf_heads.losses._checks import OptionError
-from hf_heads.modeling.fused import trl_full_logits_refusal
-from hf_heads.training.trainer import _HeadsTrainerMixin
-
-
-def check_sft_options(model, args: SFTConfig | None, compute_loss_func=None) -> None:
-    """Refuse SFT options that cannot apply to `model`'s head, naming the option."""
-    head = getattr(model, "head", None)
-    if head is None:
-        raise TypeError(f"HeadsSFTTrainer trains hf_heads models (HeadsForCausalLM), not {type(model).__name__}")
-    if compute_loss_func is not None:
-        raise ValueError(f"compute_loss_func: {trl_full_logits_refusal(head.family)}")
-    if args is not None and args.loss_type == "dft" and not head.training_loss_is_nll:
-        raise OptionError(
-            "loss_type",
-            "dft",
-            f"is not allowed with this head ({head.options.describe()}); allowed: 'nll'. DFT weights each token's "
-            "loss ℓ by exp(−ℓ), a probability only when ℓ is −log of a softmax (softmax, margin, sparse, sampled CE "
-            "full / MCS / NCE)",
-        )
-
-
-class HeadsSFTTrainer(_HeadsTrainerMixin, SFTTrainer):
-    """`trl.SFTTrainer` for hf_heads models (see the module docstring)."""
-
-    counts_column = "input_ids"  # SFT datasets hold token ids; the collator builds the labels
-
-    def __init__(self, model, args: SFTConfig | None = None, *positional, compute_loss_func=None, **kwargs):
-        check_sft_options(model, args, compute_loss_func)
-        if kwargs.get("peft_config") is not None:
-            kwargs["peft_config"] = with_backbone_targets(kwargs["peft_config"], model)
-        super().__init__(model, args, *positional, compute_loss_func=compute_loss_func, **kwargs)
+__all__ = ["HeadsSFTTrainer", "check_sft_options"]

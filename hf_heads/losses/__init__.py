@@ -11,11 +11,10 @@
   eq. 3, with their two regularised forms and the authors' released form), the margin loss with synthetic negatives
   (Bhat et al. eq. 1), and cross-entropies over scaled cosines to the table (every row, or the batch's targets)
 
-Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks) and `_checks` (argument
-checks raising `OptionError`, which names the field, the value and what is allowed).
+Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks) and `hf_heads.validation`
+(argument checks raising `OptionError`, which names the field, the value and what is allowed).
 """
 
-from hf_heads.losses._checks import OptionError
 from hf_heads.losses.continuous import (
     NEGATIVES,
     CosineSoftmaxLoss,
@@ -64,6 +63,7 @@ from hf_heads.losses.sparse import (
     sparse_softmax_cross_entropy,
     truncate_to_top_k,
 )
+from hf_heads.validation import OptionError
 
 __all__ = [
     "OptionError",

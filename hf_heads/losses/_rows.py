@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import torch
 
-from hf_heads.losses._checks import check_choice
+from hf_heads.validation import check_choice
 
 F = TypeVar("F", bound=Callable)
 

@@ -46,7 +46,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_heads.losses._checks import check_choice, check_number
 from hf_heads.losses._rows import (
     autocast_off,
     check_labels,
@@ -55,6 +54,7 @@ from hf_heads.losses._rows import (
     reduce_rows,
     valid_rows,
 )
+from hf_heads.validation import check_choice, check_number
 
 NEGATIVES = ("projection", "difference", "random", "most-informative")
 VMF_FORMS = ("nll", "released")

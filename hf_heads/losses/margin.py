@@ -58,7 +58,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hf_heads.losses._checks import OptionError, check_choice, check_number
 from hf_heads.losses._rows import (
     autocast_off,
     check_labels,
@@ -69,6 +68,7 @@ from hf_heads.losses._rows import (
 )
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, soft_cap
+from hf_heads.validation import OptionError, check_choice, check_number
 
 MARGINS = ("none", "cos", "arc", "lsm")
 WORD_NORMS = ("no-mod", "uniform", "log-rank", "unigram", "log-unigram")

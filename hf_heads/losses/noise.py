@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from hf_heads.losses._checks import OptionError, check_choice, check_number
 from hf_heads.losses._rows import frequency_ranks
+from hf_heads.validation import OptionError, check_choice, check_number
 
 NOISES = ("uniform", "log-uniform", "unigram")
 

@@ -64,7 +64,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from hf_heads.losses._checks import OptionError, check_choice, check_number
 from hf_heads.losses._rows import (
     autocast_off,
     check_labels,
@@ -78,6 +77,7 @@ from hf_heads.losses.fused_linear import default_chunk_size
 from hf_heads.losses.margin import MarginSpec, _margin_parts, _resolve_spec, margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.transforms import soft_cap
+from hf_heads.validation import OptionError, check_choice, check_number
 
 CRITERIA = ("ce", "bce", "mse")
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.losses._checks import OptionError, check_number
 from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, reduce_rows
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+from hf_heads.validation import OptionError, check_number
 
 
 def check_k(k) -> None:

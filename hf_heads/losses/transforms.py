@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_heads.losses._checks import check_number
+from hf_heads.validation import check_number
 
 
 def check_transform(logit_scale: float, softcap: float | None, scale_field: str = "logit_scale") -> None:

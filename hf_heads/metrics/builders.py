@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_heads.losses._checks import check_choice
+from hf_heads.validation import check_choice
 
 MODULES = Path(__file__).with_name("modules")
 # Each is a drop-in for `evaluate.load(name)`: same arguments, defaults and keys as huggingface/evaluate's module.

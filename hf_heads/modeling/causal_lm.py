@@ -226,7 +226,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         """Args as in transformers' `*ForCausalLM.forward`; `num_items_in_batch` makes gradient
         accumulation exact (the loss is a sum divided by it).
 
-        `fused_lm_head=True` (TRL's `SFTTrainer` protocol, hf_heads.integrations.trl) returns a `TokenLossOutput`
+        `fused_lm_head=True` (TRL's `SFTTrainer` protocol, hf_heads.training.trl) returns a `TokenLossOutput`
         of per-token quantities instead of logits; `shift_labels=` (a keyword, kept out of the signature so that the
         Trainer's label names stay `labels`) are labels already shifted (position t predicts shift_labels[t]), as
         TRL passes them under context / sequence parallelism. The generation cache is taken as `cache` or

@@ -6,7 +6,7 @@ from transformers import AutoConfig, PretrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from hf_heads.heads import head_dict
-from hf_heads.losses._checks import check_choice, check_number
+from hf_heads.validation import check_choice, check_number
 
 POOLINGS = ("auto", "pooler", "first", "last", "mean")
 

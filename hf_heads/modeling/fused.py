@@ -83,5 +83,5 @@ def trl_full_logits_refusal(family: str) -> str:
         "(SFTTrainer does so for label_smoothing_factor > 0 and for a compute_loss_func): that loss would be "
         f"computed on the inference logits, not with the {family} head's criterion. Leave label_smoothing_factor at 0 "
         "and compute_loss_func unset (softmax and sparse heads have their own label_smoothing option), or use "
-        "hf_heads.integrations.trl.HeadsSFTTrainer, which checks these options up front"
+        "hf_heads.training.trl.HeadsSFTTrainer, which checks these options up front"
     )

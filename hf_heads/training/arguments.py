@@ -13,7 +13,7 @@ from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
 from hf_heads.heads.registry import DEFAULT_FAMILY
-from hf_heads.losses._checks import OptionError, check_number
+from hf_heads.validation import OptionError, check_number
 
 logger = logging.getLogger(__name__)
 DEFAULT_LOGGING_STEPS = 500  # TrainingArguments' default, kept when the run length is not given in steps

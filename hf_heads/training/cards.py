@@ -14,8 +14,10 @@ What a card says is what holds for the model it describes:
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import warnings
 from pathlib import Path
 
 import yaml
@@ -30,8 +32,6 @@ TASKS = {
     ),
 }
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
-HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # packaged models and their Hub ids
-BUILT_FROM_CONFIG = ("tiny-gpt2", "tiny-llama", "tiny-bart", "tiny-t5", "tiny-marian", "tiny-bert")
 # Scores with a standard meaning, by their name without the split prefix; `scale` turns them into 0-100
 # (sacreBLEU's BLEU already is; rouge-score's ROUGE and scikit-learn's accuracy / F1 are fractions).
 STANDARD_SCORES = {
@@ -44,6 +44,36 @@ STANDARD_SCORES = {
 # other fractions shown on the 0-100 scale in the card's score table (not in model-index: not standard)
 OTHER_SCORES = (r"accuracy@\d+", r"majority_class_accuracy", r"target_token_coverage")
 SPLITS = (("eval_", "validation"), ("predict_", "test"))
+# The run scripts' model names and how a card names them moved to hf_heads.cli.backbones (read from here until 0.3).
+_MOVED_TO_CLI = ("HUB_IDS", "BUILT_FROM_CONFIG")
+
+
+def __getattr__(name: str):
+    if name not in _MOVED_TO_CLI:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"hf_heads.training.cards.{name} moved to hf_heads.cli.backbones.{name} and will be removed here in 0.3",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module("hf_heads.cli.backbones"), name)
+
+
+def _run_script_base_model(base_model: str) -> tuple[str, bool]:
+    """Before 0.3, `base_model` may still be a run script's model name (`tiny-gpt2`, `minilm`): (its Hub id or the
+    name, whether it is built from a config), with a FutureWarning when it is one."""
+    backbones = importlib.import_module("hf_heads.cli.backbones")  # the run scripts' names live there
+    if base_model not in backbones.HUB_IDS and base_model not in backbones.BUILT_FROM_CONFIG:
+        return base_model, False
+    resolved = backbones.card_base_model(base_model)
+    warnings.warn(
+        f"write_model_card(base_model={base_model!r}) names a run script's model; pass "
+        f"base_model={resolved['base_model']!r}, built_from_config={resolved['built_from_config']} "
+        "(hf_heads.cli.backbones.card_base_model gives both). Run-script names will not be recognised from 0.3",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return resolved["base_model"], resolved["built_from_config"]
 
 
 def _is_lm(model) -> bool:
@@ -289,9 +319,14 @@ def write_model_card(
     base_model: str | None = None,
     plots: list[str] | None = None,
     repo_id: str | None = None,
+    built_from_config: bool | None = None,
 ) -> Path:
     """Fill `model_card_template.md` and write `README.md` into `output_dir`; the loading instructions depend on
-    whether `output_dir` holds a saved model with its code (`hf_heads.modeling.export.has_code`)."""
+    whether `output_dir` holds a saved model with its code (`hf_heads.modeling.export.has_code`).
+
+    `base_model` is the Hub id or local directory the model started from (a Hub id goes into the card's metadata);
+    with `built_from_config=True` it is the name of a backbone built from a config (random initialisation, no
+    metadata), and with no `base_model` the card says the model was built from a config."""
     from hf_heads.modeling.export import has_code
 
     output_dir = Path(output_dir)
@@ -313,8 +348,9 @@ def write_model_card(
             }
         ],
     }
-    base_model = HUB_IDS.get(base_model, base_model)
-    if base_model and not Path(base_model).exists() and base_model not in BUILT_FROM_CONFIG:
+    if built_from_config is None:
+        base_model, built_from_config = _run_script_base_model(base_model) if base_model else (base_model, False)
+    if base_model and not Path(base_model).exists() and not built_from_config:
         meta["base_model"] = base_model
     hyper = {
         k: getattr(training_args, k)
@@ -337,7 +373,7 @@ def write_model_card(
         name=name,
         task_name=task_name,
         base_model=f"{base_model} (built from a config, random initialisation)"
-        if base_model in BUILT_FROM_CONFIG
+        if base_model and built_from_config
         else base_model or "built from a config (random initialisation)",
         family=family,
         paper=model.head.paper,

@@ -16,33 +16,25 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
-from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered, train_word2vec_table
-from hf_heads.data.tokenization import encode_head_tail
-from hf_heads.heads import family
-from hf_heads.losses._checks import OptionError
-from hf_heads.metrics import generation_metrics
-from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments, label_counts
-from hf_heads.training.runs import (
-    PACKAGED_MODELS,
-    TINY_SEQ2SEQ,
+from hf_heads.cli.backbones import PACKAGED_MODELS, TINY_SEQ2SEQ, packaged_model_path, tiny_backbone_config
+from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model
+from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.runs import (
     RunArguments,
-    UsageError,
-    check_output_dir,
     check_vocab,
     ensure_word_counts,
     finish_run,
-    load_hub_dataset,
     load_local_files,
-    loading_model,
-    packaged_model_path,
     parse_args,
-    resolve_checkpoint,
-    resolve_head,
-    saved_head,
-    tiny_backbone_config,
     train_block,
     truncate_splits,
 )
+from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered, train_word2vec_table
+from hf_heads.data.tokenization import encode_head_tail
+from hf_heads.heads import family
+from hf_heads.metrics import generation_metrics
+from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments, label_counts
+from hf_heads.validation import OptionError
 
 logger = logging.getLogger(__name__)
 

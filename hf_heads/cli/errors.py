@@ -1,0 +1,111 @@
+"""How a run script reports bad input: `UsageError` (one line, exit status 2, never a traceback), a model or dataset
+that transformers / huggingface_hub / datasets cannot find (a Hub id offline, a misspelt name) as one line that says
+what works offline, and `main_wrapper`, which runs a script's `main` with these rules."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import datasets
+from datasets.exceptions import DatasetNotFoundError
+from huggingface_hub import constants
+
+from hf_heads.cli.backbones import PACKAGED_MODELS
+
+
+class UsageError(ValueError):
+    """A bad command line or input: reported as one line, exit status 2."""
+
+
+def _offline() -> bool:
+    """Whether the Hugging Face Hub is switched off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    flags = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    on = ("1", "ON", "YES", "TRUE")
+    return bool(constants.HF_HUB_OFFLINE) or any(os.environ.get(flag, "").upper() in on for flag in flags)
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_hub_dataset(name: str, config_name: str | None, builtin: Iterable[str], flag: str = "--dataset_name"):
+    """`datasets.load_dataset(name, config_name)` for a `--dataset_name` that is not a built-in corpus; a name
+    the Hub cannot give (offline, or no such dataset) is one `UsageError` line listing the built-in corpora."""
+    try:
+        return datasets.load_dataset(name, config_name)
+    except (ConnectionError, DatasetNotFoundError) as err:
+        builtin = list(builtin)
+        why = (
+            "Hub datasets need a network (Hugging Face offline mode is on: HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"
+            if _offline()
+            else "the Hub could not be reached"
+            if isinstance(err, ConnectionError)
+            else f"the Hub has no such dataset ({str(err).splitlines()[0]})"
+        )
+        raise UsageError(
+            f"{flag}={name!r} is not a built-in corpus{_did_you_mean(name, builtin)}, and {why}; built-in corpora: "
+            f"{', '.join(builtin)}; or give local files (--train_file / --validation_file)"
+        ) from err
+
+
+@contextmanager
+def loading_model(flag: str, name: str, builtin: Iterable[str]) -> Iterator[None]:
+    """Around `from_pretrained` of `name` (given by `flag`): the `OSError` transformers raises for a model it cannot
+    find (a Hub id offline, a misspelt directory) becomes one `UsageError` line that says what works offline."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, FileNotFoundError) and not _is_hub_error(err):
+            raise
+        if Path(name).exists():  # a local directory that is not a model: transformers' own first line says why
+            raise UsageError(f"{flag}={name!r}: {str(err).splitlines()[0]}") from err
+        builtin = list(builtin)
+        reason = (
+            "Hugging Face offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache"
+            if _offline()
+            else "the Hub could not be reached or has no such model"
+        )
+        works = "a local directory" + (f" or a built-in model: {', '.join(builtin)}" if builtin else "")
+        raise UsageError(
+            f"{flag}={name!r} is not a local directory{_did_you_mean(name, builtin)}, and {reason}; "
+            f"offline, use {works}"
+        ) from err
+
+
+def _is_hub_error(err: BaseException) -> bool:
+    """Whether `err` was raised inside transformers / huggingface_hub / datasets (a model or file they could not
+    find), as opposed to the script's own I/O."""
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    filename = last.tb_frame.f_code.co_filename if last is not None else ""
+    return any(f"{os.sep}{pkg}{os.sep}" in filename for pkg in ("transformers", "huggingface_hub", "datasets"))
+
+
+def main_wrapper(main) -> None:
+    """Run `main()`; a `UsageError`/`ValueError` from bad input, or an `OSError` of transformers / huggingface_hub
+    for a model it cannot find, prints one line and exits with status 2 (set HF_HEADS_TRACEBACK=1 to see the
+    traceback instead)."""
+    try:
+        main()
+    except (UsageError, ValueError, FileNotFoundError, ModuleNotFoundError) as err:
+        if os.environ.get("HF_HEADS_TRACEBACK"):
+            raise
+        print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # transformers / huggingface_hub could not find a model or file (e.g. a Hub id offline)
+        if os.environ.get("HF_HEADS_TRACEBACK") or not _is_hub_error(err):
+            raise
+        offline = " (Hugging Face offline mode is on: Hub ids load only from the local cache)" if _offline() else ""
+        print(
+            f"error: {str(err).splitlines()[0]}{offline}; offline, models load from local directories, the "
+            f"built-in tiny backbones and the packaged models ({', '.join(PACKAGED_MODELS)})",
+            file=sys.stderr,
+        )
+        sys.exit(2)

@@ -1,0 +1,77 @@
+"""A run's output directory and the head it keeps: a run does not write over another unless asked, and a resumed
+checkpoint or a reopened hf_heads model must have been trained with the head the run asks for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_heads.cli.errors import UsageError
+from hf_heads.heads import CHECKPOINT_OPTIONS, head_dict
+
+
+def check_output_dir(output_dir: str, overwrite: bool, resume: str | bool | None) -> None:
+    """Refuse to write into a directory that holds another run (unless asked to overwrite or resume)."""
+    path = Path(output_dir)
+    if path.is_dir() and any(path.iterdir()) and not overwrite and not resume:
+        raise UsageError(
+            f"output_dir={output_dir!r} already holds files; pass --overwrite_output_dir to replace them "
+            "or --resume_from_checkpoint to continue that run"
+        )
+
+
+def resolve_checkpoint(output_dir: str, resume: str | bool | None, head: dict) -> str | None:
+    """The checkpoint to resume from (`True` means the newest in `output_dir`), after checking that it
+    was trained with the same head section: resuming a margin run as a softmax run is refused."""
+    if resume in (None, False, "False", "false", ""):
+        return None
+    if resume in (True, "True", "true"):
+        path = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    else:
+        path = str(resume)
+    if path is None or not (Path(path) / "config.json").is_file():
+        raise UsageError(f"--resume_from_checkpoint={resume!r}: no checkpoint with a config.json found (at {path})")
+    saved = saved_head(path)
+    if not same_head(saved, head):
+        raise UsageError(
+            f"--resume_from_checkpoint={path!r} was trained with head {saved}, but this run asks for head {head}"
+        )
+    return path
+
+
+def same_head(a: dict | None, b: dict | None) -> bool:
+    """Whether two head sections ask for the same head; the options `from_base` sets from the checkpoint
+    (`hf_heads.heads.CHECKPOINT_OPTIONS`: the calibrated gain, the output transform) are ignored: they are not a
+    user's choice (a resumed or reopened run keeps its own)."""
+
+    def strip(head):
+        return None if head is None else {k: v for k, v in head.items() if k not in CHECKPOINT_OPTIONS}
+
+    return strip(a) == strip(b)
+
+
+def saved_head(name_or_path: str) -> dict | None:
+    """The head section of a local hf_heads model directory (None for any other model)."""
+    config = Path(name_or_path) / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text(encoding="utf-8"))
+    if data.get("model_type") != "hf_heads" or data.get("head") is None:
+        return None
+    return head_dict(data["head"])  # every option filled in, so a directory saved before an option existed compares
+
+
+def resolve_head(name_or_path: str, requested: dict, flags_given: bool) -> dict:
+    """The head a run uses: the flags' head, or, when `--model_name_or_path` is an hf_heads model (to evaluate
+    or continue training it), its saved head; head flags that ask for a different head are refused."""
+    saved = saved_head(name_or_path)
+    if saved is None:
+        return requested
+    if flags_given and not same_head(saved, requested):
+        raise UsageError(
+            f"--model_name_or_path={name_or_path!r} is an hf_heads model with head {saved}, but the head flags ask "
+            f"for {requested}; drop the head flags to use its head, or start from its base model"
+        )
+    return saved

@@ -1,0 +1,61 @@
+"""Imports point downwards only: each module of hf_heads imports modules of its own layer or of the layers below it
+(DESIGN: cli -> training -> modeling -> heads -> losses -> validation), function-local imports included. The old
+paths kept until 0.3 are the only arrows up, and each is listed here."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# bottom to top; `hf_heads` is the package itself (`import hf_heads` registers the model classes)
+LAYERS = (
+    ("validation",),
+    ("integrations", "integrations.peft", "integrations.trl"),
+    ("losses",),
+    ("heads", "data"),
+    ("modeling", "hf_heads"),
+    ("metrics", "scoring"),
+    ("training",),
+    ("cli",),
+)
+# deprecated re-exports of names that moved up (removed in 0.3)
+OLD_PATHS = {
+    ("training/runs.py", "cli"),
+    ("training/cards.py", "cli"),
+    ("integrations/trl.py", "training"),
+}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")[1:]
+    unit = "hf_heads" if not parts else ".".join(parts[:2]) if parts[0] == "integrations" else parts[0]
+    return next(i for i, names in enumerate(LAYERS) if unit in names)
+
+
+def _imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif getattr(node, "func", None) is not None and getattr(node.func, "attr", None) == "import_module":
+            found += [arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant)]
+    return [name for name in found if name == "hf_heads" or name.startswith("hf_heads.")]
+
+
+def test_imports_point_downwards():
+    package = ROOT / "hf_heads"
+    upward = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        if relative == Path("__init__.py"):  # the package's own lazy names (PEP 562)
+            continue
+        module = ".".join(("hf_heads", *relative.with_suffix("").parts)).removesuffix(".__init__")
+        for imported in _imports(path):
+            if _layer(imported) > _layer(module) and (relative.as_posix(), imported.split(".")[1]) not in OLD_PATHS:
+                upward.append(f"{relative}: imports {imported}")
+    assert not upward, "\n".join(upward)
+
+
+def test_validation_is_the_ground_floor():
+    assert _imports(ROOT / "hf_heads" / "validation.py") == []
