@@ -142,7 +142,7 @@ class MarginSpec:
             self.margin, self.m, self.scale, self.word_norm, self.context_norm, counts_required=False
         )
         check_number("gain", self.gain, exclusive_minimum=0)
-        check_transform(self.logit_scale, self.softcap)
+        check_transform(self.logit_scale, self.softcap, "logit_scale")
 
     def without_margin(self) -> MarginSpec:
         """The same scorer with no margin (the inference logits)."""
