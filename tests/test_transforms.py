@@ -1,4 +1,4 @@
-"""Checkpoint output transforms (hf_heads.losses.transforms: logit scale, final soft-cap) in every discrete
+"""Checkpoint output transforms (hf_heads.losses.transforms: logit multiplier, final soft-cap) in every discrete
 criterion and head: naive references forward and backward, float64 gradcheck, inference logits."""
 
 import pytest
@@ -45,7 +45,7 @@ def test_fused_cross_entropy_with_transform_matches_naive(top_k, smoothing, redu
 
     def ours(h_, w_, b_):
         kw = dict(top_k=top_k, label_smoothing=smoothing, reduction=reduction, chunk_size=3)
-        return fused_linear_cross_entropy(h_, w_, b_, y, logit_scale=SCALE, softcap=CAP, **kw)
+        return fused_linear_cross_entropy(h_, w_, b_, y, logit_multiplier=SCALE, softcap=CAP, **kw)
 
     z = capped(h @ w.T + b)
     if top_k is None:
@@ -120,6 +120,19 @@ def test_bad_transform_is_refused_with_its_field():
         make_head(5, 11, {"family": "margin", "logit_multiplier": -1})
     with pytest.raises(OptionError, match="logit_scale"):
         MarginSpec(logit_scale=0.0)
+    h, w, b, y = _data()
+    with pytest.raises(OptionError, match="^logit_scale=0.0 must be > 0"):
+        fused_linear_cross_entropy(h, w, b, y, logit_scale=0.0)
+    with pytest.raises(TypeError, match="logit_multiplier or its old name logit_scale"):
+        fused_linear_cross_entropy(h, w, b, y, logit_scale=SCALE, logit_multiplier=SCALE)
+
+
+def test_logit_scale_is_the_old_name_of_logit_multiplier():
+    h, w, b, y = _data()
+    assert torch.equal(
+        fused_linear_cross_entropy(h, w, b, y, logit_scale=SCALE, softcap=CAP),
+        fused_linear_cross_entropy(h, w, b, y, logit_multiplier=SCALE, softcap=CAP),
+    )
 
 
 def test_saved_and_exported_models_keep_the_transform(tmp_path):

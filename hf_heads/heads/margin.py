@@ -19,15 +19,8 @@ from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.registry import register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import autocast_off
-from hf_heads.losses.margin import (
-    CONTEXT_NORMS,
-    MARGINS,
-    WORD_NORMS,
-    MarginSpec,
-    margin_cross_entropy,
-    margin_logits,
-    validate_margin_options,
-)
+from hf_heads.losses.margin import margin_cross_entropy, margin_logits
+from hf_heads.losses.scorer import CONTEXT_NORMS, MARGIN_TYPES, MARGINS, WORD_NORMS, Scorer
 from hf_heads.validation import OptionError, check_number
 
 
@@ -35,7 +28,10 @@ from hf_heads.validation import OptionError, check_number
 class MarginHeadOptions(SoftmaxHeadOptions):
     """Large-margin softmax (margin paper, eqs. 5-14)."""
 
-    margin: str = field(default="none", metadata={"help": f"Target-class margin φ: {', '.join(MARGINS)}."})
+    margin: str = field(
+        default="none",
+        metadata={"help": f"Target-class margin φ: {', '.join(MARGINS)} (or a type added with register_margin)."},
+    )
     m: float = field(default=0.0, metadata={"help": "Margin m (an integer >= 1 for lsm, >= 0 otherwise)."})
     scale: float | None = field(
         default=None, metadata={"help": "Face-recognition setting: normalise both vectors, ‖W‖=1, ‖h‖=scale."}
@@ -52,14 +48,19 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         default=1.0,
         metadata={
             "help": "Global factor on g(i)·f(c)·φ (not the bias); 1 = eq. 13 as written. Set by from_base, which fits "
-            "it so a norm-scaled head starts at the checkpoint's distribution (hf_heads.losses.margin)."
+            "it so a norm-scaled head starts at the checkpoint's distribution (hf_heads.losses.scorer)."
         },
     )
 
     def __post_init__(self) -> None:
-        if self.margin == "lsm" and isinstance(self.m, float) and self.m.is_integer():
-            self.m = int(self.m)  # L-Softmax's m is an integer; JSON and the command line may give 2.0
+        margin = MARGIN_TYPES.get(self.margin)
+        if margin is not None and margin.integer_m and isinstance(self.m, float) and self.m.is_integer():
+            self.m = int(self.m)  # e.g. L-Softmax's m is an integer; JSON and the command line may give 2.0
         super().__post_init__()
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        self.__dict__.pop("_scorers", None)  # an option changed: `scorer` builds the scorer again
 
     def check(self) -> None:
         super().check()
@@ -67,13 +68,11 @@ class MarginHeadOptions(SoftmaxHeadOptions):
             raise OptionError(
                 "label_smoothing", self.label_smoothing, "is only available for the softmax and sparse families"
             )
-        validate_margin_options(
-            self.margin, self.m, self.scale, self.word_norm, self.context_norm, counts_required=False
-        )
         check_number("context_norm_momentum", self.context_norm_momentum, exclusive_minimum=0)
         if self.context_norm_momentum > 1:
             raise OptionError("context_norm_momentum", self.context_norm_momentum, "must be <= 1")
         check_number("warm_start_gain", self.warm_start_gain, exclusive_minimum=0)
+        self.scorer()  # eq. 13's scorer, built once here: its construction checks margin, m, scale and the norms
 
     @property
     def norm_scaled(self) -> bool:
@@ -87,21 +86,27 @@ class MarginHeadOptions(SoftmaxHeadOptions):
     def counts_reason(self) -> str:
         return f"word_norm={self.word_norm!r}" if self.scale is None and self.word_norm != "no-mod" else ""
 
-    def scorer(self, with_margin: bool) -> MarginSpec:
-        """Eq. 13's scorer with the checkpoint's output transform (hf_heads.losses.margin)."""
-        return MarginSpec(
-            margin=self.margin if with_margin else "none",
-            m=self.m if with_margin else 0.0,
-            scale=self.scale,
-            word_norm=self.word_norm,
-            context_norm=self.context_norm,
-            gain=self.warm_start_gain,
-            logit_scale=self.logit_multiplier,
-            softcap=self.logit_softcap,
-        )
+    def scorer(self, with_margin: bool = True) -> Scorer:
+        """Eq. 13's scorer of these options with the checkpoint's output transform (hf_heads.losses.scorer), with
+        the margin (training) or without it (`with_margin=False`: evaluation and inference). Built on first use and
+        kept until an option changes (`calibrate_to` fitting the gain, a user setting an option)."""
+        scorers = self.__dict__.get("_scorers")
+        if scorers is None:
+            train = Scorer.from_options(
+                self.margin,
+                self.m,
+                self.scale,
+                self.word_norm,
+                self.context_norm,
+                gain=self.warm_start_gain,
+                logit_multiplier=self.logit_multiplier,
+                softcap=self.logit_softcap,
+            )
+            scorers = self.__dict__["_scorers"] = (train, train.without_margin())
+        return scorers[0] if with_margin else scorers[1]
 
     def describe(self) -> str:
-        parts = [self.margin] + ([f"m={self.m}"] if self.margin != "none" else [])
+        parts = [self.margin] + ([f"m={self.m}"] if self.scorer().margin.changes_target else [])
         parts += [f"s={self.scale}"] if self.scale else [f"f={self.word_norm}", f"g={self.context_norm}"]
         return "margin " + " ".join(parts)
 
@@ -136,10 +141,10 @@ class MarginHead(DiscreteHead):
 
     # ------------------------------------------------------------------ hooks
 
-    def scorer(self, with_margin: bool) -> dict:
-        """Keyword arguments of the margin losses: the options' scorer (`MarginHeadOptions.scorer`) and the word
-        counts."""
-        return dict(spec=self.options.scorer(with_margin), word_counts=self.counts())
+    def scorer(self, with_margin: bool = True) -> Scorer:
+        """The head's scorer (`MarginHeadOptions.scorer`: built once, not at every call), with or without the
+        margin."""
+        return self.options.scorer(with_margin)
 
     def training_loss(self, hidden, labels, **rows):
         self._observe(hidden, labels, rows["ignore_index"])
@@ -148,7 +153,14 @@ class MarginHead(DiscreteHead):
     def criterion(self, hidden, labels, **rows) -> torch.Tensor:
         """The training criterion once the running statistics are updated: cross-entropy of eq. 13 with margin."""
         return margin_cross_entropy(
-            hidden, self.weight, self.bias, labels, **self.scorer(True), chunk_size=self.options.chunk_size, **rows
+            hidden,
+            self.weight,
+            self.bias,
+            labels,
+            scorer=self.scorer(True),
+            word_counts=self.counts(),
+            chunk_size=self.options.chunk_size,
+            **rows,
         )
 
     def eval_loss(self, hidden, labels, **rows):
@@ -158,7 +170,8 @@ class MarginHead(DiscreteHead):
             self.weight,
             self.bias,
             labels,
-            **self.scorer(False),
+            scorer=self.scorer(False),
+            word_counts=self.counts(),
             context_norm_value=self.running_context_norm(),
             chunk_size=self.options.chunk_size,
             **rows,
@@ -176,7 +189,13 @@ class MarginHead(DiscreteHead):
         """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64)."""
         hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
         out = margin_logits(
-            hidden, self.weight, self.bias, None, **self.scorer(False), context_norm_value=self.running_context_norm()
+            hidden,
+            self.weight,
+            self.bias,
+            None,
+            scorer=self.scorer(False),
+            word_counts=self.counts(),
+            context_norm_value=self.running_context_norm(),
         )
         return out if out.dtype == torch.float64 else out.float()
 

@@ -155,7 +155,8 @@ class SampledHead(MarginHead):
             noise_probs=self.noise_probs(),
             remove_accidental_hits=o.remove_accidental_hits,
             chunk_size=o.chunk_size,
-            **self.scorer(True),
+            scorer=self.scorer(True),
+            word_counts=self.counts(),
             **rows,
         )
 
@@ -169,7 +170,8 @@ class SampledHead(MarginHead):
             **self.options.correction(),
             noise_probs=self.noise_probs(),
             chunk_size=self.options.chunk_size,
-            **self.scorer(False),
+            scorer=self.scorer(False),
+            word_counts=self.counts(),
             context_norm_value=self.running_context_norm(),
             **rows,
         )

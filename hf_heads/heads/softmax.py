@@ -50,7 +50,7 @@ class SoftmaxHeadOptions(HeadOptions):
 
     def check(self) -> None:
         super().check()
-        check_transform(self.logit_multiplier, self.logit_softcap, "logit_multiplier")
+        check_transform(self.logit_multiplier, self.logit_softcap)
         if self.chunk_size is not None:
             check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
         check_number("label_smoothing", self.label_smoothing, minimum=0)
@@ -77,7 +77,7 @@ class SoftmaxHead(DiscreteHead):
             top_k=self.top_k(False),
             label_smoothing=smoothing,
             chunk_size=self.options.chunk_size,
-            logit_scale=self.options.logit_multiplier,
+            logit_multiplier=self.options.logit_multiplier,
             softcap=self.options.logit_softcap,
             **rows,
         )

@@ -1,8 +1,10 @@
 """Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
 
 - `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares)
-- `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace: eqs. 5-8, 13-14; word/context norm
-  scaling f, g: eqs. 9-12); `MarginSpec` holds the scorer's options
+- `scorer`: the scorer of eq. 13 (margin paper) every margin and sampled loss runs: one frozen `Scorer` (the margin,
+  word/context norm scaling f, g: eqs. 9-12, the warm-start gain, the checkpoint's output transform) and one
+  registered `Margin` class per margin type (φ of eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`)
+- `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace: eqs. 5-8, 13-14) over a `Scorer`
 - `sampled`: sampling-based criteria (MCS, IS, CPS, NCE × CE/BCE: eqs. 7-21; full MSE/BCE/CE: eqs. 1, 3, 5) and
   their posterior corrections (eqs. 2-22), one object per method in `SAMPLING_METHODS`
 - `noise`: the noise distributions D of the sampled criteria and the shared draw
@@ -27,21 +29,7 @@ from hf_heads.losses.continuous import (
     vmf_nll,
 )
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
-from hf_heads.losses.margin import (
-    CONTEXT_NORMS,
-    MARGINS,
-    WORD_NORMS,
-    MarginCrossEntropy,
-    MarginSpec,
-    arc_phi,
-    context_norm_values,
-    lsm_psi,
-    margin_cross_entropy,
-    margin_logits,
-    target_phi,
-    validate_margin_options,
-    word_norm_values,
-)
+from hf_heads.losses.margin import MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
 from hf_heads.losses.noise import NOISES, draw_samples, frequency_ranks, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
@@ -54,6 +42,27 @@ from hf_heads.losses.sampled import (
     sampled_loss,
     self_normalization,
     validate_sampled_options,
+)
+from hf_heads.losses.scorer import (
+    CONTEXT_NORMS,
+    MARGIN_TYPES,
+    MARGINS,
+    WORD_NORMS,
+    ArcFace,
+    CosFace,
+    LSoftmax,
+    Margin,
+    MarginSpec,
+    NoMargin,
+    Scorer,
+    arc_phi,
+    context_norm_values,
+    lsm_psi,
+    margin_type,
+    register_margin,
+    resolve_scorer,
+    validate_margin_options,
+    word_norm_values,
 )
 from hf_heads.losses.sparse import (
     SparseSoftmaxCrossEntropy,
@@ -97,10 +106,17 @@ __all__ = [
     "self_normalization",
     "validate_sampled_options",
     "CONTEXT_NORMS",
+    "MARGIN_TYPES",
     "MARGINS",
     "WORD_NORMS",
+    "ArcFace",
+    "CosFace",
+    "LSoftmax",
+    "Margin",
     "MarginCrossEntropy",
     "MarginSpec",
+    "NoMargin",
+    "Scorer",
     "arc_phi",
     "check_labels",
     "context_norm_values",
@@ -108,6 +124,9 @@ __all__ = [
     "lsm_psi",
     "margin_cross_entropy",
     "margin_logits",
+    "margin_type",
+    "register_margin",
+    "resolve_scorer",
     "target_phi",
     "validate_margin_options",
     "word_norm_values",

@@ -14,7 +14,8 @@ scalings g(i), f(c) are row/column rescalings of h and w done by the caller.
 
 `softcap` applies an architecture's final logit soft-capping z -> cap·tanh(z / cap) (Gemma 2 / 3) to every logit
 of the chunk, the replaced target logit included (a margin acts on the raw logit, the cap on the result), and
-multiplies the gradient by its derivative 1 − tanh²; a logit scale is the caller's (scale h and b).
+multiplies the gradient by its derivative 1 − tanh²; `logit_multiplier` (the checkpoint's logit scale) multiplies h
+and b before the chunks.
 
 `top_k` restricts the log-sum-exp to each row's k largest logits (sparse-softmax paper, eq. 5). Its
 gradient reaches only those k logits and the target's, so the backward gathers / scatters k+1 rows of W
@@ -232,8 +233,9 @@ def fused_linear_cross_entropy(
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
-    logit_scale: float = 1.0,
+    logit_multiplier: float = 1.0,
     softcap: float | None = None,
+    logit_scale: float | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -246,17 +248,23 @@ def fused_linear_cross_entropy(
         label_smoothing: as in `F.cross_entropy` (over the top-k support when `top_k` is set).
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
         chunk_size: rows per chunk (default: 2^23 logits per chunk).
-        logit_scale: the logits are logit_scale · (hidden @ weight.T + bias) (a replaced target logit is taken as
-            given: scale it yourself).
+        logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
+            taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
+        logit_scale: the old name of `logit_multiplier` (give one of them).
     Returns:
         a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
     """
-    check_transform(logit_scale, softcap)
+    if logit_scale is not None:
+        if logit_multiplier != 1.0:
+            raise TypeError("give logit_multiplier or its old name logit_scale, not both")
+        check_transform(logit_scale, None, "logit_scale")
+        logit_multiplier = logit_scale
+    check_transform(logit_multiplier, softcap)
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
-    if logit_scale != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
-        h, b = h * logit_scale, None if b is None else b * logit_scale
+    if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
+        h, b = h * logit_multiplier, None if b is None else b * logit_multiplier
     t = None if target_logit is None else target_logit.reshape(-1).to(h.dtype)
     if not bool(valid.all()):
         h, y, t = h[valid], y[valid], None if t is None else t[valid]

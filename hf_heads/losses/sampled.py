@@ -4,8 +4,8 @@ mapping of each trained output back to the class posterior p(c|x).
 Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for
 Neural Language Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md).
 
-s(c, x) is the scorer's logit (plain h·W_c + b_c, or the large-margin logit of the margin paper's
-eq. 13 with the margin on the target only). The model output q of each criterion is:
+s(c, x) is the scorer's logit (hf_heads.losses.scorer: plain h·W_c + b_c, or the large-margin logit of the
+margin paper's eq. 13 with the margin on the target only). The model output q of each criterion is:
 CE: q = s (unbounded); BCE and MSE: q = σ(s) (bounded in (0, 1), sec. 3.1, 3.2.5);
 NCE: q = exp(s) > 0, so q / (q + K·D(c)) = σ(s − log K·D(c)) (eqs. 19, 21).
 
@@ -74,8 +74,9 @@ from hf_heads.losses._rows import (
     valid_rows,
 )
 from hf_heads.losses.fused_linear import default_chunk_size
-from hf_heads.losses.margin import MarginSpec, _margin_parts, _resolve_spec, margin_cross_entropy, margin_logits
+from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
+from hf_heads.losses.scorer import Scorer, resolve_scorer
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.validation import OptionError, check_choice, check_number
 
@@ -266,18 +267,8 @@ def corrected_log_probs(
 # ----------------------------------------------------------------------------- the criteria
 
 
-def _scorer(hidden, weight, bias, target, spec: MarginSpec, word_counts, g_value):
-    """Row scales a (N,), column scales f (C,) and target logit t (N,) of the margin scorer
-    (eq. 13): s(c, n) = a_n · f_c · (h_n · W_c) + b_c, target logit t_n (margin applied)."""
-    a, f, t, bias = _margin_parts(hidden, weight, bias, target, spec, word_counts, g_value)
-    h = hidden if a is None else hidden * a[:, None]
-    if t is None:
-        w_y = weight[target] if f is None else weight[target] * f[target, None]
-        t = (h * w_y).sum(1) + (0 if bias is None else bias[target])
-    return h, f, soft_cap(t, spec.softcap), bias
-
-
 def _candidate_scores(h, weight, bias, f, cands, softcap):
+    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,)."""
     w = weight[cands] if f is None else weight[cands] * f[cands, None]  # (K, H)
     out = h @ w.T  # (N, K)
     return soft_cap(out if bias is None else out + bias[cands], softcap)
@@ -361,23 +352,24 @@ def sampled_loss(
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
     gain: float = 1.0,
-    spec: MarginSpec | None = None,
+    spec: Scorer | None = None,
+    scorer: Scorer | None = None,
 ) -> torch.Tensor:
     """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
     target (*) with output layer weight (C, H), bias (C,).
 
     K = `num_samples` classes are drawn from `noise_probs` (C,) once for the whole batch with
-    `generator` (or given as `samples` (K,)). Margin options as in `margin_cross_entropy` (keyword arguments
-    or one `spec`; the margin is applied to the target logit). `reduction`, `ignore_index` and
+    `generator` (or given as `samples` (K,)). The scorer s(c, x) and its data as in `margin_cross_entropy`
+    (`scorer`, or its keyword options; the margin is applied to the target logit). `reduction`, `ignore_index` and
     `num_items_in_batch` as in `F.cross_entropy` / the transformers Trainer (sum divided by `num_items_in_batch`).
     """
     num_classes = weight.shape[0]
     validate_sampled_options(criterion, method, num_samples, num_classes)
     check_reduction(reduction)
-    spec = _resolve_spec(
-        spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
+    scorer = resolve_scorer(
+        scorer, spec=spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
     )
-    spec.check_counts(word_counts, num_classes)
+    scorer.check_counts(word_counts, num_classes)
     rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
     if method == "full" and criterion == "ce":
         return margin_cross_entropy(
@@ -385,7 +377,7 @@ def sampled_loss(
             weight,
             bias,
             target,
-            spec=spec,
+            scorer=scorer,
             word_counts=word_counts,
             context_norm_value=context_norm_value,
             chunk_size=chunk_size,
@@ -393,9 +385,9 @@ def sampled_loss(
         )
     h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
     h, y = h_all[valid], y_all[valid]
-    h2, f, t, b = _scorer(h, w, b, y, spec, word_counts, context_norm_value)  # (N, H), (C,) or None, (N,), (C,)
+    h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value)  # (N, H), (C,)|None, (N,), (C,)
     if method == "full":
-        per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size, spec.softcap)
+        per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size, scorer.softcap)
         return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
 
     if noise_probs is None:
@@ -406,7 +398,7 @@ def sampled_loss(
     elif samples.shape != (num_samples,):
         raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
     log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,) log(K·D(c))
-    s_k = _candidate_scores(h2, w, b, f, samples, spec.softcap)  # (N, K)
+    s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
     per_row = _sampled_rows(
         SAMPLING_METHODS[method], criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes
@@ -431,23 +423,24 @@ def corrected_nll(
     chunk_size: int | None = None,
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
-    spec: MarginSpec | None = None,
+    scorer: Scorer | None = None,
     **margin_options,
 ) -> torch.Tensor:
     """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior (the evaluation loss:
-    exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer's options
-    as in `margin_logits`: `margin_options` (margin, m, scale, word_norm, context_norm, gain) or one `spec`."""
+    exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer as in
+    `margin_logits`: `scorer`, or its keyword options `margin_options` (margin, m, scale, word_norm, context_norm,
+    gain, logit_multiplier, softcap; `spec` the old name of `scorer`), its margin dropped."""
     check_reduction(reduction)
-    spec = _resolve_spec(spec, **margin_options).without_margin()
-    spec.check_counts(word_counts, weight.shape[0])
+    scorer = resolve_scorer(scorer, **margin_options).without_margin()
+    scorer.check_counts(word_counts, weight.shape[0])
     h_all, y_all, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y_all, weight.shape[0], ignore_index)
     h, y = h_all[valid], y_all[valid]
     step = chunk_size or default_chunk_size(max(h.shape[0], 1), weight.shape[0])
-    scorer = dict(spec=spec, word_counts=word_counts, context_norm_value=context_norm_value)
+    data = dict(word_counts=word_counts, context_norm_value=context_norm_value)
 
     def rows(h_c, y_c, w_, b_):
-        scores = margin_logits(h_c, w_, b_, None, **scorer)  # (n, C)
+        scores = margin_logits(h_c, w_, b_, None, scorer=scorer, **data)  # (n, C)
         logp = corrected_log_probs(
             scores, criterion=criterion, method=method, noise_probs=noise_probs, num_samples=num_samples
         )

@@ -2,15 +2,16 @@
 
 Some checkpoints do not end in a plain `lm_head(h)`; their logits are
 
-    z' = cap · tanh(scale · z / cap)        z = W h + b (the head's logits)
+    z' = cap · tanh(multiplier · z / cap)        z = W h + b (the head's logits)
 
-with `scale` a multiplicative logit scale (Cohere and Cohere 2 `logit_scale`; Granite `1 / logits_scaling`; T5's
-d_model^-0.5 rescale of the decoder states before a tied LM head, which is the same factor on W h because the
-head is linear in h) and `cap` a final soft-cap (Gemma 2 / 3 `final_logit_softcapping`); None means no cap.
+with `multiplier` the head option `logit_multiplier`, a multiplicative logit scale (Cohere and Cohere 2
+`logit_scale`; Granite `1 / logits_scaling`; T5's d_model^-0.5 rescale of the decoder states before a tied LM head,
+which is the same factor on W h because the head is linear in h), and `cap` (the head option `logit_softcap`) a
+final soft-cap (Gemma 2 / 3 `final_logit_softcapping`); None means no cap.
 `HeadsFor*.from_base` reads them from the checkpoint's config so the wrapped model keeps its distribution, and
 the training criteria apply them to the logits they train, inside their chunks (hf_heads.losses.fused_linear,
-margin, sampled). The order (scale, then bias, then the cap) is each architecture's own: none of them has both
-a scale and a bias, and the cap comes last in Gemma.
+margin, sampled). The order (multiplier, then bias, then the cap) is each architecture's own: none of them has both
+a multiplier and a bias, and the cap comes last in Gemma.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import torch
 from hf_heads.validation import check_number
 
 
-def check_transform(logit_scale: float, softcap: float | None, scale_field: str = "logit_scale") -> None:
-    """Raise `OptionError` for a non-positive scale or cap (`scale_field`: the scale's name for the message)."""
-    check_number(scale_field, logit_scale, exclusive_minimum=0)
+def check_transform(
+    logit_multiplier: float, softcap: float | None, multiplier_field: str = "logit_multiplier"
+) -> None:
+    """Raise `OptionError` for a non-positive multiplier or cap (`multiplier_field`: the multiplier's name in the
+    message)."""
+    check_number(multiplier_field, logit_multiplier, exclusive_minimum=0)
     if softcap is not None:
         check_number("logit_softcap", softcap, exclusive_minimum=0)
 
@@ -32,6 +36,6 @@ def soft_cap(z: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return z if softcap is None else torch.tanh(z / softcap) * softcap
 
 
-def transform_logits(z: torch.Tensor, logit_scale: float = 1.0, softcap: float | None = None) -> torch.Tensor:
-    """cap · tanh(scale · z / cap) of logits z that already include the bias (see the module docstring)."""
-    return soft_cap(z if logit_scale == 1.0 else z * logit_scale, softcap)
+def transform_logits(z: torch.Tensor, logit_multiplier: float = 1.0, softcap: float | None = None) -> torch.Tensor:
+    """cap · tanh(multiplier · z / cap) of logits z (*, V) that already include the bias (module docstring)."""
+    return soft_cap(z if logit_multiplier == 1.0 else z * logit_multiplier, softcap)
