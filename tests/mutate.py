@@ -43,7 +43,7 @@ CONTRACT_HEADS = [
         "test_every_row_ignored_trains_with_zero_loss_and_zero_gradients",
     )
 ]
-MARGIN = ["tests/test_margin_losses.py", *CONTRACT_HEADS]
+MARGIN = ["tests/test_margin_losses.py", "tests/test_scorer.py", *CONTRACT_HEADS]
 SAMPLED = ["tests/test_sampled_losses.py", *CONTRACT_HEADS]
 SPARSE = ["tests/test_sparse.py", *CONTRACT_HEADS]
 FUSED = ["tests/test_margin_losses.py", "tests/test_sparse.py", "tests/test_properties.py", *CONTRACT_HEADS]
@@ -70,32 +70,32 @@ def _m(id: str, path: str, old: str, new: str, tests: list[str], why: str) -> Mu
 # fmt: off
 MUTANTS = [
     # ---------------------------------------------------------------- margin: φ (eq. 14)
-    _m("arc-sign", "losses/margin.py", "x * math.cos(m) - sin * math.sin(m)", "x * math.cos(m) + sin * math.sin(m)",
+    _m("arc-sign", "losses/scorer.py", "x * math.cos(m) - sin * math.sin(m)", "x * math.cos(m) + sin * math.sin(m)",
        MARGIN, "ArcFace cos(θ − m) instead of cos(θ + m)"),
-    _m("cos-sign", "losses/margin.py", "        return cos - m\n", "        return cos + m\n", MARGIN,
+    _m("cos-sign", "losses/scorer.py", "        return cos - self.m\n", "        return cos + self.m\n", MARGIN,
        "CosFace cos θ + m"),
-    _m("lsm-k-sign", "losses/margin.py", "return sign * t_cur - 2.0 * k", "return sign * t_cur + 2.0 * k", MARGIN,
+    _m("lsm-k-sign", "losses/scorer.py", "return sign * t_cur - 2.0 * k", "return sign * t_cur + 2.0 * k", MARGIN,
        "L-Softmax ψ with +2k"),
-    _m("arc-past-pi", "losses/margin.py", "past_pi = x < math.cos(math.pi - m)",
+    _m("arc-past-pi", "losses/scorer.py", "past_pi = x < math.cos(math.pi - m)",
        "past_pi = x < math.cos(math.pi - 2 * m)", MARGIN, "ArcFace's continuation past π starts at the wrong angle"),
-    _m("arc-no-continuation", "losses/margin.py", "return torch.where(past_pi, -2.0 - shifted, shifted)",
+    _m("arc-no-continuation", "losses/scorer.py", "return torch.where(past_pi, -2.0 - shifted, shifted)",
        "return shifted", MARGIN, "ArcFace cos(θ + m) not continued past π (φ rises again)"),
     # ---------------------------------------------------------------- margin: f, g (eqs. 9-12)
-    _m("log-unigram-plus-one", "losses/margin.py", "torch.log(counts.clamp_min(1.0))", "torch.log1p(counts)", MARGIN,
+    _m("log-unigram-plus-one", "losses/scorer.py", "torch.log(counts.clamp_min(1.0))", "torch.log1p(counts)", MARGIN,
        "log-unigram f = log(1 + c) instead of log c"),
-    _m("unigram-divides-by-sum", "losses/margin.py", "(top - bottom) / counts[amax].clamp_min(_EPS)",
+    _m("unigram-divides-by-sum", "losses/scorer.py", "(top - bottom) / counts[amax].clamp_min(_EPS)",
        "(top - bottom) / counts.sum().clamp_min(_EPS)", MARGIN, "unigram u divides by the total count"),
-    _m("uniform-uses-amin", "losses/margin.py", "return top.expand(weight.shape[0])",
+    _m("uniform-uses-amin", "losses/scorer.py", "return top.expand(weight.shape[0])",
        "return bottom.expand(weight.shape[0])", MARGIN, "uniform f = ‖W_amin‖"),
-    _m("log-rank-rank-plus-one", "losses/margin.py", "frac = frequency_ranks(counts).to(weight.dtype) / vocab",
+    _m("log-rank-rank-plus-one", "losses/scorer.py", "frac = frequency_ranks(counts).to(weight.dtype) / vocab",
        "frac = (frequency_ranks(counts).to(weight.dtype) + 1) / vocab", MARGIN, "log-rank's rank counted from 1"),
-    _m("max-norm-mean", "losses/margin.py", "return hidden.norm(dim=1).max().expand(hidden.shape[0])",
+    _m("max-norm-mean", "losses/scorer.py", "return hidden.norm(dim=1).max().expand(hidden.shape[0])",
        "return hidden.norm(dim=1).mean().expand(hidden.shape[0])", MARGIN, "max-norm g = mean ‖h‖"),
-    _m("gain-dropped", "losses/margin.py", "g = (h_norm if g is None else g) * spec.gain",
+    _m("gain-dropped", "losses/scorer.py", "g = (h_norm if g is None else g) * self.gain",
        "g = h_norm if g is None else g", MARGIN, "warm_start_gain ignored"),
-    _m("logit-scale-not-on-bias", "losses/margin.py", "bias = None if bias is None else bias * spec.logit_scale",
+    _m("logit-scale-not-on-bias", "losses/scorer.py", "bias = None if bias is None else bias * self.logit_multiplier",
        "bias = bias", MARGIN, "the checkpoint's logit scale skips the bias"),
-    _m("margin-target-no-bias", "losses/margin.py", "            t = t + bias[target]\n", "            t = t\n",
+    _m("margin-target-no-bias", "losses/scorer.py", "            t = t + bias[target]\n", "            t = t\n",
        MARGIN, "the margin's target logit loses its bias"),
     # ---------------------------------------------------------------- margin head: running max-norm
     _m("maxnorm-momentum-reversed", "heads/margin.py", "lerp_(batch_max, self.options.context_norm_momentum)",
@@ -108,8 +108,8 @@ MUTANTS = [
        "valid = hidden.reshape(-1, hidden.shape[-1])[labels.reshape(-1) != ignore_index]",
        "valid = hidden.reshape(-1, hidden.shape[-1])", MARGIN, "running max taken over padding rows too"),
     _m("maxnorm-inference-batch-max", "heads/margin.py",
-       "hidden, self.weight, self.bias, None, **self.scorer(False), context_norm_value=self.running_context_norm()",
-       "hidden, self.weight, self.bias, None, **self.scorer(False), context_norm_value=None", MARGIN,
+       "            context_norm_value=self.running_context_norm(),\n        )\n        return out",
+       "            context_norm_value=None,\n        )\n        return out", MARGIN,
        "inference logits use the batch's own max"),
     # ---------------------------------------------------------------- sampled criteria and corrections
     _m("hits-ce-zero", "losses/sampled.py", 'u_k = u_k.masked_fill(hit, float("-inf"))',
