@@ -335,7 +335,15 @@ class Scorer:
         """Raise when the word norm needs counts and has none, or the counts do not fit the vocabulary."""
         check_word_counts(self.word_norm, word_counts, vocab_size)
 
-    def factors(self, hidden, weight, bias, target, word_counts=None, context_norm_value=None):
+    def factors(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        target: torch.Tensor | None,
+        word_counts: torch.Tensor | None = None,
+        context_norm_value: float | torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,)
         so that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H),
         weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
@@ -367,7 +375,15 @@ class Scorer:
             bias = None if bias is None else bias * self.logit_multiplier
         return a, s, t, bias
 
-    def scaled_rows(self, hidden, weight, bias, target, word_counts=None, context_norm_value=None):
+    def scaled_rows(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        target: torch.Tensor,
+        word_counts: torch.Tensor | None = None,
+        context_norm_value: float | torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
         """(a·h (N, H), s (V,) or None, the soft-capped target logit (N,), b (V,) or None) for a criterion over
         candidate classes: the logit of class c is cap(a_i · s_c · (h_i · W_c) + b_c) (`factors`), the target's
         the returned one, margin applied."""
