@@ -22,7 +22,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import transformers
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, set_seed
+from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSequenceClassification
 from hf_heads.cli.backbones import (
@@ -33,7 +33,7 @@ from hf_heads.cli.backbones import (
     tiny_backbone_config,
 )
 from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model, main_wrapper
-from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.resume import check_output_dir, load_trained, resolve_checkpoint, resolve_head, saved_head
 from hf_heads.cli.runs import (
     RunArguments,
     check_vocab,
@@ -137,7 +137,9 @@ def load_raw(data: DataArguments) -> tuple[datasets.DatasetDict, list[str]]:
     return raw.rename_columns({data.text_column: "text", data.label_column: "label"}), names
 
 
-def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: dict, train_texts: list[str]):
+def build_model_and_tokenizer(
+    model_args: ModelArguments, head: dict, id2label: dict, train_texts: list[str], change_head: bool = False
+):
     name = model_args.model_name_or_path
     if name in TINY:
         if model_args.tokenizer_name:
@@ -155,7 +157,7 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, id2label: 
         )
         return HeadsForSequenceClassification(config), tok
     if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
-        model = AutoModelForSequenceClassification.from_pretrained(name)
+        model = load_trained(HeadsForSequenceClassification, name, head, change_head)
         if model.config.id2label != id2label:
             trained = list(model.config.id2label.values())[:10]
             raise UsageError(
@@ -185,7 +187,12 @@ def main() -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsTrainingArguments)
     )
-    head = resolve_head(model_args.model_name_or_path, training_args.head_config(), training_args.head_flags_given())
+    head = resolve_head(
+        model_args.model_name_or_path,
+        training_args.head_config(),
+        training_args.head_flags_given(),
+        run_args.change_head,
+    )
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -195,7 +202,9 @@ def main() -> None:
     raw, names = load_raw(data_args)
     raw = truncate_splits(raw, data_args.max_train_samples, data_args.max_eval_samples, data_args.max_predict_samples)
     id2label = dict(enumerate(names))
-    model, tok = build_model_and_tokenizer(model_args, head, id2label, [t for t in raw["train"]["text"] if t])
+    model, tok = build_model_and_tokenizer(
+        model_args, head, id2label, [t for t in raw["train"]["text"] if t], run_args.change_head
+    )
     check_vocab(tok, model)
     logger.info(
         "head %s, %d parameters, %d labels, pooling %s", head, model.num_parameters(), len(names), model.pooling

@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoTokenizer, default_data_collator, set_s
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.cli.backbones import TINY_BACKBONES, tiny_backbone_config
 from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model, main_wrapper
-from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.resume import check_output_dir, load_trained, resolve_checkpoint, resolve_head, saved_head
 from hf_heads.cli.runs import (
     RunArguments,
     check_vocab,
@@ -100,7 +100,7 @@ def load_tokenizer(model_args: ModelArguments, **kwargs):
         return AutoTokenizer.from_pretrained(name, **kwargs)
 
 
-def build_model_and_tokenizer(model_args: ModelArguments, head: dict, train_texts):
+def build_model_and_tokenizer(model_args: ModelArguments, head: dict, train_texts, change_head: bool = False):
     """A built-in tiny backbone gets a word-level tokenizer built from the training text. Its tokenizer adds no
     end token (a generation prompt must not end with </s>): `main` ends every training line with </s> itself."""
     name = model_args.model_name_or_path
@@ -113,7 +113,7 @@ def build_model_and_tokenizer(model_args: ModelArguments, head: dict, train_text
         config = HeadsConfig(backbone=tiny_backbone_config(name, tok), head=head, tie_word_embeddings=False)
         return HeadsForCausalLM(config), tok
     if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
-        return HeadsForCausalLM.from_pretrained(name), load_tokenizer(model_args)
+        return load_trained(HeadsForCausalLM, name, head, change_head), load_tokenizer(model_args)
     kwargs = {"gguf_file": model_args.gguf_file} if model_args.gguf_file else {}
     tok = load_tokenizer(model_args, **kwargs)
     if tok.pad_token is None:
@@ -131,7 +131,12 @@ def main() -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsTrainingArguments)
     )
-    head = resolve_head(model_args.model_name_or_path, training_args.head_config(), training_args.head_flags_given())
+    head = resolve_head(
+        model_args.model_name_or_path,
+        training_args.head_config(),
+        training_args.head_flags_given(),
+        run_args.change_head,
+    )
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -149,7 +154,7 @@ def main() -> None:
                 "trained model (e.g. a run's --output_dir) to evaluate it on --validation_file"
             )
     train_texts = [t for t in raw["train"][data_args.text_column] if t] if "train" in raw else []
-    model, tok = build_model_and_tokenizer(model_args, head, train_texts)
+    model, tok = build_model_and_tokenizer(model_args, head, train_texts, run_args.change_head)
     check_vocab(tok, model)
     logger.info(
         "head %s, %d parameters, vocabulary %d, world size %d",

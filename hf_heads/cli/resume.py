@@ -63,15 +63,33 @@ def saved_head(name_or_path: str) -> dict | None:
     return head_dict(data["head"])  # every option filled in, so a directory saved before an option existed compares
 
 
-def resolve_head(name_or_path: str, requested: dict, flags_given: bool) -> dict:
+def resolve_head(name_or_path: str, requested: dict, flags_given: bool, change_head: bool = False) -> dict:
     """The head a run uses: the flags' head, or, when `--model_name_or_path` is an hf_heads model (to evaluate
-    or continue training it), its saved head; head flags that ask for a different head are refused."""
+    or continue training it), its saved head; head flags that ask for a different head are refused unless
+    `--change_head` asks to continue the model with the flags' head."""
     saved = saved_head(name_or_path)
-    if saved is None:
+    if change_head and (saved is None or not flags_given):
+        raise UsageError(
+            "--change_head continues a trained hf_heads model with the head the head flags give: "
+            + (f"--model_name_or_path={name_or_path!r} is no hf_heads model" if saved is None else "give them")
+        )
+    if saved is None or change_head:
         return requested
     if flags_given and not same_head(saved, requested):
         raise UsageError(
             f"--model_name_or_path={name_or_path!r} is an hf_heads model with head {saved}, but the head flags ask "
-            f"for {requested}; drop the head flags to use its head, or start from its base model"
+            f"for {requested}; drop the head flags to use its head, pass --change_head to continue it with the "
+            "flags' head, or start from its base model"
         )
     return saved
+
+
+def load_trained(model_class, name_or_path: str, head: dict, change_head: bool):
+    """A trained hf_heads model, with `head` in place of its own when `change_head` (its head tensors must all
+    load into the new head: `HeadsPreTrainedModel.from_pretrained` refuses otherwise)."""
+    if not change_head:
+        return model_class.from_pretrained(name_or_path)
+    try:
+        return model_class.from_pretrained(name_or_path, head=head)
+    except ValueError as err:
+        raise UsageError(f"--change_head: {err}") from None

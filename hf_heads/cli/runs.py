@@ -25,6 +25,14 @@ class RunArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Allow writing into an output_dir that already holds a run."}
     )
+    change_head: bool = field(
+        default=False,
+        metadata={
+            "help": "Continue a trained hf_heads model (--model_name_or_path) with the head the head flags give "
+            "instead of its own, e.g. a softmax model fine-tuned with --head sparse --k 5 (its head tensors must "
+            "all load into the new head)."
+        },
+    )
     hub_export_dir: str | None = field(
         default=None,
         metadata={

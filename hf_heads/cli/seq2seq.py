@@ -13,12 +13,12 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, set_seed
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, set_seed
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.cli.backbones import PACKAGED_MODELS, TINY_SEQ2SEQ, packaged_model_path, tiny_backbone_config
 from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model
-from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.resume import check_output_dir, load_trained, resolve_checkpoint, resolve_head, saved_head
 from hf_heads.cli.runs import (
     RunArguments,
     check_vocab,
@@ -252,14 +252,14 @@ def _override_config(config, overrides: str) -> None:
     logger.info("backbone config overrides: %s", overrides)
 
 
-def build_model(model_args: ModelArguments, head: dict, tok):
+def build_model(model_args: ModelArguments, head: dict, tok, change_head: bool = False):
     name = model_args.model_name_or_path
     if model_args.config_overrides and name not in TINY_SEQ2SEQ:
         raise UsageError(
             f"--config_overrides applies to the built-in backbones ({', '.join(TINY_SEQ2SEQ)}), not {name!r}"
         )
     if saved_head(name) is not None:  # a trained hf_heads model: evaluate it or train it further
-        return AutoModelForSeq2SeqLM.from_pretrained(name)
+        return load_trained(HeadsForSeq2SeqLM, name, head, change_head)
     if name in TINY_SEQ2SEQ:
         backbone = tiny_backbone_config(name, tok, tie_word_embeddings=model_args.tie_word_embeddings)
         if model_args.config_overrides:
@@ -351,7 +351,12 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
     )
-    head = resolve_head(model_args.model_name_or_path, training_args.head_config(), training_args.head_flags_given())
+    head = resolve_head(
+        model_args.model_name_or_path,
+        training_args.head_config(),
+        training_args.head_flags_given(),
+        run_args.change_head,
+    )
     check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -375,7 +380,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
             head, tok, raw, training_args.output_dir, model_args.model_name_or_path, training_args.seed
         )
         head, table, covered = continuous_table(head, tok, source)
-    model = build_model(model_args, head, tok)
+    model = build_model(model_args, head, tok, run_args.change_head)
     check_vocab(tok, model)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
     try:

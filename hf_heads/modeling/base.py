@@ -29,7 +29,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, *args, **kwargs):
         """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head: a missing head
         tensor (the continuous head's embedding table, the word counts, the output weights) would otherwise be
-        left uninitialised."""
+        left uninitialised. `head=` (a head section) loads the checkpoint with another head, e.g. a softmax model
+        fine-tuned further with sparse-softmax; every head tensor of the checkpoint must load into it."""
         want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         with torch.no_grad():  # model-level buffers no checkpoint holds (Falcon-H1's mup_vector): the loader marks
@@ -37,11 +38,18 @@ class HeadsPreTrainedModel(PreTrainedModel):
                 stem = sub is model.backbone and getattr(model.config, "classifier_stem", None)  # its head is gone
                 if isinstance(sub, PreTrainedModel) and sub is not model and not stem:  # skip every loaded tensor
                     sub._init_weights(sub)
+        name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("head."))
         if missing:
             raise ValueError(
-                f"the checkpoint {args[0] if args else kwargs.get('pretrained_model_name_or_path')!r} lacks "
-                f"{', '.join(missing)}: refusing to load a head with uninitialised tensors"
+                f"the checkpoint {name!r} lacks {', '.join(missing)}: refusing to load a head with uninitialised "
+                "tensors"
+            )
+        unused = sorted(k for k in info.get("unexpected_keys", ()) if k.startswith("head."))
+        if unused and "head" in kwargs:  # another head than the checkpoint's: none of its trained tensors is dropped
+            raise ValueError(
+                f"the checkpoint {name!r} holds {', '.join(unused)}, which head={kwargs['head']} does not use: "
+                "refusing to drop trained head tensors; choose a head with the same tensors"
             )
         return (model, info) if want_info else model
 
