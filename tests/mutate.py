@@ -47,6 +47,7 @@ MARGIN = ["tests/test_margin_losses.py", "tests/test_scorer.py", *CONTRACT_HEADS
 SAMPLED = ["tests/test_sampled_losses.py", *CONTRACT_HEADS]
 SPARSE = ["tests/test_sparse.py", *CONTRACT_HEADS]
 FUSED = ["tests/test_margin_losses.py", "tests/test_sparse.py", "tests/test_properties.py", *CONTRACT_HEADS]
+KERNELS = ["tests/test_kernels.py"]
 CONTINUOUS = ["tests/test_continuous_losses.py", *CONTRACT_HEADS]
 TRANSFORMS = ["tests/test_transforms.py", *CONTRACT_HEADS]
 
@@ -146,20 +147,25 @@ MUTANTS = [
     _m("unigram-smoothing", "losses/noise.py", "probs = smoothed.pow(smoothing)", "probs = smoothed", SAMPLED,
        "unigram smoothing exponent ignored"),
     # ---------------------------------------------------------------- fused chunk kernel, sparse, reductions
-    _m("ls-dropped-from-grad", "losses/fused_linear.py", "            grad_z -= label_smoothing / z.shape[1]\n",
-       "            pass\n", FUSED, "label smoothing dropped from the dense gradient"),
+    _m("ls-dropped-from-grad", "losses/fused_linear.py", "                grad_z -= smooth / z.shape[1]\n",
+       "                pass\n", FUSED, "label smoothing dropped from the dense gradient"),
     _m("ls-dropped-from-loss", "losses/fused_linear.py",
-       "loss = (1 - label_smoothing) * loss + label_smoothing * (lse - mean_z)", "loss = loss", FUSED,
+       "loss = (1 - opts.label_smoothing) * loss + opts.label_smoothing * (lse - mean_z)", "loss = loss", FUSED,
        "label smoothing dropped from the loss"),
     _m("ls-topk-over-all", "losses/fused_linear.py", "mean_z = z.mean(dim=1) if idx is None else vals.mean(dim=1)",
        "mean_z = z.mean(dim=1)", SPARSE, "sparse label smoothing over all V instead of the top k"),
     _m("softcap-slope", "losses/fused_linear.py", "return 1.0 - (z / softcap).square()", "return 1.0 - z / softcap",
        TRANSFORMS, "soft-cap derivative wrong"),
     _m("sparse-grad-target-coef", "losses/fused_linear.py",
-       "coef.new_full((coef.shape[0], 1), -(1.0 - label_smoothing))", "coef.new_full((coef.shape[0], 1), -1.0)",
+       "coef.new_full((coef.shape[0], 1), -(1.0 - smooth))", "coef.new_full((coef.shape[0], 1), -1.0)",
        SPARSE, "sparse backward ignores label smoothing on the target"),
-    _m("sparse-topk-plus-one", "losses/fused_linear.py", "vals, idx = torch.topk(z, top_k, dim=1)",
-       "vals, idx = torch.topk(z, min(top_k + 1, z.shape[1]), dim=1)", SPARSE, "top-k keeps k + 1"),
+    _m("sparse-topk-plus-one", "losses/fused_linear.py", "vals, idx = torch.topk(z, opts.top_k, dim=1)",
+       "vals, idx = torch.topk(z, min(opts.top_k + 1, z.shape[1]), dim=1)", SPARSE, "top-k keeps k + 1"),
+    _m("compiled-ls-dropped-from-grad", "losses/fused_linear.py", "p = torch.exp(z - lse[:, None]) - smooth / num",
+       "p = torch.exp(z - lse[:, None])", KERNELS, "the compiled kernel drops label smoothing from the gradient"),
+    _m("compiled-replaced-target-grad-kept", "losses/fused_linear.py",
+       "grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))", "pass", KERNELS,
+       "the compiled kernel lets the replaced target logit reach h · w_y"),
     _m("decode-k-ignored", "heads/sparse.py", "truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))",
        "truncate_to_top_k(super().inference_logits(hidden), self.options.k)", SPARSE,
        "sparse inference ignores decode_k"),

@@ -184,9 +184,11 @@ def test_scoring_never_builds_batch_logits_and_restores_train_mode(tok_lm, monke
         return logits(hidden)
 
     monkeypatch.setattr(model.head, "logits", spy)  # an hf_heads instance attribute, no transformers class
-    hooks = model.register_forward_hook(lambda *a: pytest.fail("the model's forward builds (B, T, V) logits"))
+    outputs = []  # scoring runs the model's own forward, which must build no (B, T, V) logits and no loss
+    hooks = model.register_forward_hook(lambda module, args, out: outputs.append(out))
     sentence_log_probs(model, tok_lm, TEXTS, chunk_size=4)
     hooks.remove()
+    assert outputs and all(out.logits is None and out.loss is None for out in outputs)
     rows = sum(len(tok_lm(t, add_special_tokens=False)["input_ids"]) + 1 for t in TEXTS)  # words + EOS per text
     assert all(len(s) == 2 and s[0] <= 4 for s in seen) and sum(s[0] for s in seen) == rows
     assert model.training  # eval mode only while scoring (no dropout), then the caller's mode back

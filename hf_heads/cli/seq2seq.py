@@ -272,24 +272,6 @@ def build_model(model_args: ModelArguments, head: dict, tok, change_head: bool =
         return HeadsForSeq2SeqLM.from_base(name, head=head)
 
 
-@torch.no_grad()
-def accuracy_at_k(trainer, dataset, ks: tuple[int, ...] = (1, 2, 5, 10)) -> dict[str, float]:
-    """Teacher-forced next-word accuracy@k on `dataset` (Bhat et al. table 2: for a continuous head the k
-    nearest neighbours of û, for a discrete head the k largest logits)."""
-    model = trainer.model.eval()
-    hits, total = torch.zeros(len(ks)), 0
-    for batch in trainer.get_eval_dataloader(dataset):
-        batch = {k: v.to(model.device) for k, v in batch.items()}
-        logits = model(**batch).logits  # (B, T, V)
-        labels = batch["labels"]
-        valid = labels != -100
-        top = logits.topk(max(ks), dim=-1).indices[valid]  # (n, kmax)
-        match = top == labels[valid][:, None]
-        hits += torch.tensor([float(match[:, :k].any(-1).sum()) for k in ks])
-        total += int(valid.sum())
-    return {f"eval_accuracy@{k}": float(h) / max(total, 1) for k, h in zip(ks, hits, strict=True)}
-
-
 def scored_texts(tok, texts: list[str], max_length: int) -> list[str]:
     """Texts as the generation metrics score references: encoded as labels (truncated) and decoded without the
     special tokens. Every head scores against these (reference labels never pass through a head's vocabulary
@@ -364,6 +346,8 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     set_seed(training_args.seed)
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.max_target_length
+    if not training_args.eval_accuracy_top_k:  # teacher-forced accuracy@k of --do_eval (Bhat et al. table 2)
+        training_args.eval_accuracy_top_k = [1, 2, 5, 10]
 
     raw = load_pairs(task, data_args)
     if training_args.do_train and "train" not in raw:
@@ -419,8 +403,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     if training_args.do_eval:
         if "validation" not in tokenized:
             raise UsageError("--do_eval needs a validation split (--validation_file)")
-        eval_metrics = trainer.evaluate(metric_key_prefix="eval")
-        eval_metrics.update(accuracy_at_k(trainer, tokenized["validation"]))
+        eval_metrics = trainer.evaluate(metric_key_prefix="eval")  # with eval_accuracy@k (Bhat et al. table 2)
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)

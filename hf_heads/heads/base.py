@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from hf_heads.heads.registry import head_options
-from hf_heads.losses.fused_linear import default_chunk_size
+from hf_heads.losses.chunks import map_chunks, rows_per_chunk
 
 TASKS = ("causal-lm", "seq2seq", "classification")
 
@@ -121,6 +121,10 @@ class OutputHead(nn.Module):
         """(training loss, evaluation loss) as shown in plots and cards; `target`: what a label is (word, class)."""
         return "training criterion", f"{self.family} head's eval loss"
 
+    def check_scorable(self) -> None:
+        """Refuse (ValueError) to score texts while a score would depend on something other than the text (e.g. a
+        max-norm head before its running max ‖h‖ exists); default: always scorable."""
+
     def check_generation(self, num_beams: int) -> None:
         """Refuse (`OptionError` on field `num_beams`) a beam width that the head's distribution cannot serve."""
 
@@ -174,31 +178,46 @@ class OutputHead(nn.Module):
         return self.inference_logits(hidden)
 
     @torch.no_grad()
-    def statistics(self, hidden: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100) -> dict:
+    def statistics(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        ignore_index: int = -100,
+        normalized: bool = True,
+        chunk_size: int | None = None,
+    ) -> dict:
         """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), shaped like
         the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0, e.g.
         outside a sparse head's top k), `entropy` −Σ p log p, and `rank`, the number of classes strictly more probable
         than the label (the label is in the top k when rank < k; 0 = the argmax), V where p(label) = 0 (never in a
-        top k). Computed without gradient from the
-        logits of chunks of rows (one (chunk, V) block at a time, 2^23 logits), never the (N, V) logits."""
+        top k). `normalized=False` (heads with `has_unnormalized_scores`): `log_prob` is the label's unnormalised
+        log-score instead. `chunk_size`: rows per chunk (default: the chunk engine's memory budget). Computed
+        without gradient by the chunk engine (hf_heads.losses.chunks), one (chunk, V)
+        block of logits at a time, never the (N, V) logits; float64 for a float64 head, else float32."""
         h = hidden.reshape(-1, hidden.shape[-1])  # (N, H)
         y = labels.reshape(-1).to(h.device)  # (N,)
         rows = torch.nonzero(y != ignore_index).squeeze(1)  # (M,) the positions that count
-        out = {
-            "log_prob": torch.zeros(y.shape, dtype=torch.float32, device=h.device),
-            "entropy": torch.zeros(y.shape, dtype=torch.float32, device=h.device),
-            "rank": torch.zeros(y.shape, dtype=torch.long, device=h.device),
-        }
-        step = default_chunk_size(max(rows.numel(), 1), self.num_classes)
-        for start in range(0, rows.numel(), step):
-            r = rows[start : start + step]  # (n,)
-            log_p = torch.log_softmax(self.logits(h[r]).float(), dim=-1)  # (n, V)
-            target = log_p.gather(1, y[r, None])  # (n, 1)
-            out["log_prob"][r] = target.squeeze(1)
-            out["entropy"][r] = torch.special.entr(log_p.exp()).sum(-1)
-            rank = (log_p > target).sum(-1)  # (n,)
-            out["rank"][r] = torch.where(target.squeeze(1) > -torch.inf, rank, log_p.shape[-1])
-        return {name: value.reshape(labels.shape) for name, value in out.items()}
+
+        def chunk(h_c: torch.Tensor, y_c: torch.Tensor) -> torch.Tensor:  # (n, 3): log p(label), entropy, rank
+            scores = self.logits(h_c) if normalized else self.unnormalized_log_scores(h_c)  # (n, V)
+            scores = scores if scores.dtype == torch.float64 else scores.float()
+            log_p = torch.log_softmax(scores, dim=-1)  # (n, V)
+            target = log_p.gather(1, y_c[:, None])  # (n, 1)
+            rank = torch.where(target.squeeze(1) > -torch.inf, (log_p > target).sum(-1), log_p.shape[-1])
+            label = target if normalized else scores.gather(1, y_c[:, None])  # (n, 1)
+            entropy = torch.special.entr(log_p.exp()).sum(-1)  # (n,)
+            return torch.stack([label.squeeze(1), entropy, rank.to(log_p.dtype)], dim=1)
+
+        step = chunk_size or rows_per_chunk(rows.numel(), self.num_classes)
+        per_row = map_chunks(chunk, (h[rows], y[rows]), (), step)  # (M, 3)
+        out = {}
+        for k, name in enumerate(("log_prob", "entropy", "rank")):
+            dtype = torch.long if name == "rank" else per_row.dtype
+            value = torch.zeros(y.shape, dtype=dtype, device=h.device)
+            value[rows] = per_row[:, k].to(dtype)
+            out[name] = value.reshape(labels.shape)
+        return out
 
     def forward(
         self,
@@ -208,18 +227,24 @@ class OutputHead(nn.Module):
         return_logits: bool | None = None,
         normalized: bool = True,
         statistics: bool = False,
+        compute_loss: bool = True,
+        chunk_size: int | None = None,
         **loss_kwargs,
     ) -> tuple[torch.Tensor | None, torch.Tensor | dict[str, torch.Tensor] | None]:
         """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`.
         With `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`,
-        computed in chunks without the logits; with `normalized=False` the logits are `unnormalized_log_scores`. The
-        models call the head through this method, so module
-        hooks (FSDP's unsharding, PEFT's adapted weight) run around the loss, the logits and the statistics too."""
-        loss = None if labels is None else self.loss(hidden, labels, **loss_kwargs)
+        computed in chunks without the logits (`chunk_size` rows at a time; `normalized=False`: with the unnormalised
+        log-score of the label); otherwise `normalized=False` makes the logits `unnormalized_log_scores`.
+        `compute_loss=False` skips the loss. The models call the head through this method, so module hooks (FSDP's
+        unsharding, PEFT's adapted weight) run around the loss, the logits and the statistics too."""
+        loss = None if labels is None or not compute_loss else self.loss(hidden, labels, **loss_kwargs)
         if statistics:
             if labels is None:
                 raise ValueError("statistics=True needs labels")
-            return loss, self.statistics(hidden, labels, ignore_index=loss_kwargs.get("ignore_index", -100))
+            ignore = loss_kwargs.get("ignore_index", -100)
+            return loss, self.statistics(
+                hidden, labels, ignore_index=ignore, normalized=normalized, chunk_size=chunk_size
+            )
         if return_logits is None:
             return_logits = labels is None or not self.training
         if not return_logits:

@@ -119,6 +119,15 @@ class MarginHead(DiscreteHead):
 
     # ------------------------------------------------------------------ max-norm
 
+    def check_scorable(self) -> None:
+        """A max-norm head scores texts with its running max ‖h‖; before one exists a score would depend on the rest
+        of its batch."""
+        if self.options.context_norm == "max-norm" and self.running_context_norm() is None:
+            raise ValueError(
+                "head.context_norm='max-norm' has no running max ‖h‖ yet (it is set by training or by from_base's "
+                "calibration): without it a score would depend on the rest of its batch"
+            )
+
     def running_context_norm(self) -> torch.Tensor | None:
         """The running max ‖h‖ used by max-norm outside training (None before the first training step)."""
         if self.options.context_norm == "max-norm" and float(self.context_norm_running) >= 0:

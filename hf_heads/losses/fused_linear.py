@@ -32,42 +32,33 @@ weighted by the incoming gradient.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from hf_heads.losses._rows import autocast_off, linear_rows, mean_divisor, reduce_rows
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
+from hf_heads.losses.chunks import (
+    ChunkKernel,
+    ChunkOptions,
+    Grads,
+    chunk_kernel,
+    eval_rows_per_chunk,
+    map_chunks,
+    register_kernel,
+    rows_per_chunk,
+)
 from hf_heads.losses.transforms import check_transform
 
-DEFAULT_CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MiB in float32)
+DEFAULT_CHUNK_ELEMENTS = 1 << 23  # logits per training chunk (32 MiB in float32): hf_heads.losses.chunks.CHUNK_BYTES
 
 
 def default_chunk_size(num_rows: int, num_classes: int) -> int:
-    return max(1, min(num_rows, DEFAULT_CHUNK_ELEMENTS // max(num_classes, 1)))
-
-
-EVAL_CHUNK_ROWS = 256  # a CPU GEMM of fewer rows runs slower than one (N, H) @ (H, V) matmul
-EVAL_CHUNK_ELEMENTS = 1 << 26  # ... but never more than 256 MiB of float32 logits per chunk
+    """Rows per training chunk (hf_heads.losses.chunks.rows_per_chunk)."""
+    return rows_per_chunk(num_rows, num_classes)
 
 
 def eval_chunk_size(num_rows: int, num_classes: int, chunk: int) -> int:
-    """Rows per chunk of the loss alone (no gradient blocks kept): 4 × the training `chunk`, and at least
-    `EVAL_CHUNK_ROWS` rows unless that exceeds `EVAL_CHUNK_ELEMENTS` logits. Measured at V = 200k, H = 512,
-    N = 2048 on 2 CPU cores: chunks of 41 / 128 / 256 / 512 rows took 1.6 / 1.06 / 0.91 / 0.85 × the time of one
-    matmul + cross-entropy."""
-    floor = min(num_rows, EVAL_CHUNK_ROWS, max(1, EVAL_CHUNK_ELEMENTS // max(num_classes, 1)))
-    return max(4 * chunk, floor)
-
-
-class _Chunk(NamedTuple):
-    z: torch.Tensor  # (n, V) logits (the target's replaced; soft-capped when a cap is given)
-    rows: torch.Tensor  # (n,) 0..n-1
-    vals: torch.Tensor | None  # (n, k) the top-k logits (top_k < V), else None
-    idx: torch.Tensor | None  # (n, k) their columns
-    lse: torch.Tensor  # (n,) log-sum-exp over the row (or its top k)
-    loss: torch.Tensor  # (n,)
-    target_z: torch.Tensor  # (n,) the target's logit
+    """Rows per chunk of the loss alone (hf_heads.losses.chunks.eval_rows_per_chunk)."""
+    return eval_rows_per_chunk(num_rows, num_classes, chunk)
 
 
 def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
@@ -75,121 +66,180 @@ def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
     return 1.0 - (z / softcap).square()
 
 
-class _Grads(NamedTuple):
-    """Gradient buffers the chunks write into: d h and d t row by row, d w and d b accumulated."""
+@register_kernel
+class EagerKernel(ChunkKernel):
+    """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the gradient in place."""
 
-    h: torch.Tensor  # (N, H)
-    w: torch.Tensor  # (V, H)
-    b: torch.Tensor | None  # (V,)
-    t: torch.Tensor | None  # (N,)
+    name = "eager"
+
+    @staticmethod
+    def logits(h, w, b, y, t, opts: ChunkOptions):
+        """z (n, V) (the target's replaced, soft-capped), rows (n,), the top-k values / columns (n, k) or None, the
+        log-sum-exp (n,), the losses (n,) and the target logits (n,)."""
+        z = h @ w.T  # (n, V), float32 or float64 (the caller upcasts half precision)
+        if b is not None:
+            z += b
+        rows = torch.arange(z.shape[0], device=z.device)
+        if t is not None:
+            z[rows, y] = t
+        if opts.softcap is not None:
+            z.div_(opts.softcap).tanh_().mul_(opts.softcap)
+        target_z = z[rows, y]  # (n,)
+        if opts.top_k is not None and opts.top_k < z.shape[1]:
+            vals, idx = torch.topk(z, opts.top_k, dim=1)  # (n, k)
+            lse = torch.logsumexp(vals, dim=1)  # (n,)
+        else:
+            vals = idx = None
+            lse = torch.logsumexp(z, dim=1)  # (n,)
+        loss = lse - target_z  # (n,)
+        if opts.label_smoothing:
+            mean_z = z.mean(dim=1) if idx is None else vals.mean(dim=1)
+            loss = (1 - opts.label_smoothing) * loss + opts.label_smoothing * (lse - mean_z)
+        return z, rows, vals, idx, lse, loss, target_z
+
+    def loss(self, h, w, b, y, t, opts):
+        return self.logits(h, w, b, y, t, opts)[5]
+
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
+        sparse = opts.top_k is not None and opts.top_k < w.shape[0] and t is None
+        return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads)
+
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
+        z, rows, vals, idx, lse, loss, _ = self.logits(h, w, b, y, t, opts)
+        smooth, top_k = opts.label_smoothing, opts.top_k
+        slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
+        # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
+        if idx is None:
+            grad_z = torch.exp(z.sub_(lse[:, None]))  # (n, V)
+        else:
+            grad_z = torch.zeros_like(z)
+            grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]))
+        if smooth:
+            if idx is None:
+                grad_z -= smooth / z.shape[1]
+            else:
+                grad_z.scatter_add_(1, idx, torch.full_like(vals, -smooth / top_k))
+        grad_z[rows, y] -= 1.0 - smooth
+        if slope is not None:
+            grad_z *= slope
+        grad_z *= row_weight.to(z.dtype)[:, None]
+        if grads.t is not None:
+            grads.t.copy_(grad_z[rows, y])  # (n,)
+            grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
+        torch.mm(grad_z, w, out=grads.h)  # (n, H), written in place
+        grads.w.addmm_(grad_z.T, h)  # (V, H) accumulated without a temporary
+        if grads.b is not None:
+            grads.b.add_(grad_z.sum(0))
+        return loss
+
+    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
+        gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
+        _, _, vals, idx, lse, loss, target_z = self.logits(h, w, b, y, t, opts)
+        smooth, top_k = opts.label_smoothing, opts.top_k
+        coef = torch.exp(vals - lse[:, None])  # (n, k)
+        if smooth:
+            coef -= smooth / top_k
+        cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
+        coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -(1.0 - smooth))], dim=1)
+        if opts.softcap is not None:
+            coef = coef * _capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
+        coef = coef * row_weight.to(coef.dtype)[:, None]
+        torch.bmm(coef[:, None, :], w[cols], out=grads.h[:, None, :])  # (n, 1, H)
+        grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+        if grads.b is not None:
+            grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
+        return loss
 
 
-def _chunk_loss(h, w, b, y, t, top_k, label_smoothing, softcap) -> _Chunk:
-    """Logits and loss of one chunk of rows h (n, H) with targets y (n,) and replaced target logits t (n,)."""
-    z = h @ w.T  # (n, V), float32 or float64 (the caller upcasts half precision)
-    if b is not None:
-        z += b
+def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None):
+    """Functional per-chunk math from the raw logits z (n, V) (bias added): (losses (n,), d loss / d z (n, V) weighted
+    by `row_weight` (the replaced target's entry zeroed), d loss / d t (n,) or None). What `CompiledKernel` fuses."""
     rows = torch.arange(z.shape[0], device=z.device)
     if t is not None:
-        z[rows, y] = t
+        z = z.index_put((rows, y), t)
     if softcap is not None:
-        z.div_(softcap).tanh_().mul_(softcap)
+        z = torch.tanh(z / softcap) * softcap
     target_z = z[rows, y]  # (n,)
-    if top_k is not None and top_k < z.shape[1]:
+    num = z.shape[1]
+    if top_k is not None and top_k < num:
         vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
-        lse = torch.logsumexp(vals, dim=1)  # (n,)
+        lse = torch.logsumexp(vals, dim=1)
+        p = torch.zeros_like(z).scatter(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
+        mean_z = vals.mean(dim=1)
     else:
-        vals = idx = None
-        lse = torch.logsumexp(z, dim=1)  # (n,)
-    loss = lse - target_z  # (n,)
-    if label_smoothing:
-        mean_z = z.mean(dim=1) if idx is None else vals.mean(dim=1)
-        loss = (1 - label_smoothing) * loss + label_smoothing * (lse - mean_z)
-    return _Chunk(z, rows, vals, idx, lse, loss, target_z)
-
-
-def _dense_chunk(h, w, b, y, t, top_k, label_smoothing, softcap, row_weight, grads: _Grads, sl: slice):
-    """Loss of one chunk; adds d(Σ_i row_weight_i · loss_i) to `grads` through the dense d loss / d z (n, V)."""
-    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing, softcap)
-    z, rows = c.z, c.rows
-    slope = None if softcap is None else _capped_slope(z, softcap)  # (n, V): d capped / d raw
-    # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
-    if c.idx is None:
-        grad_z = torch.exp(z.sub_(c.lse[:, None]))  # (n, V), reuses the logits buffer
-    else:
-        grad_z = torch.zeros_like(z)
-        grad_z.scatter_(1, c.idx, torch.exp(c.vals - c.lse[:, None]))
-    if label_smoothing:
-        if c.idx is None:
-            grad_z -= label_smoothing / z.shape[1]
-        else:
-            grad_z.scatter_add_(1, c.idx, torch.full_like(c.vals, -label_smoothing / top_k))
-    grad_z[rows, y] -= 1.0 - label_smoothing
-    if slope is not None:
-        grad_z *= slope
-    grad_z *= row_weight.to(z.dtype)[:, None]
-    if grads.t is not None:
-        grads.t[sl] = grad_z[rows, y]  # (n,)
-        grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-    torch.mm(grad_z, w, out=grads.h[sl])  # (n, H), written in place
-    grads.w.addmm_(grad_z.T, h)  # (V, H) accumulated without a temporary
-    if grads.b is not None:
-        grads.b.add_(grad_z.sum(0))
-    return c.loss
-
-
-def _sparse_chunk(h, w, b, y, t, top_k, label_smoothing, softcap, row_weight, grads: _Grads, sl: slice):
-    """Loss of one chunk (top_k < V, no replaced target logit); only the k kept logits and the target's have a
-    gradient, so it gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
-    c = _chunk_loss(h, w, b, y, t, top_k, label_smoothing, softcap)
-    coef = torch.exp(c.vals - c.lse[:, None])  # (n, k)
-    if label_smoothing:
-        coef -= label_smoothing / top_k
-    cols = torch.cat([c.idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
-    coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -(1.0 - label_smoothing))], dim=1)
+        lse = torch.logsumexp(z, dim=1)
+        p = torch.exp(z - lse[:, None]) - smooth / num
+        mean_z = z.mean(dim=1)
+    loss = lse - target_z
+    if smooth:
+        loss = (1 - smooth) * loss + smooth * (lse - mean_z)
+    grad_z = p.index_put((rows, y), p[rows, y] - (1.0 - smooth))
     if softcap is not None:
-        coef = coef * _capped_slope(torch.cat([c.vals, c.target_z[:, None]], dim=1), softcap)
-    coef = coef * row_weight.to(coef.dtype)[:, None]
-    torch.bmm(coef[:, None, :], w[cols], out=grads.h[sl, None, :])  # (n, 1, H)
-    grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
-    if grads.b is not None:
-        grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
-    return c.loss
+        grad_z = grad_z * (1.0 - (z / softcap).square())
+    grad_z = grad_z * row_weight.to(z.dtype)[:, None]
+    grad_t = None
+    if t is not None:
+        grad_t = grad_z[rows, y]
+        grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
+    return loss, grad_z, grad_t
+
+
+@register_kernel
+class CompiledKernel(EagerKernel):
+    """The eager kernel's GEMMs with the per-chunk softmax / margin / top-k / smoothing / soft-cap math of the
+    gradient (`_grad_logits`) compiled by `torch.compile` (inductor: C++ on a CPU, Triton on a GPU) into a few fused
+    passes over the (n, V) block. The first call per option set compiles (seconds); the top-k-only sparse path keeps
+    the eager gather / scatter of k+1 rows."""
+
+    name = "compiled"
+    _compiled = None
+
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        if CompiledKernel._compiled is None:
+            CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
+        z = h @ w.T  # (n, V)
+        if b is not None:
+            z += b
+        loss, grad_z, grad_t = CompiledKernel._compiled(
+            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap
+        )
+        if grads.t is not None:
+            grads.t.copy_(grad_t)
+        torch.mm(grad_z, w, out=grads.h)  # (n, H)
+        grads.w.addmm_(grad_z.T, h)  # (V, H)
+        if grads.b is not None:
+            grads.b.add_(grad_z.sum(0))
+        return loss
 
 
 @autocast_off
-def _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size, row_weight=None):
+def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, row_weight=None, kernel: ChunkKernel | None = None):
     """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t) of
-    Σ_i row_weight_i · loss_i, chunk by chunk; without it the loss alone (one matmul per chunk)."""
-    n = h.shape[0]
-    losses = torch.empty(n, dtype=h.dtype, device=h.device)
-    chunks = [slice(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
+    Σ_i row_weight_i · loss_i, chunk by chunk through the chunk engine; without it the loss alone (one matmul per
+    chunk)."""
+    kernel = kernel or chunk_kernel()
     if row_weight is None:
-        for sl in chunks:
-            t_sl = None if t is None else t[sl]
-            losses[sl] = _chunk_loss(h[sl], w, b, y[sl], t_sl, top_k, label_smoothing, softcap).loss
-        return losses, None
-    grads = _Grads(
-        torch.empty_like(h),
-        torch.zeros_like(w),
-        None if b is None else torch.zeros_like(b),
-        None if t is None else torch.empty_like(h[:, 0]),
-    )
-    sparse = top_k is not None and top_k < w.shape[0] and t is None
-    step = _sparse_chunk if sparse else _dense_chunk
-    for sl in chunks:
-        t_sl = None if t is None else t[sl]
-        losses[sl] = step(h[sl], w, b, y[sl], t_sl, top_k, label_smoothing, softcap, row_weight[sl], grads, sl)
-    return losses, tuple(grads)
+        return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w, b, y_, t_, opts), (h, y, t), (), chunk_size), None
+    grad_h = torch.empty_like(h)
+    grad_t = None if t is None else torch.empty_like(h[:, 0])
+    grad_w, grad_b = torch.zeros_like(w), None if b is None else torch.zeros_like(b)
+
+    def step(h_, y_, t_, weight_, gh, gt):
+        return kernel.loss_and_grads(h_, w, b, y_, t_, opts, weight_, Grads(gh, grad_w, grad_b, gt))
+
+    losses = map_chunks(step, (h, y, t, row_weight, grad_h, grad_t), (), chunk_size)
+    return losses, (grad_h, grad_w, grad_b, grad_t)
 
 
 class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i weight · loss_i with all gradients computed in the forward pass."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, weight: float, top_k, label_smoothing, softcap, chunk_size):
+    def forward(ctx, h, w, b, t, y, weight: float, opts: ChunkOptions, chunk_size):
         row_weight = torch.full((h.shape[0],), weight, dtype=h.dtype, device=h.device)
-        losses, grads = _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size, row_weight)
+        losses, grads = _run(h, w, b, y, t, opts, chunk_size, row_weight)
         ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
         ctx.has = [g is not None for g in grads]
         return losses.sum() * weight
@@ -198,25 +248,25 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     def backward(ctx, grad_out):
         saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
         grad_h, grad_w, grad_b, grad_t = saved
-        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None, None
+        return grad_h, grad_w, grad_b, grad_t, None, None, None, None
 
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses; the backward pass recomputes each chunk weighted by the incoming gradient."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, top_k, label_smoothing, softcap, chunk_size):
+    def forward(ctx, h, w, b, t, y, opts: ChunkOptions, chunk_size):
         with torch.no_grad():
-            losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, softcap, chunk_size)
+            losses, _ = _run(h, w, b, y, t, opts, chunk_size)
         ctx.save_for_backward(h, w, b, t, y)
-        ctx.opts = (top_k, label_smoothing, softcap, chunk_size)
+        ctx.opts = (opts, chunk_size)
         return losses
 
     @staticmethod
     def backward(ctx, grad_out):
         h, w, b, t, y = ctx.saved_tensors
         _, grads = _run(h, w, b, y, t, *ctx.opts, row_weight=grad_out)
-        return (*grads, None, None, None, None, None)
+        return (*grads, None, None, None)
 
 
 @autocast_off
@@ -269,8 +319,9 @@ def fused_linear_cross_entropy(
     if not bool(valid.all()):
         h, y, t = h[valid], y[valid], None if t is None else t[valid]
     chunk = chunk_size or default_chunk_size(h.shape[0], w.shape[0])
+    opts = ChunkOptions(top_k, label_smoothing, softcap)
     if reduction == "none":
-        rows = _FusedLinearCERows.apply(h, w, b, t, y, top_k, label_smoothing, softcap, chunk)
+        rows = _FusedLinearCERows.apply(h, w, b, t, y, opts, chunk)
         return reduce_rows(rows, valid, valid.shape, "none")
     scale = 1.0 if reduction == "sum" else 1.0 / float(mean_divisor(num_items_in_batch, y.numel()))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
@@ -278,6 +329,6 @@ def fused_linear_cross_entropy(
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_chunk_size(h.shape[0], w.shape[0], chunk)
-        losses, _ = _run(h, w, b, y, t, top_k, label_smoothing, softcap, eval_chunk)
+        losses, _ = _run(h, w, b, y, t, opts, eval_chunk)
         return losses.sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, top_k, label_smoothing, softcap, chunk)
+    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk)

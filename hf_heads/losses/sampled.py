@@ -62,7 +62,6 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from hf_heads.losses._rows import (
     autocast_off,
@@ -73,7 +72,7 @@ from hf_heads.losses._rows import (
     reduce_rows,
     valid_rows,
 )
-from hf_heads.losses.fused_linear import default_chunk_size
+from hf_heads.losses.chunks import map_chunks, rows_per_chunk
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.scorer import Scorer, resolve_scorer
@@ -276,7 +275,7 @@ def _candidate_scores(h, weight, bias, f, cands, softcap):
 
 def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size, softcap):
     """Per-row full BCE (eq. 3) or MSE (eq. 1) loss over all C classes, in chunks of rows whose
-    (rows, C) scores are recomputed in backward (activation checkpointing), never all at once."""
+    (rows, C) scores are recomputed in backward (the chunk engine's activation checkpointing), never all at once."""
     w = weight if f is None else weight * f[:, None]
 
     def rows(h_c, t_c, y_c, w_, b_):
@@ -290,21 +289,8 @@ def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size, softcap):
         sig = torch.sigmoid(s)  # mse: Σ_c σ(s_c)² − σ(s_t)² + (σ(t) − 1)²
         return sig.square().sum(1) - torch.sigmoid(plain_t).square() + (torch.sigmoid(t_c) - 1).square()
 
-    return _row_chunks(rows, (h, t, y), (w, bias), chunk_size or default_chunk_size(h.shape[0], weight.shape[0]))
-
-
-def _row_chunks(fn, row_args: tuple, shared_args: tuple, step: int) -> torch.Tensor:
-    """cat_i fn(*row_args[chunk i], *shared_args) over chunks of `step` rows; each chunk's (rows, C)
-    intermediates are recomputed in backward (activation checkpointing) instead of kept. With no rows, fn of the
-    empty rows: a (0,) result that is still part of the graph (a batch of padding trains with a zero loss)."""
-    outs = []
-    if row_args[0].shape[0] == 0:
-        return fn(*row_args, *shared_args)
-    for i in range(0, row_args[0].shape[0], step):
-        args = (*(a[i : i + step] for a in row_args), *shared_args)
-        use_ckpt = torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in args)
-        outs.append(checkpoint(fn, *args, use_reentrant=False) if use_ckpt else fn(*args))
-    return torch.cat(outs)
+    step = chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
+    return map_chunks(rows, (h, t, y), (w, bias), step, recompute=True)
 
 
 def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
@@ -436,7 +422,7 @@ def corrected_nll(
     h_all, y_all, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y_all, weight.shape[0], ignore_index)
     h, y = h_all[valid], y_all[valid]
-    step = chunk_size or default_chunk_size(max(h.shape[0], 1), weight.shape[0])
+    step = chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
     data = dict(word_counts=word_counts, context_norm_value=context_norm_value)
 
     def rows(h_c, y_c, w_, b_):
@@ -446,7 +432,7 @@ def corrected_nll(
         )
         return -logp.gather(1, y_c[:, None]).squeeze(1)
 
-    per_row = _row_chunks(rows, (h, y), (weight, bias), step)
+    per_row = map_chunks(rows, (h, y), (weight, bias), step, recompute=True)
     return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
 
 

@@ -97,7 +97,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.head.weight = emb
 
     _skip_logits = False  # set by `logits_skipped()`
-    _statistics: list | None = None  # set by `logits_skipped(statistics=True)`
+    _statistics: list | None = None  # set by `logits_skipped(statistics=True)` / `statistics_recorded`
+    _statistics_options: dict = {}  # set by `statistics_recorded(normalized=..., chunk_size=...)`
+    _loss_skipped = False  # set by `statistics_recorded(loss=False)`
 
     @contextlib.contextmanager
     def logits_skipped(self, statistics: bool = False):
@@ -113,20 +115,28 @@ class HeadsPreTrainedModel(PreTrainedModel):
             self._skip_logits = previous
 
     @contextlib.contextmanager
-    def statistics_recorded(self, enabled: bool = True):
+    def statistics_recorded(
+        self, enabled: bool = True, *, normalized: bool = True, loss: bool = True, chunk_size: int | None = None
+    ):
         """Within this context each forward pass given labels appends the head's per-position statistics of the
         inference distribution (`OutputHead.statistics`: log-prob and rank of the label, entropy; plus `mask`, the
-        labelled positions), computed in chunks from the hidden states, to the list the context yields."""
-        previous, self._statistics = self._statistics, ([] if enabled else None)
+        labelled positions), computed in chunks from the hidden states, to the list the context yields.
+        `normalized=False`: the log-prob is the label's unnormalised log-score (heads trained to be self-normalised);
+        `loss=False`: the forward computes no loss (scoring needs the statistics alone); `chunk_size`: rows per chunk
+        of logits (default: the chunk engine's memory budget)."""
+        previous = self._statistics, self._statistics_options, self._loss_skipped
+        self._statistics = [] if enabled else None
+        self._statistics_options = dict(normalized=normalized, chunk_size=chunk_size)
+        self._loss_skipped = enabled and not loss
         try:
             yield self._statistics
         finally:
-            self._statistics = previous
+            self._statistics, self._statistics_options, self._loss_skipped = previous
 
     def _record_statistics(self, hidden: torch.Tensor, labels: torch.Tensor | None) -> None:
-        """Inside `logits_skipped(statistics=True)`: record the statistics of this forward's labelled positions."""
+        """Inside `statistics_recorded`: record the statistics of this forward's labelled positions."""
         if self._statistics is not None and labels is not None:
-            _, stats = self.head(hidden, labels, statistics=True)
+            _, stats = self.head(hidden, labels, statistics=True, compute_loss=False, **self._statistics_options)
             self._statistics.append(stats | {"mask": labels != -100})
 
     def _wants_logits(self, labels) -> bool:

@@ -255,7 +255,13 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         loss = None
         if shift_labels is not None:
             shift_labels = shift_labels.to(hidden.device)
-            loss, _ = self.head(hidden, shift_labels, return_logits=False, num_items_in_batch=num_items_in_batch)
+            loss, _ = self.head(
+                hidden,
+                shift_labels,
+                return_logits=False,
+                num_items_in_batch=num_items_in_batch,
+                compute_loss=not self._loss_skipped,
+            )
             self._record_statistics(hidden, shift_labels)
         logits = None
         if self._wants_logits(shift_labels):

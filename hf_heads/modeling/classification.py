@@ -245,7 +245,11 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         pooled = self.dropout(pooled)
         labels = None if labels is None else labels.to(pooled.device)
         loss, logits = self.head(
-            pooled, labels, return_logits=self._wants_logits(labels), num_items_in_batch=num_items_in_batch
+            pooled,
+            labels,
+            return_logits=self._wants_logits(labels),
+            num_items_in_batch=num_items_in_batch,
+            compute_loss=not self._loss_skipped,
         )  # logits (B, C)
         self._record_statistics(pooled, labels)
         return SequenceClassifierOutput(

@@ -290,7 +290,11 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         hidden = outputs.last_hidden_state  # (B, T, H) decoder states
         labels = None if labels is None else labels.to(hidden.device)
         loss, logits = self.head(
-            hidden, labels, return_logits=self._wants_logits(labels), num_items_in_batch=num_items_in_batch
+            hidden,
+            labels,
+            return_logits=self._wants_logits(labels),
+            num_items_in_batch=num_items_in_batch,
+            compute_loss=not self._loss_skipped,
         )  # logits (B, T, V)
         self._record_statistics(hidden, labels)
         return Seq2SeqLMOutput(

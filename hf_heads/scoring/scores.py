@@ -2,8 +2,9 @@
 
 The score of a text is Σ_t log p(y_t | y_<t [, source]) with p the distribution the head's inference logits define
 (`OutputHead.logits`: log_softmax of them is the model's p(c|x)). It is computed from the backbone's final hidden
-states, the scored positions gathered and passed through the head in chunks of rows, so one (chunk, V) block of
-logits exists at a time, never the (B, T, V) logits of a batch (the memory rule of hf_heads.losses.fused_linear).
+states by the model's own forward with its statistics recorded (`statistics_recorded(loss=False)`): the head
+passes the scored positions through the chunk engine (hf_heads.losses.chunks), so one (chunk, V) block of logits
+exists at a time, never the (B, T, V) logits of a batch.
 
 Per family (what a score means):
 
@@ -50,8 +51,6 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 from transformers import PretrainedConfig
-
-from hf_heads.losses.fused_linear import default_chunk_size
 
 Where = Callable[[int], str]  # index -> how an error names that text, e.g. "texts[3]" or "input.txt line 4"
 
@@ -153,12 +152,7 @@ def _check_normalize(head, normalize: bool) -> None:
             "(softmax, margin and continuous logits are not self-normalised, a sparse head's raw logit is no "
             "probability): use normalize=True"
         )
-    running = getattr(head, "running_context_norm", None)
-    if getattr(head.options, "context_norm", None) == "max-norm" and running is not None and running() is None:
-        raise ValueError(
-            "head.context_norm='max-norm' has no running max ‖h‖ yet (it is set by training or by from_base's "
-            "calibration): without it a score would depend on the rest of its batch"
-        )
+    head.check_scorable()
 
 
 def _check_texts(texts, name: str) -> list[str]:
@@ -348,36 +342,19 @@ def _padded(rows: list[list[int]], value: int, device) -> tuple[torch.Tensor, to
 
 
 def _score_batch(model, batch: list[_Example], pad: int, normalize: bool, chunk_size: int | None):
+    """The model's own forward with its statistics recorded (no loss, no logits): log p(target) per scored
+    position, computed by the head in chunks of rows (one (chunk, V) block of logits at a time)."""
     device = model.get_input_embeddings().weight.device
     inputs, mask = _padded([e.inputs for e in batch], pad, device)  # (B, T)
     targets, _ = _padded([e.targets for e in batch], -100, device)  # (B, T), -100 past each row's end
-    head = model.head
-    if batch[0].source is None:
-        hidden = model.backbone(input_ids=inputs, attention_mask=mask, use_cache=False).last_hidden_state  # (B, T, H)
+    if batch[0].source is None:  # causal LM: position t predicts targets[t] (already shifted)
+        args = dict(input_ids=inputs, attention_mask=mask, shift_labels=targets)
     else:
         src, src_mask = _padded([e.source for e in batch], pad, device)  # (B, S)
-        decoder = dict(decoder_input_ids=inputs)
-        if head.embeds_decoder_inputs:  # as HeadsForSeq2SeqLM.forward: the head embeds the decoder inputs
-            decoder = dict(decoder_inputs_embeds=head.embed_inputs(inputs))  # (B, T, H)
-        hidden = model.backbone(
-            input_ids=src, attention_mask=src_mask, decoder_attention_mask=mask, use_cache=False, **decoder
-        ).last_hidden_state  # (B, T, H) decoder states
-    valid = targets != -100  # (B, T)
-    rows = _gathered(head, hidden[valid], targets[valid], normalize, chunk_size)  # (N,) row-major over (B, T)
-    return rows.cpu().split([len(e.targets) for e in batch])
-
-
-def _gathered(head, hidden: torch.Tensor, targets: torch.Tensor, normalize: bool, chunk_size: int | None):
-    """log p(y_n | x_n) (N,) float64 for hidden (N, H) and targets (N,), one (chunk, V) block of logits at a time."""
-    num = hidden.shape[0]
-    size = chunk_size or default_chunk_size(num, head.num_classes)
-    out = torch.empty(num, dtype=torch.float64, device=hidden.device)
-    for start in range(0, num, size):
-        h, y = hidden[start : start + size], targets[start : start + size]  # (n, H), (n,)
-        # through the module call, so hooks on the head run (FSDP unsharding, PEFT): (n, V) inference logits (no
-        # margin, top-k truncated for sparse heads), or the corrected log-scores without renormalisation
-        _, z = head(h, return_logits=True, normalized=normalize)
-        z = z if z.dtype == torch.float64 else z.float()
-        log_p = torch.log_softmax(z, dim=-1) if normalize else z  # (n, V)
-        out[start : start + size] = log_p.gather(1, y[:, None]).squeeze(1).double()  # (n,)
-    return out
+        args = dict(input_ids=src, attention_mask=src_mask, decoder_input_ids=inputs, decoder_attention_mask=mask)
+        args["labels"] = targets
+    with model.logits_skipped():
+        with model.statistics_recorded(normalized=normalize, loss=False, chunk_size=chunk_size) as recorded:
+            model(**args, use_cache=False)
+    log_p = recorded[0]["log_prob"][targets != -100].double()  # (N,) row-major over (B, T)
+    return log_p.cpu().split([len(e.targets) for e in batch])

@@ -1,0 +1,101 @@
+"""The chunk engine's kernel seam (hf_heads.losses.chunks): every registered `ChunkKernel` computes the fused
+cross-entropy of one naive reference (forward and backward, float64) and passes float64 gradcheck, for each option
+the kernels implement (label smoothing, soft-cap, a replaced target logit, top-k, their mixes), at shapes that are no
+multiple of the chunk size; the kernel is chosen by name and by `HF_HEADS_CHUNK_KERNEL`, an unknown one refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses.chunks import CHUNK_KERNELS, KERNEL_ENV, chunk_kernel, map_chunks, rows_per_chunk
+from hf_heads.validation import OptionError
+
+N, H, V = 11, 5, 17  # 11 rows in chunks of 4: 4 + 4 + 3
+OPTIONS = {
+    "plain": {},
+    "smoothing": {"label_smoothing": 0.1},
+    "softcap": {"softcap": 3.0},
+    "target-logit": {"target": True},
+    "target-logit-softcap-smoothing": {"target": True, "softcap": 3.0, "label_smoothing": 0.2},
+    "top-k": {"top_k": 4},
+    "top-k-smoothing-target": {"top_k": 4, "label_smoothing": 0.1, "target": True},
+}
+
+
+def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None):
+    """Mean over non-ignored rows of lse − z_y on z = h wᵀ + b, z[i, y_i] = t_i, z = cap·tanh(z / cap); the
+    log-sum-exp over the row or its k largest logits; label smoothing over the same support."""
+    keep = y != -100
+    z = h[keep] @ w.T + b
+    yk = y[keep]
+    if t is not None:
+        z = z.scatter(1, yk[:, None], t[keep][:, None])
+    if softcap is not None:
+        z = softcap * torch.tanh(z / softcap)
+    support = z if top_k is None else z.topk(top_k, dim=1).values
+    lse = torch.logsumexp(support, dim=1)
+    loss = lse - z.gather(1, yk[:, None]).squeeze(1)
+    loss = (1 - label_smoothing) * loss + label_smoothing * (lse - support.mean(1))
+    return loss.mean()
+
+
+def _data(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(V, H, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(V, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(N, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, V, (N,), generator=g)
+    y[3] = -100
+    return h, w, b, t, y
+
+
+@pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
+@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, options, monkeypatch):
+    monkeypatch.setenv(KERNEL_ENV, kernel)
+    opts = dict(OPTIONS[options])
+    use_t = opts.pop("target", False)
+    h, w, b, t, y = _data()
+
+    def ours(h_, w_, b_, t_):
+        return fused_linear_cross_entropy(h_, w_, b_, y, target_logit=t_ if use_t else None, chunk_size=4, **opts)
+
+    loss = ours(h, w, b, t)
+    grads = torch.autograd.grad(loss, (h, w, b, t), allow_unused=True)
+    ref = naive(h, w, b, y, t if use_t else None, **opts)
+    ref_grads = torch.autograd.grad(ref, (h, w, b, t), allow_unused=True)
+    torch.testing.assert_close(loss, ref)
+    for got, want in zip(grads, ref_grads, strict=True):
+        if want is None:
+            assert got is None or not got.any()
+        else:
+            torch.testing.assert_close(got, want)
+    rows = fused_linear_cross_entropy(
+        h, w, b, y, target_logit=t if use_t else None, reduction="none", chunk_size=4, **opts
+    )
+    assert rows.shape == y.shape and rows[3] == 0
+    inputs = (h, w, b, t) if use_t else (h, w, b)
+    assert torch.autograd.gradcheck(lambda *x: ours(*x, *(() if use_t else (t,))), inputs, fast_mode=True)
+
+
+def test_kernel_choice_by_name_and_environment(monkeypatch):
+    assert chunk_kernel("eager").name == "eager" and chunk_kernel("compiled").name == "compiled"
+    monkeypatch.setenv(KERNEL_ENV, "compiled")
+    assert chunk_kernel().name == "compiled"
+    monkeypatch.setenv(KERNEL_ENV, "fast")
+    with pytest.raises(OptionError, match=f"{KERNEL_ENV}='fast' is not a chunk kernel; allowed: eager, compiled"):
+        chunk_kernel()
+    with pytest.raises(OptionError, match="kernel='triton' is not a chunk kernel"):
+        chunk_kernel("triton")
+
+
+def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
+    assert rows_per_chunk(4096, 50_000) == (1 << 25) // (4 * 50_000)  # 167 rows of float32 logits in 32 MiB
+    assert rows_per_chunk(10, 50_000) == 10 and rows_per_chunk(0, 50_000) == 1
+    assert rows_per_chunk(4096, 50_000, budget_bytes=1 << 20, itemsize=2) == (1 << 20) // (2 * 50_000)
+    seen = []
+    out = map_chunks(lambda a, b_: seen.append(len(a)) or a * b_, (torch.arange(11.0),), (2.0,), 4)
+    assert seen == [4, 4, 3] and torch.equal(out, torch.arange(11.0) * 2)
