@@ -4,7 +4,9 @@
     python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
     python benchmarks/bench_margin.py --vocab 50000 --device cuda
 
-Each method runs in a fresh process; with `--rounds R` the methods run in turn R times (so a slow spell of a
+"compiled kernel" rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its
+one-off compilation is in the warm-up call, its compiler's memory in the peak). Each method runs in a fresh
+process; with `--rounds R` the methods run in turn R times (so a slow spell of a
 noisy machine is shared by all of them) and each row reports the median, min and max over all its timed calls.
 Peak memory is what the loss adds on top of its inputs
 (hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
@@ -15,12 +17,14 @@ allocated. Each process times `--repeats` calls after one warm-up call.
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 import torch.nn.functional as F
 from _timing import bench_parser, device_line, interleaved, measure, seconds_cell
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
+from hf_heads.losses.chunks import KERNEL_ENV
 
 ARC = dict(margin="arc", m=0.001, word_norm="log-unigram", context_norm="max-norm")
 LSM = dict(margin="lsm", m=2)
@@ -30,8 +34,14 @@ METHODS = {
     "naive logits, softmax": ("naive", {}, "naive logits, softmax"),
     "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
     SOFTMAX: ("ours", {}, "naive logits, softmax"),
+    "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, "naive logits, softmax"),
     "naive logits, arc+log-unigram+max-norm": ("naive", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm": ("ours", ARC, "naive logits, arc+log-unigram+max-norm"),
+    "hf_heads arc+log-unigram+max-norm, compiled kernel": (
+        "ours",
+        {**ARC, "kernel": "compiled"},
+        "naive logits, arc+log-unigram+max-norm",
+    ),  # fmt: skip
     "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
     "hf_heads lsm m=2": ("ours", LSM, "naive logits, lsm m=2"),
     # every other margin option alone, compared with hf_heads' own softmax
@@ -48,6 +58,8 @@ METHODS = {
 
 def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
     kind, opts, _ = METHODS[method]
+    opts = dict(opts)
+    os.environ[KERNEL_ENV] = opts.pop("kernel", "eager")  # the chunk kernel (hf_heads.losses.chunks)
     torch.manual_seed(0)
     h = torch.randn(n, hidden, device=device, requires_grad=True)
     w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_()

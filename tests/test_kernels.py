@@ -99,3 +99,37 @@ def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     seen = []
     out = map_chunks(lambda a, b_: seen.append(len(a)) or a * b_, (torch.arange(11.0),), (2.0,), 4)
     assert seen == [4, 4, 3] and torch.equal(out, torch.arange(11.0) * 2)
+
+
+@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+@pytest.mark.parametrize("setting", ["float32", "autocast-bf16", "bf16-model", "fp16-model"])
+def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(kernel, setting, monkeypatch):
+    """Under autocast bf16 (`--bf16`) and for a model cast to bf16 / fp16 the head's products run in that dtype (no
+    float32 copy of the weight); the loss (float32) is within 2% of float32 and each gradient is in its input's
+    dtype."""
+    from hf_heads.losses import fused_linear
+
+    monkeypatch.setenv(KERNEL_ENV, kernel)
+    seen = []
+    raw = fused_linear._raw_logits
+    monkeypatch.setattr(fused_linear, "_raw_logits", lambda h, w, b: seen.append((h.dtype, w.dtype)) or raw(h, w, b))
+    g = torch.Generator().manual_seed(0)
+    h32, w32 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
+    b32, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)
+    half = {"float32": torch.float32, "autocast-bf16": torch.float32, "bf16-model": torch.bfloat16}
+    dtype = half.get(setting, torch.float16)
+    h, w, b = (x.to(dtype).requires_grad_() for x in (h32, w32, b32))
+    seen.clear()
+    if setting == "autocast-bf16":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, label_smoothing=0.1)
+    else:
+        loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, label_smoothing=0.1)
+    loss.backward()
+    product = {"float32": torch.float32, "autocast-bf16": torch.bfloat16}.get(setting, dtype)
+    assert seen and all(s == (product, product) for s in seen)
+    assert loss.dtype == torch.float32
+    smoothed = fused_linear_cross_entropy(h32, w32, b32, y, chunk_size=16, label_smoothing=0.1)
+    assert abs(loss.item() - smoothed.item()) <= 0.02 * smoothed.item()
+    assert h.grad.dtype == w.grad.dtype == b.grad.dtype == dtype
+    assert all(torch.isfinite(x.grad).all() for x in (h, w, b))

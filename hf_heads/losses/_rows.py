@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -35,18 +36,41 @@ def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+_OUTER = threading.local()  # the autocast dtype `autocast_off` switched off, for `gemm_dtype`
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
 def autocast_off(fn: F) -> F:
-    """Run `fn` with autocast disabled on the device of its first tensor argument (a no-op outside autocast)."""
+    """Run `fn` with autocast disabled on the device of its first tensor argument (a no-op outside autocast). The
+    dtype autocast had is kept for `gemm_dtype` while `fn` runs."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
         if first is None or not torch.is_autocast_enabled(first.device.type):
             return fn(*args, **kwargs)
-        with torch.autocast(first.device.type, enabled=False):
-            return fn(*args, **kwargs)
+        previous, _OUTER.dtype = getattr(_OUTER, "dtype", None), torch.get_autocast_dtype(first.device.type)
+        try:
+            with torch.autocast(first.device.type, enabled=False):
+                return fn(*args, **kwargs)
+        finally:
+            _OUTER.dtype = previous
 
     return wrapper  # type: ignore[return-value]
+
+
+def gemm_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """The dtype of an output layer's matrix products: float64 when an input is float64 (gradcheck); else the
+    autocast dtype the loss was called under (`--bf16` / `--fp16`), else a half dtype of the inputs (a model cast to
+    bfloat16), else float32. Products in a half dtype accumulate in float32 (cuBLAS / oneDNN); the softmax and margin
+    math after them stays in float32."""
+    dtypes = {t.dtype for t in tensors if t is not None}
+    if torch.float64 in dtypes:
+        return torch.float64
+    outer = getattr(_OUTER, "dtype", None)
+    if outer in HALF_DTYPES:
+        return outer
+    return next((d for d in HALF_DTYPES if d in dtypes), torch.float32)
 
 
 def valid_rows(
@@ -77,15 +101,20 @@ def linear_rows(
     target: torch.Tensor,
     ignore_index: int,
     reduction: str,
+    keep_dtype: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """The checked inputs of an output layer's loss: (h (N, H), weight (C, H), bias (C,), y (N,), valid (N,)),
-    the rows as in `valid_rows` and the tensors in the compute dtype of `hidden`; refuses an unknown reduction
-    and a label outside [0, C)."""
+    the rows as in `valid_rows` and the tensors in the compute dtype of `hidden` (`keep_dtype`: h and weight as
+    given, for a loss that casts them to `gemm_dtype` itself; the bias in the compute dtype); refuses an unknown
+    reduction and a label outside [0, C)."""
     check_reduction(reduction)
     h, y, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y, weight.shape[0], ignore_index)
     compute = compute_dtype(h)
-    return h.to(compute), weight.to(compute), None if bias is None else bias.to(compute), y, valid
+    b = None if bias is None else bias.to(compute)
+    if keep_dtype:
+        return h, weight, b, y, valid
+    return h.to(compute), weight.to(compute), b, y, valid
 
 
 def check_reduction(reduction: str) -> None:

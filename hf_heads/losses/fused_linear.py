@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_heads.losses._rows import autocast_off, linear_rows, mean_divisor, reduce_rows
+from hf_heads.losses._rows import autocast_off, compute_dtype, gemm_dtype, linear_rows, mean_divisor, reduce_rows
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 from hf_heads.losses.chunks import (
     ChunkKernel,
@@ -66,6 +66,29 @@ def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
     return 1.0 - (z / softcap).square()
 
 
+def _raw_logits(h, w, b) -> torch.Tensor:
+    """h wᵀ + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then float32
+    (float64 for float64 inputs) for the softmax math, the bias added there."""
+    z = h @ w.T
+    z = z.to(torch.promote_types(z.dtype, torch.float32))
+    if b is not None:
+        z += b
+    return z
+
+
+def _linear_grads(grad_z: torch.Tensor, h, w, grads: Grads) -> None:
+    """d h (n, H) = d z · w into `grads.h`, d w += d zᵀ · h and d b += Σ_rows d z, the products in the dtype of h and
+    w (d z rounded to it once), the accumulators in float32."""
+    g = grad_z if grad_z.dtype == w.dtype else grad_z.to(w.dtype)  # (n, V)
+    torch.mm(g, w, out=grads.h)  # (n, H), written in place
+    if grads.w.dtype == g.dtype:
+        grads.w.addmm_(g.T, h)  # (V, H) accumulated without a temporary
+    else:
+        grads.w.add_(g.T @ h)  # a half-precision (V, H) product added to the float32 accumulator
+    if grads.b is not None:
+        grads.b.add_(grad_z.sum(0))
+
+
 @register_kernel
 class EagerKernel(ChunkKernel):
     """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the gradient in place."""
@@ -76,9 +99,7 @@ class EagerKernel(ChunkKernel):
     def logits(h, w, b, y, t, opts: ChunkOptions):
         """z (n, V) (the target's replaced, soft-capped), rows (n,), the top-k values / columns (n, k) or None, the
         log-sum-exp (n,), the losses (n,) and the target logits (n,)."""
-        z = h @ w.T  # (n, V), float32 or float64 (the caller upcasts half precision)
-        if b is not None:
-            z += b
+        z = _raw_logits(h, w, b)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
         if t is not None:
             z[rows, y] = t
@@ -127,10 +148,7 @@ class EagerKernel(ChunkKernel):
         if grads.t is not None:
             grads.t.copy_(grad_z[rows, y])  # (n,)
             grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-        torch.mm(grad_z, w, out=grads.h)  # (n, H), written in place
-        grads.w.addmm_(grad_z.T, h)  # (V, H) accumulated without a temporary
-        if grads.b is not None:
-            grads.b.add_(grad_z.sum(0))
+        _linear_grads(grad_z, h, w, grads)
         return loss
 
     def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
@@ -146,7 +164,7 @@ class EagerKernel(ChunkKernel):
         if opts.softcap is not None:
             coef = coef * _capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
         coef = coef * row_weight.to(coef.dtype)[:, None]
-        torch.bmm(coef[:, None, :], w[cols], out=grads.h[:, None, :])  # (n, 1, H)
+        torch.bmm(coef[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
         grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
@@ -199,47 +217,47 @@ class CompiledKernel(EagerKernel):
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
-        z = h @ w.T  # (n, V)
-        if b is not None:
-            z += b
+        z = _raw_logits(h, w, b)  # (n, V)
         loss, grad_z, grad_t = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap
         )
         if grads.t is not None:
             grads.t.copy_(grad_t)
-        torch.mm(grad_z, w, out=grads.h)  # (n, H)
-        grads.w.addmm_(grad_z.T, h)  # (V, H)
-        if grads.b is not None:
-            grads.b.add_(grad_z.sum(0))
+        _linear_grads(grad_z, h, w, grads)
         return loss
 
 
 @autocast_off
-def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, row_weight=None, kernel: ChunkKernel | None = None):
+def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None):
     """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t) of
-    Σ_i row_weight_i · loss_i, chunk by chunk through the chunk engine; without it the loss alone (one matmul per
-    chunk)."""
-    kernel = kernel or chunk_kernel()
+    Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t, chunk by chunk through the chunk engine; without it the
+    loss alone (one matmul per chunk). The products run in `gemm` (h and w cast to it once per call)."""
+    kernel = chunk_kernel()
+    h_g, w_g = h.to(gemm), w.to(gemm)
     if row_weight is None:
-        return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w, b, y_, t_, opts), (h, y, t), (), chunk_size), None
-    grad_h = torch.empty_like(h)
-    grad_t = None if t is None else torch.empty_like(h[:, 0])
-    grad_w, grad_b = torch.zeros_like(w), None if b is None else torch.zeros_like(b)
+        return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w_g, b, y_, t_, opts), (h_g, y, t), (), chunk_size), None
+    accumulate = torch.promote_types(gemm, torch.float32)
+    grad_h = torch.empty_like(h_g)
+    grad_t = None if t is None else torch.empty_like(t)
+    grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device)
+    grad_b = None if b is None else torch.zeros_like(b)
 
     def step(h_, y_, t_, weight_, gh, gt):
-        return kernel.loss_and_grads(h_, w, b, y_, t_, opts, weight_, Grads(gh, grad_w, grad_b, gt))
+        return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, Grads(gh, grad_w, grad_b, gt))
 
-    losses = map_chunks(step, (h, y, t, row_weight, grad_h, grad_t), (), chunk_size)
-    return losses, (grad_h, grad_w, grad_b, grad_t)
+    losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t), (), chunk_size)
+    return losses, (grad_h.to(h.dtype), grad_w.to(w.dtype), grad_b, grad_t)
 
 
 class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i weight · loss_i with all gradients computed in the forward pass."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, weight: float, opts: ChunkOptions, chunk_size):
-        row_weight = torch.full((h.shape[0],), weight, dtype=h.dtype, device=h.device)
-        losses, grads = _run(h, w, b, y, t, opts, chunk_size, row_weight)
+    def forward(ctx, h, w, b, t, y, weight: float, opts: ChunkOptions, chunk_size, gemm):
+        row_weight = torch.full(
+            (h.shape[0],), weight, dtype=torch.promote_types(h.dtype, torch.float32), device=h.device
+        )
+        losses, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight)
         ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
         ctx.has = [g is not None for g in grads]
         return losses.sum() * weight
@@ -248,25 +266,25 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     def backward(ctx, grad_out):
         saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
         grad_h, grad_w, grad_b, grad_t = saved
-        return grad_h, grad_w, grad_b, grad_t, None, None, None, None
+        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None
 
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses; the backward pass recomputes each chunk weighted by the incoming gradient."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, opts: ChunkOptions, chunk_size):
+    def forward(ctx, h, w, b, t, y, opts: ChunkOptions, chunk_size, gemm):
         with torch.no_grad():
-            losses, _ = _run(h, w, b, y, t, opts, chunk_size)
+            losses, _ = _run(h, w, b, y, t, opts, chunk_size, gemm)
         ctx.save_for_backward(h, w, b, t, y)
-        ctx.opts = (opts, chunk_size)
+        ctx.opts = (opts, chunk_size, gemm)
         return losses
 
     @staticmethod
     def backward(ctx, grad_out):
         h, w, b, t, y = ctx.saved_tensors
         _, grads = _run(h, w, b, y, t, *ctx.opts, row_weight=grad_out)
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
 
 @autocast_off
@@ -312,16 +330,17 @@ def fused_linear_cross_entropy(
         check_transform(logit_scale, None, "logit_scale")
         logit_multiplier = logit_scale
     check_transform(logit_multiplier, softcap)
-    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
+    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
+    gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
     if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
         h, b = h * logit_multiplier, None if b is None else b * logit_multiplier
-    t = None if target_logit is None else target_logit.reshape(-1).to(h.dtype)
+    t = None if target_logit is None else target_logit.reshape(-1).to(compute)
     if not bool(valid.all()):
         h, y, t = h[valid], y[valid], None if t is None else t[valid]
     chunk = chunk_size or default_chunk_size(h.shape[0], w.shape[0])
     opts = ChunkOptions(top_k, label_smoothing, softcap)
     if reduction == "none":
-        rows = _FusedLinearCERows.apply(h, w, b, t, y, opts, chunk)
+        rows = _FusedLinearCERows.apply(h, w, b, t, y, opts, chunk, gemm)
         return reduce_rows(rows, valid, valid.shape, "none")
     scale = 1.0 if reduction == "sum" else 1.0 / float(mean_divisor(num_items_in_batch, y.numel()))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
@@ -329,6 +348,6 @@ def fused_linear_cross_entropy(
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_chunk_size(h.shape[0], w.shape[0], chunk)
-        losses, _ = _run(h, w, b, y, t, opts, eval_chunk)
+        losses, _ = _run(h, w, b, y, t, opts, eval_chunk, gemm)
         return losses.sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk)
+    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk, gemm)
