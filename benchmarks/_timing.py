@@ -119,8 +119,20 @@ def bench_parser(doc: str, *, tokens: int = 4096, vocab: int | list[int] = 50_00
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1, help="run every method in turn this many times")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--autocast", choices=["bf16", "fp16"], default=None, help="run every method under torch.autocast (--bf16)"
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     return parser
+
+
+def autocast(device: str, name: str | None):
+    """The `torch.autocast` context of `--autocast` (a null context without it)."""
+    import contextlib
+
+    if name is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.split(":")[0], dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[name])
 
 
 def device_line(device: str) -> str:

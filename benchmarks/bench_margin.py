@@ -21,7 +21,7 @@ import os
 
 import torch
 import torch.nn.functional as F
-from _timing import bench_parser, device_line, interleaved, measure, seconds_cell
+from _timing import autocast, bench_parser, device_line, interleaved, measure, seconds_cell
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
 from hf_heads.losses.chunks import KERNEL_ENV
@@ -56,7 +56,7 @@ METHODS = {
 }
 
 
-def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
+def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
     kind, opts, _ = METHODS[method]
     opts = dict(opts)
     os.environ[KERNEL_ENV] = opts.pop("kernel", "eager")  # the chunk kernel (hf_heads.losses.chunks)
@@ -71,30 +71,38 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
         t.grad = torch.zeros_like(t)
 
     def step():
-        if kind == "naive":
-            loss = F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
-        elif kind == "torch":
-            loss = F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
-        else:
-            loss = margin_cross_entropy(h, w, b, y, **kw)
+        with autocast(device, amp):
+            loss = forward()
         loss.backward()
         return loss
+
+    def forward():
+        if kind == "naive":
+            return F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
+        if kind == "torch":
+            return F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
+        return margin_cross_entropy(h, w, b, y, **kw)
 
     return {"method": method, **measure(step, device, repeats)}
 
 
 def main() -> None:
     parser = bench_parser(__doc__, vocab=[50_000, 200_000])
+    parser.add_argument("--methods", nargs="+", default=None, help="only the rows whose names start with these")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
-        print(json.dumps(run_one(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats)))
+        row = run_one(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats, args.autocast)
+        print(json.dumps(row))
         return
-    print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, float32")
+    precision = f"autocast {args.autocast}" if args.autocast else "float32"
+    print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, {precision}")
     print(device_line(args.device))
     for vocab in args.vocab:
         methods = [m for m in METHODS if METHODS[m][0] != "torch" or hasattr(F, "linear_cross_entropy")]
+        if args.methods:
+            methods = [m for m in methods if any(m.startswith(prefix) for prefix in args.methods)]
         options = dict(
             tokens=args.tokens,
             hidden=args.hidden,
@@ -102,6 +110,7 @@ def main() -> None:
             device=args.device,
             repeats=args.repeats,
             threads=args.threads,
+            autocast=args.autocast,
         )
         by_name = {r["method"]: r for r in interleaved(__file__, methods, options, args.rounds)}
         print(f"\nV={vocab:,}\n")
@@ -114,12 +123,13 @@ def main() -> None:
         for name in methods:
             r, naive = by_name[name], METHODS[name][2]
             vs_naive = "—"
-            if naive is not None:
+            if naive is not None and naive in by_name:
                 ref = by_name[naive]
                 vs_naive = f"{r['seconds'] / ref['seconds']:.2f}× | {r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×"
             else:
                 vs_naive = "— | —"
-            vs_softmax = f"{r['seconds'] / by_name[SOFTMAX]['seconds']:.2f}×" if METHODS[name][0] == "ours" else "—"
+            ours = METHODS[name][0] == "ours" and SOFTMAX in by_name
+            vs_softmax = f"{r['seconds'] / by_name[SOFTMAX]['seconds']:.2f}×" if ours else "—"
             print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {vs_naive} | {vs_softmax} |")
 
 
