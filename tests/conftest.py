@@ -22,9 +22,9 @@ torch.set_num_threads(min(int(THREADS), torch.get_num_threads()))
 
 
 def tiny_gpt2_config(vocab_size: int = 61, **kw) -> GPT2Config:
-    return GPT2Config(
-        n_embd=32, n_layer=2, n_head=2, vocab_size=vocab_size, n_positions=64, bos_token_id=2, eos_token_id=3, **kw
-    )
+    """The tests' tiny GPT-2 (every tiny backbone of the tests is built here); `kw` overrides any field."""
+    fields = dict(n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=2, eos_token_id=3)
+    return GPT2Config(vocab_size=vocab_size, **{**fields, **kw})
 
 
 def tiny_llama_config(vocab_size: int = 61, **kw) -> LlamaConfig:

@@ -5,7 +5,7 @@ export without hf_heads of every family: tests/test_contract.py)."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config
+from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config
 from transformers import BartForConditionalGeneration, GPT2Config
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM, HeadsForSequenceClassification
@@ -105,7 +105,7 @@ def _clf_config(kind: str, family: str, pooling: str = "auto") -> HeadsConfig:
     if kind == "bert":
         backbone = tiny_bert_config(V)
     else:
-        backbone = GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64, pad_token_id=1)
+        backbone = tiny_gpt2_config(V, n_layer=1, pad_token_id=1)
     head = dict(FAMILIES[family], num_samples=3) if family == "sampled" else FAMILIES[family]
     return HeadsConfig(
         backbone=backbone, head=head, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}, pooling=pooling

@@ -4,6 +4,7 @@ import importlib
 import sys
 
 import pytest
+from conftest import tiny_gpt2_config
 
 
 def _import_fresh(name: str, monkeypatch):
@@ -46,13 +47,12 @@ def test_card_tables_moved_to_the_cli_package():
 def test_write_model_card_still_reads_a_run_script_model_name(name, tmp_path):
     """`base_model="tiny-gpt2"` (or `"minilm"`) without `built_from_config` writes the card the run scripts write for
     that name (`hf_heads.cli.backbones.card_base_model`), with a FutureWarning."""
-    from transformers import GPT2Config
 
     from hf_heads import HeadsConfig, HeadsForCausalLM
     from hf_heads.cli.backbones import card_base_model
     from hf_heads.training import HeadsTrainingArguments, write_model_card
 
-    backbone = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50).to_dict()
+    backbone = tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict()
     model = HeadsForCausalLM(HeadsConfig(backbone=backbone, head={"family": "softmax"}))
     args = HeadsTrainingArguments(output_dir=str(tmp_path / "args"), report_to="none")
     card = dict(model=model, dataset="d", metrics={}, training_args=args)

@@ -4,7 +4,7 @@ saved, reloaded and generating the same tokens."""
 
 import pytest
 import torch
-from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_llama_config
+from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
@@ -68,9 +68,8 @@ def test_default_lora_config_targets_the_backbones_default_modules(task, build, 
 
 
 def test_backbone_without_a_peft_default_is_refused_by_name():
-    from transformers import GPT2Config
 
-    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=V)
+    config = tiny_gpt2_config(V, n_layer=1)
     config.model_type = "not-in-peft"
     model = HeadsForCausalLM(HeadsConfig(backbone=config.to_dict() | {"model_type": "gpt2"}))
     model.config.backbone = {"model_type": "not-in-peft"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import GPT2Config
+from conftest import tiny_gpt2_config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, make_head
@@ -55,11 +55,11 @@ def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
     registry; nothing else is edited."""
     with pytest.raises(ValueError, match=r"head.temperature=0 must be > 0"):
         HeadsConfig(
-            backbone=GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50).to_dict(),
+            backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(),
             head={"family": "temperature", "temperature": 0},
         )
     config = HeadsConfig(
-        backbone=GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50).to_dict(),
+        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(),
         head={"family": "temperature", "temperature": 2.0},
     )
     model = HeadsForCausalLM(config).eval()
