@@ -112,7 +112,9 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     monkeypatch.setenv(KERNEL_ENV, kernel)
     seen = []
     raw = fused_linear._raw_logits
-    monkeypatch.setattr(fused_linear, "_raw_logits", lambda h, w, b: seen.append((h.dtype, w.dtype)) or raw(h, w, b))
+    monkeypatch.setattr(
+        fused_linear, "_raw_logits", lambda h, w, b, out=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out)
+    )
     g = torch.Generator().manual_seed(0)
     h32, w32 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
     b32, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)

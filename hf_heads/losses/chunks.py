@@ -90,13 +90,15 @@ class ChunkOptions(NamedTuple):
 
 
 class Grads(NamedTuple):
-    """Gradient buffers a kernel writes into: d h and d t row by row (the chunk's rows), d w and d b accumulated
-    over chunks."""
+    """Buffers a kernel writes into: d h and d t row by row (the chunk's rows), d w and d b accumulated over chunks,
+    and `logits`, a (rows, V) workspace the kernel may compute the chunk's logits and their gradient in (one
+    allocation for every chunk of the call), or None."""
 
     h: torch.Tensor  # (n, H)
     w: torch.Tensor  # (V, H)
     b: torch.Tensor | None  # (V,)
     t: torch.Tensor | None  # (n,)
+    logits: torch.Tensor | None = None  # (n, V)
 
 
 class ChunkKernel:

@@ -66,11 +66,15 @@ def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
     return 1.0 - (z / softcap).square()
 
 
-def _raw_logits(h, w, b) -> torch.Tensor:
+def _raw_logits(h, w, b, out: torch.Tensor | None = None) -> torch.Tensor:
     """h wᵀ + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then float32
-    (float64 for float64 inputs) for the softmax math, the bias added there."""
-    z = h @ w.T
-    z = z.to(torch.promote_types(z.dtype, torch.float32))
+    (float64 for float64 inputs) for the softmax math, the bias added there. `out`: a (n, V) buffer of that dtype to
+    write into (used when h and w have its dtype)."""
+    if out is not None and h.dtype == w.dtype == out.dtype:
+        z = torch.mm(h, w.T, out=out)
+    else:
+        z = h @ w.T
+        z = z.to(torch.promote_types(z.dtype, torch.float32))
     if b is not None:
         z += b
     return z
@@ -96,10 +100,10 @@ class EagerKernel(ChunkKernel):
     name = "eager"
 
     @staticmethod
-    def logits(h, w, b, y, t, opts: ChunkOptions):
-        """z (n, V) (the target's replaced, soft-capped), rows (n,), the top-k values / columns (n, k) or None, the
-        log-sum-exp (n,), the losses (n,) and the target logits (n,)."""
-        z = _raw_logits(h, w, b)  # (n, V) float32 (float64 for float64 inputs)
+    def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None):
+        """z (n, V) (the target's replaced, soft-capped; in `out` when given), rows (n,), the top-k values / columns
+        (n, k) or None, the log-sum-exp (n,), the losses (n,) and the target logits (n,)."""
+        z = _raw_logits(h, w, b, out)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
         if t is not None:
             z[rows, y] = t
@@ -127,12 +131,12 @@ class EagerKernel(ChunkKernel):
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
-        z, rows, vals, idx, lse, loss, _ = self.logits(h, w, b, y, t, opts)
+        z, rows, vals, idx, lse, loss, _ = self.logits(h, w, b, y, t, opts, grads.logits)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
         # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
         if idx is None:
-            grad_z = torch.exp(z.sub_(lse[:, None]))  # (n, V)
+            grad_z = z.sub_(lse[:, None]).exp_()  # (n, V), over the logits buffer
         else:
             grad_z = torch.zeros_like(z)
             grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]))
@@ -154,7 +158,7 @@ class EagerKernel(ChunkKernel):
     def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
         gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
-        _, _, vals, idx, lse, loss, target_z = self.logits(h, w, b, y, t, opts)
+        _, _, vals, idx, lse, loss, target_z = self.logits(h, w, b, y, t, opts, grads.logits)
         smooth, top_k = opts.label_smoothing, opts.top_k
         coef = torch.exp(vals - lse[:, None])  # (n, k)
         if smooth:
@@ -217,7 +221,7 @@ class CompiledKernel(EagerKernel):
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
-        z = _raw_logits(h, w, b)  # (n, V)
+        z = _raw_logits(h, w, b, grads.logits)  # (n, V)
         loss, grad_z, grad_t = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap
         )
@@ -242,8 +246,11 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device)
     grad_b = None if b is None else torch.zeros_like(b)
 
+    workspace = torch.empty(min(chunk_size, h.shape[0]), w.shape[0], dtype=accumulate, device=h.device)
+
     def step(h_, y_, t_, weight_, gh, gt):
-        return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, Grads(gh, grad_w, grad_b, gt))
+        grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]])
+        return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, grads)
 
     losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t), (), chunk_size)
     return losses, (grad_h.to(h.dtype), grad_w.to(w.dtype), grad_b, grad_t)
