@@ -80,17 +80,21 @@ def _raw_logits(h, w, b, out: torch.Tensor | None = None) -> torch.Tensor:
     return z
 
 
-def _linear_grads(grad_z: torch.Tensor, h, w, grads: Grads) -> None:
-    """d h (n, H) = d z · w into `grads.h`, d w += d zᵀ · h and d b += Σ_rows d z, the products in the dtype of h and
-    w (d z rounded to it once), the accumulators in float32."""
+def _linear_grads(grad_z: torch.Tensor, h, w, grads: Grads, row_weight: torch.Tensor | None = None) -> None:
+    """d h (n, H) = diag(r) d z · w into `grads.h`, d w += d zᵀ · diag(r) h and d b += rᵀ d z for the row weights r
+    (n,) (None: already in d z), so the weights scale (n, H) blocks and never the (n, V) one; the products in the
+    dtype of h and w (d z rounded to it once), the accumulators in float32."""
     g = grad_z if grad_z.dtype == w.dtype else grad_z.to(w.dtype)  # (n, V)
     torch.mm(g, w, out=grads.h)  # (n, H), written in place
+    if row_weight is not None:
+        grads.h.mul_(row_weight.to(grads.h.dtype)[:, None])
+        h = h * row_weight.to(h.dtype)[:, None]  # (n, H)
     if grads.w.dtype == g.dtype:
         grads.w.addmm_(g.T, h)  # (V, H) accumulated without a temporary
     else:
         grads.w.add_(g.T @ h)  # a half-precision (V, H) product added to the float32 accumulator
     if grads.b is not None:
-        grads.b.add_(grad_z.sum(0))
+        grads.b.add_(grad_z.sum(0) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z)
 
 
 @register_kernel
@@ -148,11 +152,10 @@ class EagerKernel(ChunkKernel):
         grad_z[rows, y] -= 1.0 - smooth
         if slope is not None:
             grad_z *= slope
-        grad_z *= row_weight.to(z.dtype)[:, None]
         if grads.t is not None:
-            grads.t.copy_(grad_z[rows, y])  # (n,)
+            grads.t.copy_(grad_z[rows, y] * row_weight.to(z.dtype))  # (n,)
             grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-        _linear_grads(grad_z, h, w, grads)
+        _linear_grads(grad_z, h, w, grads, row_weight)  # the row weights applied to (n, H) blocks
         return loss
 
     def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
