@@ -4,9 +4,9 @@
     python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
     python benchmarks/bench_margin.py --vocab 50000 --device cuda
 
-"compiled kernel" rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its
-one-off compilation is in the warm-up call, its compiler's memory in the peak). Each method runs in a fresh
-process; with `--rounds R` the methods run in turn R times (so a slow spell of a
+"three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). "compiled kernel"
+rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off compilation is in
+the warm-up call, its compiler's memory in the peak). Each method runs in a fresh process; with `--rounds R` the methods run in turn R times (so a slow spell of a
 noisy machine is shared by all of them) and each row reports the median, min and max over all its timed calls.
 Peak memory is what the loss adds on top of its inputs
 (hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
@@ -32,6 +32,7 @@ SOFTMAX = "hf_heads softmax"
 # name: (implementation, margin options, the naive row it is compared with)
 METHODS = {
     "naive logits, softmax": ("naive", {}, "naive logits, softmax"),
+    "three matmuls alone (the floor)": ("floor", {}, "naive logits, softmax"),
     "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
     SOFTMAX: ("ours", {}, "naive logits, softmax"),
     "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, "naive logits, softmax"),
@@ -75,6 +76,17 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
             loss = forward()
         loss.backward()
         return loss
+
+    if kind == "floor":  # h Wᵀ, then d h = G W and d W = Gᵀ h with G the logits' size: what any exact method does
+
+        def step():
+            with autocast(device, amp):
+                z = h.detach() @ w.detach().T  # (N, V)
+                h.grad.copy_(z @ w.detach())
+                w.grad.copy_(z.T @ h.detach())
+            return z
+
+        return {"method": method, **measure(step, device, repeats)}
 
     def forward():
         if kind == "naive":
