@@ -6,8 +6,9 @@
 
 "three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). "compiled kernel"
 rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off compilation is in
-the warm-up call, its compiler's memory in the peak). Each method runs in a fresh process; with `--rounds R` the methods run in turn R times (so a slow spell of a
-noisy machine is shared by all of them) and each row reports the median, min and max over all its timed calls.
+the warm-up call, its compiler's memory in the peak). Each method runs in a fresh process; with `--rounds R` the
+methods run in turn R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the
+median, min and max over all its timed calls.
 Peak memory is what the loss adds on top of its inputs
 (hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
 the growth of the process's peak resident set (ru_maxrss) over the level after the inputs were
