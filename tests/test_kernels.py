@@ -135,3 +135,24 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     assert abs(loss.item() - smoothed.item()) <= 0.02 * smoothed.item()
     assert h.grad.dtype == w.grad.dtype == b.grad.dtype == dtype
     assert all(torch.isfinite(x.grad).all() for x in (h, w, b))
+
+
+def test_a_tensor_num_items_in_batch_is_never_read_on_the_host(monkeypatch):
+    """The Trainer passes `num_items_in_batch` as a tensor on the device: the mean divides by it as a tensor (no
+    `.item()` / `float()`, a host sync on a GPU), and the loss and gradients equal those of the same count as an
+    int."""
+    h, w, b, _, y = _data()
+    ref = fused_linear_cross_entropy(h, w, b, y, num_items_in_batch=25)
+    ref_grads = torch.autograd.grad(ref, (h, w, b))
+
+    def refuse(*args):
+        raise AssertionError("num_items_in_batch read on the host")
+
+    monkeypatch.setattr(torch.Tensor, "item", refuse)
+    monkeypatch.setattr(torch.Tensor, "__float__", refuse)
+    loss = fused_linear_cross_entropy(h, w, b, y, num_items_in_batch=torch.tensor(25))
+    grads = torch.autograd.grad(loss, (h, w, b))
+    monkeypatch.undo()
+    torch.testing.assert_close(loss, ref)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want)

@@ -263,10 +263,12 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i weight · loss_i with all gradients computed in the forward pass."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, weight: float, opts: ChunkOptions, chunk_size, gemm):
-        row_weight = torch.full(
-            (h.shape[0],), weight, dtype=torch.promote_types(h.dtype, torch.float32), device=h.device
-        )
+    def forward(ctx, h, w, b, t, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm):
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        if isinstance(weight, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
+            row_weight = weight.to(device=h.device, dtype=dtype).expand(h.shape[0])
+        else:
+            row_weight = torch.full((h.shape[0],), weight, dtype=dtype, device=h.device)
         losses, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight)
         ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
         ctx.has = [g is not None for g in grads]
@@ -352,7 +354,8 @@ def fused_linear_cross_entropy(
     if reduction == "none":
         rows = _FusedLinearCERows.apply(h, w, b, t, y, opts, chunk, gemm)
         return reduce_rows(rows, valid, valid.shape, "none")
-    scale = 1.0 if reduction == "sum" else 1.0 / float(mean_divisor(num_items_in_batch, y.numel()))
+    # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
+    scale = 1.0 if reduction == "sum" else 1.0 / mean_divisor(num_items_in_batch, y.numel(), h.device)
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
