@@ -1,6 +1,8 @@
 """Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
 
-- `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares)
+- `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
+  (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled)
+- `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares) and its kernels
 - `scorer`: the scorer of eq. 13 (margin paper) every margin and sampled loss runs: one frozen `Scorer` (the margin,
   word/context norm scaling f, g: eqs. 9-12, the warm-start gain, the checkpoint's output transform) and one
   registered `Margin` class per margin type (φ of eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`)
@@ -17,6 +19,7 @@ Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks
 (argument checks raising `OptionError`, which names the field, the value and what is allowed).
 """
 
+from hf_heads.losses.chunks import CHUNK_KERNELS, ChunkKernel, chunk_kernel, map_chunks, register_kernel
 from hf_heads.losses.continuous import (
     NEGATIVES,
     CosineSoftmaxLoss,
@@ -76,6 +79,11 @@ from hf_heads.validation import OptionError
 
 __all__ = [
     "OptionError",
+    "CHUNK_KERNELS",
+    "ChunkKernel",
+    "chunk_kernel",
+    "map_chunks",
+    "register_kernel",
     "NEGATIVES",
     "CosineSoftmaxLoss",
     "InBatchSoftmaxLoss",
