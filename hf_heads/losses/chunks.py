@@ -114,9 +114,12 @@ class ChunkKernel:
     name: ClassVar[str] = ""
 
     def loss(self, h, w, b, y, t, opts: ChunkOptions) -> torch.Tensor:
+        """The chunk's losses (n,), without gradient (evaluation)."""
         raise NotImplementedError
 
     def loss_and_grads(self, h, w, b, y, t, opts: ChunkOptions, row_weight: torch.Tensor, grads: Grads):
+        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i) / d(h, w, b, t) to `grads` (d h and d t written
+        for the chunk's rows, d w and d b accumulated)."""
         raise NotImplementedError
 
 
