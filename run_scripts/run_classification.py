@@ -21,8 +21,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-import transformers
-from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
+from transformers import AutoTokenizer, DataCollatorWithPadding
 
 from hf_heads import HeadsConfig, HeadsForSequenceClassification
 from hf_heads.cli.backbones import (
@@ -33,7 +32,7 @@ from hf_heads.cli.backbones import (
     tiny_backbone_config,
 )
 from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model, main_wrapper
-from hf_heads.cli.resume import check_output_dir, load_trained, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.resume import load_trained, saved_head
 from hf_heads.cli.runs import (
     RunArguments,
     check_vocab,
@@ -41,6 +40,7 @@ from hf_heads.cli.runs import (
     finish_run,
     load_local_files,
     parse_args,
+    start_run,
     train_block,
     truncate_splits,
 )
@@ -187,17 +187,7 @@ def main() -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsTrainingArguments)
     )
-    head = resolve_head(
-        model_args.model_name_or_path,
-        training_args.head_config(),
-        training_args.head_flags_given(),
-        run_args.change_head,
-    )
-    check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
-    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    transformers.utils.logging.set_verbosity_warning()
-    set_seed(training_args.seed)
+    head, checkpoint = start_run(model_args, run_args, training_args)
 
     raw, names = load_raw(data_args)
     raw = truncate_splits(raw, data_args.max_train_samples, data_args.max_eval_samples, data_args.max_predict_samples)

@@ -1,20 +1,24 @@
-"""The steps every run script shares around its own task code: the arguments (`RunArguments`, `parse_args`), local
+"""The steps every run script shares around its own task code: the arguments (`RunArguments`, `parse_args`), the start
+of a run (`start_run`: its head, output directory, checkpoint, logging and seed), local
 files and split limits, word counts for an evaluation-only run, the vocabulary check, the train block, and the
 end-of-run artefacts (`finish_run`: loss plot, model card, run summary, Hub export, push)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-from transformers import HfArgumentParser
+import transformers
+from transformers import HfArgumentParser, set_seed
 
 from hf_heads.cli.backbones import card_base_model
 from hf_heads.cli.errors import UsageError
+from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head
 from hf_heads.training import label_counts, plot_loss_curves, write_model_card
 
 
@@ -59,6 +63,23 @@ def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
     if unknown:
         raise UsageError(f"unknown arguments: {' '.join(unknown)}")
     return tuple(outs)
+
+
+def start_run(model_args, run_args: RunArguments, training_args) -> tuple[dict, str | None]:
+    """(head section, checkpoint to resume from or None) of a run, after the checks every script makes first: the head
+    (`resolve_head`, `--change_head`), the output directory, the checkpoint's head; then logging and the seed."""
+    head = resolve_head(
+        model_args.model_name_or_path,
+        training_args.head_config(),
+        training_args.head_flags_given(),
+        run_args.change_head,
+    )
+    check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+    return head, checkpoint
 
 
 def load_local_files(train: str | None, validation: str | None, test: str | None = None, *, text: bool = False):

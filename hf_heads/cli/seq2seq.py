@@ -12,13 +12,12 @@ from pathlib import Path
 
 import datasets
 import torch
-import transformers
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, set_seed
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.cli.backbones import PACKAGED_MODELS, TINY_SEQ2SEQ, packaged_model_path, tiny_backbone_config
 from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model
-from hf_heads.cli.resume import check_output_dir, load_trained, resolve_checkpoint, resolve_head, saved_head
+from hf_heads.cli.resume import load_trained, saved_head
 from hf_heads.cli.runs import (
     RunArguments,
     check_vocab,
@@ -26,6 +25,7 @@ from hf_heads.cli.runs import (
     finish_run,
     load_local_files,
     parse_args,
+    start_run,
     train_block,
     truncate_splits,
 )
@@ -333,17 +333,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
     )
-    head = resolve_head(
-        model_args.model_name_or_path,
-        training_args.head_config(),
-        training_args.head_flags_given(),
-        run_args.change_head,
-    )
-    check_output_dir(training_args.output_dir, run_args.overwrite_output_dir, training_args.resume_from_checkpoint)
-    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, head)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    transformers.utils.logging.set_verbosity_warning()
-    set_seed(training_args.seed)
+    head, checkpoint = start_run(model_args, run_args, training_args)
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.max_target_length
     if not training_args.eval_accuracy_top_k:  # teacher-forced accuracy@k of --do_eval (Bhat et al. table 2)
