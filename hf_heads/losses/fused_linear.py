@@ -48,18 +48,6 @@ from hf_heads.losses.chunks import (
 )
 from hf_heads.losses.transforms import check_transform
 
-DEFAULT_CHUNK_ELEMENTS = 1 << 23  # logits per training chunk (32 MiB in float32): hf_heads.losses.chunks.CHUNK_BYTES
-
-
-def default_chunk_size(num_rows: int, num_classes: int) -> int:
-    """Rows per training chunk (hf_heads.losses.chunks.rows_per_chunk)."""
-    return rows_per_chunk(num_rows, num_classes)
-
-
-def eval_chunk_size(num_rows: int, num_classes: int, chunk: int) -> int:
-    """Rows per chunk of the loss alone (hf_heads.losses.chunks.eval_rows_per_chunk)."""
-    return eval_rows_per_chunk(num_rows, num_classes, chunk)
-
 
 def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
     """d cap·tanh(x / cap) / dx at the capped values z = cap·tanh(x / cap): 1 − (z / cap)²."""
@@ -327,7 +315,7 @@ def fused_linear_cross_entropy(
         top_k: log-sum-exp over each row's k largest logits only (sparse softmax), or None.
         label_smoothing: as in `F.cross_entropy` (over the top-k support when `top_k` is set).
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
-        chunk_size: rows per chunk (default: 2^23 logits per chunk).
+        chunk_size: rows per chunk (default: the chunk engine's budget, 32 MiB of float32 logits).
         logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
             taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
@@ -349,7 +337,7 @@ def fused_linear_cross_entropy(
     t = None if target_logit is None else target_logit.reshape(-1).to(compute)
     if not bool(valid.all()):
         h, y, t = h[valid], y[valid], None if t is None else t[valid]
-    chunk = chunk_size or default_chunk_size(h.shape[0], w.shape[0])
+    chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0])
     opts = ChunkOptions(top_k, label_smoothing, softcap)
     if reduction == "none":
         rows = _FusedLinearCERows.apply(h, w, b, t, y, opts, chunk, gemm)
@@ -360,7 +348,7 @@ def fused_linear_cross_entropy(
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
-        eval_chunk = chunk_size or eval_chunk_size(h.shape[0], w.shape[0], chunk)
+        eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
         losses, _ = _run(h, w, b, y, t, opts, eval_chunk, gemm)
         return losses.sum() * scale
     return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk, gemm)
