@@ -139,6 +139,26 @@ class HeadsPreTrainedModel(PreTrainedModel):
             _, stats = self.head(hidden, labels, statistics=True, compute_loss=False, **self._statistics_options)
             self._statistics.append(stats | {"mask": labels != -100})
 
+    def _head_forward(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor | None,
+        num_items_in_batch: int | torch.Tensor | None,
+        return_logits: bool,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The head's (loss, logits) for this forward's hidden states and labels (moved to the states' device), the
+        statistics recorded inside `statistics_recorded`."""
+        labels = None if labels is None else labels.to(hidden.device)
+        out = self.head(
+            hidden,
+            labels,
+            return_logits=return_logits,
+            num_items_in_batch=num_items_in_batch,
+            compute_loss=not self._loss_skipped,
+        )
+        self._record_statistics(hidden, labels)
+        return out
+
     def _wants_logits(self, labels) -> bool:
         return labels is None or not (self.training or self._skip_logits)
 

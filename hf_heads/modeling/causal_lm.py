@@ -254,15 +254,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             return token_loss_output(self.head, hidden, shift_labels, num_items_in_batch)
         loss = None
         if shift_labels is not None:
-            shift_labels = shift_labels.to(hidden.device)
-            loss, _ = self.head(
-                hidden,
-                shift_labels,
-                return_logits=False,
-                num_items_in_batch=num_items_in_batch,
-                compute_loss=not self._loss_skipped,
-            )
-            self._record_statistics(hidden, shift_labels)
+            loss, _ = self._head_forward(hidden, shift_labels, num_items_in_batch, return_logits=False)
         logits = None
         if self._wants_logits(shift_labels):
             keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep

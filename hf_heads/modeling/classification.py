@@ -243,15 +243,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
                 )
             pooled = pool(hidden, mask, self.pooling)
         pooled = self.dropout(pooled)
-        labels = None if labels is None else labels.to(pooled.device)
-        loss, logits = self.head(
-            pooled,
-            labels,
-            return_logits=self._wants_logits(labels),
-            num_items_in_batch=num_items_in_batch,
-            compute_loss=not self._loss_skipped,
-        )  # logits (B, C)
-        self._record_statistics(pooled, labels)
+        loss, logits = self._head_forward(pooled, labels, num_items_in_batch, self._wants_logits(labels))  # (B, C)
         return SequenceClassifierOutput(
             loss=loss,
             logits=logits,

@@ -288,15 +288,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H) decoder states
-        labels = None if labels is None else labels.to(hidden.device)
-        loss, logits = self.head(
-            hidden,
-            labels,
-            return_logits=self._wants_logits(labels),
-            num_items_in_batch=num_items_in_batch,
-            compute_loss=not self._loss_skipped,
-        )  # logits (B, T, V)
-        self._record_statistics(hidden, labels)
+        loss, logits = self._head_forward(hidden, labels, num_items_in_batch, self._wants_logits(labels))  # (B, T, V)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
