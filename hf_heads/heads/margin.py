@@ -159,30 +159,32 @@ class MarginHead(DiscreteHead):
         self._observe(hidden, labels, rows["ignore_index"])
         return self.criterion(hidden, labels, **rows)
 
+    def _scorer_arguments(self, training: bool) -> dict:
+        """The keyword arguments `scorer`, `word_counts` and `context_norm_value` of the losses and of
+        `margin_logits`: in training the scorer with its margin and max-norm's batch maximum, otherwise the scorer
+        without margin and the running maximum."""
+        return dict(
+            scorer=self.scorer(training),
+            word_counts=self.counts(),
+            context_norm_value=None if training else self.running_context_norm(),
+        )
+
     def criterion(self, hidden, labels, **rows) -> torch.Tensor:
         """The training criterion once the running statistics are updated: cross-entropy of eq. 13 with margin."""
-        return margin_cross_entropy(
-            hidden,
-            self.weight,
-            self.bias,
-            labels,
-            scorer=self.scorer(True),
-            word_counts=self.counts(),
-            chunk_size=self.options.chunk_size,
-            **rows,
-        )
+        return self._cross_entropy(hidden, labels, True, **rows)
 
     def eval_loss(self, hidden, labels, **rows):
         """NLL of the inference distribution (no margin; max-norm uses the running value)."""
+        return self._cross_entropy(hidden, labels, False, **rows)
+
+    def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
         return margin_cross_entropy(
             hidden,
             self.weight,
             self.bias,
             labels,
-            scorer=self.scorer(False),
-            word_counts=self.counts(),
-            context_norm_value=self.running_context_norm(),
             chunk_size=self.options.chunk_size,
+            **self._scorer_arguments(training),
             **rows,
         )
 
@@ -197,15 +199,7 @@ class MarginHead(DiscreteHead):
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:
         """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64)."""
         hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
-        out = margin_logits(
-            hidden,
-            self.weight,
-            self.bias,
-            None,
-            scorer=self.scorer(False),
-            word_counts=self.counts(),
-            context_norm_value=self.running_context_norm(),
-        )
+        out = margin_logits(hidden, self.weight, self.bias, None, **self._scorer_arguments(False))
         return out if out.dtype == torch.float64 else out.float()
 
     def posterior(self, scores: torch.Tensor) -> torch.Tensor:

@@ -155,8 +155,7 @@ class SampledHead(MarginHead):
             noise_probs=self.noise_probs(),
             remove_accidental_hits=o.remove_accidental_hits,
             chunk_size=o.chunk_size,
-            scorer=self.scorer(True),
-            word_counts=self.counts(),
+            **self._scorer_arguments(True),
             **rows,
         )
 
@@ -170,9 +169,7 @@ class SampledHead(MarginHead):
             **self.options.correction(),
             noise_probs=self.noise_probs(),
             chunk_size=self.options.chunk_size,
-            scorer=self.scorer(False),
-            word_counts=self.counts(),
-            context_norm_value=self.running_context_norm(),
+            **self._scorer_arguments(False),
             **rows,
         )
 
