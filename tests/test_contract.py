@@ -33,6 +33,7 @@ import torch.nn.functional as F
 import transformers
 from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from export_check import export_job, load_without_hf_heads
+from references import reference_margin_logits, reference_sampled_rows
 from torch import nn
 from transformers import GPT2Config
 
@@ -119,35 +120,9 @@ def _counts(num_classes: int) -> torch.Tensor:
 # ================================================================== naive references (dense, float64)
 
 
-def _margin_logits(o: dict, h, W, b, y, counts, g_value=None):
-    """Eq. 13-14 of the margin paper from the angles: l(c, i) = g(i) f(c) φ_c(cos θ) + b_c, with φ = cos except for
-    the target class when y is given (cos θ − m, cos(θ + m), or L-Softmax's ψ(θ) = (−1)^k cos(mθ) − 2k)."""
-    h_norm, w_norm = h.norm(dim=1), W.norm(dim=1)
-    cos = (h @ W.T) / (h_norm[:, None] * w_norm[None, :])
-    if o.get("scale") is not None:
-        g, f = torch.full_like(h_norm, o["scale"]), torch.ones_like(w_norm)
-    else:
-        g = h_norm
-        if o.get("context_norm", "no-mod") == "max-norm":
-            g = (h_norm.max() if g_value is None else torch.as_tensor(g_value, dtype=h.dtype)).expand_as(h_norm)
-        assert o.get("word_norm", "no-mod") in ("no-mod", "log-unigram")
-        f = w_norm if o.get("word_norm", "no-mod") == "no-mod" else torch.log(counts.clamp_min(1))
-    phi = cos
-    margin, m = o.get("margin", "none"), o.get("m", 0.0)
-    if y is not None and margin != "none":
-        rows = torch.arange(len(y))
-        c = cos[rows, y]
-        theta = torch.acos(c)
-        if margin == "cos":
-            target = c - m
-        elif margin == "arc":
-            target = torch.where(theta + m > math.pi, -2 - torch.cos(theta + m), torch.cos(theta + m))
-        else:
-            k = torch.floor(theta * m / math.pi).clamp(max=m - 1)
-            target = (1 - 2 * torch.remainder(k, 2)) * torch.cos(m * theta) - 2 * k
-        phi = cos.index_put((rows, y), target)
-    out = g[:, None] * f[None, :] * phi
-    return out if b is None else out + b
+def _margin_options(o: dict) -> dict:
+    """The margin options of a head section, as `reference_margin_logits` takes them."""
+    return {key: o[key] for key in ("margin", "m", "scale", "word_norm", "context_norm") if key in o}
 
 
 def _noise(o: dict, num_classes: int, counts) -> torch.Tensor:
@@ -161,49 +136,6 @@ def _noise(o: dict, num_classes: int, counts) -> torch.Tensor:
         return torch.log((rank + 2) / (rank + 1)) / math.log(num_classes + 1)
     probs = (counts + o.get("noise_add", 0.0)) ** o.get("noise_smoothing", 0.75)
     return probs / probs.sum()
-
-
-def _sampled_rows(o: dict, s, t, y, D_, samples):
-    """Per-row criteria of the sampling paper (the table of hf_heads.losses.sampled), one row and one sample at a
-    time: s (n, V) plain scores, t (n,) the target's score with the margin, K shared samples."""
-    criterion, method = o.get("criterion", "ce"), o.get("method", "full")
-    num_classes = s.shape[1]
-    rows = []
-    for i in range(s.shape[0]):
-        yi, ti = int(y[i]), t[i]
-        if method == "full":
-            others = s[i, [c for c in range(num_classes) if c != yi]]
-            if criterion == "ce":
-                rows.append(torch.logsumexp(torch.cat([ti[None], others]), 0) - ti)
-            elif criterion == "bce":  # eq. 3
-                rows.append(-torch.log(torch.sigmoid(ti)) - torch.log(1 - torch.sigmoid(others)).sum())
-            else:  # mse, eq. 1
-                rows.append((torch.sigmoid(ti) - 1) ** 2 + torch.sigmoid(others).pow(2).sum())
-            continue
-        K = len(samples)
-        kept = [int(c) for c in samples if not (o.get("remove_accidental_hits") and int(c) == yi)]
-        sk, log_kd, log_kd_y = s[i, kept], torch.log(K * D_[kept]), math.log(K * float(D_[yi]))
-        if criterion == "ce":  # the target among the candidates, with a sample's transform (eqs. 9, 13, 17, 21)
-            numerator = ti
-            if method == "mcs":
-                first, cands = ti, sk
-            elif method == "is":
-                first, cands = ti - log_kd_y, sk - log_kd
-            elif method == "cps":
-                alpha = math.log(num_classes / K)
-                first, cands = ti + alpha, sk + alpha
-            else:
-                first, cands = torch.sigmoid(ti - log_kd_y), torch.sigmoid(sk - log_kd)
-                numerator = first
-            rows.append(torch.logsumexp(torch.cat([first[None], cands]), 0) - numerator)
-        else:  # bce, eqs. 7, 11, 15, 19
-            if method == "nce":
-                rows.append(-torch.log(torch.sigmoid(ti - log_kd_y)) - torch.log(1 - torch.sigmoid(sk - log_kd)).sum())
-                continue
-            negatives = torch.log(1 - torch.sigmoid(sk))
-            weight = {"mcs": 1.0, "is": 1.0 / (K * D_[kept]), "cps": num_classes / K}[method]
-            rows.append(-torch.log(torch.sigmoid(ti)) - (weight * negatives).sum())
-    return torch.stack(rows)
 
 
 def _corrected_log_probs(o: dict, s, D_):
@@ -279,11 +211,13 @@ def _training_rows(case: Case, h, y, p, counts, table, draws):
         top = z.topk(o["k"], dim=1).values
         lse = top.logsumexp(1)
         return (1 - eps) * (lse - z.gather(1, y[:, None]).squeeze(1)) + eps * (lse - top.mean(1))
-    with_margin = _margin_logits(o, h, W, b, y, counts)
+    with_margin = reference_margin_logits(h, W, b, y, counts=counts, **_margin_options(o))
     if case.family == "margin":
         return F.cross_entropy(with_margin, y, reduction="none")
     target = with_margin.gather(1, y[:, None]).squeeze(1)
-    return _sampled_rows(o, _margin_logits(o, h, W, b, None, counts), target, y, _noise(o, W.shape[0], counts), draws)
+    plain = reference_margin_logits(h, W, b, None, counts=counts, **_margin_options(o))
+    sampled = {key: o[key] for key in ("criterion", "method", "remove_accidental_hits") if key in o}
+    return reference_sampled_rows(plain, target, y, draws, _noise(o, W.shape[0], counts), **sampled)
 
 
 def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws, running=None):
@@ -309,7 +243,9 @@ def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws, runn
         return rows, logits  # eq. 5 unsmoothed (not the NLL of the truncated distribution)
     if o.get("context_norm") == "max-norm" and running is None:
         running = h[valid].norm(dim=1).max()
-    logits = _margin_logits(o, h, W, b, None, counts, g_value=running)  # no margin at inference
+    logits = reference_margin_logits(  # no margin at inference
+        h, W, b, None, counts=counts, context_norm_value=running, **_margin_options(o)
+    )
     if case.family == "sampled":
         logits = _corrected_log_probs(o, logits, _noise(o, W.shape[0], counts))
     return -torch.log_softmax(logits[valid], -1).gather(1, y[valid, None]).squeeze(1), logits

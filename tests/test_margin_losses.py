@@ -8,6 +8,7 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
+from references import reference_margin_logits
 
 from hf_heads.data import frequency_rank
 from hf_heads.losses import (
@@ -28,54 +29,6 @@ from hf_heads.losses import noise as noise_module
 from hf_heads.losses._rows import frequency_ranks, reduce_rows, safe_exp, valid_rows
 
 N, H, V = 29, 6, 17
-
-
-def reference_logits(
-    h, W, b, y, margin="none", m=0.0, scale=None, word_norm="no-mod", context_norm="no-mod", counts=None,
-    gain=1.0, multiplier=1.0,
-):  # fmt: skip
-    """Eqs. 5-14 written out literally: θ from acos, ψ with its k, f and g by their definitions; `gain` multiplies
-    g, a checkpoint's output `multiplier` every logit (bias included)."""
-    hn, wn = h.norm(dim=1), W.norm(dim=1)
-    cos = (h @ W.T) / (hn[:, None] * wn[None, :])
-    if scale is not None:
-        g, f = torch.full_like(hn, scale), torch.ones_like(wn)
-    else:
-        g = hn if context_norm == "no-mod" else hn.max().expand_as(hn)
-        if word_norm == "no-mod":
-            f = wn
-        else:
-            c = counts.to(h.dtype)
-            amax, amin = int(c.argmax()), int(c.argmin())
-            rank = torch.empty(V, dtype=h.dtype)
-            rank[torch.sort(c, descending=True, stable=True).indices] = torch.arange(V, dtype=h.dtype)
-            if word_norm == "uniform":
-                f = wn[amax].expand(V)
-            elif word_norm == "log-rank":
-                v = (torch.exp(wn[amax]) - torch.exp(wn[amin])) / V  # eq. 11
-                f = torch.log(torch.exp(wn[amax]) - v * rank)
-            elif word_norm == "unigram":
-                u = (wn[amax] - wn[amin]) / c.max()  # eq. 12
-                f = wn[amin] + u * c
-            else:
-                f = torch.log(c.clamp_min(1))
-    g = g * gain
-    logits = g[:, None] * f[None, :] * cos + b
-    if y is None or margin == "none":
-        return logits * multiplier
-    rows = torch.arange(h.shape[0])
-    cy = cos[rows, y]
-    theta = torch.acos(cy.clamp(-1, 1))
-    if margin == "cos":
-        phi = cy - m
-    elif margin == "arc":
-        phi = torch.where(theta + m <= math.pi, torch.cos(theta + m), -2 - torch.cos(theta + m))
-    else:
-        k = torch.clamp(torch.floor(theta * m / math.pi), max=m - 1)
-        phi = (-1) ** k * torch.cos(m * theta) - 2 * k
-    logits = logits.clone()
-    logits[rows, y] = g * f[y] * phi + b[y]
-    return logits * multiplier
 
 
 OPTIONS = [
@@ -114,7 +67,7 @@ def _kw(opts, counts):
 @pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain")
 def test_logits_and_loss_match_reference(opts):
     h, W, b, y, counts = _inputs()
-    ref = reference_logits(h, W, b, y, counts=counts, **opts)
+    ref = reference_margin_logits(h, W, b, y, counts=counts, **opts)
     ours = margin_logits(h, W, b, y, **_kw(opts, counts))
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
     ref_loss = F.cross_entropy(ref, y)
@@ -125,7 +78,7 @@ def test_logits_and_loss_match_reference(opts):
     for a, c in zip(g_ours, g_ref, strict=False):
         torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
     no_margin = margin_logits(h, W, b, None, **_kw(opts, counts))
-    torch.testing.assert_close(no_margin, reference_logits(h, W, b, None, counts=counts, **opts))
+    torch.testing.assert_close(no_margin, reference_margin_logits(h, W, b, None, counts=counts, **opts))
 
 
 SPEC_OPTIONS = [
@@ -142,7 +95,7 @@ def test_gain_and_the_checkpoints_multiplier_match_reference(opts):
     h, W, b, y, counts = _inputs()
     spec = MarginSpec(**opts)
     ref_opts = {k: v for k, v in opts.items() if k != "logit_scale"}
-    ref = reference_logits(h, W, b, y, counts=counts, multiplier=opts.get("logit_scale", 1.0), **ref_opts)
+    ref = reference_margin_logits(h, W, b, y, counts=counts, multiplier=opts.get("logit_scale", 1.0), **ref_opts)
     wc = counts if opts.get("word_norm", "no-mod") != "no-mod" else None
     torch.testing.assert_close(margin_logits(h, W, b, y, spec=spec, word_counts=wc), ref, rtol=1e-10, atol=1e-10)
     ref_loss = F.cross_entropy(ref, y)
@@ -163,7 +116,9 @@ def test_arcface_past_pi_is_continued_monotonically(m):
     b = torch.zeros(2, dtype=torch.float64)
     assert bool((theta > math.pi - m).sum() >= 5)
     ours = margin_logits(h, W, b, y, margin="arc", m=m)[:, 0]  # (41,) = ‖h‖‖W_0‖·φ(θ)
-    torch.testing.assert_close(ours, reference_logits(h, W, b, y, margin="arc", m=m)[:, 0], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        ours, reference_margin_logits(h, W, b, y, margin="arc", m=m)[:, 0], rtol=1e-9, atol=1e-9
+    )
     assert bool((ours[1:] < ours[:-1]).all()), "φ must decrease over θ ∈ [0, π]"
 
 
@@ -187,7 +142,7 @@ def test_gradcheck_float64(opts):
 @pytest.mark.parametrize("opts", OPTIONS[:8], ids=str)
 def test_float32_matches_float64_reference(opts):
     h, W, b, y, counts = _inputs()
-    ref = F.cross_entropy(reference_logits(h, W, b, y, counts=counts, **opts), y)
+    ref = F.cross_entropy(reference_margin_logits(h, W, b, y, counts=counts, **opts), y)
     h32, W32, b32 = (t.detach().float().requires_grad_() for t in (h, W, b))
     loss = margin_cross_entropy(h32, W32, b32, y, **_kw(opts, counts.float()))
     assert loss.dtype == torch.float32

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from references import reference_sampled_rows
 
 from hf_heads.losses import (
     METHODS,
@@ -42,48 +43,12 @@ def _noise(vocab=13):
 
 
 def reference(h, w, b, y, criterion, method, samples, d, transform=lambda s: s):
-    """The paper's criteria written literally, one position at a time (mean over positions); `transform` maps the
-    scores (a checkpoint's output transform)."""
-    vocab, k = w.shape[0], len(samples)
-    alpha = vocab / k
-    total = 0.0
-    for n in range(h.shape[0]):
-        s = transform(torch.stack([h[n] @ w[c] + b[c] for c in range(vocab)]))
-        t = int(y[n])
-        if method == "full":
-            if criterion == "mse":  # eq. 1
-                term = sum((torch.sigmoid(s[c]) - float(c == t)) ** 2 for c in range(vocab))
-            elif criterion == "bce":  # eq. 3
-                term = -torch.log(torch.sigmoid(s[t])) - sum(
-                    torch.log(1 - torch.sigmoid(s[c])) for c in range(vocab) if c != t
-                )
-            else:  # eq. 5
-                term = -s[t] + torch.log(sum(torch.exp(s[c]) for c in range(vocab)))
-        elif criterion == "bce":
-            if method == "nce":  # eq. 19, q = exp(s)
-                q = torch.exp(s)
-                term = -torch.log(q[t] / (q[t] + k * d[t])) - sum(
-                    torch.log(1 - q[c] / (q[c] + k * d[c])) for c in samples
-                )
-            else:  # eqs. 7, 11, 15
-                weight = {"mcs": lambda c: 1.0, "is": lambda c: 1 / (k * d[c]), "cps": lambda c: alpha}[method]
-                term = -torch.log(torch.sigmoid(s[t])) - sum(
-                    weight(c) * torch.log(1 - torch.sigmoid(s[c])) for c in samples
-                )
-        else:  # eqs. 9, 13, 17, 21 with the target kept in the denominator (documented choice)
-            if method == "nce":
-                q = torch.exp(s)
-                r = [q[c] / (q[c] + k * d[c]) for c in range(vocab)]
-                term = -r[t] + torch.log(torch.exp(r[t]) + sum(torch.exp(r[c]) for c in samples))
-            else:
-                u = {
-                    "mcs": lambda c, s=s: torch.exp(s[c]),
-                    "is": lambda c, s=s: torch.exp(s[c]) / (k * d[c]),
-                    "cps": lambda c, s=s: alpha * torch.exp(s[c]),
-                }[method]
-                term = -s[t] + torch.log(u(t) + sum(u(c) for c in samples))
-        total = total + term
-    return total / h.shape[0]
+    """The mean over positions of the shared per-row reference (`reference_sampled_rows`) on the scores
+    transform(h wᵀ + b), the target's score among them; `transform` maps the scores (a checkpoint's output
+    transform)."""
+    s = transform(h @ w.T + b)
+    t = s.gather(1, y[:, None]).squeeze(1)
+    return reference_sampled_rows(s, t, y, samples, d, criterion=criterion, method=method).mean()
 
 
 @pytest.mark.parametrize("criterion, method", ALL)
@@ -199,8 +164,6 @@ def test_accidental_hits_leave_every_criterion(criterion, method):
     """remove_accidental_hits for every CE and BCE method: a sample equal to the row's target leaves that row's
     criterion as if it had not been drawn (K and the corrections unchanged), forward and backward, against the
     contract suite's naive per-row reference; rows without a hit are untouched."""
-    from test_contract import _sampled_rows
-
     h, w, b, _ = _data(n=4)
     y = torch.tensor([2, 5, 7, 2])
     samples = torch.tensor([2, 5, 9, 2, 10])  # rows 0 and 3 hit twice, row 1 once, row 2 never
@@ -216,7 +179,7 @@ def test_accidental_hits_leave_every_criterion(criterion, method):
     s = hr @ wr.T + br  # (4, 13)
     t = s.gather(1, y[:, None]).squeeze(1)
     options = {"criterion": criterion, "method": method, "remove_accidental_hits": True}
-    expected = _sampled_rows(options, s, t, y, d.double(), samples)
+    expected = reference_sampled_rows(s, t, y, samples, d.double(), **options)
     torch.testing.assert_close(rows, expected)
     for got, want in zip(grads, torch.autograd.grad((expected * weights).sum(), (hr, wr, br)), strict=True):
         torch.testing.assert_close(got, want)
