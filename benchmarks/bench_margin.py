@@ -6,7 +6,8 @@
 
 "three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). "compiled kernel"
 rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off compilation is in
-the warm-up call, its compiler's memory in the peak). Each method runs in a fresh process; with `--rounds R` the
+the warm-up call, its compiler's memory in the peak); "triton kernel" rows the hand-written Triton kernel (GPU only:
+left out on a CPU). Each method runs in a fresh process; with `--rounds R` the
 methods run in turn R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the
 median, min and max over all its timed calls.
 Peak memory is what the loss adds on top of its inputs
@@ -37,11 +38,17 @@ METHODS = {
     "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
     SOFTMAX: ("ours", {}, "naive logits, softmax"),
     "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, "naive logits, softmax"),
+    "hf_heads softmax, triton kernel": ("ours", {"kernel": "triton"}, "naive logits, softmax"),
     "naive logits, arc+log-unigram+max-norm": ("naive", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm": ("ours", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm, compiled kernel": (
         "ours",
         {**ARC, "kernel": "compiled"},
+        "naive logits, arc+log-unigram+max-norm",
+    ),  # fmt: skip
+    "hf_heads arc+log-unigram+max-norm, triton kernel": (
+        "ours",
+        {**ARC, "kernel": "triton"},
         "naive logits, arc+log-unigram+max-norm",
     ),  # fmt: skip
     "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
@@ -114,6 +121,8 @@ def main() -> None:
     print(device_line(args.device))
     for vocab in args.vocab:
         methods = [m for m in METHODS if METHODS[m][0] != "torch" or hasattr(F, "linear_cross_entropy")]
+        if args.device == "cpu":  # the Triton kernel runs on GPUs (on a CPU only under its interpreter, for tests)
+            methods = [m for m in methods if METHODS[m][1].get("kernel") != "triton"]
         if args.methods:
             methods = [m for m in methods if any(m.startswith(prefix) for prefix in args.methods)]
         options = dict(

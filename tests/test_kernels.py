@@ -1,15 +1,27 @@
 """The chunk engine's kernel seam (hf_heads.losses.chunks): every registered `ChunkKernel` computes the fused
 cross-entropy of one naive reference (forward and backward, float64) and passes float64 gradcheck, for each option
 the kernels implement (label smoothing, soft-cap, a replaced target logit, top-k, their mixes), at shapes that are no
-multiple of the chunk size; the kernel is chosen by name and by `HF_HEADS_CHUNK_KERNEL`, an unknown one refused."""
+multiple of the chunk size; the kernel is chosen by name, by a head's `chunk_kernel` option, by
+`HF_HEADS_CHUNK_KERNEL` or automatically, an unknown one refused. The Triton kernel runs here under Triton's CPU
+interpreter (`TRITON_INTERPRET=1`) with tiles of 8 columns, so the rows of 17 logits cross tile edges."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from hf_heads.heads import make_head
 from hf_heads.losses import fused_linear_cross_entropy
-from hf_heads.losses.chunks import CHUNK_KERNELS, KERNEL_ENV, chunk_kernel, map_chunks, rows_per_chunk
+from hf_heads.losses.chunks import (
+    CHUNK_KERNELS,
+    KERNEL_ENV,
+    automatic_kernel,
+    chunk_kernel,
+    kernel_choice,
+    map_chunks,
+    rows_per_chunk,
+)
+from hf_heads.losses.triton_kernel import TritonKernel
 from hf_heads.validation import OptionError
 
 N, H, V = 11, 5, 17  # 11 rows in chunks of 4: 4 + 4 + 3
@@ -41,6 +53,14 @@ def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None):
     return loss.mean()
 
 
+def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
+    """Select `kernel` through the environment; the Triton one (under the CPU interpreter: tests/conftest.py) in tiles
+    of `max_block` columns."""
+    monkeypatch.setenv(KERNEL_ENV, kernel)
+    if kernel == "triton":
+        monkeypatch.setattr(TritonKernel, "max_block", max_block)
+
+
 def _data(seed=0):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
@@ -55,7 +75,7 @@ def _data(seed=0):
 @pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
 @pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
 def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, options, monkeypatch):
-    monkeypatch.setenv(KERNEL_ENV, kernel)
+    use_kernel(kernel, monkeypatch)
     opts = dict(OPTIONS[options])
     use_t = opts.pop("target", False)
     h, w, b, t, y = _data()
@@ -81,15 +101,66 @@ def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, op
     assert torch.autograd.gradcheck(lambda *x: ours(*x, *(() if use_t else (t,))), inputs, fast_mode=True)
 
 
-def test_kernel_choice_by_name_and_environment(monkeypatch):
-    assert chunk_kernel("eager").name == "eager" and chunk_kernel("compiled").name == "compiled"
+def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):
+    assert [chunk_kernel(k).name for k in ("eager", "compiled", "triton")] == ["eager", "compiled", "triton"]
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    assert chunk_kernel(device=torch.device("cpu")).name == "eager"
+    assert automatic_kernel(torch.device("cuda")) == "triton"  # triton imports here (the dev extra)
+    monkeypatch.setattr("hf_heads.losses.triton_kernel.triton_available", lambda: False)
+    assert automatic_kernel(torch.device("cuda")) == "eager"
     monkeypatch.setenv(KERNEL_ENV, "compiled")
     assert chunk_kernel().name == "compiled"
+    with kernel_choice("eager"):  # a head's option wins over the environment
+        assert chunk_kernel().name == "eager"
     monkeypatch.setenv(KERNEL_ENV, "fast")
-    with pytest.raises(OptionError, match=f"{KERNEL_ENV}='fast' is not a chunk kernel; allowed: eager, compiled"):
+    allowed = "allowed: eager, compiled, triton"
+    with pytest.raises(OptionError, match=f"{KERNEL_ENV}='fast' is not a chunk kernel; {allowed}"):
         chunk_kernel()
-    with pytest.raises(OptionError, match="kernel='triton' is not a chunk kernel"):
-        chunk_kernel("triton")
+    with pytest.raises(OptionError, match="kernel='cuda' is not a chunk kernel"):
+        chunk_kernel("cuda")
+    with pytest.raises(
+        OptionError, match="chunk_kernel='fast' is not allowed; allowed: 'eager', 'compiled', 'triton'"
+    ):
+        make_head(6, 13, {"family": "softmax", "chunk_kernel": "fast"})
+
+
+def test_a_head_runs_the_kernel_its_option_names(monkeypatch):
+    """`chunk_kernel` reaches the chunk engine from every discrete family: a triton head on CPU tensors outside the
+    interpreter is refused with the reason (never run with another kernel), and computes the eager head's loss and
+    gradients under the interpreter."""
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    g = torch.Generator().manual_seed(1)
+    hidden, labels = torch.randn(2, 5, 6, generator=g), torch.randint(0, 13, (2, 5), generator=g)
+    heads = [("softmax", {}), ("margin", {"margin": "arc", "m": 0.2}), ("sparse", {"k": 5})]
+    for family, options in heads:
+        results = {}
+        for kernel in ("eager", "triton"):
+            torch.manual_seed(0)
+            head = make_head(6, 13, {"family": family, "chunk_kernel": kernel, "chunk_size": 3, **options}).train()
+            if kernel == "triton":
+                with monkeypatch.context() as outside:  # triton imported without its interpreter
+                    outside.setattr("hf_heads.losses.triton_kernel._interpreting", lambda: False)
+                    with pytest.raises(OptionError, match="kernel='triton' runs on GPU tensors, or on CPU ones when"):
+                        head.loss(hidden, labels)
+                monkeypatch.setattr(TritonKernel, "max_block", 8)
+            loss = head.loss(hidden, labels)
+            results[kernel] = (loss, *torch.autograd.grad(loss, list(head.parameters())))
+        for got, want in zip(results["triton"], results["eager"], strict=True):
+            torch.testing.assert_close(got, want)
+
+
+def test_the_triton_kernel_checks_itself_against_eager_before_its_first_use(monkeypatch):
+    """On a GPU the Triton kernel compares itself with the eager one once per device before it trains anything; a
+    kernel that is wrong by 1% raises (forced here on CPU, under the interpreter)."""
+    use_kernel("triton", monkeypatch, max_block=1024)
+    monkeypatch.setattr(TritonKernel, "_checked", set())
+    kernel = CHUNK_KERNELS["triton"]
+    kernel.self_check(torch.device("cpu"), force=True)  # the real kernel passes
+    launch = TritonKernel._launch
+    monkeypatch.setattr(TritonKernel, "_launch", lambda self, *a, **k: launch(self, *a, **k) * 1.01)
+    monkeypatch.setattr(TritonKernel, "_checked", set())
+    with pytest.raises(RuntimeError, match="the triton chunk kernel disagrees with the eager one on cpu"):
+        kernel.self_check(torch.device("cpu"), force=True)
 
 
 def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
@@ -109,7 +180,7 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     dtype."""
     from hf_heads.losses import fused_linear
 
-    monkeypatch.setenv(KERNEL_ENV, kernel)
+    use_kernel(kernel, monkeypatch, max_block=128)
     seen = []
     raw = fused_linear._raw_logits
     monkeypatch.setattr(

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from hf_heads.heads.registry import head_options
-from hf_heads.losses.chunks import map_chunks, rows_per_chunk
+from hf_heads.losses.chunks import kernel_choice, map_chunks, rows_per_chunk
 
 TASKS = ("causal-lm", "seq2seq", "classification")
 
@@ -171,7 +171,10 @@ class OutputHead(nn.Module):
         """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
         eval mode."""
         rows = dict(num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction)
-        return self.training_loss(hidden, labels, **rows) if self.training else self.eval_loss(hidden, labels, **rows)
+        with kernel_choice(getattr(self.options, "chunk_kernel", None)):  # the chunk engine's kernel, when chosen
+            if self.training:
+                return self.training_loss(hidden, labels, **rows)
+            return self.eval_loss(hidden, labels, **rows)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Inference logits (*, V) in the head's dtype; they never carry a training margin."""

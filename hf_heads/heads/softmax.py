@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import register_family
+from hf_heads.losses.chunks import CHUNK_KERNELS
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
-from hf_heads.validation import OptionError, check_number
+from hf_heads.validation import OptionError, check_choice, check_number
 
 
 @dataclass
@@ -23,6 +24,14 @@ class SoftmaxHeadOptions(HeadOptions):
     bias: bool = field(default=True, metadata={"help": "Keep an output bias b_c (the margin paper always does)."})
     chunk_size: int | None = field(
         default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
+    )
+    chunk_kernel: str | None = field(
+        default=None,
+        metadata={
+            "help": "Implementation of the chunked loss's per-chunk work: eager, compiled (torch.compile) or triton "
+            "(hand-written; GPU). Default: HF_HEADS_CHUNK_KERNEL when set, else triton on a GPU when triton is "
+            "installed, else eager. Every choice computes the same loss."
+        },
     )
     label_smoothing: float = field(
         default=0.0,
@@ -53,6 +62,8 @@ class SoftmaxHeadOptions(HeadOptions):
         check_transform(self.logit_multiplier, self.logit_softcap)
         if self.chunk_size is not None:
             check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
+        if self.chunk_kernel is not None:
+            check_choice("chunk_kernel", self.chunk_kernel, CHUNK_KERNELS)
         check_number("label_smoothing", self.label_smoothing, minimum=0)
         if self.label_smoothing >= 1:
             raise OptionError("label_smoothing", self.label_smoothing, "must be < 1")

@@ -3,6 +3,7 @@
 - `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
   (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled)
 - `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares) and its kernels
+- `triton_kernel`: the hand-written Triton chunk kernel (GPU, or CPU under `TRITON_INTERPRET=1`)
 - `scorer`: the scorer of eq. 13 (margin paper) every margin and sampled loss runs: one frozen `Scorer` (the margin,
   word/context norm scaling f, g: eqs. 9-12, the warm-start gain, the checkpoint's output transform) and one
   registered `Margin` class per margin type (φ of eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`)
@@ -75,6 +76,7 @@ from hf_heads.losses.sparse import (
     sparse_softmax_cross_entropy,
     truncate_to_top_k,
 )
+from hf_heads.losses.triton_kernel import TritonKernel  # registers the "triton" chunk kernel
 from hf_heads.validation import OptionError
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "ChunkKernel",
     "chunk_kernel",
     "map_chunks",
+    "TritonKernel",
     "register_kernel",
     "NEGATIVES",
     "CosineSoftmaxLoss",

@@ -15,14 +15,17 @@ per-chunk function on each:
 
 The kernel seam: a `ChunkKernel` is the per-chunk work of the fused cross-entropy (logits of the chunk, the replaced
 target logit, soft-cap, top-k, label smoothing, the loss and its gradient). Implementations are registered in
-`CHUNK_KERNELS` and every one runs the same contract tests against the naive references (tests/test_contract.py).
-`chunk_kernel(None)` picks `HF_HEADS_CHUNK_KERNEL` when set, else "eager".
+`CHUNK_KERNELS` ("eager", "compiled", "triton") and every one runs the same contract tests against the naive
+references (tests/test_kernels.py). `chunk_kernel(None, device)` picks a head's `chunk_kernel` option, else
+`HF_HEADS_CHUNK_KERNEL` when set, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -133,10 +136,36 @@ def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     return cls
 
 
-def chunk_kernel(name: str | None = None) -> ChunkKernel:
-    """The kernel called `name`; None: `HF_HEADS_CHUNK_KERNEL` when set, else "eager"."""
-    chosen = name or os.environ.get(KERNEL_ENV) or "eager"
+_CHOSEN: ContextVar[str | None] = ContextVar("hf_heads_chunk_kernel", default=None)
+
+
+@contextmanager
+def kernel_choice(name: str | None):
+    """Within the block, `chunk_kernel()` picks `name` (a head's `chunk_kernel` option; None: no choice made)."""
+    token = _CHOSEN.set(name)
+    try:
+        yield
+    finally:
+        _CHOSEN.reset(token)
+
+
+def automatic_kernel(device: torch.device | None) -> str:
+    """The kernel chosen when nobody chose: "triton" for CUDA tensors when the triton package imports (the
+    hand-written row program; it checks itself against "eager" once per device before its first use), else
+    "eager" (on a CPU the compiled kernel is faster but compiles per option set for seconds, so it is opt-in)."""
+    if device is not None and device.type == "cuda" and "triton" in CHUNK_KERNELS:
+        from hf_heads.losses.triton_kernel import triton_available
+
+        if triton_available():
+            return "triton"
+    return "eager"
+
+
+def chunk_kernel(name: str | None = None, device: torch.device | None = None) -> ChunkKernel:
+    """The kernel called `name`; None: the choice of `kernel_choice` (a head's `chunk_kernel` option), else
+    `HF_HEADS_CHUNK_KERNEL` when set, else `automatic_kernel(device)`."""
+    chosen = name or _CHOSEN.get() or os.environ.get(KERNEL_ENV) or automatic_kernel(device)
     if chosen not in CHUNK_KERNELS:
-        field = "kernel" if name else KERNEL_ENV
+        field = "kernel" if name else ("chunk_kernel" if _CHOSEN.get() else KERNEL_ENV)
         raise OptionError(field, chosen, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")
     return CHUNK_KERNELS[chosen]

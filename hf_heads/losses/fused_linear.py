@@ -227,7 +227,7 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t) of
     Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t, chunk by chunk through the chunk engine; without it the
     loss alone (one matmul per chunk). The products run in `gemm` (h and w cast to it once per call)."""
-    kernel = chunk_kernel()
+    kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
     if row_weight is None:
         return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w_g, b, y_, t_, opts), (h_g, y, t), (), chunk_size), None

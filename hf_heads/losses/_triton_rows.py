@@ -1,0 +1,83 @@
+"""The Triton row program of hf_heads.losses.triton_kernel (its docstring has the math), imported by that module on
+first use: Triton decides when it decorates whether a program is compiled or runs under its CPU interpreter."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tanh(x):
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)  # exact at ±inf; no libdevice call (the interpreter has none)
+
+
+@triton.jit
+def _tile(z_row, cols, mask, y, t, cap, HAS_T: tl.constexpr, SOFTCAP: tl.constexpr):
+    x = tl.load(z_row + cols, mask=mask, other=float("-inf"))
+    if HAS_T:
+        x = tl.where(cols == y, t, x)
+    if SOFTCAP:
+        x = tl.where(mask, cap * _tanh(x / cap), float("-inf"))
+    return x
+
+
+@triton.jit
+def ce_rows(
+    z_ptr,  # (n, V) logits, bias added; overwritten by the gradient when GRAD
+    stride,
+    y_ptr,  # (n,) targets
+    t_ptr,  # (n,) replaced target logits (HAS_T)
+    weight_ptr,  # (n,) row weights (GRAD)
+    loss_ptr,  # (n,) out
+    grad_t_ptr,  # (n,) out (HAS_T and GRAD)
+    num_classes,
+    params_ptr,  # (2,) label smoothing ε and soft-cap, in the logits' dtype (a float argument would be float32)
+    HAS_T: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    GRAD: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    smooth = tl.load(params_ptr)
+    cap = tl.load(params_ptr + 1)
+    z_row = z_ptr + row.to(tl.int64) * stride
+    y = tl.load(y_ptr + row)
+    t = 0.0
+    if HAS_T:
+        t = tl.load(t_ptr + row)
+    offsets = tl.arange(0, BLOCK)
+    zeros = tl.zeros([BLOCK], dtype=z_ptr.dtype.element_ty)
+    m = tl.max(zeros - float("inf"), 0)  # scalars in the logits' dtype
+    total = tl.sum(zeros, 0)
+    z_sum = total
+    z_y = total
+    for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp, target logit, row sum
+        cols = start + offsets
+        mask = cols < num_classes
+        x = _tile(z_row, cols, mask, y, t, cap, HAS_T, SOFTCAP)
+        m_new = tl.maximum(m, tl.max(x, 0))
+        total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+        m = m_new
+        z_sum += tl.sum(tl.where(mask, x, 0.0), 0)
+        z_y += tl.sum(tl.where(cols == y, x, 0.0), 0)
+    lse = m + tl.log(total)
+    loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
+    tl.store(loss_ptr + row, loss)
+    if GRAD:
+        weight = tl.load(weight_ptr + row)
+        grad_t = tl.sum(zeros, 0)
+        for start in range(0, num_classes, BLOCK):  # pass 2: the gradient over the logits
+            cols = start + offsets
+            mask = cols < num_classes
+            x = _tile(z_row, cols, mask, y, t, cap, HAS_T, SOFTCAP)
+            g = tl.exp(x - lse) - smooth / num_classes
+            g = tl.where(cols == y, g - (1.0 - smooth), g)
+            if SOFTCAP:
+                capped = tl.where(mask, x / cap, 0.0)  # padding lanes hold -inf
+                g = g * (1.0 - capped * capped)
+            g = g * weight
+            if HAS_T:
+                grad_t += tl.sum(tl.where(cols == y, g, 0.0), 0)
+                g = tl.where(cols == y, 0.0, g)  # the replaced entry does not depend on h · w_y
+            tl.store(z_row + cols, g, mask=mask)
+        if HAS_T:
+            tl.store(grad_t_ptr + row, grad_t)

@@ -1,0 +1,187 @@
+"""The hand-written Triton chunk kernel: the per-chunk softmax math of the fused cross-entropy in one program per row.
+
+After the chunk's product z = h wᵀ + b (cuBLAS, in the GEMM dtype), one Triton program per row walks the row's V
+logits twice in tiles of `BLOCK` columns:
+
+1. the online log-sum-exp (running maximum and rescaled sum, as in FlashAttention / Liger-Kernel's cross-entropy),
+   the target logit and the row's sum of logits (label smoothing), with the replaced target logit t_i (every margin:
+   margin paper, eq. 13–14) and the soft-cap cap·tanh(z / cap) applied to each tile as it is read;
+2. (training) the gradient d loss_i / d z_ic = row_weight_i · (p_ic − (1 − ε)[c = y_i] − ε / V) · (1 − (z_ic / cap)²)
+   written over the logits in place, the target's entry moved to d t_i when the target logit was replaced.
+
+So the (n, V) block is read twice and written once, against the eager kernel's chain of PyTorch passes. The loss is
+lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`).
+
+Not in Triton: the top-k support of sparse-softmax (sparse-softmax paper, eq. 5) — a row's k largest logits need a
+selection, done by `torch.topk` in the eager kernel, which this kernel calls for `top_k` < V.
+
+Where it runs: CUDA (and ROCm) tensors; CPU tensors only under Triton's interpreter (`TRITON_INTERPRET=1` in the
+environment before triton is imported; slow but exact: the tests run it at small shapes). Anything else is refused
+with the reason, never replaced by another kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+import torch
+
+from hf_heads.losses import fused_linear
+from hf_heads.losses.chunks import KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
+from hf_heads.losses.fused_linear import EagerKernel, _linear_grads
+from hf_heads.validation import OptionError
+
+_PROGRAM = None  # the jitted row program, loaded on first use
+
+
+def triton_available() -> bool:
+    """Whether the `triton` package imports."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _interpreting() -> bool:
+    """Whether triton was imported under its CPU interpreter (`TRITON_INTERPRET=1` set before the first import:
+    triton fixes the mode of its language functions then)."""
+    import triton.language as tl
+
+    return type(tl.sum).__name__ == "InterpretedFunction"
+
+
+def _program():
+    """The `triton.jit` row program (hf_heads/losses/_triton_rows.py), decorated in the mode triton was imported in."""
+    global _PROGRAM
+    if _PROGRAM is None:
+        previous = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if _interpreting() else "0"  # read by `triton.jit` as it decorates
+        try:
+            from hf_heads.losses import _triton_rows
+        finally:
+            if previous is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = previous
+        _PROGRAM = _triton_rows.ce_rows
+    return _PROGRAM
+
+
+@register_kernel
+class TritonKernel(EagerKernel):
+    """The eager kernel's GEMMs around a hand-written Triton program for the per-row softmax / replaced target logit
+    / soft-cap / label smoothing math (module docstring); `top_k` < V runs the eager kernel's top-k paths."""
+
+    name = "triton"
+    _checked: ClassVar[set[torch.device]] = set()
+    max_block = 8192  # columns per tile (a power of two); tests lower it to cross tile edges at small V
+    num_warps = 16
+
+    @staticmethod
+    def check_device(device: torch.device) -> None:
+        """Refuse what the kernel cannot run: no `triton` package, or CPU tensors outside the interpreter."""
+        if not triton_available():
+            raise OptionError("kernel", "triton", "needs the triton package (pip install 'hf_heads[triton]')")
+        if device.type == "cpu" and not _interpreting():
+            raise OptionError(
+                "kernel",
+                "triton",
+                "runs on GPU tensors, or on CPU ones when TRITON_INTERPRET=1 was set before triton was imported "
+                "(Triton's interpreter: slow, for tests); use 'eager' here",
+            )
+
+    def self_check(self, device: torch.device, force: bool = False) -> None:
+        """Once per GPU device, before the first use: the kernel's loss and gradients on a small problem crossing
+        tile edges (plain, and replaced target + soft-cap + smoothing) against the eager kernel's; a mismatch raises
+        instead of training on a wrong gradient. CPU runs: the tests (`force`: check anyway)."""
+        if device in TritonKernel._checked or (device.type == "cpu" and not force):
+            return
+        TritonKernel._checked.add(device)
+        g = torch.Generator().manual_seed(0)
+        h, w, b, t = (
+            torch.randn(6, 16, generator=g),
+            torch.randn(2051, 16, generator=g),
+            torch.randn(2051, generator=g),
+            torch.randn(6, generator=g),
+        )
+        y = torch.randint(0, w.shape[0], (6,), generator=g)
+        self.max_block = 1024  # three tiles per row of 2051 logits
+        try:
+            self._compare_with_eager(device, h, w, b, t, y)
+        finally:
+            del self.max_block
+
+    @staticmethod
+    def _compare_with_eager(device, h, w, b, t, y) -> None:
+        from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+
+        for options in ({}, {"target": t, "softcap": 5.0, "label_smoothing": 0.1}):
+            results = {}
+            for name in ("eager", "triton"):
+                inputs = [x.to(device).requires_grad_() for x in (h, w, b, options.get("target", t))]
+                with kernel_choice(name):
+                    loss = fused_linear_cross_entropy(
+                        *inputs[:3], y.to(device), target_logit=inputs[3] if "target" in options else None,
+                        softcap=options.get("softcap"), label_smoothing=options.get("label_smoothing", 0.0),
+                        chunk_size=4,
+                    )  # fmt: skip
+                grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+                results[name] = [loss, *(x for x in grads if x is not None)]
+            for got, want in zip(results["triton"], results["eager"], strict=True):
+                if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+                    raise RuntimeError(
+                        f"the triton chunk kernel disagrees with the eager one on {device} (options "
+                        f"{sorted(options)}): max difference {float((got - want).detach().abs().max()):.3g}; "
+                        f"run with {KERNEL_ENV}=eager"
+                    )
+
+    def _launch(self, z, y, t, row_weight, opts: ChunkOptions, grad_t=None):
+        """The row program over z (n, V) in place: the losses (n,) (and, with `row_weight`, the gradient in z)."""
+        import triton
+
+        n, num_classes = z.shape
+        loss = torch.empty(n, dtype=z.dtype, device=z.device)
+        flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
+        params = torch.full((2,), float(opts.label_smoothing), dtype=z.dtype, device=z.device)
+        params[1] = float(opts.softcap or 1.0)  # fills on the device: no host-to-device copy, no sync
+        unused = loss  # a pointer the program does not read when its flag is off
+        _program()[(n,)](
+            z, z.stride(0), y.contiguous(),
+            unused if t is None else t.to(z.dtype).contiguous(),
+            unused if row_weight is None else row_weight.to(z.dtype).contiguous(),  # may be an expanded scalar
+            loss, unused if grad_t is None else grad_t,
+            num_classes, params,
+            **flags, BLOCK=min(triton.next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
+        )  # fmt: skip
+        return loss
+
+    @staticmethod
+    def _selects(opts: ChunkOptions, num_classes: int) -> bool:
+        return opts.top_k is not None and opts.top_k < num_classes
+
+    def _ready(self, device: torch.device) -> None:
+        self.check_device(device)
+        self.self_check(device)
+
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
+        self._ready(h.device)
+        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads)
+
+    def loss(self, h, w, b, y, t, opts):
+        self._ready(h.device)
+        if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
+            return super().loss(h, w, b, y, t, opts)
+        return self._launch(fused_linear._raw_logits(h, w, b).contiguous(), y, t, None, opts)
+
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
+            return super()._dense(h, w, b, y, t, opts, row_weight, grads)
+        z = fused_linear._raw_logits(h, w, b, grads.logits).contiguous()  # (n, V), becomes d loss / d z
+        grad_t = None if grads.t is None else torch.empty_like(z[:, 0])
+        loss = self._launch(z, y, t, row_weight, opts, grad_t)
+        if grads.t is not None:
+            grads.t.copy_(grad_t)
+        _linear_grads(z, h, w, grads)
+        return loss
