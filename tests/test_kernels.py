@@ -227,3 +227,79 @@ def test_a_tensor_num_items_in_batch_is_never_read_on_the_host(monkeypatch):
     torch.testing.assert_close(loss, ref)
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want)
+
+
+SYNCING_OPS = ("aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.masked_scatter", "aten.unique")
+
+
+class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """A CPU stand-in for `torch.cuda.set_sync_debug_mode("error")`: records every op that reads a tensor's value on
+    the host on an accelerator (`.item()` / `bool()`, a boolean-mask index or select, `nonzero`, `unique`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        index_by_mask = name == "aten.index" and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ())
+        )
+        if name in SYNCING_OPS or index_by_mask:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("options", ["plain", "target-logit-softcap-smoothing", "top-k"])
+def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, options, monkeypatch):
+    """On an accelerator (stood in for here by declaring host reads costly), the fused cross-entropy's forward and
+    backward read no value on the host — no label check, no compaction of ignored rows, no count — and compute the
+    same loss and gradients as the CPU path that compacts the rows; an out-of-range label is still refused."""
+    from hf_heads.losses import _rows, fused_linear
+
+    opts = dict(OPTIONS[options])
+    use_t = opts.pop("target", False)
+    h, w, b, t, y = _data()
+    y[7] = -100
+
+    def run():
+        out = fused_linear_cross_entropy(
+            h, w, b, y, target_logit=t if use_t else None, reduction=reduction, chunk_size=4,
+            num_items_in_batch=torch.tensor(9) if reduction == "mean" else None, **opts,
+        )  # fmt: skip
+        loss = out.sum() if reduction == "none" else out
+        return out, torch.autograd.grad(loss, (h, w, b, t), allow_unused=True)
+
+    want, want_grads = run()
+    for module in (_rows, fused_linear):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+    with _HostReads() as reads:
+        got, got_grads = run()
+    assert reads.seen == []
+    torch.testing.assert_close(got, want)
+    for g, w_ in zip(got_grads, want_grads, strict=True):
+        assert (g is None) == (w_ is None) or not (g if g is not None else w_).any()
+        if g is not None and w_ is not None:
+            torch.testing.assert_close(g, w_)
+    y[0] = V
+    with pytest.raises(RuntimeError, match="labels: a label is out of range; allowed 0 <= label < 17"):
+        fused_linear_cross_entropy(h, w, b, y)
+
+
+@pytest.mark.parametrize("family", ["softmax", "sparse"])
+def test_a_softmax_or_sparse_heads_training_step_reads_nothing_on_the_host(family, monkeypatch):
+    """The head's whole loss and backward (labels with padding, a tensor `num_items_in_batch`, as the Trainer passes)
+    on the stood-in accelerator: no host read. (The margin and sampled heads still compact their rows.)"""
+    from hf_heads.losses import _rows, fused_linear
+
+    for module in (_rows, fused_linear):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+    head = make_head(6, 13, {"family": family, "chunk_size": 3, **({"k": 5} if family == "sparse" else {})}).train()
+    g = torch.Generator().manual_seed(2)
+    hidden, labels = torch.randn(2, 5, 6, generator=g), torch.randint(0, 13, (2, 5), generator=g)
+    labels[1, 3:] = -100
+    with _HostReads() as reads:
+        loss = head.loss(hidden, labels, num_items_in_batch=torch.tensor(8))
+        loss.backward()
+    assert reads.seen == [] and torch.isfinite(loss) and head.weight.grad.abs().sum() > 0

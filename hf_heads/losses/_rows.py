@@ -85,13 +85,22 @@ def valid_rows(
     return h, y, y != ignore_index
 
 
+def host_reads_are_free(device: torch.device) -> bool:
+    """Whether reading a tensor's value on the host costs nothing: CPU tensors. On an accelerator a read (`bool(t)`,
+    `.item()`, indexing by a boolean mask) waits for every queued kernel, so a training step avoids them there."""
+    return device.type == "cpu"
+
+
 def check_labels(target: torch.Tensor, num_classes: int, ignore_index: int = -100) -> None:
-    """Raise `ValueError` for a label outside [0, num_classes) that is not `ignore_index`."""
+    """Raise for a label outside [0, num_classes) that is not `ignore_index`: `ValueError` naming the label on a CPU;
+    on an accelerator an asynchronous device assertion (`torch._assert_async`, no host sync; CUDA reports it at its
+    next synchronisation, as a device-side assert with this message)."""
     bad = (target != ignore_index) & ((target < 0) | (target >= num_classes))
-    if bool(bad.any()):
-        raise ValueError(
-            f"labels: found {int(target[bad][0])}, allowed 0 <= label < {num_classes} or ignore_index={ignore_index}"
-        )
+    allowed = f"allowed 0 <= label < {num_classes} or ignore_index={ignore_index}"
+    if not host_reads_are_free(target.device):
+        torch._assert_async(~bad.any(), f"labels: a label is out of range; {allowed}")
+    elif bool(bad.any()):
+        raise ValueError(f"labels: found {int(target[bad][0])}, {allowed}")
 
 
 def linear_rows(
@@ -122,12 +131,14 @@ def check_reduction(reduction: str) -> None:
 
 
 def mean_divisor(
-    num_items_in_batch: int | float | torch.Tensor | None, num_valid: int, device: torch.device | None = None
+    num_items_in_batch: int | float | torch.Tensor | None,
+    num_valid: int | torch.Tensor,
+    device: torch.device | None = None,
 ) -> int | float | torch.Tensor:
     """What "mean" divides the sum of the row losses by: `num_items_in_batch` when given, else the number of
-    non-ignored rows; at least 1."""
+    non-ignored rows (an int, or a tensor counted on the device); at least 1."""
     if num_items_in_batch is None:
-        return max(num_valid, 1)
+        return num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
     if isinstance(num_items_in_batch, torch.Tensor):
         return (num_items_in_batch if device is None else num_items_in_batch.to(device)).clamp_min(1)
     return max(num_items_in_batch, 1)

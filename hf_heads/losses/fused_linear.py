@@ -34,7 +34,15 @@ from __future__ import annotations
 
 import torch
 
-from hf_heads.losses._rows import autocast_off, compute_dtype, gemm_dtype, linear_rows, mean_divisor, reduce_rows
+from hf_heads.losses._rows import (
+    autocast_off,
+    compute_dtype,
+    gemm_dtype,
+    host_reads_are_free,
+    linear_rows,
+    mean_divisor,
+    reduce_rows,
+)
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 from hf_heads.losses.chunks import (
     ChunkKernel,
@@ -248,25 +256,33 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
 
 
 class _FusedLinearCEScalar(torch.autograd.Function):
-    """Σ_i weight · loss_i with all gradients computed in the forward pass."""
+    """Σ_i weight · loss_i with all gradients computed in the forward pass; `keep` (N,): the rows that count (None:
+    all), the others computed with weight 0."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm):
+    def forward(ctx, h, w, b, t, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None):
         dtype = torch.promote_types(h.dtype, torch.float32)
         if isinstance(weight, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
             row_weight = weight.to(device=h.device, dtype=dtype).expand(h.shape[0])
         else:
             row_weight = torch.full((h.shape[0],), weight, dtype=dtype, device=h.device)
+        if keep is not None:
+            row_weight = row_weight * keep
         losses, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight)
         ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
         ctx.has = [g is not None for g in grads]
-        return losses.sum() * weight
+        return _kept(losses, keep).sum() * weight
 
     @staticmethod
     def backward(ctx, grad_out):
         saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
         grad_h, grad_w, grad_b, grad_t = saved
-        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None
+        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None, None
+
+
+def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """The losses (N,) with 0 on the rows `keep` drops (None: all kept)."""
+    return losses if keep is None else torch.where(keep, losses, 0.0)
 
 
 class _FusedLinearCERows(torch.autograd.Function):
@@ -335,20 +351,25 @@ def fused_linear_cross_entropy(
     if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
         h, b = h * logit_multiplier, None if b is None else b * logit_multiplier
     t = None if target_logit is None else target_logit.reshape(-1).to(compute)
-    if not bool(valid.all()):
-        h, y, t = h[valid], y[valid], None if t is None else t[valid]
+    keep = None  # the rows that count, when the ignored ones are computed too (weight 0)
+    if host_reads_are_free(h.device):
+        if not bool(valid.all()):
+            h, y, t = h[valid], y[valid], None if t is None else t[valid]
+        num_valid = y.numel()
+    else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
+        keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0])
     opts = ChunkOptions(top_k, label_smoothing, softcap)
     if reduction == "none":
-        rows = _FusedLinearCERows.apply(h, w, b, t, y, opts, chunk, gemm)
+        rows = _kept(_FusedLinearCERows.apply(h, w, b, t, y, opts, chunk, gemm), keep)
         return reduce_rows(rows, valid, valid.shape, "none")
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
-    scale = 1.0 if reduction == "sum" else 1.0 / mean_divisor(num_items_in_batch, y.numel(), h.device)
+    scale = 1.0 if reduction == "sum" else 1.0 / mean_divisor(num_items_in_batch, num_valid, h.device)
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
         losses, _ = _run(h, w, b, y, t, opts, eval_chunk, gemm)
-        return losses.sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk, gemm)
+        return _kept(losses, keep).sum() * scale
+    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk, gemm, keep)
