@@ -33,14 +33,17 @@ OPTIONS = {
     "target-logit-softcap-smoothing": {"target": True, "softcap": 3.0, "label_smoothing": 0.2},
     "top-k": {"top_k": 4},
     "top-k-smoothing-target": {"top_k": 4, "label_smoothing": 0.1, "target": True},
+    "column-scale": {"scale": True},
+    "column-scale-target-softcap": {"scale": True, "target": True, "softcap": 3.0},
+    "column-scale-top-k-smoothing": {"scale": True, "top_k": 4, "label_smoothing": 0.1},
 }
 
 
-def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None):
-    """Mean over non-ignored rows of lse − z_y on z = h wᵀ + b, z[i, y_i] = t_i, z = cap·tanh(z / cap); the
+def naive(h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None):
+    """Mean over non-ignored rows of lse − z_y on z = s ∘ (h wᵀ) + b, z[i, y_i] = t_i, z = cap·tanh(z / cap); the
     log-sum-exp over the row or its k largest logits; label smoothing over the same support."""
     keep = y != -100
-    z = h[keep] @ w.T + b
+    z = (h[keep] @ w.T) * (1.0 if s is None else s) + b
     yk = y[keep]
     if t is not None:
         z = z.scatter(1, yk[:, None], t[keep][:, None])
@@ -77,28 +80,33 @@ def _data(seed=0):
 def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, options, monkeypatch):
     use_kernel(kernel, monkeypatch)
     opts = dict(OPTIONS[options])
-    use_t = opts.pop("target", False)
+    names = [
+        "h",
+        "w",
+        "b",
+        *(["t"] if opts.pop("target", False) else []),
+        *(["s"] if opts.pop("scale", False) else []),
+    ]
     h, w, b, t, y = _data()
+    s = (torch.rand(V, generator=torch.Generator().manual_seed(5), dtype=torch.float64) + 0.5).requires_grad_()
+    inputs = tuple({"h": h, "w": w, "b": b, "t": t, "s": s}[n] for n in names)
 
-    def ours(h_, w_, b_, t_):
-        return fused_linear_cross_entropy(h_, w_, b_, y, target_logit=t_ if use_t else None, chunk_size=4, **opts)
+    def ours(*x, reduction="mean"):
+        x = dict(zip(names, x, strict=True))
+        return fused_linear_cross_entropy(
+            x["h"], x["w"], x["b"], y, target_logit=x.get("t"), column_scale=x.get("s"), reduction=reduction,
+            chunk_size=4, **opts,
+        )  # fmt: skip
 
-    loss = ours(h, w, b, t)
-    grads = torch.autograd.grad(loss, (h, w, b, t), allow_unused=True)
-    ref = naive(h, w, b, y, t if use_t else None, **opts)
-    ref_grads = torch.autograd.grad(ref, (h, w, b, t), allow_unused=True)
+    loss = ours(*inputs)
+    ref = naive(h, w, b, y, t if "t" in names else None, s if "s" in names else None, **opts)
     torch.testing.assert_close(loss, ref)
-    for got, want in zip(grads, ref_grads, strict=True):
-        if want is None:
-            assert got is None or not got.any()
-        else:
-            torch.testing.assert_close(got, want)
-    rows = fused_linear_cross_entropy(
-        h, w, b, y, target_logit=t if use_t else None, reduction="none", chunk_size=4, **opts
-    )
+    for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
+        torch.testing.assert_close(got, want)
+    rows = ours(*inputs, reduction="none")
     assert rows.shape == y.shape and rows[3] == 0
-    inputs = (h, w, b, t) if use_t else (h, w, b)
-    assert torch.autograd.gradcheck(lambda *x: ours(*x, *(() if use_t else (t,))), inputs, fast_mode=True)
+    torch.testing.assert_close(rows.sum() / (y != -100).sum(), loss)
+    assert torch.autograd.gradcheck(ours, inputs, fast_mode=True)
 
 
 def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):
@@ -184,7 +192,9 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     seen = []
     raw = fused_linear._raw_logits
     monkeypatch.setattr(
-        fused_linear, "_raw_logits", lambda h, w, b, out=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out)
+        fused_linear,
+        "_raw_logits",
+        lambda h, w, b, out=None, s=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out, s),
     )
     g = torch.Generator().manual_seed(0)
     h32, w32 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3

@@ -85,11 +85,13 @@ def map_chunks(
 
 class ChunkOptions(NamedTuple):
     """What a fused cross-entropy chunk computes besides plain softmax: the top k of the log-sum-exp (sparse),
-    label smoothing, the soft-cap."""
+    label smoothing, the soft-cap, and a column scale s (V,) of the products (a margin head's word-norm scaling:
+    z_ic = s_c · h_i · w_c + b_c, applied to each chunk's block instead of to a scaled copy of W)."""
 
     top_k: int | None
     label_smoothing: float
     softcap: float | None
+    column_scale: torch.Tensor | None = None
 
 
 class Grads(NamedTuple):

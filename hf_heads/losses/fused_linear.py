@@ -62,35 +62,48 @@ def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
     return 1.0 - (z / softcap).square()
 
 
-def _raw_logits(h, w, b, out: torch.Tensor | None = None) -> torch.Tensor:
-    """h wᵀ + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then float32
-    (float64 for float64 inputs) for the softmax math, the bias added there. `out`: a (n, V) buffer of that dtype to
-    write into (used when h and w have its dtype)."""
+def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """s ∘ (h wᵀ) + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then
+    float32 (float64 for float64 inputs) for the softmax math, the column scale s (V,) and the bias applied there.
+    `out`: a (n, V) buffer of that dtype to write into (used when h and w have its dtype)."""
     if out is not None and h.dtype == w.dtype == out.dtype:
         z = torch.mm(h, w.T, out=out)
     else:
         z = h @ w.T
         z = z.to(torch.promote_types(z.dtype, torch.float32))
+    if col_scale is not None:
+        z *= col_scale
     if b is not None:
         z += b
     return z
 
 
-def _linear_grads(grad_z: torch.Tensor, h, w, grads: Grads, row_weight: torch.Tensor | None = None) -> None:
-    """d h (n, H) = diag(r) d z · w into `grads.h`, d w += d zᵀ · diag(r) h and d b += rᵀ d z for the row weights r
-    (n,) (None: already in d z), so the weights scale (n, H) blocks and never the (n, V) one; the products in the
-    dtype of h and w (d z rounded to it once), the accumulators in float32."""
+def _linear_grads(
+    grad_z: torch.Tensor,
+    h,
+    w,
+    grads: Grads,
+    row_weight: torch.Tensor | None = None,
+    col_scale: torch.Tensor | None = None,
+) -> None:
+    """d b += rᵀ d z, d w += d zᵀ · diag(r) h and d h (n, H) = diag(r) (d z ∘ s) · w into `grads.h`, for the row
+    weights r (n,) (None: already in d z) and the column scale s (V,) (None: ones; `grads.w` then accumulates the
+    gradient of the scaled weight s ∘ w, which `_run` turns into those of w and s); the weights scale (n, H) blocks,
+    never the (n, V) one; the products in the dtype of h and w (d z rounded to it once), accumulators in float32.
+    `grad_z` may be overwritten."""
+    if grads.b is not None:
+        grads.b.add_(grad_z.sum(0) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z)
     g = grad_z if grad_z.dtype == w.dtype else grad_z.to(w.dtype)  # (n, V)
+    h_r = h if row_weight is None else h * row_weight.to(h.dtype)[:, None]  # (n, H)
+    if grads.w.dtype == g.dtype:
+        grads.w.addmm_(g.T, h_r)  # (V, H) accumulated without a temporary
+    else:
+        grads.w.add_(g.T @ h_r)  # a half-precision (V, H) product added to the float32 accumulator
+    if col_scale is not None:
+        g = g.mul_(col_scale.to(g.dtype))  # d z ∘ s, in place
     torch.mm(g, w, out=grads.h)  # (n, H), written in place
     if row_weight is not None:
         grads.h.mul_(row_weight.to(grads.h.dtype)[:, None])
-        h = h * row_weight.to(h.dtype)[:, None]  # (n, H)
-    if grads.w.dtype == g.dtype:
-        grads.w.addmm_(g.T, h)  # (V, H) accumulated without a temporary
-    else:
-        grads.w.add_(g.T @ h)  # a half-precision (V, H) product added to the float32 accumulator
-    if grads.b is not None:
-        grads.b.add_(grad_z.sum(0) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z)
 
 
 @register_kernel
@@ -103,7 +116,7 @@ class EagerKernel(ChunkKernel):
     def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None):
         """z (n, V) (the target's replaced, soft-capped; in `out` when given), rows (n,), the top-k values / columns
         (n, k) or None, the log-sum-exp (n,), the losses (n,) and the target logits (n,)."""
-        z = _raw_logits(h, w, b, out)  # (n, V) float32 (float64 for float64 inputs)
+        z = _raw_logits(h, w, b, out, opts.column_scale)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
         if t is not None:
             z[rows, y] = t
@@ -151,7 +164,7 @@ class EagerKernel(ChunkKernel):
         if grads.t is not None:
             grads.t.copy_(grad_z[rows, y] * row_weight.to(z.dtype))  # (n,)
             grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-        _linear_grads(grad_z, h, w, grads, row_weight)  # the row weights applied to (n, H) blocks
+        _linear_grads(grad_z, h, w, grads, row_weight, opts.column_scale)  # the row weights on (n, H) blocks
         return loss
 
     def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
@@ -167,7 +180,8 @@ class EagerKernel(ChunkKernel):
         if opts.softcap is not None:
             coef = coef * _capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
         coef = coef * row_weight.to(coef.dtype)[:, None]
-        torch.bmm(coef[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
+        coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
+        torch.bmm(coef_h[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
         grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
@@ -220,21 +234,23 @@ class CompiledKernel(EagerKernel):
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
-        z = _raw_logits(h, w, b, grads.logits)  # (n, V)
+        z = _raw_logits(h, w, b, grads.logits, opts.column_scale)  # (n, V)
         loss, grad_z, grad_t = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap
         )
         if grads.t is not None:
             grads.t.copy_(grad_t)
-        _linear_grads(grad_z, h, w, grads)
+        _linear_grads(grad_z, h, w, grads, None, opts.column_scale)
         return loss
 
 
 @autocast_off
 def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None):
-    """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t) of
-    Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t, chunk by chunk through the chunk engine; without it the
-    loss alone (one matmul per chunk). The products run in `gemm` (h and w cast to it once per call)."""
+    """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of
+    Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t and the column scale s = `opts.column_scale`, chunk by chunk
+    through the chunk engine; without it the loss alone (one matmul per chunk). The products run in `gemm` (h and w
+    cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h; then d w = s ∘ A (in place) and
+    d s_c = A_c · w_c."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
     if row_weight is None:
@@ -252,15 +268,19 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
         return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, grads)
 
     losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t), (), chunk_size)
-    return losses, (grad_h.to(h.dtype), grad_w.to(w.dtype), grad_b, grad_t)
+    scale, grad_s = opts.column_scale, None
+    if scale is not None:
+        grad_s = torch.bmm(grad_w[:, None, :], w.to(accumulate)[:, :, None]).reshape(-1).to(scale.dtype)  # (V,)
+        grad_w.mul_(scale.to(accumulate)[:, None])
+    return losses, (grad_h.to(h.dtype), grad_w.to(w.dtype), grad_b, grad_t, grad_s)
 
 
 class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i weight · loss_i with all gradients computed in the forward pass; `keep` (N,): the rows that count (None:
-    all), the others computed with weight 0."""
+    all), the others computed with weight 0; `s`: the column scale (V,) or None."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None):
+    def forward(ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None):
         dtype = torch.promote_types(h.dtype, torch.float32)
         if isinstance(weight, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
             row_weight = weight.to(device=h.device, dtype=dtype).expand(h.shape[0])
@@ -268,7 +288,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
             row_weight = torch.full((h.shape[0],), weight, dtype=dtype, device=h.device)
         if keep is not None:
             row_weight = row_weight * keep
-        losses, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight)
+        losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
         ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
         ctx.has = [g is not None for g in grads]
         return _kept(losses, keep).sum() * weight
@@ -276,31 +296,32 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
-        grad_h, grad_w, grad_b, grad_t = saved
-        return grad_h, grad_w, grad_b, grad_t, None, None, None, None, None, None
-
-
-def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """The losses (N,) with 0 on the rows `keep` drops (None: all kept)."""
-    return losses if keep is None else torch.where(keep, losses, 0.0)
+        return (*saved, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
 
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses; the backward pass recomputes each chunk weighted by the incoming gradient."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, y, opts: ChunkOptions, chunk_size, gemm):
+    def forward(ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm):
+        opts = opts._replace(column_scale=s)
         with torch.no_grad():
             losses, _ = _run(h, w, b, y, t, opts, chunk_size, gemm)
-        ctx.save_for_backward(h, w, b, t, y)
-        ctx.opts = (opts, chunk_size, gemm)
+        ctx.save_for_backward(h, w, b, t, s, y)
+        ctx.opts = (opts._replace(column_scale=None), chunk_size, gemm)  # the tensor s is saved above
         return losses
 
     @staticmethod
     def backward(ctx, grad_out):
-        h, w, b, t, y = ctx.saved_tensors
-        _, grads = _run(h, w, b, y, t, *ctx.opts, row_weight=grad_out)
-        return (*grads, None, None, None, None)
+        h, w, b, t, s, y = ctx.saved_tensors
+        opts, chunk_size, gemm = ctx.opts
+        _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight=grad_out)
+        return (*grads, None, None, None, None)  # h, w, b, t, s; then y and the non-tensor arguments
+
+
+def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """The losses (N,) with 0 on the rows `keep` drops (None: all kept)."""
+    return losses if keep is None else torch.where(keep, losses, 0.0)
 
 
 @autocast_off
@@ -320,6 +341,7 @@ def fused_linear_cross_entropy(
     logit_multiplier: float = 1.0,
     softcap: float | None = None,
     logit_scale: float | None = None,
+    column_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -336,6 +358,9 @@ def fused_linear_cross_entropy(
             taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
         logit_scale: the old name of `logit_multiplier` (give one of them).
+        column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
+            head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied to each chunk's logits and gradient instead of
+            to a scaled (V, H) copy of the weight; its gradient is computed too.
     Returns:
         a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
@@ -351,6 +376,9 @@ def fused_linear_cross_entropy(
     if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
         h, b = h * logit_multiplier, None if b is None else b * logit_multiplier
     t = None if target_logit is None else target_logit.reshape(-1).to(compute)
+    s = None if column_scale is None else column_scale.reshape(-1).to(compute)
+    if s is not None and s.shape[0] != w.shape[0]:
+        raise ValueError(f"column_scale has {s.shape[0]} entries but weight has {w.shape[0]} rows (classes)")
     keep = None  # the rows that count, when the ignored ones are computed too (weight 0)
     if host_reads_are_free(h.device):
         if not bool(valid.all()):
@@ -361,15 +389,15 @@ def fused_linear_cross_entropy(
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0])
     opts = ChunkOptions(top_k, label_smoothing, softcap)
     if reduction == "none":
-        rows = _kept(_FusedLinearCERows.apply(h, w, b, t, y, opts, chunk, gemm), keep)
+        rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm), keep)
         return reduce_rows(rows, valid, valid.shape, "none")
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     scale = 1.0 if reduction == "sum" else 1.0 / mean_divisor(num_items_in_batch, num_valid, h.device)
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
-    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t))
+    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
-        losses, _ = _run(h, w, b, y, t, opts, eval_chunk, gemm)
+        losses, _ = _run(h, w, b, y, t, opts._replace(column_scale=s), eval_chunk, gemm)
         return _kept(losses, keep).sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, y, scale, opts, chunk, gemm, keep)
+    return _FusedLinearCEScalar.apply(h, w, b, t, s, y, scale, opts, chunk, gemm, keep)

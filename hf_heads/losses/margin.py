@@ -176,12 +176,13 @@ def margin_cross_entropy(
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
     h_v, y_v = h[valid], y[valid]  # (N, H), (N,): the rows that count
     a, s, t, b = scorer.factors(h_v, w, b, y_v, word_counts, context_norm_value)
-    h2, w2 = _scaled(h_v, w, a, s)  # (N, H), (V, H)
+    h2 = h_v if a is None else h_v * a[:, None]  # (N, H); the column scale s (V,) is applied chunk by chunk
     loss = fused_linear_cross_entropy(
         h2,
-        w2,
+        w,
         b,
         y_v,
+        column_scale=s,
         target_logit=t,
         softcap=scorer.softcap,
         top_k=top_k,

@@ -173,15 +173,17 @@ class TritonKernel(EagerKernel):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super().loss(h, w, b, y, t, opts)
-        return self._launch(fused_linear._raw_logits(h, w, b).contiguous(), y, t, None, opts)
+        return self._launch(fused_linear._raw_logits(h, w, b, None, opts.column_scale).contiguous(), y, t, None, opts)
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads)
-        z = fused_linear._raw_logits(h, w, b, grads.logits).contiguous()  # (n, V), becomes d loss / d z
+        z = fused_linear._raw_logits(
+            h, w, b, grads.logits, opts.column_scale
+        ).contiguous()  # (n, V), becomes d loss / d z
         grad_t = None if grads.t is None else torch.empty_like(z[:, 0])
         loss = self._launch(z, y, t, row_weight, opts, grad_t)
         if grads.t is not None:
             grads.t.copy_(grad_t)
-        _linear_grads(z, h, w, grads)
+        _linear_grads(z, h, w, grads, None, opts.column_scale)
         return loss
