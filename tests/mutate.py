@@ -177,7 +177,7 @@ MUTANTS = [
     _m("sync-free-ignored-rows-trained", "losses/fused_linear.py", "            row_weight = row_weight * keep\n",
        "            pass\n", KERNELS, "on an accelerator, ignored rows reach the gradients"),
     _m("column-scale-left-out-of-grad-h", "losses/fused_linear.py",
-       "        g = g.mul_(col_scale.to(g.dtype))  # d z ∘ s, in place", "        pass", KERNELS,
+       "torch.mm(g.mul_(col_scale.to(g.dtype)), w, out=grads.h)", "torch.mm(g, w, out=grads.h)", KERNELS,
        "a word-norm column scale applied to the logits but not to d h"),
     _m("column-scale-grad-dropped", "losses/fused_linear.py", "        grad_w.mul_(scale.to(accumulate)[:, None])",
        "        grad_s = grad_s * 0", KERNELS, "the column scale gets no gradient"),
