@@ -116,9 +116,9 @@ def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):
     assert automatic_kernel(torch.device("cuda")) == "triton"  # triton imports here (the dev extra)
     monkeypatch.setattr("hf_heads.losses.triton_kernel.triton_available", lambda: False)
     assert automatic_kernel(torch.device("cuda")) == "eager"
-    monkeypatch.setenv(KERNEL_ENV, "compiled")
-    assert chunk_kernel().name == "compiled"
-    with kernel_choice("eager"):  # a head's option wins over the environment
+    with kernel_choice("compiled"):  # a head's option
+        assert chunk_kernel(device=torch.device("cpu")).name == "compiled"
+        monkeypatch.setenv(KERNEL_ENV, "eager")  # the environment overrides it
         assert chunk_kernel().name == "eager"
     monkeypatch.setenv(KERNEL_ENV, "fast")
     allowed = "allowed: eager, compiled, triton"

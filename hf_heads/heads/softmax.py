@@ -29,8 +29,8 @@ class SoftmaxHeadOptions(HeadOptions):
         default=None,
         metadata={
             "help": "Implementation of the chunked loss's per-chunk work: eager, compiled (torch.compile) or triton "
-            "(hand-written; GPU). Default: HF_HEADS_CHUNK_KERNEL when set, else triton on a GPU when triton is "
-            "installed, else eager. Every choice computes the same loss."
+            "(hand-written; GPU). Default: triton on a GPU when triton is installed, else eager; the environment "
+            "variable HF_HEADS_CHUNK_KERNEL overrides this option. Every choice computes the same loss."
         },
     )
     label_smoothing: float = field(

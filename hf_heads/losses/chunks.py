@@ -16,8 +16,8 @@ per-chunk function on each:
 The kernel seam: a `ChunkKernel` is the per-chunk work of the fused cross-entropy (logits of the chunk, the replaced
 target logit, soft-cap, top-k, label smoothing, the loss and its gradient). Implementations are registered in
 `CHUNK_KERNELS` ("eager", "compiled", "triton") and every one runs the same contract tests against the naive
-references (tests/test_kernels.py). `chunk_kernel(None, device)` picks a head's `chunk_kernel` option, else
-`HF_HEADS_CHUNK_KERNEL` when set, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
+references (tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else a
+head's `chunk_kernel` option, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
@@ -138,13 +138,14 @@ def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     return cls
 
 
-_CHOSEN: ContextVar[str | None] = ContextVar("hf_heads_chunk_kernel", default=None)
+_CHOSEN: ContextVar[tuple[str | None, bool]] = ContextVar("hf_heads_chunk_kernel", default=(None, False))
 
 
 @contextmanager
-def kernel_choice(name: str | None):
-    """Within the block, `chunk_kernel()` picks `name` (a head's `chunk_kernel` option; None: no choice made)."""
-    token = _CHOSEN.set(name)
+def kernel_choice(name: str | None, *, force: bool = False):
+    """Within the block, `chunk_kernel()` picks `name` (a head's `chunk_kernel` option; None: no choice made), unless
+    `HF_HEADS_CHUNK_KERNEL` overrides it; `force=True`: whatever the environment says (a kernel's self-check)."""
+    token = _CHOSEN.set((name, force))
     try:
         yield
     finally:
@@ -164,10 +165,15 @@ def automatic_kernel(device: torch.device | None) -> str:
 
 
 def chunk_kernel(name: str | None = None, device: torch.device | None = None) -> ChunkKernel:
-    """The kernel called `name`; None: the choice of `kernel_choice` (a head's `chunk_kernel` option), else
-    `HF_HEADS_CHUNK_KERNEL` when set, else `automatic_kernel(device)`."""
-    chosen = name or _CHOSEN.get() or os.environ.get(KERNEL_ENV) or automatic_kernel(device)
+    """The kernel called `name`; None: `HF_HEADS_CHUNK_KERNEL` when set (the operator's override, e.g. for a
+    checkpoint whose head names a kernel this machine cannot run), else the choice of `kernel_choice` (a head's
+    `chunk_kernel` option), else `automatic_kernel(device)`."""
+    from_env = os.environ.get(KERNEL_ENV)
+    chosen_in_context, forced = _CHOSEN.get()
+    if forced:
+        from_env = None
+    chosen = name or from_env or chosen_in_context or automatic_kernel(device)
     if chosen not in CHUNK_KERNELS:
-        field = "kernel" if name else ("chunk_kernel" if _CHOSEN.get() else KERNEL_ENV)
+        field = "kernel" if name else (KERNEL_ENV if from_env else "chunk_kernel")
         raise OptionError(field, chosen, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")
     return CHUNK_KERNELS[chosen]

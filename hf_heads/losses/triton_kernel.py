@@ -121,7 +121,7 @@ class TritonKernel(EagerKernel):
             results = {}
             for name in ("eager", "triton"):
                 inputs = [x.to(device).requires_grad_() for x in (h, w, b, options.get("target", t))]
-                with kernel_choice(name):
+                with kernel_choice(name, force=True):
                     loss = fused_linear_cross_entropy(
                         *inputs[:3], y.to(device), target_logit=inputs[3] if "target" in options else None,
                         softcap=options.get("softcap"), label_smoothing=options.get("label_smoothing", 0.0),
