@@ -163,12 +163,14 @@ def test_the_triton_kernel_checks_itself_against_eager_before_its_first_use(monk
     use_kernel("triton", monkeypatch, max_block=1024)
     monkeypatch.setattr(TritonKernel, "_checked", set())
     kernel = CHUNK_KERNELS["triton"]
-    kernel.self_check(torch.device("cpu"), force=True)  # the real kernel passes
+    with torch.no_grad():  # where it runs first: inside the fused loss's autograd.Function forward, or an evaluation
+        kernel.self_check(torch.device("cpu"), force=True)  # the real kernel passes
     launch = TritonKernel._launch
     monkeypatch.setattr(TritonKernel, "_launch", lambda self, *a, **k: launch(self, *a, **k) * 1.01)
     monkeypatch.setattr(TritonKernel, "_checked", set())
     with pytest.raises(RuntimeError, match="the triton chunk kernel disagrees with the eager one on cpu"):
-        kernel.self_check(torch.device("cpu"), force=True)
+        with torch.inference_mode():
+            kernel.self_check(torch.device("cpu"), force=True)
 
 
 def test_chunks_fit_the_memory_budget_and_cover_every_row_once():

@@ -99,17 +99,13 @@ class TritonKernel(EagerKernel):
         if device in TritonKernel._checked or (device.type == "cpu" and not force):
             return
         TritonKernel._checked.add(device)
-        g = torch.Generator().manual_seed(0)
-        h, w, b, t = (
-            torch.randn(6, 16, generator=g),
-            torch.randn(2051, 16, generator=g),
-            torch.randn(2051, generator=g),
-            torch.randn(6, generator=g),
-        )
-        y = torch.randint(0, w.shape[0], (6,), generator=g)
         self.max_block = 1024  # three tiles per row of 2051 logits
-        try:
-            self._compare_with_eager(device, h, w, b, t, y)
+        try:  # first use is inside an autograd.Function's forward or an evaluation: gradients switched back on
+            with torch.inference_mode(False), torch.enable_grad():
+                g = torch.Generator().manual_seed(0)
+                h, w, b, t = (torch.randn(*shape, generator=g) for shape in ((6, 16), (2051, 16), (2051,), (6,)))
+                y = torch.randint(0, w.shape[0], (6,), generator=g)
+                self._compare_with_eager(device, h, w, b, t, y)
         finally:
             del self.max_block
 
