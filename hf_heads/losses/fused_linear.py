@@ -109,56 +109,76 @@ def _linear_grads(
 
 @register_kernel
 class EagerKernel(ChunkKernel):
-    """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the gradient in place."""
+    """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the log-probabilities and then the gradient
+    in place. The full-support log-softmax is one row-wise pass (`torch.log_softmax(z, out=z)`: each row's maximum,
+    sum and result while the row sits in cache), so the block is read from memory twice (log-softmax, exp) between
+    the GEMMs instead of once per elementwise operation."""
 
     name = "eager"
 
     @staticmethod
     def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None):
-        """z (n, V) (the target's replaced, soft-capped; in `out` when given), rows (n,), the top-k values / columns
-        (n, k) or None, the log-sum-exp (n,), the losses (n,) and the target logits (n,)."""
+        """z (n, V): the products with the column scale and bias, the target's logit replaced by t, soft-capped (in
+        `out` when given), and the row indices (n,)."""
         z = _raw_logits(h, w, b, out, opts.column_scale)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
         if t is not None:
             z[rows, y] = t
         if opts.softcap is not None:
             z.div_(opts.softcap).tanh_().mul_(opts.softcap)
-        target_z = z[rows, y]  # (n,)
-        if opts.top_k is not None and opts.top_k < z.shape[1]:
-            vals, idx = torch.topk(z, opts.top_k, dim=1)  # (n, k)
-            lse = torch.logsumexp(vals, dim=1)  # (n,)
-        else:
-            vals = idx = None
-            lse = torch.logsumexp(z, dim=1)  # (n,)
-        loss = lse - target_z  # (n,)
-        if opts.label_smoothing:
-            mean_z = z.mean(dim=1) if idx is None else vals.mean(dim=1)
-            loss = (1 - opts.label_smoothing) * loss + opts.label_smoothing * (lse - mean_z)
-        return z, rows, vals, idx, lse, loss, target_z
+        return z, rows
+
+    @staticmethod
+    def _selects(opts: ChunkOptions, num_classes: int) -> bool:
+        """Whether the top-k support applies (k < V)."""
+        return opts.top_k is not None and opts.top_k < num_classes
+
+    @staticmethod
+    def log_softmax_(z, rows, y, smooth: float) -> torch.Tensor:
+        """z (n, V) becomes log p (n, V) in place; the losses (n,): −log p_iy, with label smoothing ε
+        (1 − ε)(−log p_iy) − ε mean_c log p_ic, i.e. (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic)."""
+        torch.log_softmax(z, dim=1, out=z)  # one row-wise pass, in place
+        loss = -z[rows, y]  # (n,)
+        if smooth:
+            loss = (1 - smooth) * loss - smooth * z.mean(dim=1)
+        return loss
+
+    @staticmethod
+    def top_k_loss(z, rows, y, top_k: int, smooth: float):
+        """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with the
+        kept values and columns (n, k) and their log-sum-exp (n,)."""
+        vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
+        lse = torch.logsumexp(vals, dim=1)  # (n,)
+        loss = lse - z[rows, y]
+        if smooth:
+            loss = (1 - smooth) * loss + smooth * (lse - vals.mean(dim=1))
+        return loss, vals, idx, lse
 
     def loss(self, h, w, b, y, t, opts):
-        return self.logits(h, w, b, y, t, opts)[5]
+        z, rows = self.logits(h, w, b, y, t, opts)
+        if self._selects(opts, z.shape[1]):
+            return self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)[0]
+        return self.log_softmax_(z, rows, y, opts.label_smoothing)
 
     def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
-        sparse = opts.top_k is not None and opts.top_k < w.shape[0] and t is None
+        sparse = self._selects(opts, w.shape[0]) and t is None
         return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads)
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
-        z, rows, vals, idx, lse, loss, _ = self.logits(h, w, b, y, t, opts, grads.logits)
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
-        # d loss_i / d z_ic = p_ic - [c = y_i] (p: softmax over the whole row or over its top-k)
-        if idx is None:
-            grad_z = z.sub_(lse[:, None]).exp_()  # (n, V), over the logits buffer
-        else:
+        # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k)
+        if self._selects(opts, z.shape[1]):
+            loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
             grad_z = torch.zeros_like(z)
-            grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]))
-        if smooth:
-            if idx is None:
+            grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
+        else:
+            loss = self.log_softmax_(z, rows, y, smooth)
+            grad_z = z.exp_()  # (n, V), over the logits buffer
+            if smooth:
                 grad_z -= smooth / z.shape[1]
-            else:
-                grad_z.scatter_add_(1, idx, torch.full_like(vals, -smooth / top_k))
         grad_z[rows, y] -= 1.0 - smooth
         if slope is not None:
             grad_z *= slope
@@ -171,8 +191,10 @@ class EagerKernel(ChunkKernel):
     def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
         gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
-        _, _, vals, idx, lse, loss, target_z = self.logits(h, w, b, y, t, opts, grads.logits)
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
         smooth, top_k = opts.label_smoothing, opts.top_k
+        loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
+        target_z = z[rows, y]  # (n,)
         coef = torch.exp(vals - lse[:, None])  # (n, k)
         if smooth:
             coef -= smooth / top_k

@@ -153,10 +153,6 @@ class TritonKernel(EagerKernel):
         )  # fmt: skip
         return loss
 
-    @staticmethod
-    def _selects(opts: ChunkOptions, num_classes: int) -> bool:
-        return opts.top_k is not None and opts.top_k < num_classes
-
     def _ready(self, device: torch.device) -> None:
         self.check_device(device)
         self.self_check(device)
