@@ -357,7 +357,8 @@ MAX_NORM_CASES = [pytest.param(case, id=case.id) for case in CASES if case.head.
 @pytest.mark.parametrize("case", MAX_NORM_CASES)
 def test_running_max_norm_follows_its_formula_and_is_what_evaluation_uses(case):
     """max-norm's running value over several training batches is r_1 = M_1, r_t = (1 − μ) r_{t−1} + μ M_t with M_t
-    the max ‖h‖ over the batch's non-ignored rows only (ignored rows hold larger norms here); evaluation, inference
+    the max ‖h‖ over the batch's non-ignored rows only (ignored rows hold larger norms here; a batch of padding only
+    leaves r as it is); evaluation, inference
     logits and the eval loss use r_t, not the max of the batch they are given."""
     momentum = 0.3
     case = Case(case.id, {**case.head, "context_norm_momentum": momentum}, case.tasks, case.counts)
@@ -372,6 +373,10 @@ def test_running_max_norm_follows_its_formula_and_is_what_evaluation_uses(case):
         batch_max = hidden[valid].double().norm(dim=1).max()
         expected = batch_max if expected is None else (1 - momentum) * expected + momentum * batch_max
         torch.testing.assert_close(head.context_norm_running.double(), expected, rtol=1e-6, atol=0)
+    hidden, labels = _batch(seed=5)
+    labels = torch.full_like(labels, -100)  # a batch of padding only (its rows' norms are not a maximum to follow)
+    _loss(head, hidden, labels)
+    torch.testing.assert_close(head.context_norm_running.double(), expected, rtol=1e-6, atol=0)
     head.eval()
     hidden, labels = _batch(seed=7)  # its own max differs from the running value
     valid = labels != -100

@@ -299,19 +299,83 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
         fused_linear_cross_entropy(h, w, b, y)
 
 
-@pytest.mark.parametrize("family", ["softmax", "sparse"])
-def test_a_softmax_or_sparse_heads_training_step_reads_nothing_on_the_host(family, monkeypatch):
-    """The head's whole loss and backward (labels with padding, a tensor `num_items_in_batch`, as the Trainer passes)
-    on the stood-in accelerator: no host read. (The margin and sampled heads still compact their rows.)"""
-    from hf_heads.losses import _rows, fused_linear
+HEADS_ON_AN_ACCELERATOR = {
+    "softmax": {},
+    "sparse": {"k": 5},
+    "margin arc, unigram, max-norm": {"margin": "arc", "m": 0.2, "word_norm": "unigram", "context_norm": "max-norm"},
+    "margin lsm, log-rank": {"margin": "lsm", "m": 2, "word_norm": "log-rank"},
+    "sampled ce is, unigram noise, hits removed": {
+        "criterion": "ce",
+        "method": "is",
+        "num_samples": 6,
+        "noise": "unigram",
+        "remove_accidental_hits": True,
+    },
+    "sampled bce nce, cos margin, max-norm": {
+        "criterion": "bce",
+        "method": "nce",
+        "num_samples": 6,
+        "margin": "cos",
+        "m": 0.1,
+        "context_norm": "max-norm",
+    },
+    "sampled mse full": {"criterion": "mse", "method": "full"},
+}
 
-    for module in (_rows, fused_linear):
-        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
-    head = make_head(6, 13, {"family": family, "chunk_size": 3, **({"k": 5} if family == "sparse" else {})}).train()
+
+@pytest.mark.parametrize("name", list(HEADS_ON_AN_ACCELERATOR))
+def test_a_heads_training_step_reads_nothing_on_the_host(name, monkeypatch):
+    """The head's whole loss and backward (labels with padding, a tensor `num_items_in_batch`, as the Trainer passes)
+    on the stood-in accelerator: no host read (margin heads: word counts checked by a device assertion, max-norm's
+    batch maximum and running value kept on the device; sampled heads: the noise checked likewise, every row scored
+    and the ignored ones masked), and the same loss, gradients and running max-norm as the CPU path that compacts
+    the rows."""
+    from hf_heads.losses import _rows, fused_linear, noise, scorer
+
+    family = name.split()[0]
+    options = {"family": family, "chunk_size": 3, **HEADS_ON_AN_ACCELERATOR[name]}
     g = torch.Generator().manual_seed(2)
     hidden, labels = torch.randn(2, 5, 6, generator=g), torch.randint(0, 13, (2, 5), generator=g)
     labels[1, 3:] = -100
-    with _HostReads() as reads:
+    counts = torch.arange(13, 0, -1).float() * 3
+
+    def new_head():
+        torch.manual_seed(0)
+        head = make_head(6, 13, dict(options)).train()
+        if head.needs_counts:
+            head.set_word_counts(counts)
+            head.counts()  # set once: read on the host then, not at every step
+        if family == "sampled":
+            head.noise_probs()  # likewise: built from the counts once
+        return head
+
+    def step(head):
+        torch.manual_seed(1)  # the sampled heads' noise draws
         loss = head.loss(hidden, labels, num_items_in_batch=torch.tensor(8))
         loss.backward()
-    assert reads.seen == [] and torch.isfinite(loss) and head.weight.grad.abs().sum() > 0
+        running = getattr(head, "context_norm_running", None)
+        return loss, head.weight.grad, head.bias.grad, None if running is None else running.clone()
+
+    want = step(new_head())
+    for module in (_rows, fused_linear, noise, scorer):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+    head = new_head()
+    with _HostReads() as reads:
+        got = step(head)
+    assert reads.seen == [] and torch.isfinite(got[0]) and got[1].abs().sum() > 0
+    torch.testing.assert_close(got, want)
+
+
+def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradient():
+    """A reduced loss computes its gradients in the forward pass; the backward scales them by d output (here 2.5,
+    then 1 and a loss used twice in one graph), and a second backward through the same graph gives the same."""
+    h, w, b, t, y = _data()
+    ref = naive(h, w, b, y, None)
+    want = torch.autograd.grad(2.5 * ref, (h, w, b))
+    loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=4)
+    for _ in range(2):
+        got = torch.autograd.grad(2.5 * loss, (h, w, b), retain_graph=True)
+        for g, w_ in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w_)
+    torch.testing.assert_close(torch.autograd.grad(loss, h, retain_graph=True)[0], want[0] / 2.5)
+    torch.testing.assert_close(torch.autograd.grad(loss + loss, h)[0], 2 * want[0] / 2.5)

@@ -267,3 +267,26 @@ def test_a_scorer_and_keyword_options_do_not_mix():
         margin_logits(h, w, b, y, scorer={"margin": "cos"})
     with pytest.raises(TypeError, match="unexpected margin option"):
         corrected_nll(h, w, b, y, criterion="bce", method="full", temperature=2.0)
+
+
+def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather():
+    """`weight_rows` (‖W_c‖ and W[y] with one (V, H) gradient buffer) against torch's norm and indexing, forward
+    and backward, float64 gradcheck, a zero row included (gradient 0 there, as torch's norm), and no target."""
+    from hf_heads.losses.scorer import weight_rows
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(7, 3, generator=g, dtype=torch.float64)
+    w[4] = 0.0
+    w.requires_grad_()
+    y = torch.tensor([1, 4, 1, 6])
+    norms, rows = weight_rows(w, y)
+    g_n, g_r = torch.randn(7, generator=g, dtype=torch.float64), torch.randn(4, 3, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((norms * g_n).sum() + (rows * g_r).sum(), w)[0]
+    want_n, want_r = w.norm(dim=1), w[y]
+    want = torch.autograd.grad((want_n * g_n).sum() + (want_r * g_r).sum(), w)[0]
+    torch.testing.assert_close((norms, rows), (want_n, want_r))
+    torch.testing.assert_close(got, want)
+    assert weight_rows(w, None)[1] is None
+    w_ok = torch.randn(7, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, y), (w_ok,))
+    assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, None)[0], (w_ok,))

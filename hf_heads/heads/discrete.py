@@ -57,8 +57,13 @@ class DiscreteHead(OutputHead):
 
     @property
     def has_word_counts(self) -> bool:
-        """Whether word counts were set (the buffer starts at −1, "not set")."""
-        return not bool((self.word_counts < 0).any())
+        """Whether word counts were set (the buffer starts at −1, "not set"). Read on the host once per change of
+        the buffer (its storage and version: `set_word_counts`, `load_state_dict`, a move), not at every step."""
+        key = (self.word_counts.data_ptr(), self.word_counts._version)
+        known = self.__dict__.get("_counts_known")
+        if known is None or known[0] != key:
+            known = self.__dict__["_counts_known"] = (key, not bool((self.word_counts < 0).any()))
+        return known[1]
 
     def counts(self) -> torch.Tensor | None:
         """The word counts when the options need them (an error says how to give them when they are missing)."""

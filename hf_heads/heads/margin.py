@@ -139,14 +139,13 @@ class MarginHead(DiscreteHead):
         """Update the running max-norm with a training batch."""
         if self.options.context_norm != "max-norm":
             return
-        valid = hidden.reshape(-1, hidden.shape[-1])[labels.reshape(-1) != ignore_index]
-        if valid.shape[0] == 0:
-            return
-        batch_max = valid.float().norm(dim=1).max().to(self.context_norm_running.dtype)
-        if float(self.context_norm_running) < 0:
-            self.context_norm_running.copy_(batch_max)
-        else:
-            self.context_norm_running.lerp_(batch_max, self.options.context_norm_momentum)
+        # on the device, no host read: a batch without a counted row leaves the running value as it is
+        valid = labels.reshape(-1) != ignore_index  # (N,)
+        norms = hidden.reshape(-1, hidden.shape[-1]).float().norm(dim=1).masked_fill(~valid, 0.0)  # (N,)
+        running = self.context_norm_running
+        batch_max = (norms.max() if norms.numel() else norms.new_zeros(())).to(running.dtype)
+        updated = torch.where(running < 0, batch_max, running.lerp(batch_max, self.options.context_norm_momentum))
+        running.copy_(torch.where(valid.any(), updated, running))
 
     # ------------------------------------------------------------------ hooks
 

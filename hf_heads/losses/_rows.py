@@ -103,6 +103,17 @@ def check_labels(target: torch.Tensor, num_classes: int, ignore_index: int = -10
         raise ValueError(f"labels: found {int(target[bad][0])}, {allowed}")
 
 
+def counted_rows(
+    hidden: torch.Tensor, target: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(h, y, keep) of the rows (N, H), (N,) a loss computes: on a CPU the rows that count, compacted (keep None);
+    on an accelerator every row, the ignored ones with class 0 and `keep` = `valid` (compacting reads the row count
+    on the host). `reduce_rows(..., keep=keep)` then drops the ignored rows' losses."""
+    if host_reads_are_free(hidden.device):
+        return hidden[valid], target[valid], None
+    return hidden, torch.where(valid, target, 0), valid
+
+
 def linear_rows(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -150,12 +161,20 @@ def reduce_rows(
     target_shape: torch.Size | tuple[int, ...],
     reduction: str,
     num_items_in_batch: int | float | torch.Tensor | None = None,
+    keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Reduce the losses `per_row` (M,) of the non-ignored rows, M = valid.sum() (`valid` None: every row).
+    """Reduce the losses `per_row` (M,) of the non-ignored rows, M = valid.sum() (`valid` None: every row), or, with
+    `keep` (`counted_rows` on an accelerator), the losses (N,) of every row, those `keep` drops counted as 0.
 
     "none" returns the losses in `target_shape`, 0 on the ignored rows; "sum" their sum; "mean" the sum divided
     by `mean_divisor`."""
     check_reduction(reduction)
+    if keep is not None:  # no host read: the ignored rows' losses masked, the row count a tensor
+        per_row = torch.where(keep, per_row, 0.0)
+        if reduction == "none":
+            return per_row.reshape(target_shape)
+        total = per_row.sum()
+        return total if reduction == "sum" else total / mean_divisor(num_items_in_batch, keep.sum(), total.device)
     if reduction == "none":
         if valid is None or per_row.shape[0] == valid.numel():  # every row valid: nothing to scatter
             return per_row.reshape(target_shape)

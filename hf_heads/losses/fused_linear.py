@@ -71,9 +71,11 @@ def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tenso
     else:
         z = h @ w.T
         z = z.to(torch.promote_types(z.dtype, torch.float32))
-    if col_scale is not None:
+    if col_scale is not None and b is not None:
+        torch.addcmul(b, z, col_scale, out=z)  # s ∘ z + b in one pass
+    elif col_scale is not None:
         z *= col_scale
-    if b is not None:
+    elif b is not None:
         z += b
     return z
 
@@ -312,14 +314,15 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         if keep is not None:
             row_weight = row_weight * keep
         losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
-        ctx.save_for_backward(*[g if g is not None else torch.empty(0) for g in grads])
-        ctx.has = [g is not None for g in grads]
+        ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx
         return _kept(losses, keep).sum() * weight
 
     @staticmethod
     def backward(ctx, grad_out):
-        saved = [g * grad_out.to(g.dtype) if has else None for g, has in zip(ctx.saved_tensors, ctx.has, strict=False)]
-        return (*saved, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
+        grads = ctx.grads
+        if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: no (V, H) copy
+            grads = [None if g is None else g * grad_out.to(g.dtype) for g in grads]
+        return (*grads, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
 
 
 class _FusedLinearCERows(torch.autograd.Function):

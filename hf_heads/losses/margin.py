@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows, reduce_rows
+from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
@@ -174,24 +174,25 @@ def margin_cross_entropy(
     )
     scorer.check_counts(word_counts, weight.shape[0])
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
-    h_v, y_v = h[valid], y[valid]  # (N, H), (N,): the rows that count
-    a, s, t, b = scorer.factors(h_v, w, b, y_v, word_counts, context_norm_value)
-    h2 = h_v if a is None else h_v * a[:, None]  # (N, H); the column scale s (V,) is applied chunk by chunk
+    # every row, the ignored ones with a stand-in class (no host read of which rows count; the fused loss drops them)
+    a, s, t, b = scorer.factors(h, w, b, torch.where(valid, y, 0), word_counts, context_norm_value, valid)
+    h2 = h if a is None else h * a[:, None]  # (N, H); the column scale s (V,) is applied chunk by chunk
     loss = fused_linear_cross_entropy(
         h2,
         w,
         b,
-        y_v,
+        y,
         column_scale=s,
         target_logit=t,
         softcap=scorer.softcap,
         top_k=top_k,
         label_smoothing=label_smoothing,
         reduction=reduction,
+        ignore_index=ignore_index,
         num_items_in_batch=num_items_in_batch,
         chunk_size=chunk_size,
     )
-    return reduce_rows(loss, valid, target.shape, "none") if reduction == "none" else loss
+    return loss.reshape(target.shape) if reduction == "none" else loss
 
 
 class MarginCrossEntropy(nn.Module):

@@ -68,6 +68,7 @@ from hf_heads.losses._rows import (
     check_labels,
     check_reduction,
     compute_dtype,
+    counted_rows,
     linear_rows,
     reduce_rows,
     valid_rows,
@@ -370,11 +371,11 @@ def sampled_loss(
             **rows,
         )
     h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
-    h, y = h_all[valid], y_all[valid]
-    h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value)  # (N, H), (C,)|None, (N,), (C,)
+    h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
+    h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value, keep)  # (N, H), (C,), (N,), (C,)
     if method == "full":
         per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size, scorer.softcap)
-        return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
+        return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep)
 
     if noise_probs is None:
         raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
@@ -389,7 +390,7 @@ def sampled_loss(
     per_row = _sampled_rows(
         SAMPLING_METHODS[method], criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes
     )
-    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
+    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep)
 
 
 @autocast_off

@@ -63,7 +63,7 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.losses._rows import frequency_ranks
+from hf_heads.losses._rows import frequency_ranks, host_reads_are_free
 from hf_heads.losses.transforms import check_transform, soft_cap
 from hf_heads.validation import OptionError, check_choice, check_number
 
@@ -231,24 +231,30 @@ def check_word_counts(word_norm: str, word_counts, vocab_size: int | None, count
             raise ValueError(f"word_counts must be 1-D (V,), got shape {tuple(word_counts.shape)}")
         if vocab_size is not None and word_counts.numel() != vocab_size:
             raise ValueError(f"word_counts has {word_counts.numel()} entries but the vocabulary has {vocab_size}")
-        if not bool(torch.isfinite(word_counts).all()) or bool((word_counts < 0).any()):
+        ok = torch.isfinite(word_counts).all() & (word_counts >= 0).all()
+        if not host_reads_are_free(word_counts.device):
+            torch._assert_async(ok, "word_counts must be finite and >= 0")  # no host sync in a training step
+        elif not bool(ok):
             raise ValueError("word_counts must be finite and >= 0")
 
 
-def word_norm_values(weight: torch.Tensor, word_norm: str, word_counts: torch.Tensor | None) -> torch.Tensor | None:
-    """f(c) for every class (eq. 9), shape (V,); None for no-mod (f = ‖W_c‖, left implicit)."""
+def word_norm_values(
+    weight: torch.Tensor, word_norm: str, word_counts: torch.Tensor | None, norms: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """f(c) for every class (eq. 9), shape (V,); None for no-mod (f = ‖W_c‖, left implicit). `norms`: ‖W_c‖ (V,)
+    when the caller has them. No value is read on the host (amax / amin are gathered on the device)."""
     if word_norm == "no-mod":
         return None
     counts = word_counts.to(device=weight.device, dtype=weight.dtype)
     if word_norm == "log-unigram":
         return torch.log(counts.clamp_min(1.0))
-    norms = weight.norm(dim=1)  # (V,)
-    amax, amin = int(torch.argmax(counts)), int(torch.argmin(counts))
-    top, bottom = norms[amax], norms[amin]
+    norms = weight.norm(dim=1) if norms is None else norms  # (V,)
+    amax, amin = counts.argmax().reshape(1), counts.argmin().reshape(1)  # (1,) each
+    top, bottom = norms.gather(0, amax)[0], norms.gather(0, amin)[0]
     if word_norm == "uniform":
         return top.expand(weight.shape[0])
     if word_norm == "unigram":
-        u = (top - bottom) / counts[amax].clamp_min(_EPS)  # eq. 12
+        u = (top - bottom) / counts.gather(0, amax)[0].clamp_min(_EPS)  # eq. 12
         return bottom + u * counts
     # log-rank: log(exp(top) − v·r), v = (exp(top) − exp(bottom)) / V  (eqs. 9, 11)
     vocab = weight.shape[0]
@@ -257,9 +263,13 @@ def word_norm_values(weight: torch.Tensor, word_norm: str, word_counts: torch.Te
 
 
 def context_norm_values(
-    hidden: torch.Tensor, context_norm: str, context_norm_value: float | torch.Tensor | None = None
+    hidden: torch.Tensor,
+    context_norm: str,
+    context_norm_value: float | torch.Tensor | None = None,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    """g(i) for every row (eq. 10), shape (N,); None for no-mod (g = ‖h_i‖, left implicit)."""
+    """g(i) for every row (eq. 10), shape (N,); None for no-mod (g = ‖h_i‖, left implicit). max-norm's maximum is
+    over the rows `valid` (N,) marks (None: all), or `context_norm_value` when given."""
     if context_norm == "no-mod":
         return None
     if context_norm_value is not None:
@@ -267,7 +277,38 @@ def context_norm_values(
         return value.expand(hidden.shape[0])
     if hidden.shape[0] == 0:
         return hidden.new_zeros(0)
-    return hidden.norm(dim=1).max().expand(hidden.shape[0])
+    norms = hidden.norm(dim=1)  # (N,)
+    if valid is not None:
+        norms = norms.masked_fill(~valid, 0.0)  # norms are >= 0: an ignored row never is the maximum
+    return norms.max().expand(hidden.shape[0])
+
+
+class _WeightRows(torch.autograd.Function):
+    """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H): what the scorer reads of W, with one (V, H)
+    gradient buffer for both (autograd's norm and gather backwards would each allocate one, then add them)."""
+
+    @staticmethod
+    def forward(ctx, weight, target):
+        norms = torch.linalg.vector_norm(weight, dim=1)  # (V,)
+        ctx.save_for_backward(weight, target, norms)
+        return norms, None if target is None else weight[target]
+
+    @staticmethod
+    def backward(ctx, grad_norms, grad_rows):
+        weight, target, norms = ctx.saved_tensors
+        grad = None
+        if grad_norms is not None:  # d‖w_c‖ / d w_c = w_c / ‖w_c‖ (0 for a zero row, as torch's norm)
+            per_row = torch.where(norms > 0, grad_norms / norms, 0.0)  # (V,)
+            grad = weight * per_row[:, None]  # (V, H)
+        if grad_rows is not None:
+            grad = torch.zeros_like(weight) if grad is None else grad
+            grad.index_add_(0, target, grad_rows.to(grad.dtype))
+        return grad, None
+
+
+def weight_rows(weight: torch.Tensor, target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(‖W_c‖ (V,), W[target] (N, H) or None), differentiable in `weight` with one (V, H) gradient buffer."""
+    return _WeightRows.apply(weight, target)
 
 
 # ----------------------------------------------------------------------------- the scorer (eq. 13)
@@ -343,26 +384,29 @@ class Scorer:
         target: torch.Tensor | None,
         word_counts: torch.Tensor | None = None,
         context_norm_value: float | torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,)
         so that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H),
         weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
         logit of its own (t: no target, or a margin that leaves it alone) and for no bias. `gain` multiplies g(i);
-        `logit_multiplier` every logit (a, t and b); the soft-cap is the caller's, on the result."""
+        `logit_multiplier` every logit (a, t and b); the soft-cap is the caller's, on the result. `valid` (N,): the
+        rows that count (max-norm's maximum is theirs; None: all)."""
         h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
-        w_norm = weight.norm(dim=1).clamp_min(_EPS)  # (V,)
+        with_target = target is not None and self.margin.changes_target
+        raw_norm, w_y = weight_rows(weight, target if with_target else None)  # (V,), (N, H) or None
+        w_norm = raw_norm.clamp_min(_EPS)  # (V,)
         if self.scale is not None:
             g, f = torch.full_like(h_norm, float(self.scale)), torch.ones_like(w_norm)
         else:
-            g = context_norm_values(hidden, self.context_norm, context_norm_value)  # (N,) or None
-            f = word_norm_values(weight, self.word_norm, word_counts)  # (V,) or None
+            g = context_norm_values(hidden, self.context_norm, context_norm_value, valid)  # (N,) or None
+            f = word_norm_values(weight, self.word_norm, word_counts, raw_norm)  # (V,) or None
         if self.gain != 1.0:
             g = (h_norm if g is None else g) * self.gain  # (N,)
         a = None if g is None else g / h_norm  # (N,)
         s = None if f is None else f / w_norm  # (V,)
         t = None
-        if target is not None and self.margin.changes_target:
-            w_y = weight[target]  # (N, H)
+        if with_target:
             cos = (hidden * w_y).sum(1) / (h_norm * w_norm[target])  # (N,)
             g_y = h_norm if g is None else g
             f_y = w_norm[target] if f is None else f[target]
@@ -383,11 +427,12 @@ class Scorer:
         target: torch.Tensor,
         word_counts: torch.Tensor | None = None,
         context_norm_value: float | torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
         """(a·h (N, H), s (V,) or None, the soft-capped target logit (N,), b (V,) or None) for a criterion over
         candidate classes: the logit of class c is cap(a_i · s_c · (h_i · W_c) + b_c) (`factors`), the target's
         the returned one, margin applied."""
-        a, s, t, bias = self.factors(hidden, weight, bias, target, word_counts, context_norm_value)
+        a, s, t, bias = self.factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)
         h = hidden if a is None else hidden * a[:, None]  # (N, H)
         if t is None:
             w_y = weight[target] if s is None else weight[target] * s[target, None]  # (N, H)
