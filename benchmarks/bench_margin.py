@@ -4,12 +4,13 @@
     python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
     python benchmarks/bench_margin.py --vocab 50000 --device cuda
 
-"three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). "compiled kernel"
-rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off compilation is in
-the warm-up call, its compiler's memory in the peak); "triton kernel" rows the hand-written Triton kernel (GPU only:
-left out on a CPU). Each method runs in a fresh process; with `--rounds R` the
-methods run in turn R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the
-median, min and max over all its timed calls.
+"three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). The peers' fused
+linear cross-entropy rows (Liger-Kernel, Cut Cross-Entropy: Triton, CUDA only) run where their package imports.
+"compiled kernel" rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off
+compilation is in the warm-up call, its compiler's memory in the peak); "triton kernel" rows the hand-written Triton
+kernel (GPU only: left out on a CPU). Each method runs in a fresh process; with `--rounds R` the methods run in turn
+R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the median, min and max
+over all its timed calls.
 Peak memory is what the loss adds on top of its inputs
 (hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
 the growth of the process's peak resident set (ru_maxrss) over the level after the inputs were
@@ -18,6 +19,7 @@ allocated. Each process times `--repeats` calls after one warm-up call.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -36,6 +38,8 @@ METHODS = {
     "naive logits, softmax": ("naive", {}, "naive logits, softmax"),
     "three matmuls alone (the floor)": ("floor", {}, "naive logits, softmax"),
     "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
+    "Liger-Kernel fused linear CE": ("liger", {}, "naive logits, softmax"),
+    "Cut Cross-Entropy (no bias)": ("cce", {}, "naive logits, softmax"),
     SOFTMAX: ("ours", {}, "naive logits, softmax"),
     "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, "naive logits, softmax"),
     "hf_heads softmax, triton kernel": ("ours", {"kernel": "triton"}, "naive logits, softmax"),
@@ -63,6 +67,34 @@ METHODS = {
     },
     "hf_heads context_norm max-norm": ("ours", dict(context_norm="max-norm"), None),
 }
+
+
+def _liger(h, w, b, y):
+    from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+
+    return LigerFusedLinearCrossEntropyLoss()(w, h, y, b)
+
+
+def _cce(h, w, b, y):  # Cut Cross-Entropy has no bias argument
+    from cut_cross_entropy import linear_cross_entropy
+
+    return linear_cross_entropy(h, w, y)
+
+
+# peers' fused linear cross-entropy (CUDA only: Triton), run where their package imports; `pip download --no-deps -d
+# .whl liger-kernel cut-cross-entropy` beside the repository, then benchmarks/gpu.sh installs them from there
+PEERS = {"liger": _liger, "cce": _cce}
+PEER_MODULES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _available(kind: str, device: str) -> bool:
+    """Whether a row of this kind can run here (the peers' kernels: a CUDA device and their package)."""
+    if kind == "torch":
+        return hasattr(F, "linear_cross_entropy")
+    if kind in PEERS:
+        return device.startswith("cuda") and importlib.util.find_spec(PEER_MODULES[kind]) is not None
+    return True
 
 
 def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
@@ -101,6 +133,9 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
             return F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
         if kind == "torch":
             return F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
+        if kind in PEERS:  # their Triton kernels take the half-precision tensors a bf16 model would hand them
+            h_in, w_in = (h, w) if amp is None else (h.to(AMP_DTYPES[amp]), w.to(AMP_DTYPES[amp]))
+            return PEERS[kind](h_in, w_in, b, y)
         return margin_cross_entropy(h, w, b, y, **kw)
 
     return {"method": method, **measure(step, device, repeats)}
@@ -120,7 +155,7 @@ def main() -> None:
     print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, {precision}")
     print(device_line(args.device))
     for vocab in args.vocab:
-        methods = [m for m in METHODS if METHODS[m][0] != "torch" or hasattr(F, "linear_cross_entropy")]
+        methods = [m for m in METHODS if _available(METHODS[m][0], args.device)]
         if args.device == "cpu":  # the Triton kernel runs on GPUs (on a CPU only under its interpreter, for tests)
             methods = [m for m in methods if METHODS[m][1].get("kernel") != "triton"]
         if args.methods:

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The GPU benchmarks in one command (about 8 minutes on one H100): correctness of every chunk kernel on CUDA, then
-# the output-layer tables in float32 and under autocast bf16, at N=4096 H=512 V=50k and at the Gemma-sized
-# N=8192 H=2304 V=256k, written to docs/results/gpu_<device>.md (or $OUT/ when set) with the device named.
+# The GPU benchmarks in one command of under 10 minutes: correctness of every chunk kernel and every family's head on
+# CUDA (with the CUDA sync debug mode on a training step), then the output-layer tables of every family in float32 and
+# under autocast bf16 (margin / softmax at N=4096 H=512 V=50k and at the Gemma-sized N=8192 H=2304 V=256k; sparse and
+# sampled at the small size), written to docs/results/gpu_<device>.md (or $OUT/ when set) with the device named.
+# Each section gets what is left of a 9-minute budget (GPU_BUDGET_S); a section cut short says so in the file.
 #
+#   python -m pip download --no-deps -d .whl liger-kernel cut-cross-entropy    # beside the repository, once
 #   bash benchmarks/gpu.sh                   # on a machine with a CUDA GPU and PyTorch
 #
-# Wheels in .whl/ (liger-kernel, cut-cross-entropy, ...) are installed first when present (no network needed).
+# Wheels in .whl/ (liger-kernel, cut-cross-entropy, ...) are installed first when present (no network needed): their
+# fused linear cross-entropy then gets a row in the margin tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -15,25 +19,46 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 device=$(python3 -c "import torch; print(torch.cuda.get_device_name(0).replace(' ', '-'))")
 out=${OUT:-docs/results}/gpu_${device}.md
+deadline=$(( $(date +%s) + ${GPU_BUDGET_S:-540} ))
+
+# run SECONDS CMD...: the command with at most SECONDS (and never past the deadline), noted when stopped
+run() {
+  local limit=$1 left=$(( deadline - $(date +%s) ))
+  shift
+  (( left < limit )) && limit=$left
+  if (( limit < 10 )); then echo "(not run: the time budget is spent)"; return; fi
+  timeout "$limit" "$@" || echo "(stopped after ${limit} s, or failed: exit $?)"
+}
+
+MARGIN_METHODS=("naive logits" "three matmuls" "hf_heads softmax" "hf_heads arc+log-unigram+max-norm" "hf_heads lsm"
+  "torch F.linear" "Liger-Kernel" "Cut Cross-Entropy")
 {
   echo "# GPU benchmarks on ${device}"
   echo
   echo "\`bash benchmarks/gpu.sh\` ($(date -u +%F)); $(python3 -c 'import torch; print("torch", torch.__version__)')"
   echo
-  echo '## Correctness of every chunk kernel on CUDA (`python benchmarks/gpu_check.py`)'
+  echo '## Correctness of every chunk kernel and every head on CUDA (`python benchmarks/gpu_check.py`)'
   echo '```'
-  python3 benchmarks/gpu_check.py --device cuda || true
+  run 120 python3 benchmarks/gpu_check.py --device cuda
   echo '```'
   for amp in "" "--autocast bf16"; do
     for size in "--tokens 4096 --hidden 512 --vocab 50000" "--tokens 8192 --hidden 2304 --vocab 256000"; do
       echo
       echo "## \`python benchmarks/bench_margin.py --device cuda --repeats 5 ${size} ${amp}\`"
       echo '```'
-      timeout 150 python3 benchmarks/bench_margin.py --device cuda --repeats 5 ${size} ${amp} \
-        --methods "naive logits" "hf_heads softmax" "hf_heads arc+log-unigram+max-norm" "hf_heads lsm" \
-        "torch F.linear" || echo "(stopped: over 150 s)"
+      run 75 python3 benchmarks/bench_margin.py --device cuda --repeats 5 ${size} ${amp} --methods "${MARGIN_METHODS[@]}"
       echo '```'
     done
+    echo
+    echo "## \`python benchmarks/bench_sparse.py --device cuda --repeats 5 ${amp}\`"
+    echo '```'
+    run 40 python3 benchmarks/bench_sparse.py --device cuda --repeats 5 ${amp}
+    echo '```'
+    echo
+    echo "## \`python benchmarks/bench_sampled.py --device cuda --vocab 50000 --repeats 5 --modes 'output layer' ${amp}\`"
+    echo '```'
+    run 40 python3 benchmarks/bench_sampled.py --device cuda --vocab 50000 --repeats 5 --modes "output layer" ${amp}
+    echo '```'
   done
 } 2>&1 | tee "$out"
 echo "written: $out"

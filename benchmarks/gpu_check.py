@@ -1,7 +1,10 @@
 #!/usr/bin/env python
 """Correctness of every chunk kernel on the device: the fused cross-entropy of each registered kernel against a naive
 float64 reference (loss and gradients, every option of the kernel seam, shapes that are no multiple of the chunk
-size), then under autocast bf16 against float32 (loss within 2%, gradients finite, in each input's dtype).
+size), then under autocast bf16 against float32 (loss within 2%, gradients finite, in each input's dtype). Then every
+family's head: its training loss and gradients on the device against the same head on the CPU (float64), and its
+training step (loss and backward, padded labels, a tensor num_items_in_batch) under
+`torch.cuda.set_sync_debug_mode("error")`: any host synchronisation fails the case.
 
     python benchmarks/gpu_check.py --device cuda      # prints one line per case and exits 1 on any mismatch
 """
@@ -10,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from copy import deepcopy
+from unittest.mock import patch
 
 import torch
 
@@ -84,8 +89,79 @@ def main() -> int:
             ok = all(r[0] for r in results.values())
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {kernel:9s} {name:24s} " + "; ".join(r[1] for r in results.values()))
+    failures += check_heads(a.device)
     print(f"{failures} failures")
     return 1 if failures else 0
+
+
+HEADS = {
+    "softmax": {},
+    "softmax, smoothing": {"label_smoothing": 0.1},
+    "sparse k=20": {"family": "sparse", "k": 20},
+    "margin arc, log-unigram, max-norm": {
+        "family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm",
+    },
+    "margin lsm m=2, unigram": {"family": "margin", "margin": "lsm", "m": 2, "word_norm": "unigram"},
+    "margin cos, scale 30": {"family": "margin", "margin": "cos", "m": 0.1, "scale": 30.0},
+    "sampled ce is, log-uniform": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 64},
+    "sampled bce nce, hits removed": {
+        "family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 64, "remove_accidental_hits": True,
+    },
+    "sampled bce full": {"family": "sampled", "criterion": "bce", "method": "full"},
+}  # fmt: skip
+
+
+def check_heads(device: str, hidden: int = 48, vocab: int = 3001) -> int:
+    """Each head's loss and gradients on `device` (float32) against the CPU (float64) with the same parameters and
+    noise draws; then one training step under the CUDA sync debug mode. Returns the number of failures."""
+    from hf_heads.heads import make_head
+    from hf_heads.losses import sampled
+
+    failures = 0
+    g = torch.Generator().manual_seed(1)
+    states = torch.randn(4, 97, hidden, generator=g)  # (B, T, H)
+    labels = torch.randint(0, vocab, (4, 97), generator=g)
+    labels[1, 50:] = -100  # padding
+    counts = torch.randint(1, 10_000, (vocab,), generator=g).float()
+    for name, options in HEADS.items():
+        torch.manual_seed(0)
+        head = make_head(hidden, vocab, {"family": "softmax", "chunk_size": 100, **options}).train()
+        if head.needs_counts:
+            head.set_word_counts(counts)
+        noise = head.noise_probs() if hasattr(head, "noise_probs") else None
+        draws = None if noise is None else torch.multinomial(noise, head.options.num_samples, True, generator=g)
+        results = []
+        for dev, dtype in (("cpu", torch.float64), (device, torch.float32)):
+            copy = deepcopy(head).to(dev, dtype)
+            x = states.to(dev, dtype).requires_grad_()
+            fixed = None if draws is None else draws.to(dev)
+            with patch.object(sampled, "draw_samples", lambda *args, fixed=fixed, **kwargs: fixed):  # same draws
+                loss = copy.loss(x, labels.to(dev), num_items_in_batch=torch.tensor(300, device=dev))
+            grads = torch.autograd.grad(loss, (x, copy.weight))
+            results.append([loss.detach().double().cpu(), *(t.double().cpu() for t in grads)])
+        close = all(torch.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(*results, strict=True))
+        synced = ""
+        if device.startswith("cuda"):
+            step = deepcopy(head).to(device)
+            if step.needs_counts:
+                step.counts()  # read once when the counts are set, not at every step
+            if noise is not None:
+                step.noise_probs()  # likewise
+            x = states.to(device).requires_grad_()
+            y, items = labels.to(device), torch.tensor(300, device=device)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                step.loss(x, y, num_items_in_batch=items).backward()
+            except RuntimeError as error:
+                synced = f"; host sync: {str(error).splitlines()[0][:80]}"
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        ok = close and not synced
+        failures += not ok
+        delta = float((results[0][0] - results[1][0]).abs())
+        print(f"{'ok  ' if ok else 'FAIL'} head {name:36s} |Δloss| vs CPU float64 {delta:.1e}{synced}")
+    return failures
 
 
 if __name__ == "__main__":

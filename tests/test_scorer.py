@@ -290,3 +290,16 @@ def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather(
     w_ok = torch.randn(7, 3, generator=g, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, y), (w_ok,))
     assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, None)[0], (w_ok,))
+
+
+def test_the_old_positional_forms_still_build_the_same_scorer():
+    """`MarginSpec` keeps its argument order (logit_scale and softcap by position too), and `MarginCrossEntropy`'s
+    positional options still work, with a FutureWarning that names them."""
+    full = MarginSpec("arc", 0.2, None, "no-mod", "max-norm", 1.5, 2.0, 30.0)
+    assert full == Scorer.from_options("arc", 0.2, None, "no-mod", "max-norm", 1.5, logit_multiplier=2.0, softcap=30.0)
+    assert MarginSpec("cos", 0.1, logit_scale=3.0) == Scorer.from_options("cos", 0.1, logit_multiplier=3.0)
+    with pytest.warns(FutureWarning, match="pass margin, m by keyword"):
+        module = MarginCrossEntropy("arc", 0.2)
+    assert module.scorer == Scorer.from_options("arc", 0.2)
+    with pytest.raises(TypeError, match="unexpected margin option"):
+        MarginCrossEntropy(margn="arc")

@@ -29,6 +29,8 @@ logits never carry it.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -92,29 +94,22 @@ def margin_logits(
     bias: torch.Tensor | None,
     target: torch.Tensor | None = None,
     *,
-    margin: str = "none",
-    m: float = 0.0,
-    scale: float | None = None,
-    word_norm: str = "no-mod",
-    context_norm: str = "no-mod",
+    scorer: Scorer | None = None,
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
-    gain: float = 1.0,
-    spec: Scorer | None = None,
-    scorer: Scorer | None = None,
+    **scorer_options,
 ) -> torch.Tensor:
     """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,).
 
     With `target` (*,) the target class gets φ of eq. 14 (rows equal to -100 get no margin);
     without it, the logits are the inference logits (no margin). The scorer is `scorer` (a `Scorer`), or the one
-    of the keyword options margin, m, scale, word_norm, context_norm and gain (which then stay at their defaults;
-    `spec` is the old name of `scorer`). `word_counts` (V,) feed f, `context_norm_value` replaces max-norm's batch
-    maximum. Materialises (N, V): use `margin_cross_entropy` for training. Computed in float32 (float64 for float64
-    inputs, also under autocast) and returned in the dtype `hidden @ weight.T` would have outside autocast.
+    of the keyword `scorer_options` (`Scorer.from_options`: margin, m, scale, word_norm, context_norm, gain,
+    logit_multiplier, softcap; `spec` is the old name of `scorer`). `word_counts` (V,) feed f, `context_norm_value`
+    replaces max-norm's batch maximum. Materialises (N, V): use `margin_cross_entropy` for training. Computed in
+    float32 (float64 for float64 inputs, also under autocast) and returned in the dtype `hidden @ weight.T` would
+    have outside autocast.
     """
-    scorer = resolve_scorer(
-        scorer, spec=spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
-    )
+    scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
     lead = hidden.shape[:-1]
     out_dtype = torch.promote_types(hidden.dtype, weight.dtype)
@@ -145,11 +140,7 @@ def margin_cross_entropy(
     bias: torch.Tensor | None,
     target: torch.Tensor,
     *,
-    margin: str = "none",
-    m: float = 0.0,
-    scale: float | None = None,
-    word_norm: str = "no-mod",
-    context_norm: str = "no-mod",
+    scorer: Scorer | None = None,
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
     reduction: str = "mean",
@@ -158,20 +149,16 @@ def margin_cross_entropy(
     chunk_size: int | None = None,
     top_k: int | None = None,
     label_smoothing: float = 0.0,
-    gain: float = 1.0,
-    spec: Scorer | None = None,
-    scorer: Scorer | None = None,
+    **scorer_options,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
-    without materialising the (N, V) logits. The scorer and its data as in `margin_logits`; `reduction`,
-    `ignore_index` as in `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the
-    number of non-ignored tokens (exact gradient accumulation); `top_k`, `label_smoothing` as in
-    `fused_linear_cross_entropy`. With margin="none", scale=None and both norms no-mod this is
-    `F.cross_entropy(hidden @ weight.T + bias, target)`.
+    without materialising the (N, V) logits. The scorer and its data as in `margin_logits` (`scorer`, or the
+    keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain); `reduction`, `ignore_index` as in
+    `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the number of non-ignored tokens (exact
+    gradient accumulation); `top_k`, `label_smoothing` as in `fused_linear_cross_entropy`. With margin="none",
+    scale=None and both norms no-mod this is `F.cross_entropy(hidden @ weight.T + bias, target)`.
     """
-    scorer = resolve_scorer(
-        scorer, spec=spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
-    )
+    scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
     # every row, the ignored ones with a stand-in class (no host read of which rows count; the fused loss drops them)
@@ -196,27 +183,36 @@ def margin_cross_entropy(
 
 
 class MarginCrossEntropy(nn.Module):
-    """`margin_cross_entropy` as a module: the scorer at construction (`scorer`, or its options), tensors at call
-    time."""
+    """`margin_cross_entropy` as a module: the scorer at construction (`scorer`, or its keyword options, e.g.
+    `MarginCrossEntropy(margin="arc", m=0.2)`), tensors at call time."""
+
+    _POSITIONAL = ("margin", "m", "scale", "word_norm", "context_norm", "word_counts", "reduction", "ignore_index")
 
     def __init__(
         self,
-        margin: str = "none",
-        m: float = 0.0,
-        scale: float | None = None,
-        word_norm: str = "no-mod",
-        context_norm: str = "no-mod",
+        *args,
+        scorer: Scorer | None = None,
         word_counts: torch.Tensor | None = None,
         reduction: str = "mean",
         ignore_index: int = -100,
         chunk_size: int | None = None,
-        *,
-        scorer: Scorer | None = None,
+        **scorer_options,
     ) -> None:
         super().__init__()
-        self.scorer = resolve_scorer(
-            scorer, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm
-        )
+        if args:  # the old positional order
+            if len(args) > len(self._POSITIONAL):
+                raise TypeError(f"MarginCrossEntropy takes at most {len(self._POSITIONAL)} positional arguments")
+            names = ", ".join(self._POSITIONAL[: len(args)])
+            warnings.warn(
+                f"MarginCrossEntropy's positional arguments are deprecated: pass {names} by keyword",
+                FutureWarning,
+                stacklevel=2,
+            )
+            given = dict(zip(self._POSITIONAL, args, strict=False))
+            word_counts = given.pop("word_counts", word_counts)
+            reduction, ignore_index = given.pop("reduction", reduction), given.pop("ignore_index", ignore_index)
+            scorer_options = {**given, **scorer_options}
+        self.scorer = resolve_scorer(scorer, **scorer_options)
         self.scorer.check_counts(word_counts)
         self.reduction, self.ignore_index, self.chunk_size = reduction, ignore_index, chunk_size
         self.register_buffer("word_counts", word_counts, persistent=False)

@@ -327,35 +327,28 @@ def sampled_loss(
     generator: torch.Generator | None = None,
     samples: torch.Tensor | None = None,
     remove_accidental_hits: bool = False,
+    scorer: Scorer | None = None,
+    word_counts: torch.Tensor | None = None,
+    context_norm_value: float | torch.Tensor | None = None,
     reduction: str = "mean",
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
-    margin: str = "none",
-    m: float = 0.0,
-    scale: float | None = None,
-    word_norm: str = "no-mod",
-    context_norm: str = "no-mod",
-    word_counts: torch.Tensor | None = None,
-    context_norm_value: float | torch.Tensor | None = None,
-    gain: float = 1.0,
-    spec: Scorer | None = None,
-    scorer: Scorer | None = None,
+    **scorer_options,
 ) -> torch.Tensor:
     """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
     target (*) with output layer weight (C, H), bias (C,).
 
     K = `num_samples` classes are drawn from `noise_probs` (C,) once for the whole batch with
     `generator` (or given as `samples` (K,)). The scorer s(c, x) and its data as in `margin_cross_entropy`
-    (`scorer`, or its keyword options; the margin is applied to the target logit). `reduction`, `ignore_index` and
-    `num_items_in_batch` as in `F.cross_entropy` / the transformers Trainer (sum divided by `num_items_in_batch`).
+    (`scorer`, or its keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain; the margin is
+    applied to the target logit). `reduction`, `ignore_index` and `num_items_in_batch` as in `F.cross_entropy` /
+    the transformers Trainer (sum divided by `num_items_in_batch`).
     """
     num_classes = weight.shape[0]
     validate_sampled_options(criterion, method, num_samples, num_classes)
     check_reduction(reduction)
-    scorer = resolve_scorer(
-        scorer, spec=spec, margin=margin, m=m, scale=scale, word_norm=word_norm, context_norm=context_norm, gain=gain
-    )
+    scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)
     rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
     if method == "full" and criterion == "ce":
@@ -408,17 +401,16 @@ def corrected_nll(
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
+    scorer: Scorer | None = None,
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
-    scorer: Scorer | None = None,
-    **margin_options,
+    **scorer_options,
 ) -> torch.Tensor:
     """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior (the evaluation loss:
     exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer as in
-    `margin_logits`: `scorer`, or its keyword options `margin_options` (margin, m, scale, word_norm, context_norm,
-    gain, logit_multiplier, softcap; `spec` the old name of `scorer`), its margin dropped."""
+    `margin_logits`: `scorer`, or its keyword `scorer_options`, its margin dropped."""
     check_reduction(reduction)
-    scorer = resolve_scorer(scorer, **margin_options).without_margin()
+    scorer = resolve_scorer(scorer, **scorer_options).without_margin()
     scorer.check_counts(word_counts, weight.shape[0])
     h_all, y_all, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y_all, weight.shape[0], ignore_index)
@@ -459,6 +451,8 @@ class SampledLoss(nn.Module):
         ignore_index: int = -100,
         **scorer_kwargs,
     ) -> None:
+        """`scorer_kwargs`: `scorer` or its keyword options, `word_counts`, `context_norm_value`, `chunk_size`
+        (as in `sampled_loss`)."""
         super().__init__()
         validate_sampled_options(criterion, method, num_samples, None if noise_probs is None else noise_probs.numel())
         self.criterion, self.method, self.num_samples = criterion, method, num_samples

@@ -487,19 +487,13 @@ def resolve_scorer(scorer: Scorer | None = None, *, spec: Scorer | None = None, 
     return given
 
 
-def MarginSpec(
-    margin: str = "none",
-    m: float = 0.0,
-    scale: float | None = None,
-    word_norm: str = "no-mod",
-    context_norm: str = "no-mod",
-    gain: float = 1.0,
-    logit_scale: float = 1.0,
-    softcap: float | None = None,
-) -> Scorer:
-    """The `Scorer` of these options (the old name and argument order; `logit_scale` is `logit_multiplier`)."""
+def MarginSpec(*args, logit_scale: float = 1.0, **options) -> Scorer:
+    """The `Scorer` of these options: the old name of `Scorer.from_options`, with its argument order (margin, m,
+    scale, word_norm, context_norm, gain, logit_scale, softcap); `logit_scale` is `logit_multiplier`."""
+    if len(args) > 6:  # logit_scale (and softcap) given by position
+        logit_scale, options = args[6], {**options, **dict(zip(["softcap"], args[7:], strict=False))}
     check_transform(logit_scale, None, "logit_scale")
-    return Scorer.from_options(margin, m, scale, word_norm, context_norm, gain, logit_scale, softcap)
+    return Scorer.from_options(*args[:6], logit_multiplier=logit_scale, **options)
 
 
 def validate_margin_options(

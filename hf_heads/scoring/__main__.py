@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from hf_heads.scoring.rescore import check_record, nbest_sources, nbest_texts, rescore_nbest
-from hf_heads.scoring.scores import _score
+from hf_heads.scoring.scores import token_log_probs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,7 +146,7 @@ def score_file(args) -> None:
     if config.is_encoder_decoder and sources is None:
         raise ValueError(f"--model={args.model!r} is a seq2seq model: give --sources (one source per line of --input)")
     model, tokenizer = load(args.model, config, args.device)
-    rows = _score(
+    rows = token_log_probs(
         model,
         tokenizer,
         texts,
@@ -172,7 +172,7 @@ def rescore_file(args) -> None:
     records, numbers = read_nbest(args.nbest, need_source=seq2seq)
     model, tokenizer = load(args.model, config, args.device)
     place = [(n, j) for n, record in zip(numbers, records, strict=True) for j in range(len(record["hypotheses"]))]
-    lm = _score(
+    lm = token_log_probs(
         model,
         tokenizer,
         nbest_texts(records),

@@ -77,6 +77,8 @@ def token_log_probs(
     add_eos: bool = True,
     chunk_size: int | None = None,
     progress: bool = False,
+    where: Where | None = None,
+    source_where: Where | None = None,
 ) -> list[torch.Tensor]:
     """Log-probability of every scored token of each text: a list of float64 tensors (n_i,), one per text.
 
@@ -84,48 +86,19 @@ def token_log_probs(
     size); `sources` (seq2seq only, required there): one source text per text. `normalize`: see the module docstring
     (False: the sampling paper's unnormalised corrected scores, sampled heads only). `chunk_size`: scored positions
     per (chunk, V) block of logits (default: 2^23 logits, 32 MiB in float32). `progress`: a tqdm bar on stderr.
-    Which tokens are scored (BOS, EOS) and what a score means per head family: module docstring."""
+    `where` / `source_where`: how an error names text / source i (default "texts[i]" / "sources[i]"; the
+    command line names the lines of its files). Which tokens are scored (BOS, EOS) and what a score means per head
+    family: module docstring."""
     return _score(
-        model,
-        tokenizer,
-        texts,
-        sources=sources,
-        normalize=normalize,
-        batch_size=batch_size,
-        add_bos=add_bos,
-        add_eos=add_eos,
-        chunk_size=chunk_size,
-        progress=progress,
-    )
+        model, tokenizer, texts, sources, normalize, batch_size, add_bos, add_eos, chunk_size, progress, where,
+        source_where,
+    )  # fmt: skip
 
 
-def sentence_log_probs(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    *,
-    sources: Sequence[str] | None = None,
-    normalize: bool = True,
-    batch_size: int = 32,
-    add_bos: bool = True,
-    add_eos: bool = True,
-    chunk_size: int | None = None,
-    progress: bool = False,
-) -> torch.Tensor:
-    """(len(texts),) float64: the sum of each text's token log-probabilities (`token_log_probs`, same arguments).
-    -inf where a sparse head gives a token probability 0."""
-    rows = token_log_probs(
-        model,
-        tokenizer,
-        texts,
-        sources=sources,
-        normalize=normalize,
-        batch_size=batch_size,
-        add_bos=add_bos,
-        add_eos=add_eos,
-        chunk_size=chunk_size,
-        progress=progress,
-    )
+def sentence_log_probs(model, tokenizer, texts: Sequence[str], **options) -> torch.Tensor:
+    """(len(texts),) float64: the sum of each text's token log-probabilities (`token_log_probs`, whose keyword
+    `options` it takes). -inf where a sparse head gives a token probability 0."""
+    rows = token_log_probs(model, tokenizer, texts, **options)
     return torch.stack([row.sum() for row in rows]) if rows else torch.zeros(0, dtype=torch.float64)
 
 
@@ -269,20 +242,10 @@ def _check_length(length: int, limit: int | None, where: str, what: str) -> None
 
 
 def _score(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    *,
-    sources: Sequence[str] | None,
-    normalize: bool,
-    batch_size: int,
-    add_bos: bool,
-    add_eos: bool,
-    chunk_size: int | None,
-    progress: bool,
-    where: Where | None = None,
-    source_where: Where | None = None,
-) -> list[torch.Tensor]:
+    model, tokenizer, texts, sources, normalize, batch_size, add_bos, add_eos, chunk_size, progress, where,
+    source_where,
+) -> list[torch.Tensor]:  # fmt: skip
+    """`token_log_probs` with its arguments checked here."""
     task = _task(model)
     where = where or (lambda i: f"texts[{i}]")
     source_where = source_where or (lambda i: f"sources[{i}]")
