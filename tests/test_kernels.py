@@ -379,3 +379,40 @@ def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradie
             torch.testing.assert_close(g, w_)
     torch.testing.assert_close(torch.autograd.grad(loss, h, retain_graph=True)[0], want[0] / 2.5)
     torch.testing.assert_close(torch.autograd.grad(loss + loss, h)[0], 2 * want[0] / 2.5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm"},
+        {"margin": "lsm", "m": 2, "word_norm": "unigram"},
+        {"margin": "cos", "m": 0.1, "scale": 8.0},
+    ],
+    ids=["arc-log-unigram-max-norm", "lsm-unigram", "cos-scale"],
+)
+def test_a_half_model_runs_the_margin_products_in_half(options, monkeypatch):
+    """A margin loss on a bf16 model without autocast: the products run in bf16 (no float32 copy of W), the scorer's
+    factors in float32; the loss is within 2% of the float32 model's and the gradients are bf16 and finite."""
+    from hf_heads.losses import fused_linear, margin_cross_entropy
+
+    seen = []
+    raw = fused_linear._raw_logits
+    monkeypatch.setattr(
+        fused_linear,
+        "_raw_logits",
+        lambda h, w, b, out=None, s=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out, s),
+    )
+    g = torch.Generator().manual_seed(0)
+    h32, w32 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
+    b32, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)
+    counts = torch.randint(1, 1000, (300,), generator=g).float()
+    kw = dict(options, word_counts=counts, chunk_size=16)
+    want = margin_cross_entropy(h32, w32, b32, y, **kw)
+    h, w, b = (x.to(torch.bfloat16).requires_grad_() for x in (h32, w32, b32))
+    seen.clear()
+    loss = margin_cross_entropy(h, w, b, y, **kw)
+    loss.backward()
+    assert seen and all(s == (torch.bfloat16, torch.bfloat16) for s in seen)
+    assert loss.dtype == torch.float32 and abs(loss.item() - want.item()) <= 0.02 * want.item()
+    assert h.grad.dtype == w.grad.dtype == b.grad.dtype == torch.bfloat16
+    assert all(torch.isfinite(x.grad).all() for x in (h, w, b))

@@ -63,7 +63,7 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.losses._rows import frequency_ranks, host_reads_are_free
+from hf_heads.losses._rows import compute_dtype, frequency_ranks, host_reads_are_free
 from hf_heads.losses.transforms import check_transform, soft_cap
 from hf_heads.validation import OptionError, check_choice, check_number
 
@@ -245,10 +245,10 @@ def word_norm_values(
     when the caller has them. No value is read on the host (amax / amin are gathered on the device)."""
     if word_norm == "no-mod":
         return None
-    counts = word_counts.to(device=weight.device, dtype=weight.dtype)
+    counts = word_counts.to(device=weight.device, dtype=compute_dtype(weight))  # float32 for a half weight
     if word_norm == "log-unigram":
         return torch.log(counts.clamp_min(1.0))
-    norms = weight.norm(dim=1) if norms is None else norms  # (V,)
+    norms = torch.linalg.vector_norm(weight, dim=1, dtype=counts.dtype) if norms is None else norms  # (V,)
     amax, amin = counts.argmax().reshape(1), counts.argmin().reshape(1)  # (1,) each
     top, bottom = norms.gather(0, amax)[0], norms.gather(0, amin)[0]
     if word_norm == "uniform":
@@ -258,7 +258,7 @@ def word_norm_values(
         return bottom + u * counts
     # log-rank: log(exp(top) − v·r), v = (exp(top) − exp(bottom)) / V  (eqs. 9, 11)
     vocab = weight.shape[0]
-    frac = frequency_ranks(counts).to(weight.dtype) / vocab  # (V,) in [0, 1)
+    frac = frequency_ranks(counts).to(counts.dtype) / vocab  # (V,) in [0, 1)
     return torch.logaddexp(top + torch.log1p(-frac), bottom + torch.log(frac))
 
 
@@ -288,10 +288,10 @@ class _WeightRows(torch.autograd.Function):
     gradient buffer for both (autograd's norm and gather backwards would each allocate one, then add them)."""
 
     @staticmethod
-    def forward(ctx, weight, target):
-        norms = torch.linalg.vector_norm(weight, dim=1)  # (V,)
+    def forward(ctx, weight, target, dtype):
+        norms = torch.linalg.vector_norm(weight, dim=1, dtype=dtype)  # (V,), accumulated in `dtype`
         ctx.save_for_backward(weight, target, norms)
-        return norms, None if target is None else weight[target]
+        return norms, None if target is None else weight[target].to(dtype)
 
     @staticmethod
     def backward(ctx, grad_norms, grad_rows):
@@ -299,16 +299,19 @@ class _WeightRows(torch.autograd.Function):
         grad = None
         if grad_norms is not None:  # d‖w_c‖ / d w_c = w_c / ‖w_c‖ (0 for a zero row, as torch's norm)
             per_row = torch.where(norms > 0, grad_norms / norms, 0.0)  # (V,)
-            grad = weight * per_row[:, None]  # (V, H)
+            grad = weight * per_row.to(weight.dtype)[:, None]  # (V, H) in the weight's dtype
         if grad_rows is not None:
             grad = torch.zeros_like(weight) if grad is None else grad
             grad.index_add_(0, target, grad_rows.to(grad.dtype))
-        return grad, None
+        return grad, None, None
 
 
-def weight_rows(weight: torch.Tensor, target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(‖W_c‖ (V,), W[target] (N, H) or None), differentiable in `weight` with one (V, H) gradient buffer."""
-    return _WeightRows.apply(weight, target)
+def weight_rows(
+    weight: torch.Tensor, target: torch.Tensor | None, dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(‖W_c‖ (V,), W[target] (N, H) or None) in `dtype` (default: the weight's), differentiable in `weight` with one
+    (V, H) gradient buffer; a half-precision weight is read as it is (the norms accumulated in `dtype`)."""
+    return _WeightRows.apply(weight, target, dtype or weight.dtype)
 
 
 # ----------------------------------------------------------------------------- the scorer (eq. 13)
@@ -391,10 +394,13 @@ class Scorer:
         weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
         logit of its own (t: no target, or a margin that leaves it alone) and for no bias. `gain` multiplies g(i);
         `logit_multiplier` every logit (a, t and b); the soft-cap is the caller's, on the result. `valid` (N,): the
-        rows that count (max-norm's maximum is theirs; None: all)."""
+        rows that count (max-norm's maximum is theirs; None: all). Computed in float32 (float64 for float64 inputs)
+        whatever the dtype of hidden and weight; a half-precision W is read in its dtype, never copied to float32."""
+        compute = compute_dtype(hidden, weight)
+        hidden = hidden.to(compute)  # (N, H)
         h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
         with_target = target is not None and self.margin.changes_target
-        raw_norm, w_y = weight_rows(weight, target if with_target else None)  # (V,), (N, H) or None
+        raw_norm, w_y = weight_rows(weight, target if with_target else None, compute)  # (V,), (N, H) or None
         w_norm = raw_norm.clamp_min(_EPS)  # (V,)
         if self.scale is not None:
             g, f = torch.full_like(h_norm, float(self.scale)), torch.ones_like(w_norm)
@@ -435,7 +441,7 @@ class Scorer:
         a, s, t, bias = self.factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)
         h = hidden if a is None else hidden * a[:, None]  # (N, H)
         if t is None:
-            w_y = weight[target] if s is None else weight[target] * s[target, None]  # (N, H)
+            w_y = weight[target].to(h.dtype) if s is None else weight[target] * s[target, None]  # (N, H)
             t = (h * w_y).sum(1) + (0 if bias is None else bias[target])
         return h, s, soft_cap(t, self.softcap), bias
 
