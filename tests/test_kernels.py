@@ -15,8 +15,10 @@ from hf_heads.losses import fused_linear_cross_entropy
 from hf_heads.losses.chunks import (
     CHUNK_KERNELS,
     KERNEL_ENV,
+    MIN_CHUNK_ROWS,
     automatic_kernel,
     chunk_kernel,
+    eval_rows_per_chunk,
     kernel_choice,
     map_chunks,
     rows_per_chunk,
@@ -36,12 +38,17 @@ OPTIONS = {
     "column-scale": {"scale": True},
     "column-scale-target-softcap": {"scale": True, "target": True, "softcap": 3.0},
     "column-scale-top-k-smoothing": {"scale": True, "top_k": 4, "label_smoothing": 0.1},
+    "bce": {"criterion": "bce"},
+    "bce-target-softcap-column-scale": {"criterion": "bce", "target": True, "softcap": 3.0, "scale": True},
+    "mse": {"criterion": "mse"},
+    "mse-target-softcap": {"criterion": "mse", "target": True, "softcap": 3.0},
 }
 
 
-def naive(h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None):
+def naive(h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None, criterion="ce"):
     """Mean over non-ignored rows of lse − z_y on z = s ∘ (h wᵀ) + b, z[i, y_i] = t_i, z = cap·tanh(z / cap); the
-    log-sum-exp over the row or its k largest logits; label smoothing over the same support."""
+    log-sum-exp over the row or its k largest logits; label smoothing over the same support. criterion "bce":
+    −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c)) (sampling paper, eq. 3); "mse": Σ_c (σ(z_c) − δ_cy)² (eq. 1)."""
     keep = y != -100
     z = (h[keep] @ w.T) * (1.0 if s is None else s) + b
     yk = y[keep]
@@ -49,6 +56,12 @@ def naive(h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None):
         z = z.scatter(1, yk[:, None], t[keep][:, None])
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
+    onehot = torch.nn.functional.one_hot(yk, z.shape[1]).to(z.dtype)
+    if criterion == "bce":  # written as the paper writes it: log σ of the target, log(1 − σ) of the others
+        sig = torch.sigmoid(z)
+        return -(onehot * torch.log(sig) + (1 - onehot) * torch.log1p(-sig)).sum(1).mean()
+    if criterion == "mse":
+        return (torch.sigmoid(z) - onehot).square().sum(1).mean()
     support = z if top_k is None else z.topk(top_k, dim=1).values
     lse = torch.logsumexp(support, dim=1)
     loss = lse - z.gather(1, yk[:, None]).squeeze(1)
@@ -174,9 +187,12 @@ def test_the_triton_kernel_checks_itself_against_eager_before_its_first_use(monk
 
 
 def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
-    assert rows_per_chunk(4096, 50_000) == (1 << 25) // (4 * 50_000)  # 167 rows of float32 logits in 32 MiB
+    assert rows_per_chunk(4096, 8_000) == (1 << 25) // (4 * 8_000)  # 1048 rows of float32 logits in 32 MiB
+    assert rows_per_chunk(4096, 50_000) == MIN_CHUNK_ROWS == 256  # 167 would fit: never thinner than 256 rows
+    assert rows_per_chunk(4096, 1000, budget_bytes=1 << 22, itemsize=2) == (1 << 22) // (2 * 1000)
     assert rows_per_chunk(10, 50_000) == 10 and rows_per_chunk(0, 50_000) == 1
-    assert rows_per_chunk(4096, 50_000, budget_bytes=1 << 20, itemsize=2) == (1 << 20) // (2 * 50_000)
+    assert eval_rows_per_chunk(4096, 200_000, 256) == (1 << 28) // (4 * 200_000)  # 335: capped at 256 MiB
+    assert eval_rows_per_chunk(4096, 8_000, 1048) == 4096 and eval_rows_per_chunk(100, 50, 100) == 100
     seen = []
     out = map_chunks(lambda a, b_: seen.append(len(a)) or a * b_, (torch.arange(11.0),), (2.0,), 4)
     assert seen == [4, 4, 3] and torch.equal(out, torch.arange(11.0) * 2)

@@ -11,6 +11,16 @@ def _tanh(x):
 
 
 @triton.jit
+def _softplus(x):
+    return tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))  # 0 at -inf (a padding lane)
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))  # 0 at -inf
+
+
+@triton.jit
 def _tile(z_row, cols, mask, y, t, cap, HAS_T: tl.constexpr, SOFTCAP: tl.constexpr):
     x = tl.load(z_row + cols, mask=mask, other=float("-inf"))
     if HAS_T:
@@ -35,6 +45,7 @@ def ce_rows(
     SOFTCAP: tl.constexpr,
     GRAD: tl.constexpr,
     BLOCK: tl.constexpr,
+    CRITERION: tl.constexpr = 0,  # 0: softmax cross-entropy; 1: full BCE Σ softplus(z) − z_y; 2: full MSE Σ (σ − δ)²
 ):
     row = tl.program_id(0)
     smooth = tl.load(params_ptr)
@@ -50,17 +61,28 @@ def ce_rows(
     total = tl.sum(zeros, 0)
     z_sum = total
     z_y = total
-    for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp, target logit, row sum
+    for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp (or Σ softplus / Σ σ²), target, row sum
         cols = start + offsets
         mask = cols < num_classes
         x = _tile(z_row, cols, mask, y, t, cap, HAS_T, SOFTCAP)
-        m_new = tl.maximum(m, tl.max(x, 0))
-        total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
-        m = m_new
+        if CRITERION == 0:
+            m_new = tl.maximum(m, tl.max(x, 0))
+            total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+            m = m_new
+        elif CRITERION == 1:
+            total += tl.sum(_softplus(x), 0)
+        else:
+            sig = _sigmoid(x)
+            total += tl.sum(sig * sig, 0)
         z_sum += tl.sum(tl.where(mask, x, 0.0), 0)
         z_y += tl.sum(tl.where(cols == y, x, 0.0), 0)
     lse = m + tl.log(total)
-    loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
+    if CRITERION == 0:
+        loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
+    elif CRITERION == 1:
+        loss = total - z_y
+    else:
+        loss = total - 2.0 * _sigmoid(z_y) + 1.0
     tl.store(loss_ptr + row, loss)
     if GRAD:
         weight = tl.load(weight_ptr + row)
@@ -69,8 +91,14 @@ def ce_rows(
             cols = start + offsets
             mask = cols < num_classes
             x = _tile(z_row, cols, mask, y, t, cap, HAS_T, SOFTCAP)
-            g = tl.exp(x - lse) - smooth / num_classes
-            g = tl.where(cols == y, g - (1.0 - smooth), g)
+            if CRITERION == 0:
+                g = tl.exp(x - lse) - smooth / num_classes
+                g = tl.where(cols == y, g - (1.0 - smooth), g)
+            else:
+                sig = _sigmoid(x)
+                g = tl.where(cols == y, sig - 1.0, sig)  # BCE: σ − δ
+                if CRITERION == 2:
+                    g = 2.0 * g * sig * (1.0 - sig)  # MSE: 2(σ − δ)σ(1 − σ)
             if SOFTCAP:
                 capped = tl.where(mask, x / cap, 0.0)  # padding lanes hold -inf
                 g = g * (1.0 - capped * capped)

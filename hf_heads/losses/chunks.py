@@ -4,17 +4,17 @@ A loss, a statistic or a score over V classes needs the (N, V) logits of N rows;
 `map_chunks` cuts the rows into chunks whose (rows, V) block fits a memory budget (`rows_per_chunk`) and calls a
 per-chunk function on each:
 
-- the fused cross-entropy of every discrete head (softmax, margin through its replaced target logit, sparse through
-  its top k; hf_heads.losses.fused_linear) calls a `ChunkKernel`, chosen by `chunk_kernel`, with the gradient
-  computed in the same pass;
-- the sampled family's full BCE / MSE criteria and its corrected evaluation NLL (hf_heads.losses.sampled) call their
-  per-chunk function under activation checkpointing (`recompute=True`): the chunk's (rows, V) block is recomputed
-  in the backward instead of kept;
+- the fused loss of every discrete head (softmax, margin through its replaced target logit, sparse through its top
+  k, the sampled family's full CE / BCE / MSE criteria; hf_heads.losses.fused_linear) calls a `ChunkKernel`, chosen
+  by `chunk_kernel`, with the gradient computed in the same pass;
+- the sampled family's corrected evaluation NLL (hf_heads.losses.sampled) calls its per-chunk function under
+  activation checkpointing (`recompute=True`): the chunk's (rows, V) block is recomputed in the backward instead of
+  kept;
 - `OutputHead.statistics` (eval perplexity, top-k accuracy, sentence scores) calls the head's inference logits per
   chunk, without gradient.
 
-The kernel seam: a `ChunkKernel` is the per-chunk work of the fused cross-entropy (logits of the chunk, the replaced
-target logit, soft-cap, top-k, label smoothing, the loss and its gradient). Implementations are registered in
+The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss (logits of the chunk, the replaced target
+logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient). Implementations are registered in
 `CHUNK_KERNELS` ("eager", "compiled", "triton") and every one runs the same contract tests against the naive
 references (tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else a
 head's `chunk_kernel` option, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
@@ -33,24 +33,29 @@ from torch.utils.checkpoint import checkpoint
 
 from hf_heads.validation import OptionError
 
-CHUNK_BYTES = 1 << 25  # a training chunk's (rows, V) float32 block: 32 MiB (2^23 logits)
+CHUNK_BYTES = 1 << 25  # a training chunk's (rows, V) float32 block: 32 MiB (2^23 logits) ...
+MIN_CHUNK_ROWS = 256  # ... but at least 256 rows: each chunk's products read all of W (V, H) for its rows only
 EVAL_CHUNK_ROWS = 256  # a CPU GEMM of fewer rows runs slower than one (N, H) @ (H, V) matmul
-EVAL_CHUNK_BYTES = 1 << 28  # ... but never more than 256 MiB of float32 logits per chunk
+EVAL_CHUNK_BYTES = 1 << 28  # ... but never more than 256 MiB of float32 logits per chunk (nor below a training chunk)
 
 
 def rows_per_chunk(num_rows: int, num_classes: int, budget_bytes: int = CHUNK_BYTES, itemsize: int = 4) -> int:
-    """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`; at least 1, at
-    most `num_rows`."""
-    return max(1, min(num_rows, budget_bytes // (itemsize * max(num_classes, 1))))
+    """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`, but at least
+    `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin to use the GEMM well: N=2048,
+    H=512, V=200k on 2 CPU cores, the fused softmax loss took 6.85 / 4.71 / 4.32 s in chunks of 41 / 128 / 256 rows,
+    the three full-size matmuls alone 3.85 s; at V=50k, N=4096, 167 / 256 / 512 rows took 2.19 / 2.03 / 1.97 s
+    against 1.85 s); at most `num_rows`."""
+    by_budget = budget_bytes // (itemsize * max(num_classes, 1))
+    return max(1, min(num_rows, max(MIN_CHUNK_ROWS, by_budget)))
 
 
 def eval_rows_per_chunk(num_rows: int, num_classes: int, chunk: int) -> int:
     """Rows per chunk of a loss alone (no gradient blocks kept): 4 × the training `chunk`, and at least
-    `EVAL_CHUNK_ROWS` rows unless that exceeds `EVAL_CHUNK_BYTES` of logits. Measured at V = 200k, H = 512,
-    N = 2048 on 2 CPU cores: chunks of 41 / 128 / 256 / 512 rows took 1.6 / 1.06 / 0.91 / 0.85 × the time of one
-    matmul + cross-entropy."""
-    floor = min(num_rows, EVAL_CHUNK_ROWS, rows_per_chunk(num_rows, num_classes, EVAL_CHUNK_BYTES))
-    return max(4 * chunk, floor)
+    `EVAL_CHUNK_ROWS` rows, but no more than `EVAL_CHUNK_BYTES` of logits unless the training chunk itself is
+    larger. Measured at V = 200k, H = 512, N = 2048 on 2 CPU cores: chunks of 41 / 128 / 256 / 512 rows took 1.6 /
+    1.06 / 0.91 / 0.85 × the time of one matmul + cross-entropy."""
+    cap = max(1, EVAL_CHUNK_BYTES // (4 * max(num_classes, 1)))
+    return min(num_rows, max(chunk, min(cap, max(4 * chunk, EVAL_CHUNK_ROWS))))
 
 
 def map_chunks(
@@ -83,15 +88,22 @@ def map_chunks(
 # ----------------------------------------------------------------------------- the kernel seam
 
 
+CRITERIA = ("ce", "bce", "mse")  # the per-chunk criteria over all V classes (ChunkOptions.criterion)
+
+
 class ChunkOptions(NamedTuple):
-    """What a fused cross-entropy chunk computes besides plain softmax: the top k of the log-sum-exp (sparse),
-    label smoothing, the soft-cap, and a column scale s (V,) of the products (a margin head's word-norm scaling:
-    z_ic = s_c · h_i · w_c + b_c, applied to each chunk's block instead of to a scaled copy of W)."""
+    """What a fused chunk computes besides plain softmax: the top k of the log-sum-exp (sparse), label smoothing, the
+    soft-cap, a column scale s (V,) of the products (a margin head's word-norm scaling: z_ic = s_c · h_i · w_c + b_c,
+    applied to each chunk's block instead of to a scaled copy of W), and the criterion over the row's logits z:
+    "ce" softmax cross-entropy lse(z) − z_y; "bce" Σ_c softplus(z_c) − z_y (the sampling paper's full BCE, eq. 3:
+    −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c))); "mse" Σ_c (σ(z_c) − δ_cy)² (its full MSE, eq. 1). Top-k and label
+    smoothing are for "ce" only."""
 
     top_k: int | None
     label_smoothing: float
     softcap: float | None
     column_scale: torch.Tensor | None = None
+    criterion: str = "ce"
 
 
 class Grads(NamedTuple):
@@ -111,7 +123,7 @@ class ChunkKernel:
     targets y (n,) and replaced target logits t (n,) or None:
 
         z = h wᵀ + b, z[i, y_i] = t_i, z = cap·tanh(z / cap), loss_i = lse_i(z) − z[i, y_i]  (label smoothing and
-        the top-k support as in hf_heads.losses.fused_linear).
+        the top-k support as in hf_heads.losses.fused_linear; the "bce" and "mse" criteria of `ChunkOptions`).
 
     `loss` returns the (n,) losses; `loss_and_grads` also adds d(Σ_i row_weight_i · loss_i) to `grads`. Inputs are
     float32 (float64 for gradcheck)."""

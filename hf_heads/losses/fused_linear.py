@@ -45,6 +45,7 @@ from hf_heads.losses._rows import (
 )
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 from hf_heads.losses.chunks import (
+    CRITERIA,
     ChunkKernel,
     ChunkOptions,
     Grads,
@@ -55,6 +56,7 @@ from hf_heads.losses.chunks import (
     rows_per_chunk,
 )
 from hf_heads.losses.transforms import check_transform
+from hf_heads.validation import OptionError, check_choice
 
 
 def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
@@ -156,14 +158,28 @@ class EagerKernel(ChunkKernel):
             loss = (1 - smooth) * loss + smooth * (lse - vals.mean(dim=1))
         return loss, vals, idx, lse
 
+    @staticmethod
+    def sigmoid_loss_(z, rows, y, criterion: str) -> torch.Tensor:
+        """z (n, V) becomes σ(z) in place; the losses (n,) of the full BCE, Σ_c softplus(z_c) − z_y, or MSE,
+        Σ_c σ(z_c)² − 2σ(z_y) + 1 (`ChunkOptions.criterion`)."""
+        if criterion == "bce":
+            loss = torch.nn.functional.softplus(z).sum(1) - z[rows, y]  # (n,)
+            z.sigmoid_()
+        else:
+            z.sigmoid_()
+            loss = torch.linalg.vector_norm(z, dim=1).square() - 2 * z[rows, y] + 1  # (n,)
+        return loss
+
     def loss(self, h, w, b, y, t, opts):
         z, rows = self.logits(h, w, b, y, t, opts)
+        if opts.criterion != "ce":
+            return self.sigmoid_loss_(z, rows, y, opts.criterion)
         if self._selects(opts, z.shape[1]):
             return self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)[0]
         return self.log_softmax_(z, rows, y, opts.label_smoothing)
 
     def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
-        sparse = self._selects(opts, w.shape[0]) and t is None
+        sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion == "ce"
         return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads)
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
@@ -172,7 +188,14 @@ class EagerKernel(ChunkKernel):
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
         # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k)
-        if self._selects(opts, z.shape[1]):
+        if opts.criterion != "ce":  # d / d z_ic: BCE σ_ic − δ; MSE 2(σ_ic − δ)σ_ic(1 − σ_ic) (δ: [c = y_i])
+            loss = self.sigmoid_loss_(z, rows, y, opts.criterion)
+            slope_mse = torch.addcmul(z, z, z, value=-1.0) if opts.criterion == "mse" else None  # σ(1 − σ)
+            grad_z = z  # σ, over the logits buffer
+            grad_z[rows, y] -= 1.0
+            if slope_mse is not None:
+                grad_z.mul_(slope_mse).mul_(2.0)
+        elif self._selects(opts, z.shape[1]):
             loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
             grad_z = torch.zeros_like(z)
             grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
@@ -181,7 +204,8 @@ class EagerKernel(ChunkKernel):
             grad_z = z.exp_()  # (n, V), over the logits buffer
             if smooth:
                 grad_z -= smooth / z.shape[1]
-        grad_z[rows, y] -= 1.0 - smooth
+        if opts.criterion == "ce":
+            grad_z[rows, y] -= 1.0 - smooth
         if slope is not None:
             grad_z *= slope
         if grads.t is not None:
@@ -213,7 +237,7 @@ class EagerKernel(ChunkKernel):
         return loss
 
 
-def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None):
+def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce"):
     """Functional per-chunk math from the raw logits z (n, V) (bias added): (losses (n,), d loss / d z (n, V) weighted
     by `row_weight` (the replaced target's entry zeroed), d loss / d t (n,) or None). What `CompiledKernel` fuses."""
     rows = torch.arange(z.shape[0], device=z.device)
@@ -223,7 +247,16 @@ def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap:
         z = torch.tanh(z / softcap) * softcap
     target_z = z[rows, y]  # (n,)
     num = z.shape[1]
-    if top_k is not None and top_k < num:
+    if criterion != "ce":  # the full BCE / MSE (ChunkOptions)
+        sig = torch.sigmoid(z)
+        if criterion == "bce":
+            loss = torch.nn.functional.softplus(z).sum(1) - target_z
+        else:
+            loss = sig.square().sum(1) - 2 * sig[rows, y] + 1
+        grad_z = sig.index_put((rows, y), sig[rows, y] - 1.0)
+        if criterion == "mse":
+            grad_z = 2 * grad_z * sig * (1 - sig)
+    elif top_k is not None and top_k < num:
         vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
         lse = torch.logsumexp(vals, dim=1)
         p = torch.zeros_like(z).scatter(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
@@ -232,10 +265,11 @@ def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap:
         lse = torch.logsumexp(z, dim=1)
         p = torch.exp(z - lse[:, None]) - smooth / num
         mean_z = z.mean(dim=1)
-    loss = lse - target_z
-    if smooth:
-        loss = (1 - smooth) * loss + smooth * (lse - mean_z)
-    grad_z = p.index_put((rows, y), p[rows, y] - (1.0 - smooth))
+    if criterion == "ce":
+        loss = lse - target_z
+        if smooth:
+            loss = (1 - smooth) * loss + smooth * (lse - mean_z)
+        grad_z = p.index_put((rows, y), p[rows, y] - (1.0 - smooth))
     if softcap is not None:
         grad_z = grad_z * (1.0 - (z / softcap).square())
     grad_z = grad_z * row_weight.to(z.dtype)[:, None]
@@ -261,7 +295,7 @@ class CompiledKernel(EagerKernel):
             CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
         z = _raw_logits(h, w, b, grads.logits, opts.column_scale)  # (n, V)
         loss, grad_z, grad_t = CompiledKernel._compiled(
-            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap
+            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion
         )
         if grads.t is not None:
             grads.t.copy_(grad_t)
@@ -368,6 +402,7 @@ def fused_linear_cross_entropy(
     softcap: float | None = None,
     logit_scale: float | None = None,
     column_scale: torch.Tensor | None = None,
+    criterion: str = "ce",
 ) -> torch.Tensor:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -387,6 +422,9 @@ def fused_linear_cross_entropy(
         column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
             head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied to each chunk's logits and gradient instead of
             to a scaled (V, H) copy of the weight; its gradient is computed too.
+        criterion: "ce" (softmax cross-entropy), or the sampling paper's full criteria over sigmoid outputs, "bce"
+            (eq. 3, Σ_c softplus(z_c) − z_y) and "mse" (eq. 1, Σ_c (σ(z_c) − δ_cy)²), with the same chunks,
+            kernels and gradients in the forward pass (no top_k or label_smoothing for them).
     Returns:
         a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
@@ -397,6 +435,10 @@ def fused_linear_cross_entropy(
         check_transform(logit_scale, None, "logit_scale")
         logit_multiplier = logit_scale
     check_transform(logit_multiplier, softcap)
+    check_choice("criterion", criterion, CRITERIA)
+    if criterion != "ce" and (top_k is not None or label_smoothing):
+        field, value = ("top_k", top_k) if top_k is not None else ("label_smoothing", label_smoothing)
+        raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
     if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
@@ -413,7 +455,7 @@ def fused_linear_cross_entropy(
     else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0])
-    opts = ChunkOptions(top_k, label_smoothing, softcap)
+    opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion)
     if reduction == "none":
         rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm), keep)
         return reduce_rows(rows, valid, valid.shape, "none")

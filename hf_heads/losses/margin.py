@@ -149,6 +149,7 @@ def margin_cross_entropy(
     chunk_size: int | None = None,
     top_k: int | None = None,
     label_smoothing: float = 0.0,
+    criterion: str = "ce",
     **scorer_options,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
@@ -156,7 +157,8 @@ def margin_cross_entropy(
     keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain); `reduction`, `ignore_index` as in
     `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the number of non-ignored tokens (exact
     gradient accumulation); `top_k`, `label_smoothing` as in `fused_linear_cross_entropy`. With margin="none",
-    scale=None and both norms no-mod this is `F.cross_entropy(hidden @ weight.T + bias, target)`.
+    scale=None and both norms no-mod this is `F.cross_entropy(hidden @ weight.T + bias, target)`. `criterion` "bce" or
+    "mse": the sampling paper's full BCE / MSE over the same logits instead (`fused_linear_cross_entropy`).
     """
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
@@ -175,6 +177,7 @@ def margin_cross_entropy(
         softcap=scorer.softcap,
         top_k=top_k,
         label_smoothing=label_smoothing,
+        criterion=criterion,
         reduction=reduction,
         ignore_index=ignore_index,
         num_items_in_batch=num_items_in_batch,

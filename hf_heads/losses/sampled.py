@@ -274,26 +274,6 @@ def _candidate_scores(h, weight, bias, f, cands, softcap):
     return soft_cap(out if bias is None else out + bias[cands], softcap)
 
 
-def _full_rows(h, weight, bias, f, t, y, criterion, chunk_size, softcap):
-    """Per-row full BCE (eq. 3) or MSE (eq. 1) loss over all C classes, in chunks of rows whose
-    (rows, C) scores are recomputed in backward (the chunk engine's activation checkpointing), never all at once."""
-    w = weight if f is None else weight * f[:, None]
-
-    def rows(h_c, t_c, y_c, w_, b_):
-        s = h_c @ w_.T  # (n, C)
-        if b_ is not None:
-            s = s + b_
-        s = soft_cap(s, softcap)
-        plain_t = s.gather(1, y_c[:, None]).squeeze(1)
-        if criterion == "bce":  # Σ_c softplus(s_c) − softplus(s_t) + softplus(−t)
-            return F.softplus(s).sum(1) - F.softplus(plain_t) + F.softplus(-t_c)
-        sig = torch.sigmoid(s)  # mse: Σ_c σ(s_c)² − σ(s_t)² + (σ(t) − 1)²
-        return sig.square().sum(1) - torch.sigmoid(plain_t).square() + (torch.sigmoid(t_c) - 1).square()
-
-    step = chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
-    return map_chunks(rows, (h, t, y), (w, bias), step, recompute=True)
-
-
 def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
     """Per-row loss of a sampling criterion from the target scores t (N,) and the sample scores s_k (N, K)."""
     if criterion == "ce":
@@ -351,7 +331,7 @@ def sampled_loss(
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)
     rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
-    if method == "full" and criterion == "ce":
+    if method == "full":  # CE, BCE or MSE over all C classes: the fused chunks, gradients in the forward pass
         return margin_cross_entropy(
             hidden,
             weight,
@@ -361,15 +341,12 @@ def sampled_loss(
             word_counts=word_counts,
             context_norm_value=context_norm_value,
             chunk_size=chunk_size,
+            criterion=criterion,
             **rows,
         )
     h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
     h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
     h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value, keep)  # (N, H), (C,), (N,), (C,)
-    if method == "full":
-        per_row = _full_rows(h2, w, b, f, t, y, criterion, chunk_size, scorer.softcap)
-        return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep)
-
     if noise_probs is None:
         raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
     check_noise_probs(noise_probs, num_classes)

@@ -10,7 +10,9 @@ logits twice in tiles of `BLOCK` columns:
    written over the logits in place, the target's entry moved to d t_i when the target logit was replaced.
 
 So the (n, V) block is read twice and written once, against the eager kernel's chain of PyTorch passes. The loss is
-lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`).
+lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling
+paper's full criteria over sigmoid outputs take the same two passes: BCE (eq. 3) Σ_c softplus(z_ic) − z_iy with
+gradient σ(z_ic) − δ_cy, MSE (eq. 1) Σ_c σ(z_ic)² − 2σ(z_iy) + 1 with gradient 2(σ − δ)σ(1 − σ).
 
 Not in Triton: the top-k support of sparse-softmax (sparse-softmax paper, eq. 5) — a row's k largest logits need a
 selection, done by `torch.topk` in the eager kernel, which this kernel calls for `top_k` < V.
@@ -28,7 +30,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.losses import fused_linear
-from hf_heads.losses.chunks import KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
+from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
 from hf_heads.losses.fused_linear import EagerKernel, _linear_grads
 from hf_heads.validation import OptionError
 
@@ -140,6 +142,7 @@ class TritonKernel(EagerKernel):
         n, num_classes = z.shape
         loss = torch.empty(n, dtype=z.dtype, device=z.device)
         flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
+        flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
         params = torch.full((2,), float(opts.label_smoothing), dtype=z.dtype, device=z.device)
         params[1] = float(opts.softcap or 1.0)  # fills on the device: no host-to-device copy, no sync
         unused = loss  # a pointer the program does not read when its flag is off
