@@ -59,6 +59,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| continuous d=300, syn-margin-projection |",
         ),
         (
+            "bench_chunk_rows.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rows", "5", "64", "--repeats", "1"],
+            "| fused softmax, 5 rows per chunk |",
+        ),
+        (
             "probe_continuous_copy.py",
             ["--loss", "cosine", "--table", "mean-centred", "--freeze_bias", "--steps", "2"],
             "loss=cosine table=mean-centred freeze_bias=True steps=2: greedy copy accuracy",

@@ -188,10 +188,11 @@ def test_the_triton_kernel_checks_itself_against_eager_before_its_first_use(monk
 
 def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     assert rows_per_chunk(4096, 8_000) == (1 << 25) // (4 * 8_000)  # 1048 rows of float32 logits in 32 MiB
-    assert rows_per_chunk(4096, 50_000) == MIN_CHUNK_ROWS == 256  # 167 would fit: never thinner than 256 rows
+    assert rows_per_chunk(4096, 50_000) == MIN_CHUNK_ROWS == 512  # 167 would fit: never thinner than 512 rows
     assert rows_per_chunk(4096, 1000, budget_bytes=1 << 22, itemsize=2) == (1 << 22) // (2 * 1000)
     assert rows_per_chunk(10, 50_000) == 10 and rows_per_chunk(0, 50_000) == 1
     assert eval_rows_per_chunk(4096, 200_000, 256) == (1 << 28) // (4 * 200_000)  # 335: capped at 256 MiB
+    assert eval_rows_per_chunk(4096, 200_000, 512) == 512  # ... but never below the training chunk
     assert eval_rows_per_chunk(4096, 8_000, 1048) == 4096 and eval_rows_per_chunk(100, 50, 100) == 100
     seen = []
     out = map_chunks(lambda a, b_: seen.append(len(a)) or a * b_, (torch.arange(11.0),), (2.0,), 4)

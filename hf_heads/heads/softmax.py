@@ -23,7 +23,10 @@ class SoftmaxHeadOptions(HeadOptions):
 
     bias: bool = field(default=True, metadata={"help": "Keep an output bias b_c (the margin paper always does)."})
     chunk_size: int | None = field(
-        default=None, metadata={"help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk)."}
+        default=None,
+        metadata={
+            "help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk, at least 512 tokens)."
+        },
     )
     chunk_kernel: str | None = field(
         default=None,

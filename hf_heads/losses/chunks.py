@@ -34,17 +34,17 @@ from torch.utils.checkpoint import checkpoint
 from hf_heads.validation import OptionError
 
 CHUNK_BYTES = 1 << 25  # a training chunk's (rows, V) float32 block: 32 MiB (2^23 logits) ...
-MIN_CHUNK_ROWS = 256  # ... but at least 256 rows: each chunk's products read all of W (V, H) for its rows only
+MIN_CHUNK_ROWS = 512  # ... but at least 512 rows: each chunk's products read all of W (V, H) for its rows only
 EVAL_CHUNK_ROWS = 256  # a CPU GEMM of fewer rows runs slower than one (N, H) @ (H, V) matmul
 EVAL_CHUNK_BYTES = 1 << 28  # ... but never more than 256 MiB of float32 logits per chunk (nor below a training chunk)
 
 
 def rows_per_chunk(num_rows: int, num_classes: int, budget_bytes: int = CHUNK_BYTES, itemsize: int = 4) -> int:
     """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`, but at least
-    `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin to use the GEMM well: N=2048,
-    H=512, V=200k on 2 CPU cores, the fused softmax loss took 6.85 / 4.71 / 4.32 s in chunks of 41 / 128 / 256 rows,
-    the three full-size matmuls alone 3.85 s; at V=50k, N=4096, 167 / 256 / 512 rows took 2.19 / 2.03 / 1.97 s
-    against 1.85 s); at most `num_rows`."""
+    `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin to use the GEMM well:
+    `python benchmarks/bench_chunk_rows.py`, docs/results/bench_chunk_rows_cpu.md: on 2 CPU cores the fused softmax
+    loss at N=2048, H=512, V=200k took 1.55 / 1.06 / 0.98 / 0.93× the three full-size matmuls in chunks of 41 / 128 /
+    256 / 512 rows, at N=4096, V=50k 1.17 / 1.17 / 1.12× in chunks of 167 / 256 / 512 rows); at most `num_rows`."""
     by_budget = budget_bytes // (itemsize * max(num_classes, 1))
     return max(1, min(num_rows, max(MIN_CHUNK_ROWS, by_budget)))
 

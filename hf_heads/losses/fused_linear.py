@@ -336,26 +336,41 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
 
 class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i weight · loss_i with all gradients computed in the forward pass; `keep` (N,): the rows that count (None:
-    all), the others computed with weight 0; `s`: the column scale (V,) or None."""
+    all), the others computed with weight 0; `s`: the column scale (V,) or None.
+
+    The backward hands the forward's gradients over (no reference kept, so autograd accumulates into them or keeps
+    them as `.grad` without a copy of the (V, H) one) and scales them in place by d output. A second backward
+    through the same graph (`retain_graph=True`, gradcheck) finds them handed over and computes them again from the
+    saved inputs."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None):
+    def _row_weight(h, weight, keep):
         dtype = torch.promote_types(h.dtype, torch.float32)
         if isinstance(weight, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
             row_weight = weight.to(device=h.device, dtype=dtype).expand(h.shape[0])
         else:
             row_weight = torch.full((h.shape[0],), weight, dtype=dtype, device=h.device)
-        if keep is not None:
-            row_weight = row_weight * keep
+        return row_weight if keep is None else row_weight * keep
+
+    @staticmethod
+    def forward(ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None):
+        row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
         losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
-        ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx
+        ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
+        ctx.save_for_backward(h, w, b, t, s, y, keep)
+        ctx.rerun = (weight, opts, chunk_size, gemm)
         return _kept(losses, keep).sum() * weight
 
     @staticmethod
     def backward(ctx, grad_out):
-        grads = ctx.grads
-        if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: no (V, H) copy
-            grads = [None if g is None else g * grad_out.to(g.dtype) for g in grads]
+        grads, ctx.grads = ctx.grads, None
+        if grads is None:  # a second backward through this graph: the first one took them
+            h, w, b, t, s, y, keep = ctx.saved_tensors
+            weight, opts, chunk_size, gemm = ctx.rerun
+            row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
+            _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
+        if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
+            grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         return (*grads, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
 
 
@@ -414,7 +429,7 @@ def fused_linear_cross_entropy(
         top_k: log-sum-exp over each row's k largest logits only (sparse softmax), or None.
         label_smoothing: as in `F.cross_entropy` (over the top-k support when `top_k` is set).
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
-        chunk_size: rows per chunk (default: the chunk engine's budget, 32 MiB of float32 logits).
+        chunk_size: rows per chunk (default: the chunk engine's budget, 32 MiB of float32 logits, at least 512 rows).
         logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
             taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).

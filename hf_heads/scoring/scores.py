@@ -85,7 +85,8 @@ def token_log_probs(
     `model`: a `HeadsForCausalLM` or `HeadsForSeq2SeqLM`; `tokenizer`: its tokenizer (at most the model's vocabulary
     size); `sources` (seq2seq only, required there): one source text per text. `normalize`: see the module docstring
     (False: the sampling paper's unnormalised corrected scores, sampled heads only). `chunk_size`: scored positions
-    per (chunk, V) block of logits (default: 2^23 logits, 32 MiB in float32). `progress`: a tqdm bar on stderr.
+    per (chunk, V) block of logits (default: 2^23 logits, 32 MiB in float32, at least 512 positions). `progress`: a
+    tqdm bar on stderr.
     `where` / `source_where`: how an error names text / source i (default "texts[i]" / "sources[i]"; the
     command line names the lines of its files). Which tokens are scored (BOS, EOS) and what a score means per head
     family: module docstring."""
