@@ -77,6 +77,20 @@ def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
         monkeypatch.setattr(TritonKernel, "max_block", max_block)
 
 
+def spy_on_products(monkeypatch) -> list[tuple[torch.dtype, torch.dtype]]:
+    """The (h, w) dtypes of every chunk's product, appended to the returned list as the kernels compute them."""
+    from hf_heads.losses import kernels
+
+    seen = []
+    raw = kernels._raw_logits
+    monkeypatch.setattr(
+        kernels,
+        "_raw_logits",
+        lambda h, w, b, out=None, s=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out, s),
+    )
+    return seen
+
+
 def _data(seed=0):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
@@ -205,16 +219,8 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     """Under autocast bf16 (`--bf16`) and for a model cast to bf16 / fp16 the head's products run in that dtype (no
     float32 copy of the weight); the loss (float32) is within 2% of float32 and each gradient is in its input's
     dtype."""
-    from hf_heads.losses import fused_linear
-
     use_kernel(kernel, monkeypatch, max_block=128)
-    seen = []
-    raw = fused_linear._raw_logits
-    monkeypatch.setattr(
-        fused_linear,
-        "_raw_logits",
-        lambda h, w, b, out=None, s=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out, s),
-    )
+    seen = spy_on_products(monkeypatch)
     g = torch.Generator().manual_seed(0)
     h32, w32 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
     b32, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)
@@ -410,15 +416,9 @@ def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradie
 def test_a_half_model_runs_the_margin_products_in_half(options, monkeypatch):
     """A margin loss on a bf16 model without autocast: the products run in bf16 (no float32 copy of W), the scorer's
     factors in float32; the loss is within 2% of the float32 model's and the gradients are bf16 and finite."""
-    from hf_heads.losses import fused_linear, margin_cross_entropy
+    from hf_heads.losses import margin_cross_entropy
 
-    seen = []
-    raw = fused_linear._raw_logits
-    monkeypatch.setattr(
-        fused_linear,
-        "_raw_logits",
-        lambda h, w, b, out=None, s=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out, s),
-    )
+    seen = spy_on_products(monkeypatch)
     g = torch.Generator().manual_seed(0)
     h32, w32 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
     b32, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)

@@ -1,9 +1,11 @@
 """Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
 
 - `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
-  (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled)
-- `fused_linear`: chunked linear cross-entropy (the memory core every discrete head shares) and its kernels
-- `triton_kernel`: the hand-written Triton chunk kernel (GPU, or CPU under `TRITON_INTERPRET=1`)
+  (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled, triton)
+- `fused_linear`: the chunked linear loss every discrete head shares (softmax cross-entropy with a replaced target
+  logit, top-k, label smoothing, soft-cap; the sampled family's full BCE / MSE), gradients in the forward pass
+- `kernels`: its `eager` and `compiled` chunk kernels; `triton_kernel`: the hand-written Triton one (GPU, or CPU
+  under `TRITON_INTERPRET=1`)
 - `scorer`: the scorer of eq. 13 (margin paper) every margin and sampled loss runs: one frozen `Scorer` (the margin,
   word/context norm scaling f, g: eqs. 9-12, the warm-start gain, the checkpoint's output transform) and one
   registered `Margin` class per margin type (φ of eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`)

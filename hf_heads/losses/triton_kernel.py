@@ -29,9 +29,9 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.losses import fused_linear
+from hf_heads.losses import kernels
 from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
-from hf_heads.losses.fused_linear import EagerKernel, _linear_grads
+from hf_heads.losses.kernels import EagerKernel, _linear_grads
 from hf_heads.validation import OptionError
 
 _PROGRAM = None  # the jitted row program, loaded on first use
@@ -168,14 +168,12 @@ class TritonKernel(EagerKernel):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super().loss(h, w, b, y, t, opts)
-        return self._launch(fused_linear._raw_logits(h, w, b, None, opts.column_scale).contiguous(), y, t, None, opts)
+        return self._launch(kernels._raw_logits(h, w, b, None, opts.column_scale).contiguous(), y, t, None, opts)
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads)
-        z = fused_linear._raw_logits(
-            h, w, b, grads.logits, opts.column_scale
-        ).contiguous()  # (n, V), becomes d loss / d z
+        z = kernels._raw_logits(h, w, b, grads.logits, opts.column_scale).contiguous()  # (n, V), becomes d loss / d z
         grad_t = None if grads.t is None else torch.empty_like(z[:, 0])
         loss = self._launch(z, y, t, row_weight, opts, grad_t)
         if grads.t is not None:

@@ -1,0 +1,265 @@
+"""The chunk kernels of the chunk engine's seam (hf_heads.losses.chunks): `eager` and `compiled` (the hand-written
+Triton one is hf_heads.losses.triton_kernel). Each computes one chunk of the fused loss of
+hf_heads.losses.fused_linear — the logits z = s ∘ (h wᵀ) + b with the replaced target logit and the soft-cap, the
+criterion over them (softmax cross-entropy with its top-k support and label smoothing, or the sampling paper's full
+BCE / MSE), and in training the gradient of the row-weighted losses, written over the logits buffer, then the three
+products (d h, d w, d b).
+
+- `EagerKernel`: PyTorch ops in one (n, V) workspace: the products, a row-wise in-place log-softmax (one pass, each
+  row in cache), the gradient as its exp in place; the sparse top-k path gathers / scatters k+1 rows of W per token.
+- `CompiledKernel`: the same products around the per-chunk gradient math (`_grad_logits`) compiled by
+  `torch.compile` (inductor: C++ on a CPU, Triton on a GPU).
+
+Products run in the dtype of h and w (a half dtype accumulates in float32), the softmax / margin / sigmoid math in
+float32 (float64 for float64 inputs, for gradcheck).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads, register_kernel
+
+
+def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
+    """d cap·tanh(x / cap) / dx at the capped values z = cap·tanh(x / cap): 1 − (z / cap)²."""
+    return 1.0 - (z / softcap).square()
+
+
+def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """s ∘ (h wᵀ) + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then
+    float32 (float64 for float64 inputs) for the softmax math, the column scale s (V,) and the bias applied there.
+    `out`: a (n, V) buffer of that dtype to write into (used when h and w have its dtype)."""
+    if out is not None and h.dtype == w.dtype == out.dtype:
+        z = torch.mm(h, w.T, out=out)
+    else:
+        z = h @ w.T
+        z = z.to(torch.promote_types(z.dtype, torch.float32))
+    if col_scale is not None and b is not None:
+        torch.addcmul(b, z, col_scale, out=z)  # s ∘ z + b in one pass
+    elif col_scale is not None:
+        z *= col_scale
+    elif b is not None:
+        z += b
+    return z
+
+
+def _linear_grads(
+    grad_z: torch.Tensor,
+    h,
+    w,
+    grads: Grads,
+    row_weight: torch.Tensor | None = None,
+    col_scale: torch.Tensor | None = None,
+) -> None:
+    """d b += rᵀ d z, d w += d zᵀ · diag(r) h and d h (n, H) = diag(r) (d z ∘ s) · w into `grads.h`, for the row
+    weights r (n,) (None: already in d z) and the column scale s (V,) (None: ones; `grads.w` then accumulates the
+    gradient of the scaled weight s ∘ w, which `_run` turns into those of w and s); the weights scale (n, H) blocks,
+    never the (n, V) one; the products in the dtype of h and w (d z rounded to it once), accumulators in float32.
+    `grad_z` may be overwritten."""
+    if grads.b is not None:
+        grads.b.add_(grad_z.sum(0) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z)
+    g = grad_z if grad_z.dtype == w.dtype else grad_z.to(w.dtype)  # (n, V)
+    if col_scale is None:
+        torch.mm(g, w, out=grads.h)  # (n, H), written in place
+    h_r = h if row_weight is None else h * row_weight.to(h.dtype)[:, None]  # (n, H)
+    if grads.w.dtype == g.dtype:
+        grads.w.addmm_(g.T, h_r)  # (V, H) accumulated without a temporary
+    else:
+        grads.w.add_(g.T @ h_r)  # a half-precision (V, H) product added to the float32 accumulator
+    if col_scale is not None:  # d h from d z ∘ s, after d w took the unscaled d z
+        torch.mm(g.mul_(col_scale.to(g.dtype)), w, out=grads.h)
+    if row_weight is not None:
+        grads.h.mul_(row_weight.to(grads.h.dtype)[:, None])
+
+
+@register_kernel
+class EagerKernel(ChunkKernel):
+    """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the log-probabilities and then the gradient
+    in place. The full-support log-softmax is one row-wise pass (`torch.log_softmax(z, out=z)`: each row's maximum,
+    sum and result while the row sits in cache), so the block is read from memory twice (log-softmax, exp) between
+    the GEMMs instead of once per elementwise operation."""
+
+    name = "eager"
+
+    @staticmethod
+    def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None):
+        """z (n, V): the products with the column scale and bias, the target's logit replaced by t, soft-capped (in
+        `out` when given), and the row indices (n,)."""
+        z = _raw_logits(h, w, b, out, opts.column_scale)  # (n, V) float32 (float64 for float64 inputs)
+        rows = torch.arange(z.shape[0], device=z.device)
+        if t is not None:
+            z[rows, y] = t
+        if opts.softcap is not None:
+            z.div_(opts.softcap).tanh_().mul_(opts.softcap)
+        return z, rows
+
+    @staticmethod
+    def _selects(opts: ChunkOptions, num_classes: int) -> bool:
+        """Whether the top-k support applies (k < V)."""
+        return opts.top_k is not None and opts.top_k < num_classes
+
+    @staticmethod
+    def log_softmax_(z, rows, y, smooth: float) -> torch.Tensor:
+        """z (n, V) becomes log p (n, V) in place; the losses (n,): −log p_iy, with label smoothing ε
+        (1 − ε)(−log p_iy) − ε mean_c log p_ic, i.e. (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic)."""
+        torch.log_softmax(z, dim=1, out=z)  # one row-wise pass, in place
+        loss = -z[rows, y]  # (n,)
+        if smooth:
+            loss = (1 - smooth) * loss - smooth * z.mean(dim=1)
+        return loss
+
+    @staticmethod
+    def top_k_loss(z, rows, y, top_k: int, smooth: float):
+        """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with the
+        kept values and columns (n, k) and their log-sum-exp (n,)."""
+        vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
+        lse = torch.logsumexp(vals, dim=1)  # (n,)
+        loss = lse - z[rows, y]
+        if smooth:
+            loss = (1 - smooth) * loss + smooth * (lse - vals.mean(dim=1))
+        return loss, vals, idx, lse
+
+    @staticmethod
+    def sigmoid_loss_(z, rows, y, criterion: str) -> torch.Tensor:
+        """z (n, V) becomes σ(z) in place; the losses (n,) of the full BCE, Σ_c softplus(z_c) − z_y, or MSE,
+        Σ_c σ(z_c)² − 2σ(z_y) + 1 (`ChunkOptions.criterion`)."""
+        if criterion == "bce":
+            loss = torch.nn.functional.softplus(z).sum(1) - z[rows, y]  # (n,)
+            z.sigmoid_()
+        else:
+            z.sigmoid_()
+            loss = torch.linalg.vector_norm(z, dim=1).square() - 2 * z[rows, y] + 1  # (n,)
+        return loss
+
+    def loss(self, h, w, b, y, t, opts):
+        z, rows = self.logits(h, w, b, y, t, opts)
+        if opts.criterion != "ce":
+            return self.sigmoid_loss_(z, rows, y, opts.criterion)
+        if self._selects(opts, z.shape[1]):
+            return self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)[0]
+        return self.log_softmax_(z, rows, y, opts.label_smoothing)
+
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
+        sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion == "ce"
+        return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads)
+
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
+        smooth, top_k = opts.label_smoothing, opts.top_k
+        slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
+        # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k)
+        if opts.criterion != "ce":  # d / d z_ic: BCE σ_ic − δ; MSE 2(σ_ic − δ)σ_ic(1 − σ_ic) (δ: [c = y_i])
+            loss = self.sigmoid_loss_(z, rows, y, opts.criterion)
+            slope_mse = torch.addcmul(z, z, z, value=-1.0) if opts.criterion == "mse" else None  # σ(1 − σ)
+            grad_z = z  # σ, over the logits buffer
+            grad_z[rows, y] -= 1.0
+            if slope_mse is not None:
+                grad_z.mul_(slope_mse).mul_(2.0)
+        elif self._selects(opts, z.shape[1]):
+            loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
+            grad_z = torch.zeros_like(z)
+            grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
+        else:
+            loss = self.log_softmax_(z, rows, y, smooth)
+            grad_z = z.exp_()  # (n, V), over the logits buffer
+            if smooth:
+                grad_z -= smooth / z.shape[1]
+        if opts.criterion == "ce":
+            grad_z[rows, y] -= 1.0 - smooth
+        if slope is not None:
+            grad_z *= slope
+        if grads.t is not None:
+            grads.t.copy_(grad_z[rows, y] * row_weight.to(z.dtype))  # (n,)
+            grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
+        _linear_grads(grad_z, h, w, grads, row_weight, opts.column_scale)  # the row weights on (n, H) blocks
+        return loss
+
+    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
+        gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
+        smooth, top_k = opts.label_smoothing, opts.top_k
+        loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
+        target_z = z[rows, y]  # (n,)
+        coef = torch.exp(vals - lse[:, None])  # (n, k)
+        if smooth:
+            coef -= smooth / top_k
+        cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
+        coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -(1.0 - smooth))], dim=1)
+        if opts.softcap is not None:
+            coef = coef * _capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
+        coef = coef * row_weight.to(coef.dtype)[:, None]
+        coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
+        torch.bmm(coef_h[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
+        grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+        if grads.b is not None:
+            grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
+        return loss
+
+
+def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce"):
+    """Functional per-chunk math from the raw logits z (n, V) (bias added): (losses (n,), d loss / d z (n, V) weighted
+    by `row_weight` (the replaced target's entry zeroed), d loss / d t (n,) or None). What `CompiledKernel` fuses."""
+    rows = torch.arange(z.shape[0], device=z.device)
+    if t is not None:
+        z = z.index_put((rows, y), t)
+    if softcap is not None:
+        z = torch.tanh(z / softcap) * softcap
+    target_z = z[rows, y]  # (n,)
+    num = z.shape[1]
+    if criterion != "ce":  # the full BCE / MSE (ChunkOptions)
+        sig = torch.sigmoid(z)
+        if criterion == "bce":
+            loss = torch.nn.functional.softplus(z).sum(1) - target_z
+        else:
+            loss = sig.square().sum(1) - 2 * sig[rows, y] + 1
+        grad_z = sig.index_put((rows, y), sig[rows, y] - 1.0)
+        if criterion == "mse":
+            grad_z = 2 * grad_z * sig * (1 - sig)
+    elif top_k is not None and top_k < num:
+        vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
+        lse = torch.logsumexp(vals, dim=1)
+        p = torch.zeros_like(z).scatter(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
+        mean_z = vals.mean(dim=1)
+    else:
+        lse = torch.logsumexp(z, dim=1)
+        p = torch.exp(z - lse[:, None]) - smooth / num
+        mean_z = z.mean(dim=1)
+    if criterion == "ce":
+        loss = lse - target_z
+        if smooth:
+            loss = (1 - smooth) * loss + smooth * (lse - mean_z)
+        grad_z = p.index_put((rows, y), p[rows, y] - (1.0 - smooth))
+    if softcap is not None:
+        grad_z = grad_z * (1.0 - (z / softcap).square())
+    grad_z = grad_z * row_weight.to(z.dtype)[:, None]
+    grad_t = None
+    if t is not None:
+        grad_t = grad_z[rows, y]
+        grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
+    return loss, grad_z, grad_t
+
+
+@register_kernel
+class CompiledKernel(EagerKernel):
+    """The eager kernel's GEMMs with the per-chunk softmax / margin / top-k / smoothing / soft-cap math of the
+    gradient (`_grad_logits`) compiled by `torch.compile` (inductor: C++ on a CPU, Triton on a GPU) into a few fused
+    passes over the (n, V) block. The first call per option set compiles (seconds); the top-k-only sparse path keeps
+    the eager gather / scatter of k+1 rows."""
+
+    name = "compiled"
+    _compiled = None
+
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+        if CompiledKernel._compiled is None:
+            CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
+        z = _raw_logits(h, w, b, grads.logits, opts.column_scale)  # (n, V)
+        loss, grad_z, grad_t = CompiledKernel._compiled(
+            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion
+        )
+        if grads.t is not None:
+            grads.t.copy_(grad_t)
+        _linear_grads(grad_z, h, w, grads, None, opts.column_scale)
+        return loss
