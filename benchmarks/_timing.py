@@ -51,10 +51,12 @@ def seconds_cell(row: dict) -> str:
 
 def run_isolated(script: str, method: str, options: dict) -> dict:
     """Run `script --one METHOD --opt value ...` in a fresh process (so peak memory is that method's alone)
-    and return the JSON dict it prints last.
+    and return the JSON dict it prints last; a method that fails gives {"method": ..., "error": its last line}
+    instead, so that one failing row does not cost the table.
 
-    With HF_HEADS_BENCH_IN_PROCESS=1 (the smoke tests only) the script runs in this process instead, which saves
-    a Python start per method; its timings and memory are then not isolated and mean nothing."""
+    With HF_HEADS_BENCH_IN_PROCESS=1 the script runs in this process instead, which saves a Python start per
+    method: the smoke tests use it (on a CPU the peak RSS is then not the method's own and means nothing), and
+    `benchmarks/gpu.sh` on CUDA, where the allocator's peak is reset per method and the timings synchronise."""
     import contextlib
     import io
     import json
@@ -68,27 +70,46 @@ def run_isolated(script: str, method: str, options: dict) -> dict:
         if value is not None:
             cmd += [f"--{key}", *(str(v) for v in (value if isinstance(value, list | tuple) else [value]))]
     if os.environ.get("HF_HEADS_BENCH_IN_PROCESS") == "1":
+        import gc
+
+        gc.collect()  # the previous method's tensors are gone before this one's peak is read
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         argv, buffer = sys.argv, io.StringIO()
         sys.argv = cmd[1:]
         try:
             with contextlib.redirect_stdout(buffer):
                 runpy.run_path(script, run_name="__main__")
+            row = json.loads(buffer.getvalue().strip().splitlines()[-1])
+        except Exception as error:  # noqa: BLE001 - one failing row is reported, the table goes on
+            row = {"method": method, "error": f"{type(error).__name__}: {error}".splitlines()[0][:200]}
         finally:
             sys.argv = argv
-        return json.loads(buffer.getvalue().strip().splitlines()[-1])
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    else:
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode == 0:
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+        else:
+            last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+            row = {"method": method, "error": last[:200]}
+    done = row.get("error") or ", ".join(f"{key} {row[key]:.4g}" for key in ("seconds", "peak_mib") if key in row)
+    print(f"# {method}: {done}", file=sys.stderr, flush=True)  # progress that survives a run cut short
+    return row
 
 
 def interleaved(script: str, methods: list[str], options: dict, rounds: int) -> list[dict]:
     """`run_isolated` for every method, in turn, `rounds` times; per method the median, min and max over all its
-    timed calls and the largest peak memory."""
+    timed calls and the largest peak memory (or the row of its first failure, with its "error")."""
     runs: dict[str, list[dict]] = {m: [] for m in methods}
     for _ in range(rounds):
         for method in methods:
             runs[method].append(run_isolated(script, method, options))
     out = []
     for method, rows in runs.items():
+        failed = [r for r in rows if "error" in r]
+        if failed:
+            out.append(failed[0])
+            continue
         times = [t for r in rows for t in r["times"]]
         peak = max(r["peak_mib"] for r in rows)
         out.append(

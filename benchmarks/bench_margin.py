@@ -8,7 +8,10 @@
 linear cross-entropy rows (Liger-Kernel, Cut Cross-Entropy: Triton, CUDA only) run where their package imports.
 "compiled kernel" rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off
 compilation is in the warm-up call, its compiler's memory in the peak); "triton kernel" rows the hand-written Triton
-kernel (GPU only: left out on a CPU). Each method runs in a fresh process; with `--rounds R` the methods run in turn
+kernel (GPU only: left out on a CPU). "naive logits, softmax" is a plain model's output layer
+(`F.cross_entropy(F.linear(h, W, b), y)`: under `--autocast` a half-precision GEMM); the naive margin rows are
+`margin_logits` (its products in float32, also under autocast), so under autocast compare the margin rows with the
+naive softmax row as well. Each method runs in a fresh process; with `--rounds R` the methods run in turn
 R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the median, min and max
 over all its timed calls.
 Peak memory is what the loss adds on top of its inputs
@@ -129,7 +132,9 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
         return {"method": method, **measure(step, device, repeats)}
 
     def forward():
-        if kind == "naive":
+        if kind == "naive" and not kw:  # what a plain model does: under autocast a half-precision GEMM
+            return F.cross_entropy(F.linear(h, w, b), y)
+        if kind == "naive":  # the margin reference: its products in float32, also under autocast
             return F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
         if kind == "torch":
             return F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
@@ -144,6 +149,7 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
 def main() -> None:
     parser = bench_parser(__doc__, vocab=[50_000, 200_000])
     parser.add_argument("--methods", nargs="+", default=None, help="only the rows whose names start with these")
+    parser.add_argument("--exclude", nargs="+", default=(), help="leave out the rows whose names contain these")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -160,6 +166,7 @@ def main() -> None:
             methods = [m for m in methods if METHODS[m][1].get("kernel") != "triton"]
         if args.methods:
             methods = [m for m in methods if any(m.startswith(prefix) for prefix in args.methods)]
+        methods = [m for m in methods if not any(part in m for part in args.exclude)]
         options = dict(
             tokens=args.tokens,
             hidden=args.hidden,
@@ -177,7 +184,8 @@ def main() -> None:
             f"time vs {SOFTMAX} |"
         )
         print("|---|---:|---:|---:|---:|---:|")
-        for name in methods:
+        failed = {name: by_name.pop(name)["error"] for name in methods if "error" in by_name[name]}
+        for name in [m for m in methods if m in by_name]:
             r, naive = by_name[name], METHODS[name][2]
             vs_naive = "—"
             if naive is not None and naive in by_name:
@@ -188,6 +196,8 @@ def main() -> None:
             ours = METHODS[name][0] == "ours" and SOFTMAX in by_name
             vs_softmax = f"{r['seconds'] / by_name[SOFTMAX]['seconds']:.2f}×" if ours else "—"
             print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {vs_naive} | {vs_softmax} |")
+        for name, error in failed.items():
+            print(f"\nfailed: {name}: {error}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 import torch
-from _timing import bench_parser, device_line, interleaved, measure, seconds_cell
+from _timing import autocast, bench_parser, device_line, interleaved, measure, seconds_cell
 
 CRITERIA = [("ce", "full"), ("bce", "full"), ("mse", "full")] + [
     (c, m) for c in ("ce", "bce") for m in ("mcs", "is", "cps", "nce")
@@ -30,7 +30,7 @@ def head_section(criterion: str, method: str, k: int) -> dict:
     return head if method == "full" else {**head, "num_samples": k, "noise": "log-uniform"}
 
 
-def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats) -> dict:
+def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats, amp=None) -> dict:
     from hf_heads import HeadsConfig, HeadsForCausalLM
     from hf_heads.heads import make_head
 
@@ -45,7 +45,9 @@ def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats) -> di
         params = [h, *module.parameters()]
 
         def step():
-            module.loss(h, y).backward()
+            with autocast(device, amp):
+                loss = module.loss(h, y)
+            loss.backward()
 
     else:
         from transformers import GPT2Config
@@ -60,7 +62,9 @@ def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats) -> di
         params = list(model.parameters())
 
         def step():
-            model(x, labels=x).loss.backward()
+            with autocast(device, amp):
+                loss = model(x, labels=x).loss
+            loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
 
@@ -80,11 +84,21 @@ def main() -> None:
         mode, name = args.one.split(":")
         criterion, method = name.split("-")
         result = run_one(
-            mode, criterion, method, args.tokens, args.hidden, args.vocab, args.num_samples, args.device, args.repeats
+            mode,
+            criterion,
+            method,
+            args.tokens,
+            args.hidden,
+            args.vocab,
+            args.num_samples,
+            args.device,
+            args.repeats,
+            args.autocast,
         )
         print(json.dumps(result))
         return
-    print(f"# N={args.tokens} tokens, H={args.hidden}, V={args.vocab:,}, K={args.num_samples:,}, float32")
+    precision = f"autocast {args.autocast}" if args.autocast else "float32"
+    print(f"# N={args.tokens} tokens, H={args.hidden}, V={args.vocab:,}, K={args.num_samples:,}, {precision}")
     print(device_line(args.device))
     options = dict(
         tokens=args.tokens,
@@ -94,11 +108,14 @@ def main() -> None:
         device=args.device,
         repeats=args.repeats,
         threads=args.threads,
+        autocast=args.autocast,
     )
     for mode in args.modes:
         names = [f"{mode}:{criterion}-{method}" for criterion, method in CRITERIA]
         rows = interleaved(__file__, names, options, args.rounds)
-        ref = rows[0]  # ce-full: the full softmax
+        failed = [r for r in rows if "error" in r]
+        rows = [r for r in rows if "error" not in r]
+        ref = rows[0] if rows and rows[0]["method"] == names[0] else None  # ce-full: the full softmax
         print(f"\n{mode}\n")
         print(
             f"| criterion | s / step, median (min–max) of {args.repeats * args.rounds} | peak MiB | "
@@ -106,10 +123,12 @@ def main() -> None:
         )
         print("|---|---:|---:|---:|---:|")
         for r in rows:
-            speed = ref["seconds"] / r["seconds"]
-            mem = r["peak_mib"] / max(ref["peak_mib"], 1e-9)
+            speed = "—" if ref is None else f"{ref['seconds'] / r['seconds']:.2f}×"
+            mem = "—" if ref is None else f"{r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×"
             name = r["method"].split(":")[1]
-            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {speed:.2f}× | {mem:.2f}× |")
+            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {speed} | {mem} |")
+        for r in failed:
+            print(f"\nfailed: {r['method']}: {r['error']}")
 
 
 if __name__ == "__main__":

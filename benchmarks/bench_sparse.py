@@ -19,7 +19,7 @@ import json
 
 import torch
 import torch.nn.functional as F
-from _timing import bench_parser, device_line, measure, run_isolated
+from _timing import autocast, bench_parser, device_line, measure, run_isolated
 
 from hf_heads.losses import fused_linear_cross_entropy, sparse_linear_cross_entropy, sparse_softmax_cross_entropy
 
@@ -33,7 +33,9 @@ def methods(ks: list[int]) -> dict[str, tuple[str, int | None, str]]:
     return out
 
 
-def run_one(name: str, ks: list[int], n: int, hidden: int, vocab: int, device: str, repeats: int) -> dict:
+def run_one(
+    name: str, ks: list[int], n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None
+) -> dict:
     path, k, _ = methods(ks)[name]
     torch.manual_seed(0)
     h = torch.randn(n, hidden, device=device, requires_grad=True)
@@ -44,11 +46,14 @@ def run_one(name: str, ks: list[int], n: int, hidden: int, vocab: int, device: s
         t.grad = torch.zeros_like(t)
 
     def step():
-        if path == "naive":
-            logits = F.linear(h, w, b)  # (N, V)
-            loss = F.cross_entropy(logits, y) if k is None else sparse_softmax_cross_entropy(logits, y, k)
-        else:
-            loss = fused_linear_cross_entropy(h, w, b, y) if k is None else sparse_linear_cross_entropy(h, w, b, y, k)
+        with autocast(device, amp):
+            if path == "naive":
+                logits = F.linear(h, w, b)  # (N, V)
+                loss = F.cross_entropy(logits, y) if k is None else sparse_softmax_cross_entropy(logits, y, k)
+            elif k is None:
+                loss = fused_linear_cross_entropy(h, w, b, y)
+            else:
+                loss = sparse_linear_cross_entropy(h, w, b, y, k)
         loss.backward()
         return loss
 
@@ -62,11 +67,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
-        print(json.dumps(run_one(args.one, args.k, args.tokens, args.hidden, args.vocab, args.device, args.repeats)))
+        row = run_one(args.one, args.k, args.tokens, args.hidden, args.vocab, args.device, args.repeats, args.autocast)
+        print(json.dumps(row))
         return
     print(
         f"# sparse-softmax loss vs CE, output layer forward+backward, N={args.tokens}, H={args.hidden}, "
-        f"V={args.vocab:,}, float32"
+        f"V={args.vocab:,}, {f'autocast {args.autocast}' if args.autocast else 'float32'}"
     )
     print(device_line(args.device) + "\n")
     table = methods(args.k)
@@ -78,22 +84,27 @@ def main() -> None:
         device=args.device,
         repeats=args.repeats,
         threads=args.threads,
+        autocast=args.autocast,
     )
     rows = {name: run_isolated(__file__, name, options) for name in table}
-    naive = rows["naive logits, CE"]
+    failed = {name: rows.pop(name)["error"] for name in table if "error" in rows[name]}
+    naive = rows.get("naive logits, CE")
     print("| method | s / step | peak MiB | time vs CE | memory vs CE | time vs naive CE | memory vs naive CE |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows.items():
-        ref = rows[table[name][2]]
-        cells = [
-            r["seconds"] / ref["seconds"],
-            r["peak_mib"] / max(ref["peak_mib"], 1e-9),
-            r["seconds"] / naive["seconds"],
-            r["peak_mib"] / max(naive["peak_mib"], 1e-9),
-        ]
-        print(
-            f"| {name} | {r['seconds']:.3f} | {r['peak_mib']:.0f} | " + " | ".join(f"{c:.2f}×" for c in cells) + " |"
-        )
+        cells = []
+        for ref in (rows.get(table[name][2]), naive):
+            cells += (
+                ["—", "—"]
+                if ref is None
+                else [
+                    f"{r['seconds'] / ref['seconds']:.2f}×",
+                    f"{r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×",
+                ]
+            )
+        print(f"| {name} | {r['seconds']:.3f} | {r['peak_mib']:.0f} | " + " | ".join(cells) + " |")
+    for name, error in failed.items():
+        print(f"\nfailed: {name}: {error}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from copy import deepcopy
 from unittest.mock import patch
 
@@ -154,7 +155,9 @@ def check_heads(device: str, hidden: int = 48, vocab: int = 3001) -> int:
             try:
                 step.loss(x, y, num_items_in_batch=items).backward()
             except RuntimeError as error:
-                synced = f"; host sync: {str(error).splitlines()[0][:80]}"
+                frames = [f for f in traceback.extract_tb(error.__traceback__) if "hf_heads" in f.filename]
+                where = f" at {frames[-1].filename.split('hf_heads/')[-1]}:{frames[-1].lineno}" if frames else ""
+                synced = f"; host sync{where}: {str(error).splitlines()[0][:80]}"
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         ok = close and not synced

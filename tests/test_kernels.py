@@ -322,6 +322,21 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
         fused_linear_cross_entropy(h, w, b, y)
 
 
+@pytest.mark.parametrize("items", [None, torch.tensor(9)], ids=["rows counted", "tensor num_items_in_batch"])
+def test_a_divisor_counted_on_the_device_divides_in_the_losss_dtype(items, monkeypatch):
+    """On an accelerator the mean's divisor is an integer tensor (the rows counted on the device, or the Trainer's
+    num_items_in_batch); float64 inputs still give the float64 loss to rounding, not to a float32 reciprocal."""
+    from hf_heads.losses import _rows, fused_linear
+
+    h, w, b, _, y = _data()
+    want = fused_linear_cross_entropy(h, w, b, y, chunk_size=4, num_items_in_batch=None if items is None else 9)
+    for module in (_rows, fused_linear):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+    got = fused_linear_cross_entropy(h, w, b, y, chunk_size=4, num_items_in_batch=items)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=0)
+
+
 HEADS_ON_AN_ACCELERATOR = {
     "softmax": {},
     "sparse": {"k": 5},

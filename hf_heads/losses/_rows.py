@@ -15,6 +15,7 @@ divisor is never below 1, so a batch with every row ignored has loss 0, never Na
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -57,6 +58,17 @@ def autocast_off(fn: F) -> F:
             _OUTER.dtype = previous
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def full_precision():
+    """Inside an `autocast_off` function: forget the autocast dtype it switched off, so that the losses called here
+    run their products in float32 (a kernel's self-check compares two implementations at float32 tolerances)."""
+    previous, _OUTER.dtype = getattr(_OUTER, "dtype", None), None
+    try:
+        yield
+    finally:
+        _OUTER.dtype = previous
 
 
 def gemm_dtype(*tensors: torch.Tensor | None) -> torch.dtype:

@@ -234,7 +234,8 @@ def fused_linear_cross_entropy(
         rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm), keep)
         return reduce_rows(rows, valid, valid.shape, "none")
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
-    scale = 1.0 if reduction == "sum" else 1.0 / mean_divisor(num_items_in_batch, num_valid, h.device)
+    divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
+    scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)  # an int tensor: not float32
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))

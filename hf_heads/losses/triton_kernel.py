@@ -30,6 +30,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.losses import kernels
+from hf_heads.losses._rows import full_precision
 from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
 from hf_heads.losses.kernels import EagerKernel, _linear_grads
 from hf_heads.validation import OptionError
@@ -103,7 +104,7 @@ class TritonKernel(EagerKernel):
         TritonKernel._checked.add(device)
         self.max_block = 1024  # three tiles per row of 2051 logits
         try:  # first use is inside an autograd.Function's forward or an evaluation: gradients switched back on
-            with torch.inference_mode(False), torch.enable_grad():
+            with torch.inference_mode(False), torch.enable_grad(), full_precision():  # float32 under --bf16 too
                 g = torch.Generator().manual_seed(0)
                 h, w, b, t = (torch.randn(*shape, generator=g) for shape in ((6, 16), (2051, 16), (2051,), (6,)))
                 y = torch.randint(0, w.shape[0], (6,), generator=g)
@@ -143,8 +144,9 @@ class TritonKernel(EagerKernel):
         loss = torch.empty(n, dtype=z.dtype, device=z.device)
         flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
-        params = torch.full((2,), float(opts.label_smoothing), dtype=z.dtype, device=z.device)
-        params[1] = float(opts.softcap or 1.0)  # fills on the device: no host-to-device copy, no sync
+        params = torch.full((2,), float(opts.softcap or 1.0), dtype=z.dtype, device=z.device)
+        params[:1].fill_(float(opts.label_smoothing))  # fill_ runs on the device; `params[0] = x` would copy from
+        # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
         unused = loss  # a pointer the program does not read when its flag is off
         _program()[(n,)](
             z, z.stride(0), y.contiguous(),
