@@ -38,7 +38,8 @@ def run_one(mode, criterion, method, n, hidden, vocab, k, device, repeats, amp=N
     counts = torch.arange(vocab, 0, -1).float()
     head = head_section(criterion, method, k)
     if mode == "output layer":
-        module = make_head(hidden, vocab, head).to(device)
+        with torch.device(device):  # the (V, H) weight initialised where it runs (seconds on a CPU at V=256k)
+            module = make_head(hidden, vocab, head)
         module.set_word_counts(counts)
         h = torch.randn(n, hidden, device=device, requires_grad=True)
         y = torch.randint(0, vocab, (n,), device=device)

@@ -29,7 +29,7 @@ run() {
   shift
   (( left < limit )) && limit=$left
   if (( limit < 10 )); then echo "(not run: the time budget is spent)"; return; fi
-  echo "## $*" >>"$progress"
+  echo "## $(date -u +%T) (limit ${limit} s) $*" >>"$progress"
   timeout "$limit" "$@" 2>>"$progress" || echo "(stopped after ${limit} s, or failed: exit $?; rows measured so far: ${progress##*/})"
 }
 
@@ -61,7 +61,7 @@ MARGIN_METHODS=("naive logits" "three matmuls" "hf_heads softmax" "hf_heads arc+
       echo
       echo "## \`python benchmarks/bench_sampled.py --device cuda --repeats 5 --modes 'output layer' ${shape} ${amp}\`"
       echo '```'
-      run 45 python3 benchmarks/bench_sampled.py --device cuda --repeats 5 --modes "output layer" ${shape} ${amp}
+      run "$(( limit + 20 ))" python3 benchmarks/bench_sampled.py --device cuda --repeats 5 --modes "output layer" ${shape} ${amp}
       echo '```'
     done
   done
