@@ -122,9 +122,7 @@ def margin_logits(
     safe_y = None if y is None else y.clamp_min(0)
     a, s, t, bias = scorer.factors(h, weight, bias, safe_y, word_counts, context_norm_value)
     h2, w2 = _scaled(h, weight, a, s)  # (N, H), (V, H)
-    logits = h2 @ w2.T  # (N, V)
-    if bias is not None:
-        logits = logits + bias
+    logits = h2 @ w2.T if bias is None else torch.addmm(bias, h2, w2.T)  # (N, V), the bias added in the product
     if t is not None:
         keep = y != -100
         rows = torch.arange(h.shape[0], device=h.device)[keep]
