@@ -64,6 +64,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| fused softmax, 5 rows per chunk |",
         ),
         (
+            "bench_demo_step.py",
+            ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
+            "| margin arc m=0.001 f=log-unigram g=max-norm |",
+        ),
+        (
             "probe_continuous_copy.py",
             ["--loss", "cosine", "--table", "mean-centred", "--freeze_bias", "--steps", "2"],
             "loss=cosine table=mean-centred freeze_bias=True steps=2: greedy copy accuracy",
