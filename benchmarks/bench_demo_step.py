@@ -54,7 +54,7 @@ def main() -> None:
     heads = {
         name: {**head, "num_samples": min(head["num_samples"], a.vocab // 2)} if "num_samples" in head else head
         for name, head in HEADS.items()
-    }  # fmt: skip (K < V at toy sizes)
+    }  # K < V at toy sizes
     models = {name: build(head, a.vocab) for name, head in heads.items()}
     x = torch.randint(0, a.vocab, (a.batch, a.block))
     train = {name: [] for name in models}

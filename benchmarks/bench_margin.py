@@ -8,7 +8,8 @@
 linear cross-entropy rows (Liger-Kernel, Cut Cross-Entropy: Triton, CUDA only) run where their package imports.
 "compiled kernel" rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off
 compilation is in the warm-up call, its compiler's memory in the peak); "triton kernel" rows the hand-written Triton
-kernel (GPU only: left out on a CPU). "naive logits, softmax" is a plain model's output layer
+kernel, "triton-half kernel" rows its variant with half-precision logits under autocast (GPU only: left out on a
+CPU). "naive logits, softmax" is a plain model's output layer
 (`F.cross_entropy(F.linear(h, W, b), y)`: under `--autocast` a half-precision GEMM); the naive margin rows are
 `margin_logits` (its products in float32, also under autocast), so under autocast compare the margin rows with the
 naive softmax row as well. Each method runs in a fresh process; with `--rounds R` the methods run in turn
@@ -46,6 +47,7 @@ METHODS = {
     SOFTMAX: ("ours", {}, "naive logits, softmax"),
     "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, "naive logits, softmax"),
     "hf_heads softmax, triton kernel": ("ours", {"kernel": "triton"}, "naive logits, softmax"),
+    "hf_heads softmax, triton-half kernel": ("ours", {"kernel": "triton-half"}, "naive logits, softmax"),
     "naive logits, arc+log-unigram+max-norm": ("naive", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm": ("ours", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm, compiled kernel": (
@@ -56,6 +58,11 @@ METHODS = {
     "hf_heads arc+log-unigram+max-norm, triton kernel": (
         "ours",
         {**ARC, "kernel": "triton"},
+        "naive logits, arc+log-unigram+max-norm",
+    ),  # fmt: skip
+    "hf_heads arc+log-unigram+max-norm, triton-half kernel": (
+        "ours",
+        {**ARC, "kernel": "triton-half"},
         "naive logits, arc+log-unigram+max-norm",
     ),  # fmt: skip
     "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
@@ -163,7 +170,7 @@ def main() -> None:
     for vocab in args.vocab:
         methods = [m for m in METHODS if _available(METHODS[m][0], args.device)]
         if args.device == "cpu":  # the Triton kernel runs on GPUs (on a CPU only under its interpreter, for tests)
-            methods = [m for m in methods if METHODS[m][1].get("kernel") != "triton"]
+            methods = [m for m in methods if not METHODS[m][1].get("kernel", "").startswith("triton")]
         if args.methods:
             methods = [m for m in methods if any(m.startswith(prefix) for prefix in args.methods)]
         methods = [m for m in methods if not any(part in m for part in args.exclude)]

@@ -73,7 +73,7 @@ def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
     """Select `kernel` through the environment; the Triton one (under the CPU interpreter: tests/conftest.py) in tiles
     of `max_block` columns."""
     monkeypatch.setenv(KERNEL_ENV, kernel)
-    if kernel == "triton":
+    if kernel.startswith("triton"):
         monkeypatch.setattr(TritonKernel, "max_block", max_block)
 
 
@@ -182,6 +182,42 @@ def test_a_head_runs_the_kernel_its_option_names(monkeypatch):
             results[kernel] = (loss, *torch.autograd.grad(loss, list(head.parameters())))
         for got, want in zip(results["triton"], results["eager"], strict=True):
             torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("options", ["plain", "target-logit-softcap-smoothing", "column-scale-target-softcap", "bce"])
+def test_the_half_logits_kernel_keeps_each_chunks_logits_in_the_products_dtype(options, dtype, monkeypatch):
+    """`triton-half` under autocast: each chunk's logits workspace has the products' half dtype (the GEMM's output,
+    as a plain half-precision output layer rounds it), the row math and the loss stay float32; loss and gradients
+    match the `triton` kernel's (float32 logits from the same half products) to half-precision rounding, and the
+    gradients keep the inputs' float32. Top-k keeps float32 logits."""
+    from hf_heads.losses import kernels
+
+    opts = dict(OPTIONS[options])
+    use_t, use_s = opts.pop("target", False), opts.pop("scale", False)
+    h, w, b, t, y = (x.detach().float().requires_grad_() if x.is_floating_point() else x for x in _data(3))
+    s = torch.rand(V, generator=torch.Generator().manual_seed(4)) + 0.5
+    workspaces = []
+    raw = kernels._raw_logits
+    monkeypatch.setattr(
+        kernels,
+        "_raw_logits",
+        lambda h_, w_, b_, out=None, s_=None: workspaces.append(out.dtype) or raw(h_, w_, b_, out, s_),
+    )
+    results = {}
+    for kernel in ("triton", "triton-half"):
+        use_kernel(kernel, monkeypatch)
+        workspaces.clear()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = fused_linear_cross_entropy(
+                h, w, b, y, target_logit=t if use_t else None, column_scale=s if use_s else None, chunk_size=4, **opts
+            )
+        grads = torch.autograd.grad(loss, (h, w, b))
+        assert loss.dtype == torch.float32 and all(g.dtype == torch.float32 and g.isfinite().all() for g in grads)
+        assert set(workspaces) == {torch.float32 if kernel == "triton" else dtype}, workspaces
+        results[kernel] = (loss, *grads)
+    for got, want in zip(results["triton-half"], results["triton"], strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
 
 
 def test_the_triton_kernel_checks_itself_against_eager_before_its_first_use(monkeypatch):

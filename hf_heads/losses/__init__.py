@@ -1,7 +1,8 @@
 """Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
 
 - `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
-  (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled, triton)
+  (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled, triton,
+  triton-half)
 - `fused_linear`: the chunked linear loss every discrete head shares (softmax cross-entropy with a replaced target
   logit, top-k, label smoothing, soft-cap; the sampled family's full BCE / MSE), gradients in the forward pass
 - `kernels`: its `eager` and `compiled` chunk kernels; `triton_kernel`: the hand-written Triton one (GPU, or CPU
@@ -78,7 +79,7 @@ from hf_heads.losses.sparse import (
     sparse_softmax_cross_entropy,
     truncate_to_top_k,
 )
-from hf_heads.losses.triton_kernel import TritonKernel  # registers the "triton" chunk kernel
+from hf_heads.losses.triton_kernel import TritonKernel  # registers the "triton" and "triton-half" chunk kernels
 from hf_heads.validation import OptionError
 
 __all__ = [

@@ -22,7 +22,7 @@ def _sigmoid(x):
 
 @triton.jit
 def _tile(z_row, cols, mask, y, t, cap, HAS_T: tl.constexpr, SOFTCAP: tl.constexpr):
-    x = tl.load(z_row + cols, mask=mask, other=float("-inf"))
+    x = tl.load(z_row + cols, mask=mask, other=float("-inf")).to(t.dtype)  # the math in the compute dtype
     if HAS_T:
         x = tl.where(cols == y, t, x)
     if SOFTCAP:
@@ -32,7 +32,7 @@ def _tile(z_row, cols, mask, y, t, cap, HAS_T: tl.constexpr, SOFTCAP: tl.constex
 
 @triton.jit
 def ce_rows(
-    z_ptr,  # (n, V) logits, bias added; overwritten by the gradient when GRAD
+    z_ptr,  # (n, V) logits, bias added (float32, float64, or a half dtype); overwritten by the gradient when GRAD
     stride,
     y_ptr,  # (n,) targets
     t_ptr,  # (n,) replaced target logits (HAS_T)
@@ -40,7 +40,7 @@ def ce_rows(
     loss_ptr,  # (n,) out
     grad_t_ptr,  # (n,) out (HAS_T and GRAD)
     num_classes,
-    params_ptr,  # (2,) label smoothing ε and soft-cap, in the logits' dtype (a float argument would be float32)
+    params_ptr,  # (2,) label smoothing ε and soft-cap in the compute dtype (float32; float64 for float64 logits)
     HAS_T: tl.constexpr,
     SOFTCAP: tl.constexpr,
     GRAD: tl.constexpr,
@@ -52,12 +52,12 @@ def ce_rows(
     cap = tl.load(params_ptr + 1)
     z_row = z_ptr + row.to(tl.int64) * stride
     y = tl.load(y_ptr + row)
-    t = 0.0
+    offsets = tl.arange(0, BLOCK)
+    zeros = tl.zeros([BLOCK], dtype=params_ptr.dtype.element_ty)  # the compute dtype: the params' (and t's, loss')
+    t = tl.sum(zeros, 0)
     if HAS_T:
         t = tl.load(t_ptr + row)
-    offsets = tl.arange(0, BLOCK)
-    zeros = tl.zeros([BLOCK], dtype=z_ptr.dtype.element_ty)
-    m = tl.max(zeros - float("inf"), 0)  # scalars in the logits' dtype
+    m = tl.max(zeros - float("inf"), 0)  # scalars in the compute dtype
     total = tl.sum(zeros, 0)
     z_sum = total
     z_y = total
@@ -106,6 +106,6 @@ def ce_rows(
             if HAS_T:
                 grad_t += tl.sum(tl.where(cols == y, g, 0.0), 0)
                 g = tl.where(cols == y, 0.0, g)  # the replaced entry does not depend on h · w_y
-            tl.store(z_row + cols, g, mask=mask)
+            tl.store(z_row + cols, g.to(z_ptr.dtype.element_ty), mask=mask)  # rounded once to the logits' dtype
         if HAS_T:
             tl.store(grad_t_ptr + row, grad_t)

@@ -15,9 +15,9 @@ per-chunk function on each:
 
 The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss (logits of the chunk, the replaced target
 logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient). Implementations are registered in
-`CHUNK_KERNELS` ("eager", "compiled", "triton") and every one runs the same contract tests against the naive
-references (tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else a
-head's `chunk_kernel` option, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
+`CHUNK_KERNELS` ("eager", "compiled", "triton", "triton-half") and every one runs the same contract tests against
+the naive references (tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set,
+else a head's `chunk_kernel` option, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
@@ -138,6 +138,11 @@ class ChunkKernel:
         """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i) / d(h, w, b, t) to `grads` (d h and d t written
         for the chunk's rows, d w and d b accumulated)."""
         raise NotImplementedError
+
+    def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
+        """The dtype of the (rows, V) `Grads.logits` workspace for products in `gemm`: float32 (float64 for
+        float64 products) unless a kernel keeps half-precision logits."""
+        return torch.promote_types(gemm, torch.float32)
 
 
 CHUNK_KERNELS: dict[str, ChunkKernel] = {}

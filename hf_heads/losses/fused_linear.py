@@ -79,7 +79,8 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device)
     grad_b = None if b is None else torch.zeros_like(b)
 
-    workspace = torch.empty(min(chunk_size, h.shape[0]), w.shape[0], dtype=accumulate, device=h.device)
+    workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
+    workspace = torch.empty(min(chunk_size, h.shape[0]), w.shape[0], dtype=workspace_dtype, device=h.device)
 
     def step(h_, y_, t_, weight_, gh, gt):
         grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]])

@@ -57,8 +57,10 @@ def _linear_grads(
     gradient of the scaled weight s ∘ w, which `_run` turns into those of w and s); the weights scale (n, H) blocks,
     never the (n, V) one; the products in the dtype of h and w (d z rounded to it once), accumulators in float32.
     `grad_z` may be overwritten."""
-    if grads.b is not None:
-        grads.b.add_(grad_z.sum(0) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z)
+    if grads.b is not None:  # summed in the accumulator's dtype (d z may be half precision)
+        grads.b.add_(
+            grad_z.sum(0, dtype=grads.b.dtype) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z
+        )
     g = grad_z if grad_z.dtype == w.dtype else grad_z.to(w.dtype)  # (n, V)
     if col_scale is None:
         torch.mm(g, w, out=grads.h)  # (n, H), written in place

@@ -112,13 +112,12 @@ class TritonKernel(EagerKernel):
         finally:
             del self.max_block
 
-    @staticmethod
-    def _compare_with_eager(device, h, w, b, t, y) -> None:
+    def _compare_with_eager(self, device, h, w, b, t, y) -> None:
         from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 
         for options in ({}, {"target": t, "softcap": 5.0, "label_smoothing": 0.1}):
             results = {}
-            for name in ("eager", "triton"):
+            for name in ("eager", self.name):
                 inputs = [x.to(device).requires_grad_() for x in (h, w, b, options.get("target", t))]
                 with kernel_choice(name, force=True):
                     loss = fused_linear_cross_entropy(
@@ -128,10 +127,10 @@ class TritonKernel(EagerKernel):
                     )  # fmt: skip
                 grads = torch.autograd.grad(loss, inputs, allow_unused=True)
                 results[name] = [loss, *(x for x in grads if x is not None)]
-            for got, want in zip(results["triton"], results["eager"], strict=True):
+            for got, want in zip(results[self.name], results["eager"], strict=True):
                 if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
                     raise RuntimeError(
-                        f"the triton chunk kernel disagrees with the eager one on {device} (options "
+                        f"the {self.name} chunk kernel disagrees with the eager one on {device} (options "
                         f"{sorted(options)}): max difference {float((got - want).detach().abs().max()):.3g}; "
                         f"run with {KERNEL_ENV}=eager"
                     )
@@ -141,17 +140,18 @@ class TritonKernel(EagerKernel):
         import triton
 
         n, num_classes = z.shape
-        loss = torch.empty(n, dtype=z.dtype, device=z.device)
+        compute = torch.promote_types(z.dtype, torch.float32)  # the row math's dtype, for half logits too
+        loss = torch.empty(n, dtype=compute, device=z.device)
         flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
-        params = torch.full((2,), float(opts.softcap or 1.0), dtype=z.dtype, device=z.device)
+        params = torch.full((2,), float(opts.softcap or 1.0), dtype=compute, device=z.device)
         params[:1].fill_(float(opts.label_smoothing))  # fill_ runs on the device; `params[0] = x` would copy from
         # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
         unused = loss  # a pointer the program does not read when its flag is off
         _program()[(n,)](
             z, z.stride(0), y.contiguous(),
-            unused if t is None else t.to(z.dtype).contiguous(),
-            unused if row_weight is None else row_weight.to(z.dtype).contiguous(),  # may be an expanded scalar
+            unused if t is None else t.to(compute).contiguous(),
+            unused if row_weight is None else row_weight.to(compute).contiguous(),  # may be an expanded scalar
             loss, unused if grad_t is None else grad_t,
             num_classes, params,
             **flags, BLOCK=min(triton.next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
@@ -176,9 +176,27 @@ class TritonKernel(EagerKernel):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads)
         z = kernels._raw_logits(h, w, b, grads.logits, opts.column_scale).contiguous()  # (n, V), becomes d loss / d z
-        grad_t = None if grads.t is None else torch.empty_like(z[:, 0])
+        grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
         loss = self._launch(z, y, t, row_weight, opts, grad_t)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(z, h, w, grads, None, opts.column_scale)
         return loss
+
+
+@register_kernel
+class TritonHalfKernel(TritonKernel):
+    """The Triton kernel with half-precision logits when the products are half precision (autocast bf16 / fp16, a
+    half model): each chunk's logits are the GEMM's output in that dtype (as a plain model's bf16 output layer
+    rounds them) and their gradient is written over them in that dtype, rounded once, for the next two GEMMs —
+    half the (chunk, V) memory traffic and no cast of the gradient. The row math (log-sum-exp, margins' replaced
+    target logit, soft-cap, smoothing, BCE / MSE) stays float32, as do the loss and the bias, t and weight gradients.
+    Float32 and float64 products run exactly as `triton`; the top-k support (sparse) keeps float32 logits. Opt-in
+    (`HF_HEADS_CHUNK_KERNEL=triton-half` or a head's `chunk_kernel`) until GPU tables show it faster."""
+
+    name = "triton-half"
+
+    def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
+        if gemm in (torch.bfloat16, torch.float16) and not self._selects(opts, num_classes):
+            return gemm
+        return super().workspace_dtype(opts, num_classes, gemm)
