@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Correctness of every chunk kernel on the device: the fused cross-entropy of each registered kernel against a naive
 float64 reference (loss and gradients, every option of the kernel seam, shapes that are no multiple of the chunk
-size), then under autocast bf16 against float32 (loss within 2%, gradients finite, in each input's dtype). Then every
-family's head: its training loss and gradients on the device against the same head on the CPU (float64), and its
-training step (loss and backward, padded labels, a tensor num_items_in_batch) under
+size), then under autocast bf16 against float32 (loss within 2%, each gradient within 5%, finite, in each input's
+dtype). Then every family's head: its training loss and gradients on the device against the same head on the CPU
+(float64), and its training step (loss and backward, padded labels, a tensor num_items_in_batch) under
 `torch.cuda.set_sync_debug_mode("error")`: any host synchronisation fails the case.
 
     python benchmarks/gpu_check.py --device cuda      # prints one line per case and exits 1 on any mismatch
@@ -23,6 +23,9 @@ import torch
 from hf_heads.losses import fused_linear_cross_entropy
 from hf_heads.losses.chunks import CHUNK_KERNELS, KERNEL_ENV
 
+# bf16 gradients against float32's (relative Frobenius error): 0.3-1%, and 2.3% with top-k, whose support moves with
+# the rounding of the logits (every kernel alike, on a CPU at --rows 100 --vocab 503); a wrong accumulation: ~100%
+GRAD_TOL = 0.05
 OPTIONS = {
     "plain": {},
     "smoothing": {"label_smoothing": 0.1},
@@ -66,7 +69,7 @@ def main() -> int:
             results = {}
             for precision in ("float64", "bf16"):
                 dtype = torch.float64 if precision == "float64" else torch.float32
-                h, w, b, t = (x.to(a.device, dtype).requires_grad_() for x in (h32, w32, b32, t32))
+                h, w, b, t = (x.to(a.device, dtype, copy=True).requires_grad_() for x in (h32, w32, b32, t32))
                 kw = dict(target_logit=t if use_t else None, chunk_size=333, **opts)
                 if precision == "float64":
                     loss = fused_linear_cross_entropy(h, w, b, y, **kw)
@@ -78,14 +81,25 @@ def main() -> int:
                     )
                     results[precision] = (ok, f"|Δloss| {abs(loss - ref).item():.1e}")
                 else:
-                    full = fused_linear_cross_entropy(h, w, b, y, **kw).item()
+                    full = fused_linear_cross_entropy(h, w, b, y, **kw)
+                    want = torch.autograd.grad(full, (h, w, b))
                     with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16):
                         loss = fused_linear_cross_entropy(h, w, b, y, **kw)
                     loss.backward()
-                    rel = abs(loss.item() - full) / abs(full)
+                    rel = abs(loss.item() - full.item()) / abs(full.item())
                     finite = all(torch.isfinite(x.grad).all() for x in (h, w, b))
-                    ok = rel <= 0.02 and finite and h.grad.dtype == w.grad.dtype == torch.float32
-                    results[precision] = (ok, f"bf16 vs float32 {rel:.2%}")
+                    # each gradient's relative error (Frobenius) against float32's
+                    grad_rel = max(
+                        float((x.grad - g).norm() / g.norm().clamp_min(1e-30))
+                        for x, g in zip((h, w, b), want, strict=True)
+                    )
+                    ok = (
+                        rel <= 0.02
+                        and grad_rel <= GRAD_TOL
+                        and finite
+                        and h.grad.dtype == w.grad.dtype == torch.float32
+                    )
+                    results[precision] = (ok, f"bf16 vs float32 {rel:.2%}, gradients {grad_rel:.2%}")
             ok = all(r[0] for r in results.values())
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {kernel:9s} {name:24s} " + "; ".join(r[1] for r in results.values()))
