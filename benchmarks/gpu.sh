@@ -5,6 +5,7 @@
 # Each section gets what is left of a 9-minute budget (GPU_BUDGET_S); a section cut short says so in the file.
 #
 #   python -m pip download --no-deps -d .whl liger-kernel cut-cross-entropy    # beside the repository, once
+#   python -m pip download --no-deps -d .whl transformers==5.23.0     # where the GPU machine's transformers is older
 #   bash benchmarks/gpu.sh                   # on a machine with a CUDA GPU and PyTorch
 #
 # Wheels in .whl/ (liger-kernel, cut-cross-entropy, ...) are installed first when present (no network needed): their
