@@ -433,3 +433,47 @@ def test_ce_cps_is_ce_mcs_plus_log_alpha():
         out[method] = (loss.detach(), w_.grad)
     torch.testing.assert_close(out["cps"][0], out["mcs"][0] + math.log(40 / 6))
     torch.testing.assert_close(out["cps"][1], out["mcs"][1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("setting", ["bf16 model", "autocast bf16"])
+@pytest.mark.parametrize("criterion, method", [("ce", "is"), ("bce", "nce")])
+def test_the_candidates_product_runs_in_half_precision_as_users_train(setting, criterion, method):
+    """A bf16 model, or a float32 one under autocast bf16: the (N, K) candidate product runs in bf16 (seen at the
+    dispatcher: every matrix product with an (N, K) output takes bf16 operands) and no op makes a float32 copy of all
+    of W; the loss is within 1% of the float32 model's, the gradients finite and in each input's dtype."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.products, self.outputs = [], []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor):
+                self.outputs.append((tuple(out.shape), out.dtype))
+                if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+                    self.products.append((tuple(out.shape), args[-2].dtype, args[-1].dtype))
+            return out
+
+    g = torch.Generator().manual_seed(0)
+    n, hidden, classes, k = 24, 16, 200, 32
+    h32, w32 = torch.randn(n, hidden, generator=g), torch.randn(classes, hidden, generator=g) * 0.3
+    b32, y = torch.randn(classes, generator=g) * 0.1, torch.randint(0, classes, (n,), generator=g)
+    kw = dict(
+        criterion=criterion, method=method, num_samples=k, noise_probs=torch.full((classes,), 1 / classes),
+        samples=torch.randint(0, classes, (k,), generator=g),
+    )  # fmt: skip
+    want = sampled_loss(h32, w32, b32, y, **kw)
+    dtype = torch.bfloat16 if setting == "bf16 model" else torch.float32
+    h, w, b = (x.to(dtype).requires_grad_() for x in (h32, w32, b32))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=setting == "autocast bf16"), Ops() as ops:
+        loss = sampled_loss(h, w, b, y, **kw)
+    candidates = [p for p in ops.products if p[0] == (n, k)]
+    assert candidates and all(p[1:] == (torch.bfloat16, torch.bfloat16) for p in candidates), ops.products
+    if setting == "bf16 model":
+        assert ((classes, hidden), torch.float32) not in ops.outputs  # no float32 copy of W
+    loss.backward()
+    assert loss.dtype == torch.float32 and abs(loss.item() - want.item()) <= 0.01 * abs(want.item())
+    assert h.grad.dtype == w.grad.dtype == b.grad.dtype == dtype
+    assert all(torch.isfinite(x.grad).all() for x in (h, w, b))

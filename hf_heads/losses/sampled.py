@@ -50,7 +50,9 @@ Choices where the paper is silent (each is tested):
 - `normalize=True` (the default, and what the heads return at inference) renormalises log p̃ over
   the full vocabulary, so perplexity and `generate()` use a proper distribution; `normalize=False`
   returns log p̃ itself (the paper's table 4 scores without explicit normalisation).
-- Arithmetic is float32 (float64 for float64 inputs) whatever the input dtype.
+- Arithmetic is float32 (float64 for float64 inputs) whatever the input dtype, but for the candidates' product
+  (N, K): under autocast and for a half model it runs in the half dtype (float32 accumulation), and only the K
+  candidate rows of W are gathered (no float32 copy of W).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from hf_heads.losses._rows import (
     check_reduction,
     compute_dtype,
     counted_rows,
+    gemm_dtype,
     linear_rows,
     reduce_rows,
     valid_rows,
@@ -267,10 +270,12 @@ def corrected_log_probs(
 # ----------------------------------------------------------------------------- the criteria
 
 
-def _candidate_scores(h, weight, bias, f, cands, softcap):
-    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,)."""
+def _candidate_scores(h, weight, bias, f, cands, softcap, gemm: torch.dtype):
+    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,): the product
+    in `gemm` (a half dtype accumulates in float32; only the K candidate rows of W are gathered), the rest in h's
+    dtype."""
     w = weight[cands] if f is None else weight[cands] * f[cands, None]  # (K, H)
-    out = h @ w.T  # (N, K)
+    out = (h.to(gemm) @ w.to(gemm).T).to(h.dtype)  # (N, K)
     return soft_cap(out if bias is None else out + bias[cands], softcap)
 
 
@@ -344,7 +349,10 @@ def sampled_loss(
             criterion=criterion,
             **rows,
         )
-    h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction)
+    # W in its dtype (a half model: no float32 copy of W; the K candidate rows gathered), the rows in float32
+    h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
+    gemm = gemm_dtype(h_all, w)  # the candidates' product: the autocast or half dtype, else float32 / float64
+    h_all = h_all.to(compute_dtype(h_all, w))
     h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
     h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value, keep)  # (N, H), (C,), (N,), (C,)
     if noise_probs is None:
@@ -355,7 +363,7 @@ def sampled_loss(
     elif samples.shape != (num_samples,):
         raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
     log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,) log(K·D(c))
-    s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap)  # (N, K)
+    s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
     per_row = _sampled_rows(
         SAMPLING_METHODS[method], criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes
