@@ -199,6 +199,8 @@ MUTANTS = [
        "scale = 1.0 / divisor", KERNELS, "the mean's divisor counted on the device divides in float32"),
     _m("half-logits-kept-float32", "losses/triton_kernel.py", "            return gemm\n",
        "            return torch.float32\n", KERNELS, "triton-half computes its logits in float32 after all"),
+    _m("sampled-candidates-in-float32", "losses/sampled.py", "out = (h.to(gemm) @ w.to(gemm).T).to(h.dtype)",
+       "out = h @ w.to(h.dtype).T", SAMPLED, "the sampled candidates' product ignores the autocast / half dtype"),
     _m("column-scale-left-out-of-grad-h", "losses/kernels.py",
        "torch.mm(g.mul_(col_scale.to(g.dtype)), w, out=grads.h)", "torch.mm(g, w, out=grads.h)", KERNELS,
        "a word-norm column scale applied to the logits but not to d h"),
