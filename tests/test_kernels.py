@@ -177,6 +177,9 @@ def test_a_head_runs_the_kernel_its_option_names(monkeypatch):
                     outside.setattr("hf_heads.losses.triton_kernel._interpreting", lambda: False)
                     with pytest.raises(OptionError, match="kernel='triton' runs on GPU tensors, or on CPU ones when"):
                         head.loss(hidden, labels)
+                    half = make_head(6, 13, {"family": family, "chunk_kernel": "triton-half", **options}).train()
+                    with pytest.raises(OptionError, match="kernel='triton-half' runs on GPU tensors"):
+                        half.loss(hidden, labels)  # the refusal names the kernel asked for
                 monkeypatch.setattr(TritonKernel, "max_block", 8)
             loss = head.loss(hidden, labels)
             results[kernel] = (loss, *torch.autograd.grad(loss, list(head.parameters())))

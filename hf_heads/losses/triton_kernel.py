@@ -82,15 +82,15 @@ class TritonKernel(EagerKernel):
     max_block = 8192  # columns per tile (a power of two); tests lower it to cross tile edges at small V
     num_warps = 16
 
-    @staticmethod
-    def check_device(device: torch.device) -> None:
+    @classmethod
+    def check_device(cls, device: torch.device) -> None:
         """Refuse what the kernel cannot run: no `triton` package, or CPU tensors outside the interpreter."""
         if not triton_available():
-            raise OptionError("kernel", "triton", "needs the triton package (pip install 'hf_heads[triton]')")
+            raise OptionError("kernel", cls.name, "needs the triton package (pip install 'hf_heads[triton]')")
         if device.type == "cpu" and not _interpreting():
             raise OptionError(
                 "kernel",
-                "triton",
+                cls.name,
                 "runs on GPU tensors, or on CPU ones when TRITON_INTERPRET=1 was set before triton was imported "
                 "(Triton's interpreter: slow, for tests); use 'eager' here",
             )
