@@ -49,6 +49,26 @@ def seconds_cell(row: dict) -> str:
     return f"{row['seconds']:.3f} ({row['min_s']:.3f}–{row['max_s']:.3f})"
 
 
+def ratio_cells(row: dict, ref: dict | None) -> list[str]:
+    """The time and the peak memory of `row` as multiples of `ref`'s ("—" without a reference row)."""
+    if ref is None:
+        return ["—", "—"]
+    return [f"{row['seconds'] / ref['seconds']:.2f}×", f"{row['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×"]
+
+
+def without_failures(rows: dict[str, dict]) -> dict[str, dict]:
+    """The rows that were measured, by name; the failed ones (their "error") are removed from `rows` and printed
+    after the table by `print_failures`."""
+    return {name: row for name, row in rows.items() if "error" not in row}
+
+
+def print_failures(rows: dict[str, dict]) -> None:
+    """One line per failed row of `rows` (name: error), under the table."""
+    for name, row in rows.items():
+        if "error" in row:
+            print(f"\nfailed: {name}: {row['error']}")
+
+
 def run_isolated(script: str, method: str, options: dict) -> dict:
     """Run `script --one METHOD --opt value ...` in a fresh process (so peak memory is that method's alone)
     and return the JSON dict it prints last; a method that fails gives {"method": ..., "error": its last line}

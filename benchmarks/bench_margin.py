@@ -29,7 +29,17 @@ import os
 
 import torch
 import torch.nn.functional as F
-from _timing import autocast, bench_parser, device_line, interleaved, measure, seconds_cell
+from _timing import (
+    autocast,
+    bench_parser,
+    device_line,
+    interleaved,
+    measure,
+    print_failures,
+    ratio_cells,
+    seconds_cell,
+    without_failures,
+)
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
 from hf_heads.losses.chunks import KERNEL_ENV
@@ -191,20 +201,14 @@ def main() -> None:
             f"time vs {SOFTMAX} |"
         )
         print("|---|---:|---:|---:|---:|---:|")
-        failed = {name: by_name.pop(name)["error"] for name in methods if "error" in by_name[name]}
-        for name in [m for m in methods if m in by_name]:
-            r, naive = by_name[name], METHODS[name][2]
-            vs_naive = "—"
-            if naive is not None and naive in by_name:
-                ref = by_name[naive]
-                vs_naive = f"{r['seconds'] / ref['seconds']:.2f}× | {r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×"
-            else:
-                vs_naive = "— | —"
-            ours = METHODS[name][0] == "ours" and SOFTMAX in by_name
-            vs_softmax = f"{r['seconds'] / by_name[SOFTMAX]['seconds']:.2f}×" if ours else "—"
+        measured = without_failures(by_name)
+        for name in [m for m in methods if m in measured]:
+            r, naive = measured[name], METHODS[name][2]
+            vs_naive = " | ".join(ratio_cells(r, measured.get(naive) if naive is not None else None))
+            ours = METHODS[name][0] == "ours" and SOFTMAX in measured
+            vs_softmax = ratio_cells(r, measured[SOFTMAX])[0] if ours else "—"
             print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {vs_naive} | {vs_softmax} |")
-        for name, error in failed.items():
-            print(f"\nfailed: {name}: {error}")
+        print_failures(by_name)
 
 
 if __name__ == "__main__":

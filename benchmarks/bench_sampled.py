@@ -18,7 +18,17 @@ from __future__ import annotations
 import json
 
 import torch
-from _timing import autocast, bench_parser, device_line, interleaved, measure, seconds_cell
+from _timing import (
+    autocast,
+    bench_parser,
+    device_line,
+    interleaved,
+    measure,
+    print_failures,
+    ratio_cells,
+    seconds_cell,
+    without_failures,
+)
 
 CRITERIA = [("ce", "full"), ("bce", "full"), ("mse", "full")] + [
     (c, m) for c in ("ce", "bce") for m in ("mcs", "is", "cps", "nce")
@@ -113,23 +123,20 @@ def main() -> None:
     )
     for mode in args.modes:
         names = [f"{mode}:{criterion}-{method}" for criterion, method in CRITERIA]
-        rows = interleaved(__file__, names, options, args.rounds)
-        failed = [r for r in rows if "error" in r]
-        rows = [r for r in rows if "error" not in r]
-        ref = rows[0] if rows and rows[0]["method"] == names[0] else None  # ce-full: the full softmax
+        rows = {r["method"]: r for r in interleaved(__file__, names, options, args.rounds)}
+        measured = without_failures(rows)
+        ref = measured.get(names[0])  # ce-full: the full softmax
         print(f"\n{mode}\n")
         print(
             f"| criterion | s / step, median (min–max) of {args.repeats * args.rounds} | peak MiB | "
             "speed-up vs full softmax | memory vs full softmax |"
         )
         print("|---|---:|---:|---:|---:|")
-        for r in rows:
-            speed = "—" if ref is None else f"{ref['seconds'] / r['seconds']:.2f}×"
-            mem = "—" if ref is None else f"{r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×"
-            name = r["method"].split(":")[1]
-            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {speed} | {mem} |")
-        for r in failed:
-            print(f"\nfailed: {r['method']}: {r['error']}")
+        for method, r in measured.items():
+            speed = "—" if ref is None else f"{ref['seconds'] / r['seconds']:.2f}×"  # a speed-up: ref over row
+            name = method.split(":")[1]
+            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {speed} | {ratio_cells(r, ref)[1]} |")
+        print_failures(rows)
 
 
 if __name__ == "__main__":

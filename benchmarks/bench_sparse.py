@@ -19,7 +19,16 @@ import json
 
 import torch
 import torch.nn.functional as F
-from _timing import autocast, bench_parser, device_line, measure, run_isolated
+from _timing import (
+    autocast,
+    bench_parser,
+    device_line,
+    measure,
+    print_failures,
+    ratio_cells,
+    run_isolated,
+    without_failures,
+)
 
 from hf_heads.losses import fused_linear_cross_entropy, sparse_linear_cross_entropy, sparse_softmax_cross_entropy
 
@@ -87,24 +96,14 @@ def main() -> None:
         autocast=args.autocast,
     )
     rows = {name: run_isolated(__file__, name, options) for name in table}
-    failed = {name: rows.pop(name)["error"] for name in table if "error" in rows[name]}
-    naive = rows.get("naive logits, CE")
+    measured = without_failures(rows)
+    naive = measured.get("naive logits, CE")
     print("| method | s / step | peak MiB | time vs CE | memory vs CE | time vs naive CE | memory vs naive CE |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, r in rows.items():
-        cells = []
-        for ref in (rows.get(table[name][2]), naive):
-            cells += (
-                ["—", "—"]
-                if ref is None
-                else [
-                    f"{r['seconds'] / ref['seconds']:.2f}×",
-                    f"{r['peak_mib'] / max(ref['peak_mib'], 1e-9):.2f}×",
-                ]
-            )
+    for name, r in measured.items():
+        cells = ratio_cells(r, measured.get(table[name][2])) + ratio_cells(r, naive)
         print(f"| {name} | {r['seconds']:.3f} | {r['peak_mib']:.0f} | " + " | ".join(cells) + " |")
-    for name, error in failed.items():
-        print(f"\nfailed: {name}: {error}")
+    print_failures(rows)
 
 
 if __name__ == "__main__":
