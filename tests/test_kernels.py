@@ -77,17 +77,19 @@ def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
         monkeypatch.setattr(TritonKernel, "max_block", max_block)
 
 
-def spy_on_products(monkeypatch) -> list[tuple[torch.dtype, torch.dtype]]:
-    """The (h, w) dtypes of every chunk's product, appended to the returned list as the kernels compute them."""
+def spy_on_products(monkeypatch, workspace: bool = False) -> list:
+    """The (h, w) dtypes of every chunk's product (`workspace`: the dtype of the logits workspace it is written
+    into instead), appended to the returned list as the kernels compute them."""
     from hf_heads.losses import kernels
 
     seen = []
     raw = kernels._raw_logits
-    monkeypatch.setattr(
-        kernels,
-        "_raw_logits",
-        lambda h, w, b, out=None, s=None: seen.append((h.dtype, w.dtype)) or raw(h, w, b, out, s),
-    )
+
+    def spy(h, w, b, out=None, s=None):
+        seen.append(out.dtype if workspace else (h.dtype, w.dtype))
+        return raw(h, w, b, out, s)
+
+    monkeypatch.setattr(kernels, "_raw_logits", spy)
     return seen
 
 
@@ -194,19 +196,11 @@ def test_the_half_logits_kernel_keeps_each_chunks_logits_in_the_products_dtype(o
     as a plain half-precision output layer rounds it), the row math and the loss stay float32; loss and gradients
     match the `triton` kernel's (float32 logits from the same half products) to half-precision rounding, and the
     gradients keep the inputs' float32. Top-k keeps float32 logits."""
-    from hf_heads.losses import kernels
-
     opts = dict(OPTIONS[options])
     use_t, use_s = opts.pop("target", False), opts.pop("scale", False)
     h, w, b, t, y = (x.detach().float().requires_grad_() if x.is_floating_point() else x for x in _data(3))
     s = torch.rand(V, generator=torch.Generator().manual_seed(4)) + 0.5
-    workspaces = []
-    raw = kernels._raw_logits
-    monkeypatch.setattr(
-        kernels,
-        "_raw_logits",
-        lambda h_, w_, b_, out=None, s_=None: workspaces.append(out.dtype) or raw(h_, w_, b_, out, s_),
-    )
+    workspaces = spy_on_products(monkeypatch, workspace=True)
     results = {}
     for kernel in ("triton", "triton-half"):
         use_kernel(kernel, monkeypatch)
