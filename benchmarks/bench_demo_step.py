@@ -18,9 +18,9 @@ import statistics
 import time
 
 import torch
-from transformers import GPT2Config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.cli.backbones import TINY_BACKBONES
 
 HEADS = {
     "softmax": {"family": "softmax"},
@@ -35,8 +35,8 @@ HEADS = {
 
 def build(head: dict, vocab: int) -> tuple[HeadsForCausalLM, torch.optim.Optimizer]:
     torch.manual_seed(0)
-    backbone = GPT2Config(n_embd=128, n_layer=2, n_head=4, n_positions=512, vocab_size=vocab)
-    model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head=head, tie_word_embeddings=False))
+    backbone = {**TINY_BACKBONES["tiny-gpt2"], "vocab_size": vocab}  # make demo's backbone
+    model = HeadsForCausalLM(HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=False))
     if model.head.needs_counts:
         model.set_word_counts(torch.randint(1, 1000, (vocab,)).float())
     return model.train(), torch.optim.AdamW(model.parameters(), lr=1e-3)
