@@ -206,6 +206,8 @@ MUTANTS = [
        "a word-norm column scale applied to the logits but not to d h"),
     _m("column-scale-grad-dropped", "losses/fused_linear.py", "        grad_w.mul_(scale.to(accumulate)[:, None])",
        "        grad_s = grad_s * 0", KERNELS, "the column scale gets no gradient"),
+    _m("column-scale-copy-unscaled", "losses/fused_linear.py", "w_g = w_g * scale.to(gemm)[:, None]",
+       "w_g = w_g * 1.0", KERNELS, "the scaled copy of W for the column scale leaves the scale out"),
     _m("decode-k-ignored", "heads/sparse.py", "truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))",
        "truncate_to_top_k(super().inference_logits(hidden), self.options.k)", SPARSE,
        "sparse inference ignores decode_k"),

@@ -107,6 +107,48 @@ def _data(seed=0):
 @pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
 @pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
 def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, options, monkeypatch):
+    _check_against_the_reference(kernel, options, monkeypatch)
+
+
+SCALED = [name for name, opts in OPTIONS.items() if opts.get("scale")]
+
+
+@pytest.mark.parametrize("options", SCALED, ids=SCALED)
+@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel, options, monkeypatch):
+    """Where H is small next to the chunks (`_scale_by_copy`), training takes the column scale s through one copy
+    s ∘ w (the kernels then see no column scale): the same loss and gradients, s's included, and gradcheck. At these
+    shapes (H = 5 > 4 rows per chunk) the rule itself picks the pass per chunk, which the test above covers."""
+    from hf_heads.losses import fused_linear, kernels
+
+    assert not fused_linear._scale_by_copy(N, (V, H), 4)
+    monkeypatch.setattr(fused_linear, "_scale_by_copy", lambda *args: True)
+    scales, raw = [], kernels._raw_logits
+
+    def spy(h, w, b, out=None, s=None):
+        scales.append(s)
+        return raw(h, w, b, out, s)
+
+    monkeypatch.setattr(kernels, "_raw_logits", spy)
+    _check_against_the_reference(kernel, options, monkeypatch)
+    assert any(s is None for s in scales)  # training chunks ran without a column scale (evaluation keeps it)
+
+
+def test_the_scaled_copy_is_taken_where_it_costs_no_more_than_a_chunk_and_row_dots_are_exact():
+    from hf_heads.losses.fused_linear import _scale_by_copy, row_dots
+
+    assert _scale_by_copy(2048, (14_857, 128), 564)  # make demo's model
+    assert _scale_by_copy(4096, (50_000, 512), 512)
+    assert not _scale_by_copy(8192, (256_000, 2304), 512)  # a (V, H) copy larger than the chunk workspace
+    assert not _scale_by_copy(100, (50_000, 512), 512)  # too few rows to pay for the copy
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(10, 4, generator=g, dtype=torch.float64), torch.randn(10, 4, generator=g)
+    got = row_dots(a, b, block_rows=3)  # blocks of 3 rows: 3 + 3 + 3 + 1
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, (a * b.double()).sum(1))
+
+
+def _check_against_the_reference(kernel, options, monkeypatch):
     use_kernel(kernel, monkeypatch)
     opts = dict(OPTIONS[options])
     names = [
