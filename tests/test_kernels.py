@@ -7,6 +7,9 @@ interpreter (`TRITON_INTERPRET=1`) with tiles of 8 columns, so the rows of 17 lo
 
 from __future__ import annotations
 
+import itertools
+import logging
+
 import pytest
 import torch
 
@@ -23,6 +26,7 @@ from hf_heads.losses.chunks import (
     map_chunks,
     rows_per_chunk,
 )
+from hf_heads.losses.kernels import CompiledKernel
 from hf_heads.losses.triton_kernel import TritonKernel
 from hf_heads.validation import OptionError
 
@@ -118,10 +122,10 @@ SCALED = [name for name, opts in OPTIONS.items() if opts.get("scale")]
 def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel, options, monkeypatch):
     """Where H is small next to the chunks (`_scale_by_copy`), training takes the column scale s through one copy
     s ∘ w (the kernels then see no column scale): the same loss and gradients, s's included, and gradcheck. At these
-    shapes (H = 5 > 4 rows per chunk) the rule itself picks the pass per chunk, which the test above covers."""
+    shapes (H = 5, chunks of 4 rows) the rule itself picks the pass per chunk, which the test above covers."""
     from hf_heads.losses import fused_linear, kernels
 
-    assert not fused_linear._scale_by_copy(N, (V, H), 4)
+    assert not fused_linear._scale_by_copy(4, H, torch.float64, torch.float64)
     monkeypatch.setattr(fused_linear, "_scale_by_copy", lambda *args: True)
     scales, raw = [], kernels._raw_logits
 
@@ -134,13 +138,15 @@ def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel
     assert any(s is None for s in scales)  # training chunks ran without a column scale (evaluation keeps it)
 
 
-def test_the_scaled_copy_is_taken_where_it_costs_no_more_than_a_chunk_and_row_dots_are_exact():
+def test_the_scaled_copy_is_taken_where_it_costs_at_most_half_a_workspace_and_row_dots_are_exact():
     from hf_heads.losses.fused_linear import _scale_by_copy, row_dots
 
-    assert _scale_by_copy(2048, (14_857, 128), 564)  # make demo's model
-    assert _scale_by_copy(4096, (50_000, 512), 512)
-    assert not _scale_by_copy(8192, (256_000, 2304), 512)  # a (V, H) copy larger than the chunk workspace
-    assert not _scale_by_copy(100, (50_000, 512), 512)  # too few rows to pay for the copy
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert _scale_by_copy(564, 128, f32, f32)  # make demo's model: 2048 rows in chunks of 564, H = 128
+    assert not _scale_by_copy(512, 512, f32, f32)  # the copy would take a whole float32 (512, V) workspace ...
+    assert _scale_by_copy(512, 512, bf16, f32)  # ... in bf16 half of it
+    assert not _scale_by_copy(512, 2304, bf16, f32)  # Gemma-sized: a (V, H) copy larger than the workspace
+    assert not _scale_by_copy(100, 128, f32, f32)  # too few rows to pay for the copy
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(10, 4, generator=g, dtype=torch.float64), torch.randn(10, 4, generator=g)
     got = row_dots(a, b, block_rows=3)  # blocks of 3 rows: 3 + 3 + 3 + 1
@@ -178,6 +184,30 @@ def _check_against_the_reference(kernel, options, monkeypatch):
     assert rows.shape == y.shape and rows[3] == 0
     torch.testing.assert_close(rows.sum() / (y != -100).sum(), loss)
     assert torch.autograd.gradcheck(ours, inputs, fast_mode=True)
+
+
+def test_the_compiled_kernel_compiles_every_option_set_a_process_meets(monkeypatch, caplog):
+    """Under dynamo's default recompile limit (8 per function) the compiled kernel ran `_grad_logits` eagerly from the
+    ninth option set on, silently slower; its own compiled region has room for every variant. Dynamo's "eager"
+    backend here: the same guards and recompiles without inductor's compile time."""
+    use_kernel("compiled", monkeypatch)
+    monkeypatch.setattr(CompiledKernel, "backend", "eager")
+    monkeypatch.setattr(CompiledKernel, "_compiled", None)
+    h, w, b, t, y = (x.detach().float() if x.is_floating_point() else x for x in _data(2))
+    variants = list(
+        itertools.product(("ce", "bce", "mse"), (None, 3.0), (False, True), (torch.float32, torch.float64))
+    )
+    variants += [("ce", None, False, torch.float32, 4), ("ce", 3.0, True, torch.float64, 4)]  # top-k
+    with caplog.at_level(logging.WARNING, logger="torch._dynamo"):
+        for criterion, softcap, use_t, dtype, *top_k in variants:
+            inputs = [x.to(dtype).requires_grad_() for x in (h, w, b, t)]
+            loss = fused_linear_cross_entropy(
+                *inputs[:3], y, target_logit=inputs[3] if use_t else None, softcap=softcap, criterion=criterion,
+                top_k=top_k[0] if top_k else None, chunk_size=4,
+            )  # fmt: skip
+            loss.backward()
+    assert len(variants) > 8
+    assert not [r.getMessage() for r in caplog.records if "recompile_limit" in r.getMessage()]
 
 
 def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):

@@ -72,7 +72,9 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
     scale = opts.column_scale
-    if row_weight is not None and scale is not None and _scale_by_copy(h.shape[0], w.shape, chunk_size):
+    workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
+    rows = min(chunk_size, h.shape[0])
+    if row_weight is not None and scale is not None and _scale_by_copy(rows, w.shape[1], gemm, workspace_dtype):
         w_g = w_g * scale.to(gemm)[:, None]  # (V, H): the products with s ∘ w, no per-chunk pass for s
         opts = opts._replace(column_scale=None)
     if row_weight is None:
@@ -83,8 +85,7 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device)
     grad_b = None if b is None else torch.zeros_like(b)
 
-    workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
-    workspace = torch.empty(min(chunk_size, h.shape[0]), w.shape[0], dtype=workspace_dtype, device=h.device)
+    workspace = torch.empty(rows, w.shape[0], dtype=workspace_dtype, device=h.device)
 
     def step(h_, y_, t_, weight_, gh, gt):
         grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]])
@@ -98,14 +99,15 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     return losses, (grad_h.to(h.dtype), grad_w.to(w.dtype), grad_b, grad_t, grad_s)
 
 
-def _scale_by_copy(num_rows: int, weight_shape: torch.Size, chunk_size: int) -> bool:
-    """Whether the training products take the column scale s by one scaled copy s ∘ w (V, H) instead of a pass over
-    each chunk's (rows, V) gradient block (d z ∘ s for d h): when H is at most the rows per chunk and the rows in all,
-    so the copy costs no more than one of the passes it saves and adds at most one chunk workspace's memory. On 2 CPU
-    cores, arc + log-unigram + max-norm against hf_heads softmax, medians of 30 / 7 steps: 1.095× -> 1.059× at make
-    demo's size (N = 2048, H = 128, V = 14,857), 1.07× -> 1.045× at N = 4096, H = 512, V = 50k (peak 364 MiB, 0.14×
-    the naive step's)."""
-    return weight_shape[1] <= min(num_rows, chunk_size)
+def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
+    """Whether the training products take the column scale s by one scaled copy s ∘ w (V, H) in the `gemm` dtype
+    instead of a pass over each chunk's (rows, V) gradient block (d z ∘ s for d h): when the copy takes at most half
+    the memory of the chunk workspace ((rows, V) in the `workspace` dtype), so a word-norm head adds little to the
+    memory of the softmax head, and its rows amortise the copy. On 2 CPU cores, arc + log-unigram + max-norm against
+    hf_heads softmax, medians of 30 steps: 1.095× -> 1.059× at make demo's size (N = 2048, H = 128, V = 14,857). At
+    N = 4096, H = 512, V = 50k in float32 (no copy: it would take one more workspace) the copy measured 1.045× against
+    1.07×, but 364–388 MiB against ~280 MiB of peak memory (0.14–0.15× the naive step's)."""
+    return 2 * hidden_size * gemm.itemsize <= rows * workspace.itemsize
 
 
 def row_dots(a: torch.Tensor, b: torch.Tensor, block_rows: int = 1024) -> torch.Tensor:

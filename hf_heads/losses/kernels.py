@@ -252,11 +252,23 @@ class CompiledKernel(EagerKernel):
     the eager gather / scatter of k+1 rows."""
 
     name = "compiled"
+    backend = "inductor"
+    # One compiled region of its own (not sharing the recompiles of other torch.compile calls of the function) with
+    # room for every variant a process meets: each criterion, top-k or not, a replaced target logit or not, a
+    # soft-cap or not, float32 or float64 logits (32 graphs; under dynamo's default limit of 8 the ninth and later
+    # ran `_grad_logits` eagerly, silently slower).
+    recompile_limit = 64
     _compiled = None
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if CompiledKernel._compiled is None:
-            CompiledKernel._compiled = torch.compile(_grad_logits, dynamic=True)
+            CompiledKernel._compiled = torch.compile(
+                _grad_logits,
+                dynamic=True,
+                backend=self.backend,
+                recompile_limit=self.recompile_limit,
+                isolate_recompiles=True,
+            )
         z = _raw_logits(h, w, b, grads.logits, opts.column_scale)  # (n, V)
         loss, grad_z, grad_t = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion
