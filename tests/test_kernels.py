@@ -138,6 +138,28 @@ def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel
     assert any(s is None for s in scales)  # training chunks ran without a column scale (evaluation keeps it)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_the_scaled_copy_under_autocast_is_in_the_half_dtype_and_agrees_with_the_pass_per_chunk(dtype, monkeypatch):
+    """Under autocast the scaled copy s ∘ w is in the products' half dtype (no float32 (V, H) copy), each entry rounded
+    once; loss and gradients (s's included) match the pass per chunk to half-precision rounding."""
+    from hf_heads.losses import fused_linear
+
+    use_kernel("eager", monkeypatch)
+    h, w, b, t, y = (x.detach().float().requires_grad_() if x.is_floating_point() else x for x in _data(6))
+    s = (torch.rand(V, generator=torch.Generator().manual_seed(7)) + 0.5).requires_grad_()
+    products = spy_on_products(monkeypatch)
+    results = {}
+    for by_copy in (False, True):
+        monkeypatch.setattr(fused_linear, "_scale_by_copy", lambda *args, by_copy=by_copy: by_copy)
+        products.clear()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, softcap=3.0, chunk_size=4)
+        assert set(products) == {(dtype, dtype)}, products
+        results[by_copy] = (loss, *torch.autograd.grad(loss, (h, w, b, t, s)))
+    for got, want in zip(results[True], results[False], strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
 def test_the_scaled_copy_is_taken_where_it_costs_at_most_half_a_workspace_and_row_dots_are_exact():
     from hf_heads.losses.fused_linear import _scale_by_copy, row_dots
 

@@ -75,7 +75,8 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
     rows = min(chunk_size, h.shape[0])
     if row_weight is not None and scale is not None and _scale_by_copy(rows, w.shape[1], gemm, workspace_dtype):
-        w_g = w_g * scale.to(gemm)[:, None]  # (V, H): the products with s ∘ w, no per-chunk pass for s
+        # (V, H) s ∘ w, each entry rounded once to the products' dtype: no per-chunk pass for s
+        w_g = torch.mul(w_g, scale[:, None], out=torch.empty_like(w_g))
         opts = opts._replace(column_scale=None)
     if row_weight is None:
         return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w_g, b, y_, t_, opts), (h_g, y, t), (), chunk_size), None
