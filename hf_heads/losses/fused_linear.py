@@ -67,19 +67,19 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of
     Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t and the column scale s = `opts.column_scale`, chunk by chunk
     through the chunk engine; without it the loss alone (one matmul per chunk). The products run in `gemm` (h and w
-    cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h; then d w = s ∘ A (in place) and
-    d s_c = A_c · w_c."""
+    cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in training
+    where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
+    if row_weight is None:
+        return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w_g, b, y_, t_, opts), (h_g, y, t), (), chunk_size), None
     scale = opts.column_scale
     workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
     rows = min(chunk_size, h.shape[0])
-    if row_weight is not None and scale is not None and _scale_by_copy(rows, w.shape[1], gemm, workspace_dtype):
+    if scale is not None and _scale_by_copy(rows, w.shape[1], gemm, workspace_dtype):
         # (V, H) s ∘ w, each entry rounded once to the products' dtype: no per-chunk pass for s
         w_g = torch.mul(w_g, scale[:, None], out=torch.empty_like(w_g))
         opts = opts._replace(column_scale=None)
-    if row_weight is None:
-        return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w_g, b, y_, t_, opts), (h_g, y, t), (), chunk_size), None
     accumulate = torch.promote_types(gemm, torch.float32)
     grad_h = torch.empty_like(h_g)
     grad_t = None if t is None else torch.empty_like(t)

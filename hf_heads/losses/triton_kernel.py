@@ -30,7 +30,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.losses import kernels
-from hf_heads.losses._rows import full_precision
+from hf_heads.losses._rows import HALF_DTYPES, full_precision
 from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
 from hf_heads.losses.kernels import EagerKernel, _linear_grads
 from hf_heads.validation import OptionError
@@ -197,6 +197,6 @@ class TritonHalfKernel(TritonKernel):
     name = "triton-half"
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
-        if gemm in (torch.bfloat16, torch.float16) and not self._selects(opts, num_classes):
+        if gemm in HALF_DTYPES and not self._selects(opts, num_classes):
             return gemm
         return super().workspace_dtype(opts, num_classes, gemm)
