@@ -139,6 +139,44 @@ def test_gradcheck_float64(opts):
     assert torch.autograd.gradcheck(weighted_rows, (h, W, b))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_the_norms_gradient_goes_into_the_fused_losss_weight_gradient(reduction):
+    """The norms' and target rows' part of d W is added into the fused loss's (V, H) gradient in place: the
+    backward allocates no (V, H) buffer (the fused loss's is allocated before it: in the forward for "mean", in its
+    own backward for "none", one), and d W is still the reference's."""
+    big_w = torch.randn(2048, 32, requires_grad=True)  # (V, H): larger than every other buffer of the step
+    big_h = torch.randn(N, 32, requires_grad=True)
+    y = torch.randint(0, 2048, (N,))
+    counts = torch.randint(1, 500, (2048,)).float()
+    kw = dict(margin="arc", m=0.2, word_norm="log-unigram", context_norm="max-norm", word_counts=counts)
+    loss = margin_cross_entropy(big_h, big_w, None, y, reduction=reduction, **kw).sum()
+    with torch.profiler.profile(profile_memory=True) as prof:
+        loss.backward()
+    vh_bytes = big_w.numel() * big_w.element_size()
+    allocations = [e.name for e in prof.events() if e.self_cpu_memory_usage >= vh_bytes]
+    assert len(allocations) == (0 if reduction == "mean" else 1), allocations
+    want = torch.autograd.grad(
+        F.cross_entropy(
+            margin_logits(big_h, big_w, None, y, **kw), y, reduction="sum" if reduction == "none" else "mean"
+        ),
+        big_w,
+    )[0]
+    torch.testing.assert_close(big_w.grad, want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_weight_used_elsewhere_too_gets_both_gradients():
+    """W also in another term of the loss (tied embeddings): autograd sums that gradient with the margin loss's,
+    whose in-place norms' gradient never writes into a buffer it does not own."""
+    h, W, b, y, counts = _inputs()
+    kw = _kw(dict(margin="arc", m=0.2, word_norm="unigram", context_norm="max-norm"), counts)
+    for other in (lambda w: (w**2).sum(), lambda w: w[y].sum(), lambda w: w.sum() * 0.5):
+        got = torch.autograd.grad(other(W) + margin_cross_entropy(h, W, b, y, **kw), W)[0]
+        got_after = torch.autograd.grad(margin_cross_entropy(h, W, b, y, **kw) + other(W), W)[0]
+        want = torch.autograd.grad(other(W) + F.cross_entropy(margin_logits(h, W, b, y, **kw), y), W)[0]
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_after, want)
+
+
 @pytest.mark.parametrize("opts", OPTIONS[:8], ids=str)
 def test_float32_matches_float64_reference(opts):
     h, W, b, y, counts = _inputs()

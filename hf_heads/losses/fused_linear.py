@@ -36,6 +36,8 @@ weighted by the incoming gradient.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from hf_heads.losses._rows import (
@@ -60,6 +62,28 @@ from hf_heads.losses.chunks import (
 from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # noqa: F401 (registered in the chunk engine)
 from hf_heads.losses.transforms import check_transform
 from hf_heads.validation import OptionError, check_choice
+
+
+class WeightGradSlot:
+    """Where the fused loss leaves a weak reference to the (V, H) gradient of its weight that its backward hands to
+    autograd, for the backward of whatever produced that weight argument (the margin scorer's norms and target
+    rows, hf_heads.losses.scorer) to recognise the tensor it receives as that buffer and add its own part into it in
+    place, instead of into a second (V, H) buffer that autograd would then add. Only the tensor the fused loss
+    created is ever recognised: any other gradient (of a weight used elsewhere too, after autograd summed it out of
+    place) is not, and is left alone."""
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref | None = None
+
+    def hand_over(self, grad: torch.Tensor | None) -> None:
+        """Record `grad`, the fused loss's weight gradient, as it goes to autograd."""
+        self._ref = None if grad is None else weakref.ref(grad)
+
+    def take(self, grad: torch.Tensor | None) -> bool:
+        """Whether `grad` is the tensor last handed over (then forgotten: it is the caller's to extend)."""
+        mine = grad is not None and self._ref is not None and self._ref() is grad
+        self._ref = None
+        return mine
 
 
 @autocast_off
@@ -146,12 +170,15 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         return row_weight if keep is None else row_weight * keep
 
     @staticmethod
-    def forward(ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None):
+    def forward(
+        ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None, slot=None
+    ):
         row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
         losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
         ctx.save_for_backward(h, w, b, t, s, y, keep)
         ctx.rerun = (weight, opts, chunk_size, gemm)
+        ctx.slot = slot  # a WeightGradSlot told which tensor the weight's gradient is, or None
         return _kept(losses, keep).sum() * weight
 
     @staticmethod
@@ -164,19 +191,22 @@ class _FusedLinearCEScalar(torch.autograd.Function):
             _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
-        return (*grads, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
+        if ctx.slot is not None:
+            ctx.slot.hand_over(grads[1])
+        return (*grads, None, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
 
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses; the backward pass recomputes each chunk weighted by the incoming gradient."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm):
+    def forward(ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None):
         opts = opts._replace(column_scale=s)
         with torch.no_grad():
             losses, _ = _run(h, w, b, y, t, opts, chunk_size, gemm)
         ctx.save_for_backward(h, w, b, t, s, y)
         ctx.opts = (opts._replace(column_scale=None), chunk_size, gemm)  # the tensor s is saved above
+        ctx.slot = slot
         return losses
 
     @staticmethod
@@ -184,7 +214,9 @@ class _FusedLinearCERows(torch.autograd.Function):
         h, w, b, t, s, y = ctx.saved_tensors
         opts, chunk_size, gemm = ctx.opts
         _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight=grad_out)
-        return (*grads, None, None, None, None)  # h, w, b, t, s; then y and the non-tensor arguments
+        if ctx.slot is not None:
+            ctx.slot.hand_over(grads[1])
+        return (*grads, None, None, None, None, None)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -211,6 +243,7 @@ def fused_linear_cross_entropy(
     logit_scale: float | None = None,
     column_scale: torch.Tensor | None = None,
     criterion: str = "ce",
+    weight_grad: WeightGradSlot | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -233,6 +266,8 @@ def fused_linear_cross_entropy(
         criterion: "ce" (softmax cross-entropy), or the sampling paper's full criteria over sigmoid outputs, "bce"
             (eq. 3, Σ_c softplus(z_c) − z_y) and "mse" (eq. 1, Σ_c (σ(z_c) − δ_cy)²), with the same chunks,
             kernels and gradients in the forward pass (no top_k or label_smoothing for them).
+        weight_grad: a `WeightGradSlot` that learns which tensor is the gradient of `weight` this loss hands to
+            autograd (the margin loss adds its norms' gradient into it in place), or None.
     Returns:
         a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
@@ -265,7 +300,7 @@ def fused_linear_cross_entropy(
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0])
     opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion)
     if reduction == "none":
-        rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm), keep)
+        rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad), keep)
         return reduce_rows(rows, valid, valid.shape, "none")
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
@@ -277,4 +312,4 @@ def fused_linear_cross_entropy(
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
         losses, _ = _run(h, w, b, y, t, opts._replace(column_scale=s), eval_chunk, gemm)
         return _kept(losses, keep).sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, s, y, scale, opts, chunk, gemm, keep)
+    return _FusedLinearCEScalar.apply(h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad)

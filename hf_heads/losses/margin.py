@@ -163,13 +163,17 @@ def margin_cross_entropy(
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     # every row, the ignored ones with a stand-in class (no host read of which rows count; the fused loss drops them)
-    a, s, t, b = scorer.factors(h, w, b, torch.where(valid, y, 0), word_counts, context_norm_value, valid)
+    # W passed on through the norms' function, which adds their part of its gradient into the fused loss's
+    a, s, t, b, w, w_grad = scorer.fused_factors(
+        h, w, b, torch.where(valid, y, 0), word_counts, context_norm_value, valid
+    )
     h2 = h if a is None else h * a[:, None]  # (N, H); the column scale s (V,) is applied chunk by chunk
     loss = fused_linear_cross_entropy(
         h2,
         w,
         b,
         y,
+        weight_grad=w_grad,
         column_scale=s,
         target_logit=t,
         softcap=scorer.softcap,

@@ -64,6 +64,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.losses._rows import compute_dtype, frequency_ranks, host_reads_are_free
+from hf_heads.losses.fused_linear import WeightGradSlot
 from hf_heads.losses.transforms import check_transform, soft_cap
 from hf_heads.validation import OptionError, check_choice, check_number
 
@@ -285,33 +286,45 @@ def context_norm_values(
 
 class _WeightRows(torch.autograd.Function):
     """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H): what the scorer reads of W, with one (V, H)
-    gradient buffer for both (autograd's norm and gather backwards would each allocate one, then add them)."""
+    gradient buffer for both (autograd's norm and gather backwards would each allocate one, then add them). Given a
+    `WeightGradSlot`, also W itself as a third output (a view) for the fused loss: the (V, H) gradient that loss hands
+    over then comes back here, and the norms' and rows' parts are added into it in place (no second (V, H) buffer)."""
 
     @staticmethod
-    def forward(ctx, weight, target, dtype):
+    def forward(ctx, weight, target, dtype, slot):
         norms = torch.linalg.vector_norm(weight, dim=1, dtype=dtype)  # (V,), accumulated in `dtype`
         ctx.save_for_backward(weight, target, norms)
-        return norms, None if target is None else weight[target].to(dtype)
+        ctx.slot = slot
+        rows = None if target is None else weight[target].to(dtype)
+        return norms, rows, None if slot is None else weight.view_as(weight)
 
     @staticmethod
-    def backward(ctx, grad_norms, grad_rows):
+    def backward(ctx, grad_norms, grad_rows, grad_weight):
         weight, target, norms = ctx.saved_tensors
-        grad = None
+        if ctx.slot is not None and ctx.slot.take(grad_weight):
+            grad = grad_weight  # the fused loss's own (V, H) buffer: extended in place
+        else:  # nothing, or a gradient that may be shared: not written into
+            grad = None if grad_weight is None else grad_weight.clone(memory_format=torch.contiguous_format)
         if grad_norms is not None:  # d‖w_c‖ / d w_c = w_c / ‖w_c‖ (0 for a zero row, as torch's norm)
-            per_row = torch.where(norms > 0, grad_norms / norms, 0.0)  # (V,)
-            grad = weight * per_row.to(weight.dtype)[:, None]  # (V, H) in the weight's dtype
+            per_row = torch.where(norms > 0, grad_norms / norms, 0.0).to(weight.dtype)[:, None]  # (V, 1)
+            grad = weight * per_row if grad is None else grad.addcmul_(weight, per_row)  # (V, H), weight's dtype
         if grad_rows is not None:
             grad = torch.zeros_like(weight) if grad is None else grad
             grad.index_add_(0, target, grad_rows.to(grad.dtype))
-        return grad, None, None
+        return grad, None, None, None
 
 
 def weight_rows(
-    weight: torch.Tensor, target: torch.Tensor | None, dtype: torch.dtype | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(‖W_c‖ (V,), W[target] (N, H) or None) in `dtype` (default: the weight's), differentiable in `weight` with one
-    (V, H) gradient buffer; a half-precision weight is read as it is (the norms accumulated in `dtype`)."""
-    return _WeightRows.apply(weight, target, dtype or weight.dtype)
+    weight: torch.Tensor,
+    target: torch.Tensor | None,
+    dtype: torch.dtype | None = None,
+    slot: WeightGradSlot | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(‖W_c‖ (V,), W[target] (N, H) or None, W for the fused loss or None) in `dtype` (default: the weight's),
+    differentiable in `weight` with one (V, H) gradient buffer; a half-precision weight is read as it is (the norms
+    accumulated in `dtype`). With `slot`, the third is a view of W to give the fused loss with `weight_grad=slot`:
+    its weight gradient then also takes the norms' and rows' parts in place."""
+    return _WeightRows.apply(weight, target, dtype or weight.dtype, slot)
 
 
 # ----------------------------------------------------------------------------- the scorer (eq. 13)
@@ -389,6 +402,43 @@ class Scorer:
         context_norm_value: float | torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """Eq. 13 split into (a, s, t, b): `fused_factors` without the weight for the fused loss."""
+        return self._factors(hidden, weight, bias, target, word_counts, context_norm_value, valid, None)[:4]
+
+    def fused_factors(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        target: torch.Tensor | None,
+        word_counts: torch.Tensor | None = None,
+        context_norm_value: float | torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
+    ) -> tuple[
+        torch.Tensor | None,
+        torch.Tensor | None,
+        torch.Tensor | None,
+        torch.Tensor | None,
+        torch.Tensor,
+        WeightGradSlot,
+    ]:
+        """`factors` (a, s, t, b), then W (a view) and the `WeightGradSlot` to give `fused_linear_cross_entropy` as
+        its `weight` and `weight_grad`: the norms' and target rows' part of W's gradient is then added into the fused
+        loss's (V, H) gradient in place instead of into a second (V, H) buffer."""
+        slot = WeightGradSlot()
+        return (*self._factors(hidden, weight, bias, target, word_counts, context_norm_value, valid, slot), slot)
+
+    def _factors(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        target: torch.Tensor | None,
+        word_counts: torch.Tensor | None,
+        context_norm_value: float | torch.Tensor | None,
+        valid: torch.Tensor | None,
+        slot: WeightGradSlot | None,
+    ) -> tuple:
         """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,)
         so that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H),
         weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
@@ -400,7 +450,8 @@ class Scorer:
         hidden = hidden.to(compute)  # (N, H)
         h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
         with_target = target is not None and self.margin.changes_target
-        raw_norm, w_y = weight_rows(weight, target if with_target else None, compute)  # (V,), (N, H) or None
+        # (V,), (N, H) or None, W for the fused loss (with `slot`) or None
+        raw_norm, w_y, fused_weight = weight_rows(weight, target if with_target else None, compute, slot)
         w_norm = raw_norm.clamp_min(_EPS)  # (V,)
         if self.scale is not None:
             g, f = torch.full_like(h_norm, float(self.scale)), torch.ones_like(w_norm)
@@ -423,7 +474,7 @@ class Scorer:
             a = torch.full_like(h_norm, self.logit_multiplier) if a is None else a * self.logit_multiplier
             t = None if t is None else t * self.logit_multiplier
             bias = None if bias is None else bias * self.logit_multiplier
-        return a, s, t, bias
+        return a, s, t, bias, fused_weight
 
     def scaled_rows(
         self,
