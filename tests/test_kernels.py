@@ -176,6 +176,50 @@ def test_the_scaled_copy_is_taken_where_it_costs_at_most_half_a_workspace_and_ro
     torch.testing.assert_close(got, (a * b.double()).sum(1))
 
 
+FROZEN = ["plain", "target-logit-softcap-smoothing", "top-k-smoothing-target", "column-scale", "top-k", "bce"]
+
+
+@pytest.mark.parametrize("options", FROZEN, ids=FROZEN)
+@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+def test_a_frozen_weight_gets_no_weight_product(kernel, options, monkeypatch):
+    """W without a gradient (a frozen output layer: LoRA, linear probing): the kernels get no (V, H) accumulator and
+    skip its product, the other gradients are the reference's; with a column scale that wants a gradient the
+    accumulator stays (d s = A · w needs it) and d s is the reference's."""
+    from hf_heads.losses import kernels, triton_kernel
+
+    use_kernel(kernel, monkeypatch)
+    opts = dict(OPTIONS[options])
+    seen, linear_grads, sparse = [], kernels._linear_grads, kernels.EagerKernel._sparse
+
+    def spy(grad_z, h, w, grads, *args):
+        seen.append(grads.w is None)
+        return linear_grads(grad_z, h, w, grads, *args)
+
+    def spy_sparse(self, h, w, b, y, t, opts, row_weight, grads):
+        seen.append(grads.w is None)
+        return sparse(self, h, w, b, y, t, opts, row_weight, grads)
+
+    monkeypatch.setattr(kernels, "_linear_grads", spy)
+    monkeypatch.setattr(triton_kernel, "_linear_grads", spy)
+    monkeypatch.setattr(kernels.EagerKernel, "_sparse", spy_sparse)
+    h, w, b, t, y = _data()
+    w = w.detach()
+    t = t if opts.pop("target", False) else None
+    s = None
+    if opts.pop("scale", False):
+        s = (torch.rand(V, generator=torch.Generator().manual_seed(5), dtype=torch.float64) + 0.5).requires_grad_()
+    inputs = [x for x in (h, b, t, s) if x is not None]
+    for reduction in ("mean", "none"):
+        seen.clear()
+        loss = fused_linear_cross_entropy(
+            h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=4, **opts
+        ).sum()
+        ref = naive(h, w, b, y, t, s, **opts) * (1 if reduction == "mean" else (y != -100).sum())
+        for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
+            torch.testing.assert_close(got, want)
+        assert seen and all(seen) == (s is None), seen  # no accumulator, unless d s needs it
+
+
 def _check_against_the_reference(kernel, options, monkeypatch):
     use_kernel(kernel, monkeypatch)
     opts = dict(OPTIONS[options])

@@ -112,7 +112,7 @@ class Grads(NamedTuple):
     allocation for every chunk of the call), or None."""
 
     h: torch.Tensor  # (n, H)
-    w: torch.Tensor  # (V, H)
+    w: torch.Tensor | None  # (V, H); None: no weight gradient wanted (a frozen output layer), its product skipped
     b: torch.Tensor | None  # (V,)
     t: torch.Tensor | None  # (n,)
     logits: torch.Tensor | None = None  # (n, V)

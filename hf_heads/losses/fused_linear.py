@@ -87,12 +87,15 @@ class WeightGradSlot:
 
 
 @autocast_off
-def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None):
+def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None):
     """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of
     Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t and the column scale s = `opts.column_scale`, chunk by chunk
     through the chunk engine; without it the loss alone (one matmul per chunk). The products run in `gemm` (h and w
     cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in training
-    where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c."""
+    where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c.
+    `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when neither w nor
+    s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are skipped, d w is
+    None."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
     if row_weight is None:
@@ -107,7 +110,8 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     accumulate = torch.promote_types(gemm, torch.float32)
     grad_h = torch.empty_like(h_g)
     grad_t = None if t is None else torch.empty_like(t)
-    grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device)
+    wants_a = needs is None or needs[1] or (scale is not None and needs[4])  # A: for d w, and d s
+    grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device) if wants_a else None
     grad_b = None if b is None else torch.zeros_like(b)
 
     workspace = torch.empty(rows, w.shape[0], dtype=workspace_dtype, device=h.device)
@@ -118,10 +122,12 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
 
     losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t), (), chunk_size)
     grad_s = None
-    if scale is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A in place
+    if scale is not None and grad_w is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A
         grad_s = row_dots(grad_w, w).to(scale.dtype)  # (V,)
         grad_w.mul_(scale.to(accumulate)[:, None])
-    return losses, (grad_h.to(h.dtype), grad_w.to(w.dtype), grad_b, grad_t, grad_s)
+    if grad_w is not None and not (needs is None or needs[1]):
+        grad_w = None  # A was for d s only
+    return losses, (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
 
 
 def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
@@ -174,7 +180,8 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None, slot=None
     ):
         row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
-        losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
+        needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
+        losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight, needs)
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
         ctx.save_for_backward(h, w, b, t, s, y, keep)
         ctx.rerun = (weight, opts, chunk_size, gemm)
@@ -188,7 +195,8 @@ class _FusedLinearCEScalar(torch.autograd.Function):
             h, w, b, t, s, y, keep = ctx.saved_tensors
             weight, opts, chunk_size, gemm = ctx.rerun
             row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
-            _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight)
+            needs = ctx.needs_input_grad[:5]
+            _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight, needs)
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         if ctx.slot is not None:
@@ -213,7 +221,8 @@ class _FusedLinearCERows(torch.autograd.Function):
     def backward(ctx, grad_out):
         h, w, b, t, s, y = ctx.saved_tensors
         opts, chunk_size, gemm = ctx.opts
-        _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight=grad_out)
+        opts = opts._replace(column_scale=s)
+        _, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight=grad_out, needs=ctx.needs_input_grad[:5])
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
         return (*grads, None, None, None, None, None)  # h, w, b, t, s; then y and the non-tensor arguments

@@ -64,11 +64,12 @@ def _linear_grads(
     g = grad_z if grad_z.dtype == w.dtype else grad_z.to(w.dtype)  # (n, V)
     if col_scale is None:
         torch.mm(g, w, out=grads.h)  # (n, H), written in place
-    h_r = h if row_weight is None else h * row_weight.to(h.dtype)[:, None]  # (n, H)
-    if grads.w.dtype == g.dtype:
-        grads.w.addmm_(g.T, h_r)  # (V, H) accumulated without a temporary
-    else:
-        grads.w.add_(g.T @ h_r)  # a half-precision (V, H) product added to the float32 accumulator
+    if grads.w is not None:  # None: W (and the column scale) need no gradient, e.g. a frozen output layer
+        h_r = h if row_weight is None else h * row_weight.to(h.dtype)[:, None]  # (n, H)
+        if grads.w.dtype == g.dtype:
+            grads.w.addmm_(g.T, h_r)  # (V, H) accumulated without a temporary
+        else:
+            grads.w.add_(g.T @ h_r)  # a half-precision (V, H) product added to the float32 accumulator
     if col_scale is not None:  # d h from d z ∘ s, after d w took the unscaled d z
         torch.mm(g.mul_(col_scale.to(g.dtype)), w, out=grads.h)
     if row_weight is not None:
@@ -195,7 +196,8 @@ class EagerKernel(ChunkKernel):
         coef = coef * row_weight.to(coef.dtype)[:, None]
         coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
         torch.bmm(coef_h[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
-        grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+        if grads.w is not None:
+            grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
         return loss
