@@ -86,6 +86,14 @@ METHODS = {
         for n in ("uniform", "log-rank", "unigram", "log-unigram")
     },
     "hf_heads context_norm max-norm": ("ours", dict(context_norm="max-norm"), None),
+    # a frozen output layer (LoRA, linear probing): no weight gradient, two products instead of three
+    "naive logits, softmax, frozen W": ("naive", {"frozen": True}, "naive logits, softmax, frozen W"),
+    "hf_heads softmax, frozen W": ("ours", {"frozen": True}, "naive logits, softmax, frozen W"),
+    "hf_heads arc+log-unigram+max-norm, frozen W": (
+        "ours",
+        {**ARC, "frozen": True},
+        "naive logits, softmax, frozen W",
+    ),
 }
 
 
@@ -121,15 +129,17 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
     kind, opts, _ = METHODS[method]
     opts = dict(opts)
     os.environ[KERNEL_ENV] = opts.pop("kernel", "eager")  # the chunk kernel (hf_heads.losses.chunks)
+    frozen = opts.pop("frozen", False)  # W (and the bias) without a gradient
     torch.manual_seed(0)
     h = torch.randn(n, hidden, device=device, requires_grad=True)
-    w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_()
-    b = torch.zeros(vocab, device=device, requires_grad=True)
+    w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_(not frozen)
+    b = torch.zeros(vocab, device=device, requires_grad=not frozen)
     y = torch.randint(0, vocab, (n,), device=device)
     counts = torch.randint(1, 10_000, (vocab,), device=device).float()
     kw = {**opts, "word_counts": counts} if opts.get("word_norm", "no-mod") != "no-mod" else dict(opts)
     for t in (h, w, b):  # allocate the gradients up front: they belong to the inputs, not the method
-        t.grad = torch.zeros_like(t)
+        if t.requires_grad:
+            t.grad = torch.zeros_like(t)
 
     def step():
         with autocast(device, amp):
@@ -149,7 +159,9 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
         return {"method": method, **measure(step, device, repeats)}
 
     def forward():
-        if kind == "naive" and not kw:  # what a plain model does: under autocast a half-precision GEMM
+        if (
+            kind == "naive" and not kw
+        ):  # what a plain model does: under autocast a half-precision GEMM (frozen: no d W)
             return F.cross_entropy(F.linear(h, w, b), y)
         if kind == "naive":  # the margin reference: its products in float32, also under autocast
             return F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
