@@ -290,6 +290,14 @@ def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather(
     w_ok = torch.randn(7, 3, generator=g, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, y)[:2], (w_ok,))
     assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, None)[0], (w_ok,))
+    # with a slot, W passes on as a third output; a gradient reaching it from anything but the fused loss is never
+    # written into (here the sum's gradient: one expanded tensor shared by every entry), only added to
+    from hf_heads.losses.fused_linear import WeightGradSlot
+
+    for other in (lambda v: v.sum(), lambda v: (v * 3.0).sum()):
+        norms, rows, w_pass = weight_rows(w, y, slot=WeightGradSlot())
+        got = torch.autograd.grad((norms * g_n).sum() + (rows * g_r).sum() + other(w_pass), w)[0]
+        torch.testing.assert_close(got, want + torch.autograd.grad(other(w), w)[0])
 
 
 def test_the_old_positional_forms_still_build_the_same_scorer():

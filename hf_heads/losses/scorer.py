@@ -301,15 +301,23 @@ class _WeightRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_norms, grad_rows, grad_weight):
         weight, target, norms = ctx.saved_tensors
-        if ctx.slot is not None and ctx.slot.take(grad_weight):
-            grad = grad_weight  # the fused loss's own (V, H) buffer: extended in place
-        else:  # nothing, or a gradient that may be shared: not written into
-            grad = None if grad_weight is None else grad_weight.clone(memory_format=torch.contiguous_format)
+        # the fused loss's own (V, H) buffer is extended in place; any other gradient may be shared: never written into
+        own = ctx.slot is not None and ctx.slot.take(grad_weight)
+        grad = grad_weight
         if grad_norms is not None:  # d‖w_c‖ / d w_c = w_c / ‖w_c‖ (0 for a zero row, as torch's norm)
             per_row = torch.where(norms > 0, grad_norms / norms, 0.0).to(weight.dtype)[:, None]  # (V, 1)
-            grad = weight * per_row if grad is None else grad.addcmul_(weight, per_row)  # (V, H), weight's dtype
+            if grad is None:
+                grad = weight * per_row  # (V, H) in the weight's dtype
+            elif own:
+                grad.addcmul_(weight, per_row)
+            else:
+                grad = torch.addcmul(grad, weight, per_row)
+            own = True
         if grad_rows is not None:
-            grad = torch.zeros_like(weight) if grad is None else grad
+            if grad is None:
+                grad = torch.zeros_like(weight)
+            elif not own:
+                grad = grad.clone(memory_format=torch.contiguous_format)
             grad.index_add_(0, target, grad_rows.to(grad.dtype))
         return grad, None, None, None
 
