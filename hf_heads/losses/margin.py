@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
-from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import WeightGradSlot, fused_linear_cross_entropy
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
     MARGINS,
@@ -164,8 +164,9 @@ def margin_cross_entropy(
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     # every row, the ignored ones with a stand-in class (no host read of which rows count; the fused loss drops them)
     # W passed on through the norms' function, which adds their part of its gradient into the fused loss's
-    a, s, t, b, w, w_grad = scorer.fused_factors(
-        h, w, b, torch.where(valid, y, 0), word_counts, context_norm_value, valid
+    w_grad = WeightGradSlot()
+    a, s, t, b, w = scorer.fused_factors(
+        h, w, b, torch.where(valid, y, 0), word_counts, context_norm_value, valid, w_grad
     )
     h2 = h if a is None else h * a[:, None]  # (N, H); the column scale s (V,) is applied chunk by chunk
     loss = fused_linear_cross_entropy(

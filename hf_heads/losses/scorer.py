@@ -410,8 +410,14 @@ class Scorer:
         context_norm_value: float | torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """Eq. 13 split into (a, s, t, b): `fused_factors` without the weight for the fused loss."""
-        return self._factors(hidden, weight, bias, target, word_counts, context_norm_value, valid, None)[:4]
+        """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,)
+        so that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H),
+        weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
+        logit of its own (t: no target, or a margin that leaves it alone) and for no bias. `gain` multiplies g(i);
+        `logit_multiplier` every logit (a, t and b); the soft-cap is the caller's, on the result. `valid` (N,): the
+        rows that count (max-norm's maximum is theirs; None: all). Computed in float32 (float64 for float64 inputs)
+        whatever the dtype of hidden and weight; a half-precision W is read in its dtype, never copied to float32."""
+        return self.fused_factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)[:4]
 
     def fused_factors(
         self,
@@ -422,44 +428,17 @@ class Scorer:
         word_counts: torch.Tensor | None = None,
         context_norm_value: float | torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
-    ) -> tuple[
-        torch.Tensor | None,
-        torch.Tensor | None,
-        torch.Tensor | None,
-        torch.Tensor | None,
-        torch.Tensor,
-        WeightGradSlot,
-    ]:
-        """`factors` (a, s, t, b), then W (a view) and the `WeightGradSlot` to give `fused_linear_cross_entropy` as
-        its `weight` and `weight_grad`: the norms' and target rows' part of W's gradient is then added into the fused
-        loss's (V, H) gradient in place instead of into a second (V, H) buffer."""
-        slot = WeightGradSlot()
-        return (*self._factors(hidden, weight, bias, target, word_counts, context_norm_value, valid, slot), slot)
-
-    def _factors(
-        self,
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        target: torch.Tensor | None,
-        word_counts: torch.Tensor | None,
-        context_norm_value: float | torch.Tensor | None,
-        valid: torch.Tensor | None,
-        slot: WeightGradSlot | None,
-    ) -> tuple:
-        """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,)
-        so that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H),
-        weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
-        logit of its own (t: no target, or a margin that leaves it alone) and for no bias. `gain` multiplies g(i);
-        `logit_multiplier` every logit (a, t and b); the soft-cap is the caller's, on the result. `valid` (N,): the
-        rows that count (max-norm's maximum is theirs; None: all). Computed in float32 (float64 for float64 inputs)
-        whatever the dtype of hidden and weight; a half-precision W is read in its dtype, never copied to float32."""
+        weight_grad: WeightGradSlot | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """`factors` (a, s, t, b), then W as the fused loss should take it: with `weight_grad` (a `WeightGradSlot`,
+        given to `fused_linear_cross_entropy` too) a view of W whose gradient from that loss also takes the norms'
+        and target rows' part in place (no second (V, H) buffer); without it W itself."""
         compute = compute_dtype(hidden, weight)
         hidden = hidden.to(compute)  # (N, H)
         h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
         with_target = target is not None and self.margin.changes_target
-        # (V,), (N, H) or None, W for the fused loss (with `slot`) or None
-        raw_norm, w_y, fused_weight = weight_rows(weight, target if with_target else None, compute, slot)
+        # (V,), (N, H) or None, W for the fused loss (with `weight_grad`) or None
+        raw_norm, w_y, fused_weight = weight_rows(weight, target if with_target else None, compute, weight_grad)
         w_norm = raw_norm.clamp_min(_EPS)  # (V,)
         if self.scale is not None:
             g, f = torch.full_like(h_norm, float(self.scale)), torch.ones_like(w_norm)
@@ -482,7 +461,7 @@ class Scorer:
             a = torch.full_like(h_norm, self.logit_multiplier) if a is None else a * self.logit_multiplier
             t = None if t is None else t * self.logit_multiplier
             bias = None if bias is None else bias * self.logit_multiplier
-        return a, s, t, bias, fused_weight
+        return a, s, t, bias, weight if fused_weight is None else fused_weight
 
     def scaled_rows(
         self,
