@@ -33,6 +33,7 @@ OPTIONS = {
     "target-logit": {"target": True},
     "top-k": {"top_k": 20},
     "top-k-target-smoothing": {"top_k": 20, "target": True, "label_smoothing": 0.1},
+    "frozen-w": {"frozen": True},  # W without a gradient (LoRA, linear probing): no weight product
 }
 
 
@@ -66,38 +67,42 @@ def main() -> int:
         for name, options in OPTIONS.items():
             opts = dict(options)
             use_t = opts.pop("target", False)
+            frozen = opts.pop("frozen", False)
             results = {}
             for precision in ("float64", "bf16"):
                 dtype = torch.float64 if precision == "float64" else torch.float32
                 h, w, b, t = (x.to(a.device, dtype, copy=True).requires_grad_() for x in (h32, w32, b32, t32))
+                w.requires_grad_(not frozen)
+                inputs = (h, b) if frozen else (h, w, b)
                 kw = dict(target_logit=t if use_t else None, chunk_size=333, **opts)
                 if precision == "float64":
                     loss = fused_linear_cross_entropy(h, w, b, y, **kw)
                     ref = naive(h, w, b, y, t if use_t else None, **opts)
-                    got = torch.autograd.grad(loss, (h, w, b))
-                    want = torch.autograd.grad(ref, (h, w, b))
+                    got = torch.autograd.grad(loss, inputs)
+                    want = torch.autograd.grad(ref, inputs)
                     ok = torch.allclose(loss, ref, rtol=1e-9) and all(
                         torch.allclose(x, z, rtol=1e-7, atol=1e-10) for x, z in zip(got, want, strict=True)
                     )
                     results[precision] = (ok, f"|Δloss| {abs(loss - ref).item():.1e}")
                 else:
                     full = fused_linear_cross_entropy(h, w, b, y, **kw)
-                    want = torch.autograd.grad(full, (h, w, b))
+                    want = torch.autograd.grad(full, inputs)
                     with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16):
                         loss = fused_linear_cross_entropy(h, w, b, y, **kw)
                     loss.backward()
                     rel = abs(loss.item() - full.item()) / abs(full.item())
-                    finite = all(torch.isfinite(x.grad).all() for x in (h, w, b))
+                    finite = all(torch.isfinite(x.grad).all() for x in inputs)
                     # each gradient's relative error (Frobenius) against float32's
                     grad_rel = max(
                         float((x.grad - g).norm() / g.norm().clamp_min(1e-30))
-                        for x, g in zip((h, w, b), want, strict=True)
+                        for x, g in zip(inputs, want, strict=True)
                     )
                     ok = (
                         rel <= 0.02
                         and grad_rel <= GRAD_TOL
                         and finite
-                        and h.grad.dtype == w.grad.dtype == torch.float32
+                        and all(x.grad.dtype == torch.float32 for x in inputs)
+                        and (w.grad is None) == frozen
                     )
                     results[precision] = (ok, f"bf16 vs float32 {rel:.2%}, gradients {grad_rel:.2%}")
             ok = all(r[0] for r in results.values())
