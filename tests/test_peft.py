@@ -134,6 +134,36 @@ def test_lora_on_the_head_trains_inside_the_chunked_loss(tmp_path, family):
     )
 
 
+@pytest.mark.parametrize("family", ["softmax", "margin"])
+def test_lora_on_the_backbone_leaves_the_head_frozen_and_skips_its_weight_product(family, monkeypatch):
+    """With LoRA on the backbone only, PEFT freezes the head: its chunked loss gets no (V, H) accumulator and runs no
+    weight product, and the adapters' gradients are those of the same model whose head weight wants a gradient."""
+    from hf_heads.losses import kernels
+
+    seen, linear_grads = [], kernels._linear_grads
+
+    def spy(grad_z, h, w, grads, *args):
+        seen.append(grads.w is None)
+        return linear_grads(grad_z, h, w, grads, *args)
+
+    monkeypatch.setattr(kernels, "_linear_grads", spy)
+    ids = torch.randint(4, V, (4, 16), generator=torch.Generator().manual_seed(0))
+    grads = []
+    for head_trains in (False, True):
+        model = _causal(dict(FAMILIES[family], chunk_size=8))
+        model = peft.get_peft_model(model, with_backbone_targets(peft.LoraConfig(task_type="CAUSAL_LM", r=4), model))
+        head_weight = model.base_model.model.head.weight
+        assert not head_weight.requires_grad
+        head_weight.requires_grad_(head_trains)
+        seen.clear()
+        model(input_ids=ids, labels=ids).loss.backward()
+        assert seen and all(seen) != head_trains, seen  # no accumulator exactly when the head is frozen
+        grads.append({n: p.grad for n, p in model.named_parameters() if "lora_" in n})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], msg=name)
+
+
 def test_modules_to_save_head_saves_and_reloads_the_head(tmp_path):
     model = _causal(FAMILIES["margin"])
     config = with_backbone_targets(peft.LoraConfig(task_type="CAUSAL_LM", r=4, modules_to_save=["head"]), model)
