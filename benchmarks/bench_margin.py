@@ -159,9 +159,7 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
         return {"method": method, **measure(step, device, repeats)}
 
     def forward():
-        if (
-            kind == "naive" and not kw
-        ):  # what a plain model does: under autocast a half-precision GEMM (frozen: no d W)
+        if kind == "naive" and not kw:  # a plain model: under autocast a half-precision GEMM (frozen: no d W)
             return F.cross_entropy(F.linear(h, w, b), y)
         if kind == "naive":  # the margin reference: its products in float32, also under autocast
             return F.cross_entropy(margin_logits(h, w, b, y, **kw), y)

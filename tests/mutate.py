@@ -212,7 +212,7 @@ MUTANTS = [
        "own = False", MARGIN,
        "the norms' gradient of W goes into a second (V, H) buffer, not the fused loss's"),
     _m("frozen-w-scale-grad-lost", "losses/fused_linear.py",
-       "needs is None or needs[1] or (scale is not None and needs[4])", "needs is None or needs[1]", KERNELS,
+       "wants_w or (scale is not None and needs[4])", "wants_w", KERNELS,
        "a frozen W's column scale loses its gradient (A skipped)"),
     _m("decode-k-ignored", "heads/sparse.py", "truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))",
        "truncate_to_top_k(super().inference_logits(hidden), self.options.k)", SPARSE,

@@ -110,7 +110,8 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     accumulate = torch.promote_types(gemm, torch.float32)
     grad_h = torch.empty_like(h_g)
     grad_t = None if t is None else torch.empty_like(t)
-    wants_a = needs is None or needs[1] or (scale is not None and needs[4])  # A: for d w, and d s
+    wants_w = needs is None or needs[1]
+    wants_a = wants_w or (scale is not None and needs[4])  # A: for d w, and for d s
     grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device) if wants_a else None
     grad_b = None if b is None else torch.zeros_like(b)
 
@@ -125,8 +126,8 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     if scale is not None and grad_w is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A
         grad_s = row_dots(grad_w, w).to(scale.dtype)  # (V,)
         grad_w.mul_(scale.to(accumulate)[:, None])
-    if grad_w is not None and not (needs is None or needs[1]):
-        grad_w = None  # A was for d s only
+    if not wants_w:
+        grad_w = None  # A, if any, was for d s only
     return losses, (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
 
 
