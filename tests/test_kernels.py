@@ -414,6 +414,58 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     assert all(torch.isfinite(x.grad).all() for x in (h, w, b))
 
 
+@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+@pytest.mark.parametrize("options", [{}, {"column_scale": True}], ids=["plain", "column-scale"])
+def test_half_products_go_into_the_float32_weight_gradient_inside_the_gemm_where_addmm_can(
+    kernel, options, monkeypatch
+):
+    """Under autocast bf16 the weight gradient's product is added into its float32 accumulator by
+    `addmm(out_dtype=float32, out=acc)` where the device has it (CUDA, torch >= 2.10: emulated here, a CPU has no
+    such overload): once per chunk, A = d zᵀ (V, n) times h (n, H) in bf16, the accumulator itself as `self` and
+    `out`; the gradients equal those of the out-of-place path (a bf16 (V, H) product added) to bf16 rounding of that
+    product. Where the overload is missing the probe says so and the out-of-place path runs."""
+    from hf_heads.losses import kernels
+
+    assert not kernels._probe_addmm_out_dtype(torch.device("cpu"), torch.bfloat16)  # NotImplementedError on a CPU
+    assert not kernels.adds_half_products_in_place(torch.zeros(3, 2), torch.bfloat16)
+    use_kernel(kernel, monkeypatch, max_block=128)
+    g = torch.Generator().manual_seed(0)
+    h0, w0, b0 = (
+        torch.randn(40, 16, generator=g),
+        torch.randn(300, 16, generator=g) * 0.3,
+        torch.randn(300, generator=g) * 0.1,
+    )
+    y, s0 = torch.randint(0, 300, (40,), generator=g), torch.rand(300, generator=g) + 0.5
+    addmm, calls = torch.addmm, []
+
+    def emulated(acc, a, b, *args, out_dtype=None, out=None, **kwargs):
+        if out_dtype is None:
+            return addmm(acc, a, b, *args, out=out, **kwargs)
+        calls.append((acc.dtype, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), out is acc, out_dtype))
+        return acc.add_(a.float() @ b.float())  # what cuBLAS computes: float32 sums of the half products
+
+    results = {}
+    for in_place in (False, True):
+        monkeypatch.setattr(kernels, "adds_half_products_in_place", lambda acc, dtype, on=in_place: on)
+        monkeypatch.setattr(torch, "addmm", emulated)
+        h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
+        s = s0.clone().requires_grad_() if options else None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, column_scale=s)
+        loss.backward()
+        monkeypatch.setattr(torch, "addmm", addmm)
+        results[in_place] = [loss, h.grad, w.grad, b.grad] + ([s.grad] if options else [])
+    want = (torch.float32, torch.bfloat16, torch.bfloat16, (300, 16), (16, 16), True, torch.float32)
+    assert (
+        len(calls) == 3
+        and calls[0] == want
+        and {c[3:5] for c in calls[1:]} == {((300, 16), (16, 16)), ((300, 8), (8, 16))}
+    )
+    for got, ref in zip(results[True], results[False], strict=True):  # relative (Frobenius) error of each
+        assert (got - ref).norm() <= 1e-2 * ref.norm()
+    assert not torch.equal(results[True][2], results[False][2])  # the product was not rounded to bf16 first
+
+
 def test_a_tensor_num_items_in_batch_is_never_read_on_the_host(monkeypatch):
     """The Trainer passes `num_items_in_batch` as a tensor on the device: the mean divides by it as a tensor (no
     `.item()` / `float()`, a host sync on a GPU), and the loss and gradients equal those of the same count as an

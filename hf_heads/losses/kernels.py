@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from hf_heads.losses._rows import HALF_DTYPES
 from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads, register_kernel
 
 
@@ -44,6 +45,47 @@ def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tenso
     return z
 
 
+_ADDS_IN_PLACE: dict[tuple[torch.device, torch.dtype], bool] = {}
+
+
+def adds_half_products_in_place(accumulator: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether a product in the half `dtype` can be added into this float32 (V, H) accumulator inside the GEMM,
+    `torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)` (cuBLAS with β = 1, a float32 C from half-precision
+    A and B): on CUDA where torch accepts a float32 `self` there (from 2.10 on, pytorch/pytorch#167931), found out
+    once per device and dtype by one small call whose result is checked. Elsewhere (a CPU has no such overload) the
+    product is a half-precision (V, H) temporary added to the accumulator."""
+    if accumulator.device.type != "cuda" or accumulator.dtype != torch.float32 or dtype not in HALF_DTYPES:
+        return False
+    key = (accumulator.device, dtype)
+    if key not in _ADDS_IN_PLACE:
+        _ADDS_IN_PLACE[key] = _probe_addmm_out_dtype(accumulator.device, dtype)
+    return _ADDS_IN_PLACE[key]
+
+
+def _probe_addmm_out_dtype(device: torch.device, dtype: torch.dtype) -> bool:
+    """One (3, 2) += (3, 2) @ (2, 2) in place through `addmm(..., out_dtype=float32, out=...)` in `dtype`: whether it
+    runs and gives the exact float32 sum (small integers and halves: every step exact)."""
+    acc = torch.arange(6.0, device=device).reshape(3, 2)
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, -6.0]], device=device)
+    b = torch.tensor([[0.5, 1.0], [2.0, -1.5]], device=device)
+    want = acc + a @ b
+    try:
+        torch.addmm(acc, a.to(dtype), b.to(dtype), out_dtype=torch.float32, out=acc)
+    except (RuntimeError, NotImplementedError, TypeError):  # an older torch, or no such kernel on this device
+        return False
+    return bool(torch.equal(acc, want))
+
+
+def _accumulate_product(accumulator: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """accumulator (V, H) += a (V, n) @ b (n, H), the product in the dtype of a and b with float32 accumulation."""
+    if accumulator.dtype == a.dtype:
+        accumulator.addmm_(a, b)  # no temporary
+    elif adds_half_products_in_place(accumulator, a.dtype):  # no (V, H) temporary, no second pass over the accumulator
+        torch.addmm(accumulator, a, b, out_dtype=accumulator.dtype, out=accumulator)
+    else:
+        accumulator.add_(a @ b)  # a half-precision (V, H) product added to the float32 accumulator
+
+
 def _linear_grads(
     grad_z: torch.Tensor,
     h,
@@ -66,10 +108,7 @@ def _linear_grads(
         torch.mm(g, w, out=grads.h)  # (n, H), written in place
     if grads.w is not None:  # None: W (and the column scale) need no gradient, e.g. a frozen output layer
         h_r = h if row_weight is None else h * row_weight.to(h.dtype)[:, None]  # (n, H)
-        if grads.w.dtype == g.dtype:
-            grads.w.addmm_(g.T, h_r)  # (V, H) accumulated without a temporary
-        else:
-            grads.w.add_(g.T @ h_r)  # a half-precision (V, H) product added to the float32 accumulator
+        _accumulate_product(grads.w, g.T, h_r)  # (V, H)
     if col_scale is not None:  # d h from d z ∘ s, after d w took the unscaled d z
         torch.mm(g.mul_(col_scale.to(g.dtype)), w, out=grads.h)
     if row_weight is not None:
