@@ -26,6 +26,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,7 @@ from _timing import (
     measure,
     print_failures,
     ratio_cells,
+    run_isolated,
     seconds_cell,
     without_failures,
 )
@@ -116,6 +119,12 @@ PEER_MODULES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _pairs_with_softmax(method: str) -> bool:
+    """Whether `--paired` times this row against hf_heads softmax: the eager kernel and a trainable W, as softmax's."""
+    opts = METHODS[method][1]
+    return "kernel" not in opts and not opts.get("frozen", False)
+
+
 def _available(kind: str, device: str) -> bool:
     """Whether a row of this kind can run here (the peers' kernels: a CUDA device and their package)."""
     if kind == "torch":
@@ -125,38 +134,38 @@ def _available(kind: str, device: str) -> bool:
     return True
 
 
-def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
-    kind, opts, _ = METHODS[method]
-    opts = dict(opts)
-    os.environ[KERNEL_ENV] = opts.pop("kernel", "eager")  # the chunk kernel (hf_heads.losses.chunks)
-    frozen = opts.pop("frozen", False)  # W (and the bias) without a gradient
+def _inputs(n: int, hidden: int, vocab: int, device: str, frozen: bool) -> tuple:
+    """h (n, H), W (V, H), b (V,), labels (n,) and word counts (V,), seeded; the gradients allocated up front (they
+    belong to the inputs, not the method)."""
     torch.manual_seed(0)
     h = torch.randn(n, hidden, device=device, requires_grad=True)
     w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_(not frozen)
     b = torch.zeros(vocab, device=device, requires_grad=not frozen)
     y = torch.randint(0, vocab, (n,), device=device)
     counts = torch.randint(1, 10_000, (vocab,), device=device).float()
-    kw = {**opts, "word_counts": counts} if opts.get("word_norm", "no-mod") != "no-mod" else dict(opts)
-    for t in (h, w, b):  # allocate the gradients up front: they belong to the inputs, not the method
+    for t in (h, w, b):
         if t.requires_grad:
             t.grad = torch.zeros_like(t)
+    return h, w, b, y, counts
 
-    def step():
-        with autocast(device, amp):
-            loss = forward()
-        loss.backward()
-        return loss
+
+def make_step(method: str, inputs: tuple, device: str, amp: str | None = None):
+    """One forward+backward of `method` on `inputs` (`_inputs`), as a function of no arguments."""
+    kind, opts, _ = METHODS[method]
+    opts = {k: v for k, v in opts.items() if k not in ("kernel", "frozen")}
+    h, w, b, y, counts = inputs
+    kw = {**opts, "word_counts": counts} if opts.get("word_norm", "no-mod") != "no-mod" else dict(opts)
 
     if kind == "floor":  # h Wᵀ, then d h = G W and d W = Gᵀ h with G the logits' size: what any exact method does
 
-        def step():
+        def floor():
             with autocast(device, amp):
                 z = h.detach() @ w.detach().T  # (N, V)
                 h.grad.copy_(z @ w.detach())
                 w.grad.copy_(z.T @ h.detach())
             return z
 
-        return {"method": method, **measure(step, device, repeats)}
+        return floor
 
     def forward():
         if kind == "naive" and not kw:  # a plain model: under autocast a half-precision GEMM (frozen: no d W)
@@ -170,18 +179,104 @@ def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: 
             return PEERS[kind](h_in, w_in, b, y)
         return margin_cross_entropy(h, w, b, y, **kw)
 
-    return {"method": method, **measure(step, device, repeats)}
+    def step():
+        with autocast(device, amp):
+            loss = forward()
+        loss.backward()
+        return loss
+
+    return step
+
+
+def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
+    opts = METHODS[method][1]
+    os.environ[KERNEL_ENV] = opts.get("kernel", "eager")  # the chunk kernel (hf_heads.losses.chunks)
+    inputs = _inputs(n, hidden, vocab, device, opts.get("frozen", False))
+    return {"method": method, **measure(make_step(method, inputs, device, amp), device, repeats)}
+
+
+def run_pair(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
+    """`repeats` pairs of calls, `method`'s step and hf_heads softmax's on the same inputs in one process, in the
+    order AB, BA, AB, ... after one warm-up call of each: each pair's ratio is free of the machine's drift between
+    processes and over minutes (the eager kernel; the methods' own table gives their memory)."""
+    os.environ[KERNEL_ENV] = "eager"
+    inputs = _inputs(n, hidden, vocab, device, False)
+    steps = {"method": make_step(method, inputs, device, amp), "softmax": make_step(SOFTMAX, inputs, device, amp)}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    for step in steps.values():
+        step()
+    sync()
+    times: dict[str, list[float]] = {"method": [], "softmax": []}
+    for i in range(repeats):
+        for name in ("method", "softmax") if i % 2 == 0 else ("softmax", "method"):
+            start = time.perf_counter()
+            steps[name]()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(times["method"], times["softmax"], strict=True)]
+    return {
+        "method": method,
+        "seconds": statistics.median(times["method"]),
+        "times": times["method"],
+        "softmax_times": times["softmax"],
+        "ratios": ratios,
+    }
+
+
+def paired_rows(methods: list[str], options: dict, rounds: int) -> list[dict]:
+    """`run_pair` for every method (each in a fresh process), in turn, `rounds` times; the pairs pooled."""
+    rows: dict[str, dict] = {}
+    for _ in range(rounds):
+        for method in methods:
+            row = run_isolated(__file__, method, {**options, "paired": 1})
+            kept = rows.setdefault(method, {"method": method, "times": [], "softmax_times": [], "ratios": []})
+            if "error" in row:
+                rows[method] = row
+                continue
+            if "error" not in kept:
+                for key in ("times", "softmax_times", "ratios"):
+                    kept[key] += row[key]
+    return list(rows.values())
+
+
+def print_paired(rows: list[dict]) -> None:
+    """The paired table: each method's median seconds, softmax's in the same pairs, and the ratios' median
+    (min–max)."""
+    pairs = max((len(r["ratios"]) for r in rows if "error" not in r), default=0)
+    print(
+        f"| method | s / step, median | {SOFTMAX} in the same pairs | "
+        f"time vs {SOFTMAX}, median (min–max) of {pairs} pairs |"
+    )
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        if "error" in r:
+            continue
+        ratios = r["ratios"]
+        print(
+            f"| {r['method']} | {statistics.median(r['times']):.3f} | {statistics.median(r['softmax_times']):.3f} | "
+            f"{statistics.median(ratios):.3f}× ({min(ratios):.3f}–{max(ratios):.3f}) |"
+        )
+    print_failures({r["method"]: r for r in rows})
 
 
 def main() -> None:
     parser = bench_parser(__doc__, vocab=[50_000, 200_000])
     parser.add_argument("--methods", nargs="+", default=None, help="only the rows whose names start with these")
     parser.add_argument("--exclude", nargs="+", default=(), help="leave out the rows whose names contain these")
+    parser.add_argument(
+        "--paired",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="1: time each hf_heads row (eager, trainable W) against hf_heads softmax in pairs of calls in one "
+        "process (`--repeats` pairs per round) instead of the table",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
-        row = run_one(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats, args.autocast)
+        run = run_pair if args.paired else run_one
+        row = run(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats, args.autocast)
         print(json.dumps(row))
         return
     precision = f"autocast {args.autocast}" if args.autocast else "float32"
@@ -203,8 +298,12 @@ def main() -> None:
             threads=args.threads,
             autocast=args.autocast,
         )
-        by_name = {r["method"]: r for r in interleaved(__file__, methods, options, args.rounds)}
         print(f"\nV={vocab:,}\n")
+        if args.paired:
+            eligible = [m for m in methods if METHODS[m][0] == "ours" and m != SOFTMAX and _pairs_with_softmax(m)]
+            print_paired(paired_rows(eligible, options, args.rounds))
+            continue
+        by_name = {r["method"]: r for r in interleaved(__file__, methods, options, args.rounds)}
         calls = args.repeats * args.rounds
         print(
             f"| method | s / step, median (min–max) of {calls} | peak MiB | time vs naive | memory vs naive | "

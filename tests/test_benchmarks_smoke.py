@@ -31,6 +31,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| hf_heads context_norm max-norm |",
         ),
         (
+            "bench_margin.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "2", "--paired", "1"],
+            "time vs hf_heads softmax, median (min–max) of 2 pairs |",
+        ),
+        (
             "bench_sampled.py",
             [
                 "--tokens",
