@@ -3,6 +3,7 @@
 
     python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
     python benchmarks/bench_margin.py --vocab 50000 --device cuda
+    python benchmarks/bench_margin.py --vocab 50000 --paired 1   # each hf_heads row against hf_heads softmax, paired
 
 "three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). The peers' fused
 linear cross-entropy rows (Liger-Kernel, Cut Cross-Entropy: Triton, CUDA only) run where their package imports.
@@ -14,7 +15,9 @@ CPU). "naive logits, softmax" is a plain model's output layer
 `margin_logits` (its products in float32, also under autocast), so under autocast compare the margin rows with the
 naive softmax row as well. Each method runs in a fresh process; with `--rounds R` the methods run in turn
 R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the median, min and max
-over all its timed calls.
+over all its timed calls. `--paired 1` times each hf_heads row (eager kernel, trainable W) against hf_heads softmax
+instead: both steps on the same inputs in one process, alternating AB, BA, ... for `--repeats` pairs per round, and
+reports the median (min–max) of the pairs' ratios, free of the drift between processes that the table's ratios carry.
 Peak memory is what the loss adds on top of its inputs
 (hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
 the growth of the process's peak resident set (ru_maxrss) over the level after the inputs were
