@@ -123,9 +123,10 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _pairs_with_softmax(method: str) -> bool:
-    """Whether `--paired` times this row against hf_heads softmax: the eager kernel and a trainable W, as softmax's."""
-    opts = METHODS[method][1]
-    return "kernel" not in opts and not opts.get("frozen", False)
+    """Whether `--paired` times this row against hf_heads softmax: another hf_heads row with the eager kernel and a
+    trainable W, as softmax's."""
+    kind, opts, _ = METHODS[method]
+    return kind == "ours" and method != SOFTMAX and "kernel" not in opts and not opts.get("frozen", False)
 
 
 def _available(kind: str, device: str) -> bool:
@@ -227,19 +228,18 @@ def run_pair(method: str, n: int, hidden: int, vocab: int, device: str, repeats:
 
 
 def paired_rows(methods: list[str], options: dict, rounds: int) -> list[dict]:
-    """`run_pair` for every method (each in a fresh process), in turn, `rounds` times; the pairs pooled."""
-    rows: dict[str, dict] = {}
+    """`run_pair` for every method (each in a fresh process), in turn, `rounds` times; per method its pairs pooled
+    (or the row of its first failure, with its "error"), as `interleaved` pools the table's calls."""
+    runs: dict[str, list[dict]] = {m: [] for m in methods}
     for _ in range(rounds):
         for method in methods:
-            row = run_isolated(__file__, method, {**options, "paired": 1})
-            kept = rows.setdefault(method, {"method": method, "times": [], "softmax_times": [], "ratios": []})
-            if "error" in row:
-                rows[method] = row
-                continue
-            if "error" not in kept:
-                for key in ("times", "softmax_times", "ratios"):
-                    kept[key] += row[key]
-    return list(rows.values())
+            runs[method].append(run_isolated(__file__, method, {**options, "paired": 1}))
+    out = []
+    for method, rows in runs.items():
+        failed = [r for r in rows if "error" in r]
+        keys = ("times", "softmax_times", "ratios")
+        out.append(failed[0] if failed else {"method": method, **{k: [x for r in rows for x in r[k]] for k in keys}})
+    return out
 
 
 def print_paired(rows: list[dict]) -> None:
@@ -303,8 +303,7 @@ def main() -> None:
         )
         print(f"\nV={vocab:,}\n")
         if args.paired:
-            eligible = [m for m in methods if METHODS[m][0] == "ours" and m != SOFTMAX and _pairs_with_softmax(m)]
-            print_paired(paired_rows(eligible, options, args.rounds))
+            print_paired(paired_rows([m for m in methods if _pairs_with_softmax(m)], options, args.rounds))
             continue
         by_name = {r["method"]: r for r in interleaved(__file__, methods, options, args.rounds)}
         calls = args.repeats * args.rounds
