@@ -364,6 +364,26 @@ def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):
         main_wrapper(lambda: open(tmp_path, "w"))  # noqa: SIM115 (IsADirectoryError)
 
 
+def test_main_wrapper_closes_the_process_group_of_a_distributed_run(tmp_path):
+    """After `main` returns, the default process group (what `accelerate launch --num_processes N` gives each rank)
+    is destroyed: left to interpreter shutdown, gloo's threads can abort a rank whose run succeeded."""
+    import torch.distributed as dist
+
+    from hf_heads.cli.errors import main_wrapper
+
+    def main():
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        assert dist.is_initialized()
+
+    try:
+        main_wrapper(main)
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    main_wrapper(lambda: None)  # no process group: nothing to close
+
+
 def test_word_level_lm_ends_training_lines_with_eos_and_eval_only_counts_words(text_files, tmp_path):
     """run_clm's word-level tokenizer adds no </s> to a prompt, yet every training line ends with </s> (the
     saved counts of the training labels include it); the saved model generates after its prompt; and a head

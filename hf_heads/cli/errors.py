@@ -88,12 +88,24 @@ def _is_hub_error(err: BaseException) -> bool:
     return any(f"{os.sep}{pkg}{os.sep}" in filename for pkg in ("transformers", "huggingface_hub", "datasets"))
 
 
+def _close_process_group() -> None:
+    """Destroy the default process group of a distributed run (`accelerate launch --num_processes N`) once `main`
+    has returned on this rank: left to interpreter shutdown, gloo's worker threads can abort the process (SIGABRT,
+    "terminate called without an active exception") after a successful run, failing the launch."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def main_wrapper(main) -> None:
-    """Run `main()`; a `UsageError`/`ValueError` from bad input, or an `OSError` of transformers / huggingface_hub
-    for a model it cannot find, prints one line and exits with status 2 (set HF_HEADS_TRACEBACK=1 to see the
-    traceback instead)."""
+    """Run `main()`, then close the run's process group if it has one (only after success: a rank that failed may
+    leave the others inside a collective); a `UsageError`/`ValueError` from bad input, or an `OSError` of
+    transformers / huggingface_hub for a model it cannot find, prints one line and exits with status 2 (set
+    HF_HEADS_TRACEBACK=1 to see the traceback instead)."""
     try:
         main()
+        _close_process_group()
     except (UsageError, ValueError, FileNotFoundError, ModuleNotFoundError) as err:
         if os.environ.get("HF_HEADS_TRACEBACK"):
             raise
