@@ -289,3 +289,38 @@ def test_references_are_the_same_for_every_head():
         == scored_texts(tok, pairs["target"], data.max_target_length)
         == ["the king spoke .", "qwzxv the people ."]
     )
+
+
+@pytest.mark.parametrize("loss", ["vmf", "margin-random", "syn-margin-projection", "cosine-softmax"])
+def test_beam_search_scores_are_the_heads_decoding_scores(loss):
+    """Beam search ranks hypotheses by the sum of log-softmax of the decoding scores: û·Eᵀ for vMF, s · cos(û, E_c)
+    for the other losses (module docstring). Every returned beam's score (length_penalty 0: the plain sum) equals
+    that sum recomputed from the decoder's û with the formula written out, so a change of the scores that keeps the
+    argmax (û·E against s · cos: the same nearest neighbour, other beam scores) is caught, not only the greedy
+    token."""
+    model = _options_model(loss=loss, **({} if loss == "vmf" else {"logit_scale": 7.0})).eval()  # s != 1, ‖û‖ != 1
+    x, mask, _ = seq2seq_batch()
+    beams = 3
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=x, attention_mask=mask, num_beams=beams, num_return_sequences=beams, max_new_tokens=4,
+            min_new_tokens=4, do_sample=False, length_penalty=0.0, return_dict_in_generate=True, output_scores=True,
+        )  # fmt: skip
+        captured = []
+        hook = model.head.proj.register_forward_hook(lambda module, args, result: captured.append(result))
+        model(
+            input_ids=x.repeat_interleave(beams, 0),
+            attention_mask=mask.repeat_interleave(beams, 0),
+            decoder_input_ids=out.sequences[:, :-1],
+        )
+        hook.remove()
+    u_hat = captured[-1].double()  # (B * beams, 4, d)
+    table = model.head.embeddings.double()  # (V, d), unit rows
+    if loss == "vmf":
+        scores = u_hat @ table.T
+    else:
+        scores = 7.0 * F.normalize(u_hat, dim=-1) @ table.T
+    tokens = out.sequences[:, 1:]  # (B * beams, 4), after the decoder start token
+    want = torch.log_softmax(scores, dim=-1).gather(-1, tokens[..., None]).squeeze(-1).sum(-1)
+    assert len(set(out.sequences_scores.tolist())) > 1  # the beams differ
+    torch.testing.assert_close(out.sequences_scores.double(), want, rtol=1e-4, atol=1e-4)

@@ -3,6 +3,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import tiny_llama_config
 from test_run_clm import _lm_dataset
 
@@ -99,3 +100,83 @@ def test_eval_accuracy_at_k_without_logits(tmp_path, head):
     assert with_logits["eval_accuracy@5"] == pytest.approx(metrics["eval_accuracy@5"])
     with pytest.raises(ValueError, match="eval_accuracy_top_k=0 must be >= 1"):
         HeadsTrainingArguments(output_dir=str(tmp_path), eval_accuracy_top_k=[0], report_to="none", use_cpu=True)
+
+
+EVAL_HEADS = {
+    "softmax": {"family": "softmax"},
+    "sparse": {"family": "sparse", "k": 4},
+    "margin": {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "unigram", "context_norm": "max-norm"},
+    "sampled": {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 6, "noise": "unigram"},
+}
+
+
+def _on_a_stood_in_accelerator(monkeypatch) -> None:
+    """Declare host reads costly, as on an accelerator: the losses take their host-sync-free branches (ignored rows
+    computed with weight 0 and masked, counts kept on the device)."""
+    from hf_heads.losses import _rows, fused_linear, noise, scorer
+
+    for module in (_rows, fused_linear, noise, scorer):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+
+
+@pytest.mark.parametrize("branch", ["cpu", "accelerator"])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"reduction": "sum"}, {"num_items_in_batch": 23}, {"num_items_in_batch": torch.tensor(23)}],
+    ids=["mean", "sum", "num_items_in_batch", "tensor num_items_in_batch"],
+)  # fmt: skip
+def test_loss_only_evaluation_leaves_ignored_rows_out(branch, kwargs, monkeypatch):
+    """The fused loss without gradients (loss-only evaluation: one matmul per chunk) on either branch, with a third of
+    the rows ignored (-100, their hidden states large): the naive loss over the labelled rows alone."""
+    from hf_heads.losses import fused_linear_cross_entropy
+
+    g = torch.Generator().manual_seed(3)
+    h, w, b = torch.randn(30, 8, generator=g), torch.randn(19, 8, generator=g), torch.randn(19, generator=g)
+    y = torch.randint(0, 19, (30,), generator=g)
+    y[::3] = -100
+    h[::3] *= 50  # an ignored row's loss, if counted, is large
+    per_row = F.cross_entropy(h @ w.T + b, y, reduction="none", ignore_index=-100)  # (30,) 0 where ignored
+    divisor = {"sum": 1}.get(kwargs.get("reduction"), int(kwargs.get("num_items_in_batch", (y != -100).sum())))
+    want = per_row.sum() / divisor
+    if branch == "accelerator":
+        _on_a_stood_in_accelerator(monkeypatch)
+    with torch.no_grad():
+        got = fused_linear_cross_entropy(h, w, b, y, chunk_size=7, **kwargs)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("branch", ["cpu", "accelerator"])
+@pytest.mark.parametrize("name", list(EVAL_HEADS))
+def test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean(name, branch, monkeypatch):
+    """Every discrete head in eval mode under no_grad (what `Trainer.evaluate`'s loss-only path runs), labels padded
+    with -100, on the CPU branch and the host-sync-free branch: the mean over the labelled positions of −log p(label)
+    of the head's own inference logits (sparse: eq. 5, lse of the top k − the label's logit)."""
+    from hf_heads.heads import make_head
+
+    torch.manual_seed(0)
+    head = make_head(8, 19, dict(EVAL_HEADS[name], chunk_size=5))
+    if head.needs_counts:
+        head.set_word_counts(torch.arange(19, 0, -1).float())
+    hidden = torch.randn(3, 6, 8)
+    labels = torch.randint(0, 19, (3, 6))
+    labels[0, 4:] = -100
+    labels[2, :3] = -100
+    hidden[labels == -100] *= 50
+    head.train()
+    head.loss(hidden, labels).backward()  # a training step first: max-norm's running value exists
+    head.eval()
+    valid = labels != -100
+    with torch.no_grad():
+        logits = head.logits(hidden).double()[valid]  # (M, V)
+    y = labels[valid]
+    if name == "sparse":
+        raw = F.linear(hidden, head.weight, head.bias).double()[valid]
+        per_row = torch.logsumexp(raw.topk(4, dim=1).values, dim=1) - raw.gather(1, y[:, None]).squeeze(1)
+    else:
+        per_row = -torch.log_softmax(logits, dim=1).gather(1, y[:, None]).squeeze(1)
+    if branch == "accelerator":
+        _on_a_stood_in_accelerator(monkeypatch)
+    with torch.no_grad():
+        got = head.loss(hidden, labels)
+        got_items = head.loss(hidden, labels, num_items_in_batch=torch.tensor(40))
+    torch.testing.assert_close(got.double(), per_row.mean(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_items.double(), per_row.sum() / 40, rtol=1e-4, atol=1e-4)

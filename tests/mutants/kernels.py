@@ -1,7 +1,93 @@
-"""Mutants of the chunk engine and its kernels (eager, compiled, Triton), the fused loss's branches;"""
+"""Mutants of the chunk engine and its kernels (eager, compiled, Triton) and of the loss paths every task model shares:
+the fused loss's branches (training, loss-only evaluation, per-row losses; the CPU branch that compacts the ignored
+rows and the accelerator branch that masks them), `num_items_in_batch` through the models, the trainer's word
+counts, and the decoding scores of the continuous head."""
 
 from __future__ import annotations
 
-from mutants import Mutant, m, selection  # noqa: F401
+from mutants import Mutant, m, selection
 
-MUTANTS: list[Mutant] = []
+T = "tests/test_kernels.py"
+EVAL = "tests/test_eval_without_logits.py"
+KERNEL_CONTRACT = f"{T}::test_every_kernel_equals_the_naive_reference_and_passes_gradcheck"
+ON_ACCELERATOR = f"{T}::test_a_training_step_on_an_accelerator_reads_nothing_on_the_host"
+
+# fmt: off
+MUTANTS: list[Mutant] = [
+    # ---------------------------------------------------------------- the fused loss's branches
+    m("eval-branch-sums-ignored-rows", "losses/fused_linear.py", "        return _kept(losses, keep).sum() * scale\n",
+      "        return losses.sum() * scale\n",
+      selection(f"{EVAL}::test_loss_only_evaluation_leaves_ignored_rows_out",
+                f"{EVAL}::test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean"),
+      "loss-only evaluation on an accelerator sums the ignored rows' losses into the mean"),
+    m("eval-branch-drops-column-scale", "losses/fused_linear.py",
+      "losses, _ = _run(h, w, b, y, t, opts._replace(column_scale=s), eval_chunk, gemm)",
+      "losses, _ = _run(h, w, b, y, t, opts, eval_chunk, gemm)",
+      selection(f"{EVAL}::test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean",
+                "tests/test_eval_without_logits.py::test_fused_loss_without_gradients_is_the_same_loss"),
+      "loss-only evaluation leaves out a margin head's word-norm column scale"),
+    m("rows-on-accelerator-ignored-kept", "losses/fused_linear.py",
+      "rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad), keep)",
+      "rows = _FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad)",
+      selection(ON_ACCELERATOR),
+      "reduction='none' on an accelerator reports a loss on the ignored rows"),
+    m("grad-out-never-scales", "losses/fused_linear.py",
+      "if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):", "if False:",
+      selection(f"{T}::test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradient"),
+      "a reduced loss's gradients are not scaled by the incoming gradient (a loss × 2.5 trains as × 1)"),
+    m("rows-backward-ignores-grad-out", "losses/fused_linear.py",
+      "row_weight=grad_out, needs=ctx.needs_input_grad[:5])",
+      "row_weight=torch.ones_like(grad_out), needs=ctx.needs_input_grad[:5])",
+      selection(KERNEL_CONTRACT, "tests/test_contract.py::test_reductions_ignored_rows_and_num_items_in_batch"),
+      "reduction='none''s backward weights every row by 1, not by its incoming gradient"),
+    m("none-returns-flat-rows", "losses/fused_linear.py", 'return reduce_rows(rows, valid, target.shape, "none")',
+      'return reduce_rows(rows, valid, valid.shape, "none")', selection("tests/test_reduction_shapes.py"),
+      "reduction='none' returns a flat (N,) instead of the labels' shape"),
+    # ---------------------------------------------------------------- the chunk engine
+    m("chunk-loop-drops-last-row", "losses/chunks.py", "for start in range(0, num_rows, step):  # the one chunk loop",
+      "for start in range(0, num_rows - 1, step):  # the one chunk loop",
+      selection(f"{T}::test_chunks_fit_the_memory_budget_and_cover_every_row_once", KERNEL_CONTRACT),
+      "the chunk loop stops one row early: the last chunk is lost when N − 1 is a multiple of the chunk size"),
+    m("env-overrides-explicit-kernel", "losses/chunks.py",
+      "chosen = name or from_env or chosen_in_context or automatic_kernel(device)",
+      "chosen = from_env or name or chosen_in_context or automatic_kernel(device)",
+      selection(f"{T}::test_kernel_choice_by_name_head_option_environment_and_device",
+                f"{T}::test_the_triton_kernel_checks_itself_against_eager_before_its_first_use"),
+      "HF_HEADS_CHUNK_KERNEL overrides a kernel named explicitly (a kernel's self-check compares it with itself)"),
+    # ---------------------------------------------------------------- eager and compiled kernels
+    m("bias-grad-ignores-row-weight", "losses/kernels.py",
+      "grad_z.sum(0, dtype=grads.b.dtype) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z",
+      "grad_z.sum(0, dtype=grads.b.dtype)", selection(KERNEL_CONTRACT, ON_ACCELERATOR),
+      "the bias gradient ignores the row weights (1 / num_items_in_batch, the ignored rows' 0)"),
+    m("grad-h-row-weight-dropped", "losses/kernels.py",
+      "        grads.h.mul_(row_weight.to(grads.h.dtype)[:, None])\n", "        pass\n",
+      selection(KERNEL_CONTRACT), "d h of the dense path misses the row weights"),
+    m("sparse-path-row-weight-dropped", "losses/kernels.py", "coef = coef * row_weight.to(coef.dtype)[:, None]",
+      "coef = coef", selection(KERNEL_CONTRACT), "the sparse top-k path's gradients miss the row weights"),
+    m("sparse-bias-grad-dropped", "losses/kernels.py",
+      "            grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))\n", "            pass\n",
+      selection(KERNEL_CONTRACT), "the sparse top-k path gives the bias no gradient"),
+    m("compiled-top-k-smoothing-over-all", "losses/kernels.py", "mean_z = vals.mean(dim=1)", "mean_z = z.mean(dim=1)",
+      selection(KERNEL_CONTRACT), "the compiled kernel smooths a sparse loss over all V logits, not the top k"),
+    # ---------------------------------------------------------------- the Triton row program
+    m("triton-row-weight-dropped", "losses/_triton_rows.py", "            g = g * weight\n",
+      "            g = g\n", selection(KERNEL_CONTRACT), "the Triton kernel's gradient misses the row weights"),
+    m("triton-smoothing-mean-off-by-one", "losses/_triton_rows.py",
+      "smooth * (lse - z_sum / num_classes)", "smooth * (lse - z_sum / (num_classes - 1))",
+      selection(KERNEL_CONTRACT), "the Triton kernel's label-smoothed loss averages the logits over V − 1"),
+    # ---------------------------------------------------------------- the task models, the trainer, decoding
+    m("seq2seq-num-items-dropped", "modeling/seq2seq.py",
+      "loss, logits = self._head_forward(hidden, labels, num_items_in_batch, self._wants_logits(labels))",
+      "loss, logits = self._head_forward(hidden, labels, None, self._wants_logits(labels))",
+      selection("tests/test_accumulation.py"),
+      "HeadsForSeq2SeqLM drops num_items_in_batch: gradient accumulation is inexact for every seq2seq model"),
+    m("trainer-overwrites-user-counts", "training/trainer.py",
+      "        if head.has_word_counts:\n            return\n", "",
+      selection("tests/test_accumulation.py::test_word_counts_the_user_set_are_kept_through_train"),
+      "HeadsTrainer replaces the word counts the user set with the training set's"),
+    m("continuous-decodes-raw-dot-product", "heads/continuous.py",
+      "pred = F.normalize(pred, dim=-1) * self.logit_scale", "pred = pred",
+      selection("tests/test_continuous_head.py::test_beam_search_scores_are_the_heads_decoding_scores"),
+      "continuous margin / softmax heads decode with û·E instead of s · cos(û, E) (same argmax, other beam scores)"),
+]
+# fmt: on
