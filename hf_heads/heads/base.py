@@ -192,12 +192,14 @@ class OutputHead(nn.Module):
     ) -> dict:
         """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), shaped like
         the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0, e.g.
-        outside a sparse head's top k), `entropy` −Σ p log p, and `rank`, the number of classes strictly more probable
-        than the label (the label is in the top k when rank < k; 0 = the argmax), V where p(label) = 0 (never in a
-        top k). `normalized=False` (heads with `has_unnormalized_scores`): `log_prob` is the label's unnormalised
-        log-score instead. `chunk_size`: rows per chunk (default: the chunk engine's memory budget). Computed
-        without gradient by the chunk engine (hf_heads.losses.chunks), one (chunk, V)
-        block of logits at a time, never the (N, V) logits; float64 for a float64 head, else float32."""
+        outside a sparse head's top k), `entropy` −Σ p log p, and `rank`, the label's place in the order
+        `torch.argmax` picks from: the number of classes more probable than the label plus those exactly as probable
+        with a lower index (a tie goes to the lowest index, as in argmax; ties are common in bf16). So rank 0 is the
+        argmax, the label is in the top k when rank < k, and rank is V where p(label) = 0 (never in a top k).
+        `normalized=False` (heads with `has_unnormalized_scores`): `log_prob` is the label's unnormalised log-score
+        instead. `chunk_size`: rows per chunk (default: the chunk engine's memory budget). Computed without gradient
+        by the chunk engine (hf_heads.losses.chunks), one (chunk, V) block of logits at a time, never the (N, V)
+        logits; float64 for a float64 head, else float32."""
         h = hidden.reshape(-1, hidden.shape[-1])  # (N, H)
         y = labels.reshape(-1).to(h.device)  # (N,)
         rows = torch.nonzero(y != ignore_index).squeeze(1)  # (M,) the positions that count
@@ -207,7 +209,9 @@ class OutputHead(nn.Module):
             scores = scores if scores.dtype == torch.float64 else scores.float()
             log_p = torch.log_softmax(scores, dim=-1)  # (n, V)
             target = log_p.gather(1, y_c[:, None])  # (n, 1)
-            rank = torch.where(target.squeeze(1) > -torch.inf, (log_p > target).sum(-1), log_p.shape[-1])
+            cols = torch.arange(log_p.shape[-1], device=log_p.device)  # (V,)
+            ahead = (log_p > target) | ((log_p == target) & (cols < y_c[:, None]))  # (n, V): before the label
+            rank = torch.where(target.squeeze(1) > -torch.inf, ahead.sum(-1), log_p.shape[-1])
             label = target if normalized else scores.gather(1, y_c[:, None])  # (n, 1)
             entropy = torch.special.entr(log_p.exp()).sum(-1)  # (n,)
             return torch.stack([label.squeeze(1), entropy, rank.to(log_p.dtype)], dim=1)

@@ -205,5 +205,12 @@ MUTANTS = [
        "cosine-softmax: a target outside the candidates is masked away"),
     _m("cosine-softmax-unscaled", "losses/continuous.py", "logits = scale * (u_hat @ table.T)  # (n, V)",
        "logits = u_hat @ table.T  # (n, V)", CONTINUOUS, "cosine-softmax ignores its scale s"),
+    # ---------------------------------------------------------------- the heads' statistics (accuracy, TRL)
+    _m("rank-ties-count-as-hits", "heads/base.py",
+       "ahead = (log_p > target) | ((log_p == target) & (cols < y_c[:, None]))", "ahead = log_p > target",
+       ["tests/test_statistics.py"], "a label tied with a lower-index class counts as the argmax (a top-1 hit)"),
+    _m("statistics-log-prob-unnormalised", "heads/base.py",
+       "label = target if normalized else scores.gather(1, y_c[:, None])", "label = scores.gather(1, y_c[:, None])",
+       ["tests/test_statistics.py"], "the statistics' log p(label) is the label's raw score, not its log-probability"),
 ]
 # fmt: on
