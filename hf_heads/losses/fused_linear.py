@@ -279,7 +279,8 @@ def fused_linear_cross_entropy(
         weight_grad: a `WeightGradSlot` that learns which tensor is the gradient of `weight` this loss hands to
             autograd (the margin loss adds its norms' gradient into it in place), or None.
     Returns:
-        a scalar, or (N,) per-row losses for reduction="none" (0 on ignored rows). Computed in
+        a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
+        for (B, T) labels, () for one row; 0 on ignored rows). Computed in
         float32 (float64 inputs stay float64 for gradcheck).
     """
     if logit_scale is not None:
@@ -311,7 +312,7 @@ def fused_linear_cross_entropy(
     opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion)
     if reduction == "none":
         rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad), keep)
-        return reduce_rows(rows, valid, valid.shape, "none")
+        return reduce_rows(rows, valid, target.shape, "none")  # (*,) like the labels
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
     scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)  # an int tensor: not float32
