@@ -285,6 +285,29 @@ def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap:
     return loss, grad_z, grad_t
 
 
+def _compile_isolated(fn, backend: str, limit: int):
+    """`torch.compile(fn)` as a compiled region with room for `limit` recompiles. Where torch.compile takes
+    `recompile_limit` and `isolate_recompiles` (torch >= 2.13; found by its signature) the region has its own limit;
+    on an older torch the function runs with dynamo's process-wide limit raised to `limit` while it is called (the
+    config name probed too), so its variants compile there as well instead of falling back to eager."""
+    import inspect
+
+    accepted = inspect.signature(torch.compile).parameters
+    if "recompile_limit" in accepted and "isolate_recompiles" in accepted:
+        return torch.compile(fn, dynamic=True, backend=backend, recompile_limit=limit, isolate_recompiles=True)
+    compiled = torch.compile(fn, dynamic=True, backend=backend)
+    config = torch._dynamo.config
+    name = next((n for n in ("recompile_limit", "cache_size_limit") if hasattr(config, n)), None)
+    if name is None:
+        return compiled
+
+    def run(*args):
+        with config.patch(**{name: max(limit, getattr(config, name))}):
+            return compiled(*args)
+
+    return run
+
+
 @register_kernel
 class CompiledKernel(EagerKernel):
     """The eager kernel's GEMMs with the per-chunk softmax / margin / top-k / smoothing / soft-cap math of the
@@ -303,13 +326,7 @@ class CompiledKernel(EagerKernel):
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if CompiledKernel._compiled is None:
-            CompiledKernel._compiled = torch.compile(
-                _grad_logits,
-                dynamic=True,
-                backend=self.backend,
-                recompile_limit=self.recompile_limit,
-                isolate_recompiles=True,
-            )
+            CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
         z = _raw_logits(h, w, b, grads.logits, opts.column_scale)  # (n, V)
         loss, grad_z, grad_t = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion
