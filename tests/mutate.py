@@ -5,8 +5,10 @@ Each mutant is one small plausible bug: a text replacement in one file of `hf_he
 the tests to a temporary directory, applies the replacement, and runs the mutant's targeted test selection (default
 suite only, `-m "not slow"`, `-x`) against the copy. A mutant is *killed* when a test fails. One that passes its
 selection is run once more against the whole default suite (`--survivors-full`, on by default) before it is called a
-*survivor*: only a bug the whole suite lets through counts against it. The unmutated copy runs every selection
-first, so a selection that already fails is reported as broken, not counted as a kill.
+*survivor*: only a bug the whole suite lets through counts against it. The unmutated copy first runs every test
+of every selection once (on both cores), so a selection that already fails is reported as broken, not counted as a
+kill. Each test process is forked from a server that has imported torch and transformers (`--no-fork`: a new
+interpreter each), so a mutant costs its tests, not 5-15 s of imports.
 
 A mutant whose text no longer occurs exactly once is reported as stale (the code moved: update the entry). The report
 gives the score of every package (hf_heads/losses, hf_heads/modeling, ...) and every file.
@@ -22,8 +24,11 @@ gives the score of every package (hf_heads/losses, hf_heads/modeling, ...) and e
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,17 +57,84 @@ def _copy_tree(dest: Path, rev: str | None) -> None:
 
 
 WHOLE_SUITE = ("-n", "2", "tests")  # pytest arguments of the whole default suite (a survivor's second run)
+PYTEST = ("-x", "-q", "-m", "not slow", "-p", "no:cacheprovider")
+# What every test process starts with (tests/conftest.py sets the same defaults): no network, one thread, Triton's
+# CPU interpreter (fixed when triton is first imported, so set before the preload below).
+TEST_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_EVALUATE_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_NUM_THREADS": "1",
+    "TRITON_INTERPRET": "1",
+}
+# Imported once by the fork server, so a test process forked from it starts without the 5-15 s of importing torch and
+# transformers: every third-party module the tests import at their top, never hf_heads or the tests (mutated copies).
+PRELOAD = [
+    "numpy",
+    "torch",
+    "triton",
+    "pytest",
+    "xdist",
+    "hypothesis",
+    "datasets",
+    "accelerate",
+    "evaluate",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.trainer",
+    "transformers.generation",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.bart.modeling_bart",
+    "transformers.models.bert.modeling_bert",
+    "transformers.models.t5.modeling_t5",
+]
 
 
-def _pytest(dest: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str, float]:
-    env = {**os.environ, "PYTHONPATH": str(dest), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", *tests]
+def _pytest_in_child(dest: str, args: tuple[str, ...], log: str) -> None:
+    """A forked test process: pytest with `args` on the copy at `dest`, its output in `log`. The copy comes first on
+    sys.path and the repository is taken off it, so `hf_heads` and the tests are the copy's."""
+    os.setsid()  # its own process group: a timeout kills it with the workers it starts
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.chdir(dest)
+    ours = {str(ROOT), str(ROOT / "tests"), ""}  # the repository and this script's folder
+    sys.path[:] = [dest, *(p for p in sys.path if p not in ours)]
+    import pytest
+
+    code = pytest.main(list(args))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
+
+
+def _pytest(dest: Path, tests: tuple[str, ...], timeout: float, fork: bool = True) -> tuple[int, str, float]:
+    """pytest on the copy at `dest`: (exit code, or -1 on timeout; its output; seconds). `fork`: in a process forked
+    from the fork server (the modules of PRELOAD already imported), else in a new interpreter."""
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    if not fork:
+        env = {**os.environ, **TEST_ENV, "PYTHONPATH": str(dest)}
+        cmd = [sys.executable, "-m", "pytest", *PYTEST, *tests]
+        try:
+            proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return -1, "timeout", time.perf_counter() - start
+        return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
+    log = dest / "pytest.log"
+    child = multiprocessing.get_context("forkserver").Process(
+        target=_pytest_in_child, args=(str(dest), (*PYTEST, *tests), str(log))
+    )
+    child.start()
+    child.join(timeout)
+    if child.exitcode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.join()
         return -1, "timeout", time.perf_counter() - start
-    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
+    return child.exitcode, log.read_text(errors="replace") if log.exists() else "", time.perf_counter() - start
 
 
 def _first_failure(output: str) -> str:
@@ -72,7 +144,9 @@ def _first_failure(output: str) -> str:
     return ""
 
 
-def run_mutant(mutant: Mutant | None, tests: tuple[str, ...], timeout: float, rev: str | None = None) -> dict:
+def run_mutant(
+    mutant: Mutant | None, tests: tuple[str, ...], timeout: float, rev: str | None = None, fork: bool = True
+) -> dict:
     """Run `tests` on a copy of the tree (of commit `rev`, default the working tree) with `mutant` applied (None:
     the unmutated tree)."""
     with tempfile.TemporaryDirectory(prefix="hf_heads_mutant_") as tmp:
@@ -84,14 +158,22 @@ def run_mutant(mutant: Mutant | None, tests: tuple[str, ...], timeout: float, re
             if text.count(mutant.old) != 1:
                 return {"status": "stale", "detail": f"{text.count(mutant.old)} matches in {mutant.path}", "s": 0.0}
             path.write_text(text.replace(mutant.old, mutant.new))
-        code, output, seconds = _pytest(dest, tests, timeout)
+        code, output, seconds = _pytest(dest, tests, timeout, fork)
     if code == 0:
         return {"status": "survived", "detail": "", "s": seconds}
     if code == 1:
         return {"status": "killed", "detail": _first_failure(output), "s": seconds}
     if code == -1:
         return {"status": "timeout", "detail": f"over {timeout:.0f} s", "s": seconds}
-    return {"status": "error", "detail": f"pytest exit {code}: " + output.strip().splitlines()[-1][:120], "s": seconds}
+    last = output.strip().splitlines()[-3:] or [""]
+    return {"status": "error", "detail": f"pytest exit {code}: " + " / ".join(last)[:300], "s": seconds}
+
+
+def _union(selections) -> list[str]:
+    """The pytest arguments of every selection, once each: a node id whose file is selected whole is left out."""
+    args = list(dict.fromkeys(arg for tests in selections for arg in tests))
+    files = {arg for arg in args if "::" not in arg}
+    return [arg for arg in args if arg.split("::")[0] not in files or "::" not in arg]
 
 
 def _scores(mutants: list[Mutant], results: list[dict], key) -> list[str]:
@@ -124,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="run a mutant that passes its selection against the whole default suite before calling it a survivor",
     )
+    parser.add_argument(
+        "--fork",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fork each test process from a server that imported torch and transformers once (--no-fork: start a "
+        "new interpreter per mutant)",
+    )
     parser.add_argument("--list", action="store_true", help="print the mutants and exit")
     parser.add_argument("--out", type=Path, help="also write the table (markdown) to this file")
     parser.add_argument("--rev", help="mutate this commit (git archive) instead of the working tree")
@@ -139,20 +228,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     start = time.perf_counter()
-    selections = sorted({m.tests for m in mutants})
+    os.environ.update(TEST_ENV)
+    if args.fork:
+        multiprocessing.set_forkserver_preload(PRELOAD)
+    baseline = run_mutant(None, ("-n", "2", *_union(m.tests for m in mutants)), 4 * args.timeout, args.rev, args.fork)
+    if baseline["status"] != "survived":  # the unmutated tree must pass every selection
+        print(f"the unmutated tree fails: {baseline['status']} {baseline['detail']}", file=sys.stderr)
+        return 2
     with ThreadPoolExecutor(args.jobs) as pool:
-        runs = pool.map(lambda t: run_mutant(None, t, args.timeout, args.rev), selections)
-        baselines = dict(zip(selections, runs, strict=True))
-        broken = {t: r for t, r in baselines.items() if r["status"] != "survived"}
-        for tests, result in broken.items():
-            print(f"unmutated tree fails {' '.join(tests)}: {result['status']} {result['detail']}", file=sys.stderr)
-        if broken:
-            return 2
-        results = list(pool.map(lambda m: run_mutant(m, m.tests, args.timeout, args.rev), mutants))
+        results = list(pool.map(lambda m: run_mutant(m, m.tests, args.timeout, args.rev, args.fork), mutants))
     if args.survivors_full:  # one at a time: the whole default suite runs on both cores (-n 2)
         for k, (m, r) in enumerate(zip(mutants, results, strict=True)):
             if r["status"] == "survived":
-                full = run_mutant(m, WHOLE_SUITE, 4 * args.timeout, args.rev)
+                full = run_mutant(m, WHOLE_SUITE, 4 * args.timeout, args.rev, args.fork)
                 full["s"] += r["s"]
                 full["detail"] = ("whole suite: " + full["detail"]).strip() if full["detail"] else "whole suite passes"
                 results[k] = full

@@ -382,6 +382,11 @@ def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     seen = []
     out = map_chunks(lambda a, b_: seen.append(len(a)) or a * b_, (torch.arange(11.0),), (2.0,), 4)
     assert seen == [4, 4, 3] and torch.equal(out, torch.arange(11.0) * 2)
+    for rows, step in itertools.product(range(1, 14), range(1, 6)):  # a last chunk of 1 .. step rows, or none
+        sizes = []
+        out = map_chunks(lambda a: sizes.append(len(a)) or a + 1, (torch.arange(float(rows)),), (), step)
+        assert torch.equal(out, torch.arange(float(rows)) + 1), (rows, step)
+        assert sizes == [step] * (rows // step) + ([rows % step] if rows % step else []), (rows, step)
 
 
 @pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
