@@ -9,8 +9,13 @@ from mutants import Mutant, m, selection
 
 T = "tests/test_kernels.py"
 EVAL = "tests/test_eval_without_logits.py"
-KERNEL_CONTRACT = f"{T}::test_every_kernel_equals_the_naive_reference_and_passes_gradcheck"
 ON_ACCELERATOR = f"{T}::test_a_training_step_on_an_accelerator_reads_nothing_on_the_host"
+
+
+def contract(*cases: str) -> tuple[str, ...]:
+    """Node ids of the kernel contract (tests/test_kernels.py) for "kernel-options" cases, e.g. "eager-plain"."""
+    return tuple(f"{T}::test_every_kernel_equals_the_naive_reference_and_passes_gradcheck[{c}]" for c in cases)
+
 
 # fmt: off
 MUTANTS: list[Mutant] = [
@@ -38,7 +43,7 @@ MUTANTS: list[Mutant] = [
     m("rows-backward-ignores-grad-out", "losses/fused_linear.py",
       "row_weight=grad_out, needs=ctx.needs_input_grad[:5])",
       "row_weight=torch.ones_like(grad_out), needs=ctx.needs_input_grad[:5])",
-      selection(KERNEL_CONTRACT, "tests/test_contract.py::test_reductions_ignored_rows_and_num_items_in_batch"),
+      selection("tests/test_reduction_shapes.py", f"{ON_ACCELERATOR}[plain-none]"),
       "reduction='none''s backward weights every row by 1, not by its incoming gradient"),
     m("none-returns-flat-rows", "losses/fused_linear.py", 'return reduce_rows(rows, valid, target.shape, "none")',
       'return reduce_rows(rows, valid, valid.shape, "none")', selection("tests/test_reduction_shapes.py"),
@@ -46,7 +51,7 @@ MUTANTS: list[Mutant] = [
     # ---------------------------------------------------------------- the chunk engine
     m("chunk-loop-drops-last-row", "losses/chunks.py", "for start in range(0, num_rows, step):  # the one chunk loop",
       "for start in range(0, num_rows - 1, step):  # the one chunk loop",
-      selection(f"{T}::test_chunks_fit_the_memory_budget_and_cover_every_row_once", KERNEL_CONTRACT),
+      selection(f"{T}::test_chunks_fit_the_memory_budget_and_cover_every_row_once", *contract("eager-plain")),
       "the chunk loop stops one row early: the last chunk is lost when N − 1 is a multiple of the chunk size"),
     m("env-overrides-explicit-kernel", "losses/chunks.py",
       "chosen = name or from_env or chosen_in_context or automatic_kernel(device)",
@@ -57,24 +62,27 @@ MUTANTS: list[Mutant] = [
     # ---------------------------------------------------------------- eager and compiled kernels
     m("bias-grad-ignores-row-weight", "losses/kernels.py",
       "grad_z.sum(0, dtype=grads.b.dtype) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z",
-      "grad_z.sum(0, dtype=grads.b.dtype)", selection(KERNEL_CONTRACT, ON_ACCELERATOR),
+      "grad_z.sum(0, dtype=grads.b.dtype)", selection(*contract("eager-plain", "compiled-plain", "triton-plain")),
       "the bias gradient ignores the row weights (1 / num_items_in_batch, the ignored rows' 0)"),
     m("grad-h-row-weight-dropped", "losses/kernels.py",
       "        grads.h.mul_(row_weight.to(grads.h.dtype)[:, None])\n", "        pass\n",
-      selection(KERNEL_CONTRACT), "d h of the dense path misses the row weights"),
+      selection(*contract("eager-plain", "triton-plain")), "d h of the dense path misses the row weights"),
     m("sparse-path-row-weight-dropped", "losses/kernels.py", "coef = coef * row_weight.to(coef.dtype)[:, None]",
-      "coef = coef", selection(KERNEL_CONTRACT), "the sparse top-k path's gradients miss the row weights"),
+      "coef = coef", selection(*contract("eager-top-k")), "the sparse top-k path's gradients miss the row weights"),
     m("sparse-bias-grad-dropped", "losses/kernels.py",
       "            grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))\n", "            pass\n",
-      selection(KERNEL_CONTRACT), "the sparse top-k path gives the bias no gradient"),
+      selection(*contract("eager-top-k")), "the sparse top-k path gives the bias no gradient"),
     m("compiled-top-k-smoothing-over-all", "losses/kernels.py", "mean_z = vals.mean(dim=1)", "mean_z = z.mean(dim=1)",
-      selection(KERNEL_CONTRACT), "the compiled kernel smooths a sparse loss over all V logits, not the top k"),
+      selection(*contract("compiled-top-k-smoothing-target")),
+      "the compiled kernel smooths a sparse loss over all V logits, not the top k"),
     # ---------------------------------------------------------------- the Triton row program
     m("triton-row-weight-dropped", "losses/_triton_rows.py", "            g = g * weight\n",
-      "            g = g\n", selection(KERNEL_CONTRACT), "the Triton kernel's gradient misses the row weights"),
+      "            g = g\n", selection(*contract("triton-plain")),
+      "the Triton kernel's gradient misses the row weights"),
     m("triton-smoothing-mean-off-by-one", "losses/_triton_rows.py",
       "smooth * (lse - z_sum / num_classes)", "smooth * (lse - z_sum / (num_classes - 1))",
-      selection(KERNEL_CONTRACT), "the Triton kernel's label-smoothed loss averages the logits over V − 1"),
+      selection(*contract("triton-smoothing")),
+      "the Triton kernel's label-smoothed loss averages the logits over V − 1"),
     # ---------------------------------------------------------------- the task models, the trainer, decoding
     m("seq2seq-num-items-dropped", "modeling/seq2seq.py",
       "loss, logits = self._head_forward(hidden, labels, num_items_in_batch, self._wants_logits(labels))",
