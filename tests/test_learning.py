@@ -346,9 +346,13 @@ EXPECTED.update(
         ("clf", "sampled-bce-cps"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
         ("clf", "sampled-bce-nce"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.9%
         ("clf", "sampled-mse-full"): learns(0.9),  # 98.0%
-        # k=5 of 144 classes: recorded at 62.7%, measured 46.9% on 2026-11-25 (1 and 2 threads, the same at commit
-        # 61f25a9): an expected failure of its 0.5 floor until the drop is explained
-        ("clf", "sparse"): (0.5, "measured 46.9% against the 62.7% recorded earlier; cause not found", True),
+        # k=5 of 144 classes: what 300 steps reach depends on float rounding, not on the code. At this file's seeds,
+        # torch 2.13 on an AVX-512 Xeon: 32.6% with one thread, 50.0% with two, 47.1% with one thread and
+        # MKL_ENABLE_INSTRUCTIONS=AVX2; the same 32.6% (one thread) at e791f97, the commit that recorded 62.7%, and at
+        # 3f1e29e. Other init seeds (torch.manual_seed 1-7, one thread): 15.0, 26.4, 36.9, 95.3, 19.1, 30.7, 78.3%
+        # (softmax: 64-100%). The 62.7% and the 46.9% measured later are not reproduced here; they fit this spread
+        # (another CPU or thread count). Floor 0.2: below every value seen.
+        ("clf", "sparse"): learns(0.2, "k=5 of 144 classes: 15-95% over init seeds, rounding-sensitive"),
     }
 )
 
