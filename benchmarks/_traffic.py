@@ -1,0 +1,179 @@
+"""Bytes an output-layer step moves through memory, by the implementation's own passes (the benchmarks' "GB moved").
+
+The count is the compulsory traffic of every kernel call over the two large kinds of buffer: each (rows, V) and
+(V, H) operand a call reads is read once, each it writes is written once (a GEMM's operands included: a product per
+chunk reads all of W once per chunk). Re-reads inside a tiled kernel (served by L2 or not), the (N, H) and (V,)
+buffers and the loss scalars are left out. So for N rows, H hidden, V classes, per step (forward + backward):
+
+    bytes = Σ_passes over (rows, V) buffers  rows · V · itemsize  +  Σ_passes over (V, H) buffers  V · H · itemsize
+
+with rows summing to N over the chunks, and one (V, H) pass per chunk for each product that reads W or adds into
+the (V, H) gradient. The passes of each implementation are listed in `step_bytes` next to the code they count
+(hf_heads.losses.fused_linear / kernels / triton_kernel; Liger-Kernel's fused_linear_cross_entropy.py; Cut
+Cross-Entropy's cce.py; torch's linear, log_softmax and nll_loss). Every method ends the same way, adding its
+weight gradient into a preallocated `.grad` (read both, write one: three (V, H) passes in the weight's dtype).
+"""
+
+from __future__ import annotations
+
+import math
+
+IMPLEMENTATIONS = (
+    "naive",  # F.cross_entropy(F.linear(h, W, b), y) (under autocast: a half GEMM, log_softmax to float32)
+    "naive-upcast",  # the same with the logits cast to float32 first (transformers' ForCausalLMLoss)
+    "floor",  # three bare GEMMs into one reused (N, V) buffer, inputs already in the GEMM dtype
+    "hf_heads-eager",
+    "hf_heads-compiled",
+    "hf_heads-triton",
+    "hf_heads-triton-half",
+    "liger",
+    "cce",
+)
+
+
+def liger_chunk_rows(n: int, hidden: int, vocab: int) -> int:
+    """Liger-Kernel's rows per chunk: next_power_of_2(ceil(N / ceil(V / H))), at most N."""
+    inc = math.ceil(vocab / hidden)
+    return min(n, 1 << max(0, math.ceil(math.log2(math.ceil(n / inc)))))
+
+
+def step_bytes(
+    impl: str,
+    n: int,
+    hidden: int,
+    vocab: int,
+    *,
+    gemm: int = 4,
+    weight: int = 4,
+    chunk_rows: int | None = None,
+    bias: bool = True,
+    frozen: bool = False,
+    autocast_log_softmax: bool = False,
+    in_place_dw: bool = True,
+    scales_by_grad_out: bool = False,
+) -> dict[str, int]:
+    """The bytes of one forward + backward step of `impl` (one of `IMPLEMENTATIONS`), itemised: "(rows, V)" and
+    "(V, H)" totals and the step's sum "total".
+
+    gemm: itemsize of the products' dtype (2 under bf16 / fp16 autocast or half weights, 4 in float32);
+    weight: itemsize of the weight parameter (4: float32 master weights; 2: a half model); chunk_rows: the rows per
+    chunk of a chunked method (hf_heads: its chunk engine's; Liger: `liger_chunk_rows` when None); bias: a bias is
+    added (and its gradient summed); frozen: W has no gradient; autocast_log_softmax: the naive row's log_softmax
+    is autocast's (a half input, float32 output and gradient, the gradient handed back in the half dtype);
+    in_place_dw: hf_heads adds each chunk's half-precision weight product into the float32 accumulator inside the
+    GEMM (`adds_half_products_in_place`; else a half (V, H) temporary per chunk); scales_by_grad_out: hf_heads'
+    backward multiplies its gradients by d loss (on an accelerator, where it does not read d loss on the host)."""
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
+    nv, vh = n * vocab, vocab * hidden
+    rows: dict[str, int] = {}
+    mats: dict[str, int] = {}
+    acc = 4  # float32 accumulators
+
+    def grad_into_dot_grad(size: int) -> None:
+        if not frozen:
+            mats["add into .grad: read both, write one"] = 3 * vh * size
+
+    if impl in ("naive", "naive-upcast"):
+        half = gemm < 4
+        if weight != gemm:
+            mats["cast W to the GEMM dtype (read, write)"] = vh * (weight + gemm)
+        mats["forward GEMM reads W"] = vh * gemm
+        mats["d h GEMM reads W"] = vh * gemm
+        rows["forward GEMM writes the logits"] = nv * gemm
+        upcast = impl == "naive-upcast" and half
+        if upcast:
+            rows[".float() copy of the logits (read, write)"] = nv * (gemm + 4)
+        # log_softmax's output dtype and that of the gradient it hands back: float32 after the upcast; autocast's
+        # log_softmax writes float32 from a half input and hands a half gradient back; else the logits' dtype
+        lsm, back = (4, 4) if upcast else (4, gemm) if autocast_log_softmax and half else (gemm, gemm)
+        rows["log_softmax (read, write)"] = nv * ((4 if upcast else gemm) + lsm)
+        rows["nll_loss backward: zeroed gradient"] = nv * lsm
+        rows["log_softmax backward (read gradient and output, write)"] = nv * (2 * lsm + back)
+        if upcast:
+            rows[".float() backward (read, write)"] = nv * (4 + gemm)
+        rows["d h and d W GEMMs read d z"] = nv * gemm * (1 if frozen else 2)
+        if bias:
+            rows["d b: sum of d z"] = nv * gemm
+        if not frozen:
+            mats["d W GEMM writes"] = vh * gemm
+            if weight != gemm:
+                mats["cast d W to the weight's dtype (read, write)"] = vh * (gemm + weight)
+        grad_into_dot_grad(weight)
+    elif impl == "floor":
+        rows["three GEMMs: write z, read it twice"] = 3 * nv * gemm
+        mats["three GEMMs: read W twice, write d W"] = 3 * vh * gemm
+    elif impl.startswith("hf_heads"):
+        kernel = impl.split("-", 1)[1]
+        chunks = math.ceil(n / (chunk_rows or n))
+        workspace = gemm if (kernel == "triton-half" or gemm == 4) else 4
+        if weight != gemm:
+            mats["cast W to the GEMM dtype once (read, write)"] = vh * (weight + gemm)
+        mats["logits GEMM reads W, per chunk"] = chunks * vh * gemm
+        mats["d h GEMM reads W, per chunk"] = chunks * vh * gemm
+        if not frozen:
+            mats["zero the float32 d W accumulator"] = vh * acc
+            if gemm == acc or in_place_dw:
+                mats["d W GEMM adds into the accumulator (read, write), per chunk"] = chunks * vh * 2 * acc
+            else:
+                mats["d W product: half temporary written and read, per chunk"] = chunks * vh * 2 * gemm
+                mats["temporary added to the accumulator (read, write), per chunk"] = chunks * vh * 2 * acc
+            if weight != acc:
+                mats["cast d W to the weight's dtype (read, write)"] = vh * (acc + weight)
+            if scales_by_grad_out:
+                mats["backward: d W times d loss (read, write)"] = vh * 2 * weight
+        if workspace == gemm:
+            rows["logits GEMM writes the workspace"] = nv * gemm
+        else:
+            rows["logits GEMM writes a half product"] = nv * gemm
+            rows["product cast to the float32 workspace (read, write)"] = nv * (gemm + workspace)
+        if bias:
+            rows["+ b (read, write)"] = nv * 2 * workspace
+        if kernel in ("eager",):
+            rows["log_softmax in place (read, write)"] = nv * 2 * workspace
+            rows["exp in place: the gradient (read, write)"] = nv * 2 * workspace
+        elif kernel == "compiled":
+            rows["compiled gradient: read twice, write a new block"] = nv * 3 * workspace
+        else:
+            rows["Triton row program: read twice, write the gradient once"] = nv * 3 * workspace
+        if bias:
+            rows["d b: sum of d z"] = nv * workspace
+        if workspace != gemm:
+            rows["d z cast to the GEMM dtype (read, write)"] = nv * (workspace + gemm)
+        rows["d h and d W GEMMs read d z"] = nv * gemm * (1 if frozen else 2)
+        grad_into_dot_grad(weight)
+    elif impl == "liger":
+        chunks = math.ceil(n / (chunk_rows or liger_chunk_rows(n, hidden, vocab)))
+        mats["logits GEMM reads W, per chunk"] = chunks * vh * gemm
+        mats["d h GEMM reads W, per chunk"] = chunks * vh * gemm
+        if not frozen:
+            mats["zero d W"] = vh * weight
+            mats["d W addmm into d W (read, write), per chunk"] = chunks * vh * 2 * weight
+        rows["logits GEMM writes"] = nv * gemm
+        if bias:
+            rows["+ b (read, write)"] = nv * 2 * gemm
+        rows["cross-entropy kernel: read twice, write the gradient once"] = nv * 3 * gemm
+        rows["d h and d W GEMMs read d z"] = nv * gemm * (1 if frozen else 2)
+        if bias:
+            rows["d b: sum of d z"] = nv * gemm
+        grad_into_dot_grad(weight)
+    else:  # cce: no (rows, V) buffer; W read by the forward log-sum-exp and the backward kernel, d W zeroed and added
+        mats["forward log-sum-exp kernel reads W"] = vh * gemm
+        mats["backward kernel reads W"] = vh * gemm
+        if not frozen:
+            mats["d W zeroed, then its tiles added (read, write)"] = 3 * vh * gemm
+        grad_into_dot_grad(weight)
+    out = {f"(rows, V): {k}": v for k, v in rows.items()}
+    out.update({f"(V, H): {k}": v for k, v in mats.items()})
+    out["(rows, V)"] = sum(rows.values())
+    out["(V, H)"] = sum(mats.values())
+    out["total"] = out["(rows, V)"] + out["(V, H)"]
+    return out
+
+
+def gb_cell(counted: dict[str, int] | None) -> str:
+    """'total GB ((rows, V) + (V, H))' of a `step_bytes` result, or '—' (not counted)."""
+    if counted is None:
+        return "—"
+    total, rows, mats = (counted[k] / 1e9 for k in ("total", "(rows, V)", "(V, H)"))
+    return f"{total:.3g} ({rows:.3g} + {mats:.3g})"
