@@ -1,27 +1,45 @@
 #!/usr/bin/env python
-"""Output-layer forward+backward: seconds and peak memory, naive logits vs chunked losses.
+"""Output-layer forward+backward: seconds, peak memory and bytes moved, naive logits vs chunked losses vs peers.
 
     python benchmarks/bench_margin.py                 # N=4096, H=512, V=50,000 and 200,000, CPU
     python benchmarks/bench_margin.py --vocab 50000 --device cuda
     python benchmarks/bench_margin.py --vocab 50000 --paired 1   # each hf_heads row against hf_heads softmax, paired
+    python benchmarks/bench_margin.py --device cuda --tokens 8192 --hidden 2304 --vocab 256000 --autocast bf16 \
+        --inputs peaked                               # the Gemma-sized row as benchmarks/gpu.sh runs it
 
-"three matmuls alone" is the floor of any exact method (h Wᵀ, G W and Gᵀ h, nothing else). The peers' fused
-linear cross-entropy rows (Liger-Kernel, Cut Cross-Entropy: Triton, CUDA only) run where their package imports.
-"compiled kernel" rows run the chunk engine's torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its one-off
-compilation is in the warm-up call, its compiler's memory in the peak); "triton kernel" rows the hand-written Triton
-kernel, "triton-half kernel" rows its variant with half-precision logits under autocast (GPU only: left out on a
-CPU). "naive logits, softmax" is a plain model's output layer
-(`F.cross_entropy(F.linear(h, W, b), y)`: under `--autocast` a half-precision GEMM); the naive margin rows are
-`margin_logits` (its products in float32, also under autocast), so under autocast compare the margin rows with the
-naive softmax row as well. Each method runs in a fresh process; with `--rounds R` the methods run in turn
-R times (so a slow spell of a noisy machine is shared by all of them) and each row reports the median, min and max
-over all its timed calls. `--paired 1` times each hf_heads row (eager kernel, trainable W) against hf_heads softmax
-instead: both steps on the same inputs in one process, alternating AB, BA, ... for `--repeats` pairs per round, and
-reports the median (min–max) of the pairs' ratios, free of the drift between processes that the table's ratios carry.
-Peak memory is what the loss adds on top of its inputs
-(hidden, weight, bias and their gradients): on CUDA `torch.cuda.max_memory_allocated`, on the CPU
-the growth of the process's peak resident set (ru_maxrss) over the level after the inputs were
-allocated. Each process times `--repeats` calls after one warm-up call.
+Rows. "naive logits, softmax" is a plain model's output layer, `F.cross_entropy(F.linear(h, W, b), y)`: under
+`--autocast` a half-precision GEMM whose logits autocast's log_softmax turns into float32; "+ float32 upcast
+(transformers)" casts the logits to float32 first, as transformers' causal-LM loss (`ForCausalLMLoss`) does; "half
+weights" rows (under `--autocast` only) take h, W (and b) already in the autocast dtype, as a bf16 model hands them
+over, and run without autocast, as Liger-Kernel's and Cut Cross-Entropy's own benchmarks do. "three bare GEMMs"
+is h Wᵀ, d z W and d zᵀ h into one (N, V) buffer (allocated in the warm-up call) with the inputs cast to the
+products' dtype beforehand: nothing else, no softmax; "FLOP floor" rows are not measured but computed, 6·N·H·V
+FLOPs (4·N·H·V with a frozen W) at the device's peak rate for the products' dtype, measured by one large matmul at
+the start (and the vendor's dense figure where the device is in `VENDOR_PEAK_TFLOPS`). The peers' fused linear
+cross-entropy: torch's `F.linear_cross_entropy` where the installed torch has it; Liger-Kernel (no bias, and a
+separate row with a bias) and Cut Cross-Entropy (its gradient filter on, `filter_eps="auto"`, and off, `None`; no
+bias) on CUDA where their package imports (under `--autocast` with half weights); where a row cannot run it is
+listed under the table as "not available here", with the reason. "compiled kernel" rows run the chunk engine's
+torch.compile'd kernel (`HF_HEADS_CHUNK_KERNEL=compiled`; its compilation is in the warm-up call), "triton kernel"
+rows the hand-written Triton kernel, "triton-half kernel" rows its variant with half-precision logits under autocast
+(GPU only: left out on a CPU unless Triton's interpreter is on, `TRITON_INTERPRET=1`); the other hf_heads rows the
+eager kernel. The naive margin rows are `margin_logits` (its products in float32, also under autocast), so under
+autocast compare the margin rows with the naive softmax row as well: every row has its time and memory against the
+naive softmax of the same table, and against its own reference.
+
+Inputs (`--inputs`): "random" (h, W Gaussian: a flat softmax, nothing for CCE's filter to skip) or "peaked" (logits
+with the statistics of the packaged SmolLM2-135M on real text: benchmarks/_peaked.py). Float32 tables run with TF32
+off unless `--tf32 1` (`torch.set_float32_matmul_precision("high")`).
+
+"GB moved" is each implementation's own count of the bytes its passes over the (rows, V) and (V, H) buffers read and
+write per step (benchmarks/_traffic.py: the formula and every pass), not a measurement. Each method runs in a fresh
+process (with HF_HEADS_BENCH_IN_PROCESS=1, as on CUDA in benchmarks/gpu.sh, in this one); with `--rounds R` the
+methods run in turn R times and each row reports the median, min and max over all its timed calls. `--paired 1`
+times each hf_heads row (eager kernel, trainable W) against hf_heads softmax instead: both steps on the same inputs
+in one process, alternating AB, BA, ... for `--repeats` pairs per round, and reports the median (min–max) of the
+pairs' ratios. Peak memory is what the loss adds on top of its inputs (hidden, weight, bias and their gradients): on
+CUDA `torch.cuda.max_memory_allocated`, on the CPU the growth of the process's peak resident set (ru_maxrss) over the
+level after the inputs were allocated. Each process times `--repeats` calls after one warm-up call.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from _peaked import peaked_inputs
 from _timing import (
     autocast,
     bench_parser,
@@ -41,29 +60,39 @@ from _timing import (
     interleaved,
     measure,
     print_failures,
-    ratio_cells,
     run_isolated,
     seconds_cell,
     without_failures,
 )
+from _traffic import gb_cell, step_bytes
 
 from hf_heads.losses import margin_cross_entropy, margin_logits
-from hf_heads.losses.chunks import KERNEL_ENV
+from hf_heads.losses.chunks import KERNEL_ENV, rows_per_chunk
 
 ARC = dict(margin="arc", m=0.001, word_norm="log-unigram", context_norm="max-norm")
 LSM = dict(margin="lsm", m=2)
 SOFTMAX = "hf_heads softmax"
-# name: (implementation, margin options, the naive row it is compared with)
+NAIVE = "naive logits, softmax"
+HALF = {"half": True, "bias": False}  # h and W (no bias) in the autocast dtype, run without autocast
+# name: (implementation, options, the naive row it is compared with besides NAIVE). Options: margin options, "kernel"
+# (the chunk kernel), "frozen" (W without gradient), "half" (half weights, under --autocast only), "bias" (False: no
+# bias), "upcast" (the naive row's float32 logits), "filter" (CCE's filter_eps)
 METHODS = {
-    "naive logits, softmax": ("naive", {}, "naive logits, softmax"),
-    "three matmuls alone (the floor)": ("floor", {}, "naive logits, softmax"),
-    "torch F.linear_cross_entropy (chunked)": ("torch", {}, "naive logits, softmax"),
-    "Liger-Kernel fused linear CE": ("liger", {}, "naive logits, softmax"),
-    "Cut Cross-Entropy (no bias)": ("cce", {}, "naive logits, softmax"),
-    SOFTMAX: ("ours", {}, "naive logits, softmax"),
-    "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, "naive logits, softmax"),
-    "hf_heads softmax, triton kernel": ("ours", {"kernel": "triton"}, "naive logits, softmax"),
-    "hf_heads softmax, triton-half kernel": ("ours", {"kernel": "triton-half"}, "naive logits, softmax"),
+    NAIVE: ("naive", {}, NAIVE),
+    "naive logits, softmax + float32 upcast (transformers)": ("naive", {"upcast": True}, NAIVE),
+    "naive logits, softmax, half weights, no bias": ("naive", HALF, NAIVE),
+    "three bare GEMMs (no softmax, one (N, V) buffer)": ("floor", {}, NAIVE),
+    "torch F.linear_cross_entropy (chunked)": ("torch", {}, NAIVE),
+    "Liger-Kernel fused linear CE, no bias": ("liger", HALF, NAIVE),
+    "Liger-Kernel fused linear CE, with bias": ("liger", {"half": True}, NAIVE),
+    "Cut Cross-Entropy, filter on, no bias": ("cce", {**HALF, "filter": "auto"}, NAIVE),
+    "Cut Cross-Entropy, filter off, no bias": ("cce", {**HALF, "filter": None}, NAIVE),
+    SOFTMAX: ("ours", {}, NAIVE),
+    "hf_heads softmax, compiled kernel": ("ours", {"kernel": "compiled"}, NAIVE),
+    "hf_heads softmax, triton kernel": ("ours", {"kernel": "triton"}, NAIVE),
+    "hf_heads softmax, triton-half kernel": ("ours", {"kernel": "triton-half"}, NAIVE),
+    "hf_heads softmax, half weights, no bias, triton kernel": ("ours", {**HALF, "kernel": "triton"}, NAIVE),
+    "hf_heads softmax, half weights, no bias, triton-half kernel": ("ours", {**HALF, "kernel": "triton-half"}, NAIVE),
     "naive logits, arc+log-unigram+max-norm": ("naive", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm": ("ours", ARC, "naive logits, arc+log-unigram+max-norm"),
     "hf_heads arc+log-unigram+max-norm, compiled kernel": (
@@ -83,6 +112,7 @@ METHODS = {
     ),  # fmt: skip
     "naive logits, lsm m=2": ("naive", LSM, "naive logits, lsm m=2"),
     "hf_heads lsm m=2": ("ours", LSM, "naive logits, lsm m=2"),
+    "hf_heads lsm m=2, triton kernel": ("ours", {**LSM, "kernel": "triton"}, "naive logits, lsm m=2"),
     # every other margin option alone, compared with hf_heads' own softmax
     "hf_heads arc m=0.001": ("ours", dict(margin="arc", m=0.001), None),
     "hf_heads cos m=0.1": ("ours", dict(margin="cos", m=0.1), None),
@@ -101,22 +131,32 @@ METHODS = {
         "naive logits, softmax, frozen W",
     ),
 }
+# options that are not margin options (what `make_step` passes on to the loss is the rest)
+ROW_OPTIONS = ("kernel", "frozen", "half", "bias", "upcast", "filter")
+# dense peak TFLOP/s (no sparsity) from the vendors' data sheets, by a part of torch.cuda.get_device_name(); checked in
+# order (the first match wins): for the "FLOP floor" rows beside the measured peak
+VENDOR_PEAK_TFLOPS = {
+    "H200": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H100 PCIe": {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.2},
+    "H100": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},  # SXM ("NVIDIA H100 80GB HBM3")
+    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+}
 
 
-def _liger(h, w, b, y):
+def _liger(h, w, b, y, opts):
     from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
 
     return LigerFusedLinearCrossEntropyLoss()(w, h, y, b)
 
 
-def _cce(h, w, b, y):  # Cut Cross-Entropy has no bias argument
+def _cce(h, w, b, y, opts):  # no bias: cut-cross-entropy 25.1.1 (PyPI) has no bias argument
     from cut_cross_entropy import linear_cross_entropy
 
-    return linear_cross_entropy(h, w, y)
+    return linear_cross_entropy(h, w, y, filter_eps=opts["filter"])
 
 
-# peers' fused linear cross-entropy (CUDA only: Triton), run where their package imports; `pip download --no-deps -d
-# .whl liger-kernel cut-cross-entropy` beside the repository, then benchmarks/gpu.sh installs them from there
+# peers' fused linear cross-entropy (Triton, CUDA only), run where their package imports: `make gpu-wheels` puts them
+# in .whl/, from where benchmarks/gpu.sh installs them
 PEERS = {"liger": _liger, "cce": _cce}
 PEER_MODULES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -126,26 +166,43 @@ def _pairs_with_softmax(method: str) -> bool:
     """Whether `--paired` times this row against hf_heads softmax: another hf_heads row with the eager kernel and a
     trainable W, as softmax's."""
     kind, opts, _ = METHODS[method]
-    return kind == "ours" and method != SOFTMAX and "kernel" not in opts and not opts.get("frozen", False)
+    return kind == "ours" and method != SOFTMAX and not any(k in opts for k in ("kernel", "frozen", "half"))
 
 
-def _available(kind: str, device: str) -> bool:
-    """Whether a row of this kind can run here (the peers' kernels: a CUDA device and their package)."""
-    if kind == "torch":
-        return hasattr(F, "linear_cross_entropy")
+def _unavailable(method: str, device: str, amp: str | None) -> str | None:
+    """Why a row cannot run here (None: it can)."""
+    kind, opts, _ = METHODS[method]
+    if opts.get("half") and amp is None and kind in ("naive", "ours"):
+        return "half weights: under --autocast only"
+    if kind == "torch" and not hasattr(F, "linear_cross_entropy"):
+        return f"torch {torch.__version__} has no F.linear_cross_entropy"
     if kind in PEERS:
-        return device.startswith("cuda") and importlib.util.find_spec(PEER_MODULES[kind]) is not None
-    return True
+        if importlib.util.find_spec(PEER_MODULES[kind]) is None:
+            return f"the {PEER_MODULES[kind]} package does not import (make gpu-wheels)"
+        if not device.startswith("cuda"):
+            return "its Triton kernels run on CUDA only"
+    if opts.get("kernel", "").startswith("triton"):
+        from hf_heads.losses.triton_kernel import triton_available
+
+        if not triton_available():
+            return "no triton package"
+        if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            return "a GPU kernel (on a CPU only under TRITON_INTERPRET=1)"
+    return None
 
 
-def _inputs(n: int, hidden: int, vocab: int, device: str, frozen: bool) -> tuple:
-    """h (n, H), W (V, H), b (V,), labels (n,) and word counts (V,), seeded; the gradients allocated up front (they
-    belong to the inputs, not the method)."""
+def _inputs(n: int, hidden: int, vocab: int, device: str, frozen: bool, mode: str = "random") -> tuple:
+    """h (n, H), W (V, H), b (V,), labels (n,) and word counts (V,), seeded; "random": Gaussian h and W ("peaked":
+    benchmarks/_peaked.py); the gradients allocated up front (they belong to the inputs, not the method)."""
     torch.manual_seed(0)
-    h = torch.randn(n, hidden, device=device, requires_grad=True)
-    w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_(not frozen)
+    if mode == "peaked":
+        h, w, y = peaked_inputs(n, hidden, vocab, device)
+    else:
+        h = torch.randn(n, hidden, device=device)
+        w = torch.randn(vocab, hidden, device=device) * 0.05
+        y = torch.randint(0, vocab, (n,), device=device)
+    h, w = h.requires_grad_(), w.requires_grad_(not frozen)
     b = torch.zeros(vocab, device=device, requires_grad=not frozen)
-    y = torch.randint(0, vocab, (n,), device=device)
     counts = torch.randint(1, 10_000, (vocab,), device=device).float()
     for t in (h, w, b):
         if t.requires_grad:
@@ -153,38 +210,58 @@ def _inputs(n: int, hidden: int, vocab: int, device: str, frozen: bool) -> tuple
     return h, w, b, y, counts
 
 
+def _as_half(inputs: tuple, dtype: torch.dtype, bias: bool) -> tuple:
+    """The inputs as a half model hands them over: h, W (and b, or None) leaves in `dtype`, gradients allocated."""
+    h, w, b, y, counts = inputs
+    out = [t.detach().to(dtype).requires_grad_(t.requires_grad) for t in (h, w, b)]
+    for t in out:
+        if t.requires_grad:
+            t.grad = torch.zeros_like(t)
+    return out[0], out[1], out[2] if bias else None, y, counts
+
+
 def make_step(method: str, inputs: tuple, device: str, amp: str | None = None):
     """One forward+backward of `method` on `inputs` (`_inputs`), as a function of no arguments."""
-    kind, opts, _ = METHODS[method]
-    opts = {k: v for k, v in opts.items() if k not in ("kernel", "frozen")}
+    kind, row, _ = METHODS[method]
+    opts = {k: v for k, v in row.items() if k not in ROW_OPTIONS}
+    if row.get("half"):  # the inputs in the autocast dtype (float32 without --autocast), run without autocast
+        inputs = _as_half(inputs, AMP_DTYPES[amp] if amp else torch.float32, row.get("bias", True))
     h, w, b, y, counts = inputs
     kw = {**opts, "word_counts": counts} if opts.get("word_norm", "no-mod") != "no-mod" else dict(opts)
+    step_amp = None if row.get("half") else amp
 
-    if kind == "floor":  # h Wᵀ, then d h = G W and d W = Gᵀ h with G the logits' size: what any exact method does
+    if kind == "floor":  # z = h Wᵀ, d h = z W, d W = zᵀ h in the products' dtype: what any exact method computes
+        dtype = AMP_DTYPES[amp] if amp else h.dtype
+        h_c, w_c = h.detach().to(dtype), w.detach().to(dtype)
+        buffers: dict[str, torch.Tensor] = {}
 
         def floor():
-            with autocast(device, amp):
-                z = h.detach() @ w.detach().T  # (N, V)
-                h.grad.copy_(z @ w.detach())
-                w.grad.copy_(z.T @ h.detach())
-            return z
+            if not buffers:  # allocated in the warm-up call: counted in the peak, not in the time
+                buffers.update(
+                    z=torch.empty(h_c.shape[0], w_c.shape[0], dtype=dtype, device=h_c.device),
+                    gh=torch.empty_like(h_c),
+                    gw=torch.empty_like(w_c),
+                )
+            torch.mm(h_c, w_c.T, out=buffers["z"])  # (N, V)
+            torch.mm(buffers["z"], w_c, out=buffers["gh"])  # (N, H)
+            torch.mm(buffers["z"].T, h_c, out=buffers["gw"])  # (V, H)
 
         return floor
 
     def forward():
         if kind == "naive" and not kw:  # a plain model: under autocast a half-precision GEMM (frozen: no d W)
-            return F.cross_entropy(F.linear(h, w, b), y)
+            logits = F.linear(h, w, b)
+            return F.cross_entropy(logits.float() if row.get("upcast") else logits, y)
         if kind == "naive":  # the margin reference: its products in float32, also under autocast
             return F.cross_entropy(margin_logits(h, w, b, y, **kw), y)
         if kind == "torch":
             return F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
-        if kind in PEERS:  # their Triton kernels take the half-precision tensors a bf16 model would hand them
-            h_in, w_in = (h, w) if amp is None else (h.to(AMP_DTYPES[amp]), w.to(AMP_DTYPES[amp]))
-            return PEERS[kind](h_in, w_in, b, y)
+        if kind in PEERS:
+            return PEERS[kind](h, w, b, y, row)
         return margin_cross_entropy(h, w, b, y, **kw)
 
     def step():
-        with autocast(device, amp):
+        with autocast(device, step_amp):
             loss = forward()
         loss.backward()
         return loss
@@ -192,11 +269,103 @@ def make_step(method: str, inputs: tuple, device: str, amp: str | None = None):
     return step
 
 
-def run_one(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
+def _set_tf32(on: bool) -> None:
+    """TF32 for float32 matmuls on (torch's "high" precision) or off ("highest", torch's default)."""
+    torch.set_float32_matmul_precision("high" if on else "highest")
+
+
+def run_one(
+    method: str,
+    n: int,
+    hidden: int,
+    vocab: int,
+    device: str,
+    repeats: int,
+    amp: str | None = None,
+    inputs: str = "random",
+    tf32: int = 0,
+) -> dict:
     opts = METHODS[method][1]
     os.environ[KERNEL_ENV] = opts.get("kernel", "eager")  # the chunk kernel (hf_heads.losses.chunks)
-    inputs = _inputs(n, hidden, vocab, device, opts.get("frozen", False))
-    return {"method": method, **measure(make_step(method, inputs, device, amp), device, repeats)}
+    _set_tf32(bool(tf32))
+    try:
+        data = _inputs(n, hidden, vocab, device, opts.get("frozen", False), inputs)
+        return {"method": method, **measure(make_step(method, data, device, amp), device, repeats)}
+    finally:
+        _set_tf32(False)
+
+
+def traffic(method: str, n: int, hidden: int, vocab: int, device: str, amp: str | None) -> dict[str, int] | None:
+    """The row's bytes per step by its own count (benchmarks/_traffic.py), or None where not counted."""
+    kind, opts, _ = METHODS[method]
+    if kind == "torch" or (kind == "naive" and any(k not in ROW_OPTIONS for k in opts)):
+        return None  # torch's chunking and the naive margin references: not counted
+    half = AMP_DTYPES.get(amp, torch.float32).itemsize
+    gemm = half if amp else 4
+    weight = half if (opts.get("half") and amp) else 4
+    bias = opts.get("bias", True)
+    frozen = opts.get("frozen", False)
+    if kind == "naive":
+        impl = "naive-upcast" if opts.get("upcast") else "naive"
+        return step_bytes(
+            impl, n, hidden, vocab, gemm=gemm, weight=weight, bias=bias, frozen=frozen,
+            autocast_log_softmax=amp is not None and not opts.get("half"),
+        )  # fmt: skip
+    if kind == "floor":
+        return step_bytes("floor", n, hidden, vocab, gemm=gemm)
+    if kind in PEERS:
+        return step_bytes(kind, n, hidden, vocab, gemm=gemm, weight=weight, bias=bias and kind == "liger")
+    if any(k in opts for k in ("margin", "word_norm", "context_norm")):
+        return None  # the margin rows' norms and target rows: not counted
+    from hf_heads.losses.kernels import adds_half_products_in_place
+
+    kernel = opts.get("kernel", "eager")
+    in_place = adds_half_products_in_place(torch.zeros(1, device=device), AMP_DTYPES.get(amp, torch.float32))
+    return step_bytes(
+        f"hf_heads-{kernel}", n, hidden, vocab, gemm=gemm, weight=weight, chunk_rows=rows_per_chunk(n, vocab),
+        bias=bias, frozen=frozen, in_place_dw=in_place, scales_by_grad_out=device != "cpu",
+    )  # fmt: skip
+
+
+def measured_peak_tflops(device: str, dtype: torch.dtype, size: int, calls: int = 10) -> float:
+    """The rate of one (size, size) @ (size, size) matmul in `dtype` (under the current TF32 setting), median of
+    `calls` after a warm-up: TFLOP/s."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a @ b
+    sync()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        a @ b
+        sync()
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times) / 1e12
+
+
+def flop_floor_rows(n: int, hidden: int, vocab: int, device: str, amp: str | None, tf32: int) -> dict[str, dict]:
+    """The "FLOP floor" rows: 6·N·H·V FLOPs (and 4·N·H·V, frozen W) at the measured peak and the vendor's."""
+    key = amp or ("tf32" if tf32 else "fp32")
+    dtype = AMP_DTYPES.get(amp, torch.float32)
+    _set_tf32(bool(tf32))
+    try:
+        measured = measured_peak_tflops(device, dtype, 8192 if device.startswith("cuda") else 1024)
+    finally:
+        _set_tf32(False)
+    peaks = {f"measured: one matmul, {measured:.0f} TFLOP/s" if measured >= 10 else
+             f"measured: one matmul, {measured:.2g} TFLOP/s": measured}  # fmt: skip
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(device)
+        vendor = next((v for part, v in VENDOR_PEAK_TFLOPS.items() if part in name), None)
+        if vendor is not None:
+            peaks[f"the vendor's dense {key} figure, {vendor[key]:.0f} TFLOP/s"] = vendor[key]
+    rows = {}
+    for label, tflops in peaks.items():
+        for frozen, products in ((False, 6), (True, 4)):
+            name = f"FLOP floor{', frozen W' if frozen else ''} ({products}·N·H·V at {label})"
+            rows[name] = {"method": name, "seconds": products * n * hidden * vocab / (tflops * 1e12), "computed": 1}
+    return rows
 
 
 def run_pair(method: str, n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None) -> dict:
@@ -274,24 +443,41 @@ def main() -> None:
         help="1: time each hf_heads row (eager, trainable W) against hf_heads softmax in pairs of calls in one "
         "process (`--repeats` pairs per round) instead of the table",
     )
+    parser.add_argument(
+        "--inputs", choices=["random", "peaked"], default="random", help="random h, W or peaked (_peaked.py)"
+    )
+    parser.add_argument("--tf32", type=int, choices=[0, 1], default=0, help="1: TF32 float32 matmuls (CUDA)")
+    parser.add_argument(
+        "--compile_backend", default="inductor", help="the compiled kernel's torch.compile backend (eager: no codegen)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
-        run = run_pair if args.paired else run_one
-        row = run(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats, args.autocast)
+        from hf_heads.losses.kernels import CompiledKernel
+
+        CompiledKernel.backend = args.compile_backend
+        if args.paired:
+            row = run_pair(args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats, args.autocast)
+        else:
+            row = run_one(
+                args.one, args.tokens, args.hidden, args.vocab[0], args.device, args.repeats, args.autocast,
+                args.inputs, args.tf32,
+            )  # fmt: skip
         print(json.dumps(row))
         return
-    precision = f"autocast {args.autocast}" if args.autocast else "float32"
-    print(f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, {precision}")
+    precision = f"autocast {args.autocast}" if args.autocast else f"float32, TF32 {'on' if args.tf32 else 'off'}"
+    print(
+        f"# output layer forward+backward, N={args.tokens} tokens, H={args.hidden}, {precision}, {args.inputs} inputs"
+    )
     print(device_line(args.device))
     for vocab in args.vocab:
-        methods = [m for m in METHODS if _available(METHODS[m][0], args.device)]
-        if args.device == "cpu":  # the Triton kernel runs on GPUs (on a CPU only under its interpreter, for tests)
-            methods = [m for m in methods if not METHODS[m][1].get("kernel", "").startswith("triton")]
+        methods = list(METHODS)
         if args.methods:
             methods = [m for m in methods if any(m.startswith(prefix) for prefix in args.methods)]
         methods = [m for m in methods if not any(part in m for part in args.exclude)]
+        missing = {m: why for m in methods if (why := _unavailable(m, args.device, args.autocast))}
+        methods = [m for m in methods if m not in missing]
         options = dict(
             tokens=args.tokens,
             hidden=args.hidden,
@@ -300,26 +486,50 @@ def main() -> None:
             repeats=args.repeats,
             threads=args.threads,
             autocast=args.autocast,
+            inputs=args.inputs,
+            tf32=args.tf32,
+            compile_backend=args.compile_backend,
         )
         print(f"\nV={vocab:,}\n")
         if args.paired:
             print_paired(paired_rows([m for m in methods if _pairs_with_softmax(m)], options, args.rounds))
             continue
         by_name = {r["method"]: r for r in interleaved(__file__, methods, options, args.rounds)}
-        calls = args.repeats * args.rounds
-        print(
-            f"| method | s / step, median (min–max) of {calls} | peak MiB | time vs naive | memory vs naive | "
-            f"time vs {SOFTMAX} |"
-        )
-        print("|---|---:|---:|---:|---:|---:|")
-        measured = without_failures(by_name)
-        for name in [m for m in methods if m in measured]:
-            r, naive = measured[name], METHODS[name][2]
-            vs_naive = " | ".join(ratio_cells(r, measured.get(naive) if naive is not None else None))
-            ours = METHODS[name][0] == "ours" and SOFTMAX in measured
-            vs_softmax = ratio_cells(r, measured[SOFTMAX])[0] if ours else "—"
-            print(f"| {name} | {seconds_cell(r)} | {r['peak_mib']:.0f} | {vs_naive} | {vs_softmax} |")
-        print_failures(by_name)
+        print_table(methods, by_name, args, vocab)
+        if missing:
+            print("\n" + "\n".join(f"not available here: {name}: {why}" for name, why in missing.items()))
+
+
+def print_table(methods: list[str], by_name: dict[str, dict], args, vocab: int) -> None:
+    """The table: each measured row (then the computed FLOP floors) with its bytes, and its time and memory against
+    the naive softmax, its own naive reference and hf_heads softmax; failed rows listed under it."""
+    calls = args.repeats * args.rounds
+    print(
+        f"| method | s / step, median (min–max) of {calls} | peak MiB | GB moved per step, own count "
+        f"((rows, V) + (V, H)) | time vs naive softmax | memory vs naive softmax | time vs its naive reference | "
+        f"time vs {SOFTMAX} |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    measured = without_failures(by_name)
+    naive = measured.get(NAIVE)
+
+    def ratio(r: dict, ref: dict | None, key: str = "seconds") -> str:
+        return "—" if ref is None or key not in r else f"{r[key] / max(ref[key], 1e-12):.2f}×"
+
+    for name in [m for m in methods if m in measured]:
+        r, kind, ref = measured[name], METHODS[name][0], METHODS[name][2]
+        own = measured.get(ref) if ref not in (None, NAIVE) else None
+        ours = kind == "ours" and name != SOFTMAX
+        counted = traffic(name, args.tokens, args.hidden, vocab, args.device, args.autocast)
+        cells = [
+            seconds_cell(r), f"{r['peak_mib']:.0f}", gb_cell(counted), ratio(r, naive), ratio(r, naive, "peak_mib"),
+            ratio(r, own), ratio(r, measured.get(SOFTMAX)) if ours else "—",
+        ]  # fmt: skip
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    if naive is not None:  # the computed floors, after the measured rows
+        for name, r in flop_floor_rows(args.tokens, args.hidden, vocab, args.device, args.autocast, args.tf32).items():
+            print(f"| {name} | {r['seconds']:.4f} (computed) | — | — | {ratio(r, naive)} | — | — | — |")
+    print_failures(by_name)
 
 
 if __name__ == "__main__":

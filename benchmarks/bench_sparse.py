@@ -10,7 +10,8 @@ hf_heads' chunked path (`fused_linear_cross_entropy` / `sparse_linear_cross_entr
 gradients chunk by chunk). "vs CE" compares each sparse row with plain CE on the same path (the goal:
 <= 1.3x time); "vs naive CE" compares every row with the naive plain-CE row. Each method runs in a fresh
 process; peak memory is what the loss adds on top of its inputs and their gradients (CUDA: max allocated;
-CPU: growth of peak RSS). Seconds are the median of `--repeats` calls after one warm-up call.
+CPU: growth of peak RSS). Seconds are the median of `--repeats` calls after one warm-up call. `--inputs peaked`:
+logits with a trained model's statistics (benchmarks/_peaked.py) instead of random h and W.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 
 import torch
 import torch.nn.functional as F
+from _peaked import peaked_inputs
 from _timing import (
     autocast,
     bench_parser,
@@ -43,14 +45,25 @@ def methods(ks: list[int]) -> dict[str, tuple[str, int | None, str]]:
 
 
 def run_one(
-    name: str, ks: list[int], n: int, hidden: int, vocab: int, device: str, repeats: int, amp: str | None = None
+    name: str,
+    ks: list[int],
+    n: int,
+    hidden: int,
+    vocab: int,
+    device: str,
+    repeats: int,
+    amp: str | None = None,
+    inputs: str = "random",
 ) -> dict:
     path, k, _ = methods(ks)[name]
     torch.manual_seed(0)
-    h = torch.randn(n, hidden, device=device, requires_grad=True)
-    w = (torch.randn(vocab, hidden, device=device) * 0.05).requires_grad_()
+    if inputs == "peaked":  # logits with a trained model's statistics (benchmarks/_peaked.py)
+        h, w, y = peaked_inputs(n, hidden, vocab, device)
+    else:
+        h, w = torch.randn(n, hidden, device=device), torch.randn(vocab, hidden, device=device) * 0.05
+        y = torch.randint(0, vocab, (n,), device=device)
+    h, w = h.requires_grad_(), w.requires_grad_()
     b = torch.zeros(vocab, device=device, requires_grad=True)
-    y = torch.randint(0, vocab, (n,), device=device)
     for t in (h, w, b):  # the gradients belong to the inputs, not to the method
         t.grad = torch.zeros_like(t)
 
@@ -72,16 +85,18 @@ def run_one(
 def main() -> None:
     parser = bench_parser(__doc__, vocab=50_000)
     parser.add_argument("--k", type=int, nargs="+", default=[20, 50])
+    parser.add_argument("--inputs", choices=["random", "peaked"], default="random", help="random, peaked: _peaked.py")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
-        row = run_one(args.one, args.k, args.tokens, args.hidden, args.vocab, args.device, args.repeats, args.autocast)
+        sizes = (args.tokens, args.hidden, args.vocab)
+        row = run_one(args.one, args.k, *sizes, args.device, args.repeats, args.autocast, args.inputs)
         print(json.dumps(row))
         return
     print(
         f"# sparse-softmax loss vs CE, output layer forward+backward, N={args.tokens}, H={args.hidden}, "
-        f"V={args.vocab:,}, {f'autocast {args.autocast}' if args.autocast else 'float32'}"
+        f"V={args.vocab:,}, {f'autocast {args.autocast}' if args.autocast else 'float32'}, {args.inputs} inputs"
     )
     print(device_line(args.device) + "\n")
     table = methods(args.k)
@@ -94,6 +109,7 @@ def main() -> None:
         repeats=args.repeats,
         threads=args.threads,
         autocast=args.autocast,
+        inputs=args.inputs,
     )
     rows = {name: run_isolated(__file__, name, options) for name in table}
     measured = without_failures(rows)

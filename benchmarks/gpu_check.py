@@ -56,7 +56,14 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=5003)
+    ap.add_argument("--kernels", nargs="+", default=None, help="these chunk kernels only (default: every one)")
+    ap.add_argument(
+        "--compile_backend", default="inductor", help="the compiled kernel's torch.compile backend (eager: no codegen)"
+    )
     a = ap.parse_args()
+    from hf_heads.losses.kernels import CompiledKernel
+
+    CompiledKernel.backend = a.compile_backend
     failures = 0
     in_place = adds_half_products_in_place(torch.zeros(1, device=a.device), torch.bfloat16)
     print(f"bf16 products added into the float32 weight gradient inside the GEMM (addmm out_dtype): {in_place}")
@@ -65,55 +72,63 @@ def main() -> int:
     w32 = torch.randn(a.vocab, a.hidden, generator=g) * 0.2
     b32, t32 = torch.randn(a.vocab, generator=g) * 0.1, torch.randn(a.rows, generator=g)
     y = torch.randint(0, a.vocab, (a.rows,), generator=g).to(a.device)
-    for kernel in sorted(CHUNK_KERNELS):
+    for kernel in sorted(a.kernels or CHUNK_KERNELS):
         os.environ[KERNEL_ENV] = kernel
         for name, options in OPTIONS.items():
-            opts = dict(options)
-            use_t = opts.pop("target", False)
-            frozen = opts.pop("frozen", False)
-            results = {}
-            for precision in ("float64", "bf16"):
-                dtype = torch.float64 if precision == "float64" else torch.float32
-                h, w, b, t = (x.to(a.device, dtype, copy=True).requires_grad_() for x in (h32, w32, b32, t32))
-                w.requires_grad_(not frozen)
-                inputs = (h, b) if frozen else (h, w, b)
-                kw = dict(target_logit=t if use_t else None, chunk_size=333, **opts)
-                if precision == "float64":
-                    loss = fused_linear_cross_entropy(h, w, b, y, **kw)
-                    ref = naive(h, w, b, y, t if use_t else None, **opts)
-                    got = torch.autograd.grad(loss, inputs)
-                    want = torch.autograd.grad(ref, inputs)
-                    ok = torch.allclose(loss, ref, rtol=1e-9) and all(
-                        torch.allclose(x, z, rtol=1e-7, atol=1e-10) for x, z in zip(got, want, strict=True)
-                    )
-                    results[precision] = (ok, f"|Δloss| {abs(loss - ref).item():.1e}")
-                else:
-                    full = fused_linear_cross_entropy(h, w, b, y, **kw)
-                    want = torch.autograd.grad(full, inputs)
-                    with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16):
-                        loss = fused_linear_cross_entropy(h, w, b, y, **kw)
-                    loss.backward()
-                    rel = abs(loss.item() - full.item()) / abs(full.item())
-                    finite = all(torch.isfinite(x.grad).all() for x in inputs)
-                    # each gradient's relative error (Frobenius) against float32's
-                    grad_rel = max(
-                        float((x.grad - g).norm() / g.norm().clamp_min(1e-30))
-                        for x, g in zip(inputs, want, strict=True)
-                    )
-                    ok = (
-                        rel <= 0.02
-                        and grad_rel <= GRAD_TOL
-                        and finite
-                        and all(x.grad.dtype == torch.float32 for x in inputs)
-                        and (w.grad is None) == frozen
-                    )
-                    results[precision] = (ok, f"bf16 vs float32 {rel:.2%}, gradients {grad_rel:.2%}")
-            ok = all(r[0] for r in results.values())
+            try:
+                ok, detail = check_kernel(a, kernel, options, (h32, w32, b32, t32), y)
+            except Exception as error:  # noqa: BLE001 - one failing case is reported, the others still run
+                ok, detail = False, f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
             failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {kernel:9s} {name:24s} " + "; ".join(r[1] for r in results.values()))
+            print(f"{'ok  ' if ok else 'FAIL'} {kernel:11s} {name:24s} {detail}", flush=True)
     failures += check_heads(a.device)
     print(f"{failures} failures")
     return 1 if failures else 0
+
+
+def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) -> tuple[bool, str]:
+    """One kernel and option set: float64 against the naive reference, bf16 autocast against float32."""
+    h32, w32, b32, t32 = data
+    opts = dict(options)
+    use_t = opts.pop("target", False)
+    frozen = opts.pop("frozen", False)
+    results = {}
+    for precision in ("float64", "bf16"):
+        dtype = torch.float64 if precision == "float64" else torch.float32
+        h, w, b, t = (x.to(a.device, dtype, copy=True).requires_grad_() for x in (h32, w32, b32, t32))
+        w.requires_grad_(not frozen)
+        inputs = (h, b) if frozen else (h, w, b)
+        kw = dict(target_logit=t if use_t else None, chunk_size=333, **opts)
+        if precision == "float64":
+            loss = fused_linear_cross_entropy(h, w, b, y, **kw)
+            ref = naive(h, w, b, y, t if use_t else None, **opts)
+            got = torch.autograd.grad(loss, inputs)
+            want = torch.autograd.grad(ref, inputs)
+            ok = torch.allclose(loss, ref, rtol=1e-9) and all(
+                torch.allclose(x, z, rtol=1e-7, atol=1e-10) for x, z in zip(got, want, strict=True)
+            )
+            results[precision] = (ok, f"|Δloss| {abs(loss - ref).item():.1e}")
+        else:
+            full = fused_linear_cross_entropy(h, w, b, y, **kw)
+            want = torch.autograd.grad(full, inputs)
+            with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16):
+                loss = fused_linear_cross_entropy(h, w, b, y, **kw)
+            loss.backward()
+            rel = abs(loss.item() - full.item()) / abs(full.item())
+            finite = all(torch.isfinite(x.grad).all() for x in inputs)
+            # each gradient's relative error (Frobenius) against float32's
+            grad_rel = max(
+                float((x.grad - g).norm() / g.norm().clamp_min(1e-30)) for x, g in zip(inputs, want, strict=True)
+            )
+            ok = (
+                rel <= 0.02
+                and grad_rel <= GRAD_TOL
+                and finite
+                and all(x.grad.dtype == torch.float32 for x in inputs)
+                and (w.grad is None) == frozen
+            )
+            results[precision] = (ok, f"bf16 vs float32 {rel:.2%}, gradients {grad_rel:.2%}")
+    return all(r[0] for r in results.values()), "; ".join(r[1] for r in results.values())
 
 
 HEADS = {
@@ -135,10 +150,8 @@ HEADS = {
 
 def check_heads(device: str, hidden: int = 48, vocab: int = 3001) -> int:
     """Each head's loss and gradients on `device` (float32) against the CPU (float64) with the same parameters and
-    noise draws; then one training step under the CUDA sync debug mode. Returns the number of failures."""
-    from hf_heads.heads import make_head
-    from hf_heads.losses import sampled
-
+    noise draws; then one training step under the CUDA sync debug mode. Returns the number of failures (a case
+    that raises is one, and the others still run)."""
     os.environ.pop(KERNEL_ENV, None)  # each head's own (automatic) chunk kernel choice
     failures = 0
     g = torch.Generator().manual_seed(1)
@@ -147,46 +160,59 @@ def check_heads(device: str, hidden: int = 48, vocab: int = 3001) -> int:
     labels[1, 50:] = -100  # padding
     counts = torch.randint(1, 10_000, (vocab,), generator=g).float()
     for name, options in HEADS.items():
-        torch.manual_seed(0)
-        head = make_head(hidden, vocab, {"family": "softmax", "chunk_size": 100, **options}).train()
-        if head.needs_counts:
-            head.set_word_counts(counts)
-        noise = head.noise_probs() if hasattr(head, "noise_probs") else None
-        draws = None if noise is None else torch.multinomial(noise, head.options.num_samples, True, generator=g)
-        results = []
-        for dev, dtype in (("cpu", torch.float64), (device, torch.float32)):
-            copy = deepcopy(head).to(dev, dtype)
-            x = states.to(dev, dtype).requires_grad_()
-            fixed = None if draws is None else draws.to(dev)
-            with patch.object(sampled, "draw_samples", lambda *args, fixed=fixed, **kwargs: fixed):  # same draws
-                loss = copy.loss(x, labels.to(dev), num_items_in_batch=torch.tensor(300, device=dev))
-            grads = torch.autograd.grad(loss, (x, copy.weight))
-            results.append([loss.detach().double().cpu(), *(t.double().cpu() for t in grads)])
-        close = all(torch.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(*results, strict=True))
-        synced = ""
-        if device.startswith("cuda"):
-            step = deepcopy(head).to(device)
-            if step.needs_counts:
-                step.counts()  # read once when the counts are set, not at every step
-            if noise is not None:
-                step.noise_probs()  # likewise
-            x = states.to(device).requires_grad_()
-            y, items = labels.to(device), torch.tensor(300, device=device)
-            torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                step.loss(x, y, num_items_in_batch=items).backward()
-            except RuntimeError as error:
-                frames = [f for f in traceback.extract_tb(error.__traceback__) if "hf_heads" in f.filename]
-                where = f" at {frames[-1].filename.split('hf_heads/')[-1]}:{frames[-1].lineno}" if frames else ""
-                synced = f"; host sync{where}: {str(error).splitlines()[0][:80]}"
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        ok = close and not synced
+        try:
+            ok, detail = check_head(device, name, options, (states, labels, counts), g, hidden, vocab)
+        except Exception as error:  # noqa: BLE001 - one failing head is reported, the others still run
+            ok, detail = False, f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
         failures += not ok
-        delta = float((results[0][0] - results[1][0]).abs())
-        print(f"{'ok  ' if ok else 'FAIL'} head {name:36s} |Δloss| vs CPU float64 {delta:.1e}{synced}")
+        print(f"{'ok  ' if ok else 'FAIL'} head {name:36s} {detail}", flush=True)
     return failures
+
+
+def check_head(device: str, name: str, options: dict, data: tuple, g, hidden: int, vocab: int) -> tuple[bool, str]:
+    """One head: its loss and gradients on `device` against the CPU in float64, then its step under the sync debug
+    mode (CUDA)."""
+    from hf_heads.heads import make_head
+    from hf_heads.losses import sampled
+
+    states, labels, counts = data
+    torch.manual_seed(0)
+    head = make_head(hidden, vocab, {"family": "softmax", "chunk_size": 100, **options}).train()
+    if head.needs_counts:
+        head.set_word_counts(counts)
+    noise = head.noise_probs() if hasattr(head, "noise_probs") else None
+    draws = None if noise is None else torch.multinomial(noise, head.options.num_samples, True, generator=g)
+    results = []
+    for dev, dtype in (("cpu", torch.float64), (device, torch.float32)):
+        copy = deepcopy(head).to(dev, dtype)
+        x = states.to(dev, dtype).requires_grad_()
+        fixed = None if draws is None else draws.to(dev)
+        with patch.object(sampled, "draw_samples", lambda *args, fixed=fixed, **kwargs: fixed):  # same draws
+            loss = copy.loss(x, labels.to(dev), num_items_in_batch=torch.tensor(300, device=dev))
+        grads = torch.autograd.grad(loss, (x, copy.weight))
+        results.append([loss.detach().double().cpu(), *(t.double().cpu() for t in grads)])
+    close = all(torch.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(*results, strict=True))
+    synced = ""
+    if device.startswith("cuda"):
+        step = deepcopy(head).to(device)
+        if step.needs_counts:
+            step.counts()  # read once when the counts are set, not at every step
+        if noise is not None:
+            step.noise_probs()  # likewise
+        x = states.to(device).requires_grad_()
+        y, items = labels.to(device), torch.tensor(300, device=device)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            step.loss(x, y, num_items_in_batch=items).backward()
+        except RuntimeError as error:
+            frames = [f for f in traceback.extract_tb(error.__traceback__) if "hf_heads" in f.filename]
+            where = f" at {frames[-1].filename.split('hf_heads/')[-1]}:{frames[-1].lineno}" if frames else ""
+            synced = f"; host sync{where}: {str(error).splitlines()[0][:80]}"
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    delta = float((results[0][0] - results[1][0]).abs())
+    return close and not synced, f"|Δloss| vs CPU float64 {delta:.1e}{synced}"
 
 
 if __name__ == "__main__":
