@@ -140,3 +140,49 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(head):
     torch.testing.assert_close(results[1][0], results[0][0])
     for name, grad in results[0][1].items():
         torch.testing.assert_close(results[1][1][name], grad, msg=name)
+
+
+def test_fused_lm_head_gives_the_per_token_quantities_of_the_logits():
+    """`fused_lm_head=True` (TRL's SFTTrainer protocol): per position the log-probability, entropy and top-1 hit of the
+    model's own logits at the shifted label, 0 (False) where the label is ignored; the loss is −Σ log-probs divided by
+    `num_items_in_batch` when given, else by the number of labelled positions."""
+    from conftest import tiny_llama_config
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    x = _batch()
+    labels = x.clone()
+    labels[0, 5:] = -100
+    labels[2, :3] = -100
+    with torch.no_grad():
+        log_p = torch.log_softmax(model(x).logits.double(), dim=-1)  # (B, T, V)
+        out = model(x, labels=labels, fused_lm_head=True)
+        given = model(x, labels=labels, fused_lm_head=True, num_items_in_batch=40)
+    target = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)  # (B, T): position t predicts token t+1
+    mask = target != -100
+    expected = log_p.gather(-1, target.clamp_min(0)[..., None]).squeeze(-1).where(mask, 0.0)
+    entropy = -(log_p.exp() * log_p).sum(-1).where(mask, 0.0)
+    assert torch.equal(out.label_mask, mask)
+    torch.testing.assert_close(out.log_probs.double(), expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.entropy.double(), entropy, rtol=0, atol=1e-5)
+    assert torch.equal(out.is_top1, (log_p.argmax(-1) == target) & mask)
+    torch.testing.assert_close(out.loss.double(), -expected.sum() / mask.sum(), rtol=1e-6, atol=0)
+    torch.testing.assert_close(given.loss.double(), -expected.sum() / 40, rtol=1e-6, atol=0)
+
+
+def test_a_generation_cache_given_under_two_names_is_refused():
+    """A cache under `cache` and another under `past_key_values`: one of them would be ignored, so the call is
+    refused; the same cache under both names is one cache."""
+    from conftest import tiny_llama_config
+    from transformers import DynamicCache
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict())).eval()
+    x = _batch()[:1, :4]
+    with pytest.raises(ValueError, match="a generation cache was given twice"):
+        model(x, cache=DynamicCache(config=model.config), past_key_values=DynamicCache(config=model.config))
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        alone = model(x, use_cache=True).logits
+        both = model(x, use_cache=True, cache=cache, past_key_values=cache).logits
+    torch.testing.assert_close(both, alone)

@@ -174,3 +174,29 @@ def test_classification_bad_config():
         HeadsForSequenceClassification(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2), num_labels=1))
     with pytest.raises(ValueError, match="classifier_dropout=1.5 must be < 1"):
         HeadsConfig(backbone=GPT2Config(), classifier_dropout=1.5)
+
+
+def test_classification_from_base_keeps_its_pooling_and_mean_pools_the_unpadded_tokens(tmp_path):
+    """from_base of a bare encoder with `pooling="mean"` and `classifier_dropout`: both kept (and saved); the mean is
+    over the tokens the attention mask keeps, so a right-padded sequence is classified as it is alone, by the head on
+    the mean of its hidden states."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(V, pad_token_id=1, no_dropout=True)).save_pretrained(tmp_path / "bert")
+    model = HeadsForSequenceClassification.from_base(
+        str(tmp_path / "bert"), id2label=LABELS, pooling="mean", classifier_dropout=0.25
+    ).eval()
+    assert model.pooling == "mean" and model.dropout.p == 0.25
+    model.save_pretrained(tmp_path / "clf")
+    config = HeadsForSequenceClassification.from_pretrained(tmp_path / "clf").config
+    assert (config.pooling, config.classifier_dropout) == ("mean", 0.25)
+    ids = torch.tensor([[5, 6, 7, 8, 1, 1], [9, 10, 11, 12, 13, 14]])
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        batched = model(input_ids=ids, attention_mask=mask).logits  # (2, C)
+        alone = model(input_ids=ids[:1, :4]).logits  # (1, C)
+        hidden = model.backbone(input_ids=ids[:1, :4]).last_hidden_state  # (1, 4, H)
+        naive = model.head(hidden.mean(1), return_logits=True)[1]  # (1, C)
+    torch.testing.assert_close(batched[:1], alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alone, naive, rtol=1e-5, atol=1e-5)

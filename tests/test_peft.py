@@ -195,3 +195,16 @@ def test_lora_on_a_head_without_an_output_weight_is_refused():
     x, mask, y = seq2seq_batch()
     adapted = peft.get_peft_model(model, with_backbone_targets(peft.LoraConfig(), model))
     assert torch.isfinite(adapted(input_ids=x, attention_mask=mask, labels=y).loss)
+
+
+def test_lora_on_the_head_alone_adapts_no_backbone_module():
+    """`target_parameters=["head.weight"]` without `target_modules`: the head's weight is the only thing adapted (the
+    backbone's default targets are filled in only when the config names no target at all)."""
+    config = peft.LoraConfig(task_type="CAUSAL_LM", r=4, target_parameters=["head.weight"])
+    model = _causal(FAMILIES["softmax"])
+    adapted = peft.get_peft_model(model, with_backbone_targets(config, model))
+    trained = [name for name, p in adapted.named_parameters() if p.requires_grad]
+    assert trained and all(".head.lora_" in name for name in trained), trained
+    native = _causal(FAMILIES["softmax"])
+    native.add_adapter(peft.LoraConfig(task_type="CAUSAL_LM", r=4, target_parameters=["head.weight"]))
+    assert _adapted(native) == ["head"]

@@ -257,6 +257,19 @@ def test_bad_texts_are_refused_naming_the_index(tok_lm):
     assert sentence_log_probs(model, tok_lm, []).shape == (0,)
 
 
+def test_a_text_that_fills_the_context_exactly_is_scored(tok_lm):
+    """BOS + 63 words + EOS: 65 tokens, of which 64 are fed (the last one is predicted, never fed), exactly GPT-2's
+    n_positions: the text is scored; one word more is refused."""
+    model = _causal(FAMILIES["softmax"], "gpt2")
+    words = [4 + i % 50 for i in range(63)]
+    ids = [BOS, *words, EOS]
+    with torch.no_grad():
+        log_p = model(input_ids=torch.tensor([ids[:-1]])).logits[0].double().log_softmax(-1)  # (64, V)
+    _close(token_log_probs(model, tok_lm, [_words(words)])[0], log_p[torch.arange(64), torch.tensor(ids[1:])])
+    with pytest.raises(ValueError, match=r"texts\[0\] is too long .*66 tokens with BOS/EOS, fed as 65"):
+        sentence_log_probs(model, tok_lm, [_words([*words, 4])])
+
+
 def test_vocabulary_and_model_mismatches_are_refused(tok_lm, tok_s2s):
     with pytest.raises(ValueError, match="the tokenizer has 61 tokens but the model scores only 50 classes"):
         sentence_log_probs(_seq2seq(FAMILIES["softmax"]), tok_lm, TEXTS[:1], sources=SOURCES[:1])
