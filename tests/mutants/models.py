@@ -1,7 +1,179 @@
-"""Mutants of the task models, save / reload and the Hub export, generation and continuous decoding, scoring;"""
+"""Mutants of the task models, save / reload and the Hub export, generation and continuous decoding, scoring; the PEFT
+and TRL glue. The selections are shared by groups of mutants (each selection runs once unmutated before its mutants):
+a run's cost is mostly the interpreter's start and the test modules it imports, so a group keeps to the modules its
+mutants need (the trainer's imports only where the killing test needs them), quick tests first."""
 
 from __future__ import annotations
 
-from mutants import Mutant, m, selection  # noqa: F401
+from mutants import Mutant, m, selection
 
-MUTANTS: list[Mutant] = []
+CAUSAL = "tests/test_modeling_causal_lm.py"
+TASKS = "tests/test_modeling_tasks.py"
+SCORING = "tests/test_scoring.py"
+ARCH = "tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution"
+
+# causal LM, its fused per-token output, the generation cache, statistics without a loss
+LM = selection(
+    f"{CAUSAL}::test_fused_lm_head_gives_the_per_token_quantities_of_the_logits",
+    f"{CAUSAL}::test_a_generation_cache_given_under_two_names_is_refused",
+    f"{CAUSAL}::test_softmax_head_reproduces_base_model",
+    f"{SCORING}::test_scoring_never_builds_batch_logits_and_restores_train_mode",
+    "tests/test_warm_start.py::test_norm_scaled_margin_head_gain_is_fitted_saved_and_reloaded",
+)
+# sequence classification, seq2seq, the config
+TASK_MODELS = selection(
+    f"{TASKS}::test_classification_last_token_pooling_ignores_padding_side",
+    f"{TASKS}::test_seq2seq_loss_is_reference_cross_entropy_and_cache_is_consistent",
+    f"{SCORING}::test_alone_equals_batched_whatever_the_padding_side[bert2bert]",
+    f"{TASKS}::test_classification_from_base_keeps_its_pooling_and_mean_pools_the_unpadded_tokens",
+)
+# from_base of real architectures: output transforms, biases, the parity check
+ARCHITECTURES = selection(
+    "tests/test_architectures.py::test_an_unknown_output_transform_is_refused_not_wrapped",
+    f"{ARCH}[causal_lm-opt-project-out]",
+    f"{ARCH}[causal_lm-phi]",
+    f"{ARCH}[causal_lm-granite]",
+    f"{ARCH}[seq2seq-bart]",
+    f"{ARCH}[encoder_classification-bert]",
+)
+# scores, n-best rescoring, the command line
+SCORES = selection(
+    f"{SCORING}::test_causal_scores_equal_log_softmax_of_model_logits",
+    f"{SCORING}::test_sampled_normalize_false_is_the_corrected_score_without_renormalisation",
+    f"{SCORING}::test_a_text_that_fills_the_context_exactly_is_scored",
+    f"{SCORING}::test_rescore_nbest_combines_and_reranks",
+    f"{SCORING}::test_cli_score_writes_the_sentence_log_probs",
+    f"{SCORING}::test_cli_score_bad_input_one_line_and_exit_2",
+    f"{SCORING}::test_cli_rescore_end_to_end_and_missing_field",
+)
+# saved directories and the code saved with them, statistics under the trainer, the PEFT and TRL glue
+SAVED = selection(
+    "tests/test_cards.py::test_code_modules_follow_the_imports",
+    "tests/test_cards.py::test_save_pretrained_push_to_hub_pushes_the_code",
+    "tests/test_contract.py::test_save_and_from_pretrained_give_the_same_model[causal-lm-llama-sparse]",
+    "tests/test_reliability.py::test_checkpoint_missing_word_counts_or_embedding_table_is_refused",
+    "tests/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits[head0]",
+    "tests/test_peft.py::test_lora_on_the_head_alone_adapts_no_backbone_module",
+    "tests/test_old_paths.py::test_integrations_trl_reexports_the_trainer_beside_heads_trainer",
+)
+
+# fmt: off
+MUTANTS: list[Mutant] = [
+    # ---------------------------------------------------------------- base.py: the shared model plumbing
+    m("from-pretrained-checks-head-weight-only", "modeling/base.py",
+      'missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("head."))',
+      'missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("head.weight"))', SAVED,
+      "a checkpoint without the head's word counts / embedding table loads with them uninitialised"),
+    m("scoring-forward-computes-the-loss", "modeling/base.py",
+      "self._loss_skipped = enabled and not loss", "self._loss_skipped = False", LM,
+      "statistics_recorded(loss=False) still computes the training loss in every scoring forward"),
+    m("statistics-mask-every-position", "modeling/base.py", 'stats | {"mask": labels != -100}',
+      'stats | {"mask": torch.ones_like(labels, dtype=torch.bool)}', SAVED,
+      "the recorded statistics' mask keeps the ignored positions (rank 0 there): accuracy@k counts them as hits"),
+    # ---------------------------------------------------------------- causal_lm.py
+    m("causal-labels-shifted-backwards", "modeling/causal_lm.py",
+      "F.pad(labels, (0, 1), value=-100)[:, 1:]", "F.pad(labels, (1, 0), value=-100)[:, :-1]", LM,
+      "labels shifted the wrong way: position t is trained on token t − 1"),
+    m("causal-fused-drops-num-items", "modeling/causal_lm.py",
+      "return token_loss_output(self.head, hidden, shift_labels, num_items_in_batch)",
+      "return token_loss_output(self.head, hidden, shift_labels)", LM,
+      "the fused_lm_head path drops num_items_in_batch (accumulated TRL micro-batches divide by their own count)"),
+    m("warm-start-gain-not-in-config", "modeling/causal_lm.py",
+      'self.config.head = {**self.config.head, **{k: v for k, v in report.items() if k == "warm_start_gain"}}',
+      "self.config.head = dict(self.config.head)", LM,
+      "the calibrated warm_start_gain is not written to the config: a reloaded model loses it"),
+    m("causal-from-base-drops-bias", "modeling/causal_lm.py",
+      'model.head.start_from(None if tied else out.weight, getattr(out, "bias", None))',
+      "model.head.start_from(None if tied else out.weight, None)", ARCHITECTURES,
+      "from_base leaves out the bias of an LM head that has one (Phi, GPT-J)"),
+    # ---------------------------------------------------------------- fused.py: TRL's per-token output
+    m("fused-top1-at-ignored-positions", "modeling/fused.py", 'is_top1=(stats["rank"] == 0) & mask,',
+      'is_top1=stats["rank"] == 0,', LM,
+      "is_top1 true at ignored positions (rank 0 there): TRL's mean_token_accuracy counts them as hits"),
+    m("fused-loss-divides-by-every-position", "modeling/fused.py",
+      "divisor = mask.sum().clamp(min=1) if num_items_in_batch is None",
+      "divisor = mask.numel() if num_items_in_batch is None", LM,
+      "the fused output's loss divides by every position, ignored ones included"),
+    # ---------------------------------------------------------------- compat.py
+    m("two-caches-accepted", "modeling/compat.py", "if len({id(value) for value in caches.values()}) > 1:",
+      "if len({id(value) for value in caches.values()}) > 2:", LM,
+      "a cache under `cache` and another under `past_key_values`: one is silently ignored"),
+    # ---------------------------------------------------------------- classification.py
+    m("last-token-pooling-right-padding-only", "modeling/classification.py",
+      "last = mask.shape[1] - 1 - mask.flip(1).long().argmax(dim=1)", "last = mask.long().sum(dim=1) - 1",
+      TASK_MODELS, "last-token pooling counts tokens (right padding only): a left-padded row pools a pad"),
+    m("mean-pooling-over-padding", "modeling/classification.py",
+      "weights = mask.to(hidden.dtype).unsqueeze(-1)",
+      "weights = torch.ones_like(mask, dtype=hidden.dtype)[..., None]", TASK_MODELS,
+      "mean pooling averages the padding too"),
+    m("clf-from-base-drops-pooling", "modeling/classification.py", "            pooling=pooling,\n", "", TASK_MODELS,
+      "HeadsForSequenceClassification.from_base ignores pooling= (a bare backbone gets 'auto')"),
+    m("clf-from-classifier-drops-bias", "modeling/classification.py",
+      "model.head.start_from(projection.weight, projection.bias)", "model.head.start_from(projection.weight, None)",
+      ARCHITECTURES, "from_base of a fine-tuned classifier leaves out its final projection's bias"),
+    # ---------------------------------------------------------------- seq2seq.py
+    m("decoder-inputs-keep-ignore-index", "modeling/seq2seq.py",
+      "return shifted.masked_fill(shifted == -100, pad_token_id)", "return shifted", TASK_MODELS,
+      "decoder inputs built from labels keep -100 instead of the pad id"),
+    m("bert2bert-cross-attention-unmasked", "modeling/seq2seq.py",
+      "            encoder_attention_mask=attention_mask,\n", "", TASK_MODELS,
+      "the BERT2BERT decoder's cross-attention reads the source's padding"),
+    m("final-logits-bias-ignored", "modeling/seq2seq.py", 'bias = getattr(lm, "final_logits_bias", None)',
+      "bias = None", ARCHITECTURES, "from_base of BART / Marian / Pegasus leaves out final_logits_bias"),
+    # ---------------------------------------------------------------- configuration.py
+    m("token-id-from-decoder-only", "modeling/configuration.py", "value = getattr(self.backbone, name, None)",
+      "value = getattr(self.backbone.get_text_config(decoder=True), name, None)", TASK_MODELS,
+      "special ids read from the decoder config only: BERT2BERT's decoder_start_token_id (top level) is lost"),
+    m("hidden-size-ignores-projection", "modeling/configuration.py",
+      'return getattr(text, "word_embed_proj_dim", None) or text.hidden_size', "return text.hidden_size",
+      ARCHITECTURES, "the head is sized by hidden_size, not by OPT's projected word_embed_proj_dim"),
+    # ---------------------------------------------------------------- parity.py
+    m("granite-scaling-multiplies", "modeling/parity.py",
+      'scale /= float(getattr(text, "logits_scaling", 1.0) or 1.0)',
+      'scale *= float(getattr(text, "logits_scaling", 1.0) or 1.0)', ARCHITECTURES,
+      "Granite's logits_scaling multiplies instead of dividing"),
+    m("parity-compares-checkpoint-with-itself", "modeling/parity.py",
+      "b = torch.log_softmax(wrapped.double(), dim=-1)", "b = torch.log_softmax(original.double(), dim=-1)",
+      ARCHITECTURES, "the parity check compares the checkpoint's distribution with itself: nothing is ever refused"),
+    # ---------------------------------------------------------------- export.py
+    m("auto-map-without-config", "modeling/export.py",
+      '        "AutoConfig": f"{flat_name(CONFIG_MODULE)}.HeadsConfig",\n', "", SAVED,
+      "auto_map has no AutoConfig entry: the export does not load without hf_heads"),
+    m("export-copies-top-modules-only", "modeling/export.py", "            todo += imported\n", "", SAVED,
+      "the exported code holds the model and config modules, not the modules they import"),
+    m("push-to-hub-drops-options", "modeling/export.py", "model.push_to_hub(repo_id, **hub)",
+      "model.push_to_hub(repo_id)", SAVED, "save_pretrained(push_to_hub=True) drops commit_message, private, ..."),
+    # ---------------------------------------------------------------- scoring
+    m("context-limit-counts-the-last-token", "scoring/scores.py", "_check_length(len(seq) - 1, limit,",
+      "_check_length(len(seq), limit,", SCORES,
+      "a causal text that fits the context exactly is refused (the last token is never fed)"),
+    m("scoring-ignores-normalize", "scoring/scores.py",
+      "with model.statistics_recorded(normalized=normalize, loss=False, chunk_size=chunk_size)",
+      "with model.statistics_recorded(loss=False, chunk_size=chunk_size)", SCORES,
+      "normalize=False returns the renormalised scores"),
+    m("padded-targets-scored", "scoring/scores.py", "targets, _ = _padded([e.targets for e in batch], -100, device)",
+      "targets, _ = _padded([e.targets for e in batch], pad, device)", SCORES,
+      "targets padded with the pad id: padding positions are scored"),
+    m("word-bonus-sign", "scoring/rescore.py", "return score + lm + length_penalty * num_words",
+      "return score + lm - length_penalty * num_words", SCORES,
+      "the length penalty favours shorter hypotheses instead of longer ones"),
+    m("zero-lm-weight-times-minus-inf", "scoring/rescore.py",
+      "lm = lm_weight * lm_score if lm_weight else 0.0", "lm = lm_weight * lm_score", SCORES,
+      "lm_weight=0 with a -inf LM score gives nan, not the first-pass score"),
+    m("cli-no-eos-ignored", "scoring/__main__.py",
+      "dict(normalize=args.normalize, batch_size=args.batch_size, add_bos=args.add_bos, add_eos=args.add_eos)",
+      "dict(normalize=args.normalize, batch_size=args.batch_size, add_bos=args.add_bos)", SCORES,
+      "the CLI drops --no_eos"),
+    m("cli-line-numbers-from-zero", "scoring/__main__.py", 'where=lambda i: f"--input {args.input} line {i + 1}"',
+      'where=lambda i: f"--input {args.input} line {i}"', SCORES, "an error names the line before the bad one"),
+    m("cli-rescore-drops-length-penalty", "scoring/__main__.py",
+      "lm_weight=args.lm_weight, length_penalty=args.length_penalty", "lm_weight=args.lm_weight", SCORES,
+      "rescore ignores --length_penalty"),
+    # ---------------------------------------------------------------- integrations
+    m("head-lora-gets-backbone-targets", "integrations/peft.py",
+      'is not None or getattr(peft_config, "target_parameters", None):', "is not None:", SAVED,
+      "LoRA on the head alone (target_parameters) also adapts the backbone's default modules"),
+    m("old-trl-path-warning-hidden", "integrations/trl.py", "    FutureWarning,\n", "    DeprecationWarning,\n",
+      SAVED, "the moved TRL module warns with a DeprecationWarning, hidden from users by default"),
+]
+# fmt: on
