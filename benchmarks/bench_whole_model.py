@@ -81,14 +81,15 @@ def build(name: str, config, device: str):
         apply_liger_kernel_to_llama(
             rope=False, rms_norm=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=True
         )
-    if spec is None or spec == "liger":
-        model = LlamaForCausalLM(config)
-    else:
-        if "num_samples" in spec:
-            spec = {**spec, "num_samples": min(spec["num_samples"], config.vocab_size // 2)}  # K < V at toy sizes
-        model = HeadsForCausalLM(HeadsConfig(backbone=config.to_dict(), head=spec, tie_word_embeddings=False))
-        if model.head.needs_counts:
-            model.set_word_counts(torch.randint(1, 1000, (config.vocab_size,)).float())
+    with torch.device(device):  # initialised where it trains (a CPU init of ~1B parameters takes seconds)
+        if spec is None or spec == "liger":
+            model = LlamaForCausalLM(config)
+        else:
+            if "num_samples" in spec:
+                spec = {**spec, "num_samples": min(spec["num_samples"], config.vocab_size // 2)}  # K < V at toy sizes
+            model = HeadsForCausalLM(HeadsConfig(backbone=config.to_dict(), head=spec, tie_word_embeddings=False))
+    if getattr(getattr(model, "head", None), "needs_counts", False):
+        model.set_word_counts(torch.randint(1, 1000, (config.vocab_size,)).float())
     model = model.to(device).train()
     return model, torch.optim.AdamW(model.parameters(), lr=1e-5)
 
@@ -107,30 +108,27 @@ def make_step(model, opt, batch: int, block: int, vocab: int, device: str):
     return step
 
 
-def fits(name: str, config, device: str, batch: int, block: int, cap: int) -> bool:
-    """Whether one step of row `name` at `batch` stays under `cap` bytes of peak memory without running out."""
-    model = opt = None
+def fits(model, opt, vocab: int, device: str, batch: int, block: int, cap: int) -> bool:
+    """Whether one step of `model` at `batch` stays under `cap` bytes of peak memory without running out."""
     try:
-        model, opt = build(name, config, device)
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        make_step(model, opt, batch, block, config.vocab_size, device)()
+        make_step(model, opt, batch, block, vocab, device)()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() <= cap
     except torch.OutOfMemoryError:
+        opt.zero_grad(set_to_none=True)
         return False
-    finally:
-        del model, opt
-        torch.cuda.empty_cache()
 
 
-def largest_batch(name: str, config, device: str, start: int, block: int, cap: int, trials: int) -> str:
+def largest_batch(model, opt, vocab: int, device: str, start: int, block: int, cap: int, trials: int) -> str:
     """Doubling from `start`, then bisection, `trials` steps in all: the largest batch found to fit ("—" when even
-    `start` does not, ">= b" when every trial fit)."""
+    `start` does not, ">= b" when every trial fit). The model and its optimizer are reused (their state counts)."""
     good, bad, tried = 0, None, 0
     batch = start
     while tried < trials:
         tried += 1
-        if fits(name, config, device, batch, block, cap):
+        if fits(model, opt, vocab, device, batch, block, cap):
             good = batch
             batch = batch * 2 if bad is None else (good + bad) // 2
         else:
@@ -165,11 +163,10 @@ def run_one(name: str, a) -> dict:
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else rss_mib() / 1024
     row = {"method": name, "seconds": statistics.median(times), "min_s": min(times), "max_s": max(times)}
     row["peak_gib"] = peak
-    del model, opt, step
-    if cuda and a.search_trials > 0:
-        torch.cuda.empty_cache()
+    del step
+    if cuda and a.search_trials > 0:  # the same model and optimizer (its state already allocated), larger batches
         cap = int(a.memory_cap_gib * 2**30)
-        row["largest_batch"] = largest_batch(name, config, a.device, a.batch, a.block, cap, a.search_trials)
+        row["largest_batch"] = largest_batch(model, opt, a.vocab, a.device, a.batch, a.block, cap, a.search_trials)
     return row
 
 

@@ -39,7 +39,7 @@ else
   outdir=${OUT:-docs/results}
   gemma="--tokens 8192 --hidden 2304 --vocab 256000" small="--tokens 4096 --hidden 512 --vocab 50000"
   check="" compile="" reps=5 sampled=""
-  whole="--vocab 128256 --hidden 2048 --layers 4 --batch 8 --block 1024 --repeats 5 --memory_cap_gib 40 --search_trials 5"
+  whole="--vocab 128256 --hidden 2048 --layers 4 --batch 8 --block 1024 --repeats 5 --memory_cap_gib 40 --search_trials 4"
 fi
 mkdir -p "$outdir"
 out=$outdir/gpu_${device}.md
