@@ -186,3 +186,20 @@ def test_a_generation_cache_given_under_two_names_is_refused():
         alone = model(x, use_cache=True).logits
         both = model(x, use_cache=True, cache=cache, past_key_values=cache).logits
     torch.testing.assert_close(both, alone)
+
+
+@pytest.mark.parametrize("fused_lm_head", [False, True])
+def test_a_training_forward_moves_the_running_max_norm_once(fused_lm_head):
+    """One training forward, plain or `fused_lm_head=True` (TRL's SFTTrainer), is one step of a max-norm head's
+    running ‖h‖: running ← running + μ · (max ‖h‖ over the labelled positions − running)."""
+    from conftest import tiny_llama_config
+
+    head = {"family": "margin", "margin": "arc", "m": 0.1, "context_norm": "max-norm", "context_norm_momentum": 0.5}
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head)).train()
+    model.head.context_norm_running.fill_(1.0)  # as after earlier steps
+    x = _batch()
+    with torch.no_grad():
+        batch_max = float(model.backbone(x).last_hidden_state[:, :-1].norm(dim=-1).max())  # the last predicts nothing
+    model(x, labels=x, fused_lm_head=fused_lm_head)
+    assert float(model.head.context_norm_running) == pytest.approx(1.0 + 0.5 * (batch_max - 1.0), rel=1e-5)

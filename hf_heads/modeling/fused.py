@@ -58,7 +58,8 @@ def token_loss_output(
     mask = labels != -100  # (B, T)
     per_token, _ = head(hidden, labels, return_logits=False, reduction="none")  # (B, T), 0 where masked
     divisor = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-    _, stats = head(hidden.detach(), labels, statistics=True)
+    # statistics only: a second loss would update the head's running statistics (max-norm) twice per step
+    _, stats = head(hidden.detach(), labels, statistics=True, compute_loss=False)
     return TokenLossOutput(
         loss=per_token.sum() / divisor,
         log_probs=-per_token,
