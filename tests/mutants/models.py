@@ -15,6 +15,7 @@ ARCH = "tests/test_architectures.py::test_from_base_returns_the_checkpoints_dist
 # causal LM, its fused per-token output, the generation cache, statistics without a loss
 LM = selection(
     f"{CAUSAL}::test_fused_lm_head_gives_the_per_token_quantities_of_the_logits",
+    f"{CAUSAL}::test_a_training_forward_moves_the_running_max_norm_once[True]",
     f"{CAUSAL}::test_a_generation_cache_given_under_two_names_is_refused",
     f"{CAUSAL}::test_softmax_head_reproduces_base_model",
     f"{SCORING}::test_scoring_never_builds_batch_logits_and_restores_train_mode",
@@ -94,6 +95,10 @@ MUTANTS: list[Mutant] = [
       "divisor = mask.sum().clamp(min=1) if num_items_in_batch is None",
       "divisor = mask.numel() if num_items_in_batch is None", LM,
       "the fused output's loss divides by every position, ignored ones included"),
+    m("fused-statistics-second-loss", "modeling/fused.py",
+      "_, stats = head(hidden.detach(), labels, statistics=True, compute_loss=False)",
+      "_, stats = head(hidden.detach(), labels, statistics=True)", LM,
+      "the fused output's statistics compute a second training loss: a max-norm head's running ‖h‖ moves twice"),
     # ---------------------------------------------------------------- compat.py
     m("two-caches-accepted", "modeling/compat.py", "if len({id(value) for value in caches.values()}) > 1:",
       "if len({id(value) for value in caches.values()}) > 2:", LM,
