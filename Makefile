@@ -36,7 +36,7 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data demo test test-all test-latest lock lint mutate bench reproduce docs clean
+.PHONY: install system-data demo test test-all test-latest test-min gpu-wheels lock lint mutate bench reproduce docs clean
 
 install: $(STAMP) system-data
 
@@ -74,6 +74,42 @@ test-latest: system-data
 	.venv-latest/bin/python -m pip list --disable-pip-version-check 2>/dev/null | \
 		grep -iE '^(torch|transformers|tokenizers|accelerate|datasets|evaluate|trl|peft) '
 	.venv-latest/bin/python -m pytest -q -n 2 -m "not slow" --durations=5 -p no:cacheprovider tests
+
+# The dependency floors: the default suite in .venv-min on the lowest versions pyproject.toml allows for the library's
+# own dependencies (torch 2.11.0 from PyPI, a CUDA build of several GB that runs on a CPU and brings its triton 3.6;
+# transformers 5.23.0: hf_heads' config declares its backbone with `SubConfigSpec` / `sub_configs_defaults`, which
+# transformers 5.17 does not have), huggingface_hub as they resolve it (tokenizers 0.23.1 wants huggingface_hub < 2),
+# every other package at the lock's version.
+MIN_PINS := torch==2.11.0 transformers==5.23.0 accelerate==1.15.0 tokenizers==0.23.1 datasets==5.2.0 evaluate==0.4.6 \
+	sacrebleu==2.4.0 rouge-score==0.1.2 trl==1.16.0 peft==0.21.2
+MIN_STAMP := .venv-min/.hf_heads-installed
+$(MIN_STAMP): pyproject.toml $(LOCK)
+	rm -rf .venv-min && python3 -m venv .venv-min
+	{ printf '%s\n' $(MIN_PINS); grep -viE '^(#|torch==|triton==|nvidia-|huggingface.hub==|$(subst $(eval) ,|,$(foreach p,$(MIN_PINS),$(firstword $(subst ==, ,$(p)))==)))' $(LOCK); } \
+		> .venv-min/floors.txt
+	$(call INSTALL,.venv-min) -c .venv-min/floors.txt torch
+	$(call INSTALL,.venv-min) -c .venv-min/floors.txt -e '.[dev,docs]'
+	$(call INSTALL,.venv-min) --no-deps $(NO_DEPS)
+	touch $@
+
+test-min: system-data $(MIN_STAMP)
+	.venv-min/bin/python -m pip list --disable-pip-version-check 2>/dev/null | \
+		grep -iE '^(torch|triton|transformers|tokenizers|accelerate|datasets|evaluate|trl|peft) '
+	.venv-min/bin/python -m pytest -q -n 2 -m "not slow" --durations=5 -p no:cacheprovider tests
+
+# The wheels the GPU machine lacks (it has Python 3.12, torch 2.11, triton 3.6, transformers 5.17, accelerate 1.15,
+# tokenizers 0.23.2 and no network), in .whl/ for the GPU call to carry (benchmarks/README.md): the peers' fused linear
+# cross-entropy, and transformers 5.23 (hf_heads needs >= 5.23, see MIN_PINS) with the versions of huggingface_hub,
+# safetensors and regex it checks at import (pure Python, then the compiled ones for CPython 3.12 on manylinux x86-64).
+GPU_WHEELS := liger-kernel==0.8.5 cut-cross-entropy==25.1.1 transformers==5.23.0 huggingface_hub==1.33.0
+GPU_COMPILED_WHEELS := safetensors==0.8.0 regex==2026.11.19
+gpu-wheels:
+	rm -rf .whl && mkdir -p .whl
+	python3 -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: -d .whl $(GPU_WHEELS)
+	python3 -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl $(GPU_COMPILED_WHEELS)
+	@ls -l .whl && du -ch .whl/*.whl | tail -1
 
 system-data:
 	@missing=0; for f in $(APT_MARKERS); do [ -e "$$f" ] || missing=1; done; \
@@ -140,4 +176,4 @@ reproduce: install
 	$(PY) benchmarks/reproduce_continuous.py
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-lock outputs build *.egg-info
+	rm -rf $(VENV) .venv-latest .venv-lock .venv-min .whl outputs build *.egg-info

@@ -15,7 +15,7 @@
 #   bash benchmarks/gpu.sh                   # on a machine with a CUDA GPU and PyTorch (benchmarks/README.md)
 #   GPU_DRY_RUN=1 OUT=/tmp/dry bash benchmarks/gpu.sh   # every section at toy sizes on the CPU (tests/test_gpu_script.py)
 #
-# Wheels in .whl/ are installed first (into /tmp/site, no network needed) unless they already import.
+# Wheels in .whl/ (make gpu-wheels) are installed first into /tmp/site, ahead on PYTHONPATH (no network needed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}  # the interpreter (the tests pass their own)
@@ -31,7 +31,7 @@ if [[ $dry == 1 ]]; then
   check="--rows 16 --hidden 8 --vocab 53 --compile_backend eager" compile="--compile_backend eager"
   whole="--vocab 64 --hidden 16 --layers 1 --batch 2 --block 8 --repeats 1" reps=1 sampled="--num_samples 8"
 else
-  if compgen -G ".whl/*.whl" >/dev/null && ! $py -c "import liger_kernel, cut_cross_entropy" 2>/dev/null; then
+  if compgen -G ".whl/*.whl" >/dev/null; then  # make gpu-wheels: the peers, transformers 5.23 and what it checks
     $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH
   fi
