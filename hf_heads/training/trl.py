@@ -5,11 +5,11 @@ from `model(..., fused_lm_head=True)`, which an hf_heads model answers itself (h
 plain cross-entropy head TRL would install is not installed. SFT options that need the full logits in training
 (`label_smoothing_factor`, `compute_loss_func`) are refused when the model is called (never a silent plain CE).
 
-`HeadsSFTTrainer` is `SFTTrainer` plus what `HeadsTrainer` adds (word counts for the heads that need them, head
-diagnostics and perplexity in the logs) and checks of the SFT options against the head when it is built:
-`loss_type="dft"` weights each token's loss ℓ by exp(−ℓ) (DFT), refused for a criterion whose exp(−ℓ) is not a
-probability (sampled BCE / MSE, CE-IS, CE-CPS; continuous heads); `peft_config` without `target_modules` gets the
-backbone's PEFT default (hf_heads.integrations.peft).
+`HeadsSFTTrainer` is `SFTTrainer` plus what `HeadsTrainer` adds (word counts for the heads that need them, of the
+tokens the SFT loss trains on: completions, not prompts; head diagnostics and perplexity in the logs) and checks of
+the SFT options against the head when it is built: `loss_type="dft"` weights each token's loss ℓ by exp(−ℓ) (DFT),
+refused for a criterion whose exp(−ℓ) is not a probability (sampled BCE / MSE, CE-IS, CE-CPS; continuous heads);
+`peft_config` without `target_modules` gets the backbone's PEFT default (hf_heads.integrations.peft).
 
 It lives beside `HeadsTrainer` (hf_heads.training.trainer), whose additions it shares; the old path
 `hf_heads.integrations.trl` re-exports it until 0.3.
@@ -47,7 +47,12 @@ def check_sft_options(model, args: SFTConfig | None, compute_loss_func=None) -> 
 class HeadsSFTTrainer(_HeadsTrainerMixin, SFTTrainer):
     """`trl.SFTTrainer` for hf_heads models (see the module docstring)."""
 
-    counts_column = "input_ids"  # SFT datasets hold token ids; the collator builds the labels
+    @property
+    def counts_column(self) -> str:
+        """The column word counts are read from: the prepared dataset's `labels` (TRL builds them, -100 on the tokens
+        the loss skips: prompts of prompt-completion data, non-assistant turns), so only the tokens the model is
+        trained to predict count; `input_ids` for a dataset prepared without labels (`skip_prepare_dataset`)."""
+        return "labels" if "labels" in (getattr(self.train_dataset, "column_names", None) or ()) else "input_ids"
 
     def __init__(self, model, args: SFTConfig | None = None, *positional, compute_loss_func=None, **kwargs):
         check_sft_options(model, args, compute_loss_func)
