@@ -1,0 +1,59 @@
+"""HeadsTrainer's additions against naive references: word counts over a training set of many batches, perplexity
+logged only where the eval loss is an NLL, and accuracy@k reported under the prefix of the loop that computed it."""
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_llama_config
+from datasets import Dataset
+from test_run_clm import _lm_dataset
+
+from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsTrainer, HeadsTrainingArguments
+from hf_heads.training.trainer import label_counts
+
+
+def test_label_counts_of_a_dataset_longer_than_one_batch():
+    """label_counts reads the dataset 1000 rows at a time: every batch counts, not only the last one."""
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 7, (2500, 3), generator=g)
+    labels[::5, 0] = -100
+    got = label_counts(Dataset.from_dict({"labels": labels.tolist()}), 7)
+    kept = labels[labels != -100]
+    assert got.tolist() == [float((kept == c).sum()) for c in range(7)]
+    assert got.sum() == kept.numel()
+
+
+def _trainer(tmp_path, head: dict) -> HeadsTrainer:
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        eval_accuracy_top_k=[1, 3],
+    )
+    return HeadsTrainer(model=model, args=args, eval_dataset=_lm_dataset(n=6))
+
+
+def test_perplexity_is_logged_for_an_nll_eval_loss_only(tmp_path):
+    """exp(eval_loss) is a perplexity when the eval loss is the NLL of the inference distribution (softmax), not for a
+    sparse head, whose eval loss is the sparse-softmax loss (eq. 5)."""
+    softmax = _trainer(tmp_path / "softmax", {"family": "softmax"}).evaluate()
+    assert softmax["eval_perplexity"] == pytest.approx(math.exp(softmax["eval_loss"]))
+    sparse = _trainer(tmp_path / "sparse", {"family": "sparse", "k": 3}).evaluate()
+    assert "eval_loss" in sparse and not any(key.endswith("perplexity") for key in sparse)
+
+
+def test_predict_reports_accuracy_at_k_under_its_own_prefix(tmp_path):
+    """`predict(metric_key_prefix="test")` reports test_accuracy@k (the same numbers as evaluate() on the same data),
+    never an eval_ key."""
+    trainer = _trainer(tmp_path, {"family": "softmax"})
+    evaluated = trainer.evaluate()
+    predicted = trainer.predict(trainer.eval_dataset, metric_key_prefix="test").metrics
+    assert not any(key.startswith("eval_") for key in predicted)
+    for k in (1, 3):
+        assert predicted[f"test_accuracy@{k}"] == pytest.approx(evaluated[f"eval_accuracy@{k}"])
+    assert 0.0 <= predicted["test_accuracy@1"] <= predicted["test_accuracy@3"] <= 1.0
