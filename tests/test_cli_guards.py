@@ -1,0 +1,154 @@
+"""The run scripts' shared steps (hf_heads.cli) on small inputs, each against what the flag documents: which checkpoint
+`--resume_from_checkpoint true` resumes, an output directory a run may continue in, the split limits, local files, the
+seed, the translation direction, the seq2seq tokenisation (source prefix with head+tail truncation, target length,
+end-of-sequence kept for a continuous head) and a built-in backbone's tied embeddings."""
+
+import json
+import logging
+
+import datasets
+import pytest
+import torch
+import transformers
+
+from hf_heads.cli.errors import UsageError
+from hf_heads.cli.resume import check_output_dir, resolve_checkpoint
+from hf_heads.cli.runs import RunArguments, load_local_files, start_run, truncate_splits
+from hf_heads.data import build_word_tokenizer, save_table
+from hf_heads.heads import head_dict
+from hf_heads.training import HeadsTrainingArguments
+
+SOFTMAX = head_dict({"family": "softmax"})
+
+
+def _checkpoint(path) -> None:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "hf_heads", "head": SOFTMAX}))
+
+
+def test_resume_true_takes_the_checkpoint_of_the_latest_step(tmp_path):
+    """Steps are numbers: checkpoint-10 is newer than checkpoint-9 (and than checkpoint-2)."""
+    for step in (2, 9, 10):
+        _checkpoint(tmp_path / f"checkpoint-{step}")
+    assert resolve_checkpoint(str(tmp_path), True, SOFTMAX) == str(tmp_path / "checkpoint-10")
+    assert resolve_checkpoint(str(tmp_path), "true", SOFTMAX) == str(tmp_path / "checkpoint-10")
+    assert resolve_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-9"), SOFTMAX) == str(tmp_path / "checkpoint-9")
+    assert resolve_checkpoint(str(tmp_path), None, SOFTMAX) is None
+
+
+def test_a_run_resumes_or_overwrites_only_when_asked(tmp_path):
+    _checkpoint(tmp_path / "checkpoint-3")
+    with pytest.raises(UsageError, match="--overwrite_output_dir"):
+        check_output_dir(str(tmp_path), overwrite=False, resume=None)
+    check_output_dir(str(tmp_path), overwrite=False, resume=True)  # continuing the run that wrote it
+    check_output_dir(str(tmp_path), overwrite=False, resume=str(tmp_path / "checkpoint-3"))
+    check_output_dir(str(tmp_path), overwrite=True, resume=None)
+    check_output_dir(str(tmp_path / "new"), overwrite=False, resume=None)
+
+
+def test_each_split_limit_applies_to_its_own_split():
+    raw = datasets.DatasetDict(
+        {k: datasets.Dataset.from_dict({"x": list(range(10))}) for k in ("train", "validation", "test")}
+    )
+    sizes = {k: len(v) for k, v in truncate_splits(raw, 7, 3, None).items()}
+    assert sizes == {"train": 7, "validation": 3, "test": 10}
+    sizes = {k: len(v) for k, v in truncate_splits(raw, None, 20, 2).items()}
+    assert sizes == {"train": 10, "validation": 10, "test": 2}
+
+
+def test_local_files_load_into_the_split_they_are_given_for(tmp_path):
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.csv").write_text(f"text,label\n{split} row,1\n")
+    raw = load_local_files(*(str(tmp_path / f"{s}.csv") for s in ("train", "validation", "test")))
+    assert {split: raw[split]["text"] for split in raw} == {s: [f"{s} row"] for s in ("train", "validation", "test")}
+    with pytest.raises(UsageError, match="extension 'tsv'"):
+        load_local_files(str(tmp_path / "train.tsv"), None)
+
+
+def test_start_run_seeds_with_the_runs_seed(tmp_path, monkeypatch):
+    """The random state a run builds its model from is the one `--seed` gives."""
+    monkeypatch.setattr(logging.root, "handlers", [])  # start_run's basicConfig handler dies with the test
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    model_args = type("ModelArguments", (), {"model_name_or_path": "tiny-gpt2"})()
+    draws = []
+    try:
+        for seed in (7, 7, 8):
+            args = HeadsTrainingArguments(output_dir=str(tmp_path / str(seed)), seed=seed, report_to="none")
+            head, checkpoint = start_run(model_args, RunArguments(), args)
+            draws.append(torch.rand(4))
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    assert head == SOFTMAX and checkpoint is None
+    transformers.set_seed(7)
+    assert torch.equal(draws[0], torch.rand(4)) and torch.equal(draws[1], draws[0])
+    assert not torch.equal(draws[2], draws[0])
+
+
+# ---------------------------------------------------------------- seq2seq (run_translation / _summarization / _qg)
+
+
+def _task(rows: dict):
+    from hf_heads.cli.seq2seq import Seq2SeqTask
+
+    def load(name):
+        return datasets.DatasetDict({k: datasets.Dataset.from_dict({"translation": v}) for k, v in rows.items()})
+
+    return Seq2SeqTask("translation", "Translation", ("toy-es-en",), load, None, None, ("bleu",))
+
+
+def test_a_bundled_corpus_translates_in_the_direction_of_its_name():
+    from hf_heads.cli.seq2seq import DataArguments, load_pairs
+
+    rows = {"train": [{"es": "el rey habló", "en": "the king spoke"}], "test": [{"es": "la luz", "en": "the light"}]}
+    pairs = load_pairs(_task(rows), DataArguments(dataset_name="toy-es-en"))
+    assert pairs["train"][0] == {"source": "el rey habló", "target": "the king spoke"}
+    assert pairs["test"][0] == {"source": "la luz", "target": "the light"}
+    flipped = load_pairs(_task(rows), DataArguments(dataset_name="toy-es-en", source_lang="en", target_lang="es"))
+    assert flipped["train"][0] == {"source": "the king spoke", "target": "el rey habló"}
+
+
+def _pairs(sources: list[str], targets: list[str]) -> datasets.DatasetDict:
+    split = datasets.Dataset.from_dict({"source": sources, "target": targets})
+    return datasets.DatasetDict(train=split, validation=split)
+
+
+def test_head_tail_sources_keep_the_prefix_and_targets_their_own_length():
+    from hf_heads.cli.seq2seq import DataArguments, tokenize_splits
+
+    source = " ".join(f"w{i}" for i in range(30))
+    target = "a b c d e f g h"
+    tok = build_word_tokenizer(["summarize :", source, target])
+    data = DataArguments(source_prefix="summarize: ", head_tail=True, max_source_length=12, max_target_length=4)
+    row = tokenize_splits(_pairs([source], [target]), tok, data, None)["train"][0]
+    words = tok.convert_ids_to_tokens(row["input_ids"])
+    assert len(words) == 12 and words[:2] == ["summarize", ":"] and words[-3:] == ["w28", "w29", "</s>"]
+    assert tok.convert_ids_to_tokens(row["labels"]) == ["a", "b", "c", "</s>"]
+    plain = tokenize_splits(_pairs([source], [target]), tok, DataArguments(source_prefix="summarize: "), None)
+    assert tok.convert_ids_to_tokens(plain["train"][0]["input_ids"])[:3] == ["summarize", ":", "w0"]
+
+
+def test_continuous_training_targets_keep_their_end_of_sequence(tmp_path):
+    """Words outside the embedding table become <unk> in the training targets; </s> stays (the model learns to
+    stop)."""
+    from hf_heads.cli.seq2seq import DataArguments, tokenize_splits
+    from hf_heads.data import embedding_table
+
+    tok = build_word_tokenizer(["el rey habló", "the king spoke qwzxv"])
+    table = save_table(tmp_path / "t.npz", ["the", "king", "spoke"], torch.randn(3, 4).numpy())
+    _, covered = embedding_table(tok, str(table))
+    pairs = _pairs(["el rey habló"], ["the qwzxv king spoke"])
+    labels = tokenize_splits(pairs, tok, DataArguments(), covered)["train"][0]["labels"]
+    assert tok.convert_ids_to_tokens(labels) == ["the", "<unk>", "king", "spoke", "</s>"]
+    labels = tokenize_splits(pairs, tok, DataArguments(), covered)["validation"][0]["labels"]
+    assert tok.convert_ids_to_tokens(labels) == ["the", "qwzxv", "king", "spoke", "</s>"]  # references unchanged
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_tie_word_embeddings_ties_a_built_in_backbones_head(tie):
+    from hf_heads.cli.seq2seq import ModelArguments, build_model
+
+    tok = build_word_tokenizer(["the king spoke to the people"])
+    model = build_model(ModelArguments(model_name_or_path="tiny-bart", tie_word_embeddings=tie), SOFTMAX, tok)
+    assert (model.head.weight is model.backbone.get_input_embeddings().weight) == tie
+    assert model.config.tie_word_embeddings == tie and model.head.weight.shape == (len(tok), 128)
