@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from datasets import DatasetDict
 
 from hf_heads import data
 from hf_heads.data import corpora
@@ -199,3 +200,98 @@ def test_causal_lm_word_tokenizer_generates_after_the_prompt(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f"{ids} ' in the beginning god'"
     assert "to instantiate a model of type" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_faq_question_generation_in_the_language_asked():
+    """Each language is its own file of the package: the Swedish FAQ is Swedish, the English one English (the same
+    entries, in the same splits), and every `question` is a question, every `answer` not."""
+    en, sv = data.load_question_generation("faq", "en"), data.load_question_generation("faq", "sv")
+    for split in ("train", "validation", "test"):
+        assert en[split]["id"] == sv[split]["id"]
+        for dsd in (en, sv):
+            assert all(q.rstrip().endswith("?") for q in dsd[split]["question"])
+            assert not any(a.rstrip().endswith("?") for a in dsd[split]["answer"])
+    first = {
+        lang: next(r for s in dsd.values() for r in s if r["id"] == "bygglov-001")
+        for lang, dsd in (("en", en), ("sv", sv))
+    }
+    assert first["sv"]["question"] == "Vad är bygglov?"
+    assert first["en"]["question"] == "What is a bygglov (building permit)?"
+
+
+def _verses(monkeypatch, rows: list[dict]) -> None:
+    """The bundled Bible replaced by `rows` (book, chapter, verse, en, es), and no shuffled three-way split."""
+    monkeypatch.setattr(corpora, "_read_bible_rows", lambda: rows)
+    monkeypatch.setattr(corpora, "split_dataset", lambda ds, validation, test: DatasetDict(train=ds))
+
+
+def test_bible_lm_holds_out_whole_chapters(monkeypatch):
+    """bible-web's validation and test splits are whole chapters (contiguous text), about 2 % of them each."""
+    rows = [
+        {"book": book, "chapter": str(c), "verse": str(v), "en": f"{book} {c}:{v}", "es": ""}
+        for book in ("Gen", "Exod", "Ps") for c in range(1, 151) for v in range(1, 6)
+    ]  # fmt: skip
+    _verses(monkeypatch, rows)
+    built = corpora._build_bible_lm()
+    chapters: dict[str, set[str]] = {}
+    for name, split in built.items():
+        for text in split["text"]:
+            chapters.setdefault(text.split(":")[0], set()).add(name)
+    assert len(chapters) == 450 and all(len(splits) == 1 for splits in chapters.values())
+    held_out = {name: sum(splits == {name} for splits in chapters.values()) for name in ("validation", "test")}
+    assert all(2 <= n <= 20 for n in held_out.values()), held_out
+
+
+def test_bible_translation_pairs_keep_the_documented_length_ratio(monkeypatch):
+    """bible-es-en keeps the verse pairs whose word-count ratio es / en lies in [0.4, 2.5] (and a Spanish verse)."""
+    en = "one two three four five six seven eight nine ten"
+    spanish = {n: " ".join(["palabra"] * n) for n in (0, 3, 4, 10, 25, 26)}  # ratios 0, 0.3, 0.4, 1, 2.5, 2.6
+    rows = [{"book": "Gen", "chapter": "1", "verse": str(n), "en": en, "es": es} for n, es in spanish.items()]
+    _verses(monkeypatch, rows)
+    kept = corpora._build_bible_translation()["train"]["translation"]
+    assert [len(pair["es"].split()) for pair in kept] == [4, 10, 25]
+
+
+def test_word_counts_sum_over_every_batch():
+    from datasets import Dataset
+
+    texts = ["b a a", "a c", "c c c"]
+    tok = data.build_word_tokenizer(texts)
+    ids = tok.convert_tokens_to_ids(["a", "b", "c", "</s>"])
+    for batch_size in (1, 2, 1000):
+        counts = data.word_counts(Dataset.from_dict({"text": texts}), tok, batch_size=batch_size)
+        assert counts[ids].tolist() == [3, 1, 4, 3] and int(counts.sum()) == 11
+
+
+def test_embedding_table_rows_of_uncovered_tokens_follow_the_seed(tmp_path):
+    tok = data.build_word_tokenizer(["the king spoke to the people"])
+    vectors = torch.randn(2, 5)
+    path = str(data.save_table(tmp_path / "t.npz", ["king", "people"], vectors.numpy()))
+    a, covered = data.embedding_table(tok, path, seed=0)
+    b, _ = data.embedding_table(tok, path, seed=0)
+    c, _ = data.embedding_table(tok, path, seed=1)
+    assert torch.equal(a, b) and int(covered.sum()) == 2
+    assert torch.equal(c[covered], a[covered]) and torch.equal(
+        a[tok.convert_tokens_to_ids(["king", "people"])], vectors
+    )
+    assert not (c[~covered] == a[~covered]).any()  # every uncovered row is drawn anew
+
+
+def test_word2vec_table_follows_its_seed(tmp_path):
+    pytest.importorskip("gensim")
+    sentences = [["the", "king", "spoke", "to", "the", "people"], ["the", "people", "heard", "the", "king"]] * 5
+    tables = [
+        data.load_word_vectors(
+            str(data.train_word2vec_table(sentences, tmp_path / f"{seed}.npz", dim=4, epochs=1, seed=seed))
+        )
+        for seed in (0, 1)
+    ]
+    assert tables[0][0] == tables[1][0] and not (tables[0][1] == tables[1][1]).all()
+
+
+def test_osis_markup_and_footnotes_are_removed():
+    from hf_heads.data.bible import clean_osis
+
+    note = '<note type="x">Or, <hi type="italic">when</hi> God began</note>'
+    verse = f'<verse osisID="Gen.1.1">In the beginning{note}, God created the heavens .</verse>'
+    assert clean_osis(verse) == "In the beginning, God created the heavens."
