@@ -109,6 +109,23 @@ def test_bleu_smoothing_adds_one_to_every_order(loaded):
     assert unsmoothed["bleu"] == 0.0  # no 4-gram match and no smoothing, as in evaluate
 
 
+def test_bleu_brevity_penalty_of_short_translations(loaded):
+    """Translations shorter than their references: BP = exp(1 - r / c) with r = 10 reference and c = 6 translation
+    tokens; a translation longer than its reference is not penalised."""
+    preds, refs = ["the cat sat", "a dog barked"], ["the cat sat on the mat", "a dog barked loudly"]
+    got = loaded("bleu").compute(predictions=preds, references=refs, max_order=2)
+    assert got["length_ratio"] == pytest.approx(0.6)
+    assert got["brevity_penalty"] == pytest.approx(math.exp(1 - 10 / 6), rel=1e-12)
+    assert got["bleu"] == pytest.approx(got["brevity_penalty"], rel=1e-12)  # every 1- and 2-gram matches
+    assert loaded("bleu").compute(predictions=refs, references=preds, max_order=2)["brevity_penalty"] == 1.0
+
+
+def test_bleu_user_tokenizer_applies_to_the_predictions_too(loaded):
+    kwargs = {"predictions": ["The Cat sat on the Mat"], "references": ["the cat sat on the mat"]}
+    assert loaded("bleu").compute(**kwargs, tokenizer=lambda text: text.lower().split())["bleu"] == 1.0
+    assert loaded("bleu").compute(**kwargs)["bleu"] < 1.0  # 13a keeps the case
+
+
 # ---------------------------------------------------------------- sacrebleu
 
 
@@ -162,6 +179,33 @@ def test_sacrebleu_cumulative_bleu_extra(loaded, kwargs):
         bleu_n = sacrebleu.BLEU(max_ngram_order=n, effective_order=True, **kwargs)
         assert got[f"bleu_{n}"] == bleu_n.corpus_score(PREDS, [REFS]).score
     assert got["bleu_4"] == pytest.approx(got["score"]) and got["bleu_1"] > got["bleu_2"] > got["bleu_4"]
+
+
+SHORT = (["a b c"], ["a b c d"])  # no 4-gram in the hypothesis
+NO_4GRAM_MATCH = (["a b c d e f", "the cat sat down"], ["a b x d e f", "the cat is down"])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"use_effective_order": True},
+        {"smooth_method": "none"},
+        {"smooth_method": "floor", "smooth_value": 0.2},
+        {"smooth_method": "add-k", "smooth_value": 2},
+    ],
+)
+@pytest.mark.parametrize("pair", [SHORT, NO_4GRAM_MATCH], ids=["short", "no-4-gram-match"])
+def test_sacrebleu_options_where_an_order_has_no_match(loaded, pair, kwargs):
+    """Smoothing and effective order only act where an n-gram order has no match (or no n-gram): there the score
+    and BLEU-1..4 are sacreBLEU's with the same options."""
+    preds, refs = pair
+    got = loaded("sacrebleu").compute(predictions=preds, references=refs, cumulative_bleu=True, **kwargs)
+    assert got["score"] == sacrebleu.corpus_bleu(preds, [refs], **kwargs).score
+    smoothing = {k: v for k, v in kwargs.items() if k != "use_effective_order"}
+    for n in range(1, 5):
+        bleu_n = sacrebleu.BLEU(max_ngram_order=n, effective_order=True, **smoothing)
+        assert got[f"bleu_{n}"] == bleu_n.corpus_score(preds, [refs]).score
 
 
 # ---------------------------------------------------------------- rouge
@@ -221,6 +265,14 @@ def test_rouge_tokenizer_is_used(loaded):
     kw = {"predictions": ["Storm, hits!"], "references": ["storm hits"], "use_aggregator": False}
     assert loaded("rouge").compute(**kw)["rouge1"] == [1.0]
     assert loaded("rouge").compute(**kw, tokenizer=str.split)["rouge1"] == [0.0]
+
+
+def test_rouge_several_references_score_against_the_best_one(loaded):
+    """With a list of references per prediction the best-scoring reference counts, wherever it is in the list."""
+    preds = ["the cat sat on the mat", "a dog barked"]
+    refs = [["a dog barked", "the cat sat on the mat"], ["a dog barked", "storms hit the coast"]]
+    got = loaded("rouge").compute(predictions=preds, references=refs, use_aggregator=False)
+    assert got == {key: [1.0, 1.0] for key in EVALUATE_KEYS["rouge"]}
 
 
 # ---------------------------------------------------------------- accuracy, f1, precision, recall
@@ -458,3 +510,11 @@ def test_generation_builder_decodes_and_ignores_padding():
     assert out["distinct"] == 1.0
     with pytest.raises(ValueError, match="generation metric='sacrebleu' is not allowed; allowed: 'bleu', 'rouge'"):
         generation_metrics(tok, ("sacrebleu",))
+
+
+def test_generation_builder_reads_predictions_padded_with_minus_100():
+    """The Trainer pads generated ids of different lengths with -100 when it concatenates the batches."""
+    tok, (pred_ids, ref_ids), _, _ = _decode_pair(PREDS, REFS)
+    padded = np.where(pred_ids == tok.pad_token_id, -100, pred_ids)
+    assert (padded == -100).any()
+    assert generation_metrics(tok)((padded, ref_ids)) == generation_metrics(tok)((pred_ids, ref_ids))
