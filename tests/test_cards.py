@@ -216,6 +216,36 @@ def test_loss_curve_of_a_run_shorter_than_logging_steps(tmp_path, monkeypatch):
     assert (tmp_path / "none.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1(tmp_path, monkeypatch):
+    """The margin paper's figure 1: the left panel draws the most frequent words (the 15 most frequent named, in order
+    of frequency), rotated and scaled so the most frequent one sits at angle 0 and radius 1; the right panel draws the
+    word groups the vocabulary has."""
+    import sklearn.manifold
+
+    from hf_heads.training.plots import plot_word_vectors
+
+    class Projection:  # t-SNE's stand-in (seconds saved): the first two PCA components, a fixed 2-D layout
+        def __init__(self, n_components, **kwargs):
+            self.n_components = n_components
+
+        def fit_transform(self, x):
+            return x[:, : self.n_components]
+
+    monkeypatch.setattr(sklearn.manifold, "TSNE", Projection)
+    figures = _drawn(monkeypatch)
+    words = ["king", "queen", "man", "woman", *(f"w{i}" for i in range(36))]
+    counts = torch.randperm(len(words), generator=torch.Generator().manual_seed(0)).double() + 1
+    weight = torch.randn(len(words), 16, generator=torch.Generator().manual_seed(1))
+    plot_word_vectors(weight, words, counts, tmp_path / "w.png", "margin head")
+    left, right = figures[-1].axes[:2]
+    by_frequency = [words[i] for i in counts.argsort(descending=True)]
+    assert [t.get_text() for t in left.texts] == by_frequency[:15]
+    theta, radius = left.collections[0].get_offsets()[0]
+    assert theta == pytest.approx(0.0, abs=1e-9) and radius == pytest.approx(1.0)
+    assert len(right.get_lines()) == 2 and {t.get_text() for t in right.texts} == {"king", "queen", "man", "woman"}
+    assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
+
+
 # ---------------------------------------------------------------- model-index and tables
 
 
@@ -275,6 +305,33 @@ def test_seq2seq_card_shows_generate_not_pipelines(tmp_path):
     assert "pipeline(" not in text and "pipelines" not in text.replace("no translation / summarization", "")
     readme = (ROOT / "README.md").read_text()
     assert 'pipeline("translation' not in readme and 'pipeline("summarization' not in readme
+
+
+@pytest.mark.parametrize(
+    "name, hub_id",
+    [
+        ("tiny-gpt2", None),
+        ("tiny-bart", None),
+        ("tiny-t5", None),
+        ("tiny-bert", None),
+        ("minilm", "sentence-transformers/all-MiniLM-L6-v2"),
+        ("org/some-model", "org/some-model"),
+    ],
+)
+def test_card_names_a_hub_base_model_only_for_a_model_from_the_hub(tmp_path, name, hub_id):
+    """A run's card (`card_base_model` of its --model_name_or_path) gives `base_model` metadata only for a model that
+    is on the Hub; a backbone built from a config says so in the text and has no `base_model`."""
+    from hf_heads.cli.backbones import card_base_model
+
+    args = HeadsTrainingArguments(output_dir=str(tmp_path / "args"), report_to="none")
+    path = write_model_card(
+        tmp_path / "run", model=causal_lm({"family": "softmax"}), dataset="d", metrics={}, training_args=args,
+        **card_base_model(name),
+    )  # fmt: skip
+    text = path.read_text()
+    meta = yaml.safe_load(text.split("---")[1])
+    assert meta.get("base_model") == hub_id
+    assert ("built from a config" in text) == (hub_id is None)
 
 
 # ---------------------------------------------------------------- finish_run
@@ -351,3 +408,17 @@ def test_fp16_on_cpu_warns_and_trains_in_float32(caplog, tmp_path):
     with caplog.at_level(logging.WARNING, logger="hf_heads.training.arguments"):
         HeadsTrainingArguments(output_dir=str(tmp_path), max_steps=2, bf16=True, use_cpu=True, report_to="none")
     assert not [r for r in caplog.records if r.name == "hf_heads.training.arguments"]
+
+
+def test_head_flags_reach_the_head_section_and_errors_name_the_flag():
+    def parsed(*flags: str) -> HeadsTrainingArguments:
+        return parse_args((HeadsTrainingArguments,), ["--output_dir", "o", "--report_to", "none", *flags])[0]
+
+    assert parsed("--head_bias", "false").head_config()["bias"] is False  # a false flag is a value, not "unset"
+    assert parsed("--head", "sparse", "--k", "3", "--head_label_smoothing", "0").head_config()["label_smoothing"] == 0
+    assert parsed("--loss_chunk_size", "64").head_config()["chunk_size"] == 64
+    with pytest.raises(ValueError, match="--loss_chunk_size=0"):
+        parsed("--loss_chunk_size", "0").head_config()
+    with pytest.raises(ValueError, match="--head_bias is not an option of head family 'continuous'"):
+        parsed("--head", "continuous", "--head_bias", "true").head_config()
+    assert parsed("--head", "sparse").head_flags_given() and not parsed().head_flags_given()
