@@ -1,7 +1,268 @@
-"""Mutants of the trainers, arguments, cards, metrics, data loaders and the run scripts' support (cli)."""
+"""Mutants of the trainers, arguments, cards, metrics, data loaders and the run scripts' support (cli): a dropped
+argument, a setting overwritten, an off-by-one, a ratio the wrong way round, an option ignored, a split that leaks,
+a seed not passed, a card that states a wrong figure."""
 
 from __future__ import annotations
 
-from mutants import Mutant, m, selection  # noqa: F401
+from mutants import Mutant, m, selection
 
-MUTANTS: list[Mutant] = []
+TRAINER = "tests/test_training_guards.py"
+CARDS = "tests/test_cards.py"
+METRICS = "tests/test_metrics.py"
+DATA = "tests/test_data.py"
+CLI = "tests/test_cli_guards.py"
+ACCURACY_AT_K = "tests/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits"
+PREDICT_ACCURACY = f"{TRAINER}::test_predict_reports_accuracy_at_k_under_its_own_prefix"
+HEAD_FLAGS = f"{CARDS}::test_head_flags_reach_the_head_section_and_errors_name_the_flag"
+MODEL_INDEX = f"{CARDS}::test_model_index_lists_only_standard_metrics"
+BASE_MODEL = f"{CARDS}::test_card_names_a_hub_base_model_only_for_a_model_from_the_hub"
+WORD_VECTORS = f"{CARDS}::test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1"
+GENERATION_REPORT = f"{METRICS}::test_generation_builder_reports_sacrebleu_and_stemmed_mean_rouge"
+SACREBLEU_OPTIONS = f"{METRICS}::test_sacrebleu_options_where_an_order_has_no_match"
+ROUGE = f"{METRICS}::test_rouge_per_example_matches_rouge_score"
+FAQ = f"{DATA}::test_faq_question_generation_in_the_language_asked"
+HEAD_TAIL = f"{DATA}::test_head_tail_truncation_keeps_both_ends_and_special_tokens"
+SEQ2SEQ_TOKENS = f"{CLI}::test_head_tail_sources_keep_the_prefix_and_targets_their_own_length"
+
+# fmt: off
+MUTANTS: list[Mutant] = [
+    # ---------------------------------------------------------------- training/trainer.py
+    m("accuracy-at-k-off-by-one", "training/trainer.py", '(stats["rank"] < k) & stats["mask"]',
+      '(stats["rank"] <= k) & stats["mask"]', selection(ACCURACY_AT_K, PREDICT_ACCURACY),
+      "accuracy@k counts a label of rank k (k + 1 guesses)"),
+    m("accuracy-at-k-unmasked", "training/trainer.py",
+      'hits = torch.stack([((stats["rank"] < k) & stats["mask"]).sum() for k in ks])',
+      'hits = torch.stack([(stats["rank"] < k).sum() for k in ks])', selection(ACCURACY_AT_K, PREDICT_ACCURACY),
+      "accuracy@k hits counted over the ignored positions too"),
+    m("accuracy-at-k-prefix-eval", "training/trainer.py", 'prefix = kwargs.get("metric_key_prefix", "eval")',
+      'prefix = "eval"', selection(PREDICT_ACCURACY), "predict() reports its accuracy@k as eval_accuracy@k"),
+    m("perplexity-of-a-non-nll-loss", "training/trainer.py", "is_nll = head is None or head.eval_loss_is_nll",
+      "is_nll = True", selection(f"{TRAINER}::test_perplexity_is_logged_for_an_nll_eval_loss_only"),
+      "eval_perplexity = exp(eval_loss) logged for a sparse head, whose eval loss is no NLL"),
+    m("label-counts-last-batch", "training/trainer.py",
+      "counts += torch.bincount(values, minlength=num_classes).double()",
+      "counts = torch.bincount(values, minlength=num_classes).double()",
+      selection(f"{TRAINER}::test_label_counts_of_a_dataset_longer_than_one_batch"),
+      "word counts of the training set's last 1000 rows only"),
+    # ---------------------------------------------------------------- training/arguments.py
+    m("logging-steps-tenth", "training/arguments.py", "max(1, self.max_steps // 20)", "max(1, self.max_steps // 10)",
+      selection(f"{CARDS}::test_logging_steps_default_follows_max_steps"), "default logging interval max_steps // 10"),
+    m("head-flag-false-dropped", "training/arguments.py",
+      "            if value is not None:\n                section[option] = value",
+      "            if value:\n                section[option] = value", selection(HEAD_FLAGS),
+      "a flag given as false / 0 (--head_bias false) never reaches the head section"),
+    m("head-flag-error-names-option", "training/arguments.py",
+      'raise err.renamed(f"--{RENAMED_FLAGS.get(err.field, err.field)}") from None',
+      'raise err.renamed(f"--{err.field}") from None', selection(HEAD_FLAGS),
+      "an error names --chunk_size, a flag that does not exist, instead of --loss_chunk_size"),
+    m("head-family-flag-not-given", "training/arguments.py", "return self.head != DEFAULT_FAMILY or any(",
+      "return any(", selection(HEAD_FLAGS),
+      "--head sparse alone counts as no head flag: a trained model's own head silently replaces it"),
+    # ---------------------------------------------------------------- training/cards.py
+    m("card-classifier-perplexity", "training/cards.py", "perplexity = _is_lm(model) and bool(", "perplexity = bool(",
+      selection(MODEL_INDEX), "a classifier's card lists a perplexity in model-index"),
+    m("card-predict-split-validation", "training/cards.py", '("predict_", "test"))', '("predict_", "validation"))',
+      selection(MODEL_INDEX), "test-set scores listed as validation scores"),
+    m("card-score-table-fractions", "training/cards.py",
+      "scores.append(_row(key, _fmt(round(float(value) * factor, 2))))",
+      "scores.append(_row(key, _fmt(round(float(value), 2))))",
+      selection(f"{CARDS}::test_question_generation_card_puts_bleu_and_rouge_on_one_scale"),
+      "the 0-100 score table shows ROUGE as a fraction"),
+    m("card-base-model-of-a-config", "training/cards.py",
+      "if base_model and not Path(base_model).exists() and not built_from_config:",
+      "if base_model and not Path(base_model).exists():", selection(BASE_MODEL),
+      "a backbone built from a config is named as the card's Hub base_model"),
+    # ---------------------------------------------------------------- training/plots.py
+    m("word-vectors-least-frequent", "training/plots.py",
+      "top = torch.argsort(counts, descending=True, stable=True)[:100].tolist()",
+      "top = torch.argsort(counts, stable=True)[:100].tolist()", selection(WORD_VECTORS),
+      "figure 1 draws the 100 least frequent words"),
+    m("polar-not-rotated", "training/plots.py", "return radius / max(radius[0], 1e-12), angle - angle[0]",
+      "return radius / max(radius[0], 1e-12), angle", selection(WORD_VECTORS),
+      "figure 1: the most frequent word is not at angle 0"),
+    # ---------------------------------------------------------------- training/trl.py
+    m("sft-counts-prompts", "training/trl.py",
+      'return "labels" if "labels" in (getattr(self.train_dataset, "column_names", None) or ()) else "input_ids"',
+      'return "input_ids"',
+      selection("tests/test_trl.py::test_heads_sft_trainer_counts_the_words_the_model_is_trained_to_predict"),
+      "HeadsSFTTrainer counts the prompts' tokens too, which the SFT loss never trains on"),
+    m("sft-dft-check-inverted", "training/trl.py", 'args.loss_type == "dft" and not head.training_loss_is_nll',
+      'args.loss_type == "dft" and head.training_loss_is_nll',
+      selection("tests/test_trl.py::test_heads_sft_trainer_checks_dft_and_fills_peft_targets"),
+      "DFT refused for NLL heads and allowed for the others"),
+    # ---------------------------------------------------------------- metrics/builders.py
+    m("f1-micro-is-macro", "metrics/builders.py",
+      "predictions=predictions, references=labels, average=average, zero_division=0",
+      'predictions=predictions, references=labels, average="macro", zero_division=0',
+      selection(f"{METRICS}::test_classification_builder_reports_accuracy_and_macro_micro_f1"),
+      "f1_micro reports the macro F1"),
+    m("bleu-length-ratio-reversed", "metrics/builders.py",
+      '"length_ratio": result["sys_len"] / max(result["ref_len"], 1),',
+      '"length_ratio": result["ref_len"] / max(result["sys_len"], 1),', selection(GENERATION_REPORT),
+      "length_ratio reference / hypothesis"),
+    m("rouge-report-unstemmed", "metrics/builders.py", "        use_stemmer=True,\n", "        use_stemmer=False,\n",
+      selection(GENERATION_REPORT), "the run scripts' ROUGE without the stemming it documents"),
+    m("generation-predictions-not-unpadded", "metrics/builders.py", "preds = np.where(preds < 0, pad, preds)",
+      "preds = preds", selection(f"{METRICS}::test_generation_builder_reads_predictions_padded_with_minus_100"),
+      "the -100 padding of generated ids decoded as a token"),
+    # ---------------------------------------------------------------- metrics/modules/bleu.py
+    m("bleu-brevity-penalty-reversed", "metrics/modules/bleu.py", "math.exp(1 - 1.0 / ratio)", "math.exp(1 - ratio)",
+      selection(f"{METRICS}::test_bleu_brevity_penalty_of_short_translations"),
+      "brevity penalty exp(1 - c / r) instead of exp(1 - r / c)"),
+    m("bleu-prediction-tokenizer-ignored", "metrics/modules/bleu.py",
+      "predictions = [tokenizer(p) for p in predictions]", "predictions = [_TOKENIZER_13A(p) for p in predictions]",
+      selection(f"{METRICS}::test_bleu_user_tokenizer_applies_to_the_predictions_too"),
+      "a user tokenizer applied to the references only"),
+    m("bleu-longest-reference", "metrics/modules/bleu.py", "reference_length += min(len(r) for r in references)",
+      "reference_length += max(len(r) for r in references)",
+      selection(f"{METRICS}::test_bleu_multi_reference_matches_nltk"),
+      "brevity penalty against the longest reference"),
+    # ---------------------------------------------------------------- metrics/modules/sacrebleu.py
+    m("cumulative-bleu-smoothing-ignored", "metrics/modules/sacrebleu.py",
+      "                    smooth_method=smooth_method,\n                    smooth_value=smooth_value,\n"
+      "                    max_ngram_order=n,",
+      "                    max_ngram_order=n,", selection(SACREBLEU_OPTIONS), "BLEU-1..4 always smoothed with 'exp'"),
+    m("sacrebleu-effective-order-dropped", "metrics/modules/sacrebleu.py",
+      "            use_effective_order=use_effective_order,\n", "", selection(SACREBLEU_OPTIONS),
+      "use_effective_order ignored"),
+    # ---------------------------------------------------------------- metrics/modules/rouge.py
+    m("rouge-stemmer-ignored", "metrics/modules/rouge.py",
+      "rouge_scorer.RougeScorer(rouge_types=rouge_types, use_stemmer=use_stemmer, tokenizer=tokenizer)",
+      "rouge_scorer.RougeScorer(rouge_types=rouge_types, tokenizer=tokenizer)", selection(ROUGE),
+      "use_stemmer ignored"),
+    m("rouge-first-reference-only", "metrics/modules/rouge.py", "score = scorer.score_multi(ref, pred)",
+      "score = scorer.score(ref[0], pred)",
+      selection(f"{METRICS}::test_rouge_several_references_score_against_the_best_one", ROUGE),
+      "several references: only the first one scored"),
+    # ---------------------------------------------------------------- metrics/modules/perplexity.py
+    m("nll-perplexity-unweighted", "metrics/modules/perplexity.py",
+      '"perplexity": math.exp(min(nll_per_token, _MAX_LOG)),', '"perplexity": float(np.mean(ppls)),',
+      selection(f"{METRICS}::test_perplexity_nll_configuration"),
+      "corpus perplexity as the mean of the per-sequence perplexities, not exp(sum NLL / sum tokens)"),
+    m("perplexity-no-room-for-bos", "metrics/modules/perplexity.py", "max_tokenized_len = max_length - 1",
+      "max_tokenized_len = max_length", selection(f"{METRICS}::test_perplexity_truncates_to_max_length"),
+      "max_length not counting the BOS token"),
+    m("perplexity-mask-unshifted", "metrics/modules/perplexity.py",
+      "shift_attention_mask_batch = attn_mask[..., 1:].contiguous()",
+      "shift_attention_mask_batch = attn_mask[..., :-1].contiguous()",
+      selection(f"{METRICS}::test_perplexity_from_model_id"), "the padding mask not shifted with the labels"),
+    # ---------------------------------------------------------------- metrics/modules: precision, f1, accuracy
+    m("precision-is-recall", "metrics/modules/precision.py",
+      "score = precision_score(\n            references,\n            predictions,",
+      "score = precision_score(\n            predictions,\n            references,",
+      selection(f"{METRICS}::test_f1_precision_recall_match_sklearn"),
+      "predictions and references swapped: precision computes the recall"),
+    m("f1-zero-division-ignored", "metrics/modules/f1.py", "            zero_division=zero_division,\n", "",
+      selection(f"{METRICS}::test_zero_division"), "f1's zero_division ignored"),
+    m("accuracy-normalize-ignored", "metrics/modules/accuracy.py", "normalize=normalize,", "normalize=True,",
+      selection(f"{METRICS}::test_classification_modules_reproduce_evaluate_examples"),
+      "normalize=False still returns a fraction"),
+    # ---------------------------------------------------------------- data/corpora.py
+    m("split-validation-from-whole-set", "data/corpora.py", 'second = first["train"].train_test_split(',
+      "second = ds.train_test_split(", selection(f"{DATA}::test_split_helper_is_deterministic"),
+      "validation drawn from every row: test rows leak into train and validation"),
+    m("faq-question-answer-swapped", "data/corpora.py",
+      '"answer": [r["a"] for r in rows],\n            "question": [r["q"] for r in rows],',
+      '"answer": [r["q"] for r in rows],\n            "question": [r["a"] for r in rows],', selection(FAQ),
+      "question generation taught to generate the answer"),
+    m("faq-language-ignored", "data/corpora.py", '/ "data" / files[lang]', '/ "data" / files["en"]', selection(FAQ),
+      "lang='sv' loads the English FAQ"),
+    m("bible-lm-split-by-verse", "data/corpora.py",
+      "splits[_chapter_split(f\"{r['book']} {r['chapter']}\")].append(r[\"en\"])",
+      "splits[_chapter_split(f\"{r['book']} {r['chapter']} {r['verse']}\")].append(r[\"en\"])",
+      selection(f"{DATA}::test_bible_lm_holds_out_whole_chapters"),
+      "held-out verses scattered over chapters whose other verses are trained on"),
+    m("translation-ratio-no-lower-bound", "data/corpora.py", "return la > 0 and lb > 0 and low <= la / lb <= high",
+      "return la > 0 and lb > 0 and la / lb <= high",
+      selection(f"{DATA}::test_bible_translation_pairs_keep_the_documented_length_ratio"),
+      "the length-ratio filter without its lower bound"),
+    # ---------------------------------------------------------------- data/tokenization.py
+    m("vocab-size-ignores-specials", "data/tokenization.py", "words = words[: vocab_size - len(SPECIAL_TOKENS)]",
+      "words = words[:vocab_size]", selection(f"{DATA}::test_word_tokenizer_sorted_by_frequency_and_round_trip"),
+      "vocab_size not counting the special tokens"),
+    m("word-counts-last-batch", "data/tokenization.py", "counts += np.bincount(ids, minlength=len(tokenizer))",
+      "counts = np.bincount(ids, minlength=len(tokenizer))",
+      selection(f"{DATA}::test_word_counts_sum_over_every_batch"),
+      "word counts of the last batch only"),
+    m("head-tail-default-half", "data/tokenization.py", "head = budget // 4 if head_length is None else head_length",
+      "head = budget // 2 if head_length is None else head_length", selection(HEAD_TAIL),
+      "default head+tail keeps half the budget at the head instead of a quarter"),
+    # ---------------------------------------------------------------- data/embeddings.py
+    m("embedding-table-seed-ignored", "data/embeddings.py", "generator = torch.Generator().manual_seed(seed)",
+      "generator = torch.Generator().manual_seed(0)",
+      selection(f"{DATA}::test_embedding_table_rows_of_uncovered_tokens_follow_the_seed"),
+      "the rows of uncovered tokens ignore the seed"),
+    m("word2vec-seed-dropped", "data/embeddings.py", "sg=1, epochs=epochs, seed=seed,", "sg=1, epochs=epochs,",
+      selection(f"{DATA}::test_word2vec_table_follows_its_seed"), "the word2vec table ignores its seed"),
+    m("word2vec-text-header-read-as-a-word", "data/embeddings.py",
+      "if n == 0 and len(parts) == 2 and all(p.isdigit() for p in parts):",
+      "if n == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):",
+      selection("tests/test_continuous_head.py::test_table_files_npz_and_word2vec_text"),
+      "the `M d` header of a word2vec text file read as a word"),
+    # ---------------------------------------------------------------- data/bible.py, data/models.py
+    m("osis-footnotes-after-tags", "data/bible.py",
+      '    text = _NOTE.sub(" ", text)\n    text = _TAG.sub("", text)\n',
+      '    text = _TAG.sub("", text)\n    text = _NOTE.sub(" ", text)\n',
+      selection(f"{DATA}::test_osis_markup_and_footnotes_are_removed"),
+      "footnote text kept in the verse: tags stripped before the footnotes"),
+    m("minilm-package-root", "data/models.py", '/ "model")', ")", selection(HEAD_TAIL),
+      "MiniLM's path is the package, not its model directory"),
+    # ---------------------------------------------------------------- cli/backbones.py, cli/errors.py
+    m("card-tiny-seq2seq-as-hub-id", "cli/backbones.py", '"built_from_config": name in BUILT_FROM_CONFIG',
+      '"built_from_config": name in TINY_BACKBONES', selection(BASE_MODEL),
+      "a tiny encoder-decoder named as a Hub base model on its card"),
+    m("usage-error-exit-1", "cli/errors.py", "        sys.exit(2)\n    except OSError",
+      "        sys.exit(1)\n    except OSError",
+      selection("tests/test_run_clm.py::test_bad_command_line_is_one_line_and_exit_2"),
+      "bad input exits with status 1"),
+    # ---------------------------------------------------------------- cli/resume.py
+    m("resume-newest-by-name", "cli/resume.py",
+      "path = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None",
+      'path = max(map(str, Path(output_dir).glob("checkpoint-*")), default=None) '
+      "if Path(output_dir).is_dir() else None",
+      selection(f"{CLI}::test_resume_true_takes_the_checkpoint_of_the_latest_step"),
+      "--resume_from_checkpoint true picks checkpoint-9 over checkpoint-10"),
+    m("resume-refused-by-output-dir", "cli/resume.py", "and not overwrite and not resume:", "and not overwrite:",
+      selection(f"{CLI}::test_a_run_resumes_or_overwrites_only_when_asked"),
+      "resuming into the run's own output_dir refused"),
+    m("same-head-compares-calibration", "cli/resume.py", "return strip(a) == strip(b)", "return a == b",
+      selection("tests/test_legacy_checkpoints.py::test_run_scripts_compare_a_legacy_head_section_with_todays_flags"),
+      "a checkpoint's calibrated gain makes its head differ from the flags'"),
+    # ---------------------------------------------------------------- cli/runs.py
+    m("max-eval-samples-from-train", "cli/runs.py",
+      'limits = {"train": train, "validation": validation, "test": test}',
+      'limits = {"train": train, "validation": train, "test": test}',
+      selection(f"{CLI}::test_each_split_limit_applies_to_its_own_split"),
+      "--max_eval_samples ignored: validation truncated to --max_train_samples"),
+    m("run-seed-not-passed", "cli/runs.py", "set_seed(training_args.seed)", "set_seed(42)",
+      selection(f"{CLI}::test_start_run_seeds_with_the_runs_seed"), "--seed ignored: every run starts from seed 42"),
+    m("local-validation-test-swapped", "cli/runs.py",
+      '(("train", train), ("validation", validation), ("test", test))',
+      '(("train", train), ("validation", test), ("test", validation))',
+      selection(f"{CLI}::test_local_files_load_into_the_split_they_are_given_for"),
+      "--validation_file and --test_file swapped"),
+    # ---------------------------------------------------------------- cli/seq2seq.py
+    m("translation-direction-reversed", "cli/seq2seq.py",
+      "src, tgt = data.source_lang or langs[0], data.target_lang or langs[1]",
+      "src, tgt = data.source_lang or langs[1], data.target_lang or langs[0]",
+      selection(f"{CLI}::test_a_bundled_corpus_translates_in_the_direction_of_its_name"),
+      "bible-es-en trained en→es"),
+    m("head-tail-drops-source-prefix", "cli/seq2seq.py",
+      "enc = encode_head_tail(tok, sources, data.max_source_length)",
+      'enc = encode_head_tail(tok, batch["source"], data.max_source_length)', selection(SEQ2SEQ_TOKENS),
+      "--source_prefix lost on the --head_tail path"),
+    m("targets-truncated-at-source-length", "cli/seq2seq.py",
+      "max_length=data.max_target_length, truncation=True)[\"input_ids\"]\n        return dict(enc)",
+      "max_length=data.max_source_length, truncation=True)[\"input_ids\"]\n        return dict(enc)",
+      selection(SEQ2SEQ_TOKENS), "training targets truncated at --max_source_length"),
+    m("eos-target-mapped-to-unk", "cli/seq2seq.py", "keep = {tok.eos_token_id, tok.unk_token_id} - {None}",
+      "keep = {tok.unk_token_id} - {None}",
+      selection(f"{CLI}::test_continuous_training_targets_keep_their_end_of_sequence"),
+      "a continuous head's training targets end in <unk>, not </s>: it never learns to stop"),
+    m("tie-flag-not-reaching-config", "cli/seq2seq.py",
+      "config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=model_args.tie_word_embeddings)",
+      "config = HeadsConfig(backbone=backbone, head=head)",
+      selection(f"{CLI}::test_tie_word_embeddings_ties_a_built_in_backbones_head"),
+      "--tie_word_embeddings of a built-in backbone never ties the head"),
+]
+# fmt: on
