@@ -220,6 +220,55 @@ def test_a_frozen_weight_gets_no_weight_product(kernel, options, monkeypatch):
         assert seen and all(seen) == (s is None), seen  # no accumulator, unless d s needs it
 
 
+class _Fills(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the shapes of the tensors the dispatched ops fill with a constant (zeros, fill_, zero_), but for
+    fills with NaN (the test's stand-in for uninitialised memory)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket)
+        nan_fill = name == "aten.fill_" and len(args) > 1 and args[1] != args[1]
+        if name in ("aten.zeros", "aten.zero_", "aten.fill_", "aten.new_zeros", "aten.zeros_like") and not nan_fill:
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
+@pytest.mark.parametrize("options", ["plain", "top-k", "column-scale", "target-logit-softcap-smoothing"])
+@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+def test_the_first_chunk_writes_the_weight_gradient_no_pass_zeroes_it(kernel, options, monkeypatch):
+    """The (V, H) weight-gradient accumulator is allocated uninitialised and written by the first chunk's product
+    (β = 0), the later chunks add theirs: allocated full of NaN here, the gradients are still the reference's, and
+    no (V, H) buffer is filled with zeros (one pass over V·H floats saved per step); only the sparse top-k path,
+    which scatters into it, zeroes it."""
+    from hf_heads.losses import fused_linear
+
+    use_kernel(kernel, monkeypatch)
+    opts = dict(OPTIONS[options])
+    h, w, b, t, y = _data()
+    t = t if opts.pop("target", False) else None
+    s = (torch.rand(V, dtype=torch.float64) + 0.5) if opts.pop("scale", False) else None
+    empty = torch.empty
+
+    def nan_filled(*shape, **kwargs):
+        out = empty(*shape, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(fused_linear.torch, "empty", nan_filled)
+    with _Fills() as fills:
+        loss = fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts)
+    monkeypatch.setattr(fused_linear.torch, "empty", empty)
+    ref = naive(h, w, b, y, t, s, **opts)
+    inputs = (h, w, b)
+    for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
+        torch.testing.assert_close(got, want)
+    zeroed = fills.shapes.count((V, H))
+    assert zeroed == (1 if options == "top-k" else 0), fills.shapes
+
+
 def _check_against_the_reference(kernel, options, monkeypatch):
     use_kernel(kernel, monkeypatch)
     opts = dict(OPTIONS[options])
@@ -384,7 +433,7 @@ def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     assert seen == [4, 4, 3] and torch.equal(out, torch.arange(11.0) * 2)
     for rows, step in itertools.product(range(1, 14), range(1, 6)):  # a last chunk of 1 .. step rows, or none
         sizes = []
-        out = map_chunks(lambda a: sizes.append(len(a)) or a + 1, (torch.arange(float(rows)),), (), step)
+        out = map_chunks(lambda a, seen=sizes: seen.append(len(a)) or a + 1, (torch.arange(float(rows)),), (), step)
         assert torch.equal(out, torch.arange(float(rows)) + 1), (rows, step)
         assert sizes == [step] * (rows // step) + ([rows % step] if rows % step else []), (rows, step)
 
@@ -419,6 +468,92 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     assert all(torch.isfinite(x.grad).all() for x in (h, w, b))
 
 
+@pytest.mark.parametrize("kernel", ["eager", "compiled", "triton"])
+@pytest.mark.parametrize("options", [{}, {"column_scale": True}], ids=["plain", "column-scale"])
+def test_half_products_are_written_as_float32_logits_by_the_gemm_where_mm_can(kernel, options, monkeypatch):
+    """Under autocast bf16 with float32 logits (every kernel but triton-half), each chunk's logits come from
+    `mm(h, wᵀ, out_dtype=float32, out=workspace)` where the device has it (CUDA: emulated here, a CPU has no such
+    overload): the GEMM writes the float32 workspace itself, with no bf16 (n, V) product and no pass casting it. The
+    loss and gradients equal those of the path that rounds the product to bf16 first, to that rounding; the logits
+    are not rounded to bf16 (the loss differs from that path's)."""
+    from hf_heads.losses import kernels
+
+    assert not kernels._probe_mm_out_dtype(torch.device("cpu"), torch.bfloat16)  # no such overload on a CPU
+    assert not kernels.writes_half_products_in_float32(torch.zeros(3, 2), torch.bfloat16)
+    use_kernel(kernel, monkeypatch, max_block=128)
+    if kernel == "compiled":
+        monkeypatch.setattr(CompiledKernel, "backend", "eager")
+        monkeypatch.setattr(CompiledKernel, "_compiled", None)
+    g = torch.Generator().manual_seed(0)
+    h0, w0 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
+    b0, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)
+    s0 = torch.rand(300, generator=g) + 0.5
+    mm, calls = torch.mm, []
+
+    def emulated(a, b, *args, out_dtype=None, out=None, **kwargs):
+        if out_dtype is None:
+            return mm(a, b, *args, out=out, **kwargs)
+        calls.append((a.dtype, b.dtype, out_dtype, out.dtype, tuple(out.shape)))
+        return out.copy_(a.float() @ b.float())  # what cuBLAS computes: float32 sums of the half products
+
+    results = {}
+    for direct in (False, True):
+        monkeypatch.setattr(kernels, "writes_half_products_in_float32", lambda out, dtype, on=direct: on)
+        monkeypatch.setattr(torch, "mm", emulated)
+        h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
+        s = s0.clone().requires_grad_() if options else None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, column_scale=s)
+        loss.backward()
+        monkeypatch.setattr(torch, "mm", mm)
+        results[direct] = [loss, h.grad, w.grad, b.grad] + ([s.grad] if options else [])
+    assert calls and all(c[:4] == (torch.bfloat16, torch.bfloat16, torch.float32, torch.float32) for c in calls)
+    assert sorted({c[4] for c in calls}) == [(8, 300), (16, 300)]  # every chunk of 40 rows: 16 + 16 + 8
+    for got, ref in zip(results[True], results[False], strict=True):  # relative (Frobenius) error of each
+        assert (got - ref).norm() <= 1e-2 * ref.norm()
+    assert not torch.equal(results[True][0], results[False][0])  # the logits were not rounded to bf16 first
+
+
+@pytest.mark.parametrize("kernel", ["compiled", "triton", "triton-half"])
+@pytest.mark.parametrize("options", ["plain", "column-scale-target-softcap", "bce-target-softcap-column-scale"])
+def test_the_bias_and_column_scale_are_applied_inside_the_kernels_math(kernel, options, monkeypatch):
+    """The compiled and Triton kernels apply the bias and a margin head's column scale as they read the products
+    (inside the compiled function, inside the row program), not in a pass of their own over the (n, V) block: the
+    product each training chunk computes is h wᵀ alone (and each evaluation chunk's, for Triton), and the loss and
+    gradients are the reference's."""
+    from hf_heads.losses import kernels, triton_kernel
+
+    use_kernel(kernel, monkeypatch)
+    if kernel == "compiled":
+        monkeypatch.setattr(CompiledKernel, "backend", "eager")
+        monkeypatch.setattr(CompiledKernel, "_compiled", None)
+    raw, seen = kernels._raw_logits, []
+
+    def spy(h, w, b, out=None, s=None):
+        seen.append((b is None, s is None))
+        return raw(h, w, b, out, s)
+
+    monkeypatch.setattr(kernels, "_raw_logits", spy)
+    monkeypatch.setattr(triton_kernel.kernels, "_raw_logits", spy)
+    opts = dict(OPTIONS[options])
+    h, w, b, t, y = _data()
+    t = t if opts.pop("target", False) else None
+    s = (torch.rand(V, dtype=torch.float64) + 0.5).requires_grad_() if opts.pop("scale", False) else None
+    inputs = [x for x in (h, w, b, t, s) if x is not None]
+    loss = fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts)
+    ref = naive(h, w, b, y, t, s, **opts)
+    torch.testing.assert_close(loss, ref)
+    for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
+        torch.testing.assert_close(got, want)
+    assert seen and set(seen) == {(True, True)}, seen
+    seen.clear()
+    with torch.no_grad():  # the loss-only evaluation path (the compiled kernel's is the eager one's)
+        torch.testing.assert_close(
+            fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts), ref
+        )
+    assert kernel == "compiled" or set(seen) == {(True, True)}, seen
+
+
 @pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
 @pytest.mark.parametrize("options", [{}, {"column_scale": True}], ids=["plain", "column-scale"])
 def test_half_products_go_into_the_float32_weight_gradient_inside_the_gemm_where_addmm_can(
@@ -443,11 +578,12 @@ def test_half_products_go_into_the_float32_weight_gradient_inside_the_gemm_where
     y, s0 = torch.randint(0, 300, (40,), generator=g), torch.rand(300, generator=g) + 0.5
     addmm, calls = torch.addmm, []
 
-    def emulated(acc, a, b, *args, out_dtype=None, out=None, **kwargs):
+    def emulated(acc, a, b, *args, beta=1.0, out_dtype=None, out=None, **kwargs):
         if out_dtype is None:
-            return addmm(acc, a, b, *args, out=out, **kwargs)
-        calls.append((acc.dtype, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), out is acc, out_dtype))
-        return acc.add_(a.float() @ b.float())  # what cuBLAS computes: float32 sums of the half products
+            return addmm(acc, a, b, *args, beta=beta, out=out, **kwargs)
+        calls.append((acc.dtype, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), out is acc, out_dtype, beta))
+        product = a.float() @ b.float()  # what cuBLAS computes: float32 sums of the half products
+        return acc.copy_(product) if beta == 0 else acc.add_(product)  # β = 0: the old content is never read
 
     results = {}
     for in_place in (False, True):
@@ -460,10 +596,11 @@ def test_half_products_go_into_the_float32_weight_gradient_inside_the_gemm_where
         loss.backward()
         monkeypatch.setattr(torch, "addmm", addmm)
         results[in_place] = [loss, h.grad, w.grad, b.grad] + ([s.grad] if options else [])
-    want = (torch.float32, torch.bfloat16, torch.bfloat16, (300, 16), (16, 16), True, torch.float32)
+    want = (torch.float32, torch.bfloat16, torch.bfloat16, (300, 16), (16, 16), True, torch.float32, 0.0)
     assert (
         len(calls) == 3
-        and calls[0] == want
+        and calls[0] == want  # the first chunk writes the accumulator (no zeroed (V, H) buffer), the others add
+        and [c[7] for c in calls[1:]] == [1.0, 1.0]
         and {c[3:5] for c in calls[1:]} == {((300, 16), (16, 16)), ((300, 8), (8, 16))}
     )
     for got, ref in zip(results[True], results[False], strict=True):  # relative (Frobenius) error of each

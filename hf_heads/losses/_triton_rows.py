@@ -21,8 +21,15 @@ def _sigmoid(x):
 
 
 @triton.jit
-def _tile(z_row, cols, mask, y, t, cap, HAS_T: tl.constexpr, SOFTCAP: tl.constexpr):
+def _tile(
+    z_row, cols, mask, y, t, cap, b_ptr, s_ptr,
+    HAS_T: tl.constexpr, SOFTCAP: tl.constexpr, HAS_B: tl.constexpr, HAS_S: tl.constexpr,
+):  # fmt: skip
     x = tl.load(z_row + cols, mask=mask, other=float("-inf")).to(t.dtype)  # the math in the compute dtype
+    if HAS_S:  # the column scale s ∘ (h wᵀ), applied as the tile is read (no pass of its own over the logits)
+        x = x * tl.load(s_ptr + cols, mask=mask, other=1.0).to(t.dtype)
+    if HAS_B:  # likewise the bias
+        x = x + tl.load(b_ptr + cols, mask=mask, other=0.0).to(t.dtype)
     if HAS_T:
         x = tl.where(cols == y, t, x)
     if SOFTCAP:
@@ -32,8 +39,10 @@ def _tile(z_row, cols, mask, y, t, cap, HAS_T: tl.constexpr, SOFTCAP: tl.constex
 
 @triton.jit
 def ce_rows(
-    z_ptr,  # (n, V) logits, bias added (float32, float64, or a half dtype); overwritten by the gradient when GRAD
+    z_ptr,  # (n, V) products h wᵀ (float32, float64, or a half dtype); overwritten by the gradient when GRAD
     stride,
+    b_ptr,  # (V,) bias (HAS_B), added to each tile as it is read
+    s_ptr,  # (V,) column scale (HAS_S), multiplying each tile's products as they are read
     y_ptr,  # (n,) targets
     t_ptr,  # (n,) replaced target logits (HAS_T)
     weight_ptr,  # (n,) row weights (GRAD)
@@ -46,6 +55,8 @@ def ce_rows(
     GRAD: tl.constexpr,
     BLOCK: tl.constexpr,
     CRITERION: tl.constexpr = 0,  # 0: softmax cross-entropy; 1: full BCE Σ softplus(z) − z_y; 2: full MSE Σ (σ − δ)²
+    HAS_B: tl.constexpr = False,
+    HAS_S: tl.constexpr = False,
 ):
     row = tl.program_id(0)
     smooth = tl.load(params_ptr)
@@ -64,7 +75,7 @@ def ce_rows(
     for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp (or Σ softplus / Σ σ²), target, row sum
         cols = start + offsets
         mask = cols < num_classes
-        x = _tile(z_row, cols, mask, y, t, cap, HAS_T, SOFTCAP)
+        x = _tile(z_row, cols, mask, y, t, cap, b_ptr, s_ptr, HAS_T, SOFTCAP, HAS_B, HAS_S)
         if CRITERION == 0:
             m_new = tl.maximum(m, tl.max(x, 0))
             total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
@@ -90,7 +101,7 @@ def ce_rows(
         for start in range(0, num_classes, BLOCK):  # pass 2: the gradient over the logits
             cols = start + offsets
             mask = cols < num_classes
-            x = _tile(z_row, cols, mask, y, t, cap, HAS_T, SOFTCAP)
+            x = _tile(z_row, cols, mask, y, t, cap, b_ptr, s_ptr, HAS_T, SOFTCAP, HAS_B, HAS_S)
             if CRITERION == 0:
                 g = tl.exp(x - lse) - smooth / num_classes
                 g = tl.where(cols == y, g - (1.0 - smooth), g)

@@ -109,13 +109,15 @@ class ChunkOptions(NamedTuple):
 class Grads(NamedTuple):
     """Buffers a kernel writes into: d h and d t row by row (the chunk's rows), d w and d b accumulated over chunks,
     and `logits`, a (rows, V) workspace the kernel may compute the chunk's logits and their gradient in (one
-    allocation for every chunk of the call), or None."""
+    allocation for every chunk of the call), or None. `w_unset`: `w` holds no value yet (the first chunk of a call):
+    the kernel writes its part of d w there instead of adding it (no pass to zero the (V, H) buffer first)."""
 
     h: torch.Tensor  # (n, H)
     w: torch.Tensor | None  # (V, H); None: no weight gradient wanted (a frozen output layer), its product skipped
     b: torch.Tensor | None  # (V,)
     t: torch.Tensor | None  # (n,)
     logits: torch.Tensor | None = None  # (n, V)
+    w_unset: bool = False
 
 
 class ChunkKernel:

@@ -112,13 +112,15 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     grad_t = None if t is None else torch.empty_like(t)
     wants_w = needs is None or needs[1]
     wants_a = wants_w or (scale is not None and needs[4])  # A: for d w, and for d s
-    grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device) if wants_a else None
+    grad_w = torch.empty(w.shape, dtype=accumulate, device=w.device) if wants_a else None  # written by chunk 1
     grad_b = None if b is None else torch.zeros_like(b)
 
     workspace = torch.empty(rows, w.shape[0], dtype=workspace_dtype, device=h.device)
+    unset = [grad_w is not None]  # until the first chunk has written d w
 
     def step(h_, y_, t_, weight_, gh, gt):
-        grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]])
+        grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]], w_unset=unset[0])
+        unset[0] = False
         return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, grads)
 
     losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t), (), chunk_size)

@@ -30,9 +30,12 @@ def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
 def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tensor | None = None) -> torch.Tensor:
     """s ∘ (h wᵀ) + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then
     float32 (float64 for float64 inputs) for the softmax math, the column scale s (V,) and the bias applied there.
-    `out`: a (n, V) buffer of that dtype to write into (used when h and w have its dtype)."""
+    `out`: a (n, V) buffer to write into: of the products' dtype, or float32 for half products where the device's GEMM
+    writes float32 itself (`writes_half_products_in_float32`: no half (n, V) product and no cast pass)."""
     if out is not None and h.dtype == w.dtype == out.dtype:
         z = torch.mm(h, w.T, out=out)
+    elif out is not None and h.dtype == w.dtype and writes_half_products_in_float32(out, h.dtype):
+        z = torch.mm(h, w.T, out_dtype=out.dtype, out=out)
     else:
         z = h @ w.T
         z = z.to(torch.promote_types(z.dtype, torch.float32))
@@ -45,43 +48,84 @@ def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tenso
     return z
 
 
-_ADDS_IN_PLACE: dict[tuple[torch.device, torch.dtype], bool] = {}
+_PROBED: dict[tuple[str, torch.device, torch.dtype], bool] = {}
+
+
+def _available(gemm: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the CUDA GEMM `gemm` ("addmm" or "mm", see the probes) with half inputs of `dtype` and a float32
+    `out_dtype` runs on `device` and gives the right numbers: found out once per device and dtype."""
+    key = (gemm, device, dtype)
+    if key not in _PROBED:
+        _PROBED[key] = (_probe_addmm_out_dtype if gemm == "addmm" else _probe_mm_out_dtype)(device, dtype)
+    return _PROBED[key]
 
 
 def adds_half_products_in_place(accumulator: torch.Tensor, dtype: torch.dtype) -> bool:
     """Whether a product in the half `dtype` can be added into this float32 (V, H) accumulator inside the GEMM,
-    `torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)` (cuBLAS with β = 1, a float32 C from half-precision
-    A and B): on CUDA where torch accepts a float32 `self` there (from 2.10 on, pytorch/pytorch#167931), found out
-    once per device and dtype by one small call whose result is checked. Elsewhere (a CPU has no such overload) the
-    product is a half-precision (V, H) temporary added to the accumulator."""
+    `torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)` (cuBLAS with β = 1, or β = 0 to write it, a float32 C
+    from half-precision A and B): on CUDA where torch accepts a float32 `self` there (from 2.10 on,
+    pytorch/pytorch#167931), found out once per device and dtype by small calls whose results are checked. Elsewhere
+    (a CPU has no such overload) the product is a half-precision (V, H) temporary added to the accumulator."""
     if accumulator.device.type != "cuda" or accumulator.dtype != torch.float32 or dtype not in HALF_DTYPES:
         return False
-    key = (accumulator.device, dtype)
-    if key not in _ADDS_IN_PLACE:
-        _ADDS_IN_PLACE[key] = _probe_addmm_out_dtype(accumulator.device, dtype)
-    return _ADDS_IN_PLACE[key]
+    return _available("addmm", accumulator.device, dtype)
 
 
-def _probe_addmm_out_dtype(device: torch.device, dtype: torch.dtype) -> bool:
-    """One (3, 2) += (3, 2) @ (2, 2) in place through `addmm(..., out_dtype=float32, out=...)` in `dtype`: whether it
-    runs and gives the exact float32 sum (small integers and halves: every step exact)."""
+def writes_half_products_in_float32(out: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the product of two matrices in the half `dtype` can be written as float32 into `out` by the GEMM
+    itself, `torch.mm(a, b, out_dtype=torch.float32, out=out)` (cuBLAS: half inputs, float32 accumulation and
+    output): on CUDA where torch has that overload, found out once per device and dtype by one checked call. Then a
+    chunk's logits need no half (n, V) product and no pass casting it to float32. Elsewhere: False."""
+    if out.device.type != "cuda" or out.dtype != torch.float32 or dtype not in HALF_DTYPES:
+        return False
+    return _available("mm", out.device, dtype)
+
+
+def _probe_operands(device: torch.device):
+    """Small matrices whose products and sums are exact in every dtype: (acc (3, 2), a (3, 2), b (2, 2))."""
     acc = torch.arange(6.0, device=device).reshape(3, 2)
     a = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, -6.0]], device=device)
     b = torch.tensor([[0.5, 1.0], [2.0, -1.5]], device=device)
+    return acc, a, b
+
+
+def _probe_addmm_out_dtype(device: torch.device, dtype: torch.dtype) -> bool:
+    """One (3, 2) += (3, 2) @ (2, 2) in place through `addmm(..., out_dtype=float32, out=...)` in `dtype`, and one
+    with β = 0 over a NaN-filled `out`: whether both run and give the exact float32 results."""
+    acc, a, b = _probe_operands(device)
     want = acc + a @ b
+    unset = torch.full_like(acc, float("nan"))
     try:
         torch.addmm(acc, a.to(dtype), b.to(dtype), out_dtype=torch.float32, out=acc)
+        torch.addmm(unset, a.to(dtype), b.to(dtype), beta=0.0, out_dtype=torch.float32, out=unset)
     except (RuntimeError, NotImplementedError, TypeError):  # an older torch, or no such kernel on this device
         return False
-    return bool(torch.equal(acc, want))
+    return bool(torch.equal(acc, want)) and bool(torch.equal(unset, a @ b))
 
 
-def _accumulate_product(accumulator: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """accumulator (V, H) += a (V, n) @ b (n, H), the product in the dtype of a and b with float32 accumulation."""
+def _probe_mm_out_dtype(device: torch.device, dtype: torch.dtype) -> bool:
+    """One (3, 2) @ (2, 2) through `mm(..., out_dtype=float32, out=...)` in `dtype` into a NaN-filled float32 `out`:
+    whether it runs and gives the exact float32 product."""
+    _, a, b = _probe_operands(device)
+    out = torch.full((3, 2), float("nan"), device=device)
+    try:
+        torch.mm(a.to(dtype), b.to(dtype), out_dtype=torch.float32, out=out)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+    return bool(torch.equal(out, a @ b))
+
+
+def _accumulate_product(accumulator: torch.Tensor, a: torch.Tensor, b: torch.Tensor, unset: bool = False) -> None:
+    """accumulator (V, H) += a (V, n) @ b (n, H), the product in the dtype of a and b with float32 accumulation;
+    `unset`: the accumulator holds no value yet (uninitialised memory): accumulator = a @ b, written by the GEMM
+    (β = 0: its old content is never read, NaN or not) instead of added to a zeroed buffer."""
+    beta = 0.0 if unset else 1.0
     if accumulator.dtype == a.dtype:
-        accumulator.addmm_(a, b)  # no temporary
+        accumulator.addmm_(a, b, beta=beta)  # no temporary
     elif adds_half_products_in_place(accumulator, a.dtype):  # no (V, H) temporary, no second pass over the accumulator
-        torch.addmm(accumulator, a, b, out_dtype=accumulator.dtype, out=accumulator)
+        torch.addmm(accumulator, a, b, beta=beta, out_dtype=accumulator.dtype, out=accumulator)
+    elif unset:
+        accumulator.copy_(a @ b)  # a half-precision (V, H) product, upcast into the accumulator
     else:
         accumulator.add_(a @ b)  # a half-precision (V, H) product added to the float32 accumulator
 
@@ -108,7 +152,7 @@ def _linear_grads(
         torch.mm(g, w, out=grads.h)  # (n, H), written in place
     if grads.w is not None:  # None: W (and the column scale) need no gradient, e.g. a frozen output layer
         h_r = h if row_weight is None else h * row_weight.to(h.dtype)[:, None]  # (n, H)
-        _accumulate_product(grads.w, g.T, h_r)  # (V, H)
+        _accumulate_product(grads.w, g.T, h_r, grads.w_unset)  # (V, H)
     if col_scale is not None:  # d h from d z ∘ s, after d w took the unscaled d z
         torch.mm(g.mul_(col_scale.to(g.dtype)), w, out=grads.h)
     if row_weight is not None:
@@ -236,15 +280,25 @@ class EagerKernel(ChunkKernel):
         coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
         torch.bmm(coef_h[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
         if grads.w is not None:
+            if grads.w_unset:  # scattered into: zeroed first
+                grads.w.zero_()
             grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
         return loss
 
 
-def _grad_logits(z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce"):
-    """Functional per-chunk math from the raw logits z (n, V) (bias added): (losses (n,), d loss / d z (n, V) weighted
-    by `row_weight` (the replaced target's entry zeroed), d loss / d t (n,) or None). What `CompiledKernel` fuses."""
+def _grad_logits(
+    z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce", b=None, s=None
+):
+    """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,)
+    applied first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by
+    `row_weight` (the replaced target's entry zeroed), d loss / d t (n,) or None). What `CompiledKernel` fuses, so
+    the scale and the bias cost no pass of their own over the block."""
+    if s is not None:
+        z = z * s
+    if b is not None:
+        z = z + b
     rows = torch.arange(z.shape[0], device=z.device)
     if t is not None:
         z = z.index_put((rows, y), t)
@@ -319,17 +373,17 @@ class CompiledKernel(EagerKernel):
     backend = "inductor"
     # One compiled region of its own (not sharing the recompiles of other torch.compile calls of the function) with
     # room for every variant a process meets: each criterion, top-k or not, a replaced target logit or not, a
-    # soft-cap or not, float32 or float64 logits (32 graphs; under dynamo's default limit of 8 the ninth and later
-    # ran `_grad_logits` eagerly, silently slower).
-    recompile_limit = 64
+    # soft-cap or not, a bias or not, a column scale or not, float32 or float64 logits (128 graphs; under dynamo's
+    # default limit of 8 the ninth and later ran `_grad_logits` eagerly, silently slower).
+    recompile_limit = 256
     _compiled = None
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
-        z = _raw_logits(h, w, b, grads.logits, opts.column_scale)  # (n, V)
+        z = _raw_logits(h, w, None, grads.logits)  # (n, V) h wᵀ: the scale and bias are applied in the compiled math
         loss, grad_z, grad_t = CompiledKernel._compiled(
-            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion
+            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale
         )
         if grads.t is not None:
             grads.t.copy_(grad_t)

@@ -1,7 +1,8 @@
 """The hand-written Triton chunk kernel: the per-chunk softmax math of the fused cross-entropy in one program per row.
 
-After the chunk's product z = h wᵀ + b (cuBLAS, in the GEMM dtype), one Triton program per row walks the row's V
-logits twice in tiles of `BLOCK` columns:
+After the chunk's product h wᵀ (cuBLAS, in the GEMM dtype), one Triton program per row walks the row's V products
+twice in tiles of `BLOCK` columns, making each tile the logits z = s ∘ (h wᵀ) + b as it reads it (a margin head's
+column scale s and the bias b cost no pass of their own over the block):
 
 1. the online log-sum-exp (running maximum and rescaled sum, as in FlashAttention / Liger-Kernel's cross-entropy),
    the target logit and the row's sum of logits (label smoothing), with the replaced target logit t_i (every margin:
@@ -9,7 +10,8 @@ logits twice in tiles of `BLOCK` columns:
 2. (training) the gradient d loss_i / d z_ic = row_weight_i · (p_ic − (1 − ε)[c = y_i] − ε / V) · (1 − (z_ic / cap)²)
    written over the logits in place, the target's entry moved to d t_i when the target logit was replaced.
 
-So the (n, V) block is read twice and written once, against the eager kernel's chain of PyTorch passes. The loss is
+So the (n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain
+of PyTorch passes. The loss is
 lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling
 paper's full criteria over sigmoid outputs take the same two passes: BCE (eq. 3) Σ_c softplus(z_ic) − z_iy with
 gradient σ(z_ic) − δ_cy, MSE (eq. 1) Σ_c σ(z_ic)² − 2σ(z_iy) + 1 with gradient 2(σ − δ)σ(1 − σ).
@@ -135,21 +137,26 @@ class TritonKernel(EagerKernel):
                         f"run with {KERNEL_ENV}=eager"
                     )
 
-    def _launch(self, z, y, t, row_weight, opts: ChunkOptions, grad_t=None):
-        """The row program over z (n, V) in place: the losses (n,) (and, with `row_weight`, the gradient in z)."""
+    def _launch(self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None):
+        """The row program over the products z (n, V) in place, the column scale `opts.column_scale` and the bias b
+        (V,) applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits in z)."""
         import triton
 
         n, num_classes = z.shape
         compute = torch.promote_types(z.dtype, torch.float32)  # the row math's dtype, for half logits too
         loss = torch.empty(n, dtype=compute, device=z.device)
+        s = opts.column_scale
         flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
+        flags.update(HAS_B=b is not None, HAS_S=s is not None)
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
         params = torch.full((2,), float(opts.softcap or 1.0), dtype=compute, device=z.device)
         params[:1].fill_(float(opts.label_smoothing))  # fill_ runs on the device; `params[0] = x` would copy from
         # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
         unused = loss  # a pointer the program does not read when its flag is off
         _program()[(n,)](
-            z, z.stride(0), y.contiguous(),
+            z, z.stride(0),
+            unused if b is None else b.to(compute).contiguous(), unused if s is None else s.to(compute).contiguous(),
+            y.contiguous(),
             unused if t is None else t.to(compute).contiguous(),
             unused if row_weight is None else row_weight.to(compute).contiguous(),  # may be an expanded scalar
             loss, unused if grad_t is None else grad_t,
@@ -170,14 +177,14 @@ class TritonKernel(EagerKernel):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super().loss(h, w, b, y, t, opts)
-        return self._launch(kernels._raw_logits(h, w, b, None, opts.column_scale).contiguous(), y, t, None, opts)
+        return self._launch(kernels._raw_logits(h, w, None).contiguous(), b, y, t, None, opts)
 
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads)
-        z = kernels._raw_logits(h, w, b, grads.logits, opts.column_scale).contiguous()  # (n, V), becomes d loss / d z
+        z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ, becomes d loss / d z
         grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
-        loss = self._launch(z, y, t, row_weight, opts, grad_t)
+        loss = self._launch(z, b, y, t, row_weight, opts, grad_t)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(z, h, w, grads, None, opts.column_scale)

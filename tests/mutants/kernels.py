@@ -48,6 +48,14 @@ MUTANTS: list[Mutant] = [
     m("none-returns-flat-rows", "losses/fused_linear.py", 'return reduce_rows(rows, valid, target.shape, "none")',
       'return reduce_rows(rows, valid, valid.shape, "none")', selection("tests/test_reduction_shapes.py"),
       "reduction='none' returns a flat (N,) instead of the labels' shape"),
+    m("weight-grad-zeroed-first", "losses/fused_linear.py",
+      "grad_w = torch.empty(w.shape, dtype=accumulate, device=w.device) if wants_a else None",
+      "grad_w = torch.zeros(w.shape, dtype=accumulate, device=w.device) if wants_a else None",
+      selection(f"{T}::test_the_first_chunk_writes_the_weight_gradient_no_pass_zeroes_it[eager-plain]"),
+      "the (V, H) weight-gradient accumulator is zeroed first: one needless pass over V·H floats per step"),
+    m("first-chunk-adds-to-unset-buffer", "losses/kernels.py", "beta = 0.0 if unset else 1.0", "beta = 1.0",
+      selection(f"{T}::test_the_first_chunk_writes_the_weight_gradient_no_pass_zeroes_it[eager-plain]"),
+      "the first chunk adds its product to the uninitialised accumulator (garbage in d W)"),
     # ---------------------------------------------------------------- the chunk engine
     m("chunk-loop-drops-last-row", "losses/chunks.py", "for start in range(0, num_rows, step):  # the one chunk loop",
       "for start in range(0, num_rows - 1, step):  # the one chunk loop",
@@ -75,7 +83,27 @@ MUTANTS: list[Mutant] = [
     m("compiled-top-k-smoothing-over-all", "losses/kernels.py", "mean_z = vals.mean(dim=1)", "mean_z = z.mean(dim=1)",
       selection(*contract("compiled-top-k-smoothing-target")),
       "the compiled kernel smooths a sparse loss over all V logits, not the top k"),
+    m("half-logits-through-a-half-copy", "losses/kernels.py",
+      "z = torch.mm(h, w.T, out_dtype=out.dtype, out=out)", "z = torch.mm(h, w.T).to(out.dtype)",
+      selection(f"{T}::test_half_products_are_written_as_float32_logits_by_the_gemm_where_mm_can[plain-eager]"),
+      "half products' float32 logits go through a half (n, V) product and a cast (CUDA)"),
+    m("compiled-bias-dropped", "losses/kernels.py", "    if b is not None:\n        z = z + b\n", "",
+      selection(*contract("compiled-plain")), "the compiled kernel's logits lose the bias"),
     # ---------------------------------------------------------------- the Triton row program
+    m("triton-bias-flag-off", "losses/triton_kernel.py", "flags.update(HAS_B=b is not None, HAS_S=s is not None)",
+      "flags.update(HAS_B=False, HAS_S=s is not None)", selection(*contract("triton-plain")),
+      "the Triton row program leaves out the bias"),
+    m("triton-scale-after-bias", "losses/_triton_rows.py",
+      "    if HAS_S:  # the column scale s ∘ (h wᵀ), applied as the tile is read (no pass of its own over the "
+      "logits)\n"
+      "        x = x * tl.load(s_ptr + cols, mask=mask, other=1.0).to(t.dtype)\n"
+      "    if HAS_B:  # likewise the bias\n"
+      "        x = x + tl.load(b_ptr + cols, mask=mask, other=0.0).to(t.dtype)\n",
+      "    if HAS_B:\n"
+      "        x = x + tl.load(b_ptr + cols, mask=mask, other=0.0).to(t.dtype)\n"
+      "    if HAS_S:\n"
+      "        x = x * tl.load(s_ptr + cols, mask=mask, other=1.0).to(t.dtype)\n",
+      selection(*contract("triton-column-scale")), "the Triton row program scales the bias too: s ∘ (h wᵀ + b)"),
     m("triton-row-weight-dropped", "losses/_triton_rows.py", "            g = g * weight\n",
       "            g = g\n", selection(*contract("triton-plain")),
       "the Triton kernel's gradient misses the row weights"),
