@@ -41,7 +41,9 @@ from mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TREE = ("hf_heads", "tests", "run_scripts", "benchmarks", "pyproject.toml")  # what a test run needs
+# what a test run needs (README.md, docs/, model_cards/: the tests of the cards and docs read them)
+TREE = ("hf_heads", "tests", "run_scripts", "benchmarks", "docs", "model_cards", "pyproject.toml", "README.md")
+TREE += ("mkdocs.yml",)
 
 
 def _copy_tree(dest: Path, rev: str | None) -> None:
@@ -51,9 +53,11 @@ def _copy_tree(dest: Path, rev: str | None) -> None:
         archive = subprocess.run(["git", "archive", rev, *TREE], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
         return
-    for name in TREE[:-1]:
-        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy2(ROOT / TREE[-1], dest / TREE[-1])
+    for name in TREE:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "runs"))
+        else:
+            shutil.copy2(ROOT / name, dest / name)
 
 
 WHOLE_SUITE = ("-n", "2", "tests")  # pytest arguments of the whole default suite (a survivor's second run)
