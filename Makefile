@@ -79,9 +79,10 @@ test-latest: system-data
 # own dependencies (torch 2.11.0 from PyPI, a CUDA build of several GB that runs on a CPU and brings its triton 3.6;
 # transformers 5.23.0: hf_heads' config declares its backbone with `SubConfigSpec` / `sub_configs_defaults`, which
 # transformers 5.17 does not have), huggingface_hub as they resolve it (tokenizers 0.23.1 wants huggingface_hub < 2),
-# every other package at the lock's version.
+# numpy 2.3.5 (triton 3.6's CPU interpreter, which the Triton kernel tests run under, fails on numpy 2.4: "only
+# 0-dimensional arrays can be converted to Python scalars"), every other package at the lock's version.
 MIN_PINS := torch==2.11.0 transformers==5.23.0 accelerate==1.15.0 tokenizers==0.23.1 datasets==5.2.0 evaluate==0.4.6 \
-	sacrebleu==2.4.0 rouge-score==0.1.2 trl==1.16.0 peft==0.21.2
+	sacrebleu==2.4.0 rouge-score==0.1.2 trl==1.16.0 peft==0.21.2 numpy==2.3.5
 MIN_STAMP := .venv-min/.hf_heads-installed
 $(MIN_STAMP): pyproject.toml $(LOCK)
 	rm -rf .venv-min && python3 -m venv .venv-min
