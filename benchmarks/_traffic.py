@@ -51,6 +51,11 @@ def step_bytes(
     autocast_log_softmax: bool = False,
     in_place_dw: bool = True,
     scales_by_grad_out: bool = False,
+    column_scale: bool = False,
+    zeroes_dw: bool = False,
+    gemm_writes_float32: bool = False,
+    bias_in_kernel: bool | None = None,
+    grad_in_gemm_dtype: bool = True,
 ) -> dict[str, int]:
     """The bytes of one forward + backward step of `impl` (one of `IMPLEMENTATIONS`), itemised: "(rows, V)" and
     "(V, H)" totals and the step's sum "total".
@@ -62,7 +67,16 @@ def step_bytes(
     is autocast's (a half input, float32 output and gradient, the gradient handed back in the half dtype);
     in_place_dw: hf_heads adds each chunk's half-precision weight product into the float32 accumulator inside the
     GEMM (`adds_half_products_in_place`; else a half (V, H) temporary per chunk); scales_by_grad_out: hf_heads'
-    backward multiplies its gradients by d loss (on an accelerator, where it does not read d loss on the host)."""
+    backward multiplies its gradients by d loss (on an accelerator, where it does not read d loss on the host);
+    column_scale: a margin head's word-norm column scale s (its (V, H) norms' passes are not counted).
+
+    The last four describe hf_heads' kernels, their defaults the code as it is, so that each change can be judged by
+    its count: zeroes_dw (before: True), the float32 d W accumulator zeroed instead of written by the first chunk's
+    product; gemm_writes_float32, a half product written as float32 logits by the GEMM itself (CUDA's
+    `mm(out_dtype=float32)` where `writes_half_products_in_float32` finds it; else a half product and a cast);
+    bias_in_kernel (default: True for the compiled and Triton kernels; before: False), s ∘ z + b applied inside
+    their math rather than in a pass of its own; grad_in_gemm_dtype (before: False), the compiled and Triton kernels
+    writing d z of float32 logits in the products' dtype (no cast pass)."""
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
     nv, vh = n * vocab, vocab * hidden
@@ -105,6 +119,7 @@ def step_bytes(
         mats["three GEMMs: read W twice, write d W"] = 3 * vh * gemm
     elif impl.startswith("hf_heads"):
         kernel = impl.split("-", 1)[1]
+        fused_math = kernel != "eager"  # the compiled and Triton kernels: bias, scale and gradient cast in their math
         chunks = math.ceil(n / (chunk_rows or n))
         workspace = gemm if (kernel == "triton-half" or gemm == 4) else 4
         if weight != gemm:
@@ -112,34 +127,46 @@ def step_bytes(
         mats["logits GEMM reads W, per chunk"] = chunks * vh * gemm
         mats["d h GEMM reads W, per chunk"] = chunks * vh * gemm
         if not frozen:
-            mats["zero the float32 d W accumulator"] = vh * acc
+            if zeroes_dw:
+                mats["zero the float32 d W accumulator"] = vh * acc
+                adds = chunks
+            else:  # the first chunk's product writes the accumulator (beta = 0, or the temporary copied in)
+                mats["first chunk's d W written into the accumulator"] = vh * acc
+                adds = chunks - 1
             if gemm == acc or in_place_dw:
-                mats["d W GEMM adds into the accumulator (read, write), per chunk"] = chunks * vh * 2 * acc
+                mats["d W GEMM adds into the accumulator (read, write), per later chunk"] = adds * vh * 2 * acc
             else:
                 mats["d W product: half temporary written and read, per chunk"] = chunks * vh * 2 * gemm
-                mats["temporary added to the accumulator (read, write), per chunk"] = chunks * vh * 2 * acc
+                mats["temporary added to the accumulator (read, write), per later chunk"] = adds * vh * 2 * acc
             if weight != acc:
                 mats["cast d W to the weight's dtype (read, write)"] = vh * (acc + weight)
             if scales_by_grad_out:
                 mats["backward: d W times d loss (read, write)"] = vh * 2 * weight
         if workspace == gemm:
             rows["logits GEMM writes the workspace"] = nv * gemm
+        elif gemm_writes_float32:
+            rows["logits GEMM writes float32 logits (mm out_dtype)"] = nv * workspace
         else:
             rows["logits GEMM writes a half product"] = nv * gemm
             rows["product cast to the float32 workspace (read, write)"] = nv * (gemm + workspace)
-        if bias:
-            rows["+ b (read, write)"] = nv * 2 * workspace
-        if kernel in ("eager",):
+        in_kernel = fused_math if bias_in_kernel is None else bias_in_kernel
+        if (bias or column_scale) and not in_kernel:
+            rows["s ∘ z + b (read, write)"] = nv * 2 * workspace
+        # the gradient's dtype as the kernel writes it: the products' for the fused kernels, else the workspace's
+        grad = gemm if (fused_math and grad_in_gemm_dtype) else workspace
+        if kernel == "eager":
             rows["log_softmax in place (read, write)"] = nv * 2 * workspace
             rows["exp in place: the gradient (read, write)"] = nv * 2 * workspace
         elif kernel == "compiled":
-            rows["compiled gradient: read twice, write a new block"] = nv * 3 * workspace
+            rows["compiled gradient: read twice, write a new block"] = nv * (2 * workspace + grad)
         else:
-            rows["Triton row program: read twice, write the gradient once"] = nv * 3 * workspace
+            rows["Triton row program: read twice, write the gradient once"] = nv * (2 * workspace + grad)
         if bias:
-            rows["d b: sum of d z"] = nv * workspace
-        if workspace != gemm:
-            rows["d z cast to the GEMM dtype (read, write)"] = nv * (workspace + gemm)
+            rows["d b: sum of d z"] = nv * grad
+        if grad != gemm:
+            rows["d z cast to the GEMM dtype (read, write)"] = nv * (grad + gemm)
+        if column_scale:
+            rows["d z ∘ s for d h (read, write)"] = nv * 2 * gemm
         rows["d h and d W GEMMs read d z"] = nv * gemm * (1 if frozen else 2)
         grad_into_dot_grad(weight)
     elif impl == "liger":

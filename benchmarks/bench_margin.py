@@ -317,13 +317,16 @@ def traffic(method: str, n: int, hidden: int, vocab: int, device: str, amp: str 
         return step_bytes(kind, n, hidden, vocab, gemm=gemm, weight=weight, bias=bias and kind == "liger")
     if any(k in opts for k in ("margin", "word_norm", "context_norm")):
         return None  # the margin rows' norms and target rows: not counted
-    from hf_heads.losses.kernels import adds_half_products_in_place
+    from hf_heads.losses.kernels import adds_half_products_in_place, writes_half_products_in_float32
 
     kernel = opts.get("kernel", "eager")
-    in_place = adds_half_products_in_place(torch.zeros(1, device=device), AMP_DTYPES.get(amp, torch.float32))
+    amp_dtype = AMP_DTYPES.get(amp, torch.float32)
+    in_place = adds_half_products_in_place(torch.zeros(1, device=device), amp_dtype)
+    direct = writes_half_products_in_float32(torch.zeros(1, device=device), amp_dtype)
     return step_bytes(
-        f"hf_heads-{kernel}", n, hidden, vocab, gemm=gemm, weight=weight, chunk_rows=rows_per_chunk(n, vocab),
-        bias=bias, frozen=frozen, in_place_dw=in_place, scales_by_grad_out=device != "cpu",
+        f"hf_heads-{kernel}", n, hidden, vocab, gemm=gemm, weight=weight,
+        chunk_rows=rows_per_chunk(n, vocab, device=device), bias=bias, frozen=frozen, in_place_dw=in_place,
+        gemm_writes_float32=direct, scales_by_grad_out=device != "cpu",
     )  # fmt: skip
 
 

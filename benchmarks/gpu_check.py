@@ -22,7 +22,7 @@ import torch
 
 from hf_heads.losses import fused_linear_cross_entropy
 from hf_heads.losses.chunks import CHUNK_KERNELS, KERNEL_ENV
-from hf_heads.losses.kernels import adds_half_products_in_place
+from hf_heads.losses.kernels import adds_half_products_in_place, writes_half_products_in_float32
 
 # bf16 gradients against float32's (relative Frobenius error): 0.3-1%, and 2.3% with top-k, whose support moves with
 # the rounding of the logits (every kernel alike, on a CPU at --rows 100 --vocab 503); a wrong accumulation: ~100%
@@ -67,6 +67,8 @@ def main() -> int:
     failures = 0
     in_place = adds_half_products_in_place(torch.zeros(1, device=a.device), torch.bfloat16)
     print(f"bf16 products added into the float32 weight gradient inside the GEMM (addmm out_dtype): {in_place}")
+    direct = writes_half_products_in_float32(torch.zeros(1, device=a.device), torch.bfloat16)
+    print(f"bf16 products written as float32 logits by the GEMM (mm out_dtype): {direct}")
     g = torch.Generator(device="cpu").manual_seed(0)
     h32 = torch.randn(a.rows, a.hidden, generator=g)
     w32 = torch.randn(a.vocab, a.hidden, generator=g) * 0.2

@@ -425,6 +425,11 @@ def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     assert rows_per_chunk(4096, 50_000) == MIN_CHUNK_ROWS == 512  # 167 would fit: never thinner than 512 rows
     assert rows_per_chunk(4096, 1000, budget_bytes=1 << 22, itemsize=2) == (1 << 22) // (2 * 1000)
     assert rows_per_chunk(10, 50_000) == 10 and rows_per_chunk(0, 50_000) == 1
+    gpu = torch.device("cuda")  # a device object only: nothing runs on it
+    assert rows_per_chunk(8192, 256_000, device=gpu) == 1024  # N / 8, within 1 GiB of float32 logits
+    assert rows_per_chunk(65536, 256_000, device=gpu) == (1 << 30) // (4 * 256_000)  # 1048: the 1 GiB cap
+    assert rows_per_chunk(4096, 50_000, device=gpu) == 512 == rows_per_chunk(4096, 50_000, device="cpu")
+    assert rows_per_chunk(8192, 256_000, device="cpu") == 512
     assert eval_rows_per_chunk(4096, 200_000, 256) == (1 << 28) // (4 * 200_000)  # 335: capped at 256 MiB
     assert eval_rows_per_chunk(4096, 200_000, 512) == 512  # ... but never below the training chunk
     assert eval_rows_per_chunk(4096, 8_000, 1048) == 4096 and eval_rows_per_chunk(100, 50, 100) == 100
@@ -512,6 +517,47 @@ def test_half_products_are_written_as_float32_logits_by_the_gemm_where_mm_can(ke
     for got, ref in zip(results[True], results[False], strict=True):  # relative (Frobenius) error of each
         assert (got - ref).norm() <= 1e-2 * ref.norm()
     assert not torch.equal(results[True][0], results[False][0])  # the logits were not rounded to bf16 first
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"column_scale": True}, {"label_smoothing": 0.1}], ids=["plain", "column-scale", "smoothing"]
+)
+@pytest.mark.parametrize("kernel", ["compiled", "triton"])
+def test_the_gradient_of_float32_logits_is_written_in_the_products_dtype(kernel, options, monkeypatch):
+    """Under autocast bf16 the Triton kernel's row program (and the compiled kernel's compiled math) writes
+    d loss / d z of its float32 logits straight into a bf16 block (the dtype of the next two GEMMs), so no pass
+    casts it: the block the products read is bf16, and the gradients equal those of the eager kernel (which casts a
+    float32 block) to bf16 rounding (d W and d h: the same rounding of the same values)."""
+    from hf_heads.losses import kernels, triton_kernel
+
+    seen, linear_grads = [], kernels._linear_grads
+
+    def spy(grad_z, *args):
+        seen.append(grad_z.dtype)
+        return linear_grads(grad_z, *args)
+
+    monkeypatch.setattr(triton_kernel if kernel == "triton" else kernels, "_linear_grads", spy)
+    if kernel == "compiled":
+        monkeypatch.setattr(CompiledKernel, "backend", "eager")
+        monkeypatch.setattr(CompiledKernel, "_compiled", None)
+    g = torch.Generator().manual_seed(0)
+    h0, w0 = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g) * 0.3
+    b0, y = torch.randn(300, generator=g) * 0.1, torch.randint(0, 300, (40,), generator=g)
+    s0 = torch.rand(300, generator=g) + 0.5 if options.get("column_scale") else None
+    smooth = options.get("label_smoothing", 0.0)
+    results = {}
+    for name in ("eager", kernel):
+        use_kernel(name, monkeypatch, max_block=128)
+        h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, column_scale=s0, label_smoothing=smooth)
+        loss.backward()
+        results[name] = [loss, h.grad, w.grad, b.grad]
+        if name == "eager":
+            seen.clear()
+    assert seen and set(seen) == {torch.bfloat16}
+    for got, ref in zip(results[kernel], results["eager"], strict=True):
+        assert (got - ref).norm() <= 1e-2 * ref.norm()
 
 
 @pytest.mark.parametrize("kernel", ["compiled", "triton", "triton-half"])

@@ -11,19 +11,49 @@ from _traffic import gb_cell, liger_chunk_rows, step_bytes  # noqa: E402
 SMALL = dict(n=4, hidden=3, vocab=5)  # (rows, V) = 20 entries, (V, H) = 15
 
 
+BEFORE = dict(zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False)  # the kernels' passes until 1c2c93d
+
+
 def test_hf_heads_triton_under_bf16_autocast_by_hand():
     """Two chunks of 2 rows, bf16 products, float32 master W, bias, float32 workspace, d W added in the GEMM, the
-    backward scaling by d loss."""
+    backward scaling by d loss: the kernels' passes as they are, and as they were (`BEFORE`)."""
     got = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True)
-    # (V, H): W to bf16 15·(4+2); W read by 2 chunks x 2 GEMMs 4·15·2; zeroed accumulator 15·4; 2 chunks of
-    # read + write of it 2·2·15·4; d W times d loss 2·15·4; into .grad 3·15·4
-    assert got["(V, H)"] == 90 + 120 + 60 + 240 + 120 + 180
-    # (rows, V): half product 20·2; cast to float32 20·6; + b 20·8; Triton 3 passes 20·12; d b 20·4; d z to bf16
-    # 20·6; two GEMMs read it 2·20·2
-    assert got["(rows, V)"] == 40 + 120 + 160 + 240 + 80 + 120 + 80
-    assert got["total"] == 810 + 840
+    # (V, H): W to bf16 15·(4+2); W read by 2 chunks x 2 GEMMs 4·15·2; the first chunk writes the accumulator 15·4,
+    # the second reads and writes it 2·15·4; d W times d loss 2·15·4; into .grad 3·15·4
+    assert got["(V, H)"] == 90 + 120 + 60 + 120 + 120 + 180
+    # (rows, V): half product 20·2; cast to float32 20·6; Triton reads the float32 logits twice and writes a bf16
+    # gradient 20·10 (bias inside); d b from it 20·2; two GEMMs read it 2·20·2
+    assert got["(rows, V)"] == 40 + 120 + 200 + 40 + 80
+    assert got["total"] == 690 + 480
     items = {k: v for k, v in got.items() if ": " in k}
     assert sum(items.values()) == got["total"]
+    direct = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, gemm_writes_float32=True)
+    assert direct["(rows, V)"] == 20 * 4 + 200 + 40 + 80  # the GEMM writes float32 logits: no half copy, no cast
+    before = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True, **BEFORE)
+    # (V, H): the accumulator zeroed 15·4 and both chunks read and write it 2·2·15·4
+    assert before["(V, H)"] == 90 + 120 + 60 + 240 + 120 + 180
+    # (rows, V): + b (read, write) 20·8; Triton writes a float32 gradient 20·12; d b 20·4; d z to bf16 20·6
+    assert before["(rows, V)"] == 40 + 120 + 160 + 240 + 80 + 120 + 80
+
+
+def test_each_kernel_change_moves_fewer_bytes_at_the_gemma_sized_row():
+    """At N = 8192, H = 2304, V = 256k under bf16 autocast (float32 master weights, a bias, the backward scaling by
+    d loss): each change of the kernels' passes, applied in turn, lowers the Triton kernel's count, and so does the
+    accelerator's chunk size (1024 rows, hf_heads.losses.chunks.rows_per_chunk) against the CPU's 512."""
+    from hf_heads.losses.chunks import rows_per_chunk
+
+    gemma = dict(n=8192, hidden=2304, vocab=256_000, gemm=2, weight=4, scales_by_grad_out=True)
+    steps = [
+        dict(chunk_rows=512, **BEFORE),
+        dict(chunk_rows=512, bias_in_kernel=False, grad_in_gemm_dtype=False),  # d W written by the first chunk
+        dict(chunk_rows=512, grad_in_gemm_dtype=False),  # s ∘ z + b inside the row program
+        dict(chunk_rows=512),
+        dict(chunk_rows=512, gemm_writes_float32=True),
+        dict(chunk_rows=rows_per_chunk(8192, 256_000, device="cuda"), gemm_writes_float32=True),
+    ]
+    totals = [step_bytes("hf_heads-triton", **gemma, **kw)["total"] for kw in steps]
+    assert all(later < earlier for earlier, later in zip(totals[:-1], totals[1:], strict=True)), totals
+    assert totals[-1] < 0.55 * totals[0]  # 219 GB -> 112 GB by this count
 
 
 def test_triton_half_keeps_the_logits_in_bf16():

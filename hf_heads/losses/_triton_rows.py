@@ -39,8 +39,10 @@ def _tile(
 
 @triton.jit
 def ce_rows(
-    z_ptr,  # (n, V) products h wᵀ (float32, float64, or a half dtype); overwritten by the gradient when GRAD
+    z_ptr,  # (n, V) products h wᵀ (float32, float64, or a half dtype)
     stride,
+    g_ptr,  # (n, V) d loss / d z when GRAD, in its own dtype (the products' for the next GEMMs); may be z itself
+    g_stride,
     b_ptr,  # (V,) bias (HAS_B), added to each tile as it is read
     s_ptr,  # (V,) column scale (HAS_S), multiplying each tile's products as they are read
     y_ptr,  # (n,) targets
@@ -62,6 +64,7 @@ def ce_rows(
     smooth = tl.load(params_ptr)
     cap = tl.load(params_ptr + 1)
     z_row = z_ptr + row.to(tl.int64) * stride
+    g_row = g_ptr + row.to(tl.int64) * g_stride
     y = tl.load(y_ptr + row)
     offsets = tl.arange(0, BLOCK)
     zeros = tl.zeros([BLOCK], dtype=params_ptr.dtype.element_ty)  # the compute dtype: the params' (and t's, loss')
@@ -117,6 +120,6 @@ def ce_rows(
             if HAS_T:
                 grad_t += tl.sum(tl.where(cols == y, g, 0.0), 0)
                 g = tl.where(cols == y, 0.0, g)  # the replaced entry does not depend on h · w_y
-            tl.store(z_row + cols, g.to(z_ptr.dtype.element_ty), mask=mask)  # rounded once to the logits' dtype
+            tl.store(g_row + cols, g.to(g_ptr.dtype.element_ty), mask=mask)  # rounded once to the gradient's dtype
         if HAS_T:
             tl.store(grad_t_ptr + row, grad_t)

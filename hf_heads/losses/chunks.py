@@ -35,18 +35,36 @@ from hf_heads.validation import OptionError
 
 CHUNK_BYTES = 1 << 25  # a training chunk's (rows, V) float32 block: 32 MiB (2^23 logits) ...
 MIN_CHUNK_ROWS = 512  # ... but at least 512 rows: each chunk's products read all of W (V, H) for its rows only
+ACCELERATOR_CHUNK_BYTES = 1 << 30  # on an accelerator, up to 1 GiB of float32 logits per chunk (`rows_per_chunk`)
 EVAL_CHUNK_ROWS = 256  # a CPU GEMM of fewer rows runs slower than one (N, H) @ (H, V) matmul
 EVAL_CHUNK_BYTES = 1 << 28  # ... but never more than 256 MiB of float32 logits per chunk (nor below a training chunk)
 
 
-def rows_per_chunk(num_rows: int, num_classes: int, budget_bytes: int = CHUNK_BYTES, itemsize: int = 4) -> int:
+def rows_per_chunk(
+    num_rows: int,
+    num_classes: int,
+    budget_bytes: int = CHUNK_BYTES,
+    itemsize: int = 4,
+    device: torch.device | None = None,
+) -> int:
     """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`, but at least
     `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin to use the GEMM well:
     `python benchmarks/bench_chunk_rows.py`, docs/results/bench_chunk_rows_cpu.md: on 2 CPU cores the fused softmax
     loss at N=2048, H=512, V=200k took 1.55 / 1.06 / 0.98 / 0.93× the three full-size matmuls in chunks of 41 / 128 /
-    256 / 512 rows, at N=4096, V=50k 1.17 / 1.17 / 1.12× in chunks of 167 / 256 / 512 rows); at most `num_rows`."""
+    256 / 512 rows, at N=4096, V=50k 1.17 / 1.17 / 1.12× in chunks of 167 / 256 / 512 rows); at most `num_rows`.
+
+    On an accelerator (`device` not a CPU) a chunk may also take up to an eighth of the rows, within
+    `ACCELERATOR_CHUNK_BYTES`: every chunk reads W twice and reads and writes the float32 (V, H) weight-gradient
+    accumulator, and on a GPU that (V, H) traffic, not the GEMM's shape, is what small chunks cost. By the byte count
+    of benchmarks/_traffic.py at N = 8192, H = 2304, V = 256k under bf16, chunks of 512 rows move about 113 GB of
+    (V, H) traffic per step against ~42 GB over the (rows, V) blocks; 1024 rows halve the former for 0.5 GB more
+    workspace (not yet timed on a GPU). The block stays at most 1/8 of the (N, V) logits a plain head builds."""
     by_budget = budget_bytes // (itemsize * max(num_classes, 1))
-    return max(1, min(num_rows, max(MIN_CHUNK_ROWS, by_budget)))
+    rows = max(MIN_CHUNK_ROWS, by_budget)
+    if device is not None and torch.device(device).type != "cpu":
+        cap = ACCELERATOR_CHUNK_BYTES // (itemsize * max(num_classes, 1))
+        rows = max(rows, min(cap, -(-num_rows // 8)))
+    return max(1, min(num_rows, rows))
 
 
 def eval_rows_per_chunk(num_rows: int, num_classes: int, chunk: int) -> int:

@@ -310,7 +310,7 @@ def fused_linear_cross_entropy(
         num_valid = y.numel()
     else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
-    chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0])
+    chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], device=h.device)
     opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion)
     if reduction == "none":
         rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad), keep)

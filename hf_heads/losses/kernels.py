@@ -289,12 +289,14 @@ class EagerKernel(ChunkKernel):
 
 
 def _grad_logits(
-    z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce", b=None, s=None
-):
+    z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce",
+    b=None, s=None, grad_dtype: torch.dtype | None = None,
+):  # fmt: skip
     """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,)
     applied first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by
-    `row_weight` (the replaced target's entry zeroed), d loss / d t (n,) or None). What `CompiledKernel` fuses, so
-    the scale and the bias cost no pass of their own over the block."""
+    `row_weight` (the replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype),
+    d loss / d t (n,) or None). What `CompiledKernel` fuses, so the scale, the bias and the cast of the gradient cost
+    no pass of their own over the block."""
     if s is not None:
         z = z * s
     if b is not None:
@@ -336,7 +338,7 @@ def _grad_logits(
     if t is not None:
         grad_t = grad_z[rows, y]
         grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
-    return loss, grad_z, grad_t
+    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t
 
 
 def _compile_isolated(fn, backend: str, limit: int):
@@ -383,8 +385,9 @@ class CompiledKernel(EagerKernel):
             CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
         z = _raw_logits(h, w, None, grads.logits)  # (n, V) h wᵀ: the scale and bias are applied in the compiled math
         loss, grad_z, grad_t = CompiledKernel._compiled(
-            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale
-        )
+            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale,
+            w.dtype if w.dtype in HALF_DTYPES and z.dtype != w.dtype else None,
+        )  # fmt: skip
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(grad_z, h, w, grads, None, opts.column_scale)

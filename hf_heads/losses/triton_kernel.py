@@ -8,7 +8,9 @@ column scale s and the bias b cost no pass of their own over the block):
    the target logit and the row's sum of logits (label smoothing), with the replaced target logit t_i (every margin:
    margin paper, eq. 13–14) and the soft-cap cap·tanh(z / cap) applied to each tile as it is read;
 2. (training) the gradient d loss_i / d z_ic = row_weight_i · (p_ic − (1 − ε)[c = y_i] − ε / V) · (1 − (z_ic / cap)²)
-   written over the logits in place, the target's entry moved to d t_i when the target logit was replaced.
+   written over the logits in place — or, for half-precision products of float32 logits (autocast), into a buffer
+   of the products' dtype, rounded once, ready for the next two GEMMs with no cast pass — the target's entry moved
+   to d t_i when the target logit was replaced.
 
 So the (n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain
 of PyTorch passes. The loss is
@@ -137,9 +139,10 @@ class TritonKernel(EagerKernel):
                         f"run with {KERNEL_ENV}=eager"
                     )
 
-    def _launch(self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None):
-        """The row program over the products z (n, V) in place, the column scale `opts.column_scale` and the bias b
-        (V,) applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits in z)."""
+    def _launch(self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None):
+        """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
+        applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
+        `grad_z` (n, V), in its dtype; None: over z)."""
         import triton
 
         n, num_classes = z.shape
@@ -154,7 +157,7 @@ class TritonKernel(EagerKernel):
         # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
         unused = loss  # a pointer the program does not read when its flag is off
         _program()[(n,)](
-            z, z.stride(0),
+            z, z.stride(0), z if grad_z is None else grad_z, z.stride(0) if grad_z is None else grad_z.stride(0),
             unused if b is None else b.to(compute).contiguous(), unused if s is None else s.to(compute).contiguous(),
             y.contiguous(),
             unused if t is None else t.to(compute).contiguous(),
@@ -182,12 +185,15 @@ class TritonKernel(EagerKernel):
     def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads)
-        z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ, becomes d loss / d z
+        z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
+        # d loss / d z: over z, or, for half products of float32 logits, in the products' dtype straight from the
+        # program (rounded once, as the cast for the next two GEMMs would round it, without that cast's pass)
+        grad_z = z if z.dtype == w.dtype or w.dtype not in HALF_DTYPES else torch.empty_like(z, dtype=w.dtype)
         grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
-        loss = self._launch(z, b, y, t, row_weight, opts, grad_t)
+        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z)
         if grads.t is not None:
             grads.t.copy_(grad_t)
-        _linear_grads(z, h, w, grads, None, opts.column_scale)
+        _linear_grads(grad_z, h, w, grads, None, opts.column_scale)
         return loss
 
 
