@@ -204,3 +204,45 @@ def gb_cell(counted: dict[str, int] | None) -> str:
         return "—"
     total, rows, mats = (counted[k] / 1e9 for k in ("total", "(rows, V)", "(V, H)"))
     return f"{total:.3g} ({rows:.3g} + {mats:.3g})"
+
+
+def kernel_changes_table(n: int = 8192, hidden: int = 2304, vocab: int = 256_000) -> str:
+    """Markdown table: the bytes per step of the naive bf16 step and of hf_heads' Triton kernel under bf16 autocast
+    (float32 master weights, a bias, the backward scaling by d loss), as the kernel was and with each change."""
+    g = dict(n=n, hidden=hidden, vocab=vocab, gemm=2, weight=4)
+    ours = dict(scales_by_grad_out=True)
+    rows = [
+        ("naive bf16 (autocast)", "naive", dict(autocast_log_softmax=True)),
+        ("naive bf16 + transformers' float32 upcast", "naive-upcast", dict(autocast_log_softmax=True)),
+        ("hf_heads triton, 512-row chunks, before", "hf_heads-triton",
+         dict(chunk_rows=512, zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False, **ours)),
+        ("+ d W written by the first chunk (no zeroing)", "hf_heads-triton",
+         dict(chunk_rows=512, bias_in_kernel=False, grad_in_gemm_dtype=False, **ours)),
+        ("+ s ∘ z + b inside the row program", "hf_heads-triton",
+         dict(chunk_rows=512, grad_in_gemm_dtype=False, **ours)),
+        ("+ d z written in bf16 by the program", "hf_heads-triton", dict(chunk_rows=512, **ours)),
+        ("+ float32 logits from the GEMM (mm out_dtype)", "hf_heads-triton",
+         dict(chunk_rows=512, gemm_writes_float32=True, **ours)),
+        ("+ 1024-row chunks on a GPU", "hf_heads-triton", dict(chunk_rows=1024, gemm_writes_float32=True, **ours)),
+        ("hf_heads triton-half, 1024-row chunks", "hf_heads-triton-half", dict(chunk_rows=1024, **ours)),
+    ]  # fmt: skip
+    lines = ["| step | GB moved | (rows, V) | (V, H) |", "|---|---:|---:|---:|"]
+    for name, impl, kw in rows:
+        r = step_bytes(impl, **g, **kw)
+        lines.append(f"| {name} | {r['total'] / 1e9:.0f} | {r['(rows, V)'] / 1e9:.0f} | {r['(V, H)'] / 1e9:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python benchmarks/_traffic.py [OUT.md]: the kernel changes at the Gemma-sized row
+    import sys
+
+    table = kernel_changes_table()
+    print(table)
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as out:
+            out.write(
+                "# Bytes per step of the chunk kernels, by their count (not a measurement)\n\n"
+                "`python benchmarks/_traffic.py docs/results/kernel_traffic.md`: N = 8,192, H = 2,304, V = 256,000 "
+                "under bf16 autocast, float32 master weights, a bias (benchmarks/_traffic.py: the passes counted).\n\n"
+                f"{table}\n"
+            )
