@@ -7,6 +7,11 @@
   warning (an error under `mkdocs build --strict`).
 - Every public name (`__all__`) of the documented modules that is a class or a function must have a docstring of
   its own, and so must the public methods those classes define: a missing one is a build warning.
+- The shapes the docstrings write in prose, `(*, H)`, `(*)`, `(N, *)`, keep their stars: `EscapeShapeStars` (a Griffe
+  extension, mkdocs.yml) escapes them before mkdocstrings renders the docstring as Markdown, where two of them on one
+  line would otherwise open and close an emphasis ("hidden (, H) against labels ()" in italics).
+- A measured table that a result file quotes inside a fenced block (the benchmarks write their output so) is rendered
+  as a table: `tables_out_of_code` splits such a block into its tables and the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import logging
 import re
 import typing
 from pathlib import Path
+
+import griffe
 
 log = logging.getLogger("mkdocs.plugins.hf_heads_docs")
 
@@ -120,6 +127,92 @@ def unrendered_public_names(rendered: dict[str, set[str]]) -> list[str]:
     return missing
 
 
+# ------------------------------------------------------------------------------------------------ shapes in prose
+
+# a star that is a shape's dimension: after "(" or ", " and before "," or ")"
+_SHAPE_STAR = re.compile(r"(?:(?<=\()|(?<=, ))\*(?=\s*[,)])")
+# what Markdown does not emphasise: fenced blocks, code spans, math, doctest lines
+_VERBATIM = re.compile(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|^\s*>>>.*$|^\s*\.\.\..*$", re.S | re.M)
+
+
+def escape_shape_stars(text: str) -> str:
+    """`text` with the stars of the shapes it writes in prose escaped for Markdown (`(*, H)` -> `(\\*, H)`); code
+    spans, fenced blocks, math and doctest lines are left as they are."""
+    out, last = [], 0
+    for verbatim in _VERBATIM.finditer(text):
+        out.append(_SHAPE_STAR.sub(r"\\*", text[last : verbatim.start()]))
+        out.append(verbatim.group(0))
+        last = verbatim.end()
+    out.append(_SHAPE_STAR.sub(r"\\*", text[last:]))
+    return "".join(out)
+
+
+class EscapeShapeStars(griffe.Extension):
+    """Griffe extension (mkdocs.yml, mkdocstrings' `extensions`): escapes the shape stars of every docstring."""
+
+    def on_instance(self, *, obj, **kwargs) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = escape_shape_stars(obj.docstring.value)
+
+
+# ---------------------------------------------------------------------------------------------- tables out of code
+
+_SEPARATOR = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+\s*$")
+
+
+def _is_table(lines: list[str]) -> bool:
+    return len(lines) >= 2 and lines[0].lstrip().startswith("|") and bool(_SEPARATOR.match(lines[1].strip()))
+
+
+def _split_block(body: list[str]) -> list[str]:
+    """A fenced block's lines as Markdown: each run of table lines a table, each run of other lines a fenced block."""
+    runs: list[tuple[bool, list[str]]] = []
+    for line in body:
+        is_row = line.lstrip().startswith("|")
+        if runs and runs[-1][0] == is_row:
+            runs[-1][1].append(line)
+        else:
+            runs.append((is_row, [line]))
+    out: list[str] = []
+    for is_row, lines in runs:
+        while lines and not lines[0].strip():
+            lines = lines[1:]
+        while lines and not lines[-1].strip():
+            lines = lines[:-1]
+        if not lines:
+            continue
+        if is_row and _is_table(lines):
+            out += ["", *(line.strip() for line in lines), ""]
+        else:
+            out += ["```", *lines, "```"]
+    return out
+
+
+def tables_out_of_code(markdown: str) -> str:
+    """The Markdown with every top-level fenced block without a language that holds a table (a row, then a `|---|`
+    separator) split into its tables, rendered as tables, and the lines around them, kept as fenced blocks."""
+    lines = markdown.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"(`{3,}|~{3,})(.*)$", lines[i])
+        if not fence:
+            out.append(lines[i])
+            i += 1
+            continue
+        closing = re.compile(re.escape(fence.group(1)) + re.escape(fence.group(1)[0]) + r"*\s*")
+        end = i + 1
+        while end < len(lines) and not closing.fullmatch(lines[end]):
+            end += 1
+        body = lines[i + 1 : end]
+        if not fence.group(2).strip() and any(_is_table(body[j : j + 2]) for j in range(len(body))):
+            out += _split_block(body)
+        else:
+            out += lines[i : end + 1]
+        i = end + 1
+    return "\n".join(out)
+
+
 # ------------------------------------------------------------------------------------------------------- equations
 
 _INLINE = re.compile(r'<span class="arithmatex">\\\((.+?)\\\)</span>', re.S)
@@ -204,7 +297,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if OPTIONS_MARKER in markdown:
         markdown = markdown.replace(OPTIONS_MARKER, head_options_markdown())
     markdown = REST_MARKER.sub(lambda m: api_rest(m.group(1), markdown), markdown)
-    return README_MARKER.sub(lambda m: readme_section(m.group(1), page.file.src_uri), markdown)
+    markdown = README_MARKER.sub(lambda m: readme_section(m.group(1), page.file.src_uri), markdown)
+    return tables_out_of_code(markdown)
 
 
 def on_page_content(html_text: str, page, config, files) -> str:

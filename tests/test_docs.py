@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import runpy
@@ -52,18 +53,78 @@ def run_page(name: str, tmp_path: Path, include_slow: bool) -> dict:
     return namespace
 
 
-def test_site_builds_strict(tmp_path):
-    """`mkdocs build --strict` into a temporary directory: no warning at all."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built once per module by `mkdocs build --strict` (about 30 s); a warning fails every test using it."""
+    out = tmp_path_factory.mktemp("site") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     mkdocs = Path(sys.executable).with_name("mkdocs")
-    command = [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")]
+    command = [str(mkdocs), "build", "--strict", "--site-dir", str(out)]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     warnings = [line for line in result.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert result.returncode == 0 and not warnings, "\n".join(warnings) or result.stderr[-3000:]
-    page = (tmp_path / "site" / "api" / "losses.html").read_text(encoding="utf-8")
+    return out
+
+
+def test_site_builds_strict(site):
+    """`mkdocs build --strict` into a temporary directory: no warning at all."""
+    page = (site / "api" / "losses.html").read_text(encoding="utf-8")
     assert 'id="hf_heads.losses.margin_cross_entropy"' in page and "<math" in page
-    options = (tmp_path / "site" / "options.html").read_text(encoding="utf-8")
+    options = (site / "options.html").read_text(encoding="utf-8")
     assert "--word_norm" in options and "--num_samples" in options
+
+
+# an emphasis tag right inside a shape: "(<em>, H) against labels (</em>)" is what `(*, H) ... (*)` renders to when
+# Markdown takes the stars for emphasis
+EMPHASISED_SHAPE = re.compile(r"\(</?em>\s*[,)]|,\s*</?em>\)")
+
+
+def test_shapes_keep_their_stars_on_the_api_pages(site):
+    pages = sorted((site / "api").glob("*.html"))
+    found = [
+        f"{page.name}: ...{m.string[max(0, m.start() - 60) : m.end() + 40]!r}..."
+        for page in pages
+        for m in EMPHASISED_SHAPE.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert not found, "shapes rendered with an emphasis:\n" + "\n".join(found)
+    assert "hidden (*, H) against labels (*)" in (site / "api" / "heads.html").read_text(encoding="utf-8")
+
+
+def test_the_shape_check_catches_an_emphasis():
+    assert EMPHASISED_SHAPE.search("of hidden (<em>, H) against labels (</em>) (train mode)")
+    assert EMPHASISED_SHAPE.search("φ(θ) (<em>,) for angles θ (</em>,)")
+    assert not EMPHASISED_SHAPE.search("Kumar &amp; Tsvetkov, <em>Von Mises-Fisher Loss</em> (2019), (*, H)")
+
+
+TABLE_SEPARATOR = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+\s*$", re.M)
+
+
+def tables_in_code(html_text: str) -> list[str]:
+    """The first line of every `<pre>` block of a page that holds a Markdown table (a `|---|` separator row)."""
+    found = []
+    for block in re.findall(r"<pre[^>]*>(.*?)</pre>", html_text, re.S):
+        text = html.unescape(re.sub(r"<[^>]+>", "", block))
+        if TABLE_SEPARATOR.search(text):
+            found.append(text.strip().splitlines()[0])
+    return found
+
+
+def test_no_measured_table_is_rendered_as_code(site):
+    """Every table of the site, the results quoted in fenced blocks included (docs/hooks.py), is an HTML table."""
+    found = [
+        f"{page.relative_to(site)}: {first[:80]}"
+        for page in sorted(site.rglob("*.html"))
+        for first in tables_in_code(page.read_text(encoding="utf-8"))
+    ]
+    assert not found, "tables rendered as code:\n" + "\n".join(found)
+    performance = (site / "performance.html").read_text(encoding="utf-8")
+    assert "<td>naive logits, lsm m=2</td>" in performance
+
+
+def test_the_table_check_catches_a_table_in_code():
+    code = "<pre><span></span><code>| method | s |\n|---|---:|\n| naive | 1.0 |\n</code></pre>"
+    assert tables_in_code(code) == ["| method | s |"]
+    assert tables_in_code("<pre><code>ok   eager  |Δloss| 0.0e+00</code></pre>") == []
 
 
 def test_every_code_block_is_run_checked_or_marked():
