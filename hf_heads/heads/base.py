@@ -43,6 +43,8 @@ class OutputHead(nn.Module):
     logits_note: ClassVar[str] = "the model scores"  # what the inference logits are (model cards)
     loss_in_nats: ClassVar[bool] = True  # whether the losses are log-likelihoods (plots' unit)
     has_unnormalized_scores: ClassVar[bool] = False  # whether `unnormalized_log_scores` exists (sampled heads)
+    # True from `start_from` of a head that `needs_calibration` until `calibrate_to` ran: the models refuse to train it
+    warm_start_pending: bool = False
 
     def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
         """`options`: this family's options object, or its head section as a dict (`family` optional), or None

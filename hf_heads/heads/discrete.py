@@ -35,6 +35,9 @@ class DiscreteHead(OutputHead):
             init.constant_(self.bias, self.options.initial_bias(self.num_classes))
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+        """Copy the checkpoint's output layer; a head that `needs_calibration` is then `warm_start_pending` until
+        `calibrate_to` runs."""
+        self.warm_start_pending = self.needs_calibration
         with torch.no_grad():
             if weight is not None:
                 self.weight.copy_(weight)

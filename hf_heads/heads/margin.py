@@ -245,6 +245,7 @@ class MarginHead(DiscreteHead):
 
             o.warm_start_gain = math.exp(_golden_section(kl, math.log(1e-3), math.log(1e3), steps=40))
             report["warm_start_gain"] = o.warm_start_gain
+        self.warm_start_pending = False
         return report
 
     def calibrate_bias(self, hidden: torch.Tensor) -> dict[str, float]:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 
-from hf_heads.heads import family
+from hf_heads.heads import family, head_dict
+from hf_heads.heads.defaults import run_head
 from hf_heads.modeling.configuration import HeadsConfig
 
 
@@ -30,7 +32,16 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head: a missing head
         tensor (the continuous head's embedding table, the word counts, the output weights) would otherwise be
         left uninitialised. `head=` (a head section) loads the checkpoint with another head, e.g. a softmax model
-        fine-tuned further with sparse-softmax; every head tensor of the checkpoint must load into it."""
+        fine-tuned further with sparse-softmax; every head tensor of the checkpoint must load into it.
+
+        A base transformers checkpoint (its config, or `config=`, is not an hf_heads config) is wrapped with
+        `from_base`, so the class is a drop-in for its `AutoModelFor…` in a script: `from_pretrained(name,
+        config=config, revision=..., dtype=...)` keeps the checkpoint's weights and starts the head from its output
+        layer. The head is `head=`, else the run's (the head flags of the `HeadsTrainingArguments` parsed last,
+        hf_heads.heads.defaults), else softmax."""
+        name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        if _is_base_checkpoint(name, kwargs):
+            return cls._from_base_checkpoint(name, *args[1:], **kwargs)
         want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         with torch.no_grad():  # model-level buffers no checkpoint holds (Falcon-H1's mup_vector): the loader marks
@@ -52,6 +63,48 @@ class HeadsPreTrainedModel(PreTrainedModel):
                 "refusing to drop trained head tensors; choose a head with the same tensors"
             )
         return (model, info) if want_info else model
+
+    @classmethod
+    def _from_base_checkpoint(cls, name, *args, **kwargs):
+        """`from_pretrained` of a base transformers checkpoint: `from_base` with `head=` or the run's head."""
+        if args:
+            raise TypeError(
+                f"{cls.__name__}.from_pretrained({name!r}, ...) of a base checkpoint takes keyword arguments only "
+                f"(config=..., revision=...), got {len(args)} more positional"
+            )
+        head = kwargs.pop("head", None) or run_head()
+        if kwargs.pop("from_tf", False):
+            raise ValueError("from_tf=True: hf_heads wraps PyTorch / safetensors checkpoints only; allowed: False")
+        kwargs.pop("output_loading_info", None)
+        config = kwargs.get("config")
+        if cls.head_task == "classification" and isinstance(config, PretrainedConfig):
+            if "id2label" not in kwargs and "num_labels" not in kwargs:  # the labels of `config=` (num_labels=...)
+                kwargs["id2label"] = {int(k): v for k, v in config.id2label.items()}
+        return cls.from_base(name, head=head, **kwargs)
+
+    @classmethod
+    def from_config(cls, config, **kwargs):
+        """A new model of a config, as `AutoModelFor….from_config(config)`: an hf_heads config as it is, or a backbone
+        config (GPT-2, BART, BERT, ...) with the run's head (hf_heads.heads.defaults; softmax without one), the
+        head tied to the input embeddings where the backbone config ties its output layer. `trust_remote_code` is
+        accepted and ignored (the code is hf_heads'); other keywords go to `PreTrainedModel._from_config` (`dtype`,
+        `attn_implementation`)."""
+        kwargs.pop("trust_remote_code", None)
+        if getattr(config, "model_type", None) != HeadsConfig.model_type:
+            config = cls._wrap_backbone_config(config)
+        return cls._from_config(config, **kwargs)
+
+    @classmethod
+    def _wrap_backbone_config(cls, backbone) -> HeadsConfig:
+        """The HeadsConfig of a backbone config with the run's head (and, for classification, its labels)."""
+        head = head_dict(run_head())
+        if cls.head_task == "classification":
+            labels = {int(k): v for k, v in backbone.id2label.items()}
+            return HeadsConfig(
+                backbone=backbone.to_dict(), head=head, id2label=labels, label2id={v: k for k, v in labels.items()}
+            )
+        tie = bool(getattr(backbone, "tie_word_embeddings", False)) and family(head["family"]).head.has_output_matrix
+        return HeadsConfig(backbone=backbone.to_dict(), head=head, tie_word_embeddings=tie)
 
     head_task = ""  # the task of the model class, one of hf_heads.heads.base.TASKS
 
@@ -149,6 +202,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """The head's (loss, logits) for this forward's hidden states and labels (moved to the states' device), the
         statistics recorded inside `statistics_recorded`."""
         labels = None if labels is None else labels.to(hidden.device)
+        if labels is not None and self.training:
+            self.check_warm_start()
         out = self.head(
             hidden,
             labels,
@@ -218,6 +273,55 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
 
+    def check_warm_start(self) -> None:
+        """Refuse to train a head whose warm start is still to be calibrated: `from_base` copied the checkpoint's
+        output layer into a head whose distribution is then not the checkpoint's (norm-scaled margin heads, max-norm,
+        sampled heads with a bias) and had no data to calibrate it on (no `word_counts`); its first losses would be
+        far above the checkpoint's. The error names the line that calibrates it."""
+        head = self.head
+        if getattr(head, "warm_start_pending", False):
+            raise ValueError(
+                f"the {head.options.describe()} head started from the output layer of {self.config.name_or_path!r} "
+                "is not calibrated yet (from_base had no word_counts), so training would start far from the "
+                "checkpoint: "
+                "add `hf_heads.training.prepare_head(model, train_dataset)` before training (HeadsTrainer does it "
+                "itself: it counts the words and calibrates on the first training rows), or pass word_counts=... to "
+                "from_base"
+            )
+
+    @torch.no_grad()
+    def calibrate_warm_start(self, **inputs) -> dict[str, float]:
+        """Calibrate the head's warm start (`OutputHead.calibrate_to`) on the labelled positions of one batch of
+        model inputs (`input_ids`, `attention_mask`, `labels`, ...): the target distribution there is the copied
+        output layer's (`copied_logits`), i.e. the checkpoint's, so `from_base`'s start is finished without the
+        checkpoint. At most 256 positions, evenly spaced, are used. Word counts, where the head needs them, must be
+        set first. Returns what was fitted."""
+        captured = []
+
+        def capture(module, args, kwargs):
+            captured.append((args[0], args[1] if len(args) > 1 else kwargs.get("labels")))
+
+        hook = self.head.register_forward_pre_hook(capture, with_kwargs=True)
+        was_training = self.training
+        self.eval()
+        try:
+            self(**inputs)
+        finally:
+            hook.remove()
+            self.train(was_training)
+        if not captured or captured[0][1] is None:
+            raise ValueError(f"calibrate_warm_start needs labels among the inputs (got {sorted(inputs)})")
+        hidden, labels = captured[0]
+        hidden = hidden.reshape(-1, hidden.shape[-1])[labels.reshape(-1) != -100]  # (N, H) labelled positions
+        if hidden.shape[0] > 256:
+            hidden = hidden[torch.linspace(0, hidden.shape[0] - 1, 256, device=hidden.device).long()]
+        base = torch.log_softmax(self.head.copied_logits(hidden).float(), dim=-1)  # (N, V): the checkpoint's
+        report = self.head.calibrate_to(hidden, base)
+        self.head.warm_start_pending = False
+        if "warm_start_gain" in report:
+            self.config.head = {**self.config.head, "warm_start_gain": report["warm_start_gain"]}
+        return report
+
     def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:
         """transformers' `add_adapter` (PEFT), with PEFT's default `target_modules` of the backbone filled in when
         the config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`), the
@@ -225,6 +329,23 @@ class HeadsPreTrainedModel(PreTrainedModel):
         `target_parameters=["head.weight"]`."""
         peft = importlib.import_module("hf_heads.integrations.peft")
         peft.add_adapter(self, adapter_config, adapter_name)
+
+
+def _is_base_checkpoint(name, kwargs: dict) -> bool:
+    """Whether `from_pretrained(name, **kwargs)` names a base transformers checkpoint (not an hf_heads one): by
+    `config=` when given, else by the checkpoint's config (a name whose config cannot be read here is left to the
+    loader to report)."""
+    config = kwargs.get("config")
+    source = config if isinstance(config, str | os.PathLike) else name if config is None else None
+    if isinstance(source, str | os.PathLike):
+        from transformers import AutoConfig
+
+        hub = ("revision", "token", "cache_dir", "subfolder", "gguf_file", "local_files_only", "trust_remote_code")
+        try:
+            config = AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in hub})
+        except (OSError, ValueError, KeyError):
+            return False
+    return getattr(config, "model_type", HeadsConfig.model_type) != HeadsConfig.model_type
 
 
 def fresh(model: nn.Module) -> nn.Module:

@@ -95,9 +95,11 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         Heads whose inference distribution cannot equal the checkpoint's by copying its output layer (norm-scaled
         margin heads, sampled criteria) get a calibrated start (`MarginHead.calibrate_to`) on probe positions:
         `calibration_ids` (B, T), or by default 4 sequences of 32 tokens that the checkpoint samples itself from
-        its BOS token (seeded; the global RNG is left untouched). Norm scalings that need word counts are
-        calibrated only when `word_counts` is given (a warning says so otherwise). `calibrate=False` keeps the
-        copied output layer as it is.
+        its BOS token (seeded; the global RNG is left untouched). Norm scalings (and noise distributions) that need
+        word counts are calibrated here only when `word_counts` is given; otherwise the head is left
+        `warm_start_pending`: `HeadsTrainer` (or `hf_heads.training.prepare_head`) counts the training words and
+        calibrates on training rows before the first step, and training it otherwise is refused. `calibrate=False`
+        keeps the copied output layer as it is.
 
         The checkpoint's output transform (Gemma 2/3 soft-cap, Cohere / Granite logit scale) becomes the head's
         `logit_multiplier` / `logit_softcap`, and with `verify` (the default) the copied output layer is checked on a
@@ -126,6 +128,8 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             model._verify_against(lm, str(name_or_path))
         if calibrate:
             model._calibrate_from(lm, calibration_ids)
+        else:  # the copied output layer, as asked
+            model.head.warm_start_pending = False
         return model
 
     @torch.no_grad()
@@ -183,7 +187,9 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         if self.head_needs_counts():
             if not head.has_word_counts:
                 logger.warning(
-                    "head %s needs word counts: the warm start is not calibrated (pass word_counts= to from_base)",
+                    "head %s needs word counts: the warm start is calibrated later, by HeadsTrainer (or "
+                    "hf_heads.training.prepare_head) on the training data; pass word_counts= to from_base to "
+                    "calibrate it now",
                     self.config.head,
                 )
                 return

@@ -2,7 +2,7 @@
 
 from hf_heads.training.arguments import HeadFlags, HeadsSeq2SeqTrainingArguments, HeadsTrainingArguments
 from hf_heads.training.cards import plot_loss_curves, write_model_card
-from hf_heads.training.trainer import HeadsSeq2SeqTrainer, HeadsTrainer, label_counts
+from hf_heads.training.trainer import HeadsSeq2SeqTrainer, HeadsTrainer, label_counts, prepare_head
 
 __all__ = [
     "HeadFlags",
@@ -12,5 +12,6 @@ __all__ = [
     "HeadsTrainingArguments",
     "label_counts",
     "plot_loss_curves",
+    "prepare_head",
     "write_model_card",
 ]

@@ -2,6 +2,9 @@
 
 - Word counts: a head whose norm scaling needs training counts (unigram, log-unigram, log-rank,
   uniform) gets them from the training set's labels before the first step, unless it has them.
+- Warm start: a head that `from_base` started from a checkpoint's output layer without the data to calibrate it
+  (`warm_start_pending`: norm-scaled margin heads and sampled heads made without `word_counts`) is calibrated on the
+  first training rows before the first step, after the counts (`prepare_head`).
 - Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, `.../std`,
   `head/context_norm_running`; for sampled heads `head/self_norm_logz_mean`, `.../std`).
 - Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
@@ -13,11 +16,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
 from transformers import Seq2SeqTrainer, Trainer
 
 from hf_heads.losses._rows import safe_exp
+
+logger = logging.getLogger(__name__)
 
 
 def perplexity(loss: float) -> float:
@@ -37,6 +43,45 @@ def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index
             raise ValueError(f"{column}: found {int(values.max())}, allowed 0 <= label < {num_classes}")
         counts += torch.bincount(values, minlength=num_classes).double()
     return counts
+
+
+CALIBRATION_ROWS = 8  # training rows the warm start is calibrated on (at most 256 labelled positions of them)
+
+
+def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str = "labels", prepare_inputs=None):
+    """What a head needs from the training data before its first step (`HeadsTrainer` calls it in `train()`):
+
+    - word counts of `train_dataset[counts_column]`, when the head needs them and has none;
+    - the calibration of a warm start `from_base` left pending (`model.calibrate_warm_start`) on the first
+      `CALIBRATION_ROWS` rows, collated by `data_collator` (default: transformers' `default_data_collator`); the
+      global random state is left as it was.
+
+    `prepare_inputs` moves a collated batch to the model's device (default: every tensor to the model's device)."""
+    head = getattr(model, "head", None)
+    if head is None:
+        return
+    if model.head_needs_counts() and not head.has_word_counts:
+        if train_dataset is None:
+            raise ValueError("this head needs word counts: give a train_dataset or call model.set_word_counts(...)")
+        model.set_word_counts(label_counts(train_dataset, head.num_classes, column=counts_column))
+    if not getattr(head, "warm_start_pending", False):
+        return
+    if train_dataset is None:
+        raise ValueError(
+            f"the {head.options.describe()} head's warm start is calibrated on training rows: give a train_dataset"
+        )
+    from transformers import default_data_collator
+
+    rows = [train_dataset[i] for i in range(min(CALIBRATION_ROWS, len(train_dataset)))]
+    with torch.random.fork_rng(devices=[]):
+        batch = (data_collator or default_data_collator)(rows)
+    if prepare_inputs is None:
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    else:
+        batch = prepare_inputs(batch)
+    report = model.calibrate_warm_start(**batch)
+    logger.info("warm start calibrated on the first %d training rows: %s", len(rows), report)
 
 
 @contextlib.contextmanager
@@ -70,15 +115,25 @@ class _HeadsTrainerMixin:
             )
 
     def _prepare_head(self) -> None:
+        """Word counts and the warm start's calibration from the training set (`prepare_head`), the calibration rows
+        taken as the training loop sees them (the Trainer's unused columns removed, its collator)."""
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
         head = getattr(model, "head", None)
-        if head is None or not model.head_needs_counts():
+        if head is None:
             return
-        if head.has_word_counts:
-            return
-        if self.train_dataset is None:
-            raise ValueError("this head needs word counts: give a train_dataset or call model.set_word_counts(...)")
-        model.set_word_counts(label_counts(self.train_dataset, head.num_classes, column=self.counts_column))
+        if model.head_needs_counts() and not head.has_word_counts:
+            if self.train_dataset is None:
+                raise ValueError(
+                    "this head needs word counts: give a train_dataset or call model.set_word_counts(...)"
+                )
+            model.set_word_counts(label_counts(self.train_dataset, head.num_classes, column=self.counts_column))
+        dataset = self.train_dataset
+        if getattr(head, "warm_start_pending", False) and hasattr(dataset, "column_names"):
+            # a datasets.Dataset: its first rows with the columns the model's forward takes
+            dataset = self._remove_unused_columns(dataset.select(range(min(CALIBRATION_ROWS, len(dataset)))))
+        prepare_head(
+            model, dataset, self.data_collator, counts_column=self.counts_column, prepare_inputs=self._prepare_inputs
+        )
 
     def train(self, *args, **kwargs):
         self._prepare_head()

@@ -1,0 +1,232 @@
+"""A transformers example script with its classes swapped for hf_heads' (docs/own-script.md): the head flags parsed
+by `HeadsTrainingArguments` alone, `from_pretrained(base, config=...)` / `from_config(config)` building the run's
+head, `HeadsTrainer` counting the words and calibrating a pending warm start before the first step, the saved result
+reloading to the same logits; and no silent bad start: an uncalibrated head refuses to train, and every family
+`from_base` makes starts near the checkpoint's own loss."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from conftest import tiny_llama_config
+from datasets import Dataset
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    BartConfig,
+    BartForConditionalGeneration,
+    BertConfig,
+    BertModel,
+    HfArgumentParser,
+    LlamaForCausalLM,
+    default_data_collator,
+)
+
+from hf_heads import (
+    HeadsForCausalLM,
+    HeadsForSeq2SeqLM,
+    HeadsForSequenceClassification,
+    HeadsSeq2SeqTrainer,
+    HeadsSeq2SeqTrainingArguments,
+    HeadsTrainer,
+    HeadsTrainingArguments,
+)
+from hf_heads.heads.defaults import run_head
+from hf_heads.training import prepare_head
+
+V = 61
+MARGIN = ["--head", "margin", "--margin", "arc", "--m", "0.001", "--word_norm", "log-unigram", "--context_norm"]
+MARGIN += ["max-norm"]
+MARGIN_HEAD = {"family": "margin", "margin": "arc", "m": 0.001, "word_norm": "log-unigram", "context_norm": "max-norm"}
+
+
+@dataclass
+class ModelArguments:  # the shape of a transformers example script's own dataclasses
+    model_name_or_path: str
+    config_name: str | None = None
+
+
+@dataclass
+class DataTrainingArguments:
+    max_train_samples: int | None = None
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny Llama with peaked output distributions (initializer_range 0.3), saved, and 16 sequences it samples
+    itself: its own loss on them is low, so a bad start shows."""
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(tiny_llama_config(vocab_size=V, initializer_range=0.3)).eval()
+    path = tmp_path_factory.mktemp("base")
+    lm.save_pretrained(path)
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(1)
+        ids = lm.generate(
+            torch.full((16, 1), 2), do_sample=True, max_new_tokens=23, min_new_tokens=23, top_k=0, pad_token_id=1
+        )  # (16, 24)
+    return str(path), lm, ids
+
+
+def _args(tmp_path, argv, cls=HeadsTrainingArguments, extra=()):
+    common = ["--output_dir", str(tmp_path / "out"), "--max_steps", "2", "--per_device_train_batch_size", "4"]
+    common += ["--report_to", "none", "--use_cpu", "true", "--save_strategy", "no", "--disable_tqdm", "true"]
+    common += ["--logging_steps", "1", "--learning_rate", "1e-3", *extra]
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, cls))
+    return parser.parse_args_into_dataclasses(args=[*argv, *common])
+
+
+def test_head_flags_come_from_the_training_arguments_alone(base, tmp_path):
+    path, _, _ = base
+    model_args, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN])
+    assert {k: run_head()[k] for k in MARGIN_HEAD} == MARGIN_HEAD
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+    model = HeadsForCausalLM.from_pretrained(
+        model_args.model_name_or_path, config=config, revision="main", token=None, trust_remote_code=False, dtype=None
+    )
+    assert model.config.head["family"] == "margin" and model.config.head["word_norm"] == "log-unigram"
+    scratch = HeadsForCausalLM.from_config(config, trust_remote_code=False)
+    assert scratch.config.head["family"] == "margin" and scratch.config.backbone.model_type == "llama"
+    assert HeadsForCausalLM.from_pretrained(path, head={"family": "sparse", "k": 5}).config.head["family"] == "sparse"
+    del training_args  # the run's head lives as long as its arguments
+    assert run_head() is None
+    assert HeadsForCausalLM.from_pretrained(path).config.head["family"] == "softmax"
+
+
+def test_from_pretrained_of_a_base_checkpoint_refuses_from_tf(base):
+    with pytest.raises(ValueError, match="from_tf=True"):
+        HeadsForCausalLM.from_pretrained(base[0], from_tf=True)
+
+
+def test_causal_lm_script_flow_trains_saves_and_reloads_the_same_logits(base, tmp_path):
+    path, _, ids = base
+    model_args, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN])
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+    model = HeadsForCausalLM.from_pretrained(model_args.model_name_or_path, config=config)
+    assert model.head.warm_start_pending  # from_base had no word counts to calibrate with
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    trainer = HeadsTrainer(model=model, args=training_args, train_dataset=data, data_collator=default_data_collator)
+    trainer.train()
+    trainer.save_model()
+    assert not model.head.warm_start_pending and model.head.has_word_counts
+    assert model.config.head["warm_start_gain"] != 1.0  # fitted on the first training rows
+    model.eval()
+    for cls in (HeadsForCausalLM, AutoModelForCausalLM):
+        again = cls.from_pretrained(training_args.output_dir).eval()
+        assert again.config.head == model.config.head
+        with torch.no_grad():
+            assert torch.equal(again(ids[:3]).logits, model(ids[:3]).logits)
+
+
+def test_seq2seq_script_flow_trains_saves_and_reloads_the_same_logits(tmp_path):
+    torch.manual_seed(0)
+    bart = BartConfig(
+        vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2,
+    )  # fmt: skip
+    BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    model_args, _, training_args = _args(
+        tmp_path, ["--model_name_or_path", str(tmp_path / "bart"), *MARGIN], HeadsSeq2SeqTrainingArguments
+    )
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+    model = HeadsForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, config=config)
+    assert model.config.head["family"] == "margin" and model.head.warm_start_pending
+    g = torch.Generator().manual_seed(3)
+    src, tgt = torch.randint(4, V, (16, 12), generator=g), torch.randint(4, V, (16, 9), generator=g)
+    data = Dataset.from_dict({"input_ids": src.tolist(), "labels": tgt.tolist()})
+    trainer = HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data)
+    trainer.train()
+    trainer.save_model()
+    assert not model.head.warm_start_pending
+    model.eval()
+    again = HeadsForSeq2SeqLM.from_pretrained(training_args.output_dir).eval()
+    with torch.no_grad():
+        assert torch.equal(
+            again(input_ids=src[:2], labels=tgt[:2]).logits, model(input_ids=src[:2], labels=tgt[:2]).logits
+        )
+
+
+def test_classification_script_flow_takes_num_labels_from_config(tmp_path):
+    torch.manual_seed(0)
+    bert = BertConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    BertModel(bert).save_pretrained(tmp_path / "bert")
+    argv = ["--model_name_or_path", str(tmp_path / "bert"), "--head", "margin", "--margin", "cos", "--m", "0.2"]
+    argv += ["--scale", "8"]
+    model_args, _, training_args = _args(tmp_path, argv)
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path, num_labels=3, finetuning_task="demo")
+    model = HeadsForSequenceClassification.from_pretrained(model_args.model_name_or_path, config=config)
+    assert model.config.num_labels == 3 and model.config.head["margin"] == "cos"
+    model.config.label2id = {"a": 0, "b": 1, "c": 2}  # what run_glue does with the labels it finds
+    model.config.id2label = {0: "a", 1: "b", 2: "c"}
+    g = torch.Generator().manual_seed(4)
+    data = Dataset.from_dict(
+        {"input_ids": torch.randint(4, V, (16, 10), generator=g).tolist(), "labels": [i % 3 for i in range(16)]}
+    )
+    trainer = HeadsTrainer(model=model, args=training_args, train_dataset=data, data_collator=default_data_collator)
+    trainer.train()
+    trainer.save_model()
+    model.eval()
+    again = HeadsForSequenceClassification.from_pretrained(training_args.output_dir).eval()
+    assert again.config.id2label == {0: "a", 1: "b", 2: "c"}
+    x = torch.tensor(data["input_ids"][:4])
+    with torch.no_grad():
+        assert torch.equal(again(input_ids=x).logits, model(input_ids=x).logits)
+
+
+def test_an_uncalibrated_warm_start_refuses_to_train_and_names_the_line(base):
+    path, _, ids = base
+    model = HeadsForCausalLM.from_base(path, head=MARGIN_HEAD).train()
+    with pytest.raises(ValueError, match=r"hf_heads\.training\.prepare_head\(model, train_dataset\)"):
+        model(input_ids=ids[:2], labels=ids[:2])
+    prepare_head(model, Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()}))
+    assert float(model(input_ids=ids[:2], labels=ids[:2]).loss.detach()) > 0
+    plain = HeadsForCausalLM.from_base(path, head=MARGIN_HEAD, calibrate=False).train()  # asked for: the copy as is
+    with pytest.raises(ValueError, match="needs word counts"):  # and still told what it lacks
+        plain(input_ids=ids[:2], labels=ids[:2])
+
+
+# Every family from_base makes (the margins small, as the margin paper trains LMs: a large one, L-Softmax m=2, raises
+# the training criterion itself ~4x), the heads that need word counts made without them: HeadsTrainer's first logged
+# training loss (learning rate 0) against the checkpoint's own loss on the same rows (the softmax head's: from_base
+# checks that it is the checkpoint's distribution). Without the trainer's calibration the margin with log-unigram word
+# norms started at 1.96x and BCE-NCE at 11x the checkpoint's loss here (16.2 against 3.4 on SmolLM2).
+FAMILIES = {
+    "margin arc log-unigram max-norm": MARGIN_HEAD,
+    "margin lsm log-rank": {"family": "margin", "margin": "lsm", "m": 1, "word_norm": "log-rank"},
+    "margin cos unigram": {"family": "margin", "margin": "cos", "m": 0.01, "word_norm": "unigram"},
+    "sparse": {"family": "sparse", "k": 20},
+    "sampled ce-mcs log-uniform": {"family": "sampled", "criterion": "ce", "method": "mcs", "num_samples": 20,
+                                   "noise": "log-uniform"},
+    "sampled bce-nce unigram": {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 20,
+                                "noise": "unigram", "noise_add": 1.0},
+}  # fmt: skip
+START_FACTOR = 1.25  # the first training loss is at most this many times the checkpoint's own loss
+
+
+def _first_loss(path, head, ids, tmp_path) -> float:
+    """HeadsTrainer's first logged training loss (learning rate 0) of `from_base(path, head=head)`, no word counts
+    given: the training set (the 16 rows 40 times) gives them and the rows the warm start is calibrated on."""
+    model = HeadsForCausalLM.from_base(path, head=head)
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=8, learning_rate=0.0, logging_steps=1,
+        report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    rows = ids.tolist() * 40
+    data = Dataset.from_dict({"input_ids": rows, "labels": rows})
+    trainer = HeadsTrainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator)
+    trainer.train()
+    return trainer.state.log_history[0]["loss"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint_loss(base, tmp_path_factory) -> float:
+    return _first_loss(base[0], {"family": "softmax"}, base[2], tmp_path_factory.mktemp("softmax"))
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_first_step_loss_of_every_family_is_near_the_checkpoints(base, checkpoint_loss, tmp_path, name):
+    first = _first_loss(base[0], FAMILIES[name], base[2], tmp_path)
+    assert first <= START_FACTOR * checkpoint_loss, f"{name}: first loss {first:.3f} vs {checkpoint_loss:.3f}"
