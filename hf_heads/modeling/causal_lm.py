@@ -16,6 +16,7 @@ from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_lay
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache, takes_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
+from hf_heads.modeling.inputs import check_token_ids, embedding_size
 from hf_heads.modeling.parity import (
     check_same_distribution,
     output_transform,
@@ -236,10 +237,18 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         of per-token quantities instead of logits; `shift_labels=` (a keyword, kept out of the signature so that the
         Trainer's label names stay `labels`) are labels already shifted (position t predicts shift_labels[t]), as
         TRL passes them under context / sequence parallelism. The generation cache is taken as `cache` or
-        `past_key_values` (hf_heads.modeling.compat)."""
+        `past_key_values` (hf_heads.modeling.compat). Token ids and labels outside the vocabulary are refused with a
+        `ValueError` naming the fix (hf_heads.modeling.inputs)."""
         kwargs.pop("return_dict", None)
         cache = take_cache(kwargs)
         shift_labels = kwargs.pop("shift_labels", None)
+        rows = embedding_size(self.get_input_embeddings())
+        check_token_ids(
+            self,
+            {"input_ids": (input_ids, rows)},
+            labels if shift_labels is None else shift_labels,
+            self.head.num_classes,
+        )
         wants_loss = fused_lm_head or labels is not None or shift_labels is not None
         if self._trl_fused_head and self.training and torch.is_grad_enabled() and not wants_loss:
             raise ValueError(trl_full_logits_refusal(self.head.family))

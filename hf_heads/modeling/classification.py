@@ -9,14 +9,37 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, fresh, refuse_hf_heads_checkpoint, sharing
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.inputs import check_token_ids, embedding_size, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, probe_ids
+
+PROBLEM_TYPES = (None, "single_label_classification")  # what a head over C classes trains
+
+
+def labels_of_config(config: PretrainedConfig | None, num_labels: int | None, id2label: dict | None):
+    """(num_labels, id2label, label2id, problem_type) for `from_base`: the explicit arguments, else those of `config=`
+    (as `AutoModelForSequenceClassification.from_pretrained(name, config=config)` reads them)."""
+    if config is None:
+        return num_labels, id2label, None, None
+    problem = getattr(config, "problem_type", None)
+    if problem not in PROBLEM_TYPES:
+        raise ValueError(
+            f"config.problem_type={problem!r}: an hf_heads head trains one class per example; allowed: "
+            "None, 'single_label_classification'"
+        )
+    if id2label is None and num_labels is None and config.id2label is not None:
+        id2label = {int(k): v for k, v in config.id2label.items()}
+        label2id = dict(config.label2id or {})
+        if sorted(label2id.items()) != sorted({v: k for k, v in id2label.items()}.items()):
+            label2id = None  # inconsistent with id2label: rebuilt from it
+        return None, id2label, label2id, problem
+    return num_labels, id2label, None, problem
 
 
 def resolve_pooling(config: HeadsConfig, backbone: PreTrainedModel) -> str:
@@ -83,7 +106,9 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
 
     `config.id2label` / `label2id` are kept as in transformers; `logits` (B, C) are the head's inference
     logits (no margin; -inf outside the top k for sparse heads), `loss` its training criterion (eval
-    mode: the NLL of the inference distribution, eq. 5 for sparse heads).
+    mode: the NLL of the inference distribution, eq. 5 for sparse heads). Token ids outside the backbone's
+    embeddings and labels outside 0..num_labels-1 (other than -100) are refused with a `ValueError`
+    (hf_heads.modeling.inputs).
     """
 
     head_task = "classification"
@@ -134,8 +159,17 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
           if given, must agree with the checkpoint's.
         - Any other checkpoint (a bare encoder or decoder, or `keep_classifier=False`): its backbone
           (`AutoModel`) plus a new head over the labels (give `id2label` or `num_labels`); `pooling` and
-          `classifier_dropout` as in `HeadsConfig`."""
+          `classifier_dropout` as in `HeadsConfig`.
+
+        `config=` (a config of the checkpoint's type, e.g. `AutoConfig.from_pretrained(name, num_labels=5)`) is read
+        as `AutoModelForSequenceClassification.from_pretrained(name, config=config)` reads it: the backbone is built
+        with it, and its `num_labels` / `id2label` / `label2id` / `problem_type` are the model's labels unless
+        `num_labels` or `id2label` are given. A `problem_type` other than None or single-label classification
+        (multi-label, regression) is refused: a head trains one class per example."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
+        num_labels, id2label, label2id, problem_type = labels_of_config(
+            from_pretrained_kwargs.get("config"), num_labels, id2label
+        )
         loaded = isinstance(name_or_path, PreTrainedModel)
         hub = {k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir")}
         checkpoint_config = name_or_path.config if loaded else AutoConfig.from_pretrained(name_or_path, **hub)
@@ -160,7 +194,8 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
             pooling=pooling,
             classifier_dropout=classifier_dropout,
             id2label=labels,
-            label2id={v: k for k, v in labels.items()},
+            label2id=label2id or {v: k for k, v in labels.items()},
+            problem_type=problem_type,
         )
         model = cls(config, backbone=backbone)
         model.config.name_or_path = name
@@ -224,6 +259,8 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         **kwargs,
     ) -> SequenceClassifierOutput:
         kwargs.pop("return_dict", None)
+        rows = embedding_size(input_embeddings(self.backbone))
+        check_token_ids(self, {"input_ids": (input_ids, rows)}, labels, self.head.num_classes, classifier=True)
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         outputs = self.backbone(

@@ -1,14 +1,48 @@
-"""`HeadsConfig`: a backbone config (any `AutoConfig` model type) plus a validated head section."""
+"""`HeadsConfig`: a backbone config (any `AutoConfig` model type) plus a validated head section.
+
+What transformers' example scripts, its Trainer and generation read from a model's config (the special token ids,
+`max_position_embeddings`, `vocab_size`, ...) is read through to the backbone's config: `HeadsConfig` keeps no copy
+of them, so a change of the backbone's value is seen, and setting one on the `HeadsConfig` sets the backbone's (which
+is where it is saved). See `HeadsConfig` for the list.
+"""
 
 from __future__ import annotations
 
-from transformers import AutoConfig, PretrainedConfig
+import dataclasses
+
+from transformers import AutoConfig, EncoderDecoderConfig, GenerationConfig, PretrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from hf_heads.heads import head_dict
 from hf_heads.validation import check_choice, check_number
 
 POOLINGS = ("auto", "pooler", "first", "last", "mean")
+# read through to the backbone's config besides every `*_token_id` (see HeadsConfig)
+BACKBONE_ATTRIBUTES = ("max_position_embeddings",)
+
+
+def reads_through(name: str) -> bool:
+    """Whether `HeadsConfig.<name>` is the backbone config's attribute: a special token id (`pad_token_id`,
+    `decoder_start_token_id`, `forced_bos_token_id`, ...) or one of `BACKBONE_ATTRIBUTES`."""
+    return name in BACKBONE_ATTRIBUTES or (name.endswith("_token_id") and not name.startswith("_"))
+
+
+def _sub_configs(backbone: PretrainedConfig) -> list[PretrainedConfig]:
+    """The encoder and decoder configs of a two-part backbone (`EncoderDecoderConfig`); none for another backbone."""
+    return [c for c in (getattr(backbone, "encoder", None), getattr(backbone, "decoder", None)) if c is not None]
+
+
+def backbone_attribute(backbone: PretrainedConfig, name: str):
+    """The value `HeadsConfig.<name>` reads through (see `HeadsConfig`); AttributeError where the backbone has none."""
+    if hasattr(backbone, name):
+        return getattr(backbone, name)
+    if name.endswith("_token_id"):
+        text = backbone.get_text_config(decoder=True)
+        return getattr(text, name, None)
+    values = [getattr(c, name) for c in _sub_configs(backbone) if getattr(c, name, None) is not None]
+    if values:  # a length limit of an encoder and a decoder: the smaller one bounds both sides
+        return min(values)
+    raise AttributeError(f"the {backbone.model_type!r} backbone config has no {name!r}")
 
 
 class HeadsConfig(PretrainedConfig):
@@ -31,6 +65,28 @@ class HeadsConfig(PretrainedConfig):
             final (C, H) projection. The backbone is then the checkpoint's `AutoModelForSequenceClassification` (its
             own pooling, pooler, dense+tanh, context pooler, dropout, ...) with that projection replaced by the
             identity, and the head takes its place (`HeadsForSequenceClassification.from_base`).
+        decoder_stem: seq2seq with an `EncoderDecoderConfig` backbone (BERT2BERT, ...) wrapped from an
+            `EncoderDecoderModel` checkpoint only: the module name, inside the decoder's `AutoModelForCausalLM`, of
+            its final (V, H) projection. The decoder is then that causal LM with the projection replaced by the
+            identity (so whatever it computes between its last layer and the projection, such as BERT's dense +
+            activation + LayerNorm, is kept), and the head takes its place (`HeadsForSeq2SeqLM.from_base`).
+
+    Read through to the backbone's config (no copy is kept, so the backbone's current value is always the answer):
+
+    - every special token id `*_token_id` (`pad_token_id`, `bos_token_id`, `eos_token_id`, `decoder_start_token_id`,
+      `forced_bos_token_id`, `forced_eos_token_id`, ...): the backbone's top-level value, else its decoder's, else
+      None (as transformers' configs answered before generation parameters moved to `GenerationConfig`);
+    - `max_position_embeddings`: the backbone's (GPT-2's `n_positions` through its own alias); for an
+      encoder-decoder pair (`EncoderDecoderConfig`) the smaller of its encoder's and decoder's; absent (`hasattr`
+      is False, as for the backbone's own model) where the backbone has no such limit (T5's relative positions);
+    - `vocab_size` and `hidden_size` (read-only: the head's tensors have that size) and `is_encoder_decoder`
+      (fixed by the backbone's type).
+
+    Setting a read-through attribute on the `HeadsConfig` sets the backbone config's, which is what `save_pretrained`
+    writes and `from_pretrained` (with `trust_remote_code` too) reads back: `model.config.pad_token_id = 0` and
+    `model.config.backbone.pad_token_id = 0` are the same statement. A generation parameter the backbone's config
+    class does not keep (`forced_bos_token_id` of most backbones: transformers keeps it in `GenerationConfig`) is
+    refused with a `ValueError` pointing to `model.generation_config` (setting it to None is a no-op).
     """
 
     model_type = "hf_heads"
@@ -42,6 +98,41 @@ class HeadsConfig(PretrainedConfig):
     pooling: str = "auto"
     classifier_dropout: float | None = None
     classifier_stem: str | None = None
+    decoder_stem: str | None = None
+
+    def __getattr__(self, name: str):
+        """The read-through attributes (see the class docstring); called only where normal lookup fails."""
+        backbone = self.__dict__.get("backbone")
+        if not reads_through(name) or not isinstance(backbone, PretrainedConfig):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return backbone_attribute(backbone, name)
+
+    def __setattr__(self, key: str, value) -> None:
+        backbone = self.__dict__.get("backbone")
+        if not reads_through(key) or not isinstance(backbone, PretrainedConfig):
+            super().__setattr__(key, value)
+            return
+        generation = key in GenerationConfig._get_default_generation_params()
+        if generation and key not in {f.name for f in dataclasses.fields(backbone)}:
+            if value is None:
+                return  # nothing to keep: the backbone has none, and reading answers None
+            raise ValueError(
+                f"{key}={value!r}: {key} is a generation parameter, which transformers keeps in the model's "
+                f"generation config, and the {backbone.model_type!r} backbone config does not save it; set "
+                f"model.generation_config.{key} = {value!r} instead"
+            )
+        setattr(backbone, key, value)
+
+    def _get_generation_parameters(self) -> dict:
+        """Generation parameters set on this config itself (transformers refuses to save or generate with them);
+        the backbone's own fields that read through (BART's `forced_eos_token_id`) are not among them."""
+        own = {f.name for f in dataclasses.fields(self)}
+        params = GenerationConfig._get_default_generation_params()
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if k in params and k != "use_cache" and k not in own and v is not None
+        }
 
     def __post_init__(self, **kwargs):
         self.head = head_dict(self.head)
@@ -60,6 +151,14 @@ class HeadsConfig(PretrainedConfig):
                 )
         super().__post_init__(**kwargs)
         self.is_encoder_decoder = bool(getattr(self.backbone, "is_encoder_decoder", False))
+        if self.decoder_stem is not None:
+            if not isinstance(self.decoder_stem, str) or not self.decoder_stem:
+                raise ValueError(f"decoder_stem={self.decoder_stem!r} must be a module name or null")
+            if not isinstance(self.backbone, EncoderDecoderConfig):
+                raise ValueError(
+                    f"decoder_stem={self.decoder_stem!r} applies to an encoder-decoder pair (backbone.model_type "
+                    f"'encoder-decoder'), not backbone.model_type={self.backbone.model_type!r}; allowed here: null"
+                )
 
     def get_text_config(self, decoder=None, encoder=None) -> PretrainedConfig:
         """The backbone's text config (generation reads cache sizes and layer types from it)."""
@@ -74,8 +173,16 @@ class HeadsConfig(PretrainedConfig):
 
     @property
     def vocab_size(self) -> int:
-        """The (decoder's) vocabulary size of the backbone."""
+        """The (decoder's) vocabulary size of the backbone (read-only: the head's tensors have this size)."""
         return self.backbone.get_text_config(decoder=True).vocab_size
+
+    @vocab_size.setter
+    def vocab_size(self, value) -> None:
+        raise ValueError(
+            f"vocab_size={value!r}: the vocabulary size is the backbone's ({self.vocab_size}) and the head's "
+            "(V, ...) tensors have that size, so it cannot be set here; to change it resize the base model before "
+            "wrapping it (base.resize_token_embeddings(len(tokenizer)), then from_base(base))"
+        )
 
     def backbone_token_id(self, name: str) -> int | None:
         """`pad_token_id`, `decoder_start_token_id`, ... of the backbone (its top level, else its decoder)."""

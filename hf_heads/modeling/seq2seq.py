@@ -3,8 +3,9 @@
 Backbones: any `AutoModel` whose config is encoder-decoder (BART, T5, Marian, mBART, Pegasus, ...),
 built from a config or loaded with `from_base`, and BERT2BERT-style pairs (an `EncoderDecoderConfig`:
 an encoder `AutoModel` and a decoder `AutoModel` with cross-attention), e.g. warm-started from MiniLM
-with `from_encoder_decoder_pretrained`. BART/T5 compute their loss inline in transformers; here the
-backbone only returns decoder states and the head owns the loss.
+with `from_encoder_decoder_pretrained`, or wrapped from a transformers `EncoderDecoderModel` checkpoint with
+`from_base` (its decoder is then its causal LM up to the final projection: `HeadsConfig.decoder_stem`). BART/T5
+compute their loss inline in transformers; here the backbone only returns decoder states and the head owns the loss.
 """
 
 from __future__ import annotations
@@ -12,19 +13,30 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import (
+    AutoConfig,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     EncoderDecoderConfig,
+    EncoderDecoderModel,
     GenerationMixin,
     PreTrainedModel,
 )
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from hf_heads.heads import family, head_dict, make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
+from hf_heads.modeling.base import (
+    HeadsPreTrainedModel,
+    backbone_of,
+    fresh,
+    output_layer,
+    refuse_hf_heads_checkpoint,
+    sharing,
+)
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.inputs import check_token_ids, embedding_size, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, output_transform, probe_ids, with_transform
 
 
@@ -36,19 +48,49 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def cut_decoder(decoder: PreTrainedModel, name: str) -> PreTrainedModel:
+    """`decoder` (a `*ForCausalLM`) with its module `name`, the final (V, H) projection, replaced by the identity (in
+    place), and its weight ties into that projection dropped: it then returns the states the projection read."""
+    parent_name, _, leaf = name.rpartition(".")
+    try:
+        parent = decoder.get_submodule(parent_name) if parent_name else decoder
+        projection = getattr(parent, leaf)
+    except AttributeError as err:
+        raise ValueError(f"decoder_stem={name!r}: {type(decoder).__name__} has no module {name!r}") from err
+    if not isinstance(projection, nn.Linear):
+        raise ValueError(f"decoder_stem={name!r} is a {type(projection).__name__}, not the final nn.Linear")
+    setattr(parent, leaf, nn.Identity())
+    ties = decoder._tied_weights_keys or {}
+    decoder._tied_weights_keys = {k: v for k, v in ties.items() if not (k == name or k.startswith(f"{name}."))}
+    return decoder
+
+
 class EncoderDecoderBackbone(nn.Module):
     """An encoder `AutoModel` and a decoder `AutoModel` (with cross-attention) called like a `BartModel`:
-    returns the decoder's last hidden states as a `Seq2SeqModelOutput`."""
+    returns the decoder's last hidden states as a `Seq2SeqModelOutput`. With `decoder_stem` (an `EncoderDecoderModel`
+    checkpoint's decoder) the decoder is its `AutoModelForCausalLM` cut before its final projection (`cut_decoder`),
+    and the "last hidden states" are what that projection read."""
 
     def __init__(
-        self, config: EncoderDecoderConfig, encoder: nn.Module | None = None, decoder: nn.Module | None = None
+        self,
+        config: EncoderDecoderConfig,
+        encoder: nn.Module | None = None,
+        decoder: nn.Module | None = None,
+        decoder_stem: str | None = None,
     ):
         super().__init__()
         if not (config.decoder.is_decoder and config.decoder.add_cross_attention):
             raise ValueError("backbone.decoder must have is_decoder=true and add_cross_attention=true")
         self.config = config
+        self.decoder_stem = decoder_stem
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
-        self.decoder = decoder if decoder is not None else AutoModel.from_config(config.decoder)
+        if decoder is None:
+            decoder = (
+                fresh(AutoModelForCausalLM.from_config(config.decoder))
+                if decoder_stem
+                else AutoModel.from_config(config.decoder)
+            )
+        self.decoder = cut_decoder(decoder, decoder_stem) if decoder_stem else decoder
 
     def get_encoder(self, modality: str | None = None) -> nn.Module:
         return self.encoder
@@ -96,7 +138,7 @@ class EncoderDecoderBackbone(nn.Module):
             **decoder_kwargs,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=out.last_hidden_state,
+            last_hidden_state=out.logits if self.decoder_stem else out.last_hidden_state,  # (B, T, H)
             **cache_kwargs(cache_of(out)),
             encoder_last_hidden_state=encoder_states,
         )
@@ -121,7 +163,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
                 "use HeadsForCausalLM for decoder-only backbones"
             )
         if backbone is None and isinstance(config.backbone, EncoderDecoderConfig):
-            backbone = EncoderDecoderBackbone(config.backbone)
+            backbone = EncoderDecoderBackbone(config.backbone, decoder_stem=config.decoder_stem)
         self.backbone = self._wrap_backbone(config, backbone)
         self.head = make_head(config.hidden_size, config.vocab_size, config.head)
         self._declare_tied_head()
@@ -156,6 +198,10 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         loaded model, whose modules are then shared): reuse its encoder-decoder and start the head from its own
         output layer (and its `final_logits_bias` where it has one).
 
+        A transformers `EncoderDecoderModel` checkpoint (BERT2BERT, BERT2GPT2, ... saved by `EncoderDecoderModel`)
+        is wrapped too: its encoder, and its decoder's causal LM up to the final projection (BERT's dense +
+        activation + LayerNorm kept; `HeadsConfig.decoder_stem`), with the head started from that projection.
+
         The checkpoint's output transform (T5's d_model^-0.5 rescale of the decoder states before a tied LM head)
         becomes the head's `logit_multiplier`, and with `verify` (the default) the copied output layer is checked on a
         probe input against the checkpoint's own logits: an architecture whose logits hf_heads does not reproduce
@@ -164,8 +210,12 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
+        elif _is_encoder_decoder_pair(name_or_path, from_pretrained_kwargs):
+            lm = EncoderDecoderModel.from_pretrained(name_or_path, **from_pretrained_kwargs)
         else:
             lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+        if isinstance(lm, EncoderDecoderModel):
+            return cls._from_encoder_decoder_model(lm, str(name_or_path), head, verify)
         out = output_layer(lm, HeadsConfig(backbone=lm.config.to_dict()).hidden_size, name_or_path)
         head = head_dict(head)  # validated, defaults filled in
         matrix = family(head["family"]).head.has_output_matrix
@@ -183,13 +233,51 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             model._verify_against(lm, str(name_or_path))
         return model
 
+    @classmethod
+    def _from_encoder_decoder_model(
+        cls, lm: EncoderDecoderModel, name: str, head: dict | None, verify: bool
+    ) -> HeadsForSeq2SeqLM:
+        """`from_base` of a transformers `EncoderDecoderModel`: its encoder (shared), its decoder's causal LM (shared
+        parameters; the caller's model is left as it is) cut before the final projection, the head from that
+        projection."""
+        if getattr(lm, "enc_to_dec_proj", None) is not None:
+            proj = lm.enc_to_dec_proj
+            raise ValueError(
+                f"{name!r}: this EncoderDecoderModel projects its encoder's states ({proj.in_features} -> "
+                f"{proj.out_features}, enc_to_dec_proj) before the decoder reads them, which hf_heads does not do: "
+                "it wraps pairs whose decoder reads the encoder's states as they are (equal hidden sizes, or a "
+                "decoder with cross_attention_hidden_size)"
+            )
+        decoder = lm.decoder
+        hidden = HeadsConfig(backbone=lm.config.to_dict()).hidden_size
+        out = output_layer(decoder, hidden, name)
+        stem = next(n for n, module in decoder.named_modules() if module is out)
+        head = head_dict(head)  # validated, defaults filled in
+        matrix = family(head["family"]).head.has_output_matrix
+        if matrix:
+            head = head_dict(with_transform(head, output_transform(lm.config), name))
+        tied = matrix and out.weight is decoder.get_input_embeddings().weight
+        config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied, decoder_stem=stem)
+        backbone = EncoderDecoderBackbone(
+            config.backbone, encoder=lm.encoder, decoder=sharing(AutoModelForCausalLM, decoder), decoder_stem=stem
+        )
+        model = cls(config, backbone=backbone)
+        model.head.start_from(None if tied else out.weight, out.bias)
+        model.config.name_or_path = name
+        model = model.to(out.weight.dtype)
+        if verify and matrix:
+            model._verify_against(lm, name)
+        return model
+
     @torch.no_grad()
     def _verify_against(self, lm: PreTrainedModel, name: str) -> None:
         """The copied output layer on the decoder's states gives the checkpoint's logits (modeling.parity)."""
         device = lm.get_output_embeddings().weight.device
         ids = probe_ids(self.config.vocab_size).to(device)
         decoder_ids = probe_ids(self.config.vocab_size, seed=1, length=5).to(device)
-        decoder_ids[:, 0] = self._token("decoder_start_token_id")
+        start = self.config.backbone_token_id("decoder_start_token_id")
+        if start is not None:  # else the probe's own first id: the comparison needs no particular start
+            decoder_ids[:, 0] = start
         was_training, lm_training = self.training, lm.training
         self.eval(), lm.eval()
         try:
@@ -265,9 +353,19 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Args as in transformers' `*ForConditionalGeneration.forward`; the generation cache is taken as `cache` or
-        `past_key_values` (hf_heads.modeling.compat)."""
+        `past_key_values` (hf_heads.modeling.compat). Token ids and labels outside the vocabulary are refused with a
+        `ValueError` naming the fix (hf_heads.modeling.inputs)."""
         kwargs.pop("return_dict", None)
         cache = take_cache(kwargs)
+        check_token_ids(
+            self,
+            {
+                "input_ids": (input_ids, embedding_size(input_embeddings(self.get_encoder()))),
+                "decoder_input_ids": (decoder_input_ids, embedding_size(self.get_input_embeddings())),
+            },
+            labels,
+            self.head.num_classes,
+        )
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -295,3 +393,13 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             **cache_kwargs(cache_of(outputs)),
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
         )
+
+
+def _is_encoder_decoder_pair(name_or_path, from_pretrained_kwargs: dict) -> bool:
+    """Whether a checkpoint's config is an `EncoderDecoderConfig` (a transformers `EncoderDecoderModel`, which
+    `AutoModelForSeq2SeqLM` does not load)."""
+    hub = {k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir")}
+    try:
+        return isinstance(AutoConfig.from_pretrained(name_or_path, **hub), EncoderDecoderConfig)
+    except (OSError, ValueError):
+        return False  # not a loadable config here: let the model loader report it
