@@ -136,6 +136,13 @@ class OutputHead(nn.Module):
         raise NotImplementedError
 
     @property
+    def training_loss_is_eval_loss(self) -> bool:
+        """Whether the training criterion is the evaluation loss itself (the same quantity, up to dropout), so that a
+        training loss and an evaluation loss measure the same thing (else the trainer logs the NLL of training batches
+        beside the training loss, where the eval loss is an NLL). Default: False."""
+        return False
+
+    @property
     def training_loss_is_nll(self) -> bool:
         """Whether the per-token training loss is −log q(label) for a distribution q over classes (or over the
         sampled candidates): then exp(−loss) is a probability (TRL's DFT loss weights each token by it)."""

@@ -213,6 +213,7 @@ class ContinuousHead(OutputHead):
     )
     tasks = ("seq2seq",)
     eval_loss_is_nll = False  # the eval loss is the training loss (vMF NLL of the embedding, or a margin)
+    training_loss_is_eval_loss = True
     has_output_matrix = False  # its output is an embedding: nothing to tie or to copy from a checkpoint
     uses_embedding_table = True
     loss_in_nats = False

@@ -109,6 +109,11 @@ class SoftmaxHead(DiscreteHead):
         z = F.linear(hidden, self.weight, self.bias)
         return transform_logits(z, self.options.logit_multiplier, self.options.logit_softcap).to(self.weight.dtype)
 
+    @property
+    def training_loss_is_eval_loss(self) -> bool:
+        """Without label smoothing the training cross-entropy is the eval loss (sparse: eq. 5 both)."""
+        return not self.options.label_smoothing
+
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         smoothing = f", label smoothing {self.options.label_smoothing}" if self.options.label_smoothing else ""
         return f"cross-entropy{smoothing}", f"NLL of the {target}"

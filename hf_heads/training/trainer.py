@@ -8,8 +8,14 @@
 - Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, `.../std`,
   `head/context_norm_running`; for sampled heads `head/self_norm_logz_mean`, `.../std`).
 - Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
-  so `eval_loss` is a real cross-entropy and `eval_perplexity = exp(eval_loss)` is logged too (not for
-  sparse heads, whose eval loss is the sparse-softmax paper's eq. 5).
+  so `eval_loss` is a real cross-entropy, and for language models (causal LM, seq2seq)
+  `eval_perplexity = exp(eval_loss)` is logged too (not for sparse heads, whose eval loss is the sparse-softmax
+  paper's eq. 5, nor for classifiers, whose eval loss is per example, not per token).
+- What the training loss is: `loss` stays the Trainer's (the mean training criterion of the logging window, what the
+  optimiser minimises); beside it `train_criterion` names that criterion (the head's `loss_names`), and where it is
+  not the eval loss while the eval loss is an NLL (margin, sampled, label-smoothed heads) `train_nll` is the NLL of
+  the inference distribution on the first training batch of the window, recorded in its training forward (no
+  backward), comparable with `eval_loss`.
 - Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
 """
 
@@ -24,6 +30,32 @@ from transformers import Seq2SeqTrainer, Trainer
 from hf_heads.losses._rows import safe_exp
 
 logger = logging.getLogger(__name__)
+
+
+LANGUAGE_MODEL_TASKS = ("causal-lm", "seq2seq")
+
+
+def is_language_model(model) -> bool:
+    """Whether the model's losses are per token of a language model, so that exp(eval NLL) is a perplexity: an hf_heads
+    causal LM or seq2seq model, or a transformers causal / seq2seq LM; not a classifier."""
+    task = getattr(model, "head_task", None)
+    if task:
+        return task in LANGUAGE_MODEL_TASKS
+    from transformers.models.auto import modeling_auto
+
+    names = {
+        *modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(),
+        *modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values(),
+    }
+    return type(model).__name__ in names
+
+
+def logs_train_nll(head) -> bool:
+    """Whether `train_nll` is logged beside the training loss: the eval loss is the NLL of the inference distribution
+    and the training criterion is something else (a margin, a sampled criterion, label smoothing). Sparse heads: their
+    distribution is truncated to the top k, so the NLL is infinite wherever the label falls outside it; continuous
+    heads: their training loss is their eval loss already."""
+    return head.eval_loss_is_nll and not head.training_loss_is_eval_loss
 
 
 def perplexity(loss: float) -> float:
@@ -105,6 +137,8 @@ def _gathered(model, head):
 
 class _HeadsTrainerMixin:
     counts_column = "labels"  # the training-set column the word counts are read from
+    _train_nll_due = True  # record the NLL in the next training step (the first of a logging window)
+    _train_nll_sums: torch.Tensor | None = None  # (2,): summed NLL and labelled positions of that step
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -169,13 +203,56 @@ class _HeadsTrainerMixin:
                 output.metrics[f"{prefix}_accuracy@{k}"] = hits / max(counts[-1], 1.0)
         return output
 
+    def training_step(self, model, inputs, *args, **kwargs):
+        """The Trainer's step; in the first step of each logging window of a head that `logs_train_nll`, the model
+        also records the statistics of its inference distribution in the training forward (chunked, no gradient),
+        from which `log` reports `train_nll`. Every process records, so the sum in `log` is collective."""
+        inner = self.accelerator.unwrap_model(model)
+        head = getattr(inner, "head", None)
+        if not self._train_nll_due or head is None or not hasattr(inner, "statistics_recorded"):
+            return super().training_step(model, inputs, *args, **kwargs)
+        if not logs_train_nll(head):
+            return super().training_step(model, inputs, *args, **kwargs)
+        self._train_nll_due = False
+        with inner.statistics_recorded() as recorded:
+            loss = super().training_step(model, inputs, *args, **kwargs)
+        sums = torch.zeros(2, dtype=torch.float64, device=self.args.device)
+        for stats in recorded:
+            mask = stats["mask"]
+            nll = -torch.where(mask, stats["log_prob"].double(), 0.0).sum()
+            sums = sums + torch.stack([nll, mask.sum().double()]).to(sums.device)
+        self._train_nll_sums = sums
+        return loss
+
+    def _training_logs(self, model, head, logs: dict) -> dict:
+        """What the training loss is, next to `loss` (see the module docstring)."""
+        extra = {"train_criterion": head.loss_names("word" if is_language_model(model) else "class")[0]}
+        if self._train_nll_sums is not None:
+            nll, count = self.accelerator.reduce(self._train_nll_sums, reduction="sum").tolist()
+            if count:
+                extra["train_nll"] = round(nll / count, 4)
+            self._train_nll_sums = None
+        self._train_nll_due = True
+        ordered = {}
+        for key, value in logs.items():
+            ordered[key] = value
+            if key == "loss":
+                ordered.update(extra)
+        return ordered
+
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        """The Trainer's `log`, plus: the head's diagnostics and what the training loss is (`train_criterion`,
+        `train_nll`) next to a training `loss`; `{prefix}perplexity` = exp(eval loss) for a language model whose
+        eval loss is an NLL."""
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:
             with _gathered(model, head):
                 logs.update({key: round(value, 4) for key, value in head.diagnostics().items()})
-        is_nll = head is None or head.eval_loss_is_nll
+            ordered = self._training_logs(model, head, logs)
+            logs.clear()
+            logs.update(ordered)
+        is_nll = is_language_model(model) and (head is None or head.eval_loss_is_nll)
         for key in [k for k in logs if is_nll and k.endswith("eval_loss")]:
             prefix = key[: -len("loss")]
             logs[f"{prefix}perplexity"] = perplexity(logs[key])
