@@ -36,7 +36,8 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data demo test test-all test-latest test-min gpu-wheels lock lint mutate bench reproduce docs clean
+.PHONY: install system-data demo test test-all test-latest test-min gpu-wheels lock lint mutate bench reproduce docs \
+	docs-screenshots clean
 
 install: $(STAMP) system-data
 
@@ -159,15 +160,21 @@ bench: install
 
 # The documentation site: built offline from docs/ with warnings as errors (broken links and anchors, LaTeX errors, a
 # public name without a docstring or not rendered) into site/, then served on 127.0.0.1 and checked in Debian's
-# headless chromium (installed if missing): the API page renders margin_cross_entropy's signature and the equations;
-# the screenshots go to docs/screenshots/.
+# headless chromium (installed if missing): the API page renders margin_cross_entropy's signature and the equations,
+# and the site's search lists a guide or the options page first for "ArcFace", "label_smoothing" and "sampled
+# translation". The screenshots go to build/screenshots/ (untracked); `make docs-screenshots` writes the committed
+# ones in docs/screenshots/ instead.
+SCREENSHOTS ?= build/screenshots
 docs: install
 	@command -v chromium >/dev/null || { echo "installing chromium (Debian)"; \
 		$(SUDO) apt-get install -y -q chromium >/dev/null || \
 		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; } || \
 		{ echo "could not install chromium; run: apt-get install chromium"; exit 1; }; }
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
-	$(PY) docs/screenshot.py --site site --out docs/screenshots
+	$(PY) docs/screenshot.py --site site --out $(SCREENSHOTS)
+
+docs-screenshots:
+	$(MAKE) docs SCREENSHOTS=docs/screenshots
 
 # The research reproductions (each 15-45 minutes on 2 CPU cores), written to docs/results/.
 reproduce: install

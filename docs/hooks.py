@@ -10,6 +10,9 @@
 - The shapes the docstrings write in prose, `(*, H)`, `(*)`, `(N, *)`, keep their stars: `EscapeShapeStars` (a Griffe
   extension, mkdocs.yml) escapes them before mkdocstrings renders the docstring as Markdown, where two of them on one
   line would otherwise open and close an emphasis ("hidden (, H) against labels ()" in italics).
+- Search ranks the guides and the head options page above the API reference, and leaves the result files out:
+  `search_meta` gives each page the `search` front matter of mkdocs-material's search (`boost`, `exclude`) unless
+  the page sets its own.
 - A measured table that a result file quotes inside a fenced block (the benchmarks write their output so) is rendered
   as a table: `tables_out_of_code` splits such a block into its tables and the rest.
 """
@@ -155,6 +158,41 @@ class EscapeShapeStars(griffe.Extension):
             obj.docstring.value = escape_shape_stars(obj.docstring.value)
 
 
+# ---------------------------------------------------------------------------------------------------------- search
+
+SEARCH_BOOST_GUIDES = 4.0  # the pages of the nav's "Guides" section and the head options page
+SEARCH_BOOST_API = 0.001  # api/: listed below the guides that explain a name (its title matches count 1000x)
+SEARCH_BOOSTED = ("options.md",)
+SEARCH_KEPT_RESULTS = ("results/README.md",)  # the notes that lead to the result files; those files are not indexed
+
+
+def _nav_files(nav, section: str | None = None) -> list[str]:
+    """The files of the nav (mkdocs.yml), or of its section titled `section`, at any depth."""
+    out: list[str] = []
+    for item in nav or []:
+        if isinstance(item, str):
+            out += [item] if section is None else []
+        elif isinstance(item, dict):
+            for title, value in item.items():
+                if isinstance(value, str):
+                    out += [value] if section is None else []
+                else:
+                    out += _nav_files(value, None if title == section else section)
+    return out
+
+
+def search_meta(src_uri: str, nav) -> dict:
+    """The `search` front matter a page gets when it sets none: excluded (result files under results/), boosted
+    (guides, head options) or lowered (API reference)."""
+    if src_uri.startswith("results/") and src_uri not in SEARCH_KEPT_RESULTS:
+        return {"exclude": True}
+    if src_uri in SEARCH_BOOSTED or src_uri in _nav_files(nav, "Guides"):
+        return {"boost": SEARCH_BOOST_GUIDES}
+    if src_uri.startswith("api/"):
+        return {"boost": SEARCH_BOOST_API}
+    return {}
+
+
 # ---------------------------------------------------------------------------------------------- tables out of code
 
 _SEPARATOR = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+\s*$")
@@ -294,6 +332,8 @@ def on_pre_build(config) -> None:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if "search" not in page.meta:
+        page.meta["search"] = search_meta(page.file.src_uri, config["nav"])
     if OPTIONS_MARKER in markdown:
         markdown = markdown.replace(OPTIONS_MARKER, head_options_markdown())
     markdown = REST_MARKER.sub(lambda m: api_rest(m.group(1), markdown), markdown)

@@ -6,15 +6,20 @@
   order, one namespace per page, in a temporary directory; a block after `<!-- docs-test: slow -->` runs only in the
   slow test; a block after `<!-- docs-test: skip REASON -->` is not run and must say why. The run_scripts command
   lines of the guides and the README are parsed by each script's own argument parser (flags and head options).
+- The built site (one build per module, about 30 s): shapes in docstrings keep their stars, no table is rendered as
+  code, the search index ranks the guides above the API reference and holds no result file, and, where chromium is
+  installed, the site's search lists a guide or the options page first for the queries `make docs` checks.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +130,62 @@ def test_the_table_check_catches_a_table_in_code():
     code = "<pre><span></span><code>| method | s |\n|---|---:|\n| naive | 1.0 |\n</code></pre>"
     assert tables_in_code(code) == ["| method | s |"]
     assert tables_in_code("<pre><code>ok   eager  |Δloss| 0.0e+00</code></pre>") == []
+
+
+def _docs_module(name: str):
+    sys.path.insert(0, str(DOCS))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(DOCS))
+
+
+def test_search_ranks_guides_and_leaves_the_results_out(site):
+    """The search index (mkdocs-material) boosts the guides and the options page above the API reference and holds no
+    result file (docs/results/ but its README); docs/hooks.py sets each page's `search` front matter."""
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    pages = {doc["location"].split("#")[0]: doc.get("boost", 1) for doc in index}
+    results = sorted(p for p in pages if p.startswith("results/") and p != "results/index.html")
+    assert not results, f"result files in the search index: {results}"
+    guides = _docs_module("screenshot").guide_pages()
+    assert {"options.html", "command-line.html", "choosing-a-head.html"} <= guides
+    api = {p: b for p, b in pages.items() if p.startswith("api/")}
+    assert api and all(pages[g] > 100 * b for g in guides & set(pages) for b in api.values()), (api, guides)
+
+
+def test_search_lists_a_guide_first_in_a_browser(site):
+    """What `make docs` checks in headless chromium: "ArcFace", "label_smoothing" and "sampled translation" typed
+    into the site's search list a guide or the options page first."""
+    screenshot = _docs_module("screenshot")
+    binary = shutil.which("chromium")
+    if not binary:
+        pytest.skip("no chromium (make docs installs it)")
+    with screenshot.serve(site) as url:
+        failures = screenshot.check_searches(binary, url, None, screenshot.guide_pages())
+    assert not failures, failures
+
+
+def test_a_guide_names_the_flag_of_arcface():
+    assert any(re.search(r"ArcFace[^|.]{0,40}--margin arc", p.read_text(encoding="utf-8")) for p in GUIDES)
+
+
+def test_the_command_line_page_shows_translation_with_each_discrete_head():
+    heads = [
+        words[words.index("--head") + 1]
+        for words in command_lines(DOCS / "command-line.md")
+        if words[0].endswith("run_translation.py") and "--head" in words
+    ]
+    assert {"softmax", "margin", "continuous"} <= set(heads), heads
+
+
+def test_make_docs_keeps_the_committed_screenshots():
+    """`make docs` writes its screenshots outside the tracked tree; `make docs-screenshots` into docs/screenshots."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    docs_recipe = re.search(r"^docs: .*?(?=^\S)", makefile, re.S | re.M).group(0)
+    assert "docs/screenshots" not in docs_recipe and "SCREENSHOTS ?= build/" in makefile
+    assert re.search(r"^docs-screenshots:\n\t.*SCREENSHOTS=docs/screenshots", makefile, re.M)
+    parser_default = re.search(r'"--out", type=Path, default=Path\("([^"]+)"\)', (DOCS / "screenshot.py").read_text())
+    assert parser_default and not parser_default.group(1).startswith("docs/"), parser_default
 
 
 def test_every_code_block_is_run_checked_or_marked():

@@ -94,3 +94,25 @@ def test_the_checker_catches_a_figure_typed_by_hand(tmp_path):
     assert kind == "paragraph" and DECIMAL.findall(" ".join(block)) == ["122.9", "123.4"]
     lines = ["<!-- source: x -->", "```", "| a | 1.0 |", "```", "after"]
     assert _block_after(lines, 0) == ("fenced", ["| a | 1.0 |"])
+
+
+def _softmax_row(text: str, vocab: str) -> list[str]:
+    """The cells of the first `hf_heads softmax` row after the line `V=<vocab>` of a measured table."""
+    after = text[text.index(f"\nV={vocab}\n") :]
+    row = re.search(r"^\| hf_heads softmax \|(.*)\|$", after, re.M).group(1)
+    return [cell.strip() for cell in row.split("|")]
+
+
+def test_choosing_a_head_quotes_the_measured_softmax_ratios():
+    """The softmax row of docs/choosing-a-head.md quotes performance.md's tables (time and memory vs naive, at
+    V=50,000 and V=200,000): its claim is a sentence, not a quoted table, so the marker check does not see it."""
+    text = (ROOT / "docs" / "choosing-a-head.md").read_text()
+    claim = re.search(
+        r"([\d.]+)× the naive peak memory at ([\d.]+)× its time \(V=50,000; ([\d.]+)× at ([\d.]+)×", text
+    )
+    assert claim, "choosing-a-head.md: the softmax row's figures moved; update this test"
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    section = performance[performance.index("## Output layer with margins") :]
+    for memory, time, vocab in ((claim[1], claim[2], "50,000"), (claim[3], claim[4], "200,000")):
+        cells = _softmax_row(section, vocab)  # s / step, peak MiB, time vs naive, memory vs naive, vs softmax
+        assert (f"{time}×", f"{memory}×") == (cells[2], cells[3]), f"V={vocab}: {cells}"
