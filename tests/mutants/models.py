@@ -10,6 +10,7 @@ from mutants import Mutant, m, selection
 CAUSAL = "tests/test_modeling_causal_lm.py"
 TASKS = "tests/test_modeling_tasks.py"
 SCORING = "tests/test_scoring.py"
+READ = "tests/test_config_read_through.py"
 ARCH = "tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution"
 
 # causal LM, its fused per-token output, the generation cache, statistics without a loss
@@ -180,5 +181,32 @@ MUTANTS: list[Mutant] = [
       "LoRA on the head alone (target_parameters) also adapts the backbone's default modules"),
     m("old-trl-path-warning-hidden", "integrations/trl.py", "    FutureWarning,\n", "    DeprecationWarning,\n",
       SAVED, "the moved TRL module warns with a DeprecationWarning, hidden from users by default"),
+    # ---------------------------------------------------------------- config read-through, EncoderDecoderModel, ids
+    m("config-set-keeps-a-copy", "modeling/configuration.py", "        setattr(backbone, key, value)\n",
+      "        super().__setattr__(key, value)\n",
+      selection(f"{READ}::test_setting_a_read_through_value_sets_the_backbone_and_round_trips"),
+      "model.config.pad_token_id = ... is stored on the HeadsConfig: the backbone keeps its old value"),
+    m("config-pair-length-limit-larger", "modeling/configuration.py", "return min(values)", "return max(values)",
+      selection(f"{READ}::test_from_base_wraps_an_encoder_decoder_model_checkpoint"),
+      "an encoder-decoder pair reports the larger position limit of its two halves"),
+    m("config-generation-params-read-through", "modeling/configuration.py",
+      "for k, v in self.__dict__.items()", "for k, v in {n: getattr(self, n, None) for n in params}.items()",
+      selection(f"{READ}::test_generation_parameters_go_to_the_generation_config"),
+      "BART's forced_eos_token_id, read through, is taken for a generation parameter set on the model config"),
+    m("encoder-decoder-model-head-untied", "modeling/seq2seq.py",
+      "tied = matrix and out.weight is decoder.get_input_embeddings().weight", "tied = False",
+      selection(f"{READ}::test_from_base_wraps_an_encoder_decoder_model_checkpoint"),
+      "BERT2BERT's decoder ties its output layer to its input embeddings; the wrapped head is a separate copy"),
+    m("ids-negative-labels-pass", "modeling/inputs.py", "if low >= 0 and high < size:", "if high < size:",
+      selection(f"{READ}::test_ids_outside_the_vocabulary_are_refused_with_the_fix"),
+      "a label of -3 (neither a class nor -100) reaches the head"),
+    m("ids-never-checked-on-cpu", "modeling/inputs.py", 'if device.type == "cpu":\n        return True',
+      'if device.type == "cpu":\n        return False',
+      selection(f"{READ}::test_ids_outside_the_vocabulary_are_refused_with_the_fix"),
+      "ids outside the vocabulary reach torch's IndexError again"),
+    m("classifier-ignores-config-labels", "modeling/classification.py",
+      "        return None, id2label, label2id, problem\n", "        return num_labels, None, None, problem\n",
+      selection(f"{READ}::test_classifier_reads_its_labels_from_config"),
+      "from_base(name, config=AutoConfig...(num_labels=5)) ignores the config's labels"),
 ]
 # fmt: on

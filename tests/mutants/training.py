@@ -215,6 +215,12 @@ MUTANTS: list[Mutant] = [
       "        sys.exit(1)\n    except OSError",
       selection("tests/test_run_clm.py::test_bad_command_line_is_one_line_and_exit_2"),
       "bad input exits with status 1"),
+    m("flag-error-lists-options", "cli/errors.py", "    if sep and all(re.fullmatch(", "    if False and all(re.fullmatch(",
+      selection(f"{CLI}::test_a_head_flag_a_family_lacks_is_answered_with_its_flags"),
+      "a head flag the family lacks is answered with the option names (chunk_size), not the flags"),
+    m("flag-error-ignores-argv", "cli/errors.py", "and _given(flag, argv)", "and False",
+      selection(f"{CLI}::test_an_option_error_raised_later_names_the_flag_that_gave_it"),
+      "an error raised when the model is built names head.chunk_size though the run was given --loss_chunk_size"),
     # ---------------------------------------------------------------- cli/resume.py
     m("resume-newest-by-name", "cli/resume.py",
       "path = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None",
@@ -264,5 +270,19 @@ MUTANTS: list[Mutant] = [
       "config = HeadsConfig(backbone=backbone, head=head)",
       selection(f"{CLI}::test_tie_word_embeddings_ties_a_built_in_backbones_head"),
       "--tie_word_embeddings of a built-in backbone never ties the head"),
+    # ---------------------------------------------------------------- what the logged numbers are
+    m("perplexity-for-classifiers", "training/trainer.py",
+      "is_nll = is_language_model(model) and (head is None or head.eval_loss_is_nll)",
+      "is_nll = head is None or head.eval_loss_is_nll",
+      selection("tests/test_honest_metrics.py::test_a_classifier_logs_no_perplexity"),
+      "a 5-class classifier logs exp(eval loss) as eval_perplexity"),
+    m("train-nll-for-every-head", "training/trainer.py",
+      "return head.eval_loss_is_nll and not head.training_loss_is_eval_loss", "return head.eval_loss_is_nll",
+      selection("tests/test_honest_metrics.py::test_a_loss_that_is_its_eval_loss_gets_no_second_number"),
+      "a plain cross-entropy run pays a second pass over the vocabulary for a number equal to its loss"),
+    m("train-nll-first-window-only", "training/trainer.py", "        self._train_nll_due = True\n        ordered",
+      "        ordered",
+      selection("tests/test_honest_metrics.py::test_a_sampled_bce_loss_is_named_and_has_its_nll_beside_it"),
+      "train_nll is logged in the first logging window only"),
 ]
 # fmt: on
