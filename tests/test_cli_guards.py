@@ -152,3 +152,58 @@ def test_tie_word_embeddings_ties_a_built_in_backbones_head(tie):
     model = build_model(ModelArguments(model_name_or_path="tiny-bart", tie_word_embeddings=tie), SOFTMAX, tok)
     assert (model.head.weight is model.backbone.get_input_embeddings().weight) == tie
     assert model.config.tie_word_embeddings == tie and model.head.weight.shape == (len(tok), 128)
+
+
+# ------------------------------------------------------------------------------------------- errors name the flags
+
+
+def _error_line(monkeypatch, capsys, argv: list[str], fail) -> str:
+    """The one line `main_wrapper` prints for `fail()` raising in a run started as `run_clm.py *argv`."""
+    from hf_heads.cli.errors import main_wrapper
+
+    monkeypatch.delenv("HF_HEADS_TRACEBACK", raising=False)
+    monkeypatch.setattr("sys.argv", ["run_clm.py", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main_wrapper(fail)
+    assert exited.value.code == 2
+    return capsys.readouterr().err.strip()
+
+
+def _head_config(argv: list[str]):
+    parser = transformers.HfArgumentParser(HeadsTrainingArguments)
+    return lambda: parser.parse_args_into_dataclasses(["--output_dir", "out", *argv])[0].head_config()
+
+
+def test_a_head_flag_a_family_lacks_is_answered_with_its_flags(monkeypatch, capsys):
+    """The options a family has are listed as the flags that set them (`--loss_chunk_size`, not `chunk_size`);
+    options that are no flag are left out."""
+    argv = ["--head", "sparse", "--num_samples", "5"]
+    line = _error_line(monkeypatch, capsys, argv, _head_config(argv))
+    assert line.startswith("error: --num_samples is not an option of head family 'sparse'; flags: "), line
+    listed = line.split("flags: ")[1].split(", ")
+    assert {"--loss_chunk_size", "--head_label_smoothing", "--head_bias", "--k"} <= set(listed), listed
+    assert all(name.startswith("--") for name in listed), listed
+    argv = ["--head", "continuous", "--loss_chunk_size", "64"]
+    line = _error_line(monkeypatch, capsys, argv, _head_config(argv))
+    assert line.startswith("error: --loss_chunk_size is not an option of head family 'continuous'"), line
+    assert "embedding_dim" not in line and "--loss_margin" in line, line  # embedding_dim: set from the table
+
+
+def test_an_option_error_raised_later_names_the_flag_that_gave_it(monkeypatch, capsys):
+    """An error named after the head section (`head.chunk_size`, raised when the model is built) names the flag
+    when the run was given that flag, and keeps the option's name when the value came from elsewhere (a config)."""
+    from hf_heads.validation import OptionError
+
+    def fail():
+        raise OptionError("chunk_size", 0, "must be >= 1 (chunk_size=0, label_smoothing=0.1)", "head.chunk_size")
+
+    line = _error_line(monkeypatch, capsys, ["--loss_chunk_size", "0"], fail)
+    assert line == "error: --loss_chunk_size=0 must be >= 1 (--loss_chunk_size=0, --head_label_smoothing=0.1)"
+    line = _error_line(monkeypatch, capsys, ["--model_name_or_path", "out/run"], fail)
+    assert line == "error: head.chunk_size=0 must be >= 1 (chunk_size=0, label_smoothing=0.1)"
+
+    def too_many_samples():
+        raise OptionError("head.num_samples", 50, "must be < the number of classes (10)")
+
+    line = _error_line(monkeypatch, capsys, ["--head", "sampled", "--num_samples=50"], too_many_samples)
+    assert line == "error: --num_samples=50 must be < the number of classes (10)"

@@ -1,11 +1,14 @@
 """How a run script reports bad input: `UsageError` (one line, exit status 2, never a traceback), a model or dataset
 that transformers / huggingface_hub / datasets cannot find (a Hub id offline, a misspelt name) as one line that says
-what works offline, and `main_wrapper`, which runs a script's `main` with these rules."""
+what works offline, an invalid head option that came from a command-line flag under the flag's name
+(`flag_error`: `--loss_chunk_size`, not `chunk_size`), and `main_wrapper`, which runs a script's `main` with these
+rules."""
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -16,6 +19,7 @@ from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub import constants
 
 from hf_heads.cli.backbones import PACKAGED_MODELS
+from hf_heads.validation import OptionError
 
 
 class UsageError(ValueError):
@@ -88,6 +92,45 @@ def _is_hub_error(err: BaseException) -> bool:
     return any(f"{os.sep}{pkg}{os.sep}" in filename for pkg in ("transformers", "huggingface_hub", "datasets"))
 
 
+def _head_flags() -> dict[str, str]:
+    """{head option: the command-line flag that sets it} (`chunk_size` -> `--loss_chunk_size`); options that are not
+    flags are left out."""
+    from hf_heads.training.arguments import FLAG_TO_OPTION
+
+    return {option: f"--{flag}" for flag, option in FLAG_TO_OPTION.items()}
+
+
+def _given(flag: str, argv: Iterable[str]) -> bool:
+    return any(word == flag or word.startswith(f"{flag}=") for word in argv)
+
+
+def flag_error(err: OptionError, argv: Iterable[str]) -> OptionError:
+    """`err` as a run script's user should read it when the option came from a command-line flag: named by the flag
+    (an error named `--flag` by `HeadFlags.head_config`, or named `option` / `head.option` while `--flag` is in
+    `argv`), the options its message lists shown as the flags that set them (`allowed: chunk_size, ...` becomes
+    `flags: --loss_chunk_size, ...`, options that are no flag left out) and `option=` written as `--flag=` where
+    the two differ. Any other error (an option from a config file or a checkpoint) is returned as it is."""
+    flags = _head_flags()
+    option = err.field.removeprefix("head.")
+    flag = flags.get(option)
+    from_flag = err.name.startswith("--") or (
+        flag is not None and err.name in (option, f"head.{option}") and _given(flag, argv)
+    )
+    if not from_flag:
+        return err
+    allowed = err.allowed
+    before, sep, listed = allowed.rpartition("; allowed: ")
+    names = [name.strip() for name in listed.split(",")]
+    if sep and all(re.fullmatch(r"\w+", name) for name in names):  # a list of option names (values are quoted)
+        allowed = f"{before}; flags: {', '.join(flags[name] for name in names if name in flags)}"
+    renamed = {option: f for option, f in flags.items() if f != f"--{option}"}
+    allowed = re.sub(
+        r"(?<![\w-])(\w+)=", lambda m: f"{renamed[m[1]]}=" if m[1] in renamed else m[0], allowed
+    )  # e.g. "needs chunk_size=..." in prose
+    name = err.name if err.name.startswith("--") else flag
+    return type(err)(err.field, err.value, allowed, name)
+
+
 def _close_process_group() -> None:
     """Destroy the default process group of a distributed run (`accelerate launch --num_processes N`) once `main`
     has returned on this rank: left to interpreter shutdown, gloo's worker threads can abort the process (SIGABRT,
@@ -100,7 +143,8 @@ def _close_process_group() -> None:
 
 def main_wrapper(main) -> None:
     """Run `main()`, then close the run's process group if it has one (only after success: a rank that failed may
-    leave the others inside a collective); a `UsageError`/`ValueError` from bad input, or an `OSError` of
+    leave the others inside a collective); a `UsageError`/`ValueError` from bad input (an invalid head option given
+    by a flag named by its flag, `flag_error`), or an `OSError` of
     transformers / huggingface_hub for a model it cannot find, prints one line and exits with status 2 (set
     HF_HEADS_TRACEBACK=1 to see the traceback instead)."""
     try:
@@ -109,6 +153,8 @@ def main_wrapper(main) -> None:
     except (UsageError, ValueError, FileNotFoundError, ModuleNotFoundError) as err:
         if os.environ.get("HF_HEADS_TRACEBACK"):
             raise
+        if isinstance(err, OptionError):
+            err = flag_error(err, sys.argv[1:])
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         sys.exit(2)
     except OSError as err:  # transformers / huggingface_hub could not find a model or file (e.g. a Hub id offline)
