@@ -100,8 +100,11 @@ def test_config_validation_at_construction_and_load(tmp_path):
 
 def test_counts_required_and_checked(tiny_base):
     path, _ = tiny_base
-    model = HeadsForCausalLM.from_base(path, head={"family": "margin", "word_norm": "unigram"})
+    head = {"family": "margin", "word_norm": "unigram"}
     x = _batch()
+    with pytest.raises(ValueError, match=r"(?s)is not calibrated yet .*prepare_head\(model, train_dataset\)"):
+        HeadsForCausalLM.from_base(path, head=head)(x, labels=x)  # the warm start needs data: refused, not guessed
+    model = HeadsForCausalLM.from_base(path, head=head, calibrate=False)  # no warm start asked for: counts still are
     with pytest.raises(ValueError, match="needs word counts"):
         model(x, labels=x)
     with pytest.raises(ValueError, match=r"word_counts has shape \(5,\), expected \(61,\)"):
