@@ -109,7 +109,7 @@ def test_counts_required_and_checked(tiny_base):
         model(x, labels=x)
     with pytest.raises(ValueError, match=r"word_counts has shape \(5,\), expected \(61,\)"):
         model.set_word_counts(torch.ones(5))
-    with pytest.raises(ValueError, match="labels: found 99"):
+    with pytest.raises(ValueError, match=r"labels holds token id 99, but the head.s vocabulary has 61 ids"):
         HeadsForCausalLM.from_base(path)(x, labels=torch.full_like(x, 99))
 
 
