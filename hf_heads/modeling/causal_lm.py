@@ -16,7 +16,7 @@ from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_lay
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache, takes_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
-from hf_heads.modeling.inputs import check_token_ids, embedding_size
+from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes
 from hf_heads.modeling.parity import (
     check_same_distribution,
     output_transform,
@@ -247,7 +247,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             self,
             {"input_ids": (input_ids, rows)},
             labels if shift_labels is None else shift_labels,
-            self.head.num_classes,
+            head_classes(self.head),
         )
         wants_loss = fused_lm_head or labels is not None or shift_labels is not None
         if self._trl_fused_head and self.training and torch.is_grad_enabled() and not wants_loss:

@@ -16,7 +16,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, fresh, refuse_hf_heads_checkpoint, sharing
 from hf_heads.modeling.configuration import HeadsConfig
-from hf_heads.modeling.inputs import check_token_ids, embedding_size, input_embeddings
+from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, probe_ids
 
 PROBLEM_TYPES = (None, "single_label_classification")  # what a head over C classes trains
@@ -260,7 +260,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
     ) -> SequenceClassifierOutput:
         kwargs.pop("return_dict", None)
         rows = embedding_size(input_embeddings(self.backbone))
-        check_token_ids(self, {"input_ids": (input_ids, rows)}, labels, self.head.num_classes, classifier=True)
+        check_token_ids(self, {"input_ids": (input_ids, rows)}, labels, head_classes(self.head), classifier=True)
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         outputs = self.backbone(

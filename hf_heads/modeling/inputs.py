@@ -36,6 +36,13 @@ def input_embeddings(module: nn.Module) -> nn.Module | None:
         return None
 
 
+def head_classes(head: nn.Module) -> int:
+    """The number of classes of a model's head, also when PEFT wrapped it (`target_parameters=["head.weight"]` puts
+    a wrapper whose `get_base_layer()` is the head in its place)."""
+    base = head.get_base_layer() if hasattr(head, "get_base_layer") else head
+    return base.num_classes
+
+
 def _this_forward_checks(model: nn.Module, device: torch.device) -> bool:
     """Whether this forward checks (see the module docstring)."""
     if torch.compiler.is_compiling() or device.type == "meta":

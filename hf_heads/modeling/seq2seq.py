@@ -36,7 +36,7 @@ from hf_heads.modeling.base import (
 )
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
-from hf_heads.modeling.inputs import check_token_ids, embedding_size, input_embeddings
+from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, output_transform, probe_ids, with_transform
 
 
@@ -364,7 +364,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
                 "decoder_input_ids": (decoder_input_ids, embedding_size(self.get_input_embeddings())),
             },
             labels,
-            self.head.num_classes,
+            head_classes(self.head),
         )
         if labels is not None:
             use_cache = False
