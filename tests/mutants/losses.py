@@ -22,6 +22,14 @@ SAMPLED = ["tests/test_sampled_losses.py", *CONTRACT_HEADS]
 SPARSE = ["tests/test_sparse.py", *CONTRACT_HEADS]
 FUSED = ["tests/test_margin_losses.py", "tests/test_sparse.py", "tests/test_properties.py", *CONTRACT_HEADS]
 KERNELS = ["tests/test_kernels.py"]
+
+
+def kernel(test: str) -> list[str]:
+    """One test function of tests/test_kernels.py, every parametrisation (the file under the Triton interpreter
+    takes minutes: a mutant its test names runs that test first)."""
+    return [f"tests/test_kernels.py::{test}"]
+
+
 CONTINUOUS = ["tests/test_continuous_losses.py", *CONTRACT_HEADS]
 TRANSFORMS = ["tests/test_transforms.py", *CONTRACT_HEADS]
 
@@ -148,15 +156,22 @@ MUTANTS = [
        "g = tl.where(cols == y, 0.0, g)  # the replaced", "g = g  # the replaced", KERNELS,
        "the Triton kernel lets the replaced target logit reach h · w_y"),
     _m("triton-online-rescale-dropped", "losses/_triton_rows.py", "total = total * tl.exp(m - m_new) + tl.sum(",
-       "total = total + tl.sum(", KERNELS, "the online log-sum-exp does not rescale the running sum"),
+       "total = total + tl.sum(",
+       kernel("test_a_head_runs_the_kernel_its_option_names"),
+       "the online log-sum-exp does not rescale the running sum"),
     _m("sync-free-ignored-rows-trained", "losses/fused_linear.py",
-       "return row_weight if keep is None else row_weight * keep", "return row_weight", KERNELS,
+       "return row_weight if keep is None else row_weight * keep", "return row_weight",
+       kernel("test_a_training_step_on_an_accelerator_reads_nothing_on_the_host"),
        "on an accelerator, ignored rows reach the gradients"),
     _m("divisor-reciprocal-in-float32", "losses/fused_linear.py",
        "scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)",
-       "scale = 1.0 / divisor", KERNELS, "the mean's divisor counted on the device divides in float32"),
+       "scale = 1.0 / divisor",
+       kernel("test_a_divisor_counted_on_the_device_divides_in_the_losss_dtype"),
+       "the mean's divisor counted on the device divides in float32"),
     _m("half-logits-kept-float32", "losses/triton_kernel.py", "            return gemm\n",
-       "            return torch.float32\n", KERNELS, "triton-half computes its logits in float32 after all"),
+       "            return torch.float32\n",
+       kernel("test_the_half_logits_kernel_keeps_each_chunks_logits_in_the_products_dtype"),
+       "triton-half computes its logits in float32 after all"),
     _m("sampled-candidates-in-float32", "losses/sampled.py", "out = (h.to(gemm) @ w.to(gemm).T).to(h.dtype)",
        "out = h @ w.to(h.dtype).T", SAMPLED, "the sampled candidates' product ignores the autocast / half dtype"),
     _m("column-scale-left-out-of-grad-h", "losses/kernels.py",
@@ -165,15 +180,18 @@ MUTANTS = [
     _m("column-scale-grad-dropped", "losses/fused_linear.py", "        grad_w.mul_(scale.to(accumulate)[:, None])",
        "        grad_s = grad_s * 0", KERNELS, "the column scale gets no gradient"),
     _m("column-scale-copy-unscaled", "losses/fused_linear.py", "torch.mul(w_g, scale[:, None], out=",
-       "torch.mul(w_g, 1.0, out=", KERNELS, "the scaled copy of W for the column scale leaves the scale out"),
+       "torch.mul(w_g, 1.0, out=",
+       kernel("test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference"),
+       "the scaled copy of W for the column scale leaves the scale out"),
     _m("norms-grad-second-buffer", "losses/scorer.py", "own = ctx.slot is not None and ctx.slot.take(grad_weight)",
        "own = False", MARGIN,
        "the norms' gradient of W goes into a second (V, H) buffer, not the fused loss's"),
     _m("frozen-w-scale-grad-lost", "losses/fused_linear.py",
-       "wants_w or (scale is not None and needs[4])", "wants_w", KERNELS,
+       "wants_w or (scale is not None and needs[4])", "wants_w", kernel("test_a_frozen_weight_gets_no_weight_product"),
        "a frozen W's column scale loses its gradient (A skipped)"),
     _m("half-product-not-in-place", "losses/kernels.py",
-       "out_dtype=accumulator.dtype, out=accumulator)", "out_dtype=accumulator.dtype)", KERNELS,
+       "out_dtype=accumulator.dtype, out=accumulator)", "out_dtype=accumulator.dtype)",
+       kernel("test_half_products_go_into_the_float32_weight_gradient_inside_the_gemm_where_addmm_can"),
        "the half-precision weight-gradient product computed beside the accumulator, never added (CUDA)"),
     _m("decode-k-ignored", "heads/sparse.py", "truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))",
        "truncate_to_top_k(super().inference_logits(hidden), self.options.k)", SPARSE,
