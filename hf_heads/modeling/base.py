@@ -289,6 +289,13 @@ class HeadsPreTrainedModel(PreTrainedModel):
                 "from_base"
             )
 
+    def _calibrated_later(self, calibrate: bool):
+        """`from_base(..., calibrate=False)`: the head trains from the copied output layer as it is, nothing pending
+        (no calibration, no refusal). Returns the model."""
+        if not calibrate:
+            self.head.warm_start_pending = False
+        return self
+
     @torch.no_grad()
     def calibrate_warm_start(self, **inputs) -> dict[str, float]:
         """Calibrate the head's warm start (`OutputHead.calibrate_to`) on the labelled positions of one batch of

@@ -148,6 +148,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         classifier_dropout: float | None = None,
         keep_classifier: bool | None = None,
         verify: bool = True,
+        calibrate: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForSequenceClassification:
         """Wrap a pretrained model (a Hub id, a local directory or a loaded model, whose modules are then shared).
@@ -165,7 +166,11 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         as `AutoModelForSequenceClassification.from_pretrained(name, config=config)` reads it: the backbone is built
         with it, and its `num_labels` / `id2label` / `label2id` / `problem_type` are the model's labels unless
         `num_labels` or `id2label` are given. A `problem_type` other than None or single-label classification
-        (multi-label, regression) is refused: a head trains one class per example."""
+        (multi-label, regression) is refused: a head trains one class per example.
+
+        `calibrate=False`: the head trains from the copied output layer as it is; otherwise a head whose copy does
+        not keep the checkpoint's distribution (norm-scaled margins, sampled criteria) is calibrated on the first
+        training rows by `HeadsTrainer` (or `hf_heads.training.prepare_head`) and refuses to train before."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         num_labels, id2label, label2id, problem_type = labels_of_config(
             from_pretrained_kwargs.get("config"), num_labels, id2label
@@ -178,7 +183,9 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
             keep_classifier = any(n.endswith("ForSequenceClassification") for n in names)
         name = str(name_or_path.config.name_or_path if loaded else name_or_path)
         if keep_classifier:
-            return cls._from_classifier(name_or_path, name, num_labels, id2label, head, verify, from_pretrained_kwargs)
+            kw = from_pretrained_kwargs
+            model = cls._from_classifier(name_or_path, name, num_labels, id2label, head, verify, kw)
+            return model._calibrated_later(calibrate)
         if id2label is None and num_labels is None:
             raise ValueError(
                 "give id2label (preferred) or num_labels: the checkpoint is not a sequence classifier, so its head is "

@@ -192,6 +192,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         name_or_path: str | PreTrainedModel,
         head: dict | None = None,
         verify: bool = True,
+        calibrate: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForSeq2SeqLM:
         """Wrap a pretrained `AutoModelForSeq2SeqLM` (BART, T5, Marian, ...; a Hub id, a local directory or an already
@@ -206,7 +207,11 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         becomes the head's `logit_multiplier`, and with `verify` (the default) the copied output layer is checked on a
         probe input against the checkpoint's own logits: an architecture whose logits hf_heads does not reproduce
         is refused with an error naming it (hf_heads.modeling.parity). A continuous head has no output layer to
-        copy: it starts from its embedding table and is not compared."""
+        copy: it starts from its embedding table and is not compared.
+
+        `calibrate=False`: the head trains from the copied output layer as it is; otherwise a head whose copy does
+        not keep the checkpoint's distribution (norm-scaled margins, sampled criteria) is calibrated on the first
+        training rows by `HeadsTrainer` (or `hf_heads.training.prepare_head`) and refuses to train before."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
@@ -215,7 +220,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         else:
             lm = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
         if isinstance(lm, EncoderDecoderModel):
-            return cls._from_encoder_decoder_model(lm, str(name_or_path), head, verify)
+            return cls._from_encoder_decoder_model(lm, str(name_or_path), head, verify)._calibrated_later(calibrate)
         out = output_layer(lm, HeadsConfig(backbone=lm.config.to_dict()).hidden_size, name_or_path)
         head = head_dict(head)  # validated, defaults filled in
         matrix = family(head["family"]).head.has_output_matrix
@@ -231,7 +236,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         model = model.to(out.weight.dtype)
         if verify and matrix:
             model._verify_against(lm, str(name_or_path))
-        return model
+        return model._calibrated_later(calibrate)
 
     @classmethod
     def _from_encoder_decoder_model(

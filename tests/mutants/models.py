@@ -208,5 +208,10 @@ MUTANTS: list[Mutant] = [
       "        return None, id2label, label2id, problem\n", "        return num_labels, None, None, problem\n",
       selection(f"{READ}::test_classifier_reads_its_labels_from_config"),
       "from_base(name, config=AutoConfig...(num_labels=5)) ignores the config's labels"),
+    m("calibrate-false-still-pending", "modeling/base.py",
+      "        if not calibrate:\n            self.head.warm_start_pending",
+      "        if False:\n            self.head.warm_start_pending",
+      selection("tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution[seq2seq-bart]"),
+      "from_base(..., calibrate=False) of a seq2seq model or classifier still refuses to train the copied head"),
 ]
 # fmt: on
