@@ -146,8 +146,9 @@ test-all: install
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-# Mutation testing of hf_heads/losses and hf_heads/heads: each hand-written plausible bug (tests/mutate.py) applied
-# to a copy of the committed tree and run against its tests; prints the survivors and the score (<= 15 min on 2 cores).
+# Mutation testing of the whole package: each hand-written plausible bug (tests/mutants/) applied to a copy of the
+# committed tree and run against its targeted tests, survivors against the whole default suite; prints the score of
+# every package and file (docs/results/mutation.md).
 mutate: install
 	$(PY) tests/mutate.py --rev HEAD --out docs/results/mutation.md
 
