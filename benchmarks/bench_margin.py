@@ -181,6 +181,9 @@ def _unavailable(method: str, device: str, amp: str | None) -> str | None:
             return f"the {PEER_MODULES[kind]} package does not import (make gpu-wheels)"
         if not device.startswith("cuda"):
             return "its Triton kernels run on CUDA only"
+        # cut-cross-entropy 25.1.1 raises "Backwards requires embeddings to be bf16 or fp16"
+        if kind == "cce" and amp is None:
+            return "its backward takes bf16 / fp16 inputs only (float32 refused)"
     if opts.get("kernel", "").startswith("triton"):
         from hf_heads.losses.triton_kernel import triton_available
 

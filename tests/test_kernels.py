@@ -420,6 +420,27 @@ def test_the_triton_kernel_checks_itself_against_eager_before_its_first_use(monk
             kernel.self_check(torch.device("cpu"), force=True)
 
 
+def test_the_self_check_compares_in_ieee_float32_under_tf32(monkeypatch):
+    """Under TF32 (`--tf32`) the products of the two kernels it compares differ by TF32's rounding (~1e-4 on an H200),
+    not by a kernel's error: the self-check runs CUDA's float32 matmuls in IEEE float32 and puts the user's setting
+    back afterwards."""
+    use_kernel("triton", monkeypatch, max_block=1024)
+    monkeypatch.setattr(TritonKernel, "_checked", set())
+    matmul = torch.backends.cuda.matmul
+    seen = []
+    compare = TritonKernel._compare_with_eager
+    monkeypatch.setattr(
+        TritonKernel, "_compare_with_eager", lambda self, *a: (seen.append(matmul.fp32_precision), compare(self, *a))
+    )
+    users = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"  # (a torch flag, not a plain attribute: monkeypatch cannot set it)
+    try:
+        CHUNK_KERNELS["triton"].self_check(torch.device("cpu"), force=True)
+        assert seen == ["ieee"] and matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = users
+
+
 def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     assert rows_per_chunk(4096, 8_000) == (1 << 25) // (4 * 8_000)  # 1048 rows of float32 logits in 32 MiB
     assert rows_per_chunk(4096, 50_000) == MIN_CHUNK_ROWS == 512  # 167 would fit: never thinner than 512 rows

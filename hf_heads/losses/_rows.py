@@ -63,12 +63,17 @@ def autocast_off(fn: F) -> F:
 @contextlib.contextmanager
 def full_precision():
     """Inside an `autocast_off` function: forget the autocast dtype it switched off, so that the losses called here
-    run their products in float32 (a kernel's self-check compares two implementations at float32 tolerances)."""
+    run their products in float32 (a kernel's self-check compares two implementations at float32 tolerances). CUDA
+    float32 matmuls run in IEEE float32 meanwhile: under TF32 (`--tf32`, `torch.set_float32_matmul_precision("high")`)
+    two implementations' products differ by ~1e-4, which is TF32's rounding, not a kernel's error."""
+    matmul = torch.backends.cuda.matmul
     previous, _OUTER.dtype = getattr(_OUTER, "dtype", None), None
+    precision, matmul.fp32_precision = matmul.fp32_precision, "ieee"
     try:
         yield
     finally:
         _OUTER.dtype = previous
+        matmul.fp32_precision = precision
 
 
 def gemm_dtype(*tensors: torch.Tensor | None) -> torch.dtype:

@@ -123,6 +123,9 @@ MUTANTS: list[Mutant] = [
       "smooth * (lse - z_sum / num_classes)", "smooth * (lse - z_sum / (num_classes - 1))",
       selection(*contract("triton-smoothing")),
       "the Triton kernel's label-smoothed loss averages the logits over V − 1"),
+    m("self-check-under-tf32", "losses/_rows.py", 'precision, matmul.fp32_precision = matmul.fp32_precision, "ieee"',
+      "precision = matmul.fp32_precision", selection(f"{T}::test_the_self_check_compares_in_ieee_float32_under_tf32"),
+      "the Triton kernel's self-check compares under the user's TF32 and refuses a correct kernel"),
     # ---------------------------------------------------------------- the task models, the trainer, decoding
     m("seq2seq-num-items-dropped", "modeling/seq2seq.py",
       "loss, logits = self._head_forward(hidden, labels, num_items_in_batch, self._wants_logits(labels))",
