@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmarks in one command, most important first, within GPU_BUDGET_S seconds (default 300):
+# The GPU benchmarks in one command, most important first, within GPU_BUDGET_S seconds (default 420):
 #   (a) bf16 autocast at the Gemma-sized row (N=8192, H=2304, V=256000), peaked inputs (benchmarks/_peaked.py): naive,
 #       naive + transformers' float32 upcast, three bare GEMMs and the FLOP floor, torch's F.linear_cross_entropy where
 #       the torch has it, Liger-Kernel (no bias, and with a bias), Cut Cross-Entropy (filter on and off), hf_heads
@@ -47,7 +47,7 @@ progress=$outdir/gpu_${device}_progress.log  # each row as it is measured: what 
 : >"$progress"
 failed=$outdir/.gpu_${device}_failed
 : >"$failed"
-budget=${GPU_BUDGET_S:-300}
+budget=${GPU_BUDGET_S:-420}
 deadline=$(($(date +%s) + budget))
 
 # run SECONDS CMD...: the command with at most SECONDS (and never past the deadline); a stop or a failure is noted
@@ -120,11 +120,11 @@ EOF
     $bm $gemma --autocast bf16 --inputs peaked --methods "hf_heads softmax, compiled" $compile
   echo
   echo "## (b) correctness of every chunk kernel and every head on the device"
-  block 90 "gpu_check" $py benchmarks/gpu_check.py --device $dev $check
+  block 150 "gpu_check" $py benchmarks/gpu_check.py --device $dev $check
   echo
   echo "## (c) float32 at the Gemma-sized row, TF32 off and on"
   for tf32 in 0 1; do
-    block 45 "float32, TF32 $([[ $tf32 == 1 ]] && echo on || echo off)" $bm $gemma --inputs peaked --tf32 $tf32 \
+    block 75 "float32, TF32 $([[ $tf32 == 1 ]] && echo on || echo off)" $bm $gemma --inputs peaked --tf32 $tf32 \
       --methods "naive logits, softmax" "three bare GEMMs" "Liger-Kernel fused linear CE, no bias" \
       "Cut Cross-Entropy, filter on" "hf_heads softmax, triton kernel"
   done
