@@ -123,6 +123,11 @@ class ChunkOptions(NamedTuple):
     column_scale: torch.Tensor | None = None
     criterion: str = "ce"
 
+    def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
+        """These options with another column scale. (Not `_replace`: torch 2.11's dynamo builds a `_replace`d named
+        tuple it cannot read back after a graph break, an IndexError inside `torch.compile`.)"""
+        return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion)
+
 
 class Grads(NamedTuple):
     """Buffers a kernel writes into: d h and d t row by row (the chunk's rows), d w and d b accumulated over chunks,

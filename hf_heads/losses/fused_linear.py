@@ -106,7 +106,7 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     if scale is not None and _scale_by_copy(rows, w.shape[1], gemm, workspace_dtype):
         # (V, H) s ∘ w, each entry rounded once to the products' dtype: no per-chunk pass for s
         w_g = torch.mul(w_g, scale[:, None], out=torch.empty_like(w_g))
-        opts = opts._replace(column_scale=None)
+        opts = opts.with_scale(None)
     accumulate = torch.promote_types(gemm, torch.float32)
     grad_h = torch.empty_like(h_g)
     grad_t = None if t is None else torch.empty_like(t)
@@ -184,7 +184,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     ):
         row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
-        losses, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight, needs)
+        losses, grads = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs)
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
         ctx.save_for_backward(h, w, b, t, s, y, keep)
         ctx.rerun = (weight, opts, chunk_size, gemm)
@@ -199,7 +199,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
             weight, opts, chunk_size, gemm = ctx.rerun
             row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
             needs = ctx.needs_input_grad[:5]
-            _, grads = _run(h, w, b, y, t, opts._replace(column_scale=s), chunk_size, gemm, row_weight, needs)
+            _, grads = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs)
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         if ctx.slot is not None:
@@ -212,11 +212,11 @@ class _FusedLinearCERows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None):
-        opts = opts._replace(column_scale=s)
+        opts = opts.with_scale(s)
         with torch.no_grad():
             losses, _ = _run(h, w, b, y, t, opts, chunk_size, gemm)
         ctx.save_for_backward(h, w, b, t, s, y)
-        ctx.opts = (opts._replace(column_scale=None), chunk_size, gemm)  # the tensor s is saved above
+        ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
         ctx.slot = slot
         return losses
 
@@ -224,7 +224,7 @@ class _FusedLinearCERows(torch.autograd.Function):
     def backward(ctx, grad_out):
         h, w, b, t, s, y = ctx.saved_tensors
         opts, chunk_size, gemm = ctx.opts
-        opts = opts._replace(column_scale=s)
+        opts = opts.with_scale(s)
         _, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight=grad_out, needs=ctx.needs_input_grad[:5])
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
@@ -323,6 +323,6 @@ def fused_linear_cross_entropy(
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
-        losses, _ = _run(h, w, b, y, t, opts._replace(column_scale=s), eval_chunk, gemm)
+        losses, _ = _run(h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm)
         return _kept(losses, keep).sum() * scale
     return _FusedLinearCEScalar.apply(h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad)
