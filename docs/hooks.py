@@ -57,7 +57,7 @@ def head_options_markdown() -> str:
     """One table per registered family: each option the family adds to the family it extends, with its type,
     default, command-line flag and help text, read from the options dataclasses and the flag generator."""
     from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES
-    from hf_heads.training.arguments import NOT_FLAGS, RENAMED_FLAGS
+    from hf_heads.training.arguments import NOT_FLAGS, option_flag
 
     options_to_family = {entry.options: name for name, entry in FAMILIES.items()}
     out = []
@@ -81,7 +81,7 @@ def head_options_markdown() -> str:
             elif f.name in NOT_FLAGS:
                 flag = "none"
             else:
-                flag = f"`--{RENAMED_FLAGS.get(f.name, f.name)}`"
+                flag = f"`--{option_flag(f.name)}`"
             out.append(
                 f"| `{f.name}` | `{_type_name(hints[f.name])}` | `{default!r}` | {flag} | "
                 f"{_cell(f.metadata.get('help', ''))} |\n"

@@ -410,6 +410,30 @@ def test_fp16_on_cpu_warns_and_trains_in_float32(caplog, tmp_path):
     assert not [r for r in caplog.records if r.name == "hf_heads.training.arguments"]
 
 
+def test_no_head_flag_shadows_a_training_argument(monkeypatch):
+    """A head option named like a `TrainingArguments` field would replace the Trainer's flag (a family option `seed`
+    silently taking `--seed`): such an option gets `--head_<name>`, and every flag of every registered family, and of
+    a family registered with a `seed` option, leaves the Trainer's fields alone."""
+    import dataclasses
+
+    from transformers import Seq2SeqTrainingArguments
+
+    from hf_heads.heads.registry import FAMILIES, HeadFamily
+    from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
+    from hf_heads.training import arguments
+
+    trainer = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)} | {"logging_steps", "eval_accuracy_top_k"}
+    assert not set(arguments.FLAG_TO_OPTION) & trainer
+    seeded = dataclasses.make_dataclass(
+        "Seeded", [("seed", int, dataclasses.field(default=0))], bases=(SoftmaxHeadOptions,)
+    )
+    monkeypatch.setitem(FAMILIES, "seeded", HeadFamily("seeded", seeded, SoftmaxHead))
+    flags = arguments._option_flags()
+    assert flags["head_seed"][0] == "seed" and "seed" not in flags and not set(flags) & trainer
+    parsed = parse_args((HeadsTrainingArguments,), ["--output_dir", "o", "--report_to", "none", "--seed", "7"])[0]
+    assert parsed.seed == 7 and "seed" not in parsed.head_config()
+
+
 def test_head_flags_reach_the_head_section_and_errors_name_the_flag():
     def parsed(*flags: str) -> HeadsTrainingArguments:
         return parse_args((HeadsTrainingArguments,), ["--output_dir", "o", "--report_to", "none", *flags])[0]

@@ -28,6 +28,18 @@ RENAMED_FLAGS = {
     "label_smoothing": "head_label_smoothing",
 }
 NOT_FLAGS = (*CHECKPOINT_OPTIONS, "embedding_dim")
+# what the head flags must never shadow: every field of the training arguments they are mixed into (and the two
+# that HeadsTrainingArguments adds, below)
+TRAINER_FLAGS = frozenset(
+    {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)} | {"logging_steps", "eval_accuracy_top_k"}
+)
+
+
+def option_flag(option: str) -> str:
+    """The flag (without `--`) of a head option: its name, or RENAMED_FLAGS' name; `head_<name>` where that is a
+    field of `(Seq2Seq)TrainingArguments` (a family option `seed` is `--head_seed`: `--seed` stays the Trainer's)."""
+    flag = RENAMED_FLAGS.get(option, option)
+    return f"head_{flag}" if flag in TRAINER_FLAGS else flag
 
 
 def _option_flags() -> dict[str, tuple[str, type, str]]:
@@ -36,7 +48,7 @@ def _option_flags() -> dict[str, tuple[str, type, str]]:
     for entry in FAMILIES.values():
         hints = typing.get_type_hints(entry.options)
         for f in dataclasses.fields(entry.options):
-            flag = RENAMED_FLAGS.get(f.name, f.name)
+            flag = option_flag(f.name)
             if f.name in NOT_FLAGS or flag in out:
                 continue
             kind = next(
@@ -82,7 +94,7 @@ class HeadFlags(_head_flags_class()):
         try:
             return head_dict(section)
         except OptionError as err:
-            raise err.renamed(f"--{RENAMED_FLAGS.get(err.field, err.field)}") from None
+            raise err.renamed(f"--{option_flag(err.field)}") from None
 
 
 @dataclass
