@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmarks in one command, most important first, within GPU_BUDGET_S seconds (default 420):
+# The GPU benchmarks in one command, most important first, within GPU_BUDGET_S seconds (default 300):
 #   (a) bf16 autocast at the Gemma-sized row (N=8192, H=2304, V=256000), peaked inputs (benchmarks/_peaked.py): naive,
 #       naive + transformers' float32 upcast, three bare GEMMs and the FLOP floor, torch's F.linear_cross_entropy where
 #       the torch has it, Liger-Kernel (no bias, and with a bias), Cut Cross-Entropy (filter on and off), hf_heads
@@ -47,7 +47,7 @@ progress=$outdir/gpu_${device}_progress.log  # each row as it is measured: what 
 : >"$progress"
 failed=$outdir/.gpu_${device}_failed
 : >"$failed"
-budget=${GPU_BUDGET_S:-420}
+budget=${GPU_BUDGET_S:-300}
 deadline=$(($(date +%s) + budget))
 
 # run SECONDS CMD...: the command with at most SECONDS (and never past the deadline); a stop or a failure is noted

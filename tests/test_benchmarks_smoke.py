@@ -25,10 +25,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
             "| hf_heads chunked, sparse k=5 |",
         ),
-        (
+        pytest.param(  # every margin option (~50 s): make test-all; the paired run below covers the script
             "bench_margin.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
             "| hf_heads context_norm max-norm |",
+            marks=pytest.mark.slow,
         ),
         (
             "bench_margin.py",
@@ -58,10 +59,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
             "| hf_heads HeadsTrainer.evaluate |",
         ),
-        (
+        pytest.param(
             "bench_continuous.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--plot", "{tmp}/ips.png"],
             "| continuous d=300, syn-margin-projection |",
+            marks=pytest.mark.slow,
         ),
         (
             "bench_chunk_rows.py",

@@ -153,6 +153,7 @@ def test_search_ranks_guides_and_leaves_the_results_out(site):
     assert api and all(pages[g] > 100 * b for g in guides & set(pages) for b in api.values()), (api, guides)
 
 
+@pytest.mark.slow
 def test_search_lists_a_guide_first_in_a_browser(site):
     """What `make docs` checks in headless chromium: "ArcFace", "label_smoothing" and "sampled translation" typed
     into the site's search list a guide or the options page first."""

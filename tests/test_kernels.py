@@ -108,8 +108,30 @@ def _data(seed=0):
     return h, w, b, t, y
 
 
-@pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
-@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+# The Triton kernels run under Triton's CPU interpreter here, 5-20 s per case. The default suite runs each of them on
+# the option sets in INTERPRETED (the plain loss, and combined sets that together take every option); the other
+# cases (each option alone) are marked slow and run in `make test-all`. The eager and compiled kernels run every case.
+INTERPRETED = {
+    "triton": {"plain", "target-logit-softcap-smoothing", "column-scale-target-softcap",
+               "bce-target-softcap-column-scale", "mse-target-softcap"},
+    "triton-half": {"plain", "target-logit-softcap-smoothing", "bce-target-softcap-column-scale"},
+}  # fmt: skip
+TOP_K = {name for name, opts in OPTIONS.items() if opts.get("top_k")}  # the Triton kernels hand top-k to eager: fast
+
+
+def kernel_cases(options: list[str], interpreted: dict[str, set[str]] = INTERPRETED) -> list:
+    """(kernel, options) cases, ids "kernel-options"; an interpreted kernel's case outside `interpreted` is slow."""
+    return [
+        pytest.param(
+            kernel, name, id=f"{kernel}-{name}",
+            marks=[pytest.mark.slow] if kernel in interpreted and name not in interpreted[kernel] | TOP_K else [],
+        )
+        for kernel in sorted(CHUNK_KERNELS)
+        for name in options
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel, options", kernel_cases(list(OPTIONS)))
 def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, options, monkeypatch):
     _check_against_the_reference(kernel, options, monkeypatch)
 
@@ -117,8 +139,10 @@ def test_every_kernel_equals_the_naive_reference_and_passes_gradcheck(kernel, op
 SCALED = [name for name, opts in OPTIONS.items() if opts.get("scale")]
 
 
-@pytest.mark.parametrize("options", SCALED, ids=SCALED)
-@pytest.mark.parametrize("kernel", sorted(CHUNK_KERNELS))
+# the scaled copy is one path for every option set: the interpreted kernels take it on the column scale alone here
+@pytest.mark.parametrize(
+    "kernel, options", kernel_cases(SCALED, {"triton": {"column-scale"}, "triton-half": {"column-scale"}})
+)
 def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel, options, monkeypatch):
     """Where H is small next to the chunks (`_scale_by_copy`), training takes the column scale s through one copy
     s ∘ w (the kernels then see no column scale): the same loss and gradients, s's included, and gradcheck. At these

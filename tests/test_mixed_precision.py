@@ -5,10 +5,12 @@ generate} is item 4 of the head-family contract (tests/test_contract.py)."""
 
 import json
 
+import pytest
 from safetensors.torch import load_file
 from test_run_clm import SMALL, run_clm, text_files  # noqa: F401 (fixture)
 
 
+@pytest.mark.slow
 def test_run_clm_bf16_on_cpu(text_files, tmp_path):  # noqa: F811 (the imported fixture)
     """`run_clm.py --bf16 --use_cpu`, the Trainer's own autocast, with a margin head (crashed before): the same run
     as in float32 to within the 2% of the contract's mixed-precision item, in training and evaluation loss, and the

@@ -9,6 +9,7 @@ from hf_heads import HeadsForCausalLM, HeadsForSequenceClassification
 from hf_heads.data import minilm_path, smollm2_path
 
 
+@pytest.mark.slow
 def test_smollm2_softmax_head_same_logits():
     path, gguf = smollm2_path()
     tok = AutoTokenizer.from_pretrained(path, gguf_file=gguf)

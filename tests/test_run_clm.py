@@ -227,6 +227,7 @@ def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path, head):
     torch.testing.assert_close(torch.tensor(again[3:]), torch.tensor(losses[3:]), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(text_files, tmp_path):
     """Two processes of DDP over gloo follow the one-process loss curve with the same global batch
     (2 x 2 = 1 x 4 sequences per step). accelerate 1.15 starts ONE process for `--cpu --num_processes 2`
@@ -384,6 +385,7 @@ def test_main_wrapper_closes_the_process_group_of_a_distributed_run(tmp_path):
     main_wrapper(lambda: None)  # no process group: nothing to close
 
 
+@pytest.mark.slow
 def test_word_level_lm_ends_training_lines_with_eos_and_eval_only_counts_words(text_files, tmp_path):
     """run_clm's word-level tokenizer adds no </s> to a prompt, yet every training line ends with </s> (the
     saved counts of the training labels include it); the saved model generates after its prompt; and a head

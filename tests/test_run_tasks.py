@@ -178,6 +178,7 @@ def test_run_translation_continuous_syn_margin(tmp_path):
     assert "Continuous-output" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_run_translation_continuous_in_batch_on_a_trained_target_table(tmp_path):
     """in-batch-softmax on a 16-d word2vec table trained on the training targets (gensim), with the target-side
     output vocabulary: the table file and the vocabulary are saved, and every predicted word is in the vocabulary."""
@@ -321,6 +322,7 @@ def test_run_question_generation_minilm_bert2bert(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_run_classification_minilm_beats_majority_class(tmp_path):
     """The real check of the classification path: MiniLM fine-tuned on WordNet's 45 lexicographer classes
     for 30 steps of 16 glosses with the sparse head is far above the majority-class baseline (measured with one
@@ -374,6 +376,7 @@ def label_files(tmp_path):
     return tmp_path / "train.jsonl", tmp_path / "valid.jsonl"
 
 
+@pytest.mark.slow
 def test_run_classification_local_files_tiny_gpt2_margin(label_files, tmp_path):
     train, _ = label_files
     out = tmp_path / "run"

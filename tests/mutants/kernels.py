@@ -115,13 +115,14 @@ MUTANTS: list[Mutant] = [
       "        x = x + tl.load(b_ptr + cols, mask=mask, other=0.0).to(t.dtype)\n"
       "    if HAS_S:\n"
       "        x = x * tl.load(s_ptr + cols, mask=mask, other=1.0).to(t.dtype)\n",
-      selection(*contract("triton-column-scale")), "the Triton row program scales the bias too: s ∘ (h wᵀ + b)"),
+      selection(*contract("triton-column-scale-target-softcap")),
+      "the Triton row program scales the bias too: s ∘ (h wᵀ + b)"),
     m("triton-row-weight-dropped", "losses/_triton_rows.py", "            g = g * weight\n",
       "            g = g\n", selection(*contract("triton-plain")),
       "the Triton kernel's gradient misses the row weights"),
     m("triton-smoothing-mean-off-by-one", "losses/_triton_rows.py",
       "smooth * (lse - z_sum / num_classes)", "smooth * (lse - z_sum / (num_classes - 1))",
-      selection(*contract("triton-smoothing")),
+      selection(*contract("triton-target-logit-softcap-smoothing")),
       "the Triton kernel's label-smoothed loss averages the logits over V − 1"),
     m("self-check-under-tf32", "losses/_rows.py", 'precision, matmul.fp32_precision = matmul.fp32_precision, "ieee"',
       "precision = matmul.fp32_precision", selection(f"{T}::test_the_self_check_compares_in_ieee_float32_under_tf32"),
