@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hf_heads.heads.discrete import DiscreteHead
-from hf_heads.heads.registry import register_family
+from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
@@ -30,7 +30,10 @@ class MarginHeadOptions(SoftmaxHeadOptions):
 
     margin: str = field(
         default="none",
-        metadata={"help": f"Target-class margin φ: {', '.join(MARGINS)} (or a type added with register_margin)."},
+        metadata={
+            "help": f"Target-class margin φ: {', '.join(MARGINS)} (or a type added with register_margin).",
+            COMPONENT: MARGIN_TYPES,
+        },
     )
     m: float = field(default=0.0, metadata={"help": "Margin m (an integer >= 1 for lsm, >= 0 otherwise)."})
     scale: float | None = field(

@@ -8,6 +8,8 @@ head's `paper` and descriptions), and the Hub export (which follows the imports 
 
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import asdict, dataclass, fields
 
 from hf_heads.validation import OptionError, check_choice
@@ -22,6 +24,12 @@ class HeadFamily:
 
 FAMILIES: dict[str, HeadFamily] = {}
 DEFAULT_FAMILY = "softmax"  # the head of a config without a head section
+# metadata key of an options field whose value is the name of a registered component: the registry (name -> class, or
+# name -> instance), e.g. `margin` (MARGIN_TYPES) and `chunk_kernel` (CHUNK_KERNELS)
+COMPONENT = "registry"
+# set in a component's module where a saved directory carries a copy of it: the module's name where it was written
+COPIED_FROM = "__hf_heads_component_module__"
+_FLAT = not __name__.startswith("hf_heads.")  # this module is the flat copy saved with a model (trust_remote_code)
 
 
 class MissingOptionError(OptionError):
@@ -85,3 +93,65 @@ def make_head(hidden_size: int, num_classes: int, head: dict | None):
     """The head module of a head section: the registered family's head class."""
     options = head_options(head)
     return FAMILIES[options.family].head(hidden_size, num_classes, options)
+
+
+def _defining_module(cls: type) -> str | None:
+    """The module a component class comes from, None where it is hf_heads' own (installed, or the flat copy saved
+    with a model); the name it had where it was written for a copy saved with a model."""
+    copied = getattr(sys.modules.get(cls.__module__), COPIED_FROM, None)
+    if copied is not None:
+        return copied
+    name = cls.__module__
+    ours = name == "hf_heads" or name.startswith("hf_heads.") or name.rsplit(".", 1)[-1].startswith("hf_heads_")
+    return None if ours else name
+
+
+def component_modules(head: dict | None) -> dict[str, str]:
+    """{option: module} for each component of a head section defined outside hf_heads: the family (option `family`)
+    and every option naming a registered component (`margin`, `chunk_kernel`). A config records it, so that loading
+    imports those modules before it resolves the names (`import_components`) and saving copies them
+    (hf_heads.modeling.export)."""
+    options = head_options(head)
+    found: dict[str, type] = {"family": FAMILIES[options.family].head}
+    for f in fields(options):
+        registry, value = f.metadata.get(COMPONENT), getattr(options, f.name)
+        if registry is not None and value is not None:
+            item = registry[value]
+            found[f.name] = item if isinstance(item, type) else type(item)
+    modules = {option: _defining_module(cls) for option, cls in found.items()}
+    return {option: module for option, module in modules.items() if module is not None}
+
+
+def import_components(components: dict | None) -> None:
+    """Import the modules a config records for its components (`component_modules`), so that their registration
+    runs before the head section is resolved. A module that does not import is a `ValueError` naming the option,
+    the module and the ways out; `__main__` (a component defined in a script) is left to the caller, which must have
+    run its registration. The flat copy saved with a model imports the copies it carries itself."""
+    if components is None:
+        return
+    if not isinstance(components, dict) or not all(isinstance(v, str) for v in components.values()):
+        raise OptionError("components", components, "must be a dict {head option: module name}")
+    if _FLAT:
+        return
+    for option, module in components.items():
+        if module == "__main__" or module in sys.modules:
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(
+                f"head.{option}: this config's {option} comes from module {module!r}, which does not import here "
+                f"({err}); install it or put it on the Python path, or load the saved directory with "
+                "trust_remote_code=True, which uses the copy of it saved with the model"
+            ) from err
+
+
+def missing_component(err: OptionError, components: dict | None) -> str | None:
+    """Why a head option names an unknown component, where the config records it from a script (`__main__`)."""
+    option = err.name.removeprefix("head.") if err.name else err.field
+    if (components or {}).get(option) != "__main__":
+        return None
+    return (
+        f"{err}; this config's {option} was defined in a script (__main__) when it was saved: run the code that "
+        "registers it before loading, or move it into a module (a saved model then carries a copy of it)"
+    )

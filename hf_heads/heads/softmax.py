@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.options import HeadOptions
-from hf_heads.heads.registry import register_family
+from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.losses.chunks import CHUNK_KERNELS
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
@@ -33,7 +33,8 @@ class SoftmaxHeadOptions(HeadOptions):
         metadata={
             "help": "Implementation of the chunked loss's per-chunk work: eager, compiled (torch.compile) or triton "
             "(hand-written; GPU). Default: triton on a GPU when triton is installed, else eager; the environment "
-            "variable HF_HEADS_CHUNK_KERNEL overrides this option. Every choice computes the same loss."
+            "variable HF_HEADS_CHUNK_KERNEL overrides this option. Every choice computes the same loss.",
+            COMPONENT: CHUNK_KERNELS,
         },
     )
     label_smoothing: float = field(

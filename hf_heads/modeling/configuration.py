@@ -14,7 +14,8 @@ from transformers import AutoConfig, EncoderDecoderConfig, GenerationConfig, Pre
 from transformers.configuration_utils import SubConfigSpec
 
 from hf_heads.heads import head_dict
-from hf_heads.validation import check_choice, check_number
+from hf_heads.heads.registry import component_modules, import_components, missing_component
+from hf_heads.validation import OptionError, check_choice, check_number
 
 POOLINGS = ("auto", "pooler", "first", "last", "mean")
 # read through to the backbone's config besides every `*_token_id` (see HeadsConfig)
@@ -65,6 +66,11 @@ class HeadsConfig(PretrainedConfig):
             final (C, H) projection. The backbone is then the checkpoint's `AutoModelForSequenceClassification` (its
             own pooling, pooler, dense+tanh, context pooler, dropout, ...) with that projection replaced by the
             identity, and the head takes its place (`HeadsForSequenceClassification.from_base`).
+        components: filled in here: `{head option: module}` for each component of the head defined outside hf_heads
+            (a family, a margin or a chunk kernel registered in the user's own module, e.g. `{"margin":
+            "my_pkg.margins"}`). Loading imports these modules before it reads the head section, and saving copies
+            them next to the model's code (hf_heads.modeling.export), so the model loads in a fresh process, and
+            with `trust_remote_code=True` where neither hf_heads nor the module is installed.
         decoder_stem: seq2seq with an `EncoderDecoderConfig` backbone (BERT2BERT, ...) wrapped from an
             `EncoderDecoderModel` checkpoint only: the module name, inside the decoder's `AutoModelForCausalLM`, of
             its final (V, H) projection. The decoder is then that causal LM with the projection replaced by the
@@ -99,6 +105,7 @@ class HeadsConfig(PretrainedConfig):
     classifier_dropout: float | None = None
     classifier_stem: str | None = None
     decoder_stem: str | None = None
+    components: dict | None = None
 
     def __getattr__(self, name: str):
         """The read-through attributes (see the class docstring); called only where normal lookup fails."""
@@ -135,7 +142,15 @@ class HeadsConfig(PretrainedConfig):
         }
 
     def __post_init__(self, **kwargs):
-        self.head = head_dict(self.head)
+        import_components(self.components)  # the user's modules register their components before the head is read
+        try:
+            self.head = head_dict(self.head)
+        except OptionError as err:
+            hint = missing_component(err, self.components)
+            if hint is None:
+                raise
+            raise ValueError(hint) from None
+        self.components = component_modules(self.head) or None
         check_choice("pooling", self.pooling, POOLINGS)
         if self.classifier_dropout is not None:
             check_number("classifier_dropout", self.classifier_dropout, minimum=0)

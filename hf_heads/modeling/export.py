@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from hf_heads.heads.registry import COPIED_FROM
+
 logger = logging.getLogger(__name__)
 
 AUTO_CLASSES = {
@@ -73,21 +75,40 @@ def _exportable(module: str, source: str) -> tuple[str, list[str]]:
     return "".join(lines), imported
 
 
-def _code_sources() -> dict[str, str]:
-    """module -> source with rewritten imports, for the closure of the model classes' hf_heads imports.
-    Raises `RuntimeError` when a module imports hf_heads in a way that cannot be rewritten."""
-    todo, sources = [CONFIG_MODULE, *MODEL_MODULES.values()], {}
+def _code_sources(components: dict | None = None) -> dict[str, str]:
+    """module -> source with rewritten imports, for the closure of the model classes' hf_heads imports and of the
+    modules of the config's `components` (the user's own: each copy records the module's name, and the configuration
+    module imports each copy, which also makes transformers copy it to its module cache with the rest). Raises
+    `RuntimeError` when a module imports hf_heads in a way that cannot be rewritten, or a component comes from a
+    script (`__main__`), whose code cannot be carried."""
+    users = sorted(set((components or {}).values()))
+    for option, module in (components or {}).items():
+        if module == "__main__":
+            raise RuntimeError(
+                f"head.{option} is defined in a script (__main__), which cannot be saved with the model; move it "
+                "into a module of its own"
+            )
+    todo, sources = [CONFIG_MODULE, *MODEL_MODULES.values(), *users], {}
     while todo:
         module = todo.pop()
         if module not in sources:
             sources[module], imported = _exportable(module, inspect.getsource(importlib.import_module(module)))
             todo += imported
+    for module in users:
+        sources[module] += f"\n{COPIED_FROM} = {module!r}  # this copy's name where it was written (hf_heads export)\n"
+    if users:
+        sources[CONFIG_MODULE] += "\n# the components of this model's config from outside hf_heads (hf_heads export)\n"
+        sources[CONFIG_MODULE] += "".join(
+            f"from .{flat_name(module)} import {COPIED_FROM} as _component_{i}  # noqa: E402, F401\n"
+            for i, module in enumerate(users)
+        )
     return sources
 
 
-def write_code(directory: str | Path) -> list[str]:
-    """Copy the model code into `directory` as flat modules with relative imports; returns the file names."""
-    sources = _code_sources()  # every source first: nothing is written when one cannot be exported
+def write_code(directory: str | Path, components: dict | None = None) -> list[str]:
+    """Copy the model code (and the modules of the config's `components`) into `directory` as flat modules with
+    relative imports; returns the file names."""
+    sources = _code_sources(components)  # every source first: nothing is written when one cannot be exported
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -131,10 +152,11 @@ def save_with_code(
     `auto_map` in the config, then the code next to it. A model whose code cannot be exported is saved without
     them, with a warning (it then loads with `import hf_heads` only), or, with `strict`, refused (`ValueError`)."""
     name = model_class(model).__name__
+    components = getattr(model.config, "components", None)
     try:
         if name not in AUTO_CLASSES:
             raise RuntimeError(f"model class {name!r} is not one of {', '.join(AUTO_CLASSES)}")
-        _code_sources()
+        _code_sources(components)
     except (OSError, TypeError, RuntimeError) as err:
         if strict:
             raise ValueError(f"cannot export the code of {name}: {err}") from err
@@ -159,7 +181,7 @@ def save_with_code(
         else:
             del model.config.auto_map
     if is_main_process:
-        write_code(directory)
+        write_code(directory, components)
     return result
 
 

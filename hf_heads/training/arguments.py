@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import typing
 from dataclasses import dataclass, field
@@ -68,7 +69,18 @@ def _head_flags_class() -> type:
             "head",
             str,
             dataclasses.field(default=DEFAULT_FAMILY, metadata={"help": f"Head family: {', '.join(FAMILIES)}."}),
-        )
+        ),
+        (
+            "head_modules",
+            list[str] | None,
+            dataclasses.field(
+                default=None,
+                metadata={
+                    "help": "Modules to import before the head flags are read: your own components (a family, a "
+                    "margin or a chunk kernel registered in them), e.g. --head_modules my_pkg.margins --margin mine."
+                },
+            ),
+        ),
     ]
     for flag, (_, kind, help_text) in _option_flags().items():
         fields.append((flag, kind | None, dataclasses.field(default=None, metadata={"help": help_text})))
@@ -79,6 +91,19 @@ class HeadFlags(_head_flags_class()):
     """Head options as command-line flags; `head_config()` turns them into a validated head section.
     A flag left unset takes the family's default; a flag the family does not have is an error."""
 
+    def __post_init__(self) -> None:
+        self.import_head_modules()  # a module that does not import is an error when the arguments are parsed
+        if hasattr(super(), "__post_init__"):
+            super().__post_init__()
+
+    def import_head_modules(self) -> None:
+        """Import the `--head_modules` (their components register themselves); `ValueError` names one that fails."""
+        for module in self.head_modules or ():
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                raise ValueError(f"--head_modules {module}: the module does not import ({err})") from err
+
     def head_flags_given(self) -> bool:
         """Whether any head flag was set (a non-default `--head` included)."""
         return self.head != DEFAULT_FAMILY or any(getattr(self, flag) is not None for flag in FLAG_TO_OPTION)
@@ -86,6 +111,7 @@ class HeadFlags(_head_flags_class()):
     def head_config(self) -> dict:
         """The validated head section; a flag that the family does not have is an error, never ignored. Errors
         name the flag (`--m`, `--head_bias`, ...)."""
+        self.import_head_modules()
         section: dict = {"family": self.head}
         for flag, option in FLAG_TO_OPTION.items():
             value = getattr(self, flag)

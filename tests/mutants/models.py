@@ -13,6 +13,10 @@ SCORING = "tests/test_scoring.py"
 READ = "tests/test_config_read_through.py"
 ARCH = "tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution"
 
+COMPONENTS_SAVED = selection("tests/test_components.py::test_a_margin_from_the_users_module_survives_save_and_load")
+COMPONENTS_SCRIPT = selection(
+    "tests/test_components.py::test_a_component_defined_in_a_script_is_refused_for_the_hub_and_explained_on_load"
+)
 # causal LM, its fused per-token output, the generation cache, statistics without a loss
 LM = selection(
     f"{CAUSAL}::test_fused_lm_head_gives_the_per_token_quantities_of_the_logits",
@@ -213,5 +217,18 @@ MUTANTS: list[Mutant] = [
       "        if False:\n            self.head.warm_start_pending",
       selection("tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution[seq2seq-bart]"),
       "from_base(..., calibrate=False) of a seq2seq model or classifier still refuses to train the copied head"),
+    # ---------------------------------------------------------------- components from the user's own modules
+    m("components-not-imported-on-load", "heads/registry.py", "            importlib.import_module(module)\n",
+      "            pass\n", COMPONENTS_SAVED,
+      "loading a config whose margin comes from the user's module does not import it: the head is refused"),
+    m("components-copy-not-imported", "modeling/export.py",
+      'f"from .{flat_name(module)} import {COPIED_FROM} as _component_{i}  # noqa: E402, F401\\n"', '""',
+      COMPONENTS_SAVED, "the saved copy of the user's module is never imported: trust_remote_code refuses the head"),
+    m("components-margin-not-recorded", "heads/registry.py",
+      "            found[f.name] = item if isinstance(item, type) else type(item)\n", "            pass\n",
+      COMPONENTS_SAVED, "a margin from the user's module is not recorded in the config, nor saved with the model"),
+    m("components-script-carried", "modeling/export.py", '        if module == "__main__":\n            raise',
+      '        if False:\n            raise', COMPONENTS_SCRIPT,
+      "a component defined in a script (__main__) is saved as if it could travel"),
 ]
 # fmt: on

@@ -1,0 +1,147 @@
+"""A component written outside hf_heads (tests/extension/user_margins.py: a margin registered from the user's own
+module) survives its checkpoint: the config records the module, loading imports it before it reads the head, saving
+copies it next to the model's code, and the model then loads in a fresh process with hf_heads and, with
+`trust_remote_code=True`, where neither hf_heads nor the module can be imported. A component defined in a script
+(`__main__`) cannot travel: saving for the Hub refuses it, and loading it elsewhere says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from conftest import tiny_llama_config
+from export_check import export_job, load_without_hf_heads
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.cli.runs import parse_args
+from hf_heads.losses.scorer import MARGIN_TYPES, Margin, register_margin
+from hf_heads.modeling.export import export_for_hub
+from hf_heads.training import HeadsTrainingArguments
+
+EXTENSION = Path(__file__).parent / "extension"
+HEAD = {"family": "margin", "margin": "user-half-arc", "m": 0.4, "context_norm": "max-norm"}
+
+
+@pytest.fixture
+def user_margins(monkeypatch):
+    """tests/extension on the path and its margin registered for this test only."""
+    monkeypatch.syspath_prepend(str(EXTENSION))
+    import user_margins
+
+    yield user_margins
+    MARGIN_TYPES.pop("user-half-arc", None)
+    sys.modules.pop("user_margins", None)
+
+
+def _trained(tmp_path: Path) -> tuple[HeadsForCausalLM, torch.Tensor, Path]:
+    """A model with the user's margin after one training step, saved; (model, input ids, directory)."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=HEAD))
+    ids = torch.randint(4, 61, (2, 8), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    directory = tmp_path / "saved"
+    model.save_pretrained(directory)
+    return model.eval(), ids, directory
+
+
+LOAD = """
+import sys, torch
+from hf_heads import HeadsForCausalLM
+model = HeadsForCausalLM.from_pretrained(sys.argv[1]).eval()
+ids = torch.load(sys.argv[2])
+with torch.no_grad():
+    torch.save(model(input_ids=ids).logits, sys.argv[3])
+"""
+
+
+def _load_in_fresh_process(directory: Path, ids: torch.Tensor, tmp_path: Path, pythonpath: list[str]):
+    torch.save(ids, tmp_path / "ids.pt")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", LOAD, str(directory), str(tmp_path / "ids.pt"), str(tmp_path / "logits.pt")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_a_margin_from_the_users_module_survives_save_and_load(user_margins, tmp_path):
+    model, ids, directory = _trained(tmp_path)
+    assert model.config.components == {"margin": "user_margins"}
+    assert json.loads((directory / "config.json").read_text())["components"] == {"margin": "user_margins"}
+    copy = (directory / "user_margins.py").read_text()
+    assert "from .hf_heads_losses_scorer import Margin, register_margin" in copy
+    assert "__hf_heads_component_module__ = 'user_margins'" in copy
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    assert model.head.scorer().margin.name == "user-half-arc"
+
+    root = str(Path(__file__).parents[1])
+    proc = _load_in_fresh_process(directory, ids, tmp_path, [root, str(EXTENSION)])  # the module installed
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), expected)
+
+    proc = _load_in_fresh_process(directory, ids, tmp_path, [root])  # hf_heads, but not the user's module
+    assert proc.returncode != 0
+    assert "head.margin: this config's margin comes from module 'user_margins', which does not import" in proc.stderr
+    assert "trust_remote_code=True" in proc.stderr
+
+    # neither hf_heads nor user_margins importable: the copies saved with the model
+    (result,) = load_without_hf_heads([export_job(directory, "AutoModelForCausalLM", {"input_ids": ids})], tmp_path)
+    torch.testing.assert_close(result["output"], expected)
+
+
+def test_a_config_without_components_from_outside_records_none_and_saves_no_extra_module(tmp_path):
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "margin"}))
+    assert model.config.components is None
+    model.save_pretrained(tmp_path)
+    assert not [p.name for p in tmp_path.glob("*.py") if not p.name.startswith("hf_heads_")]
+    with pytest.raises(ValueError, match="components=.*must be a dict"):
+        HeadsConfig(backbone=tiny_llama_config().to_dict(), components=["user_margins"])
+
+
+def test_a_component_defined_in_a_script_is_refused_for_the_hub_and_explained_on_load(tmp_path, caplog):
+    @dataclass(frozen=True)
+    class ScriptMargin(Margin):
+        name: ClassVar[str] = "script-margin"
+
+        def phi(self, theta):
+            return torch.cos(theta)
+
+    ScriptMargin.__module__ = "__main__"  # as defined in the training script itself
+    register_margin(ScriptMargin)
+    try:
+        model = HeadsForCausalLM(
+            HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "margin", "margin": "script-margin"})
+        )
+        assert model.config.components == {"margin": "__main__"}
+        with pytest.raises(ValueError, match=r"head.margin is defined in a script \(__main__\)"):
+            export_for_hub(model, tmp_path / "hub")
+        with caplog.at_level("WARNING"):
+            model.save_pretrained(tmp_path / "saved")
+        assert "without its code" in caplog.text and "__main__" in caplog.text
+    finally:
+        MARGIN_TYPES.pop("script-margin")
+    with pytest.raises(ValueError, match=r"defined in a script \(__main__\) when it was saved: run the code"):
+        HeadsConfig.from_pretrained(tmp_path / "saved")
+
+
+def test_head_modules_flag_imports_the_users_components_before_the_head_flags(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXTENSION))
+    try:
+        argv = ["--output_dir", "o", "--report_to", "none", "--head_modules", "user_margins"]
+        argv += ["--head", "margin", "--margin", "user-half-arc", "--m", "0.2"]
+        args = parse_args((HeadsTrainingArguments,), argv)[0]
+        assert args.head_config()["margin"] == "user-half-arc"
+    finally:
+        MARGIN_TYPES.pop("user-half-arc", None)
+        sys.modules.pop("user_margins", None)
+    with pytest.raises(ValueError, match="--head_modules no_such_module: the module does not import"):
+        HeadsTrainingArguments(output_dir="o", report_to="none", head_modules=["no_such_module"])
