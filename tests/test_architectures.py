@@ -179,6 +179,7 @@ def test_from_base_leaves_the_callers_model_as_it_was():
         assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before), key
 
 
+@pytest.mark.slow
 def test_every_seq2seq_type_round_trips_through_trust_remote_code(tmp_path):
     """from_base -> save_pretrained -> `AutoModelForSeq2SeqLM.from_pretrained(dir, trust_remote_code=True)` where
     hf_heads is not installed (Marian's chain of tied embeddings included): the original's beam-search output."""

@@ -17,13 +17,16 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600)
 
 
+# slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
+# toy sizes), every margin option of bench_margin, bench_continuous, bench_chunk_rows, probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",
     [
-        (
+        pytest.param(
             "bench_sparse.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
             "| hf_heads chunked, sparse k=5 |",
+            marks=pytest.mark.slow,
         ),
         pytest.param(  # every margin option (~50 s): make test-all; the paired run below covers the script
             "bench_margin.py",
@@ -36,7 +39,7 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "2", "--paired", "1"],
             "time vs hf_heads softmax, median (min–max) of 2 pairs |",
         ),
-        (
+        pytest.param(
             "bench_sampled.py",
             [
                 "--tokens",
@@ -53,6 +56,7 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
                 "output layer",
             ],
             "| bce-nce |",
+            marks=pytest.mark.slow,
         ),
         (
             "bench_eval.py",
@@ -65,20 +69,22 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| continuous d=300, syn-margin-projection |",
             marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "bench_chunk_rows.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rows", "5", "64", "--repeats", "1"],
             "| fused softmax, 5 rows per chunk |",
+            marks=pytest.mark.slow,
         ),
         (
             "bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
             "| margin arc m=0.001 f=log-unigram g=max-norm |",
         ),
-        (
+        pytest.param(
             "probe_continuous_copy.py",
             ["--loss", "cosine", "--table", "mean-centred", "--freeze_bias", "--steps", "2"],
             "loss=cosine table=mean-centred freeze_bias=True steps=2: greedy copy accuracy",
+            marks=pytest.mark.slow,
         ),
     ],
 )

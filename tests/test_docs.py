@@ -60,7 +60,9 @@ def run_page(name: str, tmp_path: Path, include_slow: bool) -> dict:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The site built once per module by `mkdocs build --strict` (about 30 s); a warning fails every test using it."""
+    """The site built once per module by `mkdocs build --strict` (about 30 s); a warning fails every test using it.
+    The tests on the built site are slow (`make test-all`); `make docs` builds it the same way and checks its search in
+    a browser."""
     out = tmp_path_factory.mktemp("site") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     mkdocs = Path(sys.executable).with_name("mkdocs")
@@ -71,6 +73,7 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_site_builds_strict(site):
     """`mkdocs build --strict` into a temporary directory: no warning at all."""
     page = (site / "api" / "losses.html").read_text(encoding="utf-8")
@@ -84,6 +87,7 @@ def test_site_builds_strict(site):
 EMPHASISED_SHAPE = re.compile(r"\(</?em>\s*[,)]|,\s*</?em>\)")
 
 
+@pytest.mark.slow
 def test_shapes_keep_their_stars_on_the_api_pages(site):
     pages = sorted((site / "api").glob("*.html"))
     found = [
@@ -114,6 +118,7 @@ def tables_in_code(html_text: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_measured_table_is_rendered_as_code(site):
     """Every table of the site, the results quoted in fenced blocks included (docs/hooks.py), is an HTML table."""
     found = [
@@ -140,6 +145,7 @@ def _docs_module(name: str):
         sys.path.remove(str(DOCS))
 
 
+@pytest.mark.slow
 def test_search_ranks_guides_and_leaves_the_results_out(site):
     """The search index (mkdocs-material) boosts the guides and the options page above the API reference and holds no
     result file (docs/results/ but its README); docs/hooks.py sets each page's `search` front matter."""

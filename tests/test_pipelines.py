@@ -99,6 +99,7 @@ def test_pipelines_in_memory_and_from_the_saved_directory(saved, family):
         assert sorted(scores.values()).count(0.0) == len(LABELS) - FAMILIES["sparse"]["k"]
 
 
+@pytest.mark.slow
 def test_pipelines_from_trust_remote_code_exports(saved, tmp_path):
     jobs, want = [], []
     for family in FAMILIES:
