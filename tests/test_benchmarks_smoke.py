@@ -18,7 +18,8 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 # slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
-# toy sizes), every margin option of bench_margin, bench_continuous, bench_chunk_rows, probe_continuous_copy
+# toy sizes), every margin option of bench_margin, bench_eval, bench_continuous, bench_chunk_rows, bench_demo_step,
+# probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",
     [
@@ -58,10 +59,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| bce-nce |",
             marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "bench_eval.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
             "| hf_heads HeadsTrainer.evaluate |",
+            marks=pytest.mark.slow,
         ),
         pytest.param(
             "bench_continuous.py",
@@ -75,10 +77,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| fused softmax, 5 rows per chunk |",
             marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
             "| margin arc m=0.001 f=log-unigram g=max-norm |",
+            marks=pytest.mark.slow,
         ),
         pytest.param(
             "probe_continuous_copy.py",
