@@ -101,6 +101,11 @@ MUTANTS: list[Mutant] = [
       "the compiled kernel's float32 gradient is cast to the products' dtype by a pass of its own"),
     m("compiled-bias-dropped", "losses/kernels.py", "    if b is not None:\n        z = z + b\n", "",
       selection(*contract("compiled-plain")), "the compiled kernel's logits lose the bias"),
+    m("with-scale-drops-criterion", "losses/chunks.py",
+      "return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion)",
+      "return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale)",
+      selection(*contract("eager-bce-target-softcap-column-scale")),
+      "options given another column scale fall back to the softmax criterion (a bce head trains softmax)"),
     # ---------------------------------------------------------------- the Triton row program
     m("triton-bias-flag-off", "losses/triton_kernel.py", "flags.update(HAS_B=b is not None, HAS_S=s is not None)",
       "flags.update(HAS_B=False, HAS_S=s is not None)", selection(*contract("triton-plain")),
