@@ -86,6 +86,11 @@ def head_options_markdown() -> str:
                 f"| `{f.name}` | `{_type_name(hints[f.name])}` | `{default!r}` | {flag} | "
                 f"{_cell(f.metadata.get('help', ''))} |\n"
             )
+        inherited_flat = {k for b in cls.__mro__[1:] for k in getattr(b, "flat_options", {})}
+        for option, (kind, help_text) in cls.flat_options.items():
+            if option not in inherited_flat:  # the older flat form, still read (and written in the nested one)
+                out.append(f"| `{option}` (older form) | `{kind.__name__}` | | `--{option_flag(option)}` | "
+                           f"{_cell(help_text)} |\n")  # fmt: skip
         out.append("\n")
     return "".join(out)
 

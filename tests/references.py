@@ -42,8 +42,10 @@ def reference_margin_logits(
             elif word_norm == "unigram":
                 u = (wn[amax] - wn[amin]) / c.max()  # eq. 12
                 f = wn[amin] + u * c
-            else:
+            elif word_norm == "log-unigram":
                 f = torch.log(c.clamp_min(1))
+            else:
+                raise ValueError(f"the paper's references here know its word norms, not word_norm={word_norm!r}")
     g = g * gain
     logits = g[:, None] * f[None, :] * cos
     if y is not None and margin != "none":
@@ -54,9 +56,11 @@ def reference_margin_logits(
             phi = cy - m
         elif margin == "arc":
             phi = torch.where(theta + m <= math.pi, torch.cos(theta + m), -2 - torch.cos(theta + m))
-        else:
+        elif margin == "lsm":
             k = torch.clamp(torch.floor(theta * m / math.pi), max=m - 1)
             phi = (-1) ** k * torch.cos(m * theta) - 2 * k
+        else:  # a registered margin's reference is its own phi (tests/test_components_contract.py)
+            raise ValueError(f"the paper's references here know cos, arc and lsm, not margin={margin!r}")
         logits = logits.index_put((rows, y), g * f[y] * phi)
     if b is not None:
         logits = logits + b

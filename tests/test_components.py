@@ -72,12 +72,13 @@ def _load_in_fresh_process(directory: Path, ids: torch.Tensor, tmp_path: Path, p
     )  # fmt: skip
 
 
+@pytest.mark.slow  # tests/test_toy_components.py takes three components the same way, from run_clm.py's flags
 def test_a_margin_from_the_users_module_survives_save_and_load(user_margins, tmp_path):
     model, ids, directory = _trained(tmp_path)
     assert model.config.components == {"margin": "user_margins"}
     assert json.loads((directory / "config.json").read_text())["components"] == {"margin": "user_margins"}
     copy = (directory / "user_margins.py").read_text()
-    assert "from .hf_heads_losses_scorer import Margin, register_margin" in copy
+    assert "from .hf_heads_losses_scorer import OneParameterMargin, register_margin" in copy
     assert "__hf_heads_component_module__ = 'user_margins'" in copy
     with torch.no_grad():
         expected = model(input_ids=ids).logits
@@ -141,9 +142,24 @@ def test_head_modules_flag_imports_the_users_components_before_the_head_flags(mo
         argv = ["--output_dir", "o", "--report_to", "none", "--head_modules", "user_margins"]
         argv += ["--head", "margin", "--margin", "user-half-arc", "--m", "0.2"]
         args = parse_args((HeadsTrainingArguments,), argv)[0]
-        assert args.head_config()["margin"] == "user-half-arc"
+        assert args.head_config()["margin"] == {"type": "user-half-arc", "m": 0.2}
     finally:
         MARGIN_TYPES.pop("user-half-arc", None)
         sys.modules.pop("user_margins", None)
     with pytest.raises(ValueError, match="--head_modules no_such_module: the module does not import"):
         HeadsTrainingArguments(output_dir="o", report_to="none", head_modules=["no_such_module"])
+
+
+def test_a_saved_directory_carries_the_code_of_its_task_and_family_only(tmp_path):
+    """Every saved model carried every task's and family's modules (33 files); now the closure of its own class and
+    head family: a softmax causal LM needs no seq2seq, classification, margin, sampled, sparse or continuous code."""
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    model.save_pretrained(tmp_path)
+    files = {p.name for p in tmp_path.glob("hf_heads_*.py")}
+    assert "hf_heads_modeling_causal_lm.py" in files and "hf_heads_heads_softmax.py" in files
+    for other in ("modeling_seq2seq", "modeling_classification", "heads_margin", "heads_sampled", "heads_sparse",
+                  "heads_continuous", "losses_continuous", "losses_sampled", "losses_sparse"):  # fmt: skip
+        assert f"hf_heads_{other}.py" not in files, other
+    assert len(files) <= 21
+    heads = (tmp_path / "hf_heads_heads.py").read_text()
+    assert "hf_heads_heads_softmax import" in heads and "hf_heads_heads_margin import" not in heads

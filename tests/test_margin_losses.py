@@ -392,7 +392,7 @@ def test_spec_gives_the_same_numbers_as_the_keyword_arguments():
     [
         (dict(margin="lsm", m=1.5), "m", "m=1.5 must be an integer"),
         (dict(margin="cos", m=-1), "m", "m=-1 must be >= 0"),
-        (dict(margin="x"), "margin", "margin='x' is not allowed; allowed: 'none', 'cos', 'arc', 'lsm'"),
+        (dict(margin="x"), "margin", "margin='x' is not allowed; allowed: 'none', 'cos', 'arc'"),
         (dict(scale=8.0, word_norm="uniform"), "word_norm", "word_norm and context_norm must be 'no-mod'"),
         (dict(scale=8.0, context_norm="max-norm"), "context_norm", "word_norm and context_norm must be 'no-mod'"),
         (dict(gain=0.0), "gain", "gain=0.0 must be > 0"),
@@ -415,7 +415,7 @@ def test_spec_and_keyword_arguments_do_not_mix():
         margin_logits(h, W, b, y, spec=spec, scale=4.0)
     with pytest.raises(OptionError, match="word_norm='log-rank' needs word_counts"):
         margin_cross_entropy(h, W, b, y, spec=MarginSpec(word_norm="log-rank"))
-    assert MarginSpec(word_norm="log-rank").word_norm == "log-rank"  # counts are data, checked at the call
+    assert MarginSpec(word_norm="log-rank").word_norm.name == "log-rank"  # counts are data, checked at the call
 
 
 # ----------------------------------------------------------------------------- option errors

@@ -31,6 +31,7 @@ from hf_heads import (
     HeadsTrainer,
     HeadsTrainingArguments,
 )
+from hf_heads.heads import head_dict
 from hf_heads.heads.defaults import run_head
 from hf_heads.training import prepare_head
 
@@ -78,7 +79,8 @@ def _args(tmp_path, argv, cls=HeadsTrainingArguments, extra=()):
 def test_head_flags_come_from_the_training_arguments_alone(base, tmp_path):
     path, _, _ = base
     model_args, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN])
-    assert {k: run_head()[k] for k in MARGIN_HEAD} == MARGIN_HEAD
+    assert run_head() == head_dict(MARGIN_HEAD)  # the flat form given, the nested one kept
+    assert run_head()["margin"] == {"type": "arc", "m": 0.001}
     config = AutoConfig.from_pretrained(model_args.model_name_or_path)
     model = HeadsForCausalLM.from_pretrained(
         model_args.model_name_or_path, config=config, revision="main", token=None, trust_remote_code=False, dtype=None
@@ -158,7 +160,7 @@ def test_classification_script_flow_takes_num_labels_from_config(tmp_path):
     model_args, _, training_args = _args(tmp_path, argv)
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, num_labels=3, finetuning_task="demo")
     model = HeadsForSequenceClassification.from_pretrained(model_args.model_name_or_path, config=config)
-    assert model.config.num_labels == 3 and model.config.head["margin"] == "cos"
+    assert model.config.num_labels == 3 and model.config.head["margin"]["type"] == "cos"
     model.config.label2id = {"a": 0, "b": 1, "c": 2}  # what run_glue does with the labels it finds
     model.config.id2label = {0: "a", 1: "b", 2: "c"}
     g = torch.Generator().manual_seed(4)

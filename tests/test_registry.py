@@ -96,7 +96,7 @@ def test_options_coerce_what_json_and_the_command_line_change():
             ["--output_dir", "x", "--head", family, "--margin", "lsm", "--m", "2"]
         )
         head = args.head_config()
-        assert head["m"] == 2 and isinstance(head["m"], int)
+        assert head["margin"] == {"type": "lsm", "m": 2} and isinstance(head["margin"]["m"], int)
     head = make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.0, "noise": "uniform"})
     assert head.options.num_samples == 4 and isinstance(head.options.num_samples, int)
     with pytest.raises(ValueError, match=r"head.num_samples=4.5 must be an integer"):

@@ -78,11 +78,11 @@ def test_run_clm_margin_end_to_end(text_files, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"model, card and plots written to {out}" in proc.stdout
     summary = json.loads((out / "run_summary.json").read_text())
-    assert summary["head"]["margin"] == "arc" and summary["head"]["word_norm"] == "log-unigram"
+    assert summary["head"]["margin"] == {"type": "arc", "m": 0.001} and summary["head"]["word_norm"] == "log-unigram"
     assert 1.0 < summary["eval_perplexity"] < 1e6 and summary["train_tokens_per_second"] > 0
     card = (out / "README.md").read_text()
     assert "model-index" in card and "eval_perplexity" in card and "trust_remote_code=True" in card
-    assert '"margin": "arc"' in card and "![loss_curves](loss_curves.png)" in card
+    assert '"type": "arc"' in card and "![loss_curves](loss_curves.png)" in card
     assert (out / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "word_vectors.png").read_bytes()[:4] == b"\x89PNG" and "![word_vectors](word_vectors.png)" in card
 
@@ -142,13 +142,15 @@ def test_help_exits_0(script_error):
     assert code == 0
 
 
-def test_output_dir_holding_a_run_is_refused(text_files, tmp_path):
+def test_output_dir_holding_a_run_is_refused(text_files, tmp_path, script_error):
     train, _ = text_files
     out = tmp_path / "o"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"previous run")
-    proc = run_clm("--train_file", str(train), "--output_dir", str(out), "--do_train", "--max_steps", "1")
-    assert proc.returncode == 2 and "--overwrite_output_dir" in proc.stderr
+    code, stderr = script_error(
+        "run_clm.py", "--train_file", train, "--output_dir", out, "--do_train", "--max_steps", 1
+    )
+    assert code == 2 and "--overwrite_output_dir" in stderr
     assert (out / "model.safetensors").read_bytes() == b"previous run"  # nothing overwritten
 
 

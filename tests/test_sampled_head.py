@@ -104,7 +104,8 @@ def test_missing_counts_is_a_clear_error():
             "--method='is' is not allowed: criterion='mse' has only",
         ),
         (dict(head="margin", criterion="bce"), "--criterion is not an option of head family 'margin'"),
-        (dict(head="sampled", noise_smoothing=0.0), "--noise_smoothing=0.0 must be > 0"),
+        (dict(head="sampled", noise="unigram", noise_smoothing=0.0), "--noise_smoothing=0.0 must be > 0"),
+        (dict(head="sampled", noise_smoothing=0.5), "--noise_smoothing=0.5 is a parameter of the unigram noise only"),
     ],
 )
 def test_head_flags_errors_name_the_flag(flags, message, tmp_path):

@@ -314,9 +314,9 @@ def test_sampled_options_raise_option_errors_naming_the_field(args, field, value
 
 
 def test_each_method_is_one_object_of_the_table():
-    assert METHODS == ("full", "mcs", "is", "cps", "nce") == tuple(SAMPLING_METHODS)
+    assert METHODS == ("full", "mcs", "is", "cps", "nce") == tuple(SAMPLING_METHODS)[:5]  # then any registered
     for name, method in SAMPLING_METHODS.items():
-        assert isinstance(method, SamplingMethod) and method.name == name
+        assert issubclass(method, SamplingMethod) and method.name == name
     assert [m.draws_samples for m in SAMPLING_METHODS.values()] == [False, True, True, True, True]
     s = torch.randn(2, 13, dtype=torch.float64)
     # corrections that do not use D (eqs. 2, 4, 6, 12, 14, 20) need no noise distribution
@@ -381,7 +381,11 @@ def test_module_wrapper_and_half_precision():
 KL_BOUND = {("ce", "full"): 0.005, ("bce", "full"): 0.005, ("mse", "full"): 0.02}
 
 
-@pytest.mark.parametrize("criterion, method", ALL)
+# CE-CPS trains exactly as CE-MCS (a constant apart: hf_heads.losses.sampled.CPS), so its run is in `make test-all`
+POSTERIOR_CASES = [pytest.param(*case, marks=pytest.mark.slow) if case == ("ce", "cps") else case for case in ALL]
+
+
+@pytest.mark.parametrize("criterion, method", POSTERIOR_CASES)
 def test_correction_recovers_the_true_posterior(criterion, method):
     torch.manual_seed(0)
     contexts, vocab, k = 4, 50, 10

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
+from hf_heads.components import component_config
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
-from hf_heads.losses.scorer import CONTEXT_NORMS, MARGIN_TYPES, MARGINS, WORD_NORMS, Scorer
+from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
 from hf_heads.validation import OptionError, check_number
 
 
@@ -28,20 +30,31 @@ from hf_heads.validation import OptionError, check_number
 class MarginHeadOptions(SoftmaxHeadOptions):
     """Large-margin softmax (margin paper, eqs. 5-14)."""
 
-    margin: str = field(
+    margin: str | dict = field(
         default="none",
         metadata={
-            "help": f"Target-class margin φ: {', '.join(MARGINS)} (or a type added with register_margin).",
-            COMPONENT: MARGIN_TYPES,
+            "help": f"Target-class margin φ: {', '.join(MARGINS)} or a type registered in your own module; its "
+            "parameters as margin:m=0.2 (or --m 0.2 for a one-parameter margin; a config takes "
+            '{"type": "arc", "m": 0.2}).',
+            COMPONENT: "margin",
         },
     )
-    m: float = field(default=0.0, metadata={"help": "Margin m (an integer >= 1 for lsm, >= 0 otherwise)."})
     scale: float | None = field(
         default=None, metadata={"help": "Face-recognition setting: normalise both vectors, ‖W‖=1, ‖h‖=scale."}
     )
-    word_norm: str = field(default="no-mod", metadata={"help": f"Word-vector norm f(y): {', '.join(WORD_NORMS)}."})
-    context_norm: str = field(
-        default="no-mod", metadata={"help": f"Context-vector norm g(i): {', '.join(CONTEXT_NORMS)}."}
+    word_norm: str | dict = field(
+        default="no-mod",
+        metadata={
+            "help": f"Word-vector norm f(y): {', '.join(WORD_NORMS)}, or a registered one.",
+            COMPONENT: "word_norm",
+        },
+    )
+    context_norm: str | dict = field(
+        default="no-mod",
+        metadata={
+            "help": f"Context-vector norm g(i): {', '.join(CONTEXT_NORMS)}, or a registered one.",
+            COMPONENT: "context_norm",
+        },
     )
     context_norm_momentum: float = field(
         default=0.01,
@@ -55,11 +68,23 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         },
     )
 
-    def __post_init__(self) -> None:
-        margin = MARGIN_TYPES.get(self.margin)
-        if margin is not None and margin.integer_m and isinstance(self.m, float) and self.m.is_integer():
-            self.m = int(self.m)  # e.g. L-Softmax's m is an integer; JSON and the command line may give 2.0
-        super().__post_init__()
+    # the flat form of older configs and flags: `m` beside a one-parameter margin's name (migrated on reading)
+    flat_options: ClassVar[dict] = {"m": (float, "Margin m of a one-parameter margin (same as --margin arc:m=0.2).")}
+
+    @classmethod
+    def migrate(cls, head: dict) -> dict:
+        """A head section of the older flat form with `margin` a name and `m` beside it, as the nested form
+        (`{"margin": {"type": "arc", "m": 0.2}}`); a section without `m` is returned as it is."""
+        if "m" not in head:
+            return head
+        head = dict(head)
+        m = head.pop("m")
+        try:
+            margin = make_margin(head.get("margin", "none"), m)
+        except OptionError as err:
+            raise err.renamed("m" if err.field == "m" else err.name) from None
+        head["margin"] = component_config(margin)
+        return head
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
@@ -80,14 +105,20 @@ class MarginHeadOptions(SoftmaxHeadOptions):
     @property
     def norm_scaled(self) -> bool:
         """Whether f or g replaces the vectors' own norms (eq. 9-10; not in the face-recognition setting)."""
-        return self.scale is None and (self.word_norm != "no-mod" or self.context_norm != "no-mod")
+        scorer = self.scorer()
+        return self.scale is None and not (scorer.word_norm.identity and scorer.context_norm.identity)
 
     @property
     def needs_counts(self) -> bool:
-        return self.scale is None and self.word_norm != "no-mod"
+        return self.scorer().needs_counts
 
     def counts_reason(self) -> str:
-        return f"word_norm={self.word_norm!r}" if self.scale is None and self.word_norm != "no-mod" else ""
+        return f"word_norm={self.word_norm!r}" if self.scorer().needs_counts else ""
+
+    @property
+    def batch_context_norm(self) -> bool:
+        """Whether g is a batch statistic (max-norm), replaced by a running value outside training."""
+        return self.scorer().context_norm.batch_dependent
 
     def scorer(self, with_margin: bool = True) -> Scorer:
         """Eq. 13's scorer of these options with the checkpoint's output transform (hf_heads.losses.scorer), with
@@ -97,7 +128,7 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         if scorers is None:
             train = Scorer.from_options(
                 self.margin,
-                self.m,
+                None,
                 self.scale,
                 self.word_norm,
                 self.context_norm,
@@ -109,8 +140,12 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         return scorers[0] if with_margin else scorers[1]
 
     def describe(self) -> str:
-        parts = [self.margin] + ([f"m={self.m}"] if self.scorer().margin.changes_target else [])
-        parts += [f"s={self.scale}"] if self.scale else [f"f={self.word_norm}", f"g={self.context_norm}"]
+        scorer = self.scorer()
+        parts = [scorer.margin.describe() if scorer.margin.changes_target else scorer.margin.name]
+        if self.scale:
+            parts.append(f"s={self.scale}")
+        else:
+            parts += [f"f={scorer.word_norm.describe()}", f"g={scorer.context_norm.describe()}"]
         return "margin " + " ".join(parts)
 
 
@@ -125,7 +160,7 @@ class MarginHead(DiscreteHead):
     def check_scorable(self) -> None:
         """A max-norm head scores texts with its running max ‖h‖; before one exists a score would depend on the rest
         of its batch."""
-        if self.options.context_norm == "max-norm" and self.running_context_norm() is None:
+        if self.options.batch_context_norm and self.running_context_norm() is None:
             raise ValueError(
                 "head.context_norm='max-norm' has no running max ‖h‖ yet (it is set by training or by from_base's "
                 "calibration): without it a score would depend on the rest of its batch"
@@ -133,20 +168,20 @@ class MarginHead(DiscreteHead):
 
     def running_context_norm(self) -> torch.Tensor | None:
         """The running max ‖h‖ used by max-norm outside training (None before the first training step)."""
-        if self.options.context_norm == "max-norm" and float(self.context_norm_running) >= 0:
+        if self.options.batch_context_norm and float(self.context_norm_running) >= 0:
             return self.context_norm_running
         return None
 
     @torch.no_grad()
     def _observe(self, hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int) -> None:
         """Update the running max-norm with a training batch."""
-        if self.options.context_norm != "max-norm":
+        if not self.options.batch_context_norm:
             return
         # on the device, no host read: a batch without a counted row leaves the running value as it is
         valid = labels.reshape(-1) != ignore_index  # (N,)
-        norms = hidden.reshape(-1, hidden.shape[-1]).float().norm(dim=1).masked_fill(~valid, 0.0)  # (N,)
+        hidden = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
         running = self.context_norm_running
-        batch_max = (norms.max() if norms.numel() else norms.new_zeros(())).to(running.dtype)
+        batch_max = self.scorer().context_norm.batch_value(hidden, valid).to(running.dtype)
         updated = torch.where(running < 0, batch_max, running.lerp(batch_max, self.options.context_norm_momentum))
         running.copy_(torch.where(valid.any(), updated, running))
 
@@ -210,7 +245,7 @@ class MarginHead(DiscreteHead):
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         o = self.options
-        return f"margin softmax cross-entropy, {o.margin} m={o.m}", f"NLL of the {target}, no margin"
+        return f"margin softmax cross-entropy, {o.scorer().margin.describe()}", f"NLL of the {target}, no margin"
 
     # ------------------------------------------------------------------ warm start
 
@@ -218,7 +253,7 @@ class MarginHead(DiscreteHead):
     def needs_calibration(self) -> bool:
         """Whether copying a checkpoint's output layer leaves this head's distribution different from the
         checkpoint's, so that `calibrate_to` has something to do (norm scalings, max-norm)."""
-        return self.options.norm_scaled or self.options.context_norm == "max-norm"
+        return self.options.norm_scaled or self.options.batch_context_norm
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
@@ -235,8 +270,8 @@ class MarginHead(DiscreteHead):
         h = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
         target = base_log_probs.reshape(-1, base_log_probs.shape[-1]).float()  # (N, V)
         report: dict[str, float] = {}
-        if o.context_norm == "max-norm":
-            self.context_norm_running.fill_(float(h.norm(dim=1).max()))
+        if o.batch_context_norm:
+            self.context_norm_running.fill_(float(self.scorer().context_norm.batch_value(h, None)))
             report["context_norm_running"] = float(self.context_norm_running)
         report.update(self.calibrate_bias(h))
         if o.norm_scaled:

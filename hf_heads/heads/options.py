@@ -16,7 +16,12 @@ import typing
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+from hf_heads.components import component_config, make_component
 from hf_heads.validation import OptionError, check_number
+
+# metadata key of an options field whose value names a registered component: its kind (hf_heads.components, e.g.
+# "margin") or its registry (a dict name -> object, e.g. the chunk kernels)
+COMPONENT = "registry"
 
 # Options that `from_base` sets from the checkpoint (its output transform, the calibrated gain) rather than the user:
 # not command-line flags, and not compared when a run is resumed or reopened with the head the user asked for.
@@ -57,11 +62,31 @@ class HeadOptions:
 
     family: ClassVar[str] = ""  # set by `register_family`
     needs_counts: ClassVar[bool] = False  # whether training word counts are required (see `counts_reason`)
+    # older option names `migrate` still reads (flags too): {name: (type, help)}
+    flat_options: ClassVar[dict[str, tuple[type, str]]] = {}
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            setattr(self, f.name, coerce(type(self), f.name, getattr(self, f.name)))
+            kind = f.metadata.get(COMPONENT)
+            value = getattr(self, f.name)
+            if isinstance(kind, str):  # a component: its config value, its name or {"type": ..., **parameters}
+                value = component_config(make_component(kind, value, field=f.name))
+            else:
+                value = coerce(type(self), f.name, value)
+            setattr(self, f.name, value)
         self.check()
+
+    @classmethod
+    def migrate(cls, head: dict) -> dict:
+        """A head section (without `family`) of an older form, as this version writes it (default: as it is).
+        `hf_heads.heads.registry.head_options` applies it before it reads the section, so older configs and flags
+        keep working; the family's `flat_options` are the older keys it accepts."""
+        return head
+
+    def component(self, option: str):
+        """The component object an option names (e.g. `component("word_norm")`)."""
+        kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)
+        return make_component(kind, getattr(self, option), field=option)
 
     def check(self) -> None:
         """Raise `OptionError` for an invalid value or combination (subclasses call `super().check()` first)."""

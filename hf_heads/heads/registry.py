@@ -12,6 +12,8 @@ import importlib
 import sys
 from dataclasses import asdict, dataclass, fields
 
+from hf_heads.components import make_component
+from hf_heads.heads.options import COMPONENT
 from hf_heads.validation import OptionError, check_choice
 
 
@@ -24,9 +26,6 @@ class HeadFamily:
 
 FAMILIES: dict[str, HeadFamily] = {}
 DEFAULT_FAMILY = "softmax"  # the head of a config without a head section
-# metadata key of an options field whose value is the name of a registered component: the registry (name -> class, or
-# name -> instance), e.g. `margin` (MARGIN_TYPES) and `chunk_kernel` (CHUNK_KERNELS)
-COMPONENT = "registry"
 # set in a component's module where a saved directory carries a copy of it: the module's name where it was written
 COPIED_FROM = "__hf_heads_component_module__"
 _FLAT = not __name__.startswith("hf_heads.")  # this module is the flat copy saved with a model (trust_remote_code)
@@ -72,6 +71,10 @@ def head_options(head: dict | None):
         cls = family(name).options
     except OptionError as err:
         raise err.renamed("head.family") from None
+    try:
+        head = cls.migrate(head)
+    except OptionError as err:
+        raise err.renamed(f"head.{err.name}") from None
     allowed = [f.name for f in fields(cls)]
     for key in head:
         if key not in allowed:
@@ -80,7 +83,7 @@ def head_options(head: dict | None):
     try:
         return cls(**head)
     except OptionError as err:
-        raise err.renamed(f"head.{err.field}") from None
+        raise err.renamed(f"head.{err.name}") from None
 
 
 def head_dict(head: dict | None) -> dict:
@@ -115,7 +118,9 @@ def component_modules(head: dict | None) -> dict[str, str]:
     found: dict[str, type] = {"family": FAMILIES[options.family].head}
     for f in fields(options):
         registry, value = f.metadata.get(COMPONENT), getattr(options, f.name)
-        if registry is not None and value is not None:
+        if isinstance(registry, str):
+            found[f.name] = type(make_component(registry, value))
+        elif registry is not None and value is not None:
             item = registry[value]
             found[f.name] = item if isinstance(item, type) else type(item)
     modules = {option: _defining_module(cls) for option, cls in found.items()}

@@ -12,22 +12,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
+from hf_heads.components import component_config
 from hf_heads.heads.margin import MarginHead, MarginHeadOptions
-from hf_heads.heads.registry import register_family
-from hf_heads.losses.noise import NOISES, noise_distribution
+from hf_heads.heads.registry import COMPONENT, register_family
+from hf_heads.losses.noise import NOISES, UnigramNoise, make_noise, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
     METHODS,
+    SamplingMethod,
     corrected_log_probs,
     corrected_nll,
+    make_sampling_method,
     sampled_loss,
     self_normalization,
     validate_sampled_options,
 )
-from hf_heads.validation import OptionError, check_choice, check_number
+from hf_heads.validation import OptionError
 
 _DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-normalisation diagnostic
 
@@ -38,18 +42,25 @@ class SampledHeadOptions(MarginHeadOptions):
     options of the margin family compose with them (margin on the target logit)."""
 
     criterion: str = field(default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}."})
-    method: str = field(
-        default="full", metadata={"help": f"Sampling method: {', '.join(METHODS)} (full = no sampling)."}
+    method: str | dict = field(
+        default="full",
+        metadata={
+            "help": f"Sampling method: {', '.join(METHODS)} (full = no sampling), or a registered one.",
+            COMPONENT: "sampling_method",
+        },
     )
     num_samples: int | None = field(
         default=None, metadata={"help": "K noise samples per batch, shared by all positions (1 <= K < V)."}
     )
-    noise: str = field(
+    noise: str | dict = field(
         default="log-uniform",
-        metadata={"help": f"Noise distribution D: {', '.join(NOISES)} (ranks / counts from the training set)."},
+        metadata={
+            "help": f"Noise distribution D: {', '.join(NOISES)} (ranks / counts from the training set), or a "
+            "registered one; the unigram noise's parameters as unigram:smoothing=0.75,add=1 "
+            "(D(c) ∝ (count + add)^smoothing).",
+            COMPONENT: "noise",
+        },
     )
-    noise_smoothing: float = field(default=0.75, metadata={"help": "Unigram noise: D(c) ∝ (count + add)^smoothing."})
-    noise_add: float = field(default=0.0, metadata={"help": "Unigram noise: count added to every class."})
     remove_accidental_hits: bool = field(
         default=False, metadata={"help": "Drop samples equal to the target (default: keep, as in the paper)."}
     )
@@ -60,16 +71,51 @@ class SampledHeadOptions(MarginHeadOptions):
 
     def check(self) -> None:
         super().check()
-        if self.method == "full" and self.num_samples is not None:
+        if not self.sampler.draws_samples and self.num_samples is not None:
             raise OptionError(
                 "num_samples",
                 self.num_samples,
                 "is only used by a sampling method, not method='full'; drop it or choose method mcs / is / cps / nce",
             )
         validate_sampled_options(self.criterion, self.method, self.num_samples, None)
-        check_choice("noise", self.noise, NOISES)
-        check_number("noise_smoothing", self.noise_smoothing, exclusive_minimum=0)
-        check_number("noise_add", self.noise_add, minimum=0)
+
+    # the older flat form: the unigram noise's parameters beside its name (migrated on reading)
+    flat_options: ClassVar[dict] = {
+        **MarginHeadOptions.flat_options,
+        "noise_smoothing": (
+            float,
+            "Unigram noise: D(c) ∝ (count + add)^smoothing (same as --noise unigram:smoothing=…).",
+        ),
+        "noise_add": (float, "Unigram noise: count added to every class (same as --noise unigram:add=…)."),
+    }
+    _FLAT_NOISE_DEFAULTS: ClassVar[dict] = {"noise_smoothing": 0.75, "noise_add": 0.0}  # what older configs stored
+
+    @classmethod
+    def migrate(cls, head: dict) -> dict:
+        """Also `noise_smoothing` / `noise_add` beside the noise's name, as the unigram noise's parameters
+        (`{"noise": {"type": "unigram", "smoothing": 0.75, "add": 0.0}}`). Beside another noise they never had an
+        effect: dropped at their old defaults (every older config stored them), refused otherwise."""
+        head = super().migrate(head)
+        flat = {key: head[key] for key in ("noise_smoothing", "noise_add") if key in head}
+        if not flat:
+            return head
+        head = {key: value for key, value in head.items() if key not in flat}
+        noise = make_noise(head.get("noise", "log-uniform"))
+        if isinstance(noise, UnigramNoise):
+            given = {key.removeprefix("noise_"): value for key, value in flat.items()}
+            inner = head.get("noise") if isinstance(head.get("noise"), dict) else {}
+            for key, value in given.items():
+                if key in inner and inner[key] != value:
+                    raise OptionError(f"noise_{key}", value, f"is given twice, as noise_{key} and noise.{key}")
+            try:
+                head["noise"] = component_config(make_noise({**noise.parameters(), **given, "type": noise.name}))
+            except OptionError as err:  # named as it was given: noise_smoothing, noise_add
+                raise OptionError(f"noise_{err.field}", err.value, err.allowed) from None
+            return head
+        for key, value in flat.items():
+            if value != cls._FLAT_NOISE_DEFAULTS[key]:
+                raise OptionError(key, value, f"is a parameter of the unigram noise only, not of noise={noise.name!r}")
+        return head
 
     def initial_bias(self, num_classes: int) -> float:
         """−log V for the BCE and MSE criteria, 0 otherwise. Their outputs q = σ(s) (or q = exp(s) for NCE) are not
@@ -79,13 +125,18 @@ class SampledHeadOptions(MarginHeadOptions):
         return -math.log(num_classes) if self.criterion in ("bce", "mse") else 0.0
 
     @property
+    def sampler(self) -> SamplingMethod:
+        """The sampling method object (hf_heads.losses.sampled)."""
+        return make_sampling_method(self.method)
+
+    @property
     def samples(self) -> bool:
         """Whether the criterion draws noise samples (every method but `full`)."""
-        return self.method != "full"
+        return self.sampler.draws_samples
 
     @property
     def needs_counts(self) -> bool:
-        return super().needs_counts or (self.samples and self.noise != "uniform")
+        return super().needs_counts or (self.samples and make_noise(self.noise).needs_counts)
 
     def counts_reason(self) -> str:
         return super().counts_reason() or f"noise={self.noise!r}"
@@ -95,8 +146,8 @@ class SampledHeadOptions(MarginHeadOptions):
         return dict(criterion=self.criterion, method=self.method, num_samples=self.num_samples)
 
     def describe(self) -> str:
-        name = f"sampled {self.criterion}-{self.method}"
-        return name + (f" K={self.num_samples} {self.noise}" if self.samples else "")
+        name = f"sampled {self.criterion}-{self.sampler.describe().replace(' ', ',')}"
+        return name + (f" K={self.num_samples} {make_noise(self.noise).describe()}" if self.samples else "")
 
 
 class SampledHead(MarginHead):
@@ -116,7 +167,7 @@ class SampledHead(MarginHead):
     def training_loss_is_nll(self) -> bool:
         """CE full, CE-MCS and CE-NCE are −log of a softmax over the vocabulary or the candidates (eqs. 5, 9, 21);
         CE-IS and CE-CPS weight the denominator (1 / (K·D), α = C/K: eqs. 13, 17), BCE and MSE are not softmaxes."""
-        return self.options.criterion == "ce" and self.options.method in ("full", "mcs", "nce")
+        return self.options.criterion == "ce" and self.options.sampler.ce_is_softmax
 
     def __init__(self, hidden_size: int, num_classes: int, options: SampledHeadOptions) -> None:
         if options.samples and options.num_samples >= num_classes:
@@ -136,10 +187,9 @@ class SampledHead(MarginHead):
         cached = getattr(self, "_noise_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        counts = None if o.noise == "uniform" else self.counts()
-        probs = noise_distribution(
-            o.noise, self.num_classes, counts=counts, smoothing=o.noise_smoothing, add=o.noise_add
-        ).to(self.weight.device)
+        noise = make_noise(o.noise)
+        counts = self.counts() if noise.needs_counts else None
+        probs = noise_distribution(noise, self.num_classes, counts=counts).to(self.weight.device)
         self._noise_cache = (key, probs)
         return probs
 
@@ -181,7 +231,8 @@ class SampledHead(MarginHead):
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         o = self.options
-        train = f"sampled criterion {o.criterion}-{o.method}" + (f", K={o.num_samples}" if o.samples else "")
+        method = o.sampler.describe()
+        train = f"sampled criterion {o.criterion}-{method}" + (f", K={o.num_samples}" if o.samples else "")
         return train, f"NLL of the {target}, corrected posterior, no margin"
 
     @property
@@ -198,11 +249,11 @@ class SampledHead(MarginHead):
         the shift / s (scores are s·(W h + b)); with a soft-cap the shift is the same, exact only where the cap is
         linear (scores well below it): the cap then bounds what any bias can reach."""
         o = self.options
-        if self.bias is None or (o.criterion == "ce" and o.method == "nce"):
+        if self.bias is None or (o.criterion == "ce" and not o.sampler.ce_optimum_is_posterior):
             return {}
         log_z = torch.logsumexp(self.scores(hidden), dim=1).mean()  # scalar
         offset = torch.zeros_like(self.bias, dtype=torch.float32)  # (V,) per-class offset of the correction
-        if not (o.method == "full" and o.criterion in ("bce", "mse")):
+        if o.samples or o.criterion == "ce":
             zeros = torch.zeros(1, self.num_classes, device=self.bias.device)
             offset = self.posterior(zeros, normalize=False)[0]
         self.bias.sub_(((log_z + offset) / o.logit_multiplier).to(self.bias.dtype))

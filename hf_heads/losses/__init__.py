@@ -37,7 +37,7 @@ from hf_heads.losses.continuous import (
 )
 from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
 from hf_heads.losses.margin import MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
-from hf_heads.losses.noise import NOISES, draw_samples, frequency_ranks, noise_distribution
+from hf_heads.losses.noise import NOISES, Noise, draw_samples, frequency_ranks, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
     METHODS,
@@ -56,12 +56,15 @@ from hf_heads.losses.scorer import (
     MARGINS,
     WORD_NORMS,
     ArcFace,
+    ContextNorm,
     CosFace,
     LSoftmax,
     Margin,
     MarginSpec,
     NoMargin,
+    OneParameterMargin,
     Scorer,
+    WordNorm,
     arc_phi,
     context_norm_values,
     lsm_psi,
@@ -108,6 +111,7 @@ __all__ = [
     "CRITERIA",
     "METHODS",
     "NOISES",
+    "Noise",
     "SAMPLING_METHODS",
     "SamplingMethod",
     "SampledLoss",
@@ -123,6 +127,9 @@ __all__ = [
     "MARGIN_TYPES",
     "MARGINS",
     "WORD_NORMS",
+    "ContextNorm",
+    "OneParameterMargin",
+    "WordNorm",
     "ArcFace",
     "CosFace",
     "LSoftmax",

@@ -41,12 +41,13 @@ from hf_heads.losses.scorer import (
     MARGINS,
     NEEDS_COUNTS,
     WORD_NORMS,
+    Margin,
     MarginSpec,
     Scorer,
     arc_phi,
     context_norm_values,
     lsm_psi,
-    margin_type,
+    make_margin,
     resolve_scorer,
     validate_margin_options,
     word_norm_values,
@@ -73,11 +74,10 @@ __all__ = [
 ]
 
 
-def target_phi(cos: torch.Tensor, margin: str, m: float) -> torch.Tensor:
-    """φ(θ_{y,i}) for the target class (eq. 14): the gradient-safe φ of the registered margin type `margin`
-    (`Margin.safe_phi`; an integer margin's m is taken as int(m))."""
-    cls = margin_type(margin)
-    return cls(int(m) if cls.integer_m else m).safe_phi(cos)
+def target_phi(cos: torch.Tensor, margin: str | dict | Margin, m: float | None = None) -> torch.Tensor:
+    """φ(θ_{y,i}) for the target class (eq. 14): the gradient-safe φ (`Margin.safe_phi`) of the margin `margin` (a
+    registered name with the flat `m`, `{"type": name, **parameters}`, or a `Margin`)."""
+    return make_margin(margin, m).safe_phi(cos)
 
 
 def _scaled(hidden, weight, a, s):

@@ -21,40 +21,60 @@ its own samples from its own torch generator; transformers seeds every process w
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
+from hf_heads.components import REGISTRIES, Component, component_base, make_component, register
 from hf_heads.losses._rows import frequency_ranks, host_reads_are_free
-from hf_heads.validation import OptionError, check_choice, check_number
-
-NOISES = ("uniform", "log-uniform", "unigram")
+from hf_heads.validation import OptionError, check_number
 
 
-def noise_distribution(
-    noise: str,
-    num_classes: int,
-    *,
-    counts: torch.Tensor | None = None,
-    ranks: torch.Tensor | None = None,
-    smoothing: float = 1.0,
-    add: float = 0.0,
-) -> torch.Tensor:
-    """D over `num_classes` classes, shape (C,), float64, summing to 1 (see the module docstring)."""
-    check_choice("noise", noise, NOISES)
-    check_number("num_classes", num_classes, minimum=2, integer=True)
-    if counts is not None:
-        counts = torch.as_tensor(counts, dtype=torch.float64)
-        if counts.shape != (num_classes,):
-            raise ValueError(f"counts has shape {tuple(counts.shape)}, expected ({num_classes},)")
-        if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
-            raise ValueError("counts must be finite and >= 0")
-    if noise == "uniform":
+@component_base("noise")
+@dataclass(frozen=True)
+class Noise(Component, ABC):
+    """A noise distribution D, a registered component (hf_heads.components): `reference` is D from its definition,
+    (C,) float64 summing to 1; `distribution` what the heads use (default: the reference, checked)."""
+
+    needs_counts: ClassVar[bool] = True  # whether D needs the training word counts (or the ranks)
+
+    @abstractmethod
+    def reference(self, num_classes: int, counts: torch.Tensor | None, ranks: torch.Tensor | None) -> torch.Tensor:
+        """D (C,) float64 from the counts (C,) float64 (None when not given) or the frequency ranks (C,)."""
+
+    def distribution(self, num_classes: int, counts: torch.Tensor | None, ranks: torch.Tensor | None) -> torch.Tensor:
+        """D (C,) float64, summing to 1 and > 0 for every class the draw may return (default: the reference)."""
+        return self.reference(num_classes, counts, ranks)
+
+
+@register("noise")
+@dataclass(frozen=True)
+class UniformNoise(Noise):
+    """D(c) = 1 / C."""
+
+    name: ClassVar[str] = "uniform"
+    needs_counts: ClassVar[bool] = False
+
+    def reference(self, num_classes, counts, ranks):
         return torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
-    if noise == "log-uniform":
+
+
+@register("noise")
+@dataclass(frozen=True)
+class LogUniformNoise(Noise):
+    """The Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r (0 = most frequent), from the
+    counts or explicit ranks (module docstring)."""
+
+    name: ClassVar[str] = "log-uniform"
+
+    def reference(self, num_classes, counts, ranks):
         if ranks is None:
             if counts is None:
                 raise OptionError(
                     "noise",
-                    noise,
+                    self.name,
                     "needs the frequency rank: pass counts (word_counts), or ranks=torch.arange(C) if the token "
                     "ids are already sorted by frequency",
                 )
@@ -63,19 +83,77 @@ def noise_distribution(
         if r.shape != (num_classes,):
             raise ValueError(f"ranks has shape {tuple(r.shape)}, expected ({num_classes},)")
         return torch.log1p(1.0 / (r + 1.0)) / torch.log(torch.tensor(num_classes + 1.0, dtype=torch.float64))
-    if counts is None:
-        raise OptionError("noise", noise, "needs counts (hf_heads.data.word_counts or the training labels)")
-    check_number("noise_smoothing", smoothing, exclusive_minimum=0)
-    check_number("noise_add", add, minimum=0)
-    smoothed = counts + add
-    zeros = int((smoothed <= 0).sum())
-    if zeros:
-        raise ValueError(
-            f"noise='unigram' with noise_add={add!r}: {zeros} of {num_classes} classes have count 0 and would "
-            "get D(c) = 0 (never sampled, infinite corrections); set noise_add > 0 or use another noise"
-        )
-    probs = smoothed.pow(smoothing)
-    return probs / probs.sum()
+
+
+@register("noise")
+@dataclass(frozen=True)
+class UnigramNoise(Noise):
+    """D(c) ∝ (count_c + add)^smoothing (smoothing > 0, add >= 0); a class with D(c) = 0 is refused."""
+
+    name: ClassVar[str] = "unigram"
+    example: ClassVar[dict] = {"smoothing": 0.75, "add": 1.0}
+
+    smoothing: float = 0.75
+    add: float = 0.0
+
+    def check(self) -> None:
+        super().check()
+        check_number("smoothing", self.smoothing, exclusive_minimum=0)
+        check_number("add", self.add, minimum=0)
+
+    def reference(self, num_classes, counts, ranks):
+        if counts is None:
+            raise OptionError("noise", self.name, "needs counts (hf_heads.data.word_counts or the training labels)")
+        smoothed = counts + self.add
+        zeros = int((smoothed <= 0).sum())
+        if zeros:
+            raise ValueError(
+                f"noise='unigram' with noise_add={self.add!r}: {zeros} of {num_classes} classes have count 0 and "
+                "would get D(c) = 0 (never sampled, infinite corrections); set noise_add > 0 or use another noise"
+            )
+        probs = smoothed.pow(self.smoothing)
+        return probs / probs.sum()
+
+
+NOISES = tuple(REGISTRIES["noise"])  # the built-in noises: ("uniform", "log-uniform", "unigram")
+
+
+def make_noise(noise: str | dict | Noise, field: str = "noise") -> Noise:
+    """The noise of a config value: a registered name, `{"type": name, **parameters}` or an object."""
+    return make_component("noise", noise, field=field)
+
+
+def noise_distribution(
+    noise: str | dict | Noise,
+    num_classes: int,
+    *,
+    counts: torch.Tensor | None = None,
+    ranks: torch.Tensor | None = None,
+    smoothing: float | None = None,
+    add: float | None = None,
+) -> torch.Tensor:
+    """D over `num_classes` classes, shape (C,), float64, summing to 1 (see the module docstring). `noise`: a config
+    value or a `Noise`; `smoothing` and `add` are the unigram noise's parameters given apart (the older form;
+    `noise="unigram"` alone is smoothing 1, add 0, as this function always had it)."""
+    if isinstance(noise, str) and noise == "unigram" and (smoothing is None or add is None):
+        noise = {"type": "unigram", "smoothing": 1.0 if smoothing is None else smoothing, "add": add or 0.0}
+    elif smoothing is not None or add is not None:
+        noise = {"type": noise, **({} if smoothing is None else {"smoothing": smoothing}),
+                 **({} if add is None else {"add": add})}  # fmt: skip
+    try:
+        component = make_noise(noise)
+    except OptionError as err:
+        if err.name.startswith("noise.") and err.field in ("smoothing", "add"):
+            raise OptionError(f"noise_{err.field}", err.value, err.allowed) from None
+        raise
+    check_number("num_classes", num_classes, minimum=2, integer=True)
+    if counts is not None:
+        counts = torch.as_tensor(counts, dtype=torch.float64)
+        if counts.shape != (num_classes,):
+            raise ValueError(f"counts has shape {tuple(counts.shape)}, expected ({num_classes},)")
+        if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
+            raise ValueError("counts must be finite and >= 0")
+    return component.distribution(num_classes, counts, ranks)
 
 
 def check_noise_probs(noise_probs: torch.Tensor, num_classes: int) -> None:

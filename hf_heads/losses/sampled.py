@@ -58,6 +58,7 @@ Choices where the paper is silent (each is tested):
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -65,6 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hf_heads.components import REGISTRIES, Component, component_base, make_component, register
 from hf_heads.losses._rows import (
     autocast_off,
     check_labels,
@@ -89,15 +91,22 @@ CRITERIA = ("ce", "bce", "mse")
 # ----------------------------------------------------------------------------- the methods
 
 
+@component_base("sampling_method")
 @dataclass(frozen=True)
-class SamplingMethod:
-    """One sampling method: its candidate terms and its posterior corrections (module docstring tables).
+class SamplingMethod(Component, ABC):
+    """One sampling method, a registered component (hf_heads.components; its parameters, if any, are its fields):
+    its candidate terms and its posterior corrections (module docstring tables), and `reference`, its criteria
+    written for one position from the paper's equations (what the contract suite compares the library with).
 
     Arguments: s are scores of candidates (any shape), `log_kd` log(K·D(c)) of their classes (same shape), K the
     number of samples and C the number of classes. The defaults are the identity terms of MCS."""
 
-    name: ClassVar[str]
+    name: ClassVar[str] = ""
     draws_samples: ClassVar[bool] = True  # False: every class is a candidate (no noise)
+    ce_is_softmax: ClassVar[bool] = False  # whether its CE is −log of a softmax (over V or the candidates)
+    # whether the corrected scores can start at a checkpoint's posterior by a bias shift (`calibrate_bias`; CE-NCE's
+    # σ-bounded output cannot represent it)
+    ce_optimum_is_posterior: ClassVar[bool] = True
     corrections_with_noise: ClassVar[tuple[str, ...]] = ()  # the criteria whose correction uses log D
 
     def ce_candidate(self, s: torch.Tensor, log_kd: torch.Tensor, num_samples: int, num_classes: int):
@@ -120,7 +129,17 @@ class SamplingMethod:
         """log p̃(c|x) (before normalisation) from the trained scores s (*, C); log_d: log D (C,) or None."""
         raise NotImplementedError
 
+    @abstractmethod
+    def reference(
+        self, criterion: str, t: torch.Tensor, s: torch.Tensor, log_kd_t: torch.Tensor, log_kd: torch.Tensor,
+        num_samples: int | None, num_classes: int,
+    ) -> torch.Tensor:  # fmt: skip
+        """The loss () of one position from its equation: the target's score t () and log(K·D) of it, the scores s
+        (M,) of the other candidates and their log(K·D) (M,): the K samples (accidental hits already dropped where
+        they are removed), or every other class for `full` (log(K·D) then undefined, given as zeros)."""
 
+
+@register("sampling_method")
 @dataclass(frozen=True)
 class Full(SamplingMethod):
     """No sampling: MSE (eq. 1), BCE (eq. 3) and CE (eq. 5) over every class; p = σ(s) (eqs. 2, 4), softmax(s)
@@ -128,23 +147,39 @@ class Full(SamplingMethod):
 
     name: ClassVar[str] = "full"
     draws_samples: ClassVar[bool] = False
+    ce_is_softmax: ClassVar[bool] = True  # eq. 5
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s if criterion == "ce" else F.logsigmoid(s)
 
+    def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
+        if criterion == "mse":  # eq. 1
+            return (torch.sigmoid(t) - 1) ** 2 + (torch.sigmoid(s) ** 2).sum()
+        if criterion == "bce":  # eq. 3
+            return -torch.log(torch.sigmoid(t)) - torch.log(1 - torch.sigmoid(s)).sum()
+        return -t + torch.log(torch.exp(t) + torch.exp(s).sum())  # eq. 5
 
+
+@register("sampling_method")
 @dataclass(frozen=True)
 class MCS(SamplingMethod):
     """Monte Carlo sampling: BCE eq. 7, CE eq. 9 with the scores as they are; corrections s + log(K·D(c))
     (eq. 8) and s + log D(c) (eq. 10)."""
 
     name: ClassVar[str] = "mcs"
+    ce_is_softmax: ClassVar[bool] = True  # eq. 9: a softmax over the candidates
     corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s + log_d if criterion == "ce" else s + (log_d + math.log(num_samples))
 
+    def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
+        if criterion == "bce":  # eq. 7
+            return -torch.log(torch.sigmoid(t)) - torch.log(1 - torch.sigmoid(s)).sum()
+        return -t + torch.log(torch.exp(t) + torch.exp(s).sum())  # eq. 9, the target among the candidates
 
+
+@register("sampling_method")
 @dataclass(frozen=True)
 class IS(SamplingMethod):
     """Importance sampling: each sample weighted by 1 / (K·D(c̃)): BCE eq. 11, CE eq. 13 (exp(s) / (K·D), i.e.
@@ -161,7 +196,14 @@ class IS(SamplingMethod):
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s
 
+    def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
+        kd_t, kd = torch.exp(log_kd_t), torch.exp(log_kd)  # K·D(c)
+        if criterion == "bce":  # eq. 11
+            return -torch.log(torch.sigmoid(t)) - (torch.log(1 - torch.sigmoid(s)) / kd).sum()
+        return -t + torch.log(torch.exp(t) / kd_t + (torch.exp(s) / kd).sum())  # eq. 13
 
+
+@register("sampling_method")
 @dataclass(frozen=True)
 class CPS(SamplingMethod):
     """Compensated partial summation: each sample weighted by α = C / K: BCE eq. 15, CE eq. 17 (s + log α);
@@ -190,13 +232,22 @@ class CPS(SamplingMethod):
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s + log_d if criterion == "ce" else s + log_d + math.log(num_classes)
 
+    def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
+        alpha = num_classes / num_samples
+        if criterion == "bce":  # eq. 15
+            return -torch.log(torch.sigmoid(t)) - alpha * torch.log(1 - torch.sigmoid(s)).sum()
+        return -t + torch.log(alpha * (torch.exp(t) + torch.exp(s).sum()))  # eq. 17
 
+
+@register("sampling_method")
 @dataclass(frozen=True)
 class NCE(SamplingMethod):
     """Noise contrastive estimation, q = exp(s), z = s − log(K·D(c)): BCE eq. 19 on z, CE eq. 21 on σ(z) (the
     numerator σ(z_cn) too); corrections s (eq. 20) and σ(z) + log D(c) (eq. 22)."""
 
     name: ClassVar[str] = "nce"
+    ce_is_softmax: ClassVar[bool] = True  # eq. 21: a softmax of σ(z) over the candidates
+    ce_optimum_is_posterior: ClassVar[bool] = False
     corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce",)
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
@@ -213,23 +264,46 @@ class NCE(SamplingMethod):
             return torch.sigmoid(s - (log_d + math.log(num_samples))) + log_d
         return s
 
+    def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
+        z_t, z = t - log_kd_t, s - log_kd
+        if criterion == "bce":  # eq. 19
+            return -torch.log(torch.sigmoid(z_t)) - torch.log(1 - torch.sigmoid(z)).sum()
+        q_t, q = torch.sigmoid(z_t), torch.sigmoid(z)
+        return -q_t + torch.log(torch.exp(q_t) + torch.exp(q).sum())  # eq. 21
 
-SAMPLING_METHODS: dict[str, SamplingMethod] = {cls.name: cls() for cls in (Full, MCS, IS, CPS, NCE)}
-METHODS = tuple(SAMPLING_METHODS)  # ("full", "mcs", "is", "cps", "nce")
+
+SAMPLING_METHODS: dict[str, type[SamplingMethod]] = REGISTRIES["sampling_method"]  # name -> class
+METHODS = tuple(SAMPLING_METHODS)  # the built-in methods: ("full", "mcs", "is", "cps", "nce")
 
 
-def validate_sampled_options(criterion: str, method: str, num_samples: int | None, num_classes: int | None) -> None:
-    """Raise `OptionError` naming the field for an invalid criterion / method / K."""
+def register_sampling_method(cls: type[SamplingMethod]) -> type[SamplingMethod]:
+    """Class decorator: make the `SamplingMethod` subclass `cls` the method `cls.name` (`register` of
+    hf_heads.components with kind "sampling_method")."""
+    return register("sampling_method")(cls)
+
+
+def make_sampling_method(method: str | dict | SamplingMethod, field: str = "method") -> SamplingMethod:
+    """The sampling method of a config value: a registered name, `{"type": name, **parameters}` or an object."""
+    return make_component("sampling_method", method, field=field)
+
+
+def validate_sampled_options(
+    criterion: str, method: str | dict | SamplingMethod, num_samples: int | None, num_classes: int | None
+) -> SamplingMethod:
+    """The sampling method of `method` (a config value or an object), after checking it with the criterion and K:
+    `OptionError` naming the field for an invalid criterion / method / K."""
     check_choice("criterion", criterion, CRITERIA)
-    check_choice("method", method, METHODS)
-    if criterion == "mse" and method != "full":
+    sampler = make_sampling_method(method)
+    if criterion == "mse" and not isinstance(sampler, Full):
         raise OptionError(
             "method",
             method,
             "is not allowed: criterion='mse' has only method='full' (the paper defines no sampled MSE)",
         )
-    if not SAMPLING_METHODS[method].draws_samples:
-        return
+    if not sampler.draws_samples:
+        if not isinstance(sampler, Full):  # the criteria over every class are the fused kernels' (`full`)
+            raise OptionError("method", method, "draws no samples: only 'full' (or a subclass of Full) may")
+        return sampler
     if num_samples is None:
         raise OptionError(
             "num_samples",
@@ -239,6 +313,7 @@ def validate_sampled_options(criterion: str, method: str, num_samples: int | Non
     check_number("num_samples", num_samples, minimum=1, integer=True)
     if num_classes is not None and num_samples >= num_classes:
         raise OptionError("num_samples", num_samples, f"must be < the number of classes ({num_classes})")
+    return sampler
 
 
 @autocast_off
@@ -254,8 +329,7 @@ def corrected_log_probs(
     """log p(c|x) over the full vocabulary from the trained scores s (*, C) (table in the module
     docstring). `normalize=False` returns the unnormalised log p̃ of the paper's corrections."""
     num_classes = scores.shape[-1]
-    validate_sampled_options(criterion, method, num_samples, num_classes)
-    sampler = SAMPLING_METHODS[method]
+    sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
     s = scores.to(compute_dtype(scores))
     log_d = None
     if criterion in sampler.corrections_with_noise:
@@ -331,12 +405,12 @@ def sampled_loss(
     the transformers Trainer (sum divided by `num_items_in_batch`).
     """
     num_classes = weight.shape[0]
-    validate_sampled_options(criterion, method, num_samples, num_classes)
+    sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
     check_reduction(reduction)
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)
     rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
-    if method == "full":  # CE, BCE or MSE over all C classes: the fused chunks, gradients in the forward pass
+    if not sampler.draws_samples:  # CE, BCE or MSE over all C classes: the fused chunks, gradients in the forward pass
         return margin_cross_entropy(
             hidden,
             weight,
@@ -365,9 +439,7 @@ def sampled_loss(
     log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,) log(K·D(c))
     s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
-    per_row = _sampled_rows(
-        SAMPLING_METHODS[method], criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes
-    )
+    per_row = _sampled_rows(sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes)
     return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep)
 
 

@@ -63,14 +63,20 @@ from typing import ClassVar
 
 import torch
 
+from hf_heads.components import (
+    REGISTRIES,
+    Component,
+    component_base,
+    component_class,
+    component_config,
+    make_component,
+    register,
+)
 from hf_heads.losses._rows import compute_dtype, frequency_ranks, host_reads_are_free
 from hf_heads.losses.fused_linear import WeightGradSlot
 from hf_heads.losses.transforms import check_transform, soft_cap
-from hf_heads.validation import OptionError, check_choice, check_number
+from hf_heads.validation import OptionError, check_number
 
-WORD_NORMS = ("no-mod", "uniform", "log-rank", "unigram", "log-unigram")
-CONTEXT_NORMS = ("no-mod", "max-norm")
-NEEDS_COUNTS = ("uniform", "log-rank", "unigram", "log-unigram")
 _EPS = 1e-12
 _ACOS_EPS = 1e-7  # the default `safe_phi` keeps cos θ this far inside (−1, 1), where acos' derivative is finite
 
@@ -78,28 +84,28 @@ _ACOS_EPS = 1e-7  # the default `safe_phi` keeps cos θ this far inside (−1, 1
 # ----------------------------------------------------------------------------- φ of the target (eq. 14)
 
 
+@component_base("margin")
 @dataclass(frozen=True)
-class Margin(ABC):
-    """φ of the target class (eq. 14) with its margin m: one subclass per margin type, registered with
-    `register_margin`. A subclass sets `name`, defines `phi` and, where φ(acos(cos θ)) is not gradient-safe,
-    `safe_phi`; it overrides `check` when m has other rules than a number >= 0."""
+class Margin(Component, ABC):
+    """φ of the target class (eq. 14): one registered component class per margin type (hf_heads.components), its
+    parameters its dataclass fields (`OneParameterMargin`: the margin m of the paper's types; a type may have any
+    number, e.g. φ = cos(θ + m1) − m2). A subclass sets `name`, defines `phi` (the definition from θ: its
+    reference) and, where φ(acos(cos θ)) is not gradient-safe, `safe_phi`; it extends `check` for its parameters'
+    rules."""
 
-    name: ClassVar[str] = ""  # the option value: margin="cos"
-    integer_m: ClassVar[bool] = False  # whether m is an integer (head options read a JSON / command-line 2.0 as 2)
     changes_target: ClassVar[bool] = True  # False: φ = cos, the target logit is computed like every other
 
-    m: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.check()
-
-    def check(self) -> None:
-        """Raise `OptionError` naming `m`, its value and what is allowed (default: a finite number >= 0)."""
-        check_number("m", self.m, minimum=0)
+    def __getattr__(self, name: str):
+        if name == "m":  # a margin written for the one-parameter base of hf_heads 0.1
+            raise AttributeError(
+                f"margin {self.name!r} ({type(self).__qualname__}) has no parameter m: a margin with the paper's one "
+                "parameter m subclasses OneParameterMargin; a Margin's parameters are its own dataclass fields"
+            )
+        raise AttributeError(name)
 
     @abstractmethod
     def phi(self, theta: torch.Tensor) -> torch.Tensor:
-        """φ(θ) (*,) for angles θ (*,) in [0, π]: the definition (eq. 14)."""
+        """φ(θ) (*,) for angles θ (*,) in [0, π]: the definition (eq. 14), and the reference of the contract."""
 
     def safe_phi(self, cos: torch.Tensor) -> torch.Tensor:
         """φ from cos θ (*,), the form the losses use: value and gradient finite for every cos θ in [−1, 1].
@@ -107,24 +113,53 @@ class Margin(ABC):
         return self.phi(torch.acos(cos.clamp(-1.0 + _ACOS_EPS, 1.0 - _ACOS_EPS)))
 
 
-MARGIN_TYPES: dict[str, type[Margin]] = {}  # name -> margin class, in registration order
+@dataclass(frozen=True)
+class OneParameterMargin(Margin, ABC):
+    """A margin type with the one parameter m of the paper's types (eqs. 5-8), a finite number >= 0 by default."""
+
+    m: float = 0.0
+    example: ClassVar[dict] = {"m": 0.3}
+
+    def check(self) -> None:
+        super().check()
+        check_number("m", self.m, minimum=0)
+
+
+MARGIN_TYPES: dict[str, type[Margin]] = REGISTRIES["margin"]  # name -> margin class, in registration order
 
 
 def register_margin(cls: type[Margin]) -> type[Margin]:
-    """Class decorator: make the `Margin` subclass `cls` the margin type `cls.name` for the losses, the scorer and
-    the head options (margin=cls.name in a head section)."""
-    if not (isinstance(cls, type) and issubclass(cls, Margin)) or not cls.name:
-        raise TypeError(f"register_margin takes a Margin subclass with a name, got {cls!r}")
-    if MARGIN_TYPES.get(cls.name, cls) is not cls:
-        raise ValueError(f"margin {cls.name!r} is already registered ({MARGIN_TYPES[cls.name].__qualname__})")
-    MARGIN_TYPES[cls.name] = cls
-    return cls
+    """Class decorator: make the `Margin` subclass `cls` the margin type `cls.name` (`register("margin")`)."""
+    return register("margin")(cls)
 
 
 def margin_type(name: str) -> type[Margin]:
     """The registered margin class called `name` (`OptionError` on field `margin` for an unknown name)."""
-    check_choice("margin", name, MARGIN_TYPES)
-    return MARGIN_TYPES[name]
+    return component_class("margin", name)
+
+
+def make_margin(margin: str | dict | Margin = "none", m: float | None = None) -> Margin:
+    """The margin of a config value (a name, `{"type": name, **parameters}`, or a `Margin`), with the flat `m` of
+    the older option form given apart (None or 0: not given). An `m` the type does not have is refused unless it is
+    0 (it has no effect), and so is an `m` given twice with two values."""
+    given = m not in (None, 0, 0.0)
+    if isinstance(margin, Margin):
+        if given:
+            raise OptionError("m", m, f"must not be given with a Margin object ({margin!r})")
+        return margin
+    inner = margin.get("m") if isinstance(margin, dict) else None
+    if given and inner is not None and inner != m:
+        raise OptionError("m", m, f"is given twice, as m and as margin.m={inner!r}")
+    try:
+        out = make_component("margin", margin, **({} if m is None else {"m": m}))
+    except OptionError as err:
+        if err.field == "m" and m is not None and inner is None:  # the flat m was given: name it so
+            raise OptionError("m", err.value, err.allowed) from None
+        raise
+    if given and "m" not in out.parameters():
+        names = ", ".join(out.parameters()) or "none"
+        raise OptionError("m", m, f"is not a parameter of margin {out.name!r}; its parameters: {names}")
+    return out
 
 
 def lsm_psi(cos: torch.Tensor, m: int) -> torch.Tensor:
@@ -152,7 +187,7 @@ def arc_phi(cos: torch.Tensor, m: float) -> torch.Tensor:
 @register_margin
 @dataclass(frozen=True)
 class NoMargin(Margin):
-    """No margin: φ = cos θ for the target too (eq. 13 as written; the inference logits)."""
+    """No margin: φ = cos θ for the target too (eq. 13 as written; the inference logits). No parameter."""
 
     name: ClassVar[str] = "none"
     changes_target: ClassVar[bool] = False
@@ -166,7 +201,7 @@ class NoMargin(Margin):
 
 @register_margin
 @dataclass(frozen=True)
-class CosFace(Margin):
+class CosFace(OneParameterMargin):
     """CosFace, an additive cosine margin: φ = cos θ − m (eq. 5)."""
 
     name: ClassVar[str] = "cos"
@@ -180,7 +215,7 @@ class CosFace(Margin):
 
 @register_margin
 @dataclass(frozen=True)
-class ArcFace(Margin):
+class ArcFace(OneParameterMargin):
     """ArcFace, an additive angular margin: φ = cos(θ + m) (eq. 6), continued as −2 − cos(θ + m) past θ + m > π
     (monotone and finite; module docstring). `safe_phi`: `arc_phi`, sin θ from cos θ without acos."""
 
@@ -196,12 +231,12 @@ class ArcFace(Margin):
 
 @register_margin
 @dataclass(frozen=True)
-class LSoftmax(Margin):
+class LSoftmax(OneParameterMargin):
     """L-Softmax, a multiplicative angular margin with an integer m >= 1: φ = ψ(θ) = (−1)^k cos(mθ) − 2k for
     θ ∈ [kπ/m, (k+1)π/m] (eqs. 7–8), monotone in θ. `safe_phi`: `lsm_psi`, a Chebyshev polynomial of cos θ."""
 
     name: ClassVar[str] = "lsm"
-    integer_m: ClassVar[bool] = True
+    example: ClassVar[dict] = {"m": 2}
 
     m: int = 1
 
@@ -222,11 +257,198 @@ MARGINS = tuple(MARGIN_TYPES)  # the built-in margin types: ("none", "cos", "arc
 # ----------------------------------------------------------------------------- f, g (eqs. 9-12)
 
 
-def check_word_counts(word_norm: str, word_counts, vocab_size: int | None, counts_required: bool = True) -> None:
-    """Raise `OptionError` when `word_norm` needs counts and has none (and `counts_required`), `ValueError` for
-    counts that are not (V,), finite and >= 0."""
-    if word_norm in NEEDS_COUNTS and counts_required and word_counts is None:
-        raise OptionError("word_norm", word_norm, "needs word_counts (a (V,) tensor of training counts)")
+@component_base("word_norm")
+@dataclass(frozen=True)
+class WordNorm(Component, ABC):
+    """f(c), the norm of class c's word vector in eq. 13 (eq. 9): one registered component class per word norm.
+    A subclass sets `name` and defines `reference` (f from its definition, the contract's reference); it overrides
+    `values` where the library computes f another way (default: the reference)."""
+
+    needs_counts: ClassVar[bool] = True  # whether f needs the training word counts
+    identity: ClassVar[bool] = False  # True: f(c) = ‖W_c‖, the vector's own norm (no-mod)
+
+    @abstractmethod
+    def reference(self, weight: torch.Tensor, counts: torch.Tensor | None) -> torch.Tensor:
+        """f (V,) of weight (V, H) and counts (V,) (None when `needs_counts` is False), from the definition."""
+
+    def values(self, weight: torch.Tensor, counts: torch.Tensor | None, norms: torch.Tensor) -> torch.Tensor | None:
+        """f (V,) as the losses compute it (None: ‖W_c‖, left implicit); `norms` are ‖W_c‖ (V,) in the compute
+        dtype, counts (V,) in that dtype or None. No value may be read on the host (a training step)."""
+        return self.reference(weight.to(norms.dtype), counts)
+
+
+@register("word_norm")
+@dataclass(frozen=True)
+class NoModWordNorm(WordNorm):
+    """no-mod: f(c) = ‖W_c‖ (eq. 13 as written)."""
+
+    name: ClassVar[str] = "no-mod"
+    needs_counts: ClassVar[bool] = False
+    identity: ClassVar[bool] = True
+
+    def reference(self, weight, counts):
+        return weight.norm(dim=1)
+
+    def values(self, weight, counts, norms):
+        return None
+
+
+def _amax_amin(counts: torch.Tensor, norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(‖W_amax‖, ‖W_amin‖) for the most and least frequent ids, gathered on the device (no host read)."""
+    amax, amin = counts.argmax().reshape(1), counts.argmin().reshape(1)  # (1,) each
+    return norms.gather(0, amax)[0], norms.gather(0, amin)[0]
+
+
+@register("word_norm")
+@dataclass(frozen=True)
+class UniformWordNorm(WordNorm):
+    """uniform: f(c) = ‖W_amax‖ for every class (eq. 9)."""
+
+    name: ClassVar[str] = "uniform"
+
+    def reference(self, weight, counts):
+        return weight.norm(dim=1)[int(counts.argmax())].expand(weight.shape[0])
+
+    def values(self, weight, counts, norms):
+        return _amax_amin(counts, norms)[0].expand(weight.shape[0])
+
+
+@register("word_norm")
+@dataclass(frozen=True)
+class LogRankWordNorm(WordNorm):
+    """log-rank: f(c) = log(exp‖W_amax‖ − v·rank_c), v = (exp‖W_amax‖ − exp‖W_amin‖) / V (eqs. 9, 11); computed as
+    logaddexp(‖W_amax‖ + log(1 − r/V), ‖W_amin‖ + log(r/V)), the same value without overflow."""
+
+    name: ClassVar[str] = "log-rank"
+
+    def reference(self, weight, counts):
+        norms, vocab = weight.norm(dim=1), weight.shape[0]
+        top, bottom = norms[int(counts.argmax())], norms[int(counts.argmin())]
+        v = (torch.exp(top) - torch.exp(bottom)) / vocab  # eq. 11
+        return torch.log(torch.exp(top) - v * frequency_ranks(counts).to(norms.dtype))
+
+    def values(self, weight, counts, norms):
+        top, bottom = _amax_amin(counts, norms)
+        frac = frequency_ranks(counts).to(counts.dtype) / weight.shape[0]  # (V,) in [0, 1)
+        return torch.logaddexp(top + torch.log1p(-frac), bottom + torch.log(frac))
+
+
+@register("word_norm")
+@dataclass(frozen=True)
+class UnigramWordNorm(WordNorm):
+    """unigram: f(c) = ‖W_amin‖ + u·c_c, u = (‖W_amax‖ − ‖W_amin‖) / c_max (eqs. 9, 12)."""
+
+    name: ClassVar[str] = "unigram"
+
+    def reference(self, weight, counts):
+        norms = weight.norm(dim=1)
+        top, bottom = norms[int(counts.argmax())], norms[int(counts.argmin())]
+        return bottom + (top - bottom) / counts.max() * counts
+
+    def values(self, weight, counts, norms):
+        top, bottom = _amax_amin(counts, norms)
+        u = (top - bottom) / counts.max().clamp_min(_EPS)  # eq. 12
+        return bottom + u * counts
+
+
+@register("word_norm")
+@dataclass(frozen=True)
+class LogUnigramWordNorm(WordNorm):
+    """log-unigram: f(c) = log c_c (eq. 9); a class never seen (count 0) is given count 1, i.e. f = 0."""
+
+    name: ClassVar[str] = "log-unigram"
+
+    def reference(self, weight, counts):
+        return torch.log(counts.clamp_min(1.0))
+
+
+@component_base("context_norm")
+@dataclass(frozen=True)
+class ContextNorm(Component, ABC):
+    """g(i), the norm of context vector h_i in eq. 13 (eq. 10): one registered component class per context norm.
+    A subclass sets `name` and defines `reference`; `batch_dependent` norms (g a statistic of the whole batch, one
+    value for every row) are replaced outside training by a running value of that statistic (the heads keep it,
+    `batch_value` feeds it), so a prediction does not depend on the rest of its batch."""
+
+    identity: ClassVar[bool] = False  # True: g(i) = ‖h_i‖ (no-mod)
+    batch_dependent: ClassVar[bool] = False
+
+    @abstractmethod
+    def reference(self, hidden: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """g (N,) of hidden (N, H) from the definition; `valid` (N,) marks the rows that count (None: all)."""
+
+    def values(self, hidden: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor | None:
+        """g (N,) as the losses compute it (None: ‖h_i‖, left implicit). Default: the reference."""
+        return self.reference(hidden, valid)
+
+    def batch_value(self, hidden: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The batch statistic () a running value follows (`batch_dependent` norms); 0 for a batch without valid
+        rows (the heads then keep their running value)."""
+        raise NotImplementedError(f"context norm {self.name!r} is not batch dependent")
+
+
+@register("context_norm")
+@dataclass(frozen=True)
+class NoModContextNorm(ContextNorm):
+    """no-mod: g(i) = ‖h_i‖ (eq. 13 as written)."""
+
+    name: ClassVar[str] = "no-mod"
+    identity: ClassVar[bool] = True
+
+    def reference(self, hidden, valid):
+        return hidden.norm(dim=1)
+
+    def values(self, hidden, valid):
+        return None
+
+
+@register("context_norm")
+@dataclass(frozen=True)
+class MaxNormContextNorm(ContextNorm):
+    """max-norm: g(i) = max_j ‖h_j‖ over the batch's counted rows (eq. 10)."""
+
+    name: ClassVar[str] = "max-norm"
+    batch_dependent: ClassVar[bool] = True
+
+    def reference(self, hidden, valid):
+        norms = hidden.norm(dim=1)
+        return (norms if valid is None else norms[valid]).max().expand(hidden.shape[0])
+
+    def values(self, hidden, valid):
+        if hidden.shape[0] == 0:
+            return hidden.new_zeros(0)
+        return self.batch_value(hidden, valid).expand(hidden.shape[0])
+
+    def batch_value(self, hidden, valid):
+        if hidden.shape[0] == 0:
+            return hidden.new_zeros(())
+        norms = hidden.norm(dim=1)  # (N,)
+        if valid is not None:
+            norms = norms.masked_fill(~valid, 0.0)  # norms are >= 0: an ignored row never is the maximum
+        return norms.max()
+
+
+WORD_NORMS = tuple(REGISTRIES["word_norm"])  # the built-in word norms
+CONTEXT_NORMS = tuple(REGISTRIES["context_norm"])  # the built-in context norms
+NEEDS_COUNTS = tuple(name for name, cls in REGISTRIES["word_norm"].items() if cls.needs_counts)
+
+
+def make_word_norm(value: str | dict | WordNorm) -> WordNorm:
+    """The word norm of a config value (a name, `{"type": name, **parameters}` or a `WordNorm`)."""
+    return make_component("word_norm", value)
+
+
+def make_context_norm(value: str | dict | ContextNorm) -> ContextNorm:
+    """The context norm of a config value (a name, `{"type": name, **parameters}` or a `ContextNorm`)."""
+    return make_component("context_norm", value)
+
+
+def check_word_counts(word_norm, word_counts, vocab_size: int | None, counts_required: bool = True) -> None:
+    """Raise `OptionError` when `word_norm` (a config value or a `WordNorm`) needs counts and has none (and
+    `counts_required`), `ValueError` for counts that are not (V,), finite and >= 0."""
+    norm = make_word_norm(word_norm)
+    if norm.needs_counts and counts_required and word_counts is None:
+        raise OptionError("word_norm", component_config(norm), "needs word_counts (a (V,) tensor of training counts)")
     if word_counts is not None:
         if word_counts.dim() != 1:
             raise ValueError(f"word_counts must be 1-D (V,), got shape {tuple(word_counts.shape)}")
@@ -240,48 +462,35 @@ def check_word_counts(word_norm: str, word_counts, vocab_size: int | None, count
 
 
 def word_norm_values(
-    weight: torch.Tensor, word_norm: str, word_counts: torch.Tensor | None, norms: torch.Tensor | None = None
+    weight: torch.Tensor, word_norm, word_counts: torch.Tensor | None, norms: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """f(c) for every class (eq. 9), shape (V,); None for no-mod (f = ‖W_c‖, left implicit). `norms`: ‖W_c‖ (V,)
-    when the caller has them. No value is read on the host (amax / amin are gathered on the device)."""
-    if word_norm == "no-mod":
+    """f(c) for every class (eq. 9), shape (V,); None for no-mod (f = ‖W_c‖, left implicit). `word_norm`: a config
+    value or a `WordNorm`; `norms`: ‖W_c‖ (V,) when the caller has them. No value is read on the host."""
+    norm = make_word_norm(word_norm)
+    if norm.identity:
         return None
-    counts = word_counts.to(device=weight.device, dtype=compute_dtype(weight))  # float32 for a half weight
-    if word_norm == "log-unigram":
-        return torch.log(counts.clamp_min(1.0))
-    norms = torch.linalg.vector_norm(weight, dim=1, dtype=counts.dtype) if norms is None else norms  # (V,)
-    amax, amin = counts.argmax().reshape(1), counts.argmin().reshape(1)  # (1,) each
-    top, bottom = norms.gather(0, amax)[0], norms.gather(0, amin)[0]
-    if word_norm == "uniform":
-        return top.expand(weight.shape[0])
-    if word_norm == "unigram":
-        u = (top - bottom) / counts.gather(0, amax)[0].clamp_min(_EPS)  # eq. 12
-        return bottom + u * counts
-    # log-rank: log(exp(top) − v·r), v = (exp(top) − exp(bottom)) / V  (eqs. 9, 11)
-    vocab = weight.shape[0]
-    frac = frequency_ranks(counts).to(counts.dtype) / vocab  # (V,) in [0, 1)
-    return torch.logaddexp(top + torch.log1p(-frac), bottom + torch.log(frac))
+    dtype = compute_dtype(weight)  # float32 for a half weight
+    counts = None if word_counts is None else word_counts.to(device=weight.device, dtype=dtype)
+    norms = torch.linalg.vector_norm(weight, dim=1, dtype=dtype) if norms is None else norms  # (V,)
+    return norm.values(weight, counts, norms)
 
 
 def context_norm_values(
     hidden: torch.Tensor,
-    context_norm: str,
+    context_norm,
     context_norm_value: float | torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    """g(i) for every row (eq. 10), shape (N,); None for no-mod (g = ‖h_i‖, left implicit). max-norm's maximum is
-    over the rows `valid` (N,) marks (None: all), or `context_norm_value` when given."""
-    if context_norm == "no-mod":
+    """g(i) for every row (eq. 10), shape (N,); None for no-mod (g = ‖h_i‖, left implicit). A batch-dependent norm
+    (max-norm) takes `context_norm_value` when given (the running value outside training); `valid` (N,) marks the
+    rows its statistic is over (None: all)."""
+    norm = make_context_norm(context_norm)
+    if norm.identity:
         return None
-    if context_norm_value is not None:
+    if context_norm_value is not None and norm.batch_dependent:
         value = torch.as_tensor(context_norm_value, dtype=hidden.dtype, device=hidden.device)
         return value.expand(hidden.shape[0])
-    if hidden.shape[0] == 0:
-        return hidden.new_zeros(0)
-    norms = hidden.norm(dim=1)  # (N,)
-    if valid is not None:
-        norms = norms.masked_fill(~valid, 0.0)  # norms are >= 0: an ignored row never is the maximum
-    return norms.max().expand(hidden.shape[0])
+    return norm.values(hidden, valid)
 
 
 class _WeightRows(torch.autograd.Function):
@@ -345,8 +554,8 @@ class Scorer:
 
     margin: Margin = NoMargin()
     scale: float | None = None
-    word_norm: str = "no-mod"
-    context_norm: str = "no-mod"
+    word_norm: WordNorm = NoModWordNorm()
+    context_norm: ContextNorm = NoModContextNorm()
     gain: float = 1.0
     logit_multiplier: float = 1.0
     softcap: float | None = None
@@ -357,15 +566,16 @@ class Scorer:
                 f"Scorer.margin must be a Margin (e.g. ArcFace(m=0.2)), got {self.margin!r}; "
                 "Scorer.from_options(margin=..., m=...) builds one from a margin name"
             )
-        check_choice("word_norm", self.word_norm, WORD_NORMS)
-        check_choice("context_norm", self.context_norm, CONTEXT_NORMS)
+        # a name or a config dict of the norms is read as the component (Scorer(word_norm="log-unigram"))
+        object.__setattr__(self, "word_norm", make_word_norm(self.word_norm))
+        object.__setattr__(self, "context_norm", make_context_norm(self.context_norm))
         if self.scale is not None:
             check_number("scale", self.scale, exclusive_minimum=0)
-            if self.word_norm != "no-mod" or self.context_norm != "no-mod":
-                field = "word_norm" if self.word_norm != "no-mod" else "context_norm"
+            if not self.word_norm.identity or not self.context_norm.identity:
+                field = "word_norm" if not self.word_norm.identity else "context_norm"
                 raise OptionError(
                     field,
-                    getattr(self, field),
+                    component_config(getattr(self, field)),
                     f"is not allowed with scale={self.scale!r}: the scale fixes ‖W‖=1 and ‖h‖=scale (eqs. 5-6), so "
                     "word_norm and context_norm must be 'no-mod'",
                 )
@@ -375,17 +585,19 @@ class Scorer:
     @classmethod
     def from_options(
         cls,
-        margin: str = "none",
-        m: float = 0.0,
+        margin: str | dict | Margin = "none",
+        m: float | None = None,
         scale: float | None = None,
-        word_norm: str = "no-mod",
-        context_norm: str = "no-mod",
+        word_norm: str | dict | WordNorm = "no-mod",
+        context_norm: str | dict | ContextNorm = "no-mod",
         gain: float = 1.0,
         logit_multiplier: float = 1.0,
         softcap: float | None = None,
     ) -> Scorer:
-        """The scorer of these option values, the margin type given by its registered name."""
-        return cls(margin_type(margin)(m), scale, word_norm, context_norm, gain, logit_multiplier, softcap)
+        """The scorer of these option values: each component given by its config value (a registered name or
+        `{"type": name, **parameters}`) or as an object; `m` is the flat margin parameter of the older option form
+        (`margin="arc", m=0.2` is `margin={"type": "arc", "m": 0.2}`)."""
+        return cls(make_margin(margin, m), scale, word_norm, context_norm, gain, logit_multiplier, softcap)
 
     def without_margin(self) -> Scorer:
         """The same scorer with no margin (the inference logits)."""
@@ -394,11 +606,11 @@ class Scorer:
     @property
     def needs_counts(self) -> bool:
         """Whether the word norm f needs the training word counts."""
-        return self.word_norm in NEEDS_COUNTS
+        return self.scale is None and self.word_norm.needs_counts
 
     def check_counts(self, word_counts: torch.Tensor | None, vocab_size: int | None = None) -> None:
         """Raise when the word norm needs counts and has none, or the counts do not fit the vocabulary."""
-        check_word_counts(self.word_norm, word_counts, vocab_size)
+        check_word_counts(self.word_norm, word_counts, vocab_size, self.scale is None)
 
     def factors(
         self,
@@ -541,11 +753,11 @@ def MarginSpec(*args, logit_scale: float = 1.0, **options) -> Scorer:
 
 
 def validate_margin_options(
-    margin: str,
-    m: float,
+    margin: str | dict | Margin,
+    m: float | None,
     scale: float | None,
-    word_norm: str,
-    context_norm: str,
+    word_norm: str | dict | WordNorm,
+    context_norm: str | dict | ContextNorm,
     word_counts: torch.Tensor | None = None,
     vocab_size: int | None = None,
     *,
@@ -554,4 +766,4 @@ def validate_margin_options(
     """Raise `OptionError` naming the field for any invalid option or combination of margin options, and
     `ValueError` for word counts of the wrong shape or with negative / non-finite entries."""
     scorer = Scorer.from_options(margin, m, scale, word_norm, context_norm)
-    check_word_counts(scorer.word_norm, word_counts, vocab_size, counts_required)
+    check_word_counts(scorer.word_norm, word_counts, vocab_size, counts_required and scorer.needs_counts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import logging
 import typing
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ def _option_flags() -> dict[str, tuple[str, type, str]]:
     """{flag: (option, type, help)} over every registered family's options (each option once)."""
     out = {}
     for entry in FAMILIES.values():
+        for option, (kind, help_text) in entry.options.flat_options.items():  # older option names, still flags
+            out.setdefault(option_flag(option), (option, kind, help_text))
         hints = typing.get_type_hints(entry.options)
         for f in dataclasses.fields(entry.options):
             flag = option_flag(f.name)
@@ -82,6 +85,20 @@ def _head_flags_class() -> type:
             ),
         ),
     ]
+    fields.append(
+        (
+            "head_options",
+            list[str] | None,
+            dataclasses.field(
+                default=None,
+                metadata={
+                    "help": "Head options that have no flag of their own, as name=value (a JSON value or a word), "
+                    "e.g. those of a family registered in a --head_modules module: --head_options alpha=0.5 "
+                    "schedule=cosine."
+                },
+            ),
+        )
+    )
     for flag, (_, kind, help_text) in _option_flags().items():
         fields.append((flag, kind | None, dataclasses.field(default=None, metadata={"help": help_text})))
     return dataclasses.make_dataclass("_GeneratedHeadFlags", fields)
@@ -106,7 +123,8 @@ class HeadFlags(_head_flags_class()):
 
     def head_flags_given(self) -> bool:
         """Whether any head flag was set (a non-default `--head` included)."""
-        return self.head != DEFAULT_FAMILY or any(getattr(self, flag) is not None for flag in FLAG_TO_OPTION)
+        flags = any(getattr(self, flag) is not None for flag in FLAG_TO_OPTION)
+        return self.head != DEFAULT_FAMILY or flags or bool(self.head_options)
 
     def head_config(self) -> dict:
         """The validated head section; a flag that the family does not have is an error, never ignored. Errors
@@ -117,10 +135,24 @@ class HeadFlags(_head_flags_class()):
             value = getattr(self, flag)
             if value is not None:
                 section[option] = value
+        for item in self.head_options or ():
+            name, eq, text = item.partition("=")
+            if not eq or not name.strip():
+                raise OptionError("--head_options", item, "must be written name=value")
+            if name.strip() in section:
+                raise OptionError("--head_options", item, f"sets {name.strip()}, which a flag sets already")
+            try:
+                section[name.strip()] = json.loads(text)
+            except json.JSONDecodeError:
+                section[name.strip()] = text
         try:
             return head_dict(section)
         except OptionError as err:
-            raise err.renamed(f"--{option_flag(err.field)}") from None
+            option, _, parameter = err.name.removeprefix("head.").partition(".")
+            given = {item.partition("=")[0].strip() for item in self.head_options or ()}
+            flag = f"--head_options {option}" if option in given else f"--{option_flag(option)}"
+            flag += f" parameter {parameter}" if parameter else ""
+            raise err.renamed(flag) from None
 
 
 @dataclass

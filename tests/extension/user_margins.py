@@ -11,12 +11,12 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.losses.scorer import Margin, register_margin
+from hf_heads.losses.scorer import OneParameterMargin, register_margin
 
 
 @register_margin
 @dataclass(frozen=True)
-class HalfArc(Margin):
+class HalfArc(OneParameterMargin):
     """Half an ArcFace margin: φ = cos(θ + m/2), continued as −2 − cos(θ + m/2) past θ + m/2 > π (monotone)."""
 
     name: ClassVar[str] = "user-half-arc"

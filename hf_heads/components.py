@@ -1,0 +1,216 @@
+"""Components: one kind of plugin for every point of a head that varies.
+
+A component is a frozen dataclass registered with one decorator, `register(kind)`: its fields are its parameters
+(any number, validated once in `check`), its class variable `name` is the value a config or a flag gives, and it
+defines its kind's reference: the naive dense computation the contract suite (tests/test_components_contract.py)
+compares the library with, whatever the component. Registering a class whose reference is still abstract is an
+error. The kinds and their bases:
+
+    margin           hf_heads.losses.scorer.Margin          φ of the target (margin paper eq. 14); reference: `phi`
+    word_norm        hf_heads.losses.scorer.WordNorm        f(c) (eq. 9); reference: `reference`
+    context_norm     hf_heads.losses.scorer.ContextNorm     g(i) (eq. 10); reference: `reference`
+    sampling_method  hf_heads.losses.sampled.SamplingMethod a criterion's candidate terms and its posterior
+                                                            correction (sampling paper); reference: `reference`
+    noise            hf_heads.losses.noise.Noise            the noise distribution D the samples are drawn from
+                                                            (sampling paper sec. 3.2, 4.1); reference: `reference`
+
+In a config a component is written as its name when it has no parameters, else as a dict with its type and its
+parameters (`component_config`):
+
+    "word_norm": "log-unigram"
+    "margin": {"type": "arc-cos", "m1": 0.2, "m2": 0.1}
+
+Both forms, and on the command line the short form `--margin arc-cos:m1=0.2,m2=0.1` (or a JSON object), are read by
+`make_component`. A config records the module a component was defined in (hf_heads.heads.registry), so one written
+in a user's own package loads, saves and goes to the Hub as a built-in one does.
+
+The ground floor with `hf_heads.validation`: this module imports nothing else from hf_heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import typing
+from typing import Any, ClassVar
+
+from hf_heads.validation import OptionError, check_number
+
+KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise")
+REGISTRIES: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}  # kind -> {name: class}, registration order
+_BASES: dict[str, type] = {}  # kind -> its base class (set by `component_base`)
+
+
+class Component:
+    """Base of every component (a frozen dataclass subclass of a kind's base). `name` is the option value;
+    `example` the parameters the contract suite runs it with (default: its defaults, which may be trivial such as
+    m = 0); `check` validates the parameters (`__post_init__` calls it)."""
+
+    kind: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    example: ClassVar[dict] = {}
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # a JSON / command-line round trip may give 2.0 for an integer
+            value = getattr(self, f.name)
+            if _is_int_field(type(self), f.name) and isinstance(value, float) and value.is_integer():
+                object.__setattr__(self, f.name, int(value))
+        self.check()
+
+    def check(self) -> None:
+        """Raise `OptionError` naming a parameter, its value and what is allowed (default: every parameter annotated
+        as a number must be a finite number)."""
+        for f in dataclasses.fields(self):
+            hints = _types(type(self), f.name)
+            value = getattr(self, f.name)
+            if value is None and "None" in hints:
+                continue
+            if "int" in hints and "float" not in hints:
+                check_number(f.name, value, integer=True)
+            elif "float" in hints:
+                check_number(f.name, value)
+
+    def parameters(self) -> dict[str, Any]:
+        """{parameter: value} (the dataclass fields)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def describe(self) -> str:
+        """A short label: the name, then each parameter as name=value."""
+        return " ".join([self.name, *(f"{k}={v}" for k, v in self.parameters().items())])
+
+
+def _types(cls: type, name: str) -> set[str]:
+    """{"int", "None", ...}: the types of a parameter's annotation, read once per class (then kept on it)."""
+    cached = cls.__dict__.get("_component_types")
+    if cached is None:
+        cached = {}
+        for key, hint in typing.get_type_hints(cls).items():
+            args = typing.get_args(hint) or (hint,)
+            cached[key] = {getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in args}
+        cls._component_types = cached
+    return cached.get(name, set())
+
+
+def _is_int_field(cls: type, name: str) -> bool:
+    kinds = _types(cls, name)
+    return "int" in kinds and "float" not in kinds
+
+
+def component_base(kind: str):
+    """Class decorator: make `cls` the base class of the components of `kind` (one per kind)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+
+    def decorate(cls: type) -> type:
+        cls.kind = kind
+        _BASES[kind] = cls
+        return cls
+
+    return decorate
+
+
+def register(kind: str):
+    """Class decorator: register the component class `cls` (a dataclass subclass of the kind's base with a `name`
+    and its reference defined) under `cls.name`, so a config or a flag names it. Registering again the same class
+    (a module imported twice, e.g. as a saved copy) keeps the first; another class under a taken name is an error."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+
+    def decorate(cls: type) -> type:
+        base = _BASES.get(kind)
+        if not (isinstance(cls, type) and base is not None and issubclass(cls, base)) or not cls.name:
+            raise TypeError(
+                f"register({kind!r}) takes a {getattr(base, '__name__', base)} subclass with a name, got {cls!r}"
+            )
+        if "__dataclass_params__" not in cls.__dict__ or not cls.__dataclass_params__.frozen:
+            raise TypeError(
+                f"register({kind!r}): {cls.__qualname__} must be a frozen dataclass (@dataclass(frozen=True))"
+            )
+        if inspect.isabstract(cls):
+            missing = ", ".join(sorted(cls.__abstractmethods__))
+            raise TypeError(
+                f"register({kind!r}): {cls.__qualname__} does not define {missing}: every component defines its "
+                "reference (the naive computation the contract suite compares the library with)"
+            )
+        for f in dataclasses.fields(cls):
+            _types(cls, f.name)  # read the annotations while the defining module is importable
+        registry = REGISTRIES[kind]
+        taken = registry.get(cls.name)
+        if taken is not None and taken is not cls and taken.__qualname__ != cls.__qualname__:
+            raise ValueError(f"{kind} {cls.name!r} is already registered ({taken.__qualname__})")
+        if taken is None:
+            registry[cls.name] = cls
+        return cls
+
+    return decorate
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """The registered names of `kind`, in registration order."""
+    return tuple(REGISTRIES[kind])
+
+
+def component_class(kind: str, name: str, field: str | None = None) -> type:
+    """The registered class `name` of `kind` (`OptionError` on `field`, default the kind, listing the names)."""
+    registry = REGISTRIES[kind]
+    if name not in registry:
+        raise OptionError(field or kind, name, f"is not allowed; allowed: {', '.join(map(repr, registry))}")
+    return registry[name]
+
+
+def parse_flag(text: str) -> str | dict:
+    """A component as written on a command line: `name`, `name:p=1,q=0.5` or a JSON object, as a config value."""
+    text = text.strip()
+    if text.startswith("{"):
+        return json.loads(text)
+    if ":" not in text:
+        return text
+    name, _, rest = text.partition(":")
+    out: dict[str, Any] = {"type": name.strip()}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise OptionError(name, text, "must be written name:parameter=value,parameter=value")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def make_component(kind: str, value, *, field: str | None = None, **extra):
+    """The component instance of a config value: an instance of the kind's base (returned as it is), a name, a
+    dict `{"type": name, **parameters}`, or a command-line string (`parse_flag`). `extra`: parameters given apart
+    (the flat `m` of older configs), added where the component has them. Errors name `field` (default: the kind)
+    or `field.parameter`."""
+    base = _BASES[kind]
+    field = field or kind
+    if isinstance(value, base):
+        return value
+    if isinstance(value, str):
+        value = parse_flag(value)
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise OptionError(field, value, f"must be a {kind} name or a dict with its 'type' and its parameters")
+    params = dict(value)
+    cls = component_class(kind, params.pop("type"), field)
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    params.update({k: v for k, v in extra.items() if k in allowed and k not in params})
+    for key in params:
+        if key not in allowed:
+            text = f"is not a parameter of {kind} {cls.name!r}; allowed: {', '.join(allowed) or 'none'}"
+            raise OptionError(key, params[key], text, f"{field}.{key}")
+    try:
+        return cls(**params)
+    except OptionError as err:
+        raise err.renamed(f"{field}.{err.field}") from None
+    except TypeError as err:
+        raise OptionError(field, value, f"cannot be built: {err}") from None
+
+
+def component_config(component: Component) -> str | dict:
+    """The config value of a component: its name when it has no parameters, else {"type": name, **parameters}."""
+    params = component.parameters()
+    return {"type": component.name, **params} if params else component.name

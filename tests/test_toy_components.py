@@ -1,0 +1,118 @@
+"""The three toy extensions of tests/extension/toy_components (a two-parameter margin, a word norm with a parameter
+and a sampling method with one; docs/contributing.md) go the whole way a user's own component goes: trained by
+run_clm.py from its flags alone (`--head_modules` imports them, `--margin name:p=v,...` sets their parameters),
+saved with the modules they came from recorded in the config, reloaded in a process that has never imported them
+(the recorded modules are imported on loading), and loaded with `trust_remote_code=True` where neither hf_heads nor
+the package can be imported (the copies saved with the model)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from export_check import export_job, load_without_hf_heads
+
+from hf_heads import HeadsForCausalLM
+from hf_heads.components import REGISTRIES
+from hf_heads.data import load_lm_text
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTENSION = Path(__file__).parent / "extension"
+MODULES = ["toy_components.margins", "toy_components.word_norms", "toy_components.sampling"]
+FLAGS = [
+    "--head", "sampled", "--head_modules", *MODULES,
+    "--margin", "toy-arc-cos:m1=0.2,m2=0.05", "--word_norm", "toy-log1p-unigram:scale=0.5",
+    "--method", "toy-tempered-is:power=0.5", "--num_samples", "16", "--noise", "uniform",
+]  # fmt: skip
+
+
+@pytest.fixture
+def extension_path(monkeypatch):
+    """tests/extension on the path; the toy modules imported and registered for this test only."""
+    before = {kind: dict(registry) for kind, registry in REGISTRIES.items()}
+    monkeypatch.syspath_prepend(str(EXTENSION))
+    yield
+    for kind, registry in REGISTRIES.items():
+        registry.clear()
+        registry.update(before[kind])
+    for name in [name for name in sys.modules if name.split(".")[0] == "toy_components"]:
+        del sys.modules[name]
+
+
+def _run_clm(monkeypatch, *args: str) -> None:
+    """run_scripts/run_clm.py with these arguments, in this process (what `python run_clm.py ...` runs)."""
+    script = ROOT / "run_scripts" / "run_clm.py"
+    monkeypatch.setattr(sys, "argv", [str(script), *args])
+    monkeypatch.syspath_prepend(str(script.parent))
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as end:
+        assert end.code in (0, None), f"run_clm.py exited with {end.code}"
+
+
+def test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads(extension_path, monkeypatch, tmp_path):
+    corpus = load_lm_text("bible-web")
+    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
+    train.write_text("\n".join(corpus["train"]["text"][:200]) + "\n", encoding="utf-8")
+    valid.write_text("\n".join(corpus["validation"]["text"][:40]) + "\n", encoding="utf-8")
+    out, hub = tmp_path / "run", tmp_path / "hub"
+    _run_clm(
+        monkeypatch, "--train_file", str(train), "--validation_file", str(valid), "--output_dir", str(out),
+        "--hub_export_dir", str(hub), "--do_train", "--do_eval", "--max_steps", "3", "--save_strategy", "no",
+        "--block_size", "32", "--per_device_train_batch_size", "4", "--report_to", "none", "--seed", "0", *FLAGS,
+    )  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    assert config["head"]["margin"] == {"type": "toy-arc-cos", "m1": 0.2, "m2": 0.05}
+    assert config["head"]["word_norm"] == {"type": "toy-log1p-unigram", "scale": 0.5}
+    assert config["head"]["method"] == {"type": "toy-tempered-is", "power": 0.5}
+    assert config["components"] == dict(zip(["margin", "word_norm", "method"], MODULES, strict=True))
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["train_loss"] > 0 and 1.0 < summary["eval_perplexity"] < 1e6
+
+    # a process that has not imported the package: loading imports the recorded modules before reading the head
+    for registry in REGISTRIES.values():
+        for name in [name for name in registry if name.startswith("toy-")]:
+            del registry[name]
+    for name in [name for name in sys.modules if name.split(".")[0] == "toy_components"]:
+        del sys.modules[name]
+    model = HeadsForCausalLM.from_pretrained(out).eval()
+    scorer = model.head.scorer()
+    assert (scorer.margin.m1, scorer.margin.m2, scorer.word_norm.scale) == (0.2, 0.05, 0.5)
+    assert model.head.options.sampler.power == 0.5
+
+    # neither hf_heads nor toy_components importable: the copies saved with the model
+    assert {"toy_components_margins.py", "toy_components_word_norms.py", "toy_components_sampling.py"} <= {
+        p.name for p in hub.iterdir()
+    }
+    job = export_job(hub, "AutoModelForCausalLM", text="In the beginning God")
+    (got,) = load_without_hf_heads([job], tmp_path / "export-check")
+    with torch.no_grad():
+        torch.testing.assert_close(got["output"], model(**got["inputs"]).logits)
+
+
+def test_head_options_set_what_has_no_flag_and_errors_name_them():
+    from hf_heads.training import HeadsTrainingArguments
+
+    args = HeadsTrainingArguments(
+        output_dir="o", report_to="none", head="margin",
+        head_options=['margin={"type": "arc", "m": 0.1}', "context_norm=max-norm"],
+    )  # fmt: skip
+    head = args.head_config()
+    assert head["margin"] == {"type": "arc", "m": 0.1} and head["context_norm"] == "max-norm"
+    with pytest.raises(ValueError, match="--head_options alpha is not an option of head family 'margin'"):
+        HeadsTrainingArguments(
+            output_dir="o", report_to="none", head="margin", head_options=["alpha=0.5"]
+        ).head_config()
+    with pytest.raises(ValueError, match="--head_options=.*must be written name=value"):
+        HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", head_options=["alpha"]).head_config()
+    with pytest.raises(ValueError, match="--margin parameter m=-1 must be >= 0"):
+        HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m=-1").head_config()
+    with pytest.raises(ValueError, match="--margin parameter m1=0.2 is not a parameter of margin 'arc'; allowed: m"):
+        HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m1=0.2").head_config()
