@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; `hf_heads` is the package itself (`import hf_heads` registers the model classes)
 LAYERS = (
-    ("validation",),
+    ("validation", "components"),
     ("integrations", "integrations.peft", "integrations.trl"),
     ("losses",),
     ("heads", "data"),
@@ -59,3 +59,37 @@ def test_imports_point_downwards():
 
 def test_validation_is_the_ground_floor():
     assert _imports(ROOT / "hf_heads" / "validation.py") == []
+    assert _imports(ROOT / "hf_heads" / "components.py") == ["hf_heads.validation"]
+
+
+def _losses_graph() -> dict[str, set[str]]:
+    """{module: the hf_heads.losses modules it imports} over hf_heads/losses (function-local imports included;
+    `from hf_heads.losses import kernels` is the module kernels)."""
+    folder = ROOT / "hf_heads" / "losses"
+    names = {path.stem for path in folder.glob("*.py") if path.stem != "__init__"}
+    graph = {}
+    for name in names:
+        edges = set()
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "hf_heads.losses":
+                edges |= {alias.name for alias in node.names if alias.name in names} or {"__init__"}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hf_heads.losses."):
+                edges.add(node.module.split(".")[2])
+        graph[name] = edges
+    return graph
+
+
+def test_no_import_cycle_inside_the_losses():
+    graph, cycles = _losses_graph(), []
+
+    def walk(module: str, path: list[str]) -> None:
+        for nxt in sorted(graph.get(module, ())):
+            if nxt in path:
+                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt in graph:
+                walk(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    assert not cycles, "\n".join(sorted(set(cycles)))
+    assert "triton_kernel" not in graph["chunks"]  # the engine names no concrete kernel

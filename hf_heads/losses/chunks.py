@@ -154,6 +154,14 @@ class ChunkKernel:
     float32 (float64 for gradcheck)."""
 
     name: ClassVar[str] = ""
+    # the device types on which the kernel is the automatic choice where `automatic_available` says it can run
+    # (`automatic_kernel`: the first registered such kernel)
+    automatic_on: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def automatic_available(cls, device: torch.device) -> bool:
+        """Whether the kernel can be chosen automatically for tensors on `device` (its dependencies import)."""
+        return True
 
     def loss(self, h, w, b, y, t, opts: ChunkOptions) -> torch.Tensor:
         """The chunk's losses (n,), without gradient (evaluation)."""
@@ -195,14 +203,15 @@ def kernel_choice(name: str | None, *, force: bool = False):
 
 
 def automatic_kernel(device: torch.device | None) -> str:
-    """The kernel chosen when nobody chose: "triton" for CUDA tensors when the triton package imports (the
-    hand-written row program; it checks itself against "eager" once per device before its first use), else
-    "eager" (on a CPU the compiled kernel is faster but compiles per option set for seconds, so it is opt-in)."""
-    if device is not None and device.type == "cuda" and "triton" in CHUNK_KERNELS:
-        from hf_heads.losses.triton_kernel import triton_available
-
-        if triton_available():
-            return "triton"
+    """The kernel chosen when nobody chose: the first registered kernel that names the device's type in its
+    `automatic_on` and can run there ("triton" for CUDA tensors when the triton package imports: the hand-written
+    row program, which checks itself against "eager" once per device before its first use), else "eager" (on a CPU
+    the compiled kernel is faster but compiles per option set for seconds, so it is opt-in). The engine names no
+    other kernel: each says where it is the automatic choice."""
+    if device is not None:
+        for name, kernel in CHUNK_KERNELS.items():
+            if device.type in kernel.automatic_on and kernel.automatic_available(device):
+                return name
     return "eager"
 
 

@@ -82,9 +82,14 @@ class TritonKernel(EagerKernel):
     / soft-cap / label smoothing math (module docstring); `top_k` < V runs the eager kernel's top-k paths."""
 
     name = "triton"
+    automatic_on = ("cuda",)
     _checked: ClassVar[set[torch.device]] = set()
     max_block = 8192  # columns per tile (a power of two); tests lower it to cross tile edges at small V
     num_warps = 16
+
+    @classmethod
+    def automatic_available(cls, device: torch.device) -> bool:
+        return triton_available()
 
     @classmethod
     def check_device(cls, device: torch.device) -> None:
@@ -208,6 +213,7 @@ class TritonHalfKernel(TritonKernel):
     (`HF_HEADS_CHUNK_KERNEL=triton-half` or a head's `chunk_kernel`) until GPU tables show it faster."""
 
     name = "triton-half"
+    automatic_on = ()  # opt-in (the class docstring)
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
         if gemm in HALF_DTYPES and not self._selects(opts, num_classes):
