@@ -75,10 +75,24 @@ def _exportable(module: str, source: str) -> tuple[str, list[str]]:
     return "".join(lines), imported
 
 
-def _code_sources(components: dict | None = None) -> dict[str, str]:
+def _only_family(source: str, family_module: str) -> str:
+    """The source of `hf_heads.heads` (the package) importing one family module, `family_module`, of the lines that
+    import the families (the others are not saved with the model: their registration is not needed to load it)."""
+    lines = source.splitlines(keepends=True)
+    start, end = lines.index("# isort: off\n"), lines.index("# isort: on\n")
+    kept = [line for line in lines[start:end] if not line.startswith("from hf_heads.heads.")
+            or line.startswith(f"from {family_module} import")]  # fmt: skip
+    return "".join(lines[:start] + kept + lines[end:])
+
+
+def _code_sources(
+    components: dict | None = None, model_class_name: str | None = None, family: str | None = None
+) -> dict[str, str]:
     """module -> source with rewritten imports, for the closure of the model classes' hf_heads imports and of the
     modules of the config's `components` (the user's own: each copy records the module's name, and the configuration
-    module imports each copy, which also makes transformers copy it to its module cache with the rest). Raises
+    module imports each copy, which also makes transformers copy it to its module cache with the rest). With
+    `model_class_name` and `family` (a saved model), only that class's task module and that head family's module
+    start the closure: a directory carries the code its model runs, not every task's and family's. Raises
     `RuntimeError` when a module imports hf_heads in a way that cannot be rewritten, or a component comes from a
     script (`__main__`), whose code cannot be carried."""
     users = sorted(set((components or {}).values()))
@@ -88,11 +102,22 @@ def _code_sources(components: dict | None = None) -> dict[str, str]:
                 f"head.{option} is defined in a script (__main__), which cannot be saved with the model; move it "
                 "into a module of its own"
             )
-    todo, sources = [CONFIG_MODULE, *MODEL_MODULES.values(), *users], {}
+    models = MODEL_MODULES.values() if model_class_name is None else [MODEL_MODULES[model_class_name]]
+    family_module = None
+    if family is not None:
+        from hf_heads.heads.registry import FAMILIES
+
+        family_module = FAMILIES[family].head.__module__
+    todo, sources = [CONFIG_MODULE, *models, *users], {}
     while todo:
         module = todo.pop()
         if module not in sources:
-            sources[module], imported = _exportable(module, inspect.getsource(importlib.import_module(module)))
+            source = inspect.getsource(importlib.import_module(module))
+            if module == "hf_heads.heads" and family_module is not None:
+                source = _only_family(source, family_module)
+                if family_module.startswith("hf_heads."):
+                    todo.append(family_module)
+            sources[module], imported = _exportable(module, source)
             todo += imported
     for module in users:
         sources[module] += f"\n{COPIED_FROM} = {module!r}  # this copy's name where it was written (hf_heads export)\n"
@@ -105,10 +130,16 @@ def _code_sources(components: dict | None = None) -> dict[str, str]:
     return sources
 
 
-def write_code(directory: str | Path, components: dict | None = None) -> list[str]:
+def write_code(
+    directory: str | Path,
+    components: dict | None = None,
+    model_class_name: str | None = None,
+    family: str | None = None,
+) -> list[str]:
     """Copy the model code (and the modules of the config's `components`) into `directory` as flat modules with
-    relative imports; returns the file names."""
-    sources = _code_sources(components)  # every source first: nothing is written when one cannot be exported
+    relative imports, only what `model_class_name` with a head of `family` runs when they are given; returns the
+    file names."""
+    sources = _code_sources(components, model_class_name, family)  # every source first: nothing written on an error
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -153,10 +184,11 @@ def save_with_code(
     them, with a warning (it then loads with `import hf_heads` only), or, with `strict`, refused (`ValueError`)."""
     name = model_class(model).__name__
     components = getattr(model.config, "components", None)
+    family = (getattr(model.config, "head", None) or {}).get("family")
     try:
         if name not in AUTO_CLASSES:
             raise RuntimeError(f"model class {name!r} is not one of {', '.join(AUTO_CLASSES)}")
-        _code_sources(components)
+        _code_sources(components, name, family)
     except (OSError, TypeError, RuntimeError) as err:
         if strict:
             raise ValueError(f"cannot export the code of {name}: {err}") from err
@@ -181,7 +213,7 @@ def save_with_code(
         else:
             del model.config.auto_map
     if is_main_process:
-        write_code(directory, components)
+        write_code(directory, components, name, family)
     return result
 
 

@@ -26,7 +26,7 @@ MUTANTS: list[Mutant] = [
                 f"{EVAL}::test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean"),
       "loss-only evaluation on an accelerator sums the ignored rows' losses into the mean"),
     m("eval-branch-drops-column-scale", "losses/fused_linear.py",
-      "losses, _ = _run(h, w, b, y, t, opts._replace(column_scale=s), eval_chunk, gemm)",
+      "losses, _ = _run(h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm)",
       "losses, _ = _run(h, w, b, y, t, opts, eval_chunk, gemm)",
       selection(f"{EVAL}::test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean",
                 "tests/test_eval_without_logits.py::test_fused_loss_without_gradients_is_the_same_loss"),
@@ -147,5 +147,10 @@ MUTANTS: list[Mutant] = [
       "pred = F.normalize(pred, dim=-1) * self.logit_scale", "pred = pred",
       selection("tests/test_continuous_head.py::test_beam_search_scores_are_the_heads_decoding_scores"),
       "continuous margin / softmax heads decode with û·E instead of s · cos(û, E) (same argmax, other beam scores)"),
+    m("automatic-kernel-without-its-dependency", "losses/chunks.py",
+      "if device.type in kernel.automatic_on and kernel.automatic_available(device):",
+      "if device.type in kernel.automatic_on:",
+      selection("tests/test_kernels.py::test_kernel_choice_by_name_head_option_environment_and_device"),
+      "CUDA tensors get the triton kernel where the triton package does not import"),
 ]
 # fmt: on

@@ -31,6 +31,9 @@ def kernel(test: str) -> list[str]:
 
 
 CONTINUOUS = ["tests/test_continuous_losses.py", *CONTRACT_HEADS]
+COMPONENTS = ["tests/test_components_contract.py"]
+TOY_COMPONENTS = ["tests/test_toy_components.py"]
+LEGACY = ["tests/test_legacy_checkpoints.py", "tests/test_registry.py"]
 TRANSFORMS = ["tests/test_transforms.py", *CONTRACT_HEADS]
 
 
@@ -50,14 +53,16 @@ MUTANTS = [
     # ---------------------------------------------------------------- margin: f, g (eqs. 9-12)
     _m("log-unigram-plus-one", "losses/scorer.py", "torch.log(counts.clamp_min(1.0))", "torch.log1p(counts)", MARGIN,
        "log-unigram f = log(1 + c) instead of log c"),
-    _m("unigram-divides-by-sum", "losses/scorer.py", "(top - bottom) / counts.gather(0, amax)[0].clamp_min(_EPS)",
-       "(top - bottom) / counts.sum().clamp_min(_EPS)", MARGIN, "unigram u divides by the total count"),
-    _m("uniform-uses-amin", "losses/scorer.py", "return top.expand(weight.shape[0])",
-       "return bottom.expand(weight.shape[0])", MARGIN, "uniform f = ‖W_amin‖"),
-    _m("log-rank-rank-plus-one", "losses/scorer.py", "frac = frequency_ranks(counts).to(counts.dtype) / vocab",
-       "frac = (frequency_ranks(counts).to(counts.dtype) + 1) / vocab", MARGIN, "log-rank's rank counted from 1"),
-    _m("max-norm-mean", "losses/scorer.py", "return norms.max().expand(hidden.shape[0])",
-       "return norms.mean().expand(hidden.shape[0])", MARGIN, "max-norm g = mean ‖h‖"),
+    _m("unigram-divides-by-sum", "losses/scorer.py", "u = (top - bottom) / counts.max().clamp_min(_EPS)",
+       "u = (top - bottom) / counts.sum().clamp_min(_EPS)", COMPONENTS, "unigram u divides by the total count"),
+    _m("uniform-uses-amin", "losses/scorer.py", "return _amax_amin(counts, norms)[0].expand(weight.shape[0])",
+       "return _amax_amin(counts, norms)[1].expand(weight.shape[0])", COMPONENTS, "uniform f = ‖W_amin‖"),
+    _m("log-rank-rank-plus-one", "losses/scorer.py",
+       "frac = frequency_ranks(counts).to(counts.dtype) / weight.shape[0]",
+       "frac = (frequency_ranks(counts).to(counts.dtype) + 1) / weight.shape[0]", COMPONENTS,
+       "log-rank's rank counted from 1"),
+    _m("max-norm-mean", "losses/scorer.py", "        return norms.max()\n", "        return norms.mean()\n",
+       COMPONENTS, "max-norm g = mean ‖h‖"),
     _m("max-norm-over-ignored-rows", "losses/scorer.py", "norms = norms.masked_fill(~valid, 0.0)", "pass", MARGIN,
        "max-norm's batch maximum taken over the ignored rows too"),
     _m("gain-dropped", "losses/scorer.py", "g = (h_norm if g is None else g) * self.gain",
@@ -72,9 +77,8 @@ MUTANTS = [
     _m("maxnorm-eval-batch-max", "heads/margin.py",
        "context_norm_value=None if training else self.running_context_norm(),", "context_norm_value=None,", MARGIN,
        "eval loss uses the eval batch's own max, not the running max"),
-    _m("maxnorm-over-ignored-rows", "heads/margin.py",
-       ".norm(dim=1).masked_fill(~valid, 0.0)  # (N,)", ".norm(dim=1)  # (N,)", MARGIN,
-       "running max taken over padding rows too"),
+    _m("maxnorm-over-ignored-rows", "heads/margin.py", "context_norm.batch_value(hidden, valid)",
+       "context_norm.batch_value(hidden, None)", MARGIN, "running max taken over padding rows too"),
     _m("maxnorm-all-padding-batch-counts", "heads/margin.py",
        "running.copy_(torch.where(valid.any(), updated, running))", "running.copy_(updated)", MARGIN,
        "a batch of padding only moves the running max-norm towards 0"),
@@ -122,8 +126,25 @@ MUTANTS = [
     # ---------------------------------------------------------------- noise distributions
     _m("log-uniform-rank", "losses/noise.py", "torch.log1p(1.0 / (r + 1.0))", "torch.log1p(1.0 / (r + 2.0))", SAMPLED,
        "Zipfian D over rank + 1"),
-    _m("unigram-smoothing", "losses/noise.py", "probs = smoothed.pow(smoothing)", "probs = smoothed", SAMPLED,
+    _m("unigram-smoothing", "losses/noise.py", "probs = smoothed.pow(self.smoothing)", "probs = smoothed", SAMPLED,
        "unigram smoothing exponent ignored"),
+    # ---------------------------------------------------------------- components (hf_heads/components.py)
+    _m("component-without-reference-registers", "components.py", "        if inspect.isabstract(cls):",
+       "        if False:", COMPONENTS, "a component without its reference registers, and the contract has nothing "
+       "to compare it with"),
+    _m("component-flag-values-stay-strings", "components.py", "            out[key.strip()] = json.loads(value)",
+       "            out[key.strip()] = value", TOY_COMPONENTS,
+       "--margin toy-arc-cos:m1=0.2 gives m1 the string '0.2'"),
+    _m("margin-flat-m-ignored", "losses/scorer.py",
+       'out = make_component("margin", margin, **({} if m is None else {"m": m}))',
+       'out = make_component("margin", margin)', MARGIN, "margin='arc', m=0.2 trains ArcFace with m = 0"),
+    _m("margin-migrate-drops-m", "heads/margin.py",
+       "            margin = make_margin(head.get(\"margin\", \"none\"), m)",
+       "            margin = make_margin(head.get(\"margin\", \"none\"))", LEGACY,
+       "an older config's flat m is dropped on loading: the checkpoint trains with another margin"),
+    _m("noise-migrate-drops-smoothing", "heads/sampled.py",
+       'given = {key.removeprefix("noise_"): value for key, value in flat.items()}', "given = {}",
+       ["tests/test_sampled_head.py"], "--noise unigram --noise_smoothing 0.5 trains with the default smoothing"),
     # ---------------------------------------------------------------- fused chunk kernel, sparse, reductions
     _m("ls-dropped-from-grad", "losses/kernels.py", "                grad_z -= smooth / z.shape[1]\n",
        "                pass\n", FUSED, "label smoothing dropped from the dense gradient"),

@@ -13,7 +13,9 @@ SCORING = "tests/test_scoring.py"
 READ = "tests/test_config_read_through.py"
 ARCH = "tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution"
 
-COMPONENTS_SAVED = selection("tests/test_components.py::test_a_margin_from_the_users_module_survives_save_and_load")
+COMPONENTS_SAVED = selection(
+    "tests/test_toy_components.py::test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads"
+)
 COMPONENTS_SCRIPT = selection(
     "tests/test_components.py::test_a_component_defined_in_a_script_is_refused_for_the_hub_and_explained_on_load"
 )
@@ -225,10 +227,14 @@ MUTANTS: list[Mutant] = [
       'f"from .{flat_name(module)} import {COPIED_FROM} as _component_{i}  # noqa: E402, F401\\n"', '""',
       COMPONENTS_SAVED, "the saved copy of the user's module is never imported: trust_remote_code refuses the head"),
     m("components-margin-not-recorded", "heads/registry.py",
-      "            found[f.name] = item if isinstance(item, type) else type(item)\n", "            pass\n",
+      "            found[f.name] = type(make_component(registry, value))\n", "            pass\n",
       COMPONENTS_SAVED, "a margin from the user's module is not recorded in the config, nor saved with the model"),
     m("components-script-carried", "modeling/export.py", '        if module == "__main__":\n            raise',
       '        if False:\n            raise', COMPONENTS_SCRIPT,
       "a component defined in a script (__main__) is saved as if it could travel"),
+    m("export-every-family", "modeling/export.py", "                source = _only_family(source, family_module)\n",
+      "                pass\n",
+      selection("tests/test_components.py::test_a_saved_directory_carries_the_code_of_its_task_and_family_only"),
+      "every saved directory carries every task's and family's modules again"),
 ]
 # fmt: on

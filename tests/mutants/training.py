@@ -54,8 +54,7 @@ MUTANTS: list[Mutant] = [
       "            if value:\n                section[option] = value", selection(HEAD_FLAGS),
       "a flag given as false / 0 (--head_bias false) never reaches the head section"),
     m("head-flag-error-names-option", "training/arguments.py",
-      'raise err.renamed(f"--{option_flag(err.field)}") from None',
-      'raise err.renamed(f"--{err.field}") from None', selection(HEAD_FLAGS),
+      'else f"--{option_flag(option)}"', 'else f"--{option}"', selection(HEAD_FLAGS),
       "an error names --chunk_size, a flag that does not exist, instead of --loss_chunk_size"),
     m("head-flag-shadows-trainer", "training/arguments.py",
       'return f"head_{flag}" if flag in TRAINER_FLAGS else flag', "return flag",
@@ -66,8 +65,8 @@ MUTANTS: list[Mutant] = [
       "        pass  #",
       selection("tests/test_components.py::test_head_modules_flag_imports_the_users_components_before_the_head_flags"),
       "--head_modules naming a module that does not import is accepted when the arguments are parsed"),
-    m("head-family-flag-not-given", "training/arguments.py", "return self.head != DEFAULT_FAMILY or any(",
-      "return any(", selection(HEAD_FLAGS),
+    m("head-family-flag-not-given", "training/arguments.py", "return self.head != DEFAULT_FAMILY or flags or",
+      "return flags or", selection(HEAD_FLAGS),
       "--head sparse alone counts as no head flag: a trained model's own head silently replaces it"),
     # ---------------------------------------------------------------- training/cards.py
     m("card-classifier-perplexity", "training/cards.py", "perplexity = _is_lm(model) and bool(", "perplexity = bool(",
@@ -296,5 +295,9 @@ MUTANTS: list[Mutant] = [
       "        ordered",
       selection("tests/test_honest_metrics.py::test_a_sampled_bce_loss_is_named_and_has_its_nll_beside_it"),
       "train_nll is logged in the first logging window only"),
+    m("head-options-values-stay-strings", "training/arguments.py",
+      "                section[name.strip()] = json.loads(text)\n", "                section[name.strip()] = text\n",
+      selection("tests/test_toy_components.py::test_head_options_set_what_has_no_flag_and_errors_name_them"),
+      "--head_options margin={...} gives the margin option a string: refused, or a number read as text"),
 ]
 # fmt: on
