@@ -98,7 +98,9 @@ N, H, V = 9, 5, 11
 
 def _data(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    h = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(N, H, generator=g, dtype=torch.float64)
+    h[2] *= 4.0  # the ignored row has the largest ‖h‖: a batch statistic over the counted rows must leave it out
+    h.requires_grad_()
     w = (torch.randn(V, H, generator=g, dtype=torch.float64) * 0.7).requires_grad_()
     b = (torch.randn(V, generator=g, dtype=torch.float64) * 0.3).requires_grad_()
     y = torch.randint(0, V, (N,), generator=g)
