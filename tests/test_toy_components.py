@@ -1,15 +1,15 @@
 """The three toy extensions of tests/extension/toy_components (a two-parameter margin, a word norm with a parameter
 and a sampling method with one; docs/contributing.md) go the whole way a user's own component goes: trained by
-run_clm.py from its flags alone (`--head_modules` imports them, `--margin name:p=v,...` sets their parameters),
-saved with the modules they came from recorded in the config, reloaded in a process that has never imported them
-(the recorded modules are imported on loading), and loaded with `trust_remote_code=True` where neither hf_heads nor
-the package can be imported (the copies saved with the model)."""
+run_clm.py from its flags alone, in a process of its own (`--head_modules` imports them, `--margin name:p=v,...`
+sets their parameters), saved with the modules they came from recorded in the config, reloaded in the test's
+process, which has never imported them (the recorded modules are imported on loading), and loaded with
+`trust_remote_code=True` where neither hf_heads nor the package can be imported (the copies saved with the model)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import runpy
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,27 +44,22 @@ def extension_path(monkeypatch):
         del sys.modules[name]
 
 
-def _run_clm(monkeypatch, *args: str) -> None:
-    """run_scripts/run_clm.py with these arguments, in this process (what `python run_clm.py ...` runs)."""
-    script = ROOT / "run_scripts" / "run_clm.py"
-    monkeypatch.setattr(sys, "argv", [str(script), *args])
-    monkeypatch.syspath_prepend(str(script.parent))
-    monkeypatch.setattr(logging.root, "handlers", [])
-    monkeypatch.setattr(logging.root, "level", logging.root.level)
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as end:
-        assert end.code in (0, None), f"run_clm.py exited with {end.code}"
+def _run_clm(*args: str) -> None:
+    """`python run_scripts/run_clm.py *args` in a process of its own, with the user's package on its path."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(EXTENSION), str(ROOT)])}
+    cmd = [sys.executable, str(ROOT / "run_scripts" / "run_clm.py"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
 
 
-def test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads(extension_path, monkeypatch, tmp_path):
+def test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads(extension_path, tmp_path):
     corpus = load_lm_text("bible-web")
     train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
     train.write_text("\n".join(corpus["train"]["text"][:200]) + "\n", encoding="utf-8")
     valid.write_text("\n".join(corpus["validation"]["text"][:40]) + "\n", encoding="utf-8")
     out, hub = tmp_path / "run", tmp_path / "hub"
     _run_clm(
-        monkeypatch, "--train_file", str(train), "--validation_file", str(valid), "--output_dir", str(out),
+        "--train_file", str(train), "--validation_file", str(valid), "--output_dir", str(out),
         "--hub_export_dir", str(hub), "--do_train", "--do_eval", "--max_steps", "3", "--save_strategy", "no",
         "--block_size", "32", "--per_device_train_batch_size", "4", "--report_to", "none", "--seed", "0", *FLAGS,
     )  # fmt: skip
@@ -76,12 +71,9 @@ def test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads(e
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["train_loss"] > 0 and 1.0 < summary["eval_perplexity"] < 1e6
 
-    # a process that has not imported the package: loading imports the recorded modules before reading the head
-    for registry in REGISTRIES.values():
-        for name in [name for name in registry if name.startswith("toy-")]:
-            del registry[name]
-    for name in [name for name in sys.modules if name.split(".")[0] == "toy_components"]:
-        del sys.modules[name]
+    # this process has not imported the package: loading imports the recorded modules before reading the head
+    assert not any(name.startswith("toy-") for registry in REGISTRIES.values() for name in registry)
+    assert "toy_components" not in sys.modules
     model = HeadsForCausalLM.from_pretrained(out).eval()
     scorer = model.head.scorer()
     assert (scorer.margin.m1, scorer.margin.m2, scorer.word_norm.scale) == (0.2, 0.05, 0.5)
@@ -102,10 +94,11 @@ def test_head_options_set_what_has_no_flag_and_errors_name_them():
 
     args = HeadsTrainingArguments(
         output_dir="o", report_to="none", head="margin",
-        head_options=['margin={"type": "arc", "m": 0.1}', "context_norm=max-norm"],
+        head_options=['margin={"type": "arc", "m": 0.1}', "context_norm=max-norm", "context_norm_momentum=0.5"],
     )  # fmt: skip
     head = args.head_config()
     assert head["margin"] == {"type": "arc", "m": 0.1} and head["context_norm"] == "max-norm"
+    assert head["context_norm_momentum"] == 0.5  # a JSON value, a word otherwise
     with pytest.raises(ValueError, match="--head_options alpha is not an option of head family 'margin'"):
         HeadsTrainingArguments(
             output_dir="o", report_to="none", head="margin", head_options=["alpha=0.5"]
