@@ -2,9 +2,6 @@
 training resumed for every head family, and a fuzz test over the run scripts' command-line flags."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +15,6 @@ from safetensors.torch import load_file, save_file
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM
 from hf_heads.data import minilm_path
 from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _drop_tensor(directory: Path, key: str) -> None:
@@ -66,34 +60,17 @@ def test_corrupt_or_hand_edited_config_is_refused(tmp_path):
             AutoConfig.from_pretrained(tmp_path)
 
 
-def test_tokenizer_larger_than_the_model_vocabulary_is_refused(tmp_path):
+def test_tokenizer_larger_than_the_model_vocabulary_is_refused(tmp_path, script_error):
+    """In this process (conftest's `script_error`): the refusal comes before any training."""
     model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head={"family": "softmax"}))
     model.save_pretrained(tmp_path / "model")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "run_scripts" / "run_translation.py"),
-            "--output_dir",
-            str(tmp_path / "o"),
-            "--model_name_or_path",
-            str(tmp_path / "model"),
-            "--tokenizer_name",
-            minilm_path(),
-            "--do_eval",
-            "--max_eval_samples",
-            "4",
-            "--report_to",
-            "none",
-        ],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "error: the tokenizer has 30522 tokens but the model embeds only 50" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    code, stderr = script_error(
+        "run_translation.py", "--output_dir", tmp_path / "o", "--model_name_or_path", tmp_path / "model",
+        "--tokenizer_name", minilm_path(), "--do_eval", "--max_eval_samples", "4", "--report_to", "none",
+    )  # fmt: skip
+    assert code == 2, stderr[-3000:]
+    assert "error: the tokenizer has 30522 tokens but the model embeds only 50" in stderr
+    assert "Traceback" not in stderr
 
 
 def _seq2seq_data(n=24):
