@@ -129,3 +129,11 @@ def test_nothing_outside_the_heads_dispatches_on_a_family():
     found = [line for p in paths for line in _dispatch_on_family(p)]
     assert not found, "\n".join(found)
     assert _dispatch_on_family(ROOT / "tests" / "fixtures" / "make_legacy_checkpoints.py")  # the check can fail
+
+
+def test_component_objects_are_built_once_and_again_when_an_option_changes():
+    head = make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4, "noise": "uniform"})
+    options = head.options
+    assert options.sampler is options.sampler and options.sampler.name == "mcs"  # kept: asked at every step
+    options.method = "is"
+    assert options.sampler.name == "is" and options.component("noise").name == "uniform"

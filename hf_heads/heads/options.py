@@ -83,10 +83,18 @@ class HeadOptions:
         keep working; the family's `flat_options` are the older keys it accepts."""
         return head
 
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        self.__dict__.pop("_components", None)  # an option changed: `component` builds its objects again
+
     def component(self, option: str):
-        """The component object an option names (e.g. `component("word_norm")`)."""
-        kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)
-        return make_component(kind, getattr(self, option), field=option)
+        """The component object an option names (e.g. `component("word_norm")`), built once and kept until an
+        option changes (the heads ask for it at every step)."""
+        cache = self.__dict__.setdefault("_components", {})
+        if option not in cache:
+            kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)
+            cache[option] = make_component(kind, getattr(self, option), field=option)
+        return cache[option]
 
     def check(self) -> None:
         """Raise `OptionError` for an invalid value or combination (subclasses call `super().check()` first)."""

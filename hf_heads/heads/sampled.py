@@ -26,7 +26,6 @@ from hf_heads.losses.sampled import (
     SamplingMethod,
     corrected_log_probs,
     corrected_nll,
-    make_sampling_method,
     sampled_loss,
     self_normalization,
     validate_sampled_options,
@@ -127,7 +126,7 @@ class SampledHeadOptions(MarginHeadOptions):
     @property
     def sampler(self) -> SamplingMethod:
         """The sampling method object (hf_heads.losses.sampled)."""
-        return make_sampling_method(self.method)
+        return self.component("method")
 
     @property
     def samples(self) -> bool:
@@ -136,7 +135,7 @@ class SampledHeadOptions(MarginHeadOptions):
 
     @property
     def needs_counts(self) -> bool:
-        return super().needs_counts or (self.samples and make_noise(self.noise).needs_counts)
+        return super().needs_counts or (self.samples and self.component("noise").needs_counts)
 
     def counts_reason(self) -> str:
         return super().counts_reason() or f"noise={self.noise!r}"
@@ -147,7 +146,7 @@ class SampledHeadOptions(MarginHeadOptions):
 
     def describe(self) -> str:
         name = f"sampled {self.criterion}-{self.sampler.describe().replace(' ', ',')}"
-        return name + (f" K={self.num_samples} {make_noise(self.noise).describe()}" if self.samples else "")
+        return name + (f" K={self.num_samples} {self.component('noise').describe()}" if self.samples else "")
 
 
 class SampledHead(MarginHead):
@@ -187,7 +186,7 @@ class SampledHead(MarginHead):
         cached = getattr(self, "_noise_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        noise = make_noise(o.noise)
+        noise = o.component("noise")
         counts = self.counts() if noise.needs_counts else None
         probs = noise_distribution(noise, self.num_classes, counts=counts).to(self.weight.device)
         self._noise_cache = (key, probs)
