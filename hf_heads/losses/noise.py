@@ -3,6 +3,9 @@
 Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for
 Neural Language Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md, sec. 3.2, 4.1).
 
+Each noise is a registered component class (hf_heads.components, `register("noise")`: `UniformNoise`,
+`LogUniformNoise`, `UnigramNoise`, with its parameters and its `reference`):
+
 - `uniform`: D(c) = 1 / C.
 - `log-uniform`: the Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r
   (0 = most frequent), as TensorFlow's `log_uniform_candidate_sampler`; it sums to 1 exactly.

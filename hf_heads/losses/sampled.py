@@ -31,11 +31,12 @@ Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation
     bce cps        s + log(C·D(c))          eq. 16 (αK = C)
     bce nce        s                        eq. 20
 
-Each method is one object of `SAMPLING_METHODS` (`Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of
-both tables: the term a candidate contributes to the CE denominator and to the BCE negatives (written with
-log(K·D(c)), K and C) and its posterior correction for each criterion. `sampled_loss` and
-`corrected_log_probs` apply them and write no per-method case of their own. A correction asks for
-`noise_probs` only where it uses D: CE-IS (eq. 14), BCE-IS (eq. 12), BCE-NCE (eq. 20) and the full criteria
+Each method is one registered component class (hf_heads.components, `register("sampling_method")`;
+`SAMPLING_METHODS`: `Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of both tables and its `reference`, its
+criteria written for one position from the equations: the term a candidate contributes to the CE denominator and
+to the BCE negatives (written with log(K·D(c)), K and C) and its posterior correction for each criterion.
+`sampled_loss` and `corrected_log_probs` apply them and write no per-method case of their own. A correction asks
+for `noise_probs` only where it uses D: CE-IS (eq. 14), BCE-IS (eq. 12), BCE-NCE (eq. 20) and the full criteria
 need none.
 
 Choices where the paper is silent (each is tested):

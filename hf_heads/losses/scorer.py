@@ -6,12 +6,14 @@ with φ_c = cos for every class but the target y, whose φ is the margin (eq. 14
 transform cap · tanh(multiplier · l / cap). Paper: Huo, Gao, Wang, Schlüter, Ney, "Investigation of Large-Margin
 Softmax in Neural Language Modeling", Interspeech 2020 (shared/papers/large_margin_softmax_lm.md).
 
-- `Margin`: φ of the target, one small class per margin type registered by name (`register_margin`,
-  `MARGIN_TYPES`), as the sampling methods are: `NoMargin` cos θ, `CosFace` cos θ − m (eq. 5), `ArcFace`
-  cos(θ + m) (eq. 6), `LSoftmax` ψ(θ) = (−1)^k cos(mθ) − 2k for θ ∈ [kπ/m, (k+1)π/m] (eqs. 7–8). Each holds m,
-  checks it (`check`), defines φ(θ) (`phi`) and computes it from cos θ in a form whose value and gradient are
-  finite on all of [−1, 1] (`safe_phi`, what the losses use). A new margin type is one such class.
-- f (eq. 9, with v and u of eqs. 11–12) and g (eq. 10): `word_norm_values`, `context_norm_values`:
+- `Margin`: φ of the target, one small component class per margin type (hf_heads.components: `register("margin")`,
+  or `register_margin`; `MARGIN_TYPES`), as the sampling methods are: `NoMargin` cos θ, `CosFace` cos θ − m
+  (eq. 5), `ArcFace` cos(θ + m) (eq. 6), `LSoftmax` ψ(θ) = (−1)^k cos(mθ) − 2k for θ ∈ [kπ/m, (k+1)π/m]
+  (eqs. 7–8). Each holds its parameters (the paper's types: m, `OneParameterMargin`; any number for a new type),
+  checks them (`check`), defines φ(θ) (`phi`, its reference) and computes it from cos θ in a form whose value and
+  gradient are finite on all of [−1, 1] (`safe_phi`, what the losses use). A new margin type is one such class.
+- f (eq. 9, with v and u of eqs. 11–12) and g (eq. 10): one component class per norm (`WordNorm`, `ContextNorm`,
+  each with its `reference` from the definition), applied by `word_norm_values`, `context_norm_values`:
 
       f: no-mod ‖W_y‖ · uniform ‖W_amax‖ · log-rank log(exp‖W_amax‖ − v·rank_y)
          unigram ‖W_amin‖ + u·c_y · log-unigram log c_y
