@@ -52,24 +52,13 @@ class Component:
     example: ClassVar[dict] = {}
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # a JSON / command-line round trip may give 2.0 for an integer
-            value = getattr(self, f.name)
-            if _is_int_field(type(self), f.name) and isinstance(value, float) and value.is_integer():
-                object.__setattr__(self, f.name, int(value))
+        for f in dataclasses.fields(self):  # each parameter of its annotated type (`coerce`)
+            object.__setattr__(self, f.name, coerce(type(self), f.name, getattr(self, f.name)))
         self.check()
 
     def check(self) -> None:
-        """Raise `OptionError` naming a parameter, its value and what is allowed (default: every parameter annotated
-        as a number must be a finite number)."""
-        for f in dataclasses.fields(self):
-            hints = _types(type(self), f.name)
-            value = getattr(self, f.name)
-            if value is None and "None" in hints:
-                continue
-            if "int" in hints and "float" not in hints:
-                check_number(f.name, value, integer=True)
-            elif "float" in hints:
-                check_number(f.name, value)
+        """Raise `OptionError` naming a parameter, its value and what is allowed, for rules beyond the parameters'
+        types (`__post_init__` has checked those)."""
 
     def parameters(self) -> dict[str, Any]:
         """{parameter: value} (the dataclass fields)."""
@@ -80,21 +69,47 @@ class Component:
         return " ".join([self.name, *(f"{k}={v}" for k, v in self.parameters().items())])
 
 
-def _types(cls: type, name: str) -> set[str]:
-    """{"int", "None", ...}: the types of a parameter's annotation, read once per class (then kept on it)."""
-    cached = cls.__dict__.get("_component_types")
+def annotation_types(cls: type, name: str) -> set[str]:
+    """{"int", "None", ...}: the types of a dataclass field's annotation (annotations may be strings), read once
+    per class (then kept on it)."""
+    cached = cls.__dict__.get("_annotation_types")
     if cached is None:
         cached = {}
         for key, hint in typing.get_type_hints(cls).items():
             args = typing.get_args(hint) or (hint,)
             cached[key] = {getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in args}
-        cls._component_types = cached
+        cls._annotation_types = cached
     return cached.get(name, set())
 
 
-def _is_int_field(cls: type, name: str) -> bool:
-    kinds = _types(cls, name)
-    return "int" in kinds and "float" not in kinds
+def coerce(cls: type, name: str, value):
+    """`value` for field `name` of the dataclass `cls` (a component, or a head family's options), with an integral
+    float turned into an int for an `int` field (a JSON or command-line round trip gives 2.0); refuses a value of
+    the wrong type (a bool for a number, a number for a bool, a non-string) or a number that is not finite."""
+    kinds = annotation_types(cls, name)
+    if value is None and "None" in kinds:
+        return None
+    if "bool" in kinds:
+        if not isinstance(value, bool):
+            raise OptionError(name, value, "must be true or false")
+        return value
+    if "int" in kinds:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        check_number(name, value, minimum=None, integer=True)
+    elif "float" in kinds:
+        check_number(name, value)
+    elif "str" in kinds and not isinstance(value, str):
+        raise OptionError(name, value, "must be a string")
+    return value
+
+
+def parse_value(text: str):
+    """A value written on a command line: its JSON value (a number, true / false, an object, ...), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()
 
 
 def component_base(kind: str):
@@ -133,8 +148,8 @@ def register(kind: str):
                 f"register({kind!r}): {cls.__qualname__} does not define {missing}: every component defines its "
                 "reference (the naive computation the contract suite compares the library with)"
             )
-        for f in dataclasses.fields(cls):
-            _types(cls, f.name)  # read the annotations while the defining module is importable
+        if dataclasses.fields(cls):  # read the parameters' annotations while the defining module is importable
+            annotation_types(cls, "")
         registry = REGISTRIES[kind]
         taken = registry.get(cls.name)
         if taken is not None and taken is not cls and taken.__qualname__ != cls.__qualname__:
@@ -144,11 +159,6 @@ def register(kind: str):
         return cls
 
     return decorate
-
-
-def names(kind: str) -> tuple[str, ...]:
-    """The registered names of `kind`, in registration order."""
-    return tuple(REGISTRIES[kind])
 
 
 def component_class(kind: str, name: str, field: str | None = None) -> type:
@@ -172,10 +182,7 @@ def parse_flag(text: str) -> str | dict:
         key, eq, value = item.partition("=")
         if not eq:
             raise OptionError(name, text, "must be written name:parameter=value,parameter=value")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value.strip()
+        out[key.strip()] = parse_value(value)
     return out
 
 

@@ -12,12 +12,10 @@ Every field carries help text in its metadata: the run scripts' flags are genera
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from hf_heads.components import component_config, make_component
-from hf_heads.validation import OptionError, check_number
+from hf_heads.components import coerce, component_config, make_component
 
 # metadata key of an options field whose value names a registered component: its kind (hf_heads.components, e.g.
 # "margin") or its registry (a dict name -> object, e.g. the chunk kernels)
@@ -26,34 +24,6 @@ COMPONENT = "registry"
 # Options that `from_base` sets from the checkpoint (its output transform, the calibrated gain) rather than the user:
 # not command-line flags, and not compared when a run is resumed or reopened with the head the user asked for.
 CHECKPOINT_OPTIONS = ("warm_start_gain", "logit_multiplier", "logit_softcap")
-
-
-def _kinds(cls: type, name: str) -> set[str]:
-    """{"int", "None", ...}: the types of a field's annotation (annotations are strings here)."""
-    hint = typing.get_type_hints(cls)[name]
-    args = typing.get_args(hint) or (hint,)
-    return {getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in args}
-
-
-def coerce(cls: type, name: str, value):
-    """`value` for field `name` of options class `cls`, with an integral float turned into an int for an `int`
-    field; refuses a value of the wrong type (a bool for a number, a number for a bool, a non-string)."""
-    kinds = _kinds(cls, name)
-    if value is None and "None" in kinds:
-        return None
-    if "bool" in kinds:
-        if not isinstance(value, bool):
-            raise OptionError(name, value, "must be true or false")
-        return value
-    if "int" in kinds:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        check_number(name, value, minimum=None, integer=True)
-    elif "float" in kinds:
-        check_number(name, value)
-    elif "str" in kinds and not isinstance(value, str):
-        raise OptionError(name, value, "must be a string")
-    return value
 
 
 @dataclass

@@ -12,7 +12,6 @@ import importlib
 import sys
 from dataclasses import asdict, dataclass, fields
 
-from hf_heads.components import make_component
 from hf_heads.heads.options import COMPONENT
 from hf_heads.validation import OptionError, check_choice
 
@@ -119,7 +118,7 @@ def component_modules(head: dict | None) -> dict[str, str]:
     for f in fields(options):
         registry, value = f.metadata.get(COMPONENT), getattr(options, f.name)
         if isinstance(registry, str):
-            found[f.name] = type(make_component(registry, value))
+            found[f.name] = type(options.component(f.name))
         elif registry is not None and value is not None:
             item = registry[value]
             found[f.name] = item if isinstance(item, type) else type(item)

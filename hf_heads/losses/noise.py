@@ -39,7 +39,7 @@ from hf_heads.validation import OptionError, check_number
 @dataclass(frozen=True)
 class Noise(Component, ABC):
     """A noise distribution D, a registered component (hf_heads.components): `reference` is D from its definition,
-    (C,) float64 summing to 1; `distribution` what the heads use (default: the reference, checked)."""
+    (C,) float64 summing to 1; `distribution` what the heads use (default: the reference)."""
 
     needs_counts: ClassVar[bool] = True  # whether D needs the training word counts (or the ranks)
 

@@ -417,8 +417,6 @@ class MaxNormContextNorm(ContextNorm):
         return (norms if valid is None else norms[valid]).max().expand(hidden.shape[0])
 
     def values(self, hidden, valid):
-        if hidden.shape[0] == 0:
-            return hidden.new_zeros(0)
         return self.batch_value(hidden, valid).expand(hidden.shape[0])
 
     def batch_value(self, hidden, valid):

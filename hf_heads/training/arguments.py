@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import logging
 import typing
 from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
+from hf_heads.components import parse_value
 from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
 from hf_heads.heads.defaults import set_run_head
 from hf_heads.heads.registry import DEFAULT_FAMILY
@@ -141,10 +141,7 @@ class HeadFlags(_head_flags_class()):
                 raise OptionError("--head_options", item, "must be written name=value")
             if name.strip() in section:
                 raise OptionError("--head_options", item, f"sets {name.strip()}, which a flag sets already")
-            try:
-                section[name.strip()] = json.loads(text)
-            except json.JSONDecodeError:
-                section[name.strip()] = text
+            section[name.strip()] = parse_value(text)
         try:
             return head_dict(section)
         except OptionError as err:

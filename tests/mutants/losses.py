@@ -133,8 +133,8 @@ MUTANTS = [
     _m("component-without-reference-registers", "components.py", "        if inspect.isabstract(cls):",
        "        if False:", COMPONENTS, "a component without its reference registers, and the contract has nothing "
        "to compare it with"),
-    _m("component-flag-values-stay-strings", "components.py", "            out[key.strip()] = json.loads(value)",
-       "            out[key.strip()] = value", TOY_COMPONENTS,
+    _m("component-flag-values-stay-strings", "components.py", "        out[key.strip()] = parse_value(value)",
+       "        out[key.strip()] = value", TOY_COMPONENTS,
        "--margin toy-arc-cos:m1=0.2 gives m1 the string '0.2'"),
     _m("margin-flat-m-ignored", "losses/scorer.py",
        'out = make_component("margin", margin, **({} if m is None else {"m": m}))',

@@ -227,7 +227,7 @@ MUTANTS: list[Mutant] = [
       'f"from .{flat_name(module)} import {COPIED_FROM} as _component_{i}  # noqa: E402, F401\\n"', '""',
       COMPONENTS_SAVED, "the saved copy of the user's module is never imported: trust_remote_code refuses the head"),
     m("components-margin-not-recorded", "heads/registry.py",
-      "            found[f.name] = type(make_component(registry, value))\n", "            pass\n",
+      "            found[f.name] = type(options.component(f.name))\n", "            pass\n",
       COMPONENTS_SAVED, "a margin from the user's module is not recorded in the config, nor saved with the model"),
     m("components-script-carried", "modeling/export.py", '        if module == "__main__":\n            raise',
       '        if False:\n            raise', COMPONENTS_SCRIPT,

@@ -296,7 +296,7 @@ MUTANTS: list[Mutant] = [
       selection("tests/test_honest_metrics.py::test_a_sampled_bce_loss_is_named_and_has_its_nll_beside_it"),
       "train_nll is logged in the first logging window only"),
     m("head-options-values-stay-strings", "training/arguments.py",
-      "                section[name.strip()] = json.loads(text)\n", "                section[name.strip()] = text\n",
+      "            section[name.strip()] = parse_value(text)\n", "            section[name.strip()] = text\n",
       selection("tests/test_toy_components.py::test_head_options_set_what_has_no_flag_and_errors_name_them"),
       "--head_options margin={...} gives the margin option a string: refused, or a number read as text"),
 ]
