@@ -46,13 +46,26 @@ OPTIONS = {
     "bce-target-softcap-column-scale": {"criterion": "bce", "target": True, "softcap": 3.0, "scale": True},
     "mse": {"criterion": "mse"},
     "mse-target-softcap": {"criterion": "mse", "target": True, "softcap": 3.0},
+    "z-loss": {"z_loss": 0.1},
+    "z-loss-target-softcap-smoothing": {"z_loss": 0.1, "target": True, "softcap": 3.0, "label_smoothing": 0.2},
+    "z-loss-top-k-smoothing": {"z_loss": 0.1, "top_k": 4, "label_smoothing": 0.1},
+    "class-weight": {"class_weight": True},
+    "class-weight-z-loss-column-scale-target": {"class_weight": True, "z_loss": 0.1, "scale": True, "target": True},
+    "class-weight-z-loss-top-k": {"class_weight": True, "z_loss": 0.1, "top_k": 4},
 }
+CLASS_WEIGHT = torch.rand(V, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 2  # a ≥ 0, some < 1
 
 
-def naive(h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None, criterion="ce"):
+def naive(
+    h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None, criterion="ce", z_loss=0.0,
+    class_weight=None, reduction="mean",
+):  # fmt: skip
     """Mean over non-ignored rows of lse − z_y on z = s ∘ (h wᵀ) + b, z[i, y_i] = t_i, z = cap·tanh(z / cap); the
     log-sum-exp over the row or its k largest logits; label smoothing over the same support. criterion "bce":
-    −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c)) (sampling paper, eq. 3); "mse": Σ_c (σ(z_c) − δ_cy)² (eq. 1)."""
+    −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c)) (sampling paper, eq. 3); "mse": Σ_c (σ(z_c) − δ_cy)² (eq. 1). `z_loss` λ
+    adds λ · lse² per row (its own mean over the rows); `class_weight` a (V,) weighs row i's cross-entropy by a[y_i]
+    and divides by Σ_i a[y_i], as `F.cross_entropy(weight=a)`. reduction "none": the per-row losses of the kept rows
+    (a[y_i] · loss_i + λ · lse_i²)."""
     keep = y != -100
     z = (h[keep] @ w.T) * (1.0 if s is None else s) + b
     yk = y[keep]
@@ -61,16 +74,21 @@ def naive(h, w, b, y, t, s=None, top_k=None, label_smoothing=0.0, softcap=None, 
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
     onehot = torch.nn.functional.one_hot(yk, z.shape[1]).to(z.dtype)
-    if criterion == "bce":  # written as the paper writes it: log σ of the target, log(1 − σ) of the others
-        sig = torch.sigmoid(z)
-        return -(onehot * torch.log(sig) + (1 - onehot) * torch.log1p(-sig)).sum(1).mean()
-    if criterion == "mse":
-        return (torch.sigmoid(z) - onehot).square().sum(1).mean()
+    if criterion != "ce":
+        if criterion == "bce":  # written as the paper writes it: log σ of the target, log(1 − σ) of the others
+            sig = torch.sigmoid(z)
+            rows = -(onehot * torch.log(sig) + (1 - onehot) * torch.log1p(-sig)).sum(1)
+        else:
+            rows = (torch.sigmoid(z) - onehot).square().sum(1)
+        return rows if reduction == "none" else rows.mean()
     support = z if top_k is None else z.topk(top_k, dim=1).values
     lse = torch.logsumexp(support, dim=1)
     loss = lse - z.gather(1, yk[:, None]).squeeze(1)
     loss = (1 - label_smoothing) * loss + label_smoothing * (lse - support.mean(1))
-    return loss.mean()
+    a = torch.ones_like(loss) if class_weight is None else class_weight[yk]
+    if reduction == "none":
+        return a * loss + z_loss * lse.square()
+    return (a * loss).sum() / a.sum() + z_loss * lse.square().mean()
 
 
 def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
@@ -113,7 +131,8 @@ def _data(seed=0):
 # cases (each option alone) are marked slow and run in `make test-all`. The eager and compiled kernels run every case.
 INTERPRETED = {
     "triton": {"plain", "target-logit-softcap-smoothing", "column-scale-target-softcap",
-               "bce-target-softcap-column-scale", "mse-target-softcap"},
+               "bce-target-softcap-column-scale", "mse-target-softcap", "z-loss-target-softcap-smoothing",
+               "class-weight-z-loss-column-scale-target"},
     "triton-half": {"plain", "target-logit-softcap-smoothing"},  # the triton kernel with another workspace dtype
 }  # fmt: skip
 TOP_K = {name for name, opts in OPTIONS.items() if opts.get("top_k")}  # the Triton kernels hand top-k to eager: fast
@@ -219,9 +238,9 @@ def test_a_frozen_weight_gets_no_weight_product(kernel, options, monkeypatch):
         seen.append(grads.w is None)
         return linear_grads(grad_z, h, w, grads, *args)
 
-    def spy_sparse(self, h, w, b, y, t, opts, row_weight, grads):
+    def spy_sparse(self, h, w, b, y, t, opts, row_weight, grads, *args):
         seen.append(grads.w is None)
-        return sparse(self, h, w, b, y, t, opts, row_weight, grads)
+        return sparse(self, h, w, b, y, t, opts, row_weight, grads, *args)
 
     monkeypatch.setattr(kernels, "_linear_grads", spy)
     monkeypatch.setattr(triton_kernel, "_linear_grads", spy)
@@ -303,6 +322,8 @@ def _check_against_the_reference(kernel, options, monkeypatch):
         *(["t"] if opts.pop("target", False) else []),
         *(["s"] if opts.pop("scale", False) else []),
     ]
+    if opts.get("class_weight"):
+        opts["class_weight"] = CLASS_WEIGHT
     h, w, b, t, y = _data()
     s = (torch.rand(V, generator=torch.Generator().manual_seed(5), dtype=torch.float64) + 0.5).requires_grad_()
     inputs = tuple({"h": h, "w": w, "b": b, "t": t, "s": s}[n] for n in names)
@@ -315,14 +336,18 @@ def _check_against_the_reference(kernel, options, monkeypatch):
         )  # fmt: skip
 
     loss = ours(*inputs)
-    ref = naive(h, w, b, y, t if "t" in names else None, s if "s" in names else None, **opts)
+    t_s = (t if "t" in names else None, s if "s" in names else None)
+    ref = naive(h, w, b, y, *t_s, **opts)
     torch.testing.assert_close(loss, ref)
     for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
         torch.testing.assert_close(got, want)
     rows = ours(*inputs, reduction="none")
     assert rows.shape == y.shape and rows[3] == 0
-    torch.testing.assert_close(rows.sum() / (y != -100).sum(), loss)
+    torch.testing.assert_close(rows[y != -100], naive(h, w, b, y, *t_s, reduction="none", **opts))
+    if opts.get("class_weight") is None:
+        torch.testing.assert_close(rows.sum() / (y != -100).sum(), loss)
     assert torch.autograd.gradcheck(ours, inputs, fast_mode=True)
+    assert torch.autograd.gradcheck(lambda *x: ours(*x, reduction="none"), inputs, fast_mode=True)
 
 
 def test_the_compiled_kernel_compiles_every_option_set_a_process_meets(monkeypatch, caplog):
@@ -750,22 +775,28 @@ class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("options", ["plain", "target-logit-softcap-smoothing", "top-k"])
+@pytest.mark.parametrize(
+    "options", ["plain", "target-logit-softcap-smoothing", "top-k", "class-weight-z-loss-top-k", "z-loss"]
+)
 def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, options, monkeypatch):
     """On an accelerator (stood in for here by declaring host reads costly), the fused cross-entropy's forward and
-    backward read no value on the host — no label check, no compaction of ignored rows, no count — and compute the
-    same loss and gradients as the CPU path that compacts the rows; an out-of-range label is still refused."""
+    backward read no value on the host — no label check, no compaction of ignored rows, no count, no check of the
+    class weights, no sum of them — and compute the same loss and gradients as the CPU path that compacts the rows;
+    an out-of-range label is still refused."""
     from hf_heads.losses import _rows, fused_linear
 
     opts = dict(OPTIONS[options])
     use_t = opts.pop("target", False)
+    if opts.get("class_weight"):
+        opts["class_weight"] = CLASS_WEIGHT
     h, w, b, t, y = _data()
     y[7] = -100
 
     def run():
         out = fused_linear_cross_entropy(
             h, w, b, y, target_logit=t if use_t else None, reduction=reduction, chunk_size=4,
-            num_items_in_batch=torch.tensor(9) if reduction == "mean" else None, **opts,
+            num_items_in_batch=torch.tensor(9) if reduction == "mean" and "class_weight" not in opts else None,
+            **opts,
         )  # fmt: skip
         loss = out.sum() if reduction == "none" else out
         return out, torch.autograd.grad(loss, (h, w, b, t), allow_unused=True)

@@ -35,7 +35,7 @@ from hf_heads.losses.continuous import (
     syn_margin_loss,
     vmf_nll,
 )
-from hf_heads.losses.fused_linear import check_labels, fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import LinearCrossEntropyOutput, check_labels, fused_linear_cross_entropy
 from hf_heads.losses.margin import MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
 from hf_heads.losses.noise import NOISES, Noise, draw_samples, frequency_ranks, noise_distribution
 from hf_heads.losses.sampled import (
@@ -142,6 +142,7 @@ __all__ = [
     "check_labels",
     "context_norm_values",
     "fused_linear_cross_entropy",
+    "LinearCrossEntropyOutput",
     "lsm_psi",
     "margin_cross_entropy",
     "margin_logits",

@@ -51,7 +51,9 @@ def ce_rows(
     loss_ptr,  # (n,) out
     grad_t_ptr,  # (n,) out (HAS_T and GRAD)
     num_classes,
-    params_ptr,  # (2,) label smoothing ε and soft-cap in the compute dtype (float32; float64 for float64 logits)
+    params_ptr,  # (3,) label smoothing ε, soft-cap and z-loss λ in the compute dtype (float32; float64 for float64)
+    zw_ptr,  # (n,) z-loss row weights (Z_LOSS and GRAD)
+    lse_ptr,  # (n,) out: each row's log-sum-exp (HAS_LSE)
     HAS_T: tl.constexpr,
     SOFTCAP: tl.constexpr,
     GRAD: tl.constexpr,
@@ -59,6 +61,8 @@ def ce_rows(
     CRITERION: tl.constexpr = 0,  # 0: softmax cross-entropy; 1: full BCE Σ softplus(z) − z_y; 2: full MSE Σ (σ − δ)²
     HAS_B: tl.constexpr = False,
     HAS_S: tl.constexpr = False,
+    Z_LOSS: tl.constexpr = False,  # the gradient also of z_weight_i · λ · lse_i² (CRITERION 0)
+    HAS_LSE: tl.constexpr = False,
 ):
     row = tl.program_id(0)
     smooth = tl.load(params_ptr)
@@ -91,6 +95,8 @@ def ce_rows(
         z_sum += tl.sum(tl.where(mask, x, 0.0), 0)
         z_y += tl.sum(tl.where(cols == y, x, 0.0), 0)
     lse = m + tl.log(total)
+    if HAS_LSE:
+        tl.store(lse_ptr + row, lse)
     if CRITERION == 0:
         loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
     elif CRITERION == 1:
@@ -100,23 +106,26 @@ def ce_rows(
     tl.store(loss_ptr + row, loss)
     if GRAD:
         weight = tl.load(weight_ptr + row)
+        coef = weight  # what multiplies p_ic: r_i, with the z-loss r_i + 2λ u_i lse_i
+        if Z_LOSS:
+            coef = weight + 2.0 * tl.load(params_ptr + 2) * tl.load(zw_ptr + row) * lse
         grad_t = tl.sum(zeros, 0)
         for start in range(0, num_classes, BLOCK):  # pass 2: the gradient over the logits
             cols = start + offsets
             mask = cols < num_classes
             x = _tile(z_row, cols, mask, y, t, cap, b_ptr, s_ptr, HAS_T, SOFTCAP, HAS_B, HAS_S)
             if CRITERION == 0:
-                g = tl.exp(x - lse) - smooth / num_classes
-                g = tl.where(cols == y, g - (1.0 - smooth), g)
+                g = tl.exp(x - lse) * coef - weight * (smooth / num_classes)
+                g = tl.where(cols == y, g - weight * (1.0 - smooth), g)
             else:
                 sig = _sigmoid(x)
                 g = tl.where(cols == y, sig - 1.0, sig)  # BCE: σ − δ
                 if CRITERION == 2:
                     g = 2.0 * g * sig * (1.0 - sig)  # MSE: 2(σ − δ)σ(1 − σ)
+                g = g * weight
             if SOFTCAP:
                 capped = tl.where(mask, x / cap, 0.0)  # padding lanes hold -inf
                 g = g * (1.0 - capped * capped)
-            g = g * weight
             if HAS_T:
                 grad_t += tl.sum(tl.where(cols == y, g, 0.0), 0)
                 g = tl.where(cols == y, 0.0, g)  # the replaced entry does not depend on h · w_y

@@ -115,18 +115,22 @@ class ChunkOptions(NamedTuple):
     applied to each chunk's block instead of to a scaled copy of W), and the criterion over the row's logits z:
     "ce" softmax cross-entropy lse(z) − z_y; "bce" Σ_c softplus(z_c) − z_y (the sampling paper's full BCE, eq. 3:
     −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c))); "mse" Σ_c (σ(z_c) − δ_cy)² (its full MSE, eq. 1). Top-k and label
-    smoothing are for "ce" only."""
+    smoothing are for "ce" only, as is `z_loss` λ: the gradient then also takes λ · lse_i² per row (PaLM's z-loss,
+    Liger-Kernel's `lse_square_scale`; lse over the row's support, its top k for sparse), weighted by the kernel's
+    `z_weight` (default: the row weight). The kernel returns the criterion's losses without it; the caller adds
+    λ · lse² from the log-sum-exp the kernel writes (`lse=`)."""
 
     top_k: int | None
     label_smoothing: float
     softcap: float | None
     column_scale: torch.Tensor | None = None
     criterion: str = "ce"
+    z_loss: float = 0.0
 
     def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
         """These options with another column scale. (Not `_replace`: torch 2.11's dynamo builds a `_replace`d named
         tuple it cannot read back after a graph break, an IndexError inside `torch.compile`.)"""
-        return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion)
+        return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion, self.z_loss)
 
 
 class Grads(NamedTuple):
@@ -150,8 +154,10 @@ class ChunkKernel:
         z = h wᵀ + b, z[i, y_i] = t_i, z = cap·tanh(z / cap), loss_i = lse_i(z) − z[i, y_i]  (label smoothing and
         the top-k support as in hf_heads.losses.fused_linear; the "bce" and "mse" criteria of `ChunkOptions`).
 
-    `loss` returns the (n,) losses; `loss_and_grads` also adds d(Σ_i row_weight_i · loss_i) to `grads`. Inputs are
-    float32 (float64 for gradcheck)."""
+    `loss` returns the (n,) losses; `loss_and_grads` also adds d(Σ_i row_weight_i · loss_i + Σ_i z_weight_i · λ ·
+    lse_i²) to `grads` (λ = `opts.z_loss`, the second sum only when λ > 0; `z_weight` None: the row weights). Both
+    write each row's log-sum-exp into `lse` (n,) when it is given ("ce" only; over the top k with `top_k`). Inputs
+    are float32 (float64 for gradcheck)."""
 
     name: ClassVar[str] = ""
     # the device types on which the kernel is the automatic choice where `automatic_available` says it can run
@@ -163,13 +169,16 @@ class ChunkKernel:
         """Whether the kernel can be chosen automatically for tensors on `device` (its dependencies import)."""
         return True
 
-    def loss(self, h, w, b, y, t, opts: ChunkOptions) -> torch.Tensor:
-        """The chunk's losses (n,), without gradient (evaluation)."""
+    def loss(self, h, w, b, y, t, opts: ChunkOptions, lse: torch.Tensor | None = None) -> torch.Tensor:
+        """The chunk's losses (n,), without gradient (evaluation); each row's log-sum-exp written into `lse`."""
         raise NotImplementedError
 
-    def loss_and_grads(self, h, w, b, y, t, opts: ChunkOptions, row_weight: torch.Tensor, grads: Grads):
-        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i) / d(h, w, b, t) to `grads` (d h and d t written
-        for the chunk's rows, d w and d b accumulated)."""
+    def loss_and_grads(
+        self, h, w, b, y, t, opts: ChunkOptions, row_weight: torch.Tensor, grads: Grads,
+        lse: torch.Tensor | None = None, z_weight: torch.Tensor | None = None,
+    ):  # fmt: skip
+        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i (+ the z-loss)) / d(h, w, b, t) to `grads` (d h
+        and d t written for the chunk's rows, d w and d b accumulated); each row's log-sum-exp into `lse`."""
         raise NotImplementedError
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:

@@ -37,6 +37,7 @@ weighted by the incoming gradient.
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
 
 import torch
 
@@ -61,7 +62,7 @@ from hf_heads.losses.chunks import (
 )
 from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # noqa: F401 (registered in the chunk engine)
 from hf_heads.losses.transforms import check_transform
-from hf_heads.validation import OptionError, check_choice
+from hf_heads.validation import OptionError, check_choice, check_number
 
 
 class WeightGradSlot:
@@ -87,19 +88,30 @@ class WeightGradSlot:
 
 
 @autocast_off
-def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None):
-    """Per-row losses (N,) and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of
-    Σ_i row_weight_i · loss_i in the dtypes of h, w, b, t and the column scale s = `opts.column_scale`, chunk by chunk
-    through the chunk engine; without it the loss alone (one matmul per chunk). The products run in `gemm` (h and w
-    cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in training
-    where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c.
-    `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when neither w nor
-    s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are skipped, d w is
-    None."""
+def _run(
+    h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
+    want_lse: bool = False,
+):  # fmt: skip
+    """(losses (N,), gradients, lse (N,) or None): the per-row losses and, when `row_weight` (N,) is given, the
+    gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ · lse_i² with the z-loss λ =
+    `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the column scale s =
+    `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one matmul per chunk).
+    The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ · lse²). The products run in `gemm`
+    (h and w cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in
+    training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c ·
+    w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when neither w
+    nor s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are skipped, d w
+    is None."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
+    lse = None
+    if want_lse or opts.z_loss > 0:
+        lse = torch.empty(h.shape[0], dtype=torch.promote_types(gemm, torch.float32), device=h.device)
     if row_weight is None:
-        return map_chunks(lambda h_, y_, t_: kernel.loss(h_, w_g, b, y_, t_, opts), (h_g, y, t), (), chunk_size), None
+        losses = map_chunks(
+            lambda h_, y_, t_, l_: kernel.loss(h_, w_g, b, y_, t_, opts, lse=l_), (h_g, y, t, lse), (), chunk_size
+        )
+        return losses, None, lse
     scale = opts.column_scale
     workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
     rows = min(chunk_size, h.shape[0])
@@ -118,19 +130,20 @@ def _run(h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_w
     workspace = torch.empty(rows, w.shape[0], dtype=workspace_dtype, device=h.device)
     unset = [grad_w is not None]  # until the first chunk has written d w
 
-    def step(h_, y_, t_, weight_, gh, gt):
+    def step(h_, y_, t_, weight_, gh, gt, lse_, z_weight_):
         grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]], w_unset=unset[0])
         unset[0] = False
-        return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, grads)
+        return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, grads, lse=lse_, z_weight=z_weight_)
 
-    losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t), (), chunk_size)
+    losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t, lse, z_weight), (), chunk_size)
     grad_s = None
     if scale is not None and grad_w is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A
         grad_s = row_dots(grad_w, w).to(scale.dtype)  # (V,)
         grad_w.mul_(scale.to(accumulate)[:, None])
     if not wants_w:
         grad_w = None  # A, if any, was for d s only
-    return losses, (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
+    grads = (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
+    return losses, grads, lse
 
 
 def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
@@ -161,8 +174,10 @@ def row_dots(a: torch.Tensor, b: torch.Tensor, block_rows: int = 1024) -> torch.
 
 
 class _FusedLinearCEScalar(torch.autograd.Function):
-    """Σ_i weight · loss_i with all gradients computed in the forward pass; `keep` (N,): the rows that count (None:
-    all), the others computed with weight 0; `s`: the column scale (V,) or None.
+    """Σ_i r_i · loss_i (+ λ Σ_i u_i · lse_i², the z-loss) with all gradients computed in the forward pass: r_i =
+    `weight` · a_i with `class_rows` a (N,) (the class weight of each row's target; None: 1), u_i = `z_scale`;
+    `keep` (N,): the rows that count (None: all), the others computed with weight 0; `s`: the column scale (V,) or
+    None. `want_aux`: the outputs are (loss, z-loss term, lse (N,)), the last two without gradient.
 
     The backward hands the forward's gradients over (no reference kept, so autograd accumulates into them or keeps
     them as `.grad` without a copy of the (V, H) one) and scales them in place by d output. A second backward
@@ -170,65 +185,107 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     saved inputs."""
 
     @staticmethod
-    def _row_weight(h, weight, keep):
+    def _row_weights(h, weight, keep, class_rows, z_scale, opts: ChunkOptions):
+        """(r (N,), u (N,) or None): the row weights of the losses and of the z-loss (None: r, when no class weight
+        makes them differ)."""
         dtype = torch.promote_types(h.dtype, torch.float32)
-        if isinstance(weight, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
-            row_weight = weight.to(device=h.device, dtype=dtype).expand(h.shape[0])
-        else:
-            row_weight = torch.full((h.shape[0],), weight, dtype=dtype, device=h.device)
-        return row_weight if keep is None else row_weight * keep
+
+        def rows(scale):
+            if isinstance(scale, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
+                out = scale.to(device=h.device, dtype=dtype).expand(h.shape[0])
+            else:
+                out = torch.full((h.shape[0],), scale, dtype=dtype, device=h.device)
+            return out if keep is None else out * keep
+
+        row_weight = rows(weight)
+        if class_rows is None:
+            return row_weight, None
+        z_weight = rows(z_scale) if opts.z_loss > 0 else None
+        return row_weight * class_rows.to(dtype), z_weight
 
     @staticmethod
     def forward(
-        ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None, slot=None
-    ):
-        row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
+        ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None,
+        slot=None, class_rows=None, z_scale: float | torch.Tensor = 1.0, want_aux: bool = False,
+    ):  # fmt: skip
+        row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
-        losses, grads = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs)
+        losses, grads, lse = _run(
+            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_aux
+        )
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
-        ctx.save_for_backward(h, w, b, t, s, y, keep)
-        ctx.rerun = (weight, opts, chunk_size, gemm)
+        ctx.save_for_backward(h, w, b, t, s, y, keep, class_rows)
+        ctx.rerun = (weight, opts, chunk_size, gemm, z_scale)
         ctx.slot = slot  # a WeightGradSlot told which tensor the weight's gradient is, or None
-        return _kept(losses, keep).sum() * weight
+        loss, z_term = _total(losses, lse, keep, class_rows, weight, z_scale, opts.z_loss)
+        if not want_aux:
+            return loss
+        lse = _kept(lse, keep)
+        ctx.mark_non_differentiable(z_term, lse)
+        return loss, z_term, lse
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, *unused):  # unused: the gradients of the z-loss term and lse outputs (none)
         grads, ctx.grads = ctx.grads, None
         if grads is None:  # a second backward through this graph: the first one took them
-            h, w, b, t, s, y, keep = ctx.saved_tensors
-            weight, opts, chunk_size, gemm = ctx.rerun
-            row_weight = _FusedLinearCEScalar._row_weight(h, weight, keep)
+            h, w, b, t, s, y, keep, class_rows = ctx.saved_tensors
+            weight, opts, chunk_size, gemm, z_scale = ctx.rerun
+            row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
             needs = ctx.needs_input_grad[:5]
-            _, grads = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs)
+            _, grads, _ = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight)
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, None, None, None, None, None, None, None)  # h, w, b, t, s; then the non-tensor arguments
+        return (*grads, *[None] * 10)  # h, w, b, t, s; then y and the non-tensor arguments
+
+
+def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ_i a_i · loss_i · weight + λ Σ_i lse_i² · z_scale, the second term): the rows `keep` drops count 0, a the
+    rows' class weights (None: 1), λ = `z_loss` (0: the second term is 0)."""
+    kept = _kept(losses, keep)
+    loss = (kept if class_rows is None else kept * class_rows).sum() * weight
+    if not z_loss:
+        return loss, loss.new_zeros(())
+    z_term = _kept(lse.square(), keep).sum() * z_scale * z_loss
+    return loss + z_term, z_term.detach()
 
 
 class _FusedLinearCERows(torch.autograd.Function):
-    """Per-row losses; the backward pass recomputes each chunk weighted by the incoming gradient."""
+    """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward pass
+    recomputes each chunk weighted by the incoming gradient. `want_aux`: (losses, lse), lse without gradient."""
 
     @staticmethod
-    def forward(ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None):
+    def forward(
+        ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None, class_rows=None, want_aux=False
+    ):
         opts = opts.with_scale(s)
         with torch.no_grad():
-            losses, _ = _run(h, w, b, y, t, opts, chunk_size, gemm)
-        ctx.save_for_backward(h, w, b, t, s, y)
+            losses, _, lse = _run(h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_aux)
+        ctx.save_for_backward(h, w, b, t, s, y, class_rows)
         ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
         ctx.slot = slot
-        return losses
+        if class_rows is not None:
+            losses = losses * class_rows
+        if opts.z_loss > 0:
+            losses = losses + opts.z_loss * lse.square()
+        if not want_aux:
+            return losses
+        ctx.mark_non_differentiable(lse)
+        return losses, lse
 
     @staticmethod
-    def backward(ctx, grad_out):
-        h, w, b, t, s, y = ctx.saved_tensors
+    def backward(ctx, grad_out, *unused):
+        h, w, b, t, s, y, class_rows = ctx.saved_tensors
         opts, chunk_size, gemm = ctx.opts
         opts = opts.with_scale(s)
-        _, grads = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight=grad_out, needs=ctx.needs_input_grad[:5])
+        row_weight = grad_out if class_rows is None else grad_out * class_rows
+        z_weight = grad_out if class_rows is not None and opts.z_loss > 0 else None
+        needs = ctx.needs_input_grad[:5]
+        _, grads, _ = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight)
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, None, None, None, None, None)  # h, w, b, t, s; then y and the non-tensor arguments
+        return (*grads, *[None] * 7)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -256,7 +313,10 @@ def fused_linear_cross_entropy(
     column_scale: torch.Tensor | None = None,
     criterion: str = "ce",
     weight_grad: WeightGradSlot | None = None,
-) -> torch.Tensor:
+    z_loss: float = 0.0,
+    class_weight: torch.Tensor | None = None,
+    return_z_loss: bool = False,
+) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
     Args:
@@ -280,10 +340,24 @@ def fused_linear_cross_entropy(
             kernels and gradients in the forward pass (no top_k or label_smoothing for them).
         weight_grad: a `WeightGradSlot` that learns which tensor is the gradient of `weight` this loss hands to
             autograd (the margin loss adds its norms' gradient into it in place), or None.
+        z_loss: λ ≥ 0: each row also adds λ · lse_i², lse_i the log-sum-exp of its logits (of its top k with
+            `top_k`; after the replaced target logit and the soft-cap) — PaLM's auxiliary z-loss, Liger-Kernel's
+            `lse_square_scale`, which keeps the softmax normaliser near 1 under bf16. Its gradient
+            2λ · lse_i · p_ic is added inside every chunk kernel (no second pass over W). "mean" divides its sum by
+            the number of non-ignored rows (or `num_items_in_batch`), whatever the class weights.
+        class_weight: (V,) a weight ≥ 0 per class, as `F.cross_entropy(weight=...)`: row i's cross-entropy is
+            multiplied by a[target_i]; "mean" divides by Σ_i a[target_i] over the non-ignored rows (torch's
+            normalisation; 1 when that sum is 0) — or by `num_items_in_batch` when given: the Trainer's count of
+            target tokens over the accumulated batch, so that gradient accumulation stays exact (torch's weighted
+            mean of each micro-batch would not add up). Not with `label_smoothing` (refused: torch weights the
+            smoothing term per class, which the chunk kernels do not compute).
+        return_z_loss: return `LinearCrossEntropyOutput(loss, z_loss, lse)`: the loss (the z-loss included), the
+            z-loss term alone (reduced as the loss; no gradient) and each row's log-sum-exp in the shape of `target`
+            (0 on ignored rows; no gradient), e.g. to log them.
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
         for (B, T) labels, () for one row; 0 on ignored rows). Computed in
-        float32 (float64 inputs stay float64 for gradcheck).
+        float32 (float64 inputs stay float64 for gradcheck). With `return_z_loss`, a `LinearCrossEntropyOutput`.
     """
     if logit_scale is not None:
         if logit_multiplier != 1.0:
@@ -292,10 +366,18 @@ def fused_linear_cross_entropy(
         logit_multiplier = logit_scale
     check_transform(logit_multiplier, softcap)
     check_choice("criterion", criterion, CRITERIA)
-    if criterion != "ce" and (top_k is not None or label_smoothing):
-        field, value = ("top_k", top_k) if top_k is not None else ("label_smoothing", label_smoothing)
-        raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
+    check_number("z_loss", z_loss, minimum=0)
+    if criterion != "ce":
+        for field, value, off in (
+            ("top_k", top_k, None), ("label_smoothing", label_smoothing, 0.0), ("z_loss", z_loss, 0.0),
+            ("class_weight", None if class_weight is None else "a tensor", None),
+            ("return_z_loss", return_z_loss, False),
+        ):  # fmt: skip
+            if value != off:
+                raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
+    if class_weight is not None:
+        check_class_weight(class_weight, w.shape[0], label_smoothing)
     gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
     if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
         h, b = h * logit_multiplier, None if b is None else b * logit_multiplier
@@ -311,18 +393,64 @@ def fused_linear_cross_entropy(
     else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], device=h.device)
-    opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion)
+    opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion, z_loss=float(z_loss))
+    class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
+
+    def output(loss, z_term, lse):  # the result, and with `return_z_loss` the z-loss term and lse (labels' shape)
+        if not return_z_loss:
+            return loss
+        lse = reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
+        return LinearCrossEntropyOutput(loss, z_term, lse)
+
     if reduction == "none":
-        rows = _kept(_FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad), keep)
-        return reduce_rows(rows, valid, target.shape, "none")  # (*,) like the labels
+        out = _FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, return_z_loss)
+        rows, lse = out if return_z_loss else (out, None)
+        rows = reduce_rows(_kept(rows, keep), valid, target.shape, "none")  # (*,) like the labels
+        z_term = None if lse is None else reduce_rows(_kept(z_loss * lse.square(), keep), valid, target.shape, "none")
+        return output(rows, z_term, lse)
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
-    scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)  # an int tensor: not float32
+    z_scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)  # int tensor: not float32
+    scale = z_scale
+    if class_rows is not None and reduction == "mean" and num_items_in_batch is None:  # torch's Σ_i a[y_i]
+        total = _kept(class_rows, keep).sum()
+        scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
-        return (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
+        zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
+        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute))
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
-        losses, _ = _run(h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm)
-        return _kept(losses, keep).sum() * scale
-    return _FusedLinearCEScalar.apply(h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad)
+        losses, _, lse = _run(h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=return_z_loss)
+        return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse)
+    out = _FusedLinearCEScalar.apply(
+        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, return_z_loss
+    )
+    return output(*out) if return_z_loss else out
+
+
+class LinearCrossEntropyOutput(NamedTuple):
+    """What `fused_linear_cross_entropy(..., return_z_loss=True)` returns: the loss (the z-loss included), the
+    z-loss term alone, reduced as the loss (no gradient), and each row's log-sum-exp in the shape of the labels (0 on
+    ignored rows; no gradient)."""
+
+    loss: torch.Tensor
+    z_loss: torch.Tensor
+    lse: torch.Tensor
+
+
+def check_class_weight(class_weight: torch.Tensor, num_classes: int, label_smoothing: float = 0.0) -> None:
+    """Refuse class weights of the wrong shape, negative or non-finite ones (read on the host on a CPU; on an
+    accelerator an asynchronous device assertion) and class weights with label smoothing."""
+    if not isinstance(class_weight, torch.Tensor) or class_weight.shape != (num_classes,):
+        shape = tuple(class_weight.shape) if isinstance(class_weight, torch.Tensor) else type(class_weight).__name__
+        raise OptionError("class_weight", shape, f"must be a tensor of shape ({num_classes},): one weight per class")
+    if label_smoothing:
+        raise OptionError(
+            "class_weight", "a tensor", f"cannot be combined with label_smoothing={label_smoothing} (not implemented)"
+        )
+    bad = ~torch.isfinite(class_weight) | (class_weight < 0)
+    if not host_reads_are_free(class_weight.device):
+        torch._assert_async(~bad.any(), "class_weight: every weight must be finite and >= 0")
+    elif bool(bad.any()):
+        raise OptionError("class_weight", float(class_weight[bad][0]), "every weight must be finite and >= 0")

@@ -186,11 +186,15 @@ class EagerKernel(ChunkKernel):
         return opts.top_k is not None and opts.top_k < num_classes
 
     @staticmethod
-    def log_softmax_(z, rows, y, smooth: float) -> torch.Tensor:
+    def log_softmax_(z, rows, y, smooth: float, lse: torch.Tensor | None = None) -> torch.Tensor:
         """z (n, V) becomes log p (n, V) in place; the losses (n,): −log p_iy, with label smoothing ε
-        (1 − ε)(−log p_iy) − ε mean_c log p_ic, i.e. (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic)."""
+        (1 − ε)(−log p_iy) − ε mean_c log p_ic, i.e. (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic). `lse` (n,): gets
+        each row's log-sum-exp, z_iy − log p_iy (the target's logit read before the pass: no pass of its own)."""
+        target_z = None if lse is None else z[rows, y]  # (n,)
         torch.log_softmax(z, dim=1, out=z)  # one row-wise pass, in place
         loss = -z[rows, y]  # (n,)
+        if lse is not None:
+            lse.copy_(target_z + loss)
         if smooth:
             loss = (1 - smooth) * loss - smooth * z.mean(dim=1)
         return loss
@@ -218,24 +222,40 @@ class EagerKernel(ChunkKernel):
             loss = torch.linalg.vector_norm(z, dim=1).square() - 2 * z[rows, y] + 1  # (n,)
         return loss
 
-    def loss(self, h, w, b, y, t, opts):
+    def loss(self, h, w, b, y, t, opts, lse=None):
         z, rows = self.logits(h, w, b, y, t, opts)
         if opts.criterion != "ce":
             return self.sigmoid_loss_(z, rows, y, opts.criterion)
         if self._selects(opts, z.shape[1]):
-            return self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)[0]
-        return self.log_softmax_(z, rows, y, opts.label_smoothing)
+            loss, _, _, row_lse = self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)
+            if lse is not None:
+                lse.copy_(row_lse)
+            return loss
+        return self.log_softmax_(z, rows, y, opts.label_smoothing, lse)
 
-    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None):
         sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion == "ce"
-        return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads)
+        return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads, lse, z_weight)
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+    @staticmethod
+    def z_loss_coefficient(opts: ChunkOptions, row_weight, z_weight, lse: torch.Tensor) -> torch.Tensor:
+        """(n,) r_i + 2λ u_i lse_i: what multiplies p_ic in d(r_i · loss_i + u_i · λ · lse_i²) / d z_ic (row weight r,
+        z-loss weight u, default r; λ = `opts.z_loss`)."""
+        rw = row_weight.to(lse.dtype)
+        return rw + (2.0 * opts.z_loss) * (rw if z_weight is None else z_weight.to(lse.dtype)) * lse
+
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
         """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
-        # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k)
+        z_loss = opts.z_loss > 0 and opts.criterion == "ce"
+        if z_loss and lse is None:
+            lse = z.new_empty(z.shape[0], dtype=torch.promote_types(z.dtype, torch.float32))
+        rw = row_weight.to(z.dtype)
+        weighted = False  # whether the row weights are in d z already (the z-loss's p_ic coefficient carries them)
+        # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k);
+        # with the z-loss, p_ic (r_i + 2λ u_i lse_i) - r_i ((1 - ε)[c = y_i] + ε / |support|)
         if opts.criterion != "ce":  # d / d z_ic: BCE σ_ic − δ; MSE 2(σ_ic − δ)σ_ic(1 − σ_ic) (δ: [c = y_i])
             loss = self.sigmoid_loss_(z, rows, y, opts.criterion)
             slope_mse = torch.addcmul(z, z, z, value=-1.0) if opts.criterion == "mse" else None  # σ(1 − σ)
@@ -244,39 +264,62 @@ class EagerKernel(ChunkKernel):
             if slope_mse is not None:
                 grad_z.mul_(slope_mse).mul_(2.0)
         elif self._selects(opts, z.shape[1]):
-            loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
+            loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
+            if lse is not None:
+                lse.copy_(row_lse)
+            p = torch.exp(vals - row_lse[:, None])  # (n, k)
+            if z_loss:
+                p = (
+                    p * self.z_loss_coefficient(opts, row_weight, z_weight, row_lse)[:, None]
+                    - (rw * smooth / top_k)[:, None]
+                )
+                weighted = True
+            else:
+                p -= smooth / top_k
             grad_z = torch.zeros_like(z)
-            grad_z.scatter_(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
+            grad_z.scatter_(1, idx, p)
         else:
-            loss = self.log_softmax_(z, rows, y, smooth)
+            loss = self.log_softmax_(z, rows, y, smooth, lse)
             grad_z = z.exp_()  # (n, V), over the logits buffer
-            if smooth:
+            if z_loss:
+                grad_z.mul_(self.z_loss_coefficient(opts, row_weight, z_weight, lse).to(z.dtype)[:, None])
+                weighted = True
+                if smooth:
+                    grad_z -= (rw * (smooth / z.shape[1]))[:, None]
+            elif smooth:
                 grad_z -= smooth / z.shape[1]
         if opts.criterion == "ce":
-            grad_z[rows, y] -= 1.0 - smooth
+            grad_z[rows, y] -= (1.0 - smooth) * rw if weighted else 1.0 - smooth
         if slope is not None:
             grad_z *= slope
         if grads.t is not None:
-            grads.t.copy_(grad_z[rows, y] * row_weight.to(z.dtype))  # (n,)
+            grads.t.copy_(grad_z[rows, y] if weighted else grad_z[rows, y] * rw)  # (n,)
             grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-        _linear_grads(grad_z, h, w, grads, row_weight, opts.column_scale)  # the row weights on (n, H) blocks
+        # the row weights on (n, H) blocks, unless d z carries them
+        _linear_grads(grad_z, h, w, grads, None if weighted else row_weight, opts.column_scale)
         return loss
 
-    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
         gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
         smooth, top_k = opts.label_smoothing, opts.top_k
-        loss, vals, idx, lse = self.top_k_loss(z, rows, y, top_k, smooth)
+        loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
+        if lse is not None:
+            lse.copy_(row_lse)
         target_z = z[rows, y]  # (n,)
-        coef = torch.exp(vals - lse[:, None])  # (n, k)
+        rw = row_weight.to(vals.dtype)
+        coef = torch.exp(vals - row_lse[:, None])  # (n, k)
+        if opts.z_loss > 0:
+            coef = coef * self.z_loss_coefficient(opts, row_weight, z_weight, row_lse)[:, None]
+        else:
+            coef = coef * rw[:, None]
         if smooth:
-            coef -= smooth / top_k
+            coef -= (rw * (smooth / top_k))[:, None]
         cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
-        coef = torch.cat([coef, coef.new_full((coef.shape[0], 1), -(1.0 - smooth))], dim=1)
+        coef = torch.cat([coef, (-(1.0 - smooth) * rw)[:, None]], dim=1)
         if opts.softcap is not None:
             coef = coef * _capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
-        coef = coef * row_weight.to(coef.dtype)[:, None]
         coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
         torch.bmm(coef_h[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
         if grads.w is not None:
@@ -290,13 +333,14 @@ class EagerKernel(ChunkKernel):
 
 def _grad_logits(
     z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce",
-    b=None, s=None, grad_dtype: torch.dtype | None = None,
+    b=None, s=None, grad_dtype: torch.dtype | None = None, z_loss: float = 0.0, z_weight=None,
 ):  # fmt: skip
     """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,)
     applied first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by
     `row_weight` (the replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype),
-    d loss / d t (n,) or None). What `CompiledKernel` fuses, so the scale, the bias and the cast of the gradient cost
-    no pass of their own over the block."""
+    d loss / d t (n,) or None, the rows' log-sum-exp (n,) or None for BCE / MSE). With `z_weight` (n,) the gradient
+    also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not). What `CompiledKernel` fuses, so the
+    scale, the bias and the cast of the gradient cost no pass of their own over the block."""
     if s is not None:
         z = z * s
     if b is not None:
@@ -308,6 +352,8 @@ def _grad_logits(
         z = torch.tanh(z / softcap) * softcap
     target_z = z[rows, y]  # (n,)
     num = z.shape[1]
+    rw = row_weight.to(z.dtype)
+    lse = None
     if criterion != "ce":  # the full BCE / MSE (ChunkOptions)
         sig = torch.sigmoid(z)
         if criterion == "bce":
@@ -317,28 +363,32 @@ def _grad_logits(
         grad_z = sig.index_put((rows, y), sig[rows, y] - 1.0)
         if criterion == "mse":
             grad_z = 2 * grad_z * sig * (1 - sig)
-    elif top_k is not None and top_k < num:
-        vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
-        lse = torch.logsumexp(vals, dim=1)
-        p = torch.zeros_like(z).scatter(1, idx, torch.exp(vals - lse[:, None]) - smooth / top_k)
-        mean_z = vals.mean(dim=1)
-    else:
-        lse = torch.logsumexp(z, dim=1)
-        p = torch.exp(z - lse[:, None]) - smooth / num
-        mean_z = z.mean(dim=1)
-    if criterion == "ce":
+        grad_z = grad_z * rw[:, None]
+    else:  # p_ic (r_i + 2λ u_i lse_i) − r_i ((1 − ε)[c = y_i] + ε / |support|) over the support (u: the z-loss weight)
+        if top_k is not None and top_k < num:
+            vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
+            lse = torch.logsumexp(vals, dim=1)
+            mean_z = vals.mean(dim=1)
+        else:
+            lse = torch.logsumexp(z, dim=1)
+            mean_z = z.mean(dim=1)
+        coef = rw if z_weight is None else rw + 2.0 * z_loss * z_weight.to(z.dtype) * lse  # (n,)
+        if top_k is not None and top_k < num:
+            kept = torch.exp(vals - lse[:, None]) * coef[:, None] - (rw * (smooth / top_k))[:, None]
+            grad_z = torch.zeros_like(z).scatter(1, idx, kept)
+        else:
+            grad_z = torch.exp(z - lse[:, None]) * coef[:, None] - (rw * (smooth / num))[:, None]
         loss = lse - target_z
         if smooth:
             loss = (1 - smooth) * loss + smooth * (lse - mean_z)
-        grad_z = p.index_put((rows, y), p[rows, y] - (1.0 - smooth))
+        grad_z = grad_z.index_put((rows, y), grad_z[rows, y] - (1.0 - smooth) * rw)
     if softcap is not None:
         grad_z = grad_z * (1.0 - (z / softcap).square())
-    grad_z = grad_z * row_weight.to(z.dtype)[:, None]
     grad_t = None
     if t is not None:
         grad_t = grad_z[rows, y]
         grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
-    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t
+    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse
 
 
 def _compile_isolated(fn, backend: str, limit: int):
@@ -375,19 +425,23 @@ class CompiledKernel(EagerKernel):
     backend = "inductor"
     # One compiled region of its own (not sharing the recompiles of other torch.compile calls of the function) with
     # room for every variant a process meets: each criterion, top-k or not, a replaced target logit or not, a
-    # soft-cap or not, a bias or not, a column scale or not, float32 or float64 logits (128 graphs; under dynamo's
-    # default limit of 8 the ninth and later ran `_grad_logits` eagerly, silently slower).
-    recompile_limit = 256
+    # soft-cap or not, a bias or not, a column scale or not, a z-loss or not, float32 or float64 logits (256 graphs;
+    # under dynamo's default limit of 8 the ninth and later ran `_grad_logits` eagerly, silently slower).
+    recompile_limit = 512
     _compiled = None
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
         z = _raw_logits(h, w, None, grads.logits)  # (n, V) h wᵀ: the scale and bias are applied in the compiled math
-        loss, grad_z, grad_t = CompiledKernel._compiled(
+        z_loss = opts.z_loss > 0 and opts.criterion == "ce"
+        loss, grad_z, grad_t, row_lse = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale,
             w.dtype if w.dtype in HALF_DTYPES and z.dtype != w.dtype else None,
+            opts.z_loss if z_loss else 0.0, (row_weight if z_weight is None else z_weight) if z_loss else None,
         )  # fmt: skip
+        if lse is not None:
+            lse.copy_(row_lse)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(grad_z, h, w, grads, None, opts.column_scale)

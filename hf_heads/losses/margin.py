@@ -148,10 +148,13 @@ def margin_cross_entropy(
     top_k: int | None = None,
     label_smoothing: float = 0.0,
     criterion: str = "ce",
+    z_loss: float = 0.0,
+    class_weight: torch.Tensor | None = None,
     **scorer_options,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
-    without materialising the (N, V) logits. The scorer and its data as in `margin_logits` (`scorer`, or the
+    without materialising the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included) and
+    `class_weight` as in `fused_linear_cross_entropy`. The scorer and its data as in `margin_logits` (`scorer`, or the
     keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain); `reduction`, `ignore_index` as in
     `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the number of non-ignored tokens (exact
     gradient accumulation); `top_k`, `label_smoothing` as in `fused_linear_cross_entropy`. With margin="none",
@@ -181,6 +184,8 @@ def margin_cross_entropy(
         top_k=top_k,
         label_smoothing=label_smoothing,
         criterion=criterion,
+        z_loss=z_loss,
+        class_weight=class_weight,
         reduction=reduction,
         ignore_index=ignore_index,
         num_items_in_batch=num_items_in_batch,

@@ -144,10 +144,11 @@ class TritonKernel(EagerKernel):
                         f"run with {KERNEL_ENV}=eager"
                     )
 
-    def _launch(self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None):
+    def _launch(self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None, lse=None, z_weight=None):
         """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
         applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
-        `grad_z` (n, V), in its dtype; None: over z)."""
+        `grad_z` (n, V), in its dtype; None: over z; with the z-loss's when `opts.z_loss` > 0, weighted by `z_weight`,
+        default the row weights); each row's log-sum-exp into `lse` (n,) when given."""
         import triton
 
         n, num_classes = z.shape
@@ -157,10 +158,14 @@ class TritonKernel(EagerKernel):
         flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
         flags.update(HAS_B=b is not None, HAS_S=s is not None)
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
-        params = torch.full((2,), float(opts.softcap or 1.0), dtype=compute, device=z.device)
+        z_loss = opts.z_loss > 0 and opts.criterion == "ce" and row_weight is not None
+        flags.update(Z_LOSS=z_loss, HAS_LSE=lse is not None)
+        params = torch.full((3,), float(opts.softcap or 1.0), dtype=compute, device=z.device)
         params[:1].fill_(float(opts.label_smoothing))  # fill_ runs on the device; `params[0] = x` would copy from
-        # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
+        params[2:].fill_(float(opts.z_loss))  # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
         unused = loss  # a pointer the program does not read when its flag is off
+        if z_loss:
+            z_weight = (row_weight if z_weight is None else z_weight).to(compute).contiguous()
         _program()[(n,)](
             z, z.stride(0), z if grad_z is None else grad_z, z.stride(0) if grad_z is None else grad_z.stride(0),
             unused if b is None else b.to(compute).contiguous(), unused if s is None else s.to(compute).contiguous(),
@@ -168,7 +173,7 @@ class TritonKernel(EagerKernel):
             unused if t is None else t.to(compute).contiguous(),
             unused if row_weight is None else row_weight.to(compute).contiguous(),  # may be an expanded scalar
             loss, unused if grad_t is None else grad_t,
-            num_classes, params,
+            num_classes, params, z_weight if z_loss else unused, unused if lse is None else lse,
             **flags, BLOCK=min(triton.next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
         )  # fmt: skip
         return loss
@@ -177,25 +182,25 @@ class TritonKernel(EagerKernel):
         self.check_device(device)
         self.self_check(device)
 
-    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads):
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None):
         self._ready(h.device)
-        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads)
+        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads, lse, z_weight)
 
-    def loss(self, h, w, b, y, t, opts):
+    def loss(self, h, w, b, y, t, opts, lse=None):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
-            return super().loss(h, w, b, y, t, opts)
-        return self._launch(kernels._raw_logits(h, w, None).contiguous(), b, y, t, None, opts)
+            return super().loss(h, w, b, y, t, opts, lse)
+        return self._launch(kernels._raw_logits(h, w, None).contiguous(), b, y, t, None, opts, lse=lse)
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads):
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
-            return super()._dense(h, w, b, y, t, opts, row_weight, grads)
+            return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight)
         z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
         # d loss / d z: over z, or, for half products of float32 logits, in the products' dtype straight from the
         # program (rounded once, as the cast for the next two GEMMs would round it, without that cast's pass)
         grad_z = z if z.dtype == w.dtype or w.dtype not in HALF_DTYPES else torch.empty_like(z, dtype=w.dtype)
         grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
-        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z)
+        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z, lse, z_weight)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(grad_z, h, w, grads, None, opts.column_scale)
