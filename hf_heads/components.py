@@ -99,6 +99,8 @@ def coerce(cls: type, name: str, value):
         check_number(name, value, minimum=None, integer=True)
     elif "float" in kinds:
         check_number(name, value)
+    elif "list" in kinds and isinstance(value, (list, tuple)):
+        return list(value)
     elif "str" in kinds and not isinstance(value, str):
         raise OptionError(name, value, "must be a string")
     return value

@@ -66,7 +66,9 @@ def _continuous(name: str, loss: str, **options) -> Case:
 CASES = [
     Case("softmax", {"family": "softmax"}),
     Case("softmax-ls", {"family": "softmax", "label_smoothing": 0.1}),
+    Case("softmax-zloss", {"family": "softmax", "z_loss": 0.1}),
     Case("sparse", {"family": "sparse", "k": 5}),
+    Case("sparse-zloss", {"family": "sparse", "k": 5, "z_loss": 0.1}),
     Case("sparse-ls-decode3", {"family": "sparse", "k": 5, "label_smoothing": 0.1, "decode_k": 3}),
     Case(
         "margin-arc-norms",
@@ -74,6 +76,12 @@ CASES = [
         counts=True,
     ),
     Case("margin-lsm", {"family": "margin", "margin": "lsm", "m": 2}),
+    Case(
+        "margin-arc-norms-zloss",
+        {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm",
+         "z_loss": 0.1},
+        counts=True,
+    ),  # fmt: skip
     Case("margin-cos-scale", {"family": "margin", "margin": "cos", "m": 0.1, "scale": 8.0}),
     Case(
         "sampled-ce-mcs",
@@ -203,17 +211,18 @@ def _training_rows(case: Case, h, y, p, counts, table, draws):
     if case.family == "continuous":
         return _continuous_rows(o, h, y, p, table, draws)
     W, b = p["weight"], p.get("bias")
-    eps = o.get("label_smoothing", 0.0)
+    eps, z_loss = o.get("label_smoothing", 0.0), o.get("z_loss", 0.0)  # z-loss: λ · lse² of the training logits
     if case.family == "softmax":
-        return F.cross_entropy(h @ W.T + b, y, label_smoothing=eps, reduction="none")
+        z = h @ W.T + b
+        return F.cross_entropy(z, y, label_smoothing=eps, reduction="none") + z_loss * z.logsumexp(1).square()
     if case.family == "sparse":  # eq. 5: log-sum-exp over the top k minus the target; smoothing over the top k
         z = h @ W.T + b
         top = z.topk(o["k"], dim=1).values
         lse = top.logsumexp(1)
-        return (1 - eps) * (lse - z.gather(1, y[:, None]).squeeze(1)) + eps * (lse - top.mean(1))
+        return (1 - eps) * (lse - z.gather(1, y[:, None]).squeeze(1)) + eps * (lse - top.mean(1)) + z_loss * lse**2
     with_margin = reference_margin_logits(h, W, b, y, counts=counts, **_margin_options(o))
-    if case.family == "margin":
-        return F.cross_entropy(with_margin, y, reduction="none")
+    if case.family == "margin":  # the lse of the logits with the target's margin
+        return F.cross_entropy(with_margin, y, reduction="none") + z_loss * with_margin.logsumexp(1).square()
     target = with_margin.gather(1, y[:, None]).squeeze(1)
     plain = reference_margin_logits(h, W, b, None, counts=counts, **_margin_options(o))
     sampled = {key: o[key] for key in ("criterion", "method", "remove_accidental_hits") if key in o}

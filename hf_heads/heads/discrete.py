@@ -11,6 +11,7 @@ from torch import nn
 
 from hf_heads.heads.base import OutputHead
 from hf_heads.losses.transforms import transform_logits
+from hf_heads.validation import OptionError
 
 
 class DiscreteHead(OutputHead):
@@ -24,6 +25,10 @@ class DiscreteHead(OutputHead):
         self.register_buffer("word_counts", torch.full((num_classes,), -1.0))
         self.register_buffer("context_norm_running", torch.tensor(-1.0))
         nn.init.normal_(self.weight, std=0.02)
+        weights = getattr(options, "class_weights", None)
+        if isinstance(weights, list) and len(weights) != num_classes:
+            allowed = f"must give one weight per class: {num_classes}"
+            raise OptionError("head.class_weights", describe_weights(weights), allowed)
 
     @property
     def num_classes(self) -> int:
@@ -80,6 +85,20 @@ class DiscreteHead(OutputHead):
             )
         return self.word_counts
 
+    def class_weight(self) -> torch.Tensor | None:
+        """(V,) the training loss's class weights (the `class_weights` option; `class_weight_tensor`), or None; built
+        once per change of the option, the word counts or the device."""
+        weights = getattr(self.options, "class_weights", None)
+        if weights is None:
+            return None
+        counts = self.counts() if weights == "balanced" else None
+        key = (self.weight.device, None if counts is None else (counts.data_ptr(), counts._version))
+        cached = self.__dict__.get("_class_weight")
+        if cached is None or cached[0] is not weights or cached[1] != key:
+            tensor = class_weight_tensor(self.options, counts, self.num_classes, self.weight)
+            cached = self.__dict__["_class_weight"] = (weights, key, tensor)
+        return cached[2]
+
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
         """Output-vector norms and, once set, the running max-norm."""
@@ -88,3 +107,33 @@ class DiscreteHead(OutputHead):
         if float(self.context_norm_running) >= 0:
             out["head/context_norm_running"] = float(self.context_norm_running)
         return out
+
+
+def loss_extras(options) -> str:
+    """What the options add to a training cross-entropy, as its name shows them: ", label smoothing 0.1, z-loss
+    0.0001, class weights" (empty without them)."""
+    extras = [f"label smoothing {options.label_smoothing}"] if options.label_smoothing else []
+    extras += [f"z-loss {options.z_loss}"] if options.z_loss else []
+    extras += ["class weights"] if options.class_weights is not None else []
+    return "".join(f", {extra}" for extra in extras)
+
+
+def describe_weights(value) -> str:
+    """A class-weight list as an error message shows it (its length, not 50k numbers)."""
+    return f"a list of {len(value)} numbers" if isinstance(value, list) else repr(value)
+
+
+def class_weight_tensor(options, counts: torch.Tensor | None, num_classes: int, like: torch.Tensor):
+    """(V,) the class weights that `options.class_weights` names, as a float32 tensor on the device of `like`, or None:
+    a list as given (its length checked against V), 'balanced' n / (C·count_c) over the C classes with a count > 0
+    (0 for the others: never a training target)."""
+    weights = options.class_weights
+    if weights is None:
+        return None
+    if weights == "balanced":
+        counts = counts.to(device=like.device, dtype=torch.float32)
+        seen = counts > 0
+        return torch.where(seen, counts.sum() / (seen.sum() * counts).clamp_min(1e-30), 0.0)
+    if len(weights) != num_classes:
+        raise OptionError("class_weights", describe_weights(weights), f"must give one weight per class: {num_classes}")
+    return torch.tensor(weights, dtype=torch.float32, device=like.device)

@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import component_config
-from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads.discrete import DiscreteHead, loss_extras
 from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import autocast_off
@@ -110,10 +110,10 @@ class MarginHeadOptions(SoftmaxHeadOptions):
 
     @property
     def needs_counts(self) -> bool:
-        return self.scorer().needs_counts
+        return super().needs_counts or self.scorer().needs_counts
 
     def counts_reason(self) -> str:
-        return f"word_norm={self.word_norm!r}" if self.scorer().needs_counts else ""
+        return f"word_norm={self.word_norm!r}" if self.scorer().needs_counts else super().counts_reason()
 
     @property
     def batch_context_norm(self) -> bool:
@@ -215,12 +215,15 @@ class MarginHead(DiscreteHead):
         return self._cross_entropy(hidden, labels, False, **rows)
 
     def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
+        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights."""
         return margin_cross_entropy(
             hidden,
             self.weight,
             self.bias,
             labels,
             chunk_size=self.options.chunk_size,
+            z_loss=self.options.z_loss if training else 0.0,
+            class_weight=self.class_weight() if training else None,
             **self._scorer_arguments(training),
             **rows,
         )
@@ -245,7 +248,13 @@ class MarginHead(DiscreteHead):
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         o = self.options
-        return f"margin softmax cross-entropy, {o.scorer().margin.describe()}", f"NLL of the {target}, no margin"
+        name = f"margin softmax cross-entropy, {o.scorer().margin.describe()}{loss_extras(o)}"
+        return name, f"NLL of the {target}, no margin"
+
+    @property
+    def training_loss_is_nll(self) -> bool:
+        """Not with a z-loss or class weights: the training loss is then no −log q(label)."""
+        return super().training_loss_is_nll and not (self.options.z_loss or self.options.class_weights is not None)
 
     # ------------------------------------------------------------------ warm start
 

@@ -70,6 +70,11 @@ class SampledHeadOptions(MarginHeadOptions):
 
     def check(self) -> None:
         super().check()
+        for option, value, off in (("z_loss", self.z_loss, 0.0), ("class_weights", self.class_weights, None)):
+            if value != off:
+                shown = f"a list of {len(value)} numbers" if isinstance(value, list) else value
+                allowed = "is for the softmax, sparse and margin families (a full softmax), not the sampled family"
+                raise OptionError(option, shown, allowed)
         if not self.sampler.draws_samples and self.num_samples is not None:
             raise OptionError(
                 "num_samples",

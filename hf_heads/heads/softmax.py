@@ -3,12 +3,13 @@ trained with the chunked cross-entropy of hf_heads.losses.fused_linear (never th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from hf_heads.heads.discrete import DiscreteHead
+from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.losses.chunks import CHUNK_KERNELS
@@ -44,6 +45,34 @@ class SoftmaxHeadOptions(HeadOptions):
             "support; the sparse-softmax paper's seq2seq runs use 0.1). Eval losses are never smoothed."
         },
     )
+    z_loss: float = field(
+        default=0.0,
+        metadata={
+            "help": "Coefficient λ of the auxiliary z-loss λ·lse² added to each target token's training loss, lse the "
+            "log of its softmax normaliser (PaLM; Liger-Kernel's lse_square_scale; OLMo trains with 1e-4): keeps "
+            "the normaliser near 1 (bf16 training). Softmax, sparse (lse over the top k) and margin families; "
+            "computed inside the chunked loss; eval losses never have it."
+        },
+    )
+    class_weights: list[float] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of each class in the training loss, as F.cross_entropy(weight=...): 'balanced' "
+            "(n / (C·count_c) from the training word counts over the C classes seen, as scikit-learn's "
+            "class_weight='balanced'; unseen classes 0) or a JSON list of one number >= 0 per class. The weighted "
+            "sum is divided by the sum of the target tokens' weights, or, under the Trainer, by its token count of "
+            "the accumulated batch (exact gradient accumulation). Softmax, sparse and margin families; not with "
+            "label smoothing; eval losses are never weighted."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.class_weights, str) and self.class_weights.lstrip().startswith("["):  # a flag's JSON list
+            try:
+                self.class_weights = json.loads(self.class_weights)
+            except json.JSONDecodeError as err:
+                raise OptionError("class_weights", self.class_weights, f"is not a JSON list ({err})") from None
+        super().__post_init__()
 
     logit_multiplier: float = field(
         default=1.0,
@@ -71,6 +100,25 @@ class SoftmaxHeadOptions(HeadOptions):
         check_number("label_smoothing", self.label_smoothing, minimum=0)
         if self.label_smoothing >= 1:
             raise OptionError("label_smoothing", self.label_smoothing, "must be < 1")
+        check_number("z_loss", self.z_loss, minimum=0)
+        weights = self.class_weights
+        if isinstance(weights, str) and weights != "balanced":
+            raise OptionError("class_weights", weights, "allowed: 'balanced' or a list of one number >= 0 per class")
+        if isinstance(weights, list):
+            if not weights:
+                raise OptionError("class_weights", weights, "must give one number >= 0 per class")
+            for value in weights:
+                check_number("class_weights", value, minimum=0)
+        if weights is not None and self.label_smoothing:
+            allowed = f"cannot be combined with label_smoothing={self.label_smoothing}"
+            raise OptionError("class_weights", describe_weights(weights), allowed)
+
+    @property
+    def needs_counts(self) -> bool:
+        return self.class_weights == "balanced"
+
+    def counts_reason(self) -> str:
+        return "class_weights='balanced'" if self.class_weights == "balanced" else ""
 
 
 class SoftmaxHead(DiscreteHead):
@@ -83,26 +131,30 @@ class SoftmaxHead(DiscreteHead):
         """The logits the distribution keeps per row (None: all of them)."""
         return None
 
-    def _cross_entropy(self, hidden, labels, smoothing: float, **rows) -> torch.Tensor:
+    def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
+        """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights."""
+        o = self.options
         out = fused_linear_cross_entropy(
             hidden,
             self.weight,
             self.bias,
             labels,
             top_k=self.top_k(False),
-            label_smoothing=smoothing,
-            chunk_size=self.options.chunk_size,
-            logit_multiplier=self.options.logit_multiplier,
-            softcap=self.options.logit_softcap,
+            label_smoothing=o.label_smoothing if training else 0.0,
+            z_loss=o.z_loss if training else 0.0,
+            class_weight=self.class_weight() if training else None,
+            chunk_size=o.chunk_size,
+            logit_multiplier=o.logit_multiplier,
+            softcap=o.logit_softcap,
             **rows,
         )
         return out.reshape(labels.shape) if rows["reduction"] == "none" else out  # (*,) like the labels
 
     def training_loss(self, hidden, labels, **rows):
-        return self._cross_entropy(hidden, labels, self.options.label_smoothing, **rows)
+        return self._cross_entropy(hidden, labels, True, **rows)
 
     def eval_loss(self, hidden, labels, **rows):
-        return self._cross_entropy(hidden, labels, 0.0, **rows)
+        return self._cross_entropy(hidden, labels, False, **rows)
 
     def inference_logits(self, hidden):
         """The base model's own `F.linear` (under autocast it runs in the autocast dtype, as the wrapped
@@ -112,12 +164,18 @@ class SoftmaxHead(DiscreteHead):
 
     @property
     def training_loss_is_eval_loss(self) -> bool:
-        """Without label smoothing the training cross-entropy is the eval loss (sparse: eq. 5 both)."""
-        return not self.options.label_smoothing
+        """Without label smoothing, z-loss or class weights the training cross-entropy is the eval loss (sparse:
+        eq. 5 both)."""
+        o = self.options
+        return not (o.label_smoothing or o.z_loss or o.class_weights is not None)
+
+    @property
+    def training_loss_is_nll(self) -> bool:
+        """Not with a z-loss or class weights: the training loss is then no −log q(label)."""
+        return super().training_loss_is_nll and not (self.options.z_loss or self.options.class_weights is not None)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
-        smoothing = f", label smoothing {self.options.label_smoothing}" if self.options.label_smoothing else ""
-        return f"cross-entropy{smoothing}", f"NLL of the {target}"
+        return f"cross-entropy{loss_extras(self.options)}", f"NLL of the {target}"
 
 
 register_family("softmax", SoftmaxHeadOptions, SoftmaxHead)

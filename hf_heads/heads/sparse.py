@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hf_heads.heads.discrete import loss_extras
 from hf_heads.heads.registry import register_family
 from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
 from hf_heads.losses.sparse import truncate_to_top_k
@@ -65,9 +66,8 @@ class SparseHead(SoftmaxHead):
         return f"the logits of the top {self.options.inference_k} classes (the others get -inf)"
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
-        smoothing = f", label smoothing {self.options.label_smoothing}" if self.options.label_smoothing else ""
         name = f"sparse-softmax loss, eq. 5, top-{self.options.k}"
-        return f"{name}{smoothing}", f"{name}; not an NLL, no perplexity"
+        return f"{name}{loss_extras(self.options)}", f"{name}; not an NLL, no perplexity"
 
     def check_generation(self, num_beams: int) -> None:
         if num_beams > self.options.inference_k:
