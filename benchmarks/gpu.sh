@@ -116,6 +116,8 @@ EOF
     $bm $gemma --autocast bf16 --inputs peaked --methods "${MAIN[@]}" --exclude compiled "word_norm" "context_norm" "frozen"
   block 40 "sparse-softmax k=20" $py benchmarks/bench_sparse.py --device $dev --repeats $reps $gemma --k 20 \
     --autocast bf16 --inputs peaked
+  block 40 "loss options against the plain softmax step: z-loss, class weights (automatic kernel)" \
+    $py benchmarks/bench_loss_options.py --device $dev $gemma --autocast bf16 --rounds $reps
   block 60 "hf_heads softmax, compiled kernel (its compilation in the warm-up call)" \
     $bm $gemma --autocast bf16 --inputs peaked --methods "hf_heads softmax, compiled" $compile
   echo

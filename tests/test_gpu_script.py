@@ -52,6 +52,7 @@ def test_the_gpu_script_dry_run(tmp_path):
         "| hf_heads lsm m=2, triton kernel |",
         "| hf_heads chunked, sparse k=20 |",
         "| hf_heads softmax, compiled kernel |",
+        "| z-loss + class weights |",
         "| FLOP floor (6·N·H·V at measured",
     ):
         assert row in section_a, row

@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""What the peers' loss options cost against the plain chunked softmax step, side by side in one process: the
+z-loss (λ·lse² per row, its gradient inside the chunk kernel), class weights (a (V,) weight per target), both, and
+`return_z_loss` (the rows' log-sum-exp handed back). Forward + backward of the output layer
+(`fused_linear_cross_entropy`), the options taking turns in every round (alternating, so that drift of the machine
+hits each alike), median (min–max) of the rounds, and the ratio to the plain step.
+
+    python benchmarks/bench_loss_options.py                                    # N=4096, H=512, V=50k, CPU, eager
+    python benchmarks/bench_loss_options.py --kernel compiled
+    python benchmarks/bench_loss_options.py --device cuda --autocast bf16 --tokens 8192 --hidden 2304 --vocab 256000
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from _timing import autocast, bench_parser, device_line
+
+from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses.chunks import kernel_choice
+
+OPTIONS = {
+    "plain softmax": {},
+    "z-loss 1e-4": {"z_loss": 1e-4},
+    "class weights": {"class_weight": True},
+    "z-loss + class weights": {"z_loss": 1e-4, "class_weight": True},
+    "z-loss, return_z_loss": {"z_loss": 1e-4, "return_z_loss": True},
+}
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--kernel", default=None, help="chunk kernel (default: the automatic choice)")
+    parser.set_defaults(rounds=7)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = args.device
+    h = torch.randn(args.tokens, args.hidden, device=device, requires_grad=True)
+    w = (torch.randn(args.vocab, args.hidden, device=device) * 0.05).requires_grad_()
+    b = torch.zeros(args.vocab, device=device, requires_grad=True)
+    y = torch.randint(0, args.vocab, (args.tokens,), device=device)
+    weights = torch.rand(args.vocab, device=device) + 0.5
+    cuda = device.startswith("cuda")
+
+    def step(options: dict) -> None:
+        kwargs = {**options, "class_weight": weights if options.get("class_weight") else None}
+        with kernel_choice(args.kernel), autocast(device, args.autocast):
+            out = fused_linear_cross_entropy(h, w, b, y, **kwargs)
+        (out.loss if kwargs.get("return_z_loss") else out).backward()
+        h.grad = w.grad = b.grad = None
+
+    times = {name: [] for name in OPTIONS}
+    peaks = {name: 0.0 for name in OPTIONS}
+    for options in OPTIONS.values():  # warm-up (the compiled kernel compiles each variant here)
+        step(options)
+    for _ in range(args.rounds):
+        for name, options in OPTIONS.items():
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            step(options)
+            if cuda:
+                torch.cuda.synchronize()
+                peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated() / 2**20)
+            times[name].append(time.perf_counter() - start)
+    kernel = args.kernel or "automatic"
+    print(device_line(device))
+    print(f"# N={args.tokens}, H={args.hidden}, V={args.vocab:,}, {args.autocast or 'float32'}, kernel {kernel}\n")
+    memory = " | peak MiB" if cuda else ""
+    print(f"| option | s / step, median (min–max) of {args.rounds} | vs plain{memory} |")
+    print("|---|---:|---:|" + ("---:|" if cuda else ""))
+    plain = statistics.median(times["plain softmax"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        cells = [name, f"{median:.3f} ({min(values):.3f}–{max(values):.3f})", f"{median / plain:.3f}×"]
+        if cuda:
+            cells.append(f"{peaks[name]:.0f}")
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
