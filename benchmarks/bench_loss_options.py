@@ -3,7 +3,8 @@
 z-loss (λ·lse² per row, its gradient inside the chunk kernel), class weights (a (V,) weight per target), both, and
 `return_z_loss` (the rows' log-sum-exp handed back). Forward + backward of the output layer
 (`fused_linear_cross_entropy`), the options taking turns in every round (alternating, so that drift of the machine
-hits each alike), median (min–max) of the rounds, and the ratio to the plain step.
+hits each alike; each round starts at the next option), median (min–max) of the rounds, and the ratio to the plain
+step.
 
     python benchmarks/bench_loss_options.py                                    # N=4096, H=512, V=50k, CPU, eager
     python benchmarks/bench_loss_options.py --kernel compiled
@@ -57,8 +58,10 @@ def main() -> None:
     peaks = {name: 0.0 for name in OPTIONS}
     for options in OPTIONS.values():  # warm-up (the compiled kernel compiles each variant here)
         step(options)
-    for _ in range(args.rounds):
-        for name, options in OPTIONS.items():
+    names = list(OPTIONS)
+    for round_ in range(args.rounds):  # each round in another order: no option always runs first or last
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            options = OPTIONS[name]
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
