@@ -78,8 +78,14 @@ CASES = [
     Case("margin-lsm", {"family": "margin", "margin": "lsm", "m": 2}),
     Case(
         "margin-arc-norms-zloss",
-        {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm",
-         "z_loss": 0.1},
+        {
+            "family": "margin",
+            "margin": "arc",
+            "m": 0.2,
+            "word_norm": "log-unigram",
+            "context_norm": "max-norm",
+            "z_loss": 0.1,
+        },
         counts=True,
     ),  # fmt: skip
     Case("margin-cos-scale", {"family": "margin", "margin": "cos", "m": 0.1, "scale": 8.0}),

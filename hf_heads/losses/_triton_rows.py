@@ -22,16 +22,15 @@ def _sigmoid(x):
 
 @triton.jit
 def _tile(
-    z_row, cols, mask, y, t, cap, b_ptr, s_ptr,
-    HAS_T: tl.constexpr, SOFTCAP: tl.constexpr, HAS_B: tl.constexpr, HAS_S: tl.constexpr,
+    z_row, cols, mask, t, cap, b_ptr, s_ptr, SOFTCAP: tl.constexpr, HAS_B: tl.constexpr, HAS_S: tl.constexpr,
 ):  # fmt: skip
+    """The tile's logits with the target's own logit (soft-capped), -inf on padding lanes; the caller replaces the
+    target's entry by the capped t (capping is elementwise: the same as capping the replaced tile)."""
     x = tl.load(z_row + cols, mask=mask, other=float("-inf")).to(t.dtype)  # the math in the compute dtype
     if HAS_S:  # the column scale s ∘ (h wᵀ), applied as the tile is read (no pass of its own over the logits)
         x = x * tl.load(s_ptr + cols, mask=mask, other=1.0).to(t.dtype)
     if HAS_B:  # likewise the bias
         x = x + tl.load(b_ptr + cols, mask=mask, other=0.0).to(t.dtype)
-    if HAS_T:
-        x = tl.where(cols == y, t, x)
     if SOFTCAP:
         x = tl.where(mask, cap * _tanh(x / cap), float("-inf"))
     return x
@@ -54,6 +53,7 @@ def ce_rows(
     params_ptr,  # (3,) label smoothing ε, soft-cap and z-loss λ in the compute dtype (float32; float64 for float64)
     zw_ptr,  # (n,) z-loss row weights (Z_LOSS and GRAD)
     lse_ptr,  # (n,) out: each row's log-sum-exp (HAS_LSE)
+    pred_ptr,  # (n,) out: each row's argmax before the target's replacement, lowest index on a tie (PRED)
     HAS_T: tl.constexpr,
     SOFTCAP: tl.constexpr,
     GRAD: tl.constexpr,
@@ -63,6 +63,7 @@ def ce_rows(
     HAS_S: tl.constexpr = False,
     Z_LOSS: tl.constexpr = False,  # the gradient also of z_weight_i · λ · lse_i² (CRITERION 0)
     HAS_LSE: tl.constexpr = False,
+    PRED: tl.constexpr = False,
 ):
     row = tl.program_id(0)
     smooth = tl.load(params_ptr)
@@ -75,14 +76,26 @@ def ce_rows(
     t = tl.sum(zeros, 0)
     if HAS_T:
         t = tl.load(t_ptr + row)
+        if SOFTCAP:
+            t = cap * _tanh(t / cap)
     m = tl.max(zeros - float("inf"), 0)  # scalars in the compute dtype
     total = tl.sum(zeros, 0)
     z_sum = total
     z_y = total
+    best = m  # the running maximum and its first column (PRED)
+    best_col = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), 0)
     for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp (or Σ softplus / Σ σ²), target, row sum
         cols = start + offsets
         mask = cols < num_classes
-        x = _tile(z_row, cols, mask, y, t, cap, b_ptr, s_ptr, HAS_T, SOFTCAP, HAS_B, HAS_S)
+        x = _tile(z_row, cols, mask, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S)
+        if PRED:  # on the target's own logit; an earlier tile keeps a tie (strictly greater replaces)
+            tile_max = tl.max(x, 0)
+            tile_col = tl.min(tl.where(x == tile_max, cols, num_classes), 0)
+            take = tile_max > best
+            best_col = tl.where(take, tile_col, best_col)
+            best = tl.where(take, tile_max, best)
+        if HAS_T:
+            x = tl.where(cols == y, t, x)
         if CRITERION == 0:
             m_new = tl.maximum(m, tl.max(x, 0))
             total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
@@ -97,6 +110,8 @@ def ce_rows(
     lse = m + tl.log(total)
     if HAS_LSE:
         tl.store(lse_ptr + row, lse)
+    if PRED:
+        tl.store(pred_ptr + row, best_col.to(tl.int64))
     if CRITERION == 0:
         loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
     elif CRITERION == 1:
@@ -113,7 +128,9 @@ def ce_rows(
         for start in range(0, num_classes, BLOCK):  # pass 2: the gradient over the logits
             cols = start + offsets
             mask = cols < num_classes
-            x = _tile(z_row, cols, mask, y, t, cap, b_ptr, s_ptr, HAS_T, SOFTCAP, HAS_B, HAS_S)
+            x = _tile(z_row, cols, mask, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S)
+            if HAS_T:
+                x = tl.where(cols == y, t, x)
             if CRITERION == 0:
                 g = tl.exp(x - lse) * coef - weight * (smooth / num_classes)
                 g = tl.where(cols == y, g - weight * (1.0 - smooth), g)

@@ -90,28 +90,31 @@ class WeightGradSlot:
 @autocast_off
 def _run(
     h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
-    want_lse: bool = False,
+    want_lse: bool = False, want_pred: bool = False,
 ):  # fmt: skip
-    """(losses (N,), gradients, lse (N,) or None): the per-row losses and, when `row_weight` (N,) is given, the
-    gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ · lse_i² with the z-loss λ =
-    `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the column scale s =
-    `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one matmul per chunk).
-    The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ · lse²). The products run in `gemm`
-    (h and w cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in
-    training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c ·
-    w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when neither w
-    nor s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are skipped, d w
-    is None."""
+    """(losses (N,), gradients, lse (N,) or None, predictions (N,) or None): the per-row losses and, when `row_weight`
+    (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ · lse_i² with
+    the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the column
+    scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one matmul
+    per chunk). The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ · lse²), their argmax
+    (the kernels' `pred`) when `want_pred`: from the same pass, no second product with W. The products run in
+    `gemm` (h and w cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk
+    or, in training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c =
+    A_c · w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when
+    neither w nor s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are
+    skipped, d w is None."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
     lse = None
     if want_lse or opts.z_loss > 0:
         lse = torch.empty(h.shape[0], dtype=torch.promote_types(gemm, torch.float32), device=h.device)
+    pred = torch.empty(h.shape[0], dtype=torch.long, device=h.device) if want_pred else None
     if row_weight is None:
         losses = map_chunks(
-            lambda h_, y_, t_, l_: kernel.loss(h_, w_g, b, y_, t_, opts, lse=l_), (h_g, y, t, lse), (), chunk_size
-        )
-        return losses, None, lse
+            lambda h_, y_, t_, l_, p_: kernel.loss(h_, w_g, b, y_, t_, opts, lse=l_, pred=p_),
+            (h_g, y, t, lse, pred), (), chunk_size,
+        )  # fmt: skip
+        return losses, None, lse, pred
     scale = opts.column_scale
     workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
     rows = min(chunk_size, h.shape[0])
@@ -130,12 +133,14 @@ def _run(
     workspace = torch.empty(rows, w.shape[0], dtype=workspace_dtype, device=h.device)
     unset = [grad_w is not None]  # until the first chunk has written d w
 
-    def step(h_, y_, t_, weight_, gh, gt, lse_, z_weight_):
+    def step(h_, y_, t_, weight_, gh, gt, lse_, z_weight_, pred_):
         grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]], w_unset=unset[0])
         unset[0] = False
-        return kernel.loss_and_grads(h_, w_g, b, y_, t_, opts, weight_, grads, lse=lse_, z_weight=z_weight_)
+        return kernel.loss_and_grads(
+            h_, w_g, b, y_, t_, opts, weight_, grads, lse=lse_, z_weight=z_weight_, pred=pred_
+        )
 
-    losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t, lse, z_weight), (), chunk_size)
+    losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t, lse, z_weight, pred), (), chunk_size)
     grad_s = None
     if scale is not None and grad_w is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A
         grad_s = row_dots(grad_w, w).to(scale.dtype)  # (V,)
@@ -143,7 +148,7 @@ def _run(
     if not wants_w:
         grad_w = None  # A, if any, was for d s only
     grads = (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
-    return losses, grads, lse
+    return losses, grads, lse, pred
 
 
 def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
@@ -177,7 +182,8 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i r_i · loss_i (+ λ Σ_i u_i · lse_i², the z-loss) with all gradients computed in the forward pass: r_i =
     `weight` · a_i with `class_rows` a (N,) (the class weight of each row's target; None: 1), u_i = `z_scale`;
     `keep` (N,): the rows that count (None: all), the others computed with weight 0; `s`: the column scale (V,) or
-    None. `want_aux`: the outputs are (loss, z-loss term, lse (N,)), the last two without gradient.
+    None. `want_lse` / `want_pred`: the outputs are (loss, z-loss term, lse (N,), predictions (N,), (0,) when not
+    wanted), the last three without gradient.
 
     The backward hands the forward's gradients over (no reference kept, so autograd accumulates into them or keeps
     them as `.grad` without a copy of the (V, H) one) and scales them in place by d output. A second backward
@@ -206,12 +212,14 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None,
-        slot=None, class_rows=None, z_scale: float | torch.Tensor = 1.0, want_aux: bool = False,
+        slot=None, class_rows=None, z_scale: float | torch.Tensor = 1.0, want_lse: bool = False,
+        want_pred: bool = False,
     ):  # fmt: skip
         row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
-        losses, grads, lse = _run(
-            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_aux
+        want_aux = want_lse or want_pred
+        losses, grads, lse, pred = _run(
+            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_aux, want_pred
         )
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
         ctx.save_for_backward(h, w, b, t, s, y, keep, class_rows)
@@ -221,8 +229,9 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         if not want_aux:
             return loss
         lse = _kept(lse, keep)
-        ctx.mark_non_differentiable(z_term, lse)
-        return loss, z_term, lse
+        pred = y.new_empty(0) if pred is None else pred
+        ctx.mark_non_differentiable(z_term, lse, pred)
+        return loss, z_term, lse, pred
 
     @staticmethod
     def backward(ctx, grad_out, *unused):  # unused: the gradients of the z-loss term and lse outputs (none)
@@ -232,12 +241,12 @@ class _FusedLinearCEScalar(torch.autograd.Function):
             weight, opts, chunk_size, gemm, z_scale = ctx.rerun
             row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
             needs = ctx.needs_input_grad[:5]
-            _, grads, _ = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight)
+            _, grads, _, _ = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight)
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, *[None] * 10)  # h, w, b, t, s; then y and the non-tensor arguments
+        return (*grads, *[None] * 11)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,15 +262,18 @@ def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tup
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward pass
-    recomputes each chunk weighted by the incoming gradient. `want_aux`: (losses, lse), lse without gradient."""
+    recomputes each chunk weighted by the incoming gradient. `want_lse` / `want_pred`: (losses, lse, predictions),
+    the last two without gradient ((0,) predictions when not wanted)."""
 
     @staticmethod
     def forward(
-        ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None, class_rows=None, want_aux=False
-    ):
+        ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None, class_rows=None, want_lse=False,
+        want_pred=False,
+    ):  # fmt: skip
         opts = opts.with_scale(s)
+        want_aux = want_lse or want_pred
         with torch.no_grad():
-            losses, _, lse = _run(h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_aux)
+            losses, _, lse, pred = _run(h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_aux, want_pred=want_pred)
         ctx.save_for_backward(h, w, b, t, s, y, class_rows)
         ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
         ctx.slot = slot
@@ -271,8 +283,9 @@ class _FusedLinearCERows(torch.autograd.Function):
             losses = losses + opts.z_loss * lse.square()
         if not want_aux:
             return losses
-        ctx.mark_non_differentiable(lse)
-        return losses, lse
+        pred = y.new_empty(0) if pred is None else pred
+        ctx.mark_non_differentiable(lse, pred)
+        return losses, lse, pred
 
     @staticmethod
     def backward(ctx, grad_out, *unused):
@@ -282,10 +295,10 @@ class _FusedLinearCERows(torch.autograd.Function):
         row_weight = grad_out if class_rows is None else grad_out * class_rows
         z_weight = grad_out if class_rows is not None and opts.z_loss > 0 else None
         needs = ctx.needs_input_grad[:5]
-        _, grads, _ = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight)
+        _, grads, _, _ = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight)
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, *[None] * 7)  # h, w, b, t, s; then y and the non-tensor arguments
+        return (*grads, *[None] * 8)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -316,6 +329,7 @@ def fused_linear_cross_entropy(
     z_loss: float = 0.0,
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
+    return_predictions: bool = False,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -351,13 +365,19 @@ def fused_linear_cross_entropy(
             target tokens over the accumulated batch, so that gradient accumulation stays exact (torch's weighted
             mean of each micro-batch would not add up). Not with `label_smoothing` (refused: torch weights the
             smoothing term per class, which the chunk kernels do not compute).
-        return_z_loss: return `LinearCrossEntropyOutput(loss, z_loss, lse)`: the loss (the z-loss included), the
-            z-loss term alone (reduced as the loss; no gradient) and each row's log-sum-exp in the shape of `target`
-            (0 on ignored rows; no gradient), e.g. to log them.
+        return_z_loss: return a `LinearCrossEntropyOutput`: the loss (the z-loss included), the z-loss term alone
+            (reduced as the loss; no gradient) and each row's log-sum-exp in the shape of `target` (0 on ignored rows;
+            no gradient), e.g. to log them.
+        return_predictions: return a `LinearCrossEntropyOutput` with each row's predicted class and the token
+            accuracy, from the same pass as the loss (no second product with W): the argmax of the row's logits
+            with the target's own logit (bias, column scale, soft-cap; a replaced target logit — a margin — does
+            not take part), the lowest index winning a tie as `torch.argmax`; `ignore_index` on ignored rows.
+            `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label.
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
         for (B, T) labels, () for one row; 0 on ignored rows). Computed in
-        float32 (float64 inputs stay float64 for gradcheck). With `return_z_loss`, a `LinearCrossEntropyOutput`.
+        float32 (float64 inputs stay float64 for gradcheck). With `return_z_loss` or `return_predictions`, a
+        `LinearCrossEntropyOutput`.
     """
     if logit_scale is not None:
         if logit_multiplier != 1.0:
@@ -396,18 +416,28 @@ def fused_linear_cross_entropy(
     opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion, z_loss=float(z_loss))
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
-    def output(loss, z_term, lse):  # the result, and with `return_z_loss` the z-loss term and lse (labels' shape)
-        if not return_z_loss:
+    want_aux = return_z_loss or return_predictions
+
+    def output(loss, z_term, lse, pred):  # the loss, or the `LinearCrossEntropyOutput` (per-row fields: labels' shape)
+        if not want_aux:
             return loss
-        lse = reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
-        return LinearCrossEntropyOutput(loss, z_term, lse)
+        lse = reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep) if criterion == "ce" else None
+        predictions = accuracy = None
+        if return_predictions:
+            predictions = _in_labels_shape(pred, valid, keep, target.shape, ignore_index)
+            hits = pred == y if keep is None else (pred == y) & keep
+            count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
+            accuracy = hits.sum() / count
+        return LinearCrossEntropyOutput(loss, z_term, lse, predictions, accuracy)
 
     if reduction == "none":
-        out = _FusedLinearCERows.apply(h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, return_z_loss)
-        rows, lse = out if return_z_loss else (out, None)
+        out = _FusedLinearCERows.apply(
+            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_aux, return_predictions
+        )
+        rows, lse, pred = out if want_aux else (out, None, None)
         rows = reduce_rows(_kept(rows, keep), valid, target.shape, "none")  # (*,) like the labels
         z_term = None if lse is None else reduce_rows(_kept(z_loss * lse.square(), keep), valid, target.shape, "none")
-        return output(rows, z_term, lse)
+        return output(rows, z_term, lse, pred)
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
     z_scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)  # int tensor: not float32
@@ -417,26 +447,43 @@ def fused_linear_cross_entropy(
         scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
-        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute))
+        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute), y.new_zeros(0))
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
-        losses, _, lse = _run(h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=return_z_loss)
-        return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse)
+        losses, _, lse, pred = _run(
+            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_aux, want_pred=return_predictions
+        )
+        return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse, pred)
     out = _FusedLinearCEScalar.apply(
-        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, return_z_loss
-    )
-    return output(*out) if return_z_loss else out
+        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_aux,
+        return_predictions,
+    )  # fmt: skip
+    return output(*out) if want_aux else out
 
 
 class LinearCrossEntropyOutput(NamedTuple):
-    """What `fused_linear_cross_entropy(..., return_z_loss=True)` returns: the loss (the z-loss included), the
-    z-loss term alone, reduced as the loss (no gradient), and each row's log-sum-exp in the shape of the labels (0 on
-    ignored rows; no gradient)."""
+    """What `fused_linear_cross_entropy(..., return_z_loss=True)` or `return_predictions=True` returns: the loss (the
+    z-loss included); the z-loss term alone, reduced as the loss (no gradient); each row's log-sum-exp in the shape
+    of the labels (0 on ignored rows; no gradient; None for BCE / MSE); with `return_predictions`, each row's
+    predicted class in the shape of the labels (`ignore_index` on ignored rows) and the token accuracy (a scalar
+    tensor), else None."""
 
     loss: torch.Tensor
     z_loss: torch.Tensor
-    lse: torch.Tensor
+    lse: torch.Tensor | None
+    predictions: torch.Tensor | None = None
+    token_accuracy: torch.Tensor | None = None
+
+
+def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fill: int) -> torch.Tensor:
+    """Per-row integers of the computed rows (compacted on a CPU, every row with `keep` on an accelerator) in the
+    labels' shape, `fill` on the ignored rows."""
+    if keep is not None:
+        return torch.where(keep, values, fill).reshape(shape)
+    if values.shape[0] == valid.numel():
+        return values.reshape(shape)
+    return values.new_full((valid.numel(),), fill).masked_scatter(valid.reshape(-1), values).reshape(shape)
 
 
 def check_class_weight(class_weight: torch.Tensor, num_classes: int, label_smoothing: float = 0.0) -> None:

@@ -169,15 +169,19 @@ class EagerKernel(ChunkKernel):
     name = "eager"
 
     @staticmethod
-    def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None):
-        """z (n, V): the products with the column scale and bias, the target's logit replaced by t, soft-capped (in
-        `out` when given), and the row indices (n,)."""
+    def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None, pred=None):
+        """z (n, V): the products with the column scale and bias, soft-capped, the target's logit replaced by t
+        (capped too) (in `out` when given), and the row indices (n,). `pred` (n,): gets each row's argmax before the
+        replacement (`ChunkKernel.loss`)."""
         z = _raw_logits(h, w, b, out, opts.column_scale)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
+        cap = opts.softcap
+        if cap is not None:  # elementwise: capping the block, then the replaced entry, is capping the replaced block
+            z.div_(cap).tanh_().mul_(cap)
+        if pred is not None:
+            torch.argmax(z, dim=1, out=pred)  # the lowest index wins a tie (torch.argmax)
         if t is not None:
-            z[rows, y] = t
-        if opts.softcap is not None:
-            z.div_(opts.softcap).tanh_().mul_(opts.softcap)
+            z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap
         return z, rows
 
     @staticmethod
@@ -222,8 +226,8 @@ class EagerKernel(ChunkKernel):
             loss = torch.linalg.vector_norm(z, dim=1).square() - 2 * z[rows, y] + 1  # (n,)
         return loss
 
-    def loss(self, h, w, b, y, t, opts, lse=None):
-        z, rows = self.logits(h, w, b, y, t, opts)
+    def loss(self, h, w, b, y, t, opts, lse=None, pred=None):
+        z, rows = self.logits(h, w, b, y, t, opts, pred=pred)
         if opts.criterion != "ce":
             return self.sigmoid_loss_(z, rows, y, opts.criterion)
         if self._selects(opts, z.shape[1]):
@@ -233,9 +237,10 @@ class EagerKernel(ChunkKernel):
             return loss
         return self.log_softmax_(z, rows, y, opts.label_smoothing, lse)
 
-    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None):
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None):
         sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion == "ce"
-        return (self._sparse if sparse else self._dense)(h, w, b, y, t, opts, row_weight, grads, lse, z_weight)
+        path = self._sparse if sparse else self._dense
+        return path(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred)
 
     @staticmethod
     def z_loss_coefficient(opts: ChunkOptions, row_weight, z_weight, lse: torch.Tensor) -> torch.Tensor:
@@ -244,9 +249,9 @@ class EagerKernel(ChunkKernel):
         rw = row_weight.to(lse.dtype)
         return rw + (2.0 * opts.z_loss) * (rw if z_weight is None else z_weight.to(lse.dtype)) * lse
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
         """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
-        z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
         z_loss = opts.z_loss > 0 and opts.criterion == "ce"
@@ -299,10 +304,10 @@ class EagerKernel(ChunkKernel):
         _linear_grads(grad_z, h, w, grads, None if weighted else row_weight, opts.column_scale)
         return loss
 
-    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
+    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
         gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
-        z, rows = self.logits(h, w, b, y, t, opts, grads.logits)
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
         loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
         if lse is not None:
@@ -334,22 +339,25 @@ class EagerKernel(ChunkKernel):
 def _grad_logits(
     z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce",
     b=None, s=None, grad_dtype: torch.dtype | None = None, z_loss: float = 0.0, z_weight=None,
+    want_pred: bool = False,
 ):  # fmt: skip
     """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,)
     applied first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by
     `row_weight` (the replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype),
-    d loss / d t (n,) or None, the rows' log-sum-exp (n,) or None for BCE / MSE). With `z_weight` (n,) the gradient
-    also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not). What `CompiledKernel` fuses, so the
+    d loss / d t (n,) or None, the rows' log-sum-exp (n,) or None for BCE / MSE, each row's argmax before the
+    target's replacement (n,) when `want_pred`, else None). With `z_weight` (n,) the gradient also takes that of
+    Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not). What `CompiledKernel` fuses, so the
     scale, the bias and the cast of the gradient cost no pass of their own over the block."""
     if s is not None:
         z = z * s
     if b is not None:
         z = z + b
     rows = torch.arange(z.shape[0], device=z.device)
-    if t is not None:
-        z = z.index_put((rows, y), t)
-    if softcap is not None:
+    if softcap is not None:  # the block capped, then the replaced entry capped: the replaced block capped
         z = torch.tanh(z / softcap) * softcap
+    pred = torch.argmax(z, dim=1) if want_pred else None
+    if t is not None:
+        z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)
     target_z = z[rows, y]  # (n,)
     num = z.shape[1]
     rw = row_weight.to(z.dtype)
@@ -388,7 +396,7 @@ def _grad_logits(
     if t is not None:
         grad_t = grad_z[rows, y]
         grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
-    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse
+    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse, pred
 
 
 def _compile_isolated(fn, backend: str, limit: int):
@@ -425,23 +433,27 @@ class CompiledKernel(EagerKernel):
     backend = "inductor"
     # One compiled region of its own (not sharing the recompiles of other torch.compile calls of the function) with
     # room for every variant a process meets: each criterion, top-k or not, a replaced target logit or not, a
-    # soft-cap or not, a bias or not, a column scale or not, a z-loss or not, float32 or float64 logits (256 graphs;
-    # under dynamo's default limit of 8 the ninth and later ran `_grad_logits` eagerly, silently slower).
-    recompile_limit = 512
+    # soft-cap or not, a bias or not, a column scale or not, a z-loss or not, predictions or not, float32 or float64
+    # logits (512 graphs; under dynamo's default limit of 8 the ninth and later ran `_grad_logits` eagerly, silently
+    # slower).
+    recompile_limit = 1024
     _compiled = None
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
         z = _raw_logits(h, w, None, grads.logits)  # (n, V) h wᵀ: the scale and bias are applied in the compiled math
         z_loss = opts.z_loss > 0 and opts.criterion == "ce"
-        loss, grad_z, grad_t, row_lse = CompiledKernel._compiled(
+        loss, grad_z, grad_t, row_lse, row_pred = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale,
             w.dtype if w.dtype in HALF_DTYPES and z.dtype != w.dtype else None,
             opts.z_loss if z_loss else 0.0, (row_weight if z_weight is None else z_weight) if z_loss else None,
+            pred is not None,
         )  # fmt: skip
-        if lse is not None:
+        if lse is not None and row_lse is not None:  # BCE / MSE have none
             lse.copy_(row_lse)
+        if pred is not None:
+            pred.copy_(row_pred)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(grad_z, h, w, grads, None, opts.column_scale)

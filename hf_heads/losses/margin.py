@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
-from hf_heads.losses.fused_linear import WeightGradSlot, fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import LinearCrossEntropyOutput, WeightGradSlot, fused_linear_cross_entropy
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
     MARGINS,
@@ -150,11 +150,14 @@ def margin_cross_entropy(
     criterion: str = "ce",
     z_loss: float = 0.0,
     class_weight: torch.Tensor | None = None,
+    return_z_loss: bool = False,
+    return_predictions: bool = False,
     **scorer_options,
-) -> torch.Tensor:
+) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
-    without materialising the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included) and
-    `class_weight` as in `fused_linear_cross_entropy`. The scorer and its data as in `margin_logits` (`scorer`, or the
+    without materialising the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included),
+    `class_weight`, `return_z_loss` and `return_predictions` (the argmax without the margin; with max-norm, g of the
+    batch) as in `fused_linear_cross_entropy`. The scorer and its data as in `margin_logits` (`scorer`, or the
     keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain); `reduction`, `ignore_index` as in
     `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the number of non-ignored tokens (exact
     gradient accumulation); `top_k`, `label_smoothing` as in `fused_linear_cross_entropy`. With margin="none",
@@ -176,7 +179,7 @@ def margin_cross_entropy(
         h2,
         w,
         b,
-        y,
+        y.reshape(target.shape),  # per-row results in the labels' shape
         weight_grad=w_grad,
         column_scale=s,
         target_logit=t,
@@ -186,12 +189,14 @@ def margin_cross_entropy(
         criterion=criterion,
         z_loss=z_loss,
         class_weight=class_weight,
+        return_z_loss=return_z_loss,
+        return_predictions=return_predictions,
         reduction=reduction,
         ignore_index=ignore_index,
         num_items_in_batch=num_items_in_batch,
         chunk_size=chunk_size,
     )
-    return loss.reshape(target.shape) if reduction == "none" else loss
+    return loss
 
 
 class MarginCrossEntropy(nn.Module):

@@ -12,8 +12,10 @@ column scale s and the bias b cost no pass of their own over the block):
    of the products' dtype, rounded once, ready for the next two GEMMs with no cast pass — the target's entry moved
    to d t_i when the target logit was replaced.
 
-So the (n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain
-of PyTorch passes. The loss is
+Pass 1 also keeps each row's maximum over the target's own logit and its first column (the prediction, `pred`) and
+writes the log-sum-exp (`lse`); with the z-loss λ, pass 2's p_ic carries the factor r_i + 2λ u_i lse_i. So the
+(n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain of
+PyTorch passes. The loss is
 lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling
 paper's full criteria over sigmoid outputs take the same two passes: BCE (eq. 3) Σ_c softplus(z_ic) − z_iy with
 gradient σ(z_ic) − δ_cy, MSE (eq. 1) Σ_c σ(z_ic)² − 2σ(z_iy) + 1 with gradient 2(σ − δ)σ(1 − σ).
@@ -144,11 +146,14 @@ class TritonKernel(EagerKernel):
                         f"run with {KERNEL_ENV}=eager"
                     )
 
-    def _launch(self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None, lse=None, z_weight=None):
+    def _launch(
+        self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None, lse=None, z_weight=None, pred=None
+    ):
         """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
         applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
         `grad_z` (n, V), in its dtype; None: over z; with the z-loss's when `opts.z_loss` > 0, weighted by `z_weight`,
-        default the row weights); each row's log-sum-exp into `lse` (n,) when given."""
+        default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax into `pred` (n,) when
+        given."""
         import triton
 
         n, num_classes = z.shape
@@ -159,7 +164,7 @@ class TritonKernel(EagerKernel):
         flags.update(HAS_B=b is not None, HAS_S=s is not None)
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
         z_loss = opts.z_loss > 0 and opts.criterion == "ce" and row_weight is not None
-        flags.update(Z_LOSS=z_loss, HAS_LSE=lse is not None)
+        flags.update(Z_LOSS=z_loss, HAS_LSE=lse is not None, PRED=pred is not None)
         params = torch.full((3,), float(opts.softcap or 1.0), dtype=compute, device=z.device)
         params[:1].fill_(float(opts.label_smoothing))  # fill_ runs on the device; `params[0] = x` would copy from
         params[2:].fill_(float(opts.z_loss))  # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
@@ -174,6 +179,7 @@ class TritonKernel(EagerKernel):
             unused if row_weight is None else row_weight.to(compute).contiguous(),  # may be an expanded scalar
             loss, unused if grad_t is None else grad_t,
             num_classes, params, z_weight if z_loss else unused, unused if lse is None else lse,
+            unused if pred is None else pred,
             **flags, BLOCK=min(triton.next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
         )  # fmt: skip
         return loss
@@ -182,25 +188,25 @@ class TritonKernel(EagerKernel):
         self.check_device(device)
         self.self_check(device)
 
-    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None):
+    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None):
         self._ready(h.device)
-        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads, lse, z_weight)
+        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred)
 
-    def loss(self, h, w, b, y, t, opts, lse=None):
+    def loss(self, h, w, b, y, t, opts, lse=None, pred=None):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
-            return super().loss(h, w, b, y, t, opts, lse)
-        return self._launch(kernels._raw_logits(h, w, None).contiguous(), b, y, t, None, opts, lse=lse)
+            return super().loss(h, w, b, y, t, opts, lse, pred)
+        return self._launch(kernels._raw_logits(h, w, None).contiguous(), b, y, t, None, opts, lse=lse, pred=pred)
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None):
+    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
-            return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight)
+            return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred)
         z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
         # d loss / d z: over z, or, for half products of float32 logits, in the products' dtype straight from the
         # program (rounded once, as the cast for the next two GEMMs would round it, without that cast's pass)
         grad_z = z if z.dtype == w.dtype or w.dtype not in HALF_DTYPES else torch.empty_like(z, dtype=w.dtype)
         grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
-        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z, lse, z_weight)
+        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z, lse, z_weight, pred)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(grad_z, h, w, grads, None, opts.column_scale)
