@@ -146,3 +146,34 @@ def test_the_functional_loss_refuses_bad_class_weights_and_options_outside_cross
         fused_linear_cross_entropy(hidden, w, None, labels, z_loss=0.1, criterion="bce")
     out = fused_linear_cross_entropy(hidden, w, None, labels, class_weight=torch.zeros(V))  # Σ a[y] = 0: loss 0
     assert out == 0
+
+
+@pytest.mark.parametrize(
+    "family",
+    [{"family": "softmax", "z_loss": 0.1}, {"family": "sparse", "k": 3}, {"family": "margin", "margin": "arc"}],
+    ids=lambda f: f["family"],
+)
+def test_a_recording_head_counts_the_labels_its_training_pass_predicts(family):
+    """`record_accuracy`: each training pass adds [labels predicted, labels counted] — the argmax of the logits
+    without the margin, from the same pass as the loss — and evaluation adds nothing; `take_accuracy` hands them
+    over and starts again; a sampled head (no full softmax in training) records nothing."""
+    torch.manual_seed(0)
+    head = make_head(H, V, family)
+    hidden, labels = _batch()
+    z = F.linear(hidden, head.weight, head.bias)
+    if family["family"] == "margin":  # no norms, no scale: cos θ · ‖w‖‖h‖ + b, the margin only on the target
+        z = head.logits(hidden).float()
+    labels[1, :3] = z[1, :3].argmax(-1)  # some rows predicted right
+    keep = labels != -100
+    want = torch.tensor([float(((z.argmax(-1) == labels) & keep).sum()), float(keep.sum())], dtype=torch.float64)
+    head.record_accuracy()
+    head.train()
+    head.loss(hidden, labels)
+    head.loss(hidden, labels, reduction="none")
+    head.eval()
+    head.loss(hidden, labels)
+    torch.testing.assert_close(head.take_accuracy(), 2 * want)
+    assert head.take_accuracy().tolist() == [0.0, 0.0]
+    sampled = make_head(H, V, {"family": "sampled", "method": "full"})
+    sampled.record_accuracy()
+    assert sampled.take_accuracy() is None

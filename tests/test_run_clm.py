@@ -221,6 +221,12 @@ def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path, head):
     assert torch.equal(counts, label_counts(_lm_dataset(), 61).float())  # collected from the training set
     losses = [e["loss"] for e in full.state.log_history if "loss" in e]
     assert "head/weight_norm_mean" in full.state.log_history[0]
+    # the same-pass accuracy of the training batches: margin heads count it, sampled criteria have no full softmax
+    accuracies = [e.get("train_accuracy") for e in full.state.log_history if "loss" in e]
+    if head["family"] == "margin":
+        assert all(0.0 <= a <= 1.0 for a in accuracies), accuracies
+    else:
+        assert accuracies == [None] * len(accuracies)
 
     resumed = _trainer(tmp_path / "full", 6, head)  # a fresh process would rebuild the same objects
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))

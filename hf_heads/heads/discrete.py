@@ -5,6 +5,8 @@ only in their hooks (hf_heads.heads.base)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,6 +18,11 @@ from hf_heads.validation import OptionError
 
 class DiscreteHead(OutputHead):
     """Output layer over V classes for hidden states of size H (a softmax over its logits is p(c | x))."""
+
+    # whether the training pass predicts each label (the chunk kernels' argmax, no second product with W):
+    # `record_accuracy` counts them (softmax, sparse, margin; the sampled criteria see no full softmax)
+    same_pass_accuracy: ClassVar[bool] = False
+    accuracy_sums: torch.Tensor | None = None  # [correct, counted] since `take_accuracy`; None: not recorded
 
     def __init__(self, hidden_size: int, num_classes: int, options) -> None:
         super().__init__(hidden_size, num_classes, options)
@@ -84,6 +91,30 @@ class DiscreteHead(OutputHead):
                 "(it counts the training set)"
             )
         return self.word_counts
+
+    def record_accuracy(self, enabled: bool = True) -> None:
+        """From now on every training pass of a `same_pass_accuracy` head counts the labels it predicts — the argmax
+        of its training logits without the target's margin (max-norm: the batch's maximum), the lowest index winning
+        a tie — into `accuracy_sums`, on the device, with no host read (`take_accuracy` reads them)."""
+        self.accuracy_sums = None
+        if enabled and self.same_pass_accuracy:
+            self.accuracy_sums = torch.zeros(2, dtype=torch.float64, device=self.weight.device)
+
+    def take_accuracy(self) -> torch.Tensor | None:
+        """The [correct, counted] labels of the training passes since the last call (then zeroed), or None when not
+        recorded (`HeadsTrainer` logs their ratio as `train_accuracy`)."""
+        if self.accuracy_sums is None:
+            return None
+        sums, self.accuracy_sums = self.accuracy_sums, torch.zeros_like(self.accuracy_sums)
+        return sums
+
+    def _counted(self, out, labels: torch.Tensor, ignore_index: int) -> torch.Tensor:
+        """The loss of a training pass asked for its predictions (`LinearCrossEntropyOutput`), after adding the
+        labels it predicts and the labels it counts to `accuracy_sums`."""
+        valid = labels.reshape(out.predictions.shape) != ignore_index
+        correct = ((out.predictions == labels.reshape(out.predictions.shape)) & valid).sum()
+        self.accuracy_sums += torch.stack([correct, valid.sum()]).to(self.accuracy_sums)
+        return out.loss
 
     def class_weight(self) -> torch.Tensor | None:
         """(V,) the training loss's class weights (the `class_weights` option; `class_weight_tensor`), or None; built

@@ -214,9 +214,13 @@ class MarginHead(DiscreteHead):
         """NLL of the inference distribution (no margin; max-norm uses the running value)."""
         return self._cross_entropy(hidden, labels, False, **rows)
 
+    same_pass_accuracy = True
+
     def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
-        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights."""
-        return margin_cross_entropy(
+        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights (and the
+        predictions, under `record_accuracy`: without the margin)."""
+        counting = training and self.accuracy_sums is not None
+        out = margin_cross_entropy(
             hidden,
             self.weight,
             self.bias,
@@ -224,9 +228,11 @@ class MarginHead(DiscreteHead):
             chunk_size=self.options.chunk_size,
             z_loss=self.options.z_loss if training else 0.0,
             class_weight=self.class_weight() if training else None,
+            return_predictions=counting,
             **self._scorer_arguments(training),
             **rows,
         )
+        return self._counted(out, labels, rows["ignore_index"]) if counting else out
 
     def inference_logits(self, hidden):
         """Computed in float32 with autocast off, returned in the head's dtype."""

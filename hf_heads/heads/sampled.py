@@ -161,6 +161,7 @@ class SampledHead(MarginHead):
     logits_note = "the paper's correction of the trained scores, renormalised over the vocabulary"
 
     has_unnormalized_scores = True
+    same_pass_accuracy = False  # its criteria score the target and K samples, not every class
 
     def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
         """(*, V) corrected log-scores log p̃(c|x) without the renormalisation over V (`corrected_log_probs` with

@@ -131,9 +131,13 @@ class SoftmaxHead(DiscreteHead):
         """The logits the distribution keeps per row (None: all of them)."""
         return None
 
+    same_pass_accuracy = True
+
     def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
-        """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights."""
+        """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights (and the
+        predictions, under `record_accuracy`)."""
         o = self.options
+        counting = training and self.accuracy_sums is not None
         out = fused_linear_cross_entropy(
             hidden,
             self.weight,
@@ -146,8 +150,11 @@ class SoftmaxHead(DiscreteHead):
             chunk_size=o.chunk_size,
             logit_multiplier=o.logit_multiplier,
             softcap=o.logit_softcap,
+            return_predictions=counting,
             **rows,
         )
+        if counting:
+            out = self._counted(out, labels, rows["ignore_index"])
         return out.reshape(labels.shape) if rows["reduction"] == "none" else out  # (*,) like the labels
 
     def training_loss(self, hidden, labels, **rows):

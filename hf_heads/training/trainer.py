@@ -15,7 +15,9 @@
   optimiser minimises); beside it `train_criterion` names that criterion (the head's `loss_names`), and where it is
   not the eval loss while the eval loss is an NLL (margin, sampled, label-smoothed heads) `train_nll` is the NLL of
   the inference distribution on the first training batch of the window, recorded in its training forward (no
-  backward), comparable with `eval_loss`.
+  backward), comparable with `eval_loss`. `train_accuracy`: the fraction of the window's training labels (tokens or
+  classes) that the training pass predicts (softmax, sparse and margin heads: the argmax of the chunk kernels in the
+  same pass as the loss, no second product with W; a margin head's without its margin).
 - Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
 """
 
@@ -171,7 +173,15 @@ class _HeadsTrainerMixin:
 
     def train(self, *args, **kwargs):
         self._prepare_head()
-        return super().train(*args, **kwargs)
+        model = self.accelerator.unwrap_model(self.model)
+        head = getattr(model, "head", None)
+        if hasattr(head, "record_accuracy"):
+            head.record_accuracy()  # `train_accuracy` from the training passes themselves
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if hasattr(head, "record_accuracy"):
+                head.record_accuracy(False)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Loss-only evaluation (no `compute_metrics`, or `--prediction_loss_only`) never builds the (B, T, V)
@@ -227,6 +237,11 @@ class _HeadsTrainerMixin:
     def _training_logs(self, model, head, logs: dict) -> dict:
         """What the training loss is, next to `loss` (see the module docstring)."""
         extra = {"train_criterion": head.loss_names("word" if is_language_model(model) else "class")[0]}
+        sums = head.take_accuracy() if hasattr(head, "take_accuracy") else None
+        if sums is not None:  # every process counted: the sum is collective, as train_nll's
+            correct, counted = self.accelerator.reduce(sums, reduction="sum").tolist()
+            if counted:
+                extra["train_accuracy"] = round(correct / counted, 4)
         if self._train_nll_sums is not None:
             nll, count = self.accelerator.reduce(self._train_nll_sums, reduction="sum").tolist()
             if count:
