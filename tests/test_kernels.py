@@ -410,6 +410,8 @@ def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, opti
         assert len(products) == 2 * calls  # the same chunks' products, none more
         assert torch.equal(out.predictions, want) and out.predictions.shape == y.shape
         torch.testing.assert_close(out.token_accuracy.double(), accuracy)
+        assert (out.lse is None) == (opts.get("criterion", "ce") != "ce")  # BCE / MSE have no log-sum-exp
+        assert bool(torch.isfinite(out.z_loss).all())
         torch.testing.assert_close(loss, plain_loss)
         for got, expected in zip(grads, plain_grads, strict=True):
             torch.testing.assert_close(got, expected)

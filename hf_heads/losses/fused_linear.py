@@ -182,8 +182,8 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i r_i · loss_i (+ λ Σ_i u_i · lse_i², the z-loss) with all gradients computed in the forward pass: r_i =
     `weight` · a_i with `class_rows` a (N,) (the class weight of each row's target; None: 1), u_i = `z_scale`;
     `keep` (N,): the rows that count (None: all), the others computed with weight 0; `s`: the column scale (V,) or
-    None. `want_lse` / `want_pred`: the outputs are (loss, z-loss term, lse (N,), predictions (N,), (0,) when not
-    wanted), the last three without gradient.
+    None. `want_lse` / `want_pred`: the outputs are (loss, z-loss term, lse (N,) or None, predictions (N,), (0,)
+    when not wanted), the last three without gradient.
 
     The backward hands the forward's gradients over (no reference kept, so autograd accumulates into them or keeps
     them as `.grad` without a copy of the (V, H) one) and scales them in place by d output. A second backward
@@ -219,7 +219,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
         want_aux = want_lse or want_pred
         losses, grads, lse, pred = _run(
-            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_aux, want_pred
+            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_lse, want_pred
         )
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
         ctx.save_for_backward(h, w, b, t, s, y, keep, class_rows)
@@ -228,9 +228,8 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         loss, z_term = _total(losses, lse, keep, class_rows, weight, z_scale, opts.z_loss)
         if not want_aux:
             return loss
-        lse = _kept(lse, keep)
         pred = y.new_empty(0) if pred is None else pred
-        ctx.mark_non_differentiable(z_term, lse, pred)
+        ctx.mark_non_differentiable(*(x for x in (z_term, lse, pred) if x is not None))
         return loss, z_term, lse, pred
 
     @staticmethod
@@ -262,8 +261,8 @@ def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tup
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward pass
-    recomputes each chunk weighted by the incoming gradient. `want_lse` / `want_pred`: (losses, lse, predictions),
-    the last two without gradient ((0,) predictions when not wanted)."""
+    recomputes each chunk weighted by the incoming gradient. `want_lse` / `want_pred`: (losses, lse or None,
+    predictions), the last two without gradient ((0,) predictions when not wanted)."""
 
     @staticmethod
     def forward(
@@ -273,7 +272,7 @@ class _FusedLinearCERows(torch.autograd.Function):
         opts = opts.with_scale(s)
         want_aux = want_lse or want_pred
         with torch.no_grad():
-            losses, _, lse, pred = _run(h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_aux, want_pred=want_pred)
+            losses, _, lse, pred = _run(h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_lse, want_pred=want_pred)
         ctx.save_for_backward(h, w, b, t, s, y, class_rows)
         ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
         ctx.slot = slot
@@ -284,7 +283,7 @@ class _FusedLinearCERows(torch.autograd.Function):
         if not want_aux:
             return losses
         pred = y.new_empty(0) if pred is None else pred
-        ctx.mark_non_differentiable(lse, pred)
+        ctx.mark_non_differentiable(*(x for x in (lse, pred) if x is not None))
         return losses, lse, pred
 
     @staticmethod
@@ -417,11 +416,12 @@ def fused_linear_cross_entropy(
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
     want_aux = return_z_loss or return_predictions
+    want_lse = want_aux and criterion == "ce"  # BCE / MSE have no log-sum-exp
 
     def output(loss, z_term, lse, pred):  # the loss, or the `LinearCrossEntropyOutput` (per-row fields: labels' shape)
         if not want_aux:
             return loss
-        lse = reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep) if criterion == "ce" else None
+        lse = None if lse is None else reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
         predictions = accuracy = None
         if return_predictions:
             predictions = _in_labels_shape(pred, valid, keep, target.shape, ignore_index)
@@ -432,11 +432,15 @@ def fused_linear_cross_entropy(
 
     if reduction == "none":
         out = _FusedLinearCERows.apply(
-            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_aux, return_predictions
+            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, return_predictions
         )
         rows, lse, pred = out if want_aux else (out, None, None)
         rows = reduce_rows(_kept(rows, keep), valid, target.shape, "none")  # (*,) like the labels
-        z_term = None if lse is None else reduce_rows(_kept(z_loss * lse.square(), keep), valid, target.shape, "none")
+        z_term = (
+            torch.zeros_like(rows)
+            if lse is None
+            else reduce_rows(_kept(z_loss * lse.square(), keep), valid, target.shape, "none")
+        )
         return output(rows, z_term, lse, pred)
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
@@ -447,16 +451,16 @@ def fused_linear_cross_entropy(
         scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
-        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute), y.new_zeros(0))
+        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0))
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
         losses, _, lse, pred = _run(
-            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_aux, want_pred=return_predictions
+            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=return_predictions
         )
         return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse, pred)
     out = _FusedLinearCEScalar.apply(
-        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_aux,
+        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_lse,
         return_predictions,
     )  # fmt: skip
     return output(*out) if want_aux else out
