@@ -92,6 +92,13 @@ class DiscreteHead(OutputHead):
             )
         return self.word_counts
 
+    @property
+    def training_loss_is_nll(self) -> bool:
+        """Not with a z-loss or class weights (`SoftmaxHeadOptions`): the training loss is then no −log q(label)."""
+        o = self.options
+        reweighted = getattr(o, "z_loss", 0.0) or getattr(o, "class_weights", None) is not None
+        return super().training_loss_is_nll and not reweighted
+
     def record_accuracy(self, enabled: bool = True) -> None:
         """From now on every training pass of a `same_pass_accuracy` head counts the labels it predicts — the argmax
         of its training logits without the target's margin (max-norm: the batch's maximum), the lowest index winning

@@ -257,11 +257,6 @@ class MarginHead(DiscreteHead):
         name = f"margin softmax cross-entropy, {o.scorer().margin.describe()}{loss_extras(o)}"
         return name, f"NLL of the {target}, no margin"
 
-    @property
-    def training_loss_is_nll(self) -> bool:
-        """Not with a z-loss or class weights: the training loss is then no −log q(label)."""
-        return super().training_loss_is_nll and not (self.options.z_loss or self.options.class_weights is not None)
-
     # ------------------------------------------------------------------ warm start
 
     @property

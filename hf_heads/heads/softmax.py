@@ -176,11 +176,6 @@ class SoftmaxHead(DiscreteHead):
         o = self.options
         return not (o.label_smoothing or o.z_loss or o.class_weights is not None)
 
-    @property
-    def training_loss_is_nll(self) -> bool:
-        """Not with a z-loss or class weights: the training loss is then no −log q(label)."""
-        return super().training_loss_is_nll and not (self.options.z_loss or self.options.class_weights is not None)
-
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         return f"cross-entropy{loss_extras(self.options)}", f"NLL of the {target}"
 
