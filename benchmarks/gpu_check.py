@@ -35,10 +35,14 @@ OPTIONS = {
     "top-k": {"top_k": 20},
     "top-k-target-smoothing": {"top_k": 20, "target": True, "label_smoothing": 0.1},
     "frozen-w": {"frozen": True},  # W without a gradient (LoRA, linear probing): no weight product
+    "z-loss": {"z_loss": 1e-3},
+    "class-weights": {"class_weight": True},  # a weight per class, drawn in check_kernel
+    "z-loss-weights-top-k": {"z_loss": 1e-3, "class_weight": True, "top_k": 20, "target": True},
+    "predictions": {"predictions": True},  # same-pass argmax against the naive logits' argmax
 }
 
 
-def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None):
+def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None, z_loss=0.0, class_weight=None):
     z = h @ w.T + b
     if t is not None:
         z = z.scatter(1, y[:, None], t[:, None])
@@ -47,7 +51,9 @@ def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None):
     support = z if top_k is None else z.topk(top_k, dim=1).values
     lse = torch.logsumexp(support, dim=1)
     loss = lse - z.gather(1, y[:, None]).squeeze(1)
-    return ((1 - label_smoothing) * loss + label_smoothing * (lse - support.mean(1))).mean()
+    rows = (1 - label_smoothing) * loss + label_smoothing * (lse - support.mean(1))
+    mean = rows.mean() if class_weight is None else (class_weight[y] * rows).sum() / class_weight[y].sum()
+    return mean + z_loss * (lse**2).mean()  # the z-loss: averaged over tokens, not class-weighted
 
 
 def main() -> int:
@@ -94,11 +100,16 @@ def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) ->
     opts = dict(options)
     use_t = opts.pop("target", False)
     frozen = opts.pop("frozen", False)
+    predictions = opts.pop("predictions", False)
+    if opts.get("class_weight"):
+        opts["class_weight"] = torch.rand(w32.shape[0], generator=torch.Generator().manual_seed(2)) + 0.5
     results = {}
     for precision in ("float64", "bf16"):
         dtype = torch.float64 if precision == "float64" else torch.float32
         h, w, b, t = (x.to(a.device, dtype, copy=True).requires_grad_() for x in (h32, w32, b32, t32))
         w.requires_grad_(not frozen)
+        if "class_weight" in opts:
+            opts["class_weight"] = opts["class_weight"].to(a.device, dtype)
         inputs = (h, b) if frozen else (h, w, b)
         kw = dict(target_logit=t if use_t else None, chunk_size=333, **opts)
         if precision == "float64":
@@ -109,7 +120,14 @@ def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) ->
             ok = torch.allclose(loss, ref, rtol=1e-9) and all(
                 torch.allclose(x, z, rtol=1e-7, atol=1e-10) for x, z in zip(got, want, strict=True)
             )
-            results[precision] = (ok, f"|Δloss| {abs(loss - ref).item():.1e}")
+            detail = f"|Δloss| {abs(loss - ref).item():.1e}"
+            if predictions:  # the kernel's own argmax (lowest index on a tie) against the naive logits'
+                out = fused_linear_cross_entropy(h, w, b, y, return_predictions=True, **kw)
+                want_pred = (h @ w.T + b).argmax(1)
+                same = bool((out.predictions == want_pred).all())
+                ok = ok and same and torch.allclose(out.loss, ref, rtol=1e-9)
+                detail += f", predictions {'equal' if same else 'DIFFER'}"
+            results[precision] = (ok, detail)
         else:
             full = fused_linear_cross_entropy(h, w, b, y, **kw)
             want = torch.autograd.grad(full, inputs)
@@ -142,6 +160,10 @@ HEADS = {
     },
     "margin lsm m=2, unigram": {"family": "margin", "margin": "lsm", "m": 2, "word_norm": "unigram"},
     "margin cos, scale 30": {"family": "margin", "margin": "cos", "m": 0.1, "scale": 30.0},
+    "softmax z-loss, balanced class weights": {"z_loss": 1e-3, "class_weights": "balanced"},
+    "margin arc, z-loss, class weights": {
+        "family": "margin", "margin": "arc", "m": 0.2, "z_loss": 1e-3, "class_weights": "balanced",
+    },
     "sampled ce is, log-uniform": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 64},
     "sampled bce nce, hits removed": {
         "family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 64, "remove_accidental_hits": True,
@@ -167,7 +189,7 @@ def check_heads(device: str, hidden: int = 48, vocab: int = 3001) -> int:
         except Exception as error:  # noqa: BLE001 - one failing head is reported, the others still run
             ok, detail = False, f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} head {name:36s} {detail}", flush=True)
+        print(f"{'ok  ' if ok else 'FAIL'} head {name:40s} {detail}", flush=True)
     return failures
 
 
