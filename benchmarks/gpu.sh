@@ -28,7 +28,9 @@ if [[ $dry == 1 ]]; then
   dev=cpu device=cpu-dry-run outdir=${OUT:-${TMPDIR:-/tmp}}
   # toy sizes: the Triton interpreter runs a Python loop per row
   gemma="--tokens 8 --hidden 8 --vocab 64" small="--tokens 8 --hidden 8 --vocab 48"
-  check="--rows 16 --hidden 8 --vocab 53 --compile_backend eager" compile="--compile_backend eager"
+  # the option sets that between them take every option (tests/test_kernels.py checks each alone)
+  check="--rows 16 --hidden 8 --vocab 53 --compile_backend eager --options softcap top-k-target-smoothing frozen-w
+    z-loss-weights-top-k predictions" compile="--compile_backend eager"
   whole="--vocab 64 --hidden 16 --layers 1 --batch 2 --block 8 --repeats 1" reps=1 sampled="--num_samples 8"
 else
   if compgen -G ".whl/*.whl" >/dev/null; then  # make gpu-wheels: the peers, transformers 5.23 and what it checks

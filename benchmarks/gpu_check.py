@@ -64,6 +64,9 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=5003)
     ap.add_argument("--kernels", nargs="+", default=None, help="these chunk kernels only (default: every one)")
     ap.add_argument(
+        "--options", nargs="+", default=None, choices=sorted(OPTIONS), help="these option sets only (default: every one)"
+    )
+    ap.add_argument(
         "--compile_backend", default="inductor", help="the compiled kernel's torch.compile backend (eager: no codegen)"
     )
     a = ap.parse_args()
@@ -83,6 +86,8 @@ def main() -> int:
     for kernel in sorted(a.kernels or CHUNK_KERNELS):
         os.environ[KERNEL_ENV] = kernel
         for name, options in OPTIONS.items():
+            if a.options is not None and name not in a.options:
+                continue
             try:
                 ok, detail = check_kernel(a, kernel, options, (h32, w32, b32, t32), y)
             except Exception as error:  # noqa: BLE001 - one failing case is reported, the others still run
