@@ -64,7 +64,11 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=5003)
     ap.add_argument("--kernels", nargs="+", default=None, help="these chunk kernels only (default: every one)")
     ap.add_argument(
-        "--options", nargs="+", default=None, choices=sorted(OPTIONS), help="these option sets only (default: every one)"
+        "--options",
+        nargs="+",
+        default=None,
+        choices=sorted(OPTIONS),
+        help="these option sets only (default: every one)",
     )
     ap.add_argument(
         "--compile_backend", default="inductor", help="the compiled kernel's torch.compile backend (eager: no codegen)"
