@@ -192,21 +192,24 @@ def test_ignored_rows_reductions_and_num_items(seed, family, extra):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("family", ["softmax", "margin", "sparse", "sampled", "vmf", "smp"])
 def test_half_precision_inputs_are_computed_in_float32(dtype, family):
-    """bf16 / fp16 inputs: no NaN/inf, gradients in the input dtype, and the loss is the float32 loss of the
-    float32 copies of the half-precision values: to float32 tolerance where the products run in float32
-    (continuous), within 0.2% where the products of h and W run in the inputs' half dtype and only the logits are
-    rounded to it (softmax, sparse and margin through hf_heads.losses.fused_linear, the margin's factors in float32;
-    the sampled criteria's (N, K) candidate scores; a dropped term or a half-precision softmax is further off)."""
+    """bf16 / fp16 inputs: no NaN/inf, gradients in the input dtype, and the loss accumulated in float32 is the
+    float32 loss of the float32 copies of the half-precision values: to float32 tolerance where the products run in
+    float32 (continuous), within 0.2% where the products of h and W run in the inputs' half dtype and only the logits
+    are rounded to it (softmax, sparse and margin through hf_heads.losses.fused_linear, the margin's factors in
+    float32; the sampled criteria's (N, K) candidate scores; a dropped term or a half-precision softmax is further
+    off). The discrete losses return it rounded once to the inputs' dtype by default (torch's rule), float32 with
+    `loss_dtype=torch.float32`; the continuous ones return float32."""
     hidden, weight, bias, target, _ = _inputs(3, 16, 40, 8, 3.0)
     hidden, weight, bias = hidden.to(dtype), weight.to(dtype), bias.to(dtype)
+    discrete = family in ("softmax", "sparse", "margin", "sampled")
 
-    def loss(h, w, b):
+    def loss(h, w, b, **kw):
         if family == "softmax":
-            return fused_linear_cross_entropy(h, w, b, target)
+            return fused_linear_cross_entropy(h, w, b, target, **kw)
         if family == "margin":
-            return margin_cross_entropy(h, w, b, target, margin="cos", m=0.2, scale=30.0)
+            return margin_cross_entropy(h, w, b, target, margin="cos", m=0.2, scale=30.0, **kw)
         if family == "sparse":
-            return fused_linear_cross_entropy(h, w, b, target, top_k=5, label_smoothing=0.1)
+            return fused_linear_cross_entropy(h, w, b, target, top_k=5, label_smoothing=0.1, **kw)
         if family == "sampled":
             return sampled_loss(
                 h,
@@ -218,18 +221,20 @@ def test_half_precision_inputs_are_computed_in_float32(dtype, family):
                 num_samples=8,
                 noise_probs=torch.full((40,), 1 / 40),
                 samples=torch.arange(0, 40, 5),
+                **kw,
             )
         table = F.normalize(w[:, :8].float(), dim=-1)
         return vmf_nll(h, table[target]) if family == "vmf" else syn_margin_loss(h, table[target])
 
     h = hidden.clone().requires_grad_()
-    half = loss(h, weight, bias)
+    half = loss(h, weight, bias, **({"loss_dtype": torch.float32} if discrete else {}))
     half.backward()
     full = loss(hidden.float(), weight.float(), bias.float())
     assert half.dtype == torch.float32 and torch.isfinite(half) and torch.isfinite(h.grad).all()
     assert h.grad.dtype == dtype
-    rtol = 2e-3 if family in ("softmax", "sparse", "margin", "sampled") else 1e-5
-    torch.testing.assert_close(half, full, rtol=rtol, atol=1e-6)
+    torch.testing.assert_close(half, full, rtol=2e-3 if discrete else 1e-5, atol=1e-6)
+    if discrete:  # by default: the same float32 loss, rounded once to the inputs' dtype
+        assert torch.equal(loss(hidden, weight, bias), half.detach().to(dtype))
 
 
 def _bad_values(annotation: str) -> list:

@@ -70,3 +70,38 @@ def test_reduction_none_of_the_logit_and_embedding_losses_has_the_labels_shape(s
     table = F.normalize(torch.randn(V, 4, generator=g), dim=-1)
     pred = torch.randn(*shape, 4, generator=g)
     assert cosine_softmax_loss(pred, y, table, reduction="none").shape == y.shape
+
+
+@pytest.mark.parametrize("name", list(LINEAR_LOSSES))
+def test_the_loss_dtype_follows_torchs_rule_for_half_inputs(name):
+    """bf16 inputs outside autocast: a bf16 loss (what `F.cross_entropy` of their logits gives), accumulated in
+    float32 and rounded once; under autocast float32; float64 stays float64."""
+    g = torch.Generator().manual_seed(0)
+    h32, w32, b32 = torch.randn(2, 3, H, generator=g), torch.randn(V, H, generator=g), torch.randn(V, generator=g)
+    y = torch.randint(0, V, (2, 3), generator=g)
+    h, w, b = (x.bfloat16() for x in (h32, w32, b32))
+    half = LINEAR_LOSSES[name](h, w, b, y)
+    assert half.dtype == F.cross_entropy((h @ w.T + b).reshape(-1, V), y.reshape(-1)).dtype == torch.bfloat16
+    # the same bf16 values in float32: the loss rounded once from its float32 accumulation
+    full = LINEAR_LOSSES[name](h.float(), w.float(), b.float(), y)
+    torch.testing.assert_close(half.float(), full, rtol=1e-2, atol=1e-2)
+    assert LINEAR_LOSSES[name](h, w, b, y, reduction="none").dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert LINEAR_LOSSES[name](h32, w32, b32, y).dtype == torch.float32
+    assert LINEAR_LOSSES[name](h32.double(), w32.double(), b32.double(), y).dtype == torch.float64
+    assert sparse_softmax_cross_entropy((h @ w.T + b), y, 4).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("family", ["softmax", "margin", "sampled"])
+def test_a_half_heads_loss_is_float32_as_transformers_losses(family):
+    """A head of a model cast to bf16 returns a float32 loss (transformers' loss functions upcast the logits)."""
+    from hf_heads.heads import make_head
+
+    options = {"family": family, "margin": "arc", "m": 0.2} if family == "margin" else {"family": family}
+    head = make_head(H, V, options).to(torch.bfloat16)
+    if head.needs_counts:
+        head.set_word_counts(torch.arange(1.0, V + 1))
+    h = torch.randn(2, 3, H, dtype=torch.bfloat16)
+    y = torch.randint(0, V, (2, 3))
+    assert head.loss(h, y).dtype == torch.float32
+    assert head.eval().loss(h, y).dtype == torch.float32

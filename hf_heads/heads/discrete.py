@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
+from hf_heads.losses._rows import compute_dtype
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.validation import OptionError
 
@@ -122,6 +123,11 @@ class DiscreteHead(OutputHead):
         correct = ((out.predictions == labels.reshape(out.predictions.shape)) & valid).sum()
         self.accuracy_sums += torch.stack([correct, valid.sum()]).to(self.accuracy_sums)
         return out.loss
+
+    def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:
+        """The dtype of the head's loss: float32 for a half model (float64 stays), as transformers' loss functions
+        upcast the logits; the functional losses follow `F.cross_entropy`'s rule instead (`loss_dtype` there)."""
+        return compute_dtype(hidden, self.weight)
 
     def class_weight(self) -> torch.Tensor | None:
         """(V,) the training loss's class weights (the `class_weights` option; `class_weight_tensor`), or None; built

@@ -229,6 +229,7 @@ class MarginHead(DiscreteHead):
             z_loss=self.options.z_loss if training else 0.0,
             class_weight=self.class_weight() if training else None,
             return_predictions=counting,
+            loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(training),
             **rows,
         )

@@ -210,6 +210,7 @@ class SampledHead(MarginHead):
             noise_probs=self.noise_probs(),
             remove_accidental_hits=o.remove_accidental_hits,
             chunk_size=o.chunk_size,
+            loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(True),
             **rows,
         )
@@ -224,6 +225,7 @@ class SampledHead(MarginHead):
             **self.options.correction(),
             noise_probs=self.noise_probs(),
             chunk_size=self.options.chunk_size,
+            loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(False),
             **rows,
         )

@@ -151,6 +151,7 @@ class SoftmaxHead(DiscreteHead):
             logit_multiplier=o.logit_multiplier,
             softcap=o.logit_softcap,
             return_predictions=counting,
+            loss_dtype=self.loss_dtype(hidden),
             **rows,
         )
         if counting:

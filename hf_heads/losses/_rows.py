@@ -76,6 +76,17 @@ def full_precision():
         matmul.fp32_precision = precision
 
 
+def loss_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """torch's dtype for the loss of these inputs' logits, as `F.cross_entropy(hidden @ weight.T + bias, ...)` gives
+    it: float32 under autocast (cross_entropy is on autocast's float32 list; also inside an `autocast_off`
+    function called under autocast), else the inputs' promoted dtype (bfloat16 for a model cast to bfloat16, float64
+    for gradcheck). The losses accumulate in float32 whatever this is and round once at the end."""
+    present = [t for t in tensors if t is not None]
+    if getattr(_OUTER, "dtype", None) is not None or torch.is_autocast_enabled(present[0].device.type):
+        return torch.float32
+    return functools.reduce(torch.promote_types, (t.dtype for t in present))
+
+
 def gemm_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     """The dtype of an output layer's matrix products: float64 when an input is float64 (gradcheck); else the
     autocast dtype the loss was called under (`--bf16` / `--fp16`), else a half dtype of the inputs (a model cast to

@@ -51,6 +51,7 @@ from hf_heads.losses._rows import (
     reduce_rows,
 )
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
+from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import (
     CRITERIA,
     ChunkOptions,
@@ -329,6 +330,7 @@ def fused_linear_cross_entropy(
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
     return_predictions: bool = False,
+    loss_dtype: torch.dtype | None = None,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -372,10 +374,14 @@ def fused_linear_cross_entropy(
             with the target's own logit (bias, column scale, soft-cap; a replaced target logit — a margin — does
             not take part), the lowest index winning a tie as `torch.argmax`; `ignore_index` on ignored rows.
             `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label.
+        loss_dtype: the dtype of the returned loss (and z-loss term); None: torch's rule for
+            `F.cross_entropy(hidden @ weight.T + bias)`: float32 under autocast, else the dtype of hidden, weight and
+            bias promoted (bfloat16 for a model cast to bfloat16). The heads pass float32, as transformers' loss
+            functions upcast the logits.
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
-        for (B, T) labels, () for one row; 0 on ignored rows). Computed in
-        float32 (float64 inputs stay float64 for gradcheck). With `return_z_loss` or `return_predictions`, a
+        for (B, T) labels, () for one row; 0 on ignored rows). Accumulated in float32 (float64 inputs stay float64
+        for gradcheck) and rounded once to `loss_dtype`. With `return_z_loss` or `return_predictions`, a
         `LinearCrossEntropyOutput`.
     """
     if logit_scale is not None:
@@ -394,6 +400,7 @@ def fused_linear_cross_entropy(
         ):  # fmt: skip
             if value != off:
                 raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
+    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     if class_weight is not None:
         check_class_weight(class_weight, w.shape[0], label_smoothing)
@@ -419,6 +426,7 @@ def fused_linear_cross_entropy(
     want_lse = want_aux and criterion == "ce"  # BCE / MSE have no log-sum-exp
 
     def output(loss, z_term, lse, pred):  # the loss, or the `LinearCrossEntropyOutput` (per-row fields: labels' shape)
+        loss = loss.to(out_dtype)  # rounded once (a half dtype outside autocast); the gradient reaches the kernel
         if not want_aux:
             return loss
         lse = None if lse is None else reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
@@ -428,7 +436,7 @@ def fused_linear_cross_entropy(
             hits = pred == y if keep is None else (pred == y) & keep
             count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
             accuracy = hits.sum() / count
-        return LinearCrossEntropyOutput(loss, z_term, lse, predictions, accuracy)
+        return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy)
 
     if reduction == "none":
         out = _FusedLinearCERows.apply(
@@ -450,7 +458,7 @@ def fused_linear_cross_entropy(
         total = _kept(class_rows, keep).sum()
         scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
-        zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).float() * 0.0
+        zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).to(compute) * 0.0
         return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0))
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
@@ -463,7 +471,7 @@ def fused_linear_cross_entropy(
         h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_lse,
         return_predictions,
     )  # fmt: skip
-    return output(*out) if want_aux else out
+    return output(*out) if want_aux else output(out, None, None, None)
 
 
 class LinearCrossEntropyOutput(NamedTuple):

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
+from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.fused_linear import LinearCrossEntropyOutput, WeightGradSlot, fused_linear_cross_entropy
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
@@ -152,6 +153,7 @@ def margin_cross_entropy(
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
     return_predictions: bool = False,
+    loss_dtype: torch.dtype | None = None,
     **scorer_options,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
@@ -163,7 +165,10 @@ def margin_cross_entropy(
     gradient accumulation); `top_k`, `label_smoothing` as in `fused_linear_cross_entropy`. With margin="none",
     scale=None and both norms no-mod this is `F.cross_entropy(hidden @ weight.T + bias, target)`. `criterion` "bce" or
     "mse": the sampling paper's full BCE / MSE over the same logits instead (`fused_linear_cross_entropy`).
+    `loss_dtype`: None, torch's rule for hidden, weight and bias (`fused_linear_cross_entropy`), whatever dtype the
+    margin's factors have.
     """
+    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
@@ -191,6 +196,7 @@ def margin_cross_entropy(
         class_weight=class_weight,
         return_z_loss=return_z_loss,
         return_predictions=return_predictions,
+        loss_dtype=out_dtype,
         reduction=reduction,
         ignore_index=ignore_index,
         num_items_in_batch=num_items_in_batch,

@@ -79,6 +79,7 @@ from hf_heads.losses._rows import (
     reduce_rows,
     valid_rows,
 )
+from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import map_chunks, rows_per_chunk
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
@@ -394,6 +395,7 @@ def sampled_loss(
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
+    loss_dtype: torch.dtype | None = None,
     **scorer_options,
 ) -> torch.Tensor:
     """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
@@ -403,8 +405,11 @@ def sampled_loss(
     `generator` (or given as `samples` (K,)). The scorer s(c, x) and its data as in `margin_cross_entropy`
     (`scorer`, or its keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain; the margin is
     applied to the target logit). `reduction`, `ignore_index` and `num_items_in_batch` as in `F.cross_entropy` /
-    the transformers Trainer (sum divided by `num_items_in_batch`).
+    the transformers Trainer (sum divided by `num_items_in_batch`). Accumulated in float32 and returned in
+    `loss_dtype`, by default torch's rule for the loss of hidden, weight and bias (`fused_linear_cross_entropy`'s
+    `loss_dtype`: float32 under autocast, else their promoted dtype).
     """
+    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     num_classes = weight.shape[0]
     sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
     check_reduction(reduction)
@@ -422,6 +427,7 @@ def sampled_loss(
             context_norm_value=context_norm_value,
             chunk_size=chunk_size,
             criterion=criterion,
+            loss_dtype=out_dtype,
             **rows,
         )
     # W in its dtype (a half model: no float32 copy of W; the K candidate rows gathered), the rows in float32
@@ -441,7 +447,7 @@ def sampled_loss(
     s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
     per_row = _sampled_rows(sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes)
-    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep)
+    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep).to(out_dtype)
 
 
 @autocast_off
@@ -462,11 +468,14 @@ def corrected_nll(
     scorer: Scorer | None = None,
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
+    loss_dtype: torch.dtype | None = None,
     **scorer_options,
 ) -> torch.Tensor:
     """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior (the evaluation loss:
     exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer as in
-    `margin_logits`: `scorer`, or its keyword `scorer_options`, its margin dropped."""
+    `margin_logits`: `scorer`, or its keyword `scorer_options`, its margin dropped. Computed in float32 and returned
+    in `loss_dtype`, by default torch's rule (as `sampled_loss`)."""
+    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     check_reduction(reduction)
     scorer = resolve_scorer(scorer, **scorer_options).without_margin()
     scorer.check_counts(word_counts, weight.shape[0])
@@ -484,7 +493,7 @@ def corrected_nll(
         return -logp.gather(1, y_c[:, None]).squeeze(1)
 
     per_row = map_chunks(rows, (h, y), (weight, bias), step, recompute=True)
-    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch)
+    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch).to(out_dtype)
 
 
 def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:

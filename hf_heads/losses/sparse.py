@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, reduce_rows
+from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, loss_dtype, reduce_rows
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.validation import OptionError, check_number
 
@@ -67,7 +67,9 @@ def sparse_softmax_cross_entropy(
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Eq. 5 for logits z (*, C) and targets (*); `reduction`, `ignore_index`, `label_smoothing`
-    as in `F.cross_entropy`; `num_items_in_batch` divides the sum (exact gradient accumulation)."""
+    as in `F.cross_entropy`; `num_items_in_batch` divides the sum (exact gradient accumulation). Accumulated in
+    float32 and returned in torch's dtype for a loss of z: float32 under autocast, else z's (bfloat16 for bfloat16
+    logits), as `F.cross_entropy`."""
     check_k(k)
     check_reduction(reduction)
     check_number("label_smoothing", label_smoothing, minimum=0)
@@ -83,7 +85,7 @@ def sparse_softmax_cross_entropy(
     loss = lse - logits.gather(1, y_v[:, None]).squeeze(1)
     if label_smoothing:
         loss = (1 - label_smoothing) * loss + label_smoothing * (lse - vals.mean(1))
-    return reduce_rows(loss, valid, target.shape, reduction, num_items_in_batch)
+    return reduce_rows(loss, valid, target.shape, reduction, num_items_in_batch).to(loss_dtype(z))
 
 
 def sparse_linear_cross_entropy(
