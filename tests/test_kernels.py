@@ -373,9 +373,10 @@ PREDICTED_DEFAULT = {
 )  # fmt: skip
 def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, options, monkeypatch):
     """`return_predictions`: each row's argmax of the naive logits with the target's own logit (a replaced target
-    logit, a margin, does not take part; bias, column scale and soft-cap do), `ignore_index` on the ignored row, and
-    the token accuracy, from the same chunk products as the loss (no second product with W) in training ("mean" and
-    "none") and in evaluation; the loss and its gradients are those without predictions."""
+    logit, a margin, does not take part; bias, column scale and soft-cap do), `ignore_index` on the ignored row, the
+    token accuracy, each label's rank in the argmax order and the top-k accuracy, from the same chunk products as the
+    loss (no second product with W) in training ("mean" and "none") and in evaluation; the loss and its gradients are
+    those without predictions."""
     use_kernel(kernel, monkeypatch)
     opts = dict(OPTIONS[options])
     t_or_none = _data(3)[3] if opts.pop("target", False) else None
@@ -389,6 +390,10 @@ def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, opti
         z = opts["softcap"] * torch.tanh(z / opts["softcap"])
     want = torch.where(y != -100, z.argmax(1), -100)
     accuracy = (want == y)[y != -100].double().mean()
+    labels = y.clamp_min(0)
+    rank = (z > z.gather(1, labels[:, None])).sum(1)  # no ties in float64 random logits (the tie test has them)
+    rank = torch.where(y != -100, rank, -1)
+    at_3 = (rank < 3)[y != -100].double().mean()
     products = spy_on_products(monkeypatch)
 
     def run(reduction, predictions):
@@ -410,6 +415,9 @@ def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, opti
         assert len(products) == 2 * calls  # the same chunks' products, none more
         assert torch.equal(out.predictions, want) and out.predictions.shape == y.shape
         torch.testing.assert_close(out.token_accuracy.double(), accuracy)
+        assert torch.equal(out.target_rank, rank)
+        torch.testing.assert_close(out.accuracy_at(3).double(), at_3)
+        torch.testing.assert_close(out.accuracy_at(1), out.token_accuracy)
         assert (out.lse is None) == (opts.get("criterion", "ce") != "ce")  # BCE / MSE have no log-sum-exp
         assert bool(torch.isfinite(out.z_loss).all())
         torch.testing.assert_close(loss, plain_loss)
@@ -440,6 +448,8 @@ def test_an_exact_tie_predicts_the_lowest_index_as_argmax_does(kernel, dtype, mo
     out = fused_linear_cross_entropy(h, w, None, y, return_predictions=True, chunk_size=4)
     assert out.predictions.tolist() == [2, 3, 2, 3]
     assert float(out.token_accuracy) == 0.5  # rows 0 and 3
+    assert out.target_rank.tolist() == [0, 1, 1, 0]  # a label tied with a lower index ranks after it
+    assert float(out.accuracy_at(2)) == 1.0
     out.loss.backward()
 
 

@@ -154,9 +154,10 @@ def test_the_functional_loss_refuses_bad_class_weights_and_options_outside_cross
     ids=lambda f: f["family"],
 )
 def test_a_recording_head_counts_the_labels_its_training_pass_predicts(family):
-    """`record_accuracy`: each training pass adds [labels predicted, labels counted] — the argmax of the logits
-    without the margin, from the same pass as the loss — and evaluation adds nothing; `take_accuracy` hands them
-    over and starts again; a sampled head (no full softmax in training) records nothing."""
+    """`record_accuracy(top_k=(3,))`: each training pass adds [labels predicted, labels among the 3 most likely,
+    labels counted] — the argmax of the logits without the margin and the label's rank, from the same pass as the
+    loss — and evaluation adds nothing; `take_accuracy` hands them over and starts again; a sampled head (no full
+    softmax in training) records nothing."""
     torch.manual_seed(0)
     head = make_head(H, V, family)
     hidden, labels = _batch()
@@ -164,16 +165,20 @@ def test_a_recording_head_counts_the_labels_its_training_pass_predicts(family):
     if family["family"] == "margin":  # no norms, no scale: cos θ · ‖w‖‖h‖ + b, the margin only on the target
         z = head.logits(hidden).float()
     labels[1, :3] = z[1, :3].argmax(-1)  # some rows predicted right
+    labels[1, 3:5] = z[1, 3:5].topk(2, dim=-1).indices[:, 1]  # some second
     keep = labels != -100
-    want = torch.tensor([float(((z.argmax(-1) == labels) & keep).sum()), float(keep.sum())], dtype=torch.float64)
-    head.record_accuracy()
+    top3 = (z.topk(3, dim=-1).indices == labels.clamp_min(0)[..., None]).any(-1)
+    want = [((z.argmax(-1) == labels) & keep).sum(), (top3 & keep).sum(), keep.sum()]
+    want = torch.tensor([float(x) for x in want], dtype=torch.float64)
+    assert 0 < want[0] < want[1] < want[2]  # the case tells the two counts apart
+    head.record_accuracy(top_k=(3,))
     head.train()
     head.loss(hidden, labels)
     head.loss(hidden, labels, reduction="none")
     head.eval()
     head.loss(hidden, labels)
     torch.testing.assert_close(head.take_accuracy(), 2 * want)
-    assert head.take_accuracy().tolist() == [0.0, 0.0]
+    assert head.take_accuracy().tolist() == [0.0, 0.0, 0.0]
     sampled = make_head(H, V, {"family": "sampled", "method": "full"})
     sampled.record_accuracy()
     assert sampled.take_accuracy() is None

@@ -198,6 +198,7 @@ def _trainer(out, max_steps, head):
         learning_rate=3e-3,
         logging_steps=1,
         save_steps=3,
+        eval_accuracy_top_k=[5],  # and train_accuracy@5 from the training passes
         report_to="none",
         seed=0,
         use_cpu=True,
@@ -223,10 +224,12 @@ def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path, head):
     assert "head/weight_norm_mean" in full.state.log_history[0]
     # the same-pass accuracy of the training batches: margin heads count it, sampled criteria have no full softmax
     accuracies = [e.get("train_accuracy") for e in full.state.log_history if "loss" in e]
+    at_5 = [e.get("train_accuracy@5") for e in full.state.log_history if "loss" in e]
     if head["family"] == "margin":
-        assert all(0.0 <= a <= 1.0 for a in accuracies), accuracies
+        assert all(0.0 <= a <= b <= 1.0 for a, b in zip(accuracies, at_5, strict=True)), (accuracies, at_5)
+        assert sum(at_5) > sum(accuracies)
     else:
-        assert accuracies == [None] * len(accuracies)
+        assert accuracies == at_5 == [None] * len(accuracies)
 
     resumed = _trainer(tmp_path / "full", 6, head)  # a fresh process would rebuild the same objects
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))

@@ -14,7 +14,7 @@ from torch import nn
 from hf_heads.heads.base import OutputHead
 from hf_heads.losses._rows import compute_dtype
 from hf_heads.losses.transforms import transform_logits
-from hf_heads.validation import OptionError
+from hf_heads.validation import OptionError, check_number
 
 
 class DiscreteHead(OutputHead):
@@ -23,7 +23,8 @@ class DiscreteHead(OutputHead):
     # whether the training pass predicts each label (the chunk kernels' argmax, no second product with W):
     # `record_accuracy` counts them (softmax, sparse, margin; the sampled criteria see no full softmax)
     same_pass_accuracy: ClassVar[bool] = False
-    accuracy_sums: torch.Tensor | None = None  # [correct, counted] since `take_accuracy`; None: not recorded
+    accuracy_sums: torch.Tensor | None = None  # [correct, correct@k..., counted] since `take_accuracy`; None: off
+    accuracy_top_k: tuple[int, ...] = ()  # the k of `record_accuracy`
 
     def __init__(self, hidden_size: int, num_classes: int, options) -> None:
         super().__init__(hidden_size, num_classes, options)
@@ -100,17 +101,22 @@ class DiscreteHead(OutputHead):
         reweighted = getattr(o, "z_loss", 0.0) or getattr(o, "class_weights", None) is not None
         return super().training_loss_is_nll and not reweighted
 
-    def record_accuracy(self, enabled: bool = True) -> None:
+    def record_accuracy(self, enabled: bool = True, top_k: tuple[int, ...] | list[int] = ()) -> None:
         """From now on every training pass of a `same_pass_accuracy` head counts the labels it predicts — the argmax
         of its training logits without the target's margin (max-norm: the batch's maximum), the lowest index winning
-        a tie — into `accuracy_sums`, on the device, with no host read (`take_accuracy` reads them)."""
+        a tie — and, for each k of `top_k`, the labels among its k most likely classes, into `accuracy_sums`, on the
+        device, with no host read (`take_accuracy` reads them)."""
+        for k in top_k:
+            check_number("top_k", k, minimum=1, integer=True)
         self.accuracy_sums = None
+        self.accuracy_top_k = tuple(top_k)
         if enabled and self.same_pass_accuracy:
-            self.accuracy_sums = torch.zeros(2, dtype=torch.float64, device=self.weight.device)
+            self.accuracy_sums = torch.zeros(len(top_k) + 2, dtype=torch.float64, device=self.weight.device)
 
     def take_accuracy(self) -> torch.Tensor | None:
-        """The [correct, counted] labels of the training passes since the last call (then zeroed), or None when not
-        recorded (`HeadsTrainer` logs their ratio as `train_accuracy`)."""
+        """The [correct, correct within each k of `record_accuracy`'s top_k, counted] labels of the training passes
+        since the last call (then zeroed), or None when not recorded (`HeadsTrainer` logs the ratios as
+        `train_accuracy` and `train_accuracy@k`)."""
         if self.accuracy_sums is None:
             return None
         sums, self.accuracy_sums = self.accuracy_sums, torch.zeros_like(self.accuracy_sums)
@@ -119,9 +125,10 @@ class DiscreteHead(OutputHead):
     def _counted(self, out, labels: torch.Tensor, ignore_index: int) -> torch.Tensor:
         """The loss of a training pass asked for its predictions (`LinearCrossEntropyOutput`), after adding the
         labels it predicts and the labels it counts to `accuracy_sums`."""
-        valid = labels.reshape(out.predictions.shape) != ignore_index
-        correct = ((out.predictions == labels.reshape(out.predictions.shape)) & valid).sum()
-        self.accuracy_sums += torch.stack([correct, valid.sum()]).to(self.accuracy_sums)
+        rank = out.target_rank  # (*,) like the labels, -1 on ignored rows
+        counted = rank >= 0
+        hits = [((rank < k) & counted).sum() for k in (1, *self.accuracy_top_k)]
+        self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
         return out.loss
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:

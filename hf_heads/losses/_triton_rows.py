@@ -53,7 +53,8 @@ def ce_rows(
     params_ptr,  # (3,) label smoothing ε, soft-cap and z-loss λ in the compute dtype (float32; float64 for float64)
     zw_ptr,  # (n,) z-loss row weights (Z_LOSS and GRAD)
     lse_ptr,  # (n,) out: each row's log-sum-exp (HAS_LSE)
-    pred_ptr,  # (n,) out: each row's argmax before the target's replacement, lowest index on a tie (PRED)
+    pred_ptr,  # (n, 2) out: each row's argmax before the target's replacement, lowest index on a tie, and its
+    # target's rank in that order (PRED)
     HAS_T: tl.constexpr,
     SOFTCAP: tl.constexpr,
     GRAD: tl.constexpr,
@@ -84,6 +85,9 @@ def ce_rows(
     z_y = total
     best = m  # the running maximum and its first column (PRED)
     best_col = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), 0)
+    rank = best_col  # the classes before the target in the argmax order: larger, or equal at a lower index (PRED)
+    if PRED:  # the target's own logit, as its tile reads it (the same elementwise math: equal bit for bit)
+        own = tl.max(_tile(z_row, y + offsets * 0, offsets == 0, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S), 0)
     for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp (or Σ softplus / Σ σ²), target, row sum
         cols = start + offsets
         mask = cols < num_classes
@@ -94,6 +98,8 @@ def ce_rows(
             take = tile_max > best
             best_col = tl.where(take, tile_col, best_col)
             best = tl.where(take, tile_max, best)
+            ahead = tl.where(cols < y, x >= own, x > own)  # padding lanes (-inf, at cols >= V > y) never count
+            rank += tl.sum(ahead.to(tl.int32), 0)
         if HAS_T:
             x = tl.where(cols == y, t, x)
         if CRITERION == 0:
@@ -111,7 +117,8 @@ def ce_rows(
     if HAS_LSE:
         tl.store(lse_ptr + row, lse)
     if PRED:
-        tl.store(pred_ptr + row, best_col.to(tl.int64))
+        tl.store(pred_ptr + 2 * row, best_col.to(tl.int64))
+        tl.store(pred_ptr + 2 * row + 1, rank.to(tl.int64))
     if CRITERION == 0:
         loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
     elif CRITERION == 1:

@@ -173,9 +173,9 @@ class ChunkKernel:
         self, h, w, b, y, t, opts: ChunkOptions, lse: torch.Tensor | None = None, pred: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The chunk's losses (n,), without gradient (evaluation); each row's log-sum-exp written into `lse`, and
-        into `pred` (n,) its argmax over the logits with the target's own logit (s ∘ h wᵀ + b, soft-capped; a
+        into `pred` (n, 2) its argmax over the logits with the target's own logit (s ∘ h wᵀ + b, soft-capped; a
         replaced target logit t does not take part: the prediction without a margin), the lowest index winning a tie
-        as in `torch.argmax`."""
+        as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.kernels.predict`)."""
         raise NotImplementedError
 
     def loss_and_grads(

@@ -93,15 +93,15 @@ def _run(
     h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
     want_lse: bool = False, want_pred: bool = False,
 ):  # fmt: skip
-    """(losses (N,), gradients, lse (N,) or None, predictions (N,) or None): the per-row losses and, when `row_weight`
-    (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ · lse_i² with
-    the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the column
-    scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one matmul
-    per chunk). The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ · lse²), their argmax
-    (the kernels' `pred`) when `want_pred`: from the same pass, no second product with W. The products run in
-    `gemm` (h and w cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each chunk
-    or, in training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c =
-    A_c · w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when
+    """(losses (N,), gradients, lse (N,) or None, predictions (N, 2) or None): the per-row losses and, when
+    `row_weight` (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ ·
+    lse_i² with the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the
+    column scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one
+    matmul per chunk). The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ · lse²), their argmax
+    and target rank (the kernels' `pred`) when `want_pred`: from the same pass, no second product with W. The products
+    run in `gemm` (h and w cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each
+    chunk or, in training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c
+    = A_c · w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when
     neither w nor s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are
     skipped, d w is None."""
     kernel = chunk_kernel(device=h.device)
@@ -109,7 +109,7 @@ def _run(
     lse = None
     if want_lse or opts.z_loss > 0:
         lse = torch.empty(h.shape[0], dtype=torch.promote_types(gemm, torch.float32), device=h.device)
-    pred = torch.empty(h.shape[0], dtype=torch.long, device=h.device) if want_pred else None
+    pred = torch.empty(h.shape[0], 2, dtype=torch.long, device=h.device) if want_pred else None
     if row_weight is None:
         losses = map_chunks(
             lambda h_, y_, t_, l_, p_: kernel.loss(h_, w_g, b, y_, t_, opts, lse=l_, pred=p_),
@@ -229,7 +229,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         loss, z_term = _total(losses, lse, keep, class_rows, weight, z_scale, opts.z_loss)
         if not want_aux:
             return loss
-        pred = y.new_empty(0) if pred is None else pred
+        pred = y.new_empty(0, 2) if pred is None else pred
         ctx.mark_non_differentiable(*(x for x in (z_term, lse, pred) if x is not None))
         return loss, z_term, lse, pred
 
@@ -283,7 +283,7 @@ class _FusedLinearCERows(torch.autograd.Function):
             losses = losses + opts.z_loss * lse.square()
         if not want_aux:
             return losses
-        pred = y.new_empty(0) if pred is None else pred
+        pred = y.new_empty(0, 2) if pred is None else pred
         ctx.mark_non_differentiable(*(x for x in (lse, pred) if x is not None))
         return losses, lse, pred
 
@@ -373,7 +373,9 @@ def fused_linear_cross_entropy(
             accuracy, from the same pass as the loss (no second product with W): the argmax of the row's logits
             with the target's own logit (bias, column scale, soft-cap; a replaced target logit — a margin — does
             not take part), the lowest index winning a tie as `torch.argmax`; `ignore_index` on ignored rows.
-            `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label.
+            `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label; `target_rank`
+            each row's count of classes ranked before its label in that order (-1 on ignored rows), so that
+            `accuracy_at(k)` is the top-k accuracy.
         loss_dtype: the dtype of the returned loss (and z-loss term); None: torch's rule for
             `F.cross_entropy(hidden @ weight.T + bias)`: float32 under autocast, else the dtype of hidden, weight and
             bias promoted (bfloat16 for a model cast to bfloat16). The heads pass float32, as transformers' loss
@@ -430,13 +432,14 @@ def fused_linear_cross_entropy(
         if not want_aux:
             return loss
         lse = None if lse is None else reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
-        predictions = accuracy = None
+        predictions = accuracy = rank = None
         if return_predictions:
-            predictions = _in_labels_shape(pred, valid, keep, target.shape, ignore_index)
-            hits = pred == y if keep is None else (pred == y) & keep
+            predictions = _in_labels_shape(pred[:, 0], valid, keep, target.shape, ignore_index)
+            rank = _in_labels_shape(pred[:, 1], valid, keep, target.shape, -1)
+            hits = pred[:, 1] == 0 if keep is None else (pred[:, 1] == 0) & keep  # the argmax is the label
             count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
             accuracy = hits.sum() / count
-        return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy)
+        return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank)
 
     if reduction == "none":
         out = _FusedLinearCERows.apply(
@@ -459,7 +462,9 @@ def fused_linear_cross_entropy(
         scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).to(compute) * 0.0
-        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0))
+        return output(
+            zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2)
+        )
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
@@ -478,14 +483,25 @@ class LinearCrossEntropyOutput(NamedTuple):
     """What `fused_linear_cross_entropy(..., return_z_loss=True)` or `return_predictions=True` returns: the loss (the
     z-loss included); the z-loss term alone, reduced as the loss (no gradient); each row's log-sum-exp in the shape
     of the labels (0 on ignored rows; no gradient; None for BCE / MSE); with `return_predictions`, each row's
-    predicted class in the shape of the labels (`ignore_index` on ignored rows) and the token accuracy (a scalar
-    tensor), else None."""
+    predicted class in the shape of the labels (`ignore_index` on ignored rows), the token accuracy (a scalar
+    tensor) and each label's rank among the row's classes in the argmax order (the number of classes with a larger
+    logit, or an equal one at a lower index; -1 on ignored rows), else None."""
 
     loss: torch.Tensor
     z_loss: torch.Tensor
     lse: torch.Tensor | None
     predictions: torch.Tensor | None = None
     token_accuracy: torch.Tensor | None = None
+    target_rank: torch.Tensor | None = None
+
+    def accuracy_at(self, k: int) -> torch.Tensor:
+        """The fraction of the non-ignored rows whose label is among their k most likely classes (top-k accuracy;
+        `accuracy_at(1)` is `token_accuracy`), from the same pass, as a scalar tensor (no host read)."""
+        if self.target_rank is None:
+            raise ValueError("accuracy_at needs the ranks: call with return_predictions=True")
+        check_number("k", k, minimum=1, integer=True)
+        counted = self.target_rank >= 0
+        return ((self.target_rank < k) & counted).sum() / counted.sum().clamp_min(1)
 
 
 def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fill: int) -> torch.Tensor:

@@ -12,8 +12,9 @@ column scale s and the bias b cost no pass of their own over the block):
    of the products' dtype, rounded once, ready for the next two GEMMs with no cast pass — the target's entry moved
    to d t_i when the target logit was replaced.
 
-Pass 1 also keeps each row's maximum over the target's own logit and its first column (the prediction, `pred`) and
-writes the log-sum-exp (`lse`); with the z-loss λ, pass 2's p_ic carries the factor r_i + 2λ u_i lse_i. So the
+Pass 1 also keeps each row's maximum over the target's own logit and its first column (the prediction, `pred`),
+counts the classes ahead of the target's own logit (its rank: larger, or equal at a lower index) and writes the
+log-sum-exp (`lse`); with the z-loss λ, pass 2's p_ic carries the factor r_i + 2λ u_i lse_i. So the
 (n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain of
 PyTorch passes. The loss is
 lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling
@@ -152,8 +153,8 @@ class TritonKernel(EagerKernel):
         """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
         applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
         `grad_z` (n, V), in its dtype; None: over z; with the z-loss's when `opts.z_loss` > 0, weighted by `z_weight`,
-        default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax into `pred` (n,) when
-        given."""
+        default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax and target rank into `pred`
+        (n, 2, contiguous) when given."""
         import triton
 
         n, num_classes = z.shape

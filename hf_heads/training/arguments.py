@@ -171,7 +171,8 @@ class _RunDefaults:
         default=None,
         metadata={
             "help": "Also report teacher-forced token / label accuracy@k (eval_accuracy@k) for these k (e.g. 1 5), "
-            "computed in chunks from the hidden states: no (B, T, V) logits, with or without compute_metrics."
+            "computed in chunks from the hidden states: no (B, T, V) logits, with or without compute_metrics; and "
+            "train_accuracy@k from the training passes (softmax, sparse and margin heads)."
         },
     )
 

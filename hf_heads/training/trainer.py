@@ -17,7 +17,8 @@
   the inference distribution on the first training batch of the window, recorded in its training forward (no
   backward), comparable with `eval_loss`. `train_accuracy`: the fraction of the window's training labels (tokens or
   classes) that the training pass predicts (softmax, sparse and margin heads: the argmax of the chunk kernels in the
-  same pass as the loss, no second product with W; a margin head's without its margin).
+  same pass as the loss, no second product with W; a margin head's without its margin), and `train_accuracy@k` for
+  each k of `eval_accuracy_top_k` (the labels among the k most likely classes, from the same pass).
 - Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
 """
 
@@ -175,8 +176,8 @@ class _HeadsTrainerMixin:
         self._prepare_head()
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
-        if hasattr(head, "record_accuracy"):
-            head.record_accuracy()  # `train_accuracy` from the training passes themselves
+        if hasattr(head, "record_accuracy"):  # `train_accuracy` (@k) from the training passes themselves
+            head.record_accuracy(top_k=getattr(self.args, "eval_accuracy_top_k", None) or ())
         try:
             return super().train(*args, **kwargs)
         finally:
@@ -239,9 +240,11 @@ class _HeadsTrainerMixin:
         extra = {"train_criterion": head.loss_names("word" if is_language_model(model) else "class")[0]}
         sums = head.take_accuracy() if hasattr(head, "take_accuracy") else None
         if sums is not None:  # every process counted: the sum is collective, as train_nll's
-            correct, counted = self.accelerator.reduce(sums, reduction="sum").tolist()
+            *correct, counted = self.accelerator.reduce(sums, reduction="sum").tolist()
             if counted:
-                extra["train_accuracy"] = round(correct / counted, 4)
+                extra["train_accuracy"] = round(correct[0] / counted, 4)
+                for k, hits in zip(head.accuracy_top_k, correct[1:], strict=True):
+                    extra[f"train_accuracy@{k}"] = round(hits / counted, 4)
         if self._train_nll_sums is not None:
             nll, count = self.accelerator.reduce(self._train_nll_sums, reduction="sum").tolist()
             if count:

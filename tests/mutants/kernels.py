@@ -169,19 +169,18 @@ MUTANTS: list[Mutant] = [
       "'balanced' divides by every class, not by the classes seen (scikit-learn's C)"),
     # ---------------------------------------------------------------- same-pass predictions and train_accuracy
     m("eager-pred-after-margin", "losses/kernels.py",
-      "        if pred is not None:\n            torch.argmax(z, dim=1, out=pred)  # the lowest index wins a tie "
-      "(torch.argmax)\n        if t is not None:\n            z[rows, y] = t if cap is None else torch.tanh(t / cap) "
-      "* cap\n",
+      "        if pred is not None:\n            pred.copy_(predict(z, y))\n        if t is not None:\n"
+      "            z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap\n",
       "        if t is not None:\n            z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap\n"
-      "        if pred is not None:\n            torch.argmax(z, dim=1, out=pred)\n",
+      "        if pred is not None:\n            pred.copy_(predict(z, y))\n",
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[eager-target-logit-softcap-"
                 "smoothing]"),
       "the eager kernel predicts from the logits with the margin's replaced target"),
     m("compiled-pred-after-margin", "losses/kernels.py",
-      "    pred = torch.argmax(z, dim=1) if want_pred else None\n    if t is not None:\n        z = z.index_put(("
+      "    pred = predict(z, y) if want_pred else None\n    if t is not None:\n        z = z.index_put(("
       "rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)\n",
       "    if t is not None:\n        z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * "
-      "softcap)\n    pred = torch.argmax(z, dim=1) if want_pred else None\n",
+      "softcap)\n    pred = predict(z, y) if want_pred else None\n",
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[compiled-target-logit-softcap-"
                 "smoothing]"),
       "the compiled kernel predicts from the logits with the margin's replaced target"),
@@ -199,14 +198,48 @@ MUTANTS: list[Mutant] = [
       "return values.new_zeros((valid.numel(),)).masked_scatter(",
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[eager-plain]"),
       "an ignored row is reported as predicting class 0"),
-    m("accuracy-counts-ignored-rows", "heads/discrete.py", "torch.stack([correct, valid.sum()])",
-      "torch.stack([correct, torch.tensor(valid.numel())])", selection("tests/test_loss_options.py"),
+    m("accuracy-counts-ignored-rows", "heads/discrete.py", "        counted = rank >= 0\n",
+      "        counted = torch.ones_like(rank, dtype=torch.bool)\n", selection("tests/test_loss_options.py"),
       "train_accuracy divides by every position, the ignored ones included"),
+    m("train-accuracy-at-k-is-top-1", "heads/discrete.py", "for k in (1, *self.accuracy_top_k)]",
+      "for k in (1, *(1 for _ in self.accuracy_top_k))]", selection("tests/test_loss_options.py"),
+      "train_accuracy@k counts only the labels predicted first"),
+    m("eager-rank-ignores-ties", "losses/kernels.py", "rank = torch.where(before, z >= own, z > own).sum(1)",
+      "rank = (z > own).sum(1)",
+      selection(f"{T}::test_an_exact_tie_predicts_the_lowest_index_as_argmax_does[eager-float32]"),
+      "a label tied with a lower index is ranked first (the argmax would not pick it)"),
+    m("triton-rank-ignores-ties", "losses/_triton_rows.py", "ahead = tl.where(cols < y, x >= own, x > own)",
+      "ahead = x > own",
+      selection(f"{T}::test_an_exact_tie_predicts_the_lowest_index_as_argmax_does[triton-float32]"),
+      "the Triton kernel ranks a label tied with a lower index first"),
+    m("triton-rank-counts-the-margin", "losses/_triton_rows.py",
+      "        if HAS_T:\n            x = tl.where(cols == y, t, x)\n        if CRITERION == 0:\n            m_new",
+      "        if HAS_T:\n            x = tl.where(cols == y, t, x)\n            own = t\n"
+      "        if CRITERION == 0:\n            m_new",
+      selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[triton-target-logit-softcap-"
+                "smoothing]"),
+      "the Triton kernel ranks the label by its replaced (margin) logit from the second tile on"),
+    m("accuracy-at-k-counts-ignored-rows", "losses/fused_linear.py", "        counted = self.target_rank >= 0\n",
+      "        counted = torch.ones_like(self.target_rank, dtype=torch.bool)\n",
+      selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[eager-plain]"),
+      "accuracy_at(k) divides by every position, the ignored ones included"),
+    m("functional-loss-always-float32", "losses/_rows.py",
+      "    return functools.reduce(torch.promote_types, (t.dtype for t in present))\n",
+      "    return torch.promote_types(functools.reduce(torch.promote_types, (t.dtype for t in present)), "
+      "torch.float32)\n",
+      selection("tests/test_reduction_shapes.py"), "bf16 inputs outside autocast give a float32 loss, not torch's"),
+    m("functional-loss-half-under-autocast", "losses/_rows.py",
+      "    if getattr(_OUTER, \"dtype\", None) is not None or torch.is_autocast_enabled(present[0].device.type):",
+      "    if getattr(_OUTER, \"dtype\", None) is not None:",
+      selection("tests/test_reduction_shapes.py"), "a loss under autocast is not float32 (fused, margin)"),
+    m("half-head-loss-in-half", "heads/discrete.py", "        return compute_dtype(hidden, self.weight)\n",
+      "        return self.weight.dtype\n", selection("tests/test_reduction_shapes.py"),
+      "a bf16 model's head returns a bf16 loss, unlike transformers' losses"),
     m("evaluation-counts-accuracy", "heads/softmax.py",
       "counting = training and self.accuracy_sums is not None", "counting = self.accuracy_sums is not None",
       selection("tests/test_loss_options.py"), "evaluation passes are counted into train_accuracy"),
     m("trainer-records-no-accuracy", "training/trainer.py",
-      "            head.record_accuracy()  # `train_accuracy` from the training passes themselves\n",
+      "            head.record_accuracy(top_k=getattr(self.args, \"eval_accuracy_top_k\", None) or ())\n",
       "            pass\n",
       selection("tests/test_run_clm.py::test_trainer_counts_words_and_resume_reproduces_the_run"),
       "HeadsTrainer never logs train_accuracy"),
