@@ -462,9 +462,7 @@ def fused_linear_cross_entropy(
         scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).to(compute) * 0.0
-        return output(
-            zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2)
-        )
+        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2))
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
