@@ -86,8 +86,9 @@ def test_the_loss_dtype_follows_torchs_rule_for_half_inputs(name):
     full = LINEAR_LOSSES[name](h.float(), w.float(), b.float(), y)
     torch.testing.assert_close(half.float(), full, rtol=1e-2, atol=1e-2)
     assert LINEAR_LOSSES[name](h, w, b, y, reduction="none").dtype == torch.bfloat16
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # float32 (F.cross_entropy autocasts), half inputs or not
         assert LINEAR_LOSSES[name](h32, w32, b32, y).dtype == torch.float32
+        assert LINEAR_LOSSES[name](h, w, b, y).dtype == torch.float32
     assert LINEAR_LOSSES[name](h32.double(), w32.double(), b32.double(), y).dtype == torch.float64
     assert sparse_softmax_cross_entropy((h @ w.T + b), y, 4).dtype == torch.bfloat16
 
