@@ -106,3 +106,13 @@ def test_a_half_heads_loss_is_float32_as_transformers_losses(family):
     y = torch.randint(0, V, (2, 3))
     assert head.loss(h, y).dtype == torch.float32
     assert head.eval().loss(h, y).dtype == torch.float32
+
+
+def test_the_dtype_rule_reads_autocast_where_no_loss_switched_it_off():
+    """`loss_dtype` called directly under autocast (outside the losses' `autocast_off`): float32 as well."""
+    from hf_heads.losses._rows import loss_dtype
+
+    half = torch.zeros(2, dtype=torch.bfloat16)
+    assert loss_dtype(half, None) == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loss_dtype(half, None) == torch.float32
