@@ -54,6 +54,52 @@ def test_class_weights_and_z_loss_of_a_head_are_torchs_weighted_cross_entropy_pl
     assert not head.training_loss_is_eval_loss and not head.training_loss_is_nll
 
 
+@pytest.mark.parametrize(
+    "family",
+    [{"family": "softmax"}, {"family": "sparse", "k": 4}, {"family": "margin", "margin": "arc", "m": 0.3}],
+    ids=lambda f: f["family"],
+)
+def test_the_confidence_penalty_subtracts_beta_times_the_mean_entropy_of_the_training_softmax(family):
+    """Training: CE − β·H̄, H the entropy of each labelled token's training softmax (sparse: over its top k; margin:
+    over the margin logits) averaged as the loss (the Trainer's `num_items_in_batch` divides its sum too), with the
+    naive gradient (float64); eval: the plain eval loss; the head's flags and names say so."""
+    torch.manual_seed(0)
+    beta = 0.3
+    head = make_head(H, V, {**family, "confidence_penalty": beta, "chunk_size": 3}).double().train()
+    plain = make_head(H, V, {**family, "chunk_size": 3}).double().train()
+    plain.load_state_dict(head.state_dict())
+    hidden, labels = _batch()
+    hidden = hidden.double().requires_grad_()
+    keep = labels != -100
+    z = F.linear(hidden, head.weight, head.bias)  # (2, 5, V)
+    if family["family"] == "margin":  # arc: the target's logit ‖w‖‖h‖ cos(θ + m)
+        norms = head.weight.norm(dim=1) * hidden.norm(dim=-1, keepdim=True)
+        cos = (z - head.bias) / norms
+        y = labels.clamp_min(0)[..., None]
+        target = (cos.gather(-1, y).clamp(-1, 1).acos() + 0.3).cos() * norms.gather(-1, y) + head.bias[y]
+        z = z.scatter(-1, y, target)
+    support = z.topk(4, dim=-1).values if family["family"] == "sparse" else z
+    logp = support.log_softmax(-1)
+    entropy = -(logp.exp() * logp).sum(-1)[keep]  # (labelled tokens,)
+    want = plain.loss(hidden, labels) - beta * entropy.mean()
+    got = head.loss(hidden, labels)
+    torch.testing.assert_close(got, want)
+    for g, e in zip(torch.autograd.grad(got, hidden), torch.autograd.grad(want, hidden), strict=True):
+        torch.testing.assert_close(g, e)
+    items = torch.tensor(7)
+    torch.testing.assert_close(
+        head.loss(hidden, labels, num_items_in_batch=items),
+        plain.loss(hidden, labels, num_items_in_batch=items) - beta * entropy.sum() / 7,
+    )
+    rows = head.loss(hidden, labels, reduction="none")
+    torch.testing.assert_close(rows[keep], plain.loss(hidden, labels, reduction="none")[keep] - beta * entropy)
+    head.eval()
+    plain.eval()
+    torch.testing.assert_close(head.loss(hidden, labels), plain.loss(hidden, labels))
+    assert "confidence penalty 0.3" in head.loss_names()[0]
+    assert not head.training_loss_is_eval_loss and not head.training_loss_is_nll
+
+
 def test_balanced_class_weights_come_from_the_word_counts_and_need_them():
     """'balanced' as scikit-learn's: n / (C · count_c) over the C classes seen, 0 for a class never seen; a head
     without counts says which option needs them (the Trainer counts the training set when `needs_counts`)."""
@@ -92,12 +138,14 @@ def test_the_flags_set_both_options_and_a_saved_model_keeps_them(tmp_path):
 
     parser = HfArgumentParser(HeadsTrainingArguments)
     (args,) = parser.parse_args_into_dataclasses(
-        ["--output_dir", "x", "--head", "margin", "--margin", "arc", "--z_loss", "1e-4", "--class_weights", "balanced"]
-    )
+        ["--output_dir", "x", "--head", "margin", "--margin", "arc", "--z_loss", "1e-4", "--class_weights", "balanced",
+         "--confidence_penalty", "0.1"]
+    )  # fmt: skip
     head = args.head_config()
     assert (head["family"], head["margin"]["type"], head["z_loss"], head["class_weights"]) == (
         "margin", "arc", 1e-4, "balanced"
     )  # fmt: skip
+    assert head["confidence_penalty"] == 0.1
     (args,) = parser.parse_args_into_dataclasses(["--output_dir", "x", "--class_weights", "[1, 0.5, 2]"])
     head = args.head_config()
     assert head["class_weights"] == [1, 0.5, 2]
@@ -125,8 +173,11 @@ def test_the_flags_set_both_options_and_a_saved_model_keeps_them(tmp_path):
         ({"family": "sampled", "method": "full", "z_loss": 0.1}, "head.z_loss=0.1 is for the softmax, sparse and "
          "margin families"),
         ({"family": "sampled", "method": "full", "class_weights": "balanced"}, "head.class_weights='balanced' is for"),
+        ({"family": "softmax", "confidence_penalty": -0.1}, r"head.confidence_penalty=-0.1 must be >= 0"),
+        ({"family": "sampled", "method": "full", "confidence_penalty": 0.1}, "head.confidence_penalty=0.1 is for the"),
     ],
-    ids=["smoothing", "length", "negative", "unknown", "bad-json", "negative-z", "sampled-z", "sampled-weights"],
+    ids=["smoothing", "length", "negative", "unknown", "bad-json", "negative-z", "sampled-z", "sampled-weights",
+         "negative-penalty", "sampled-penalty"],
 )  # fmt: skip
 def test_bad_loss_options_are_refused_with_the_field_and_what_is_allowed(head, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):

@@ -99,6 +99,7 @@ class DiscreteHead(OutputHead):
         """Not with a z-loss or class weights (`SoftmaxHeadOptions`): the training loss is then no −log q(label)."""
         o = self.options
         reweighted = getattr(o, "z_loss", 0.0) or getattr(o, "class_weights", None) is not None
+        reweighted = reweighted or getattr(o, "confidence_penalty", 0.0)
         return super().training_loss_is_nll and not reweighted
 
     def record_accuracy(self, enabled: bool = True, top_k: tuple[int, ...] | list[int] = ()) -> None:
@@ -122,14 +123,28 @@ class DiscreteHead(OutputHead):
         sums, self.accuracy_sums = self.accuracy_sums, torch.zeros_like(self.accuracy_sums)
         return sums
 
-    def _counted(self, out, labels: torch.Tensor, ignore_index: int) -> torch.Tensor:
-        """The loss of a training pass asked for its predictions (`LinearCrossEntropyOutput`), after adding the
-        labels it predicts and the labels it counts to `accuracy_sums`."""
-        rank = out.target_rank  # (*,) like the labels, -1 on ignored rows
-        counted = rank >= 0
-        hits = [((rank < k) & counted).sum() for k in (1, *self.accuracy_top_k)]
-        self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
-        return out.loss
+    def _from_output(self, out, labels: torch.Tensor, rows: dict) -> torch.Tensor:
+        """The loss of a training pass that asked the chunked loss for more than its loss (a
+        `LinearCrossEntropyOutput`): the labels it predicts added to `accuracy_sums` (`record_accuracy`), and the
+        confidence penalty −β·H subtracted (`confidence_penalty` β; H each target token's entropy, averaged as the
+        loss: per row for "none", summed for "sum", divided by `num_items_in_batch` or the labelled tokens for
+        "mean")."""
+        if out.target_rank is not None and self.accuracy_sums is not None:
+            rank = out.target_rank  # (*,) like the labels, -1 on ignored rows
+            counted = rank >= 0
+            hits = [((rank < k) & counted).sum() for k in (1, *self.accuracy_top_k)]
+            self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
+        loss = out.loss
+        if out.entropy is None:
+            return loss
+        beta = self.options.confidence_penalty
+        if rows["reduction"] == "none":
+            return loss - beta * out.entropy.reshape(loss.shape)
+        total = out.entropy.sum()
+        if rows["reduction"] == "mean":
+            items = rows.get("num_items_in_batch")
+            total = total / (items if items is not None else (labels != rows["ignore_index"]).sum().clamp_min(1))
+        return loss - beta * total.to(loss.dtype)
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:
         """The dtype of the head's loss: float32 for a half model (float64 stays), as transformers' loss functions
@@ -166,6 +181,7 @@ def loss_extras(options) -> str:
     extras = [f"label smoothing {options.label_smoothing}"] if options.label_smoothing else []
     extras += [f"z-loss {options.z_loss}"] if options.z_loss else []
     extras += ["class weights"] if options.class_weights is not None else []
+    extras += [f"confidence penalty {options.confidence_penalty}"] if options.confidence_penalty else []
     return "".join(f", {extra}" for extra in extras)
 
 

@@ -220,6 +220,7 @@ class MarginHead(DiscreteHead):
         """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights (and the
         predictions, under `record_accuracy`: without the margin)."""
         counting = training and self.accuracy_sums is not None
+        penalty = training and self.options.confidence_penalty > 0
         out = margin_cross_entropy(
             hidden,
             self.weight,
@@ -229,11 +230,12 @@ class MarginHead(DiscreteHead):
             z_loss=self.options.z_loss if training else 0.0,
             class_weight=self.class_weight() if training else None,
             return_predictions=counting,
+            return_entropy=penalty,
             loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(training),
             **rows,
         )
-        return self._counted(out, labels, rows["ignore_index"]) if counting else out
+        return self._from_output(out, labels, rows) if counting or penalty else out
 
     def inference_logits(self, hidden):
         """Computed in float32 with autocast off, returned in the head's dtype."""

@@ -70,7 +70,8 @@ class SampledHeadOptions(MarginHeadOptions):
 
     def check(self) -> None:
         super().check()
-        for option, value, off in (("z_loss", self.z_loss, 0.0), ("class_weights", self.class_weights, None)):
+        refused = (("z_loss", self.z_loss, 0.0), ("class_weights", self.class_weights, None))
+        for option, value, off in (*refused, ("confidence_penalty", self.confidence_penalty, 0.0)):
             if value != off:
                 shown = f"a list of {len(value)} numbers" if isinstance(value, list) else value
                 allowed = "is for the softmax, sparse and margin families (a full softmax), not the sampled family"

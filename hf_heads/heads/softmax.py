@@ -66,6 +66,17 @@ class SoftmaxHeadOptions(HeadOptions):
         },
     )
 
+    confidence_penalty: float = field(
+        default=0.0,
+        metadata={
+            "help": "Coefficient β of the confidence penalty (Pereyra et al. 2017; an entropy bonus): the training "
+            "loss becomes cross-entropy − β·H, H the entropy of each target token's softmax (over the top k for "
+            "sparse, over the margin logits for margin), averaged as the loss: β > 0 penalises peaked predictions. "
+            "H and its gradient come from the chunked loss (its backward recomputes the chunks: one more product "
+            "with W per step). Softmax, sparse and margin families; eval losses never have it."
+        },
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.class_weights, str) and self.class_weights.lstrip().startswith("["):  # a flag's JSON list
             try:
@@ -101,6 +112,7 @@ class SoftmaxHeadOptions(HeadOptions):
         if self.label_smoothing >= 1:
             raise OptionError("label_smoothing", self.label_smoothing, "must be < 1")
         check_number("z_loss", self.z_loss, minimum=0)
+        check_number("confidence_penalty", self.confidence_penalty, minimum=0)
         weights = self.class_weights
         if isinstance(weights, str) and weights != "balanced":
             raise OptionError("class_weights", weights, "allowed: 'balanced' or a list of one number >= 0 per class")
@@ -138,6 +150,7 @@ class SoftmaxHead(DiscreteHead):
         predictions, under `record_accuracy`)."""
         o = self.options
         counting = training and self.accuracy_sums is not None
+        penalty = training and o.confidence_penalty > 0
         out = fused_linear_cross_entropy(
             hidden,
             self.weight,
@@ -151,11 +164,12 @@ class SoftmaxHead(DiscreteHead):
             logit_multiplier=o.logit_multiplier,
             softcap=o.logit_softcap,
             return_predictions=counting,
+            return_entropy=penalty,
             loss_dtype=self.loss_dtype(hidden),
             **rows,
         )
-        if counting:
-            out = self._counted(out, labels, rows["ignore_index"])
+        if counting or penalty:
+            out = self._from_output(out, labels, rows)
         return out.reshape(labels.shape) if rows["reduction"] == "none" else out  # (*,) like the labels
 
     def training_loss(self, hidden, labels, **rows):
@@ -175,7 +189,7 @@ class SoftmaxHead(DiscreteHead):
         """Without label smoothing, z-loss or class weights the training cross-entropy is the eval loss (sparse:
         eq. 5 both)."""
         o = self.options
-        return not (o.label_smoothing or o.z_loss or o.class_weights is not None)
+        return not (o.label_smoothing or o.z_loss or o.class_weights is not None or o.confidence_penalty)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         return f"cross-entropy{loss_extras(self.options)}", f"NLL of the {target}"

@@ -55,6 +55,8 @@ def ce_rows(
     lse_ptr,  # (n,) out: each row's log-sum-exp (HAS_LSE)
     pred_ptr,  # (n, 2) out: each row's argmax before the target's replacement, lowest index on a tie, and its
     # target's rank in that order (PRED)
+    ent_ptr,  # (n,) out: each row's entropy H_i = lse_i − Σ_c p_ic x_ic (ENT)
+    ew_ptr,  # (n,) entropy weights e_i: the gradient also takes that of Σ_i e_i H_i (ENT_GRAD; needs ENT)
     HAS_T: tl.constexpr,
     SOFTCAP: tl.constexpr,
     GRAD: tl.constexpr,
@@ -65,6 +67,8 @@ def ce_rows(
     Z_LOSS: tl.constexpr = False,  # the gradient also of z_weight_i · λ · lse_i² (CRITERION 0)
     HAS_LSE: tl.constexpr = False,
     PRED: tl.constexpr = False,
+    ENT: tl.constexpr = False,
+    ENT_GRAD: tl.constexpr = False,
 ):
     row = tl.program_id(0)
     smooth = tl.load(params_ptr)
@@ -83,6 +87,7 @@ def ce_rows(
     total = tl.sum(zeros, 0)
     z_sum = total
     z_y = total
+    x_sum = total  # Σ_c exp(x_c − m) x_c, rescaled with m (ENT): its ratio to `total` is Σ_c p_c x_c
     best = m  # the running maximum and its first column (PRED)
     best_col = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), 0)
     rank = best_col  # the classes before the target in the argmax order: larger, or equal at a lower index (PRED)
@@ -104,6 +109,8 @@ def ce_rows(
             x = tl.where(cols == y, t, x)
         if CRITERION == 0:
             m_new = tl.maximum(m, tl.max(x, 0))
+            if ENT:  # padding lanes (x = -inf) add 0, not exp(-inf) · -inf
+                x_sum = x_sum * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new) * tl.where(mask, x, 0.0), 0)
             total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
             m = m_new
         elif CRITERION == 1:
@@ -114,8 +121,11 @@ def ce_rows(
         z_sum += tl.sum(tl.where(mask, x, 0.0), 0)
         z_y += tl.sum(tl.where(cols == y, x, 0.0), 0)
     lse = m + tl.log(total)
+    mean_x = x_sum / total  # Σ_c p_c x_c (ENT)
     if HAS_LSE:
         tl.store(lse_ptr + row, lse)
+    if ENT:
+        tl.store(ent_ptr + row, lse - mean_x)
     if PRED:
         tl.store(pred_ptr + 2 * row, best_col.to(tl.int64))
         tl.store(pred_ptr + 2 * row + 1, rank.to(tl.int64))
@@ -131,6 +141,9 @@ def ce_rows(
         coef = weight  # what multiplies p_ic: r_i, with the z-loss r_i + 2λ u_i lse_i
         if Z_LOSS:
             coef = weight + 2.0 * tl.load(params_ptr + 2) * tl.load(zw_ptr + row) * lse
+        ent_weight = tl.sum(zeros, 0)
+        if ENT_GRAD:
+            ent_weight = tl.load(ew_ptr + row)
         grad_t = tl.sum(zeros, 0)
         for start in range(0, num_classes, BLOCK):  # pass 2: the gradient over the logits
             cols = start + offsets
@@ -141,6 +154,8 @@ def ce_rows(
             if CRITERION == 0:
                 g = tl.exp(x - lse) * coef - weight * (smooth / num_classes)
                 g = tl.where(cols == y, g - weight * (1.0 - smooth), g)
+                if ENT_GRAD:  # d H / d x_c = p_c (Σ_d p_d x_d − x_c); 0 on padding lanes
+                    g += tl.exp(x - lse) * ent_weight * (mean_x - tl.where(mask, x, 0.0))
             else:
                 sig = _sigmoid(x)
                 g = tl.where(cols == y, sig - 1.0, sig)  # BCE: σ − δ

@@ -170,21 +170,26 @@ class ChunkKernel:
         return True
 
     def loss(
-        self, h, w, b, y, t, opts: ChunkOptions, lse: torch.Tensor | None = None, pred: torch.Tensor | None = None
-    ) -> torch.Tensor:
+        self, h, w, b, y, t, opts: ChunkOptions, lse: torch.Tensor | None = None, pred: torch.Tensor | None = None,
+        ent: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """The chunk's losses (n,), without gradient (evaluation); each row's log-sum-exp written into `lse`, and
         into `pred` (n, 2) its argmax over the logits with the target's own logit (s ∘ h wᵀ + b, soft-capped; a
         replaced target logit t does not take part: the prediction without a margin), the lowest index winning a tie
-        as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.kernels.predict`)."""
+        as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.kernels.predict`); into `ent`
+        (n,) the entropy of each row's softmax over its support (the logits the loss takes: top k, replaced target,
+        soft-cap; cross-entropy only)."""
         raise NotImplementedError
 
     def loss_and_grads(
         self, h, w, b, y, t, opts: ChunkOptions, row_weight: torch.Tensor, grads: Grads,
         lse: torch.Tensor | None = None, z_weight: torch.Tensor | None = None, pred: torch.Tensor | None = None,
+        ent: torch.Tensor | None = None, ent_weight: torch.Tensor | None = None,
     ):  # fmt: skip
-        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i (+ the z-loss)) / d(h, w, b, t) to `grads` (d h
-        and d t written for the chunk's rows, d w and d b accumulated); `lse` and `pred` as in `loss`: in the same
-        pass, no second product with W."""
+        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i (+ the z-loss) + Σ_i ent_weight_i · H_i) /
+        d(h, w, b, t) to `grads` (d h and d t written for the chunk's rows, d w and d b accumulated; H_i the entropy
+        of `loss`, none without `ent_weight`); `lse`, `pred` and `ent` as in `loss`: in the same pass, no second
+        product with W."""
         raise NotImplementedError
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:

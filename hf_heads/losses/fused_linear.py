@@ -91,9 +91,10 @@ class WeightGradSlot:
 @autocast_off
 def _run(
     h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
-    want_lse: bool = False, want_pred: bool = False,
+    want_lse: bool = False, want_pred: bool = False, want_ent: bool = False, ent_weight=None,
 ):  # fmt: skip
-    """(losses (N,), gradients, lse (N,) or None, predictions (N, 2) or None): the per-row losses and, when
+    """(losses (N,), gradients, lse (N,) or None, predictions (N, 2) or None, entropies (N,) or None): the per-row
+    losses and, when
     `row_weight` (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ ·
     lse_i² with the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the
     column scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one
@@ -103,19 +104,20 @@ def _run(
     chunk or, in training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c
     = A_c · w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when
     neither w nor s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are
-    skipped, d w is None."""
+    skipped, d w is None. Each row's entropy when `want_ent`; with `ent_weight` (N,) the gradients also take those of
+    Σ_i ent_weight_i · H_i."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
-    lse = None
-    if want_lse or opts.z_loss > 0:
-        lse = torch.empty(h.shape[0], dtype=torch.promote_types(gemm, torch.float32), device=h.device)
+    row_dtype = torch.promote_types(gemm, torch.float32)
+    lse = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_lse or opts.z_loss > 0 else None
     pred = torch.empty(h.shape[0], 2, dtype=torch.long, device=h.device) if want_pred else None
+    ent = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_ent else None
     if row_weight is None:
         losses = map_chunks(
-            lambda h_, y_, t_, l_, p_: kernel.loss(h_, w_g, b, y_, t_, opts, lse=l_, pred=p_),
-            (h_g, y, t, lse, pred), (), chunk_size,
+            lambda h_, y_, t_, l_, p_, e_: kernel.loss(h_, w_g, b, y_, t_, opts, lse=l_, pred=p_, ent=e_),
+            (h_g, y, t, lse, pred, ent), (), chunk_size,
         )  # fmt: skip
-        return losses, None, lse, pred
+        return losses, None, lse, pred, ent
     scale = opts.column_scale
     workspace_dtype = kernel.workspace_dtype(opts, w.shape[0], gemm)
     rows = min(chunk_size, h.shape[0])
@@ -134,14 +136,16 @@ def _run(
     workspace = torch.empty(rows, w.shape[0], dtype=workspace_dtype, device=h.device)
     unset = [grad_w is not None]  # until the first chunk has written d w
 
-    def step(h_, y_, t_, weight_, gh, gt, lse_, z_weight_, pred_):
+    def step(h_, y_, t_, weight_, gh, gt, lse_, z_weight_, pred_, ent_, ent_weight_):
         grads = Grads(gh, grad_w, grad_b, gt, workspace[: h_.shape[0]], w_unset=unset[0])
         unset[0] = False
         return kernel.loss_and_grads(
-            h_, w_g, b, y_, t_, opts, weight_, grads, lse=lse_, z_weight=z_weight_, pred=pred_
-        )
+            h_, w_g, b, y_, t_, opts, weight_, grads, lse=lse_, z_weight=z_weight_, pred=pred_, ent=ent_,
+            ent_weight=ent_weight_,
+        )  # fmt: skip
 
-    losses = map_chunks(step, (h_g, y, t, row_weight, grad_h, grad_t, lse, z_weight, pred), (), chunk_size)
+    chunked = (h_g, y, t, row_weight, grad_h, grad_t, lse, z_weight, pred, ent, ent_weight)
+    losses = map_chunks(step, chunked, (), chunk_size)
     grad_s = None
     if scale is not None and grad_w is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A
         grad_s = row_dots(grad_w, w).to(scale.dtype)  # (V,)
@@ -149,7 +153,7 @@ def _run(
     if not wants_w:
         grad_w = None  # A, if any, was for d s only
     grads = (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
-    return losses, grads, lse, pred
+    return losses, grads, lse, pred, ent
 
 
 def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
@@ -219,7 +223,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
         want_aux = want_lse or want_pred
-        losses, grads, lse, pred = _run(
+        losses, grads, lse, pred, _ = _run(
             h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_lse, want_pred
         )
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
@@ -241,7 +245,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
             weight, opts, chunk_size, gemm, z_scale = ctx.rerun
             row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
             needs = ctx.needs_input_grad[:5]
-            _, grads, _, _ = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight)
+            _, grads, *_ = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight)
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         if ctx.slot is not None:
@@ -262,18 +266,22 @@ def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tup
 
 class _FusedLinearCERows(torch.autograd.Function):
     """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward pass
-    recomputes each chunk weighted by the incoming gradient. `want_lse` / `want_pred`: (losses, lse or None,
-    predictions), the last two without gradient ((0,) predictions when not wanted)."""
+    recomputes each chunk weighted by the incoming gradient. `want_lse` / `want_pred` / `want_ent`: (losses, lse or
+    None, predictions, entropies or None), the lse and predictions without gradient ((0,) predictions when not
+    wanted), the entropies H_i of the rows' softmax with theirs (the backward's recompute takes d H as the entropy
+    weights of the kernels)."""
 
     @staticmethod
     def forward(
         ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None, class_rows=None, want_lse=False,
-        want_pred=False,
+        want_pred=False, want_ent=False,
     ):  # fmt: skip
         opts = opts.with_scale(s)
-        want_aux = want_lse or want_pred
+        want_aux = want_lse or want_pred or want_ent
         with torch.no_grad():
-            losses, _, lse, pred = _run(h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_lse, want_pred=want_pred)
+            losses, _, lse, pred, ent = _run(
+                h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_lse, want_pred=want_pred, want_ent=want_ent
+            )
         ctx.save_for_backward(h, w, b, t, s, y, class_rows)
         ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
         ctx.slot = slot
@@ -285,20 +293,21 @@ class _FusedLinearCERows(torch.autograd.Function):
             return losses
         pred = y.new_empty(0, 2) if pred is None else pred
         ctx.mark_non_differentiable(*(x for x in (lse, pred) if x is not None))
-        return losses, lse, pred
+        return losses, lse, pred, ent
 
     @staticmethod
-    def backward(ctx, grad_out, *unused):
+    def backward(ctx, grad_out, grad_lse=None, grad_pred=None, grad_ent=None):
         h, w, b, t, s, y, class_rows = ctx.saved_tensors
         opts, chunk_size, gemm = ctx.opts
         opts = opts.with_scale(s)
+        grad_out = torch.zeros_like(y, dtype=h.dtype) if grad_out is None else grad_out  # only H was used
         row_weight = grad_out if class_rows is None else grad_out * class_rows
         z_weight = grad_out if class_rows is not None and opts.z_loss > 0 else None
         needs = ctx.needs_input_grad[:5]
-        _, grads, _, _ = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight)
+        _, grads, *_ = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight, ent_weight=grad_ent)
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, *[None] * 8)  # h, w, b, t, s; then y and the non-tensor arguments
+        return (*grads, *[None] * 9)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -330,6 +339,7 @@ def fused_linear_cross_entropy(
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
     return_predictions: bool = False,
+    return_entropy: bool = False,
     loss_dtype: torch.dtype | None = None,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
@@ -376,6 +386,12 @@ def fused_linear_cross_entropy(
             `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label; `target_rank`
             each row's count of classes ranked before its label in that order (-1 on ignored rows), so that
             `accuracy_at(k)` is the top-k accuracy.
+        return_entropy: return a `LinearCrossEntropyOutput` with each row's entropy H_i = lse_i − Σ_c p_ic z_ic of
+            the softmax the loss takes (over the top k with `top_k`; with the replaced target logit and the soft-cap),
+            in the shape of the labels (0 on ignored rows), from the same pass as the loss and differentiable (an
+            entropy bonus or penalty in RL or confidence-penalty training): its gradient d H_i / d z_ic =
+            p_ic (Σ_d p_id z_id − z_ic) is computed chunk by chunk in the backward pass, which then recomputes the
+            chunks (one more product with W than the loss alone). Cross-entropy only.
         loss_dtype: the dtype of the returned loss (and z-loss term); None: torch's rule for
             `F.cross_entropy(hidden @ weight.T + bias)`: float32 under autocast, else the dtype of hidden, weight and
             bias promoted (bfloat16 for a model cast to bfloat16). The heads pass float32, as transformers' loss
@@ -398,7 +414,7 @@ def fused_linear_cross_entropy(
         for field, value, off in (
             ("top_k", top_k, None), ("label_smoothing", label_smoothing, 0.0), ("z_loss", z_loss, 0.0),
             ("class_weight", None if class_weight is None else "a tensor", None),
-            ("return_z_loss", return_z_loss, False),
+            ("return_z_loss", return_z_loss, False), ("return_entropy", return_entropy, False),
         ):  # fmt: skip
             if value != off:
                 raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
@@ -424,13 +440,16 @@ def fused_linear_cross_entropy(
     opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion, z_loss=float(z_loss))
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
-    want_aux = return_z_loss or return_predictions
+    want_aux = return_z_loss or return_predictions or return_entropy
     want_lse = want_aux and criterion == "ce"  # BCE / MSE have no log-sum-exp
 
-    def output(loss, z_term, lse, pred):  # the loss, or the `LinearCrossEntropyOutput` (per-row fields: labels' shape)
+    def output(loss, z_term, lse, pred, ent=None):  # the loss, or the `LinearCrossEntropyOutput` (labels' shape)
         loss = loss.to(out_dtype)  # rounded once (a half dtype outside autocast); the gradient reaches the kernel
         if not want_aux:
             return loss
+        entropy = None
+        if return_entropy:  # differentiable: 0 on ignored rows
+            entropy = reduce_rows(_kept(ent, keep), valid, target.shape, "none").to(out_dtype)
         lse = None if lse is None else reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
         predictions = accuracy = rank = None
         if return_predictions:
@@ -439,20 +458,23 @@ def fused_linear_cross_entropy(
             hits = pred[:, 1] == 0 if keep is None else (pred[:, 1] == 0) & keep  # the argmax is the label
             count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
             accuracy = hits.sum() / count
-        return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank)
+        return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
+
+    def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
+        out = _FusedLinearCERows.apply(
+            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, return_predictions, return_entropy
+        )
+        return out if want_aux else (out, None, None, None)
 
     if reduction == "none":
-        out = _FusedLinearCERows.apply(
-            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, return_predictions
-        )
-        rows, lse, pred = out if want_aux else (out, None, None)
+        rows, lse, pred, ent = per_row(class_rows)
         rows = reduce_rows(_kept(rows, keep), valid, target.shape, "none")  # (*,) like the labels
         z_term = (
             torch.zeros_like(rows)
             if lse is None
             else reduce_rows(_kept(z_loss * lse.square(), keep), valid, target.shape, "none")
         )
-        return output(rows, z_term, lse, pred)
+        return output(rows, z_term, lse, pred, ent)
     # 1 / the mean's divisor; a tensor `num_items_in_batch` (the Trainer's) stays a tensor: no host sync
     divisor = 1 if reduction == "sum" else mean_divisor(num_items_in_batch, num_valid, h.device)
     z_scale = 1.0 / (divisor.to(compute) if isinstance(divisor, torch.Tensor) else divisor)  # int tensor: not float32
@@ -462,14 +484,23 @@ def fused_linear_cross_entropy(
         scale = 1.0 / torch.where(total > 0, total, torch.ones_like(total))
     if y.numel() == 0:  # every row ignored: a zero loss that still reaches every input
         zero = (hidden.sum() + weight.sum() + (0 if bias is None else bias.sum())).to(compute) * 0.0
-        return output(zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2))
+        return output(
+            zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2),
+            hidden.new_zeros(0, dtype=compute) + zero,
+        )  # fmt: skip
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
-        losses, _, lse, pred = _run(
-            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=return_predictions
-        )
-        return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse, pred)
+        losses, _, lse, pred, ent = _run(
+            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=return_predictions,
+            want_ent=return_entropy,
+        )  # fmt: skip
+        return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse, pred, ent)
+    if return_entropy:  # the per-row path (its backward recomputes the chunks, H's gradient with them)
+        # rows a_i · (scale / z_scale) · loss_i + λ lse_i², summed × z_scale: the scalar path's two divisors
+        rows, lse, pred, ent = per_row(None if class_rows is None else class_rows * (scale / z_scale))
+        z_term = rows.new_zeros(()) if not opts.z_loss else (_kept(lse.square(), keep).sum() * z_scale * z_loss)
+        return output(_kept(rows, keep).sum() * z_scale, z_term.detach(), lse, pred, ent)
     out = _FusedLinearCEScalar.apply(
         h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_lse,
         return_predictions,
@@ -483,7 +514,8 @@ class LinearCrossEntropyOutput(NamedTuple):
     of the labels (0 on ignored rows; no gradient; None for BCE / MSE); with `return_predictions`, each row's
     predicted class in the shape of the labels (`ignore_index` on ignored rows), the token accuracy (a scalar
     tensor) and each label's rank among the row's classes in the argmax order (the number of classes with a larger
-    logit, or an equal one at a lower index; -1 on ignored rows), else None."""
+    logit, or an equal one at a lower index; -1 on ignored rows), else None; with `return_entropy`, each row's
+    entropy in the shape of the labels (differentiable; 0 on ignored rows), else None."""
 
     loss: torch.Tensor
     z_loss: torch.Tensor
@@ -491,6 +523,7 @@ class LinearCrossEntropyOutput(NamedTuple):
     predictions: torch.Tensor | None = None
     token_accuracy: torch.Tensor | None = None
     target_rank: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
     def accuracy_at(self, k: int) -> torch.Tensor:
         """The fraction of the non-ignored rows whose label is among their k most likely classes (top-k accuracy;

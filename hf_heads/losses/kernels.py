@@ -226,21 +226,28 @@ class EagerKernel(ChunkKernel):
             loss = torch.linalg.vector_norm(z, dim=1).square() - 2 * z[rows, y] + 1  # (n,)
         return loss
 
-    def loss(self, h, w, b, y, t, opts, lse=None, pred=None):
+    def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
         z, rows = self.logits(h, w, b, y, t, opts, pred=pred)
         if opts.criterion != "ce":
             return self.sigmoid_loss_(z, rows, y, opts.criterion)
         if self._selects(opts, z.shape[1]):
-            loss, _, _, row_lse = self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)
+            loss, vals, _, row_lse = self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)
             if lse is not None:
                 lse.copy_(row_lse)
+            if ent is not None:
+                ent.copy_(entropy_terms(vals - row_lse[:, None], None)[0])
             return loss
-        return self.log_softmax_(z, rows, y, opts.label_smoothing, lse)
+        loss = self.log_softmax_(z, rows, y, opts.label_smoothing, lse)  # z: log p
+        if ent is not None:
+            ent.copy_(entropy_terms(z, None)[0])
+        return loss
 
-    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None):
+    def loss_and_grads(
+        self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None, ent=None, ent_weight=None
+    ):
         sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion == "ce"
         path = self._sparse if sparse else self._dense
-        return path(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred)
+        return path(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
 
     @staticmethod
     def z_loss_coefficient(opts: ChunkOptions, row_weight, z_weight, lse: torch.Tensor) -> torch.Tensor:
@@ -249,8 +256,12 @@ class EagerKernel(ChunkKernel):
         rw = row_weight.to(lse.dtype)
         return rw + (2.0 * opts.z_loss) * (rw if z_weight is None else z_weight.to(lse.dtype)) * lse
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
-        """d loss / d z (n, V) written over the logits buffer, then the three GEMMs."""
+    def _dense(
+        self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
+        ent_weight=None,
+    ):  # fmt: skip
+        """d loss / d z (n, V) written over the logits buffer, then the three GEMMs; with `ent_weight` e (n,) the
+        gradient also takes that of Σ_i e_i H_i, H_i the entropy of row i's softmax (written into `ent`)."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
@@ -259,6 +270,7 @@ class EagerKernel(ChunkKernel):
             lse = z.new_empty(z.shape[0], dtype=torch.promote_types(z.dtype, torch.float32))
         rw = row_weight.to(z.dtype)
         weighted = False  # whether the row weights are in d z already (the z-loss's p_ic coefficient carries them)
+        extra = z_loss or ent_weight is not None  # the row weights go into d z (an entropy term carries none)
         # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k);
         # with the z-loss, p_ic (r_i + 2λ u_i lse_i) - r_i ((1 - ε)[c = y_i] + ε / |support|)
         if opts.criterion != "ce":  # d / d z_ic: BCE σ_ic − δ; MSE 2(σ_ic − δ)σ_ic(1 − σ_ic) (δ: [c = y_i])
@@ -272,25 +284,36 @@ class EagerKernel(ChunkKernel):
             loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
             if lse is not None:
                 lse.copy_(row_lse)
+            row_ent, ent_grad = entropy_terms(vals - row_lse[:, None], ent_weight)  # (n,), (n, k) or None
+            if ent is not None:
+                ent.copy_(row_ent)
             p = torch.exp(vals - row_lse[:, None])  # (n, k)
-            if z_loss:
-                p = (
-                    p * self.z_loss_coefficient(opts, row_weight, z_weight, row_lse)[:, None]
-                    - (rw * smooth / top_k)[:, None]
-                )
+            if extra:
+                coef = self.z_loss_coefficient(opts, row_weight, z_weight, row_lse) if z_loss else rw
+                p = p * coef[:, None] - (rw * smooth / top_k)[:, None]
+                if ent_grad is not None:
+                    p += ent_grad
                 weighted = True
             else:
                 p -= smooth / top_k
             grad_z = torch.zeros_like(z)
             grad_z.scatter_(1, idx, p)
         else:
-            loss = self.log_softmax_(z, rows, y, smooth, lse)
+            loss = self.log_softmax_(z, rows, y, smooth, lse)  # z: log p
+            ent_grad = None
+            if ent is not None or ent_weight is not None:
+                row_ent, ent_grad = entropy_terms(z, ent_weight)  # (n,), (n, V) or None
+                if ent is not None:
+                    ent.copy_(row_ent)
             grad_z = z.exp_()  # (n, V), over the logits buffer
-            if z_loss:
-                grad_z.mul_(self.z_loss_coefficient(opts, row_weight, z_weight, lse).to(z.dtype)[:, None])
+            if extra:
+                coef = self.z_loss_coefficient(opts, row_weight, z_weight, lse) if z_loss else rw
+                grad_z.mul_(coef.to(z.dtype)[:, None])
                 weighted = True
                 if smooth:
                     grad_z -= (rw * (smooth / z.shape[1]))[:, None]
+                if ent_grad is not None:
+                    grad_z += ent_grad
             elif smooth:
                 grad_z -= smooth / z.shape[1]
         if opts.criterion == "ce":
@@ -304,7 +327,10 @@ class EagerKernel(ChunkKernel):
         _linear_grads(grad_z, h, w, grads, None if weighted else row_weight, opts.column_scale)
         return loss
 
-    def _sparse(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
+    def _sparse(
+        self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
+        ent_weight=None,
+    ):  # fmt: skip
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
         gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
@@ -321,6 +347,12 @@ class EagerKernel(ChunkKernel):
             coef = coef * rw[:, None]
         if smooth:
             coef -= (rw * (smooth / top_k))[:, None]
+        if ent is not None or ent_weight is not None:
+            row_ent, ent_grad = entropy_terms(vals - row_lse[:, None], ent_weight)
+            if ent is not None:
+                ent.copy_(row_ent)
+            if ent_grad is not None:
+                coef = coef + ent_grad
         cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
         coef = torch.cat([coef, (-(1.0 - smooth) * rw)[:, None]], dim=1)
         if opts.softcap is not None:
@@ -334,6 +366,17 @@ class EagerKernel(ChunkKernel):
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
         return loss
+
+
+def entropy_terms(logp: torch.Tensor, ent_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """For log-probabilities log p (n, S) over each row's support: the entropy H_i = −Σ_c p_ic log p_ic (n,) and, with
+    `ent_weight` e (n,), d(Σ_i e_i H_i) / d x_ic = −e_i p_ic (log p_ic + H_i) (n, S) for the logits x the softmax
+    took (H = lse − Σ_c p_c x_c, so d H / d x_c = p_c (Σ_d p_d x_d − x_c) = −p_c (log p_c + H)), else None."""
+    p = logp.exp()
+    ent = -(p * logp).sum(1)
+    if ent_weight is None:
+        return ent, None
+    return ent, p.mul_(logp + ent[:, None]).mul_(-ent_weight.to(logp.dtype)[:, None])
 
 
 def predict(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -350,15 +393,17 @@ def predict(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def _grad_logits(
     z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce",
     b=None, s=None, grad_dtype: torch.dtype | None = None, z_loss: float = 0.0, z_weight=None,
-    want_pred: bool = False,
+    want_pred: bool = False, want_ent: bool = False, ent_weight=None,
 ):  # fmt: skip
     """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,)
     applied first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by
     `row_weight` (the replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype),
     d loss / d t (n,) or None, the rows' log-sum-exp (n,) or None for BCE / MSE, each row's argmax and target rank
     before the target's replacement (n, 2; `predict`) when `want_pred`, else None). With `z_weight` (n,) the
-    gradient also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not). What `CompiledKernel` fuses,
-    so the scale, the bias and the cast of the gradient cost no pass of their own over the block."""
+    gradient also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with `ent_weight` (n,) that of
+    Σ_i ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None; `entropy_terms`).
+    What `CompiledKernel` fuses, so the scale, the bias and the cast of the gradient cost no pass of their own over
+    the block."""
     if s is not None:
         z = z * s
     if b is not None:
@@ -372,7 +417,7 @@ def _grad_logits(
     target_z = z[rows, y]  # (n,)
     num = z.shape[1]
     rw = row_weight.to(z.dtype)
-    lse = None
+    lse = ent = None
     if criterion != "ce":  # the full BCE / MSE (ChunkOptions)
         sig = torch.sigmoid(z)
         if criterion == "bce":
@@ -392,11 +437,17 @@ def _grad_logits(
             lse = torch.logsumexp(z, dim=1)
             mean_z = z.mean(dim=1)
         coef = rw if z_weight is None else rw + 2.0 * z_loss * z_weight.to(z.dtype) * lse  # (n,)
-        if top_k is not None and top_k < num:
+        selects = top_k is not None and top_k < num
+        ent_grad = None
+        if want_ent or ent_weight is not None:
+            ent, ent_grad = entropy_terms((vals if selects else z) - lse[:, None], ent_weight)
+        if selects:
             kept = torch.exp(vals - lse[:, None]) * coef[:, None] - (rw * (smooth / top_k))[:, None]
+            kept = kept if ent_grad is None else kept + ent_grad
             grad_z = torch.zeros_like(z).scatter(1, idx, kept)
         else:
             grad_z = torch.exp(z - lse[:, None]) * coef[:, None] - (rw * (smooth / num))[:, None]
+            grad_z = grad_z if ent_grad is None else grad_z + ent_grad
         loss = lse - target_z
         if smooth:
             loss = (1 - smooth) * loss + smooth * (lse - mean_z)
@@ -407,7 +458,7 @@ def _grad_logits(
     if t is not None:
         grad_t = grad_z[rows, y]
         grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
-    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse, pred
+    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse, pred, ent
 
 
 def _compile_isolated(fn, backend: str, limit: int):
@@ -450,19 +501,24 @@ class CompiledKernel(EagerKernel):
     recompile_limit = 1024
     _compiled = None
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
+    def _dense(
+        self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
+        ent_weight=None,
+    ):  # fmt: skip
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
         z = _raw_logits(h, w, None, grads.logits)  # (n, V) h wᵀ: the scale and bias are applied in the compiled math
         z_loss = opts.z_loss > 0 and opts.criterion == "ce"
-        loss, grad_z, grad_t, row_lse, row_pred = CompiledKernel._compiled(
+        loss, grad_z, grad_t, row_lse, row_pred, row_ent = CompiledKernel._compiled(
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale,
             w.dtype if w.dtype in HALF_DTYPES and z.dtype != w.dtype else None,
             opts.z_loss if z_loss else 0.0, (row_weight if z_weight is None else z_weight) if z_loss else None,
-            pred is not None,
+            pred is not None, ent is not None, ent_weight,
         )  # fmt: skip
         if lse is not None and row_lse is not None:  # BCE / MSE have none
             lse.copy_(row_lse)
+        if ent is not None:
+            ent.copy_(row_ent)
         if pred is not None:
             pred.copy_(row_pred)
         if grads.t is not None:

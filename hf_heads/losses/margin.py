@@ -153,20 +153,21 @@ def margin_cross_entropy(
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
     return_predictions: bool = False,
+    return_entropy: bool = False,
     loss_dtype: torch.dtype | None = None,
     **scorer_options,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
-    """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens
-    without materialising the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included),
-    `class_weight`, `return_z_loss` and `return_predictions` (the argmax without the margin; with max-norm, g of the
-    batch) as in `fused_linear_cross_entropy`. The scorer and its data as in `margin_logits` (`scorer`, or the
-    keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain); `reduction`, `ignore_index` as in
-    `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the number of non-ignored tokens (exact
-    gradient accumulation); `top_k`, `label_smoothing` as in `fused_linear_cross_entropy`. With margin="none",
-    scale=None and both norms no-mod this is `F.cross_entropy(hidden @ weight.T + bias, target)`. `criterion` "bce" or
-    "mse": the sampling paper's full BCE / MSE over the same logits instead (`fused_linear_cross_entropy`).
-    `loss_dtype`: None, torch's rule for hidden, weight and bias (`fused_linear_cross_entropy`), whatever dtype the
-    margin's factors have.
+    """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens without materialising
+    the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included), `class_weight`,
+    `return_z_loss`, `return_predictions` (the argmax without the margin; with max-norm, g of the batch) and
+    `return_entropy` (of the softmax over the margin logits) as in `fused_linear_cross_entropy`. The scorer and its
+    data as in `margin_logits` (`scorer`, or the keyword `scorer_options`: margin, m, scale, word_norm, context_norm,
+    gain); `reduction`, `ignore_index` as in `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the
+    number of non-ignored tokens (exact gradient accumulation); `top_k`, `label_smoothing` as in
+    `fused_linear_cross_entropy`. With margin="none", scale=None and both norms no-mod this is
+    `F.cross_entropy(hidden @ weight.T + bias, target)`. `criterion` "bce" or "mse": the sampling paper's full BCE /
+    MSE over the same logits instead (`fused_linear_cross_entropy`). `loss_dtype`: None, torch's rule for hidden,
+    weight and bias (`fused_linear_cross_entropy`), whatever dtype the margin's factors have.
     """
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     scorer = resolve_scorer(scorer, **scorer_options)
@@ -196,6 +197,7 @@ def margin_cross_entropy(
         class_weight=class_weight,
         return_z_loss=return_z_loss,
         return_predictions=return_predictions,
+        return_entropy=return_entropy,
         loss_dtype=out_dtype,
         reduction=reduction,
         ignore_index=ignore_index,

@@ -148,13 +148,15 @@ class TritonKernel(EagerKernel):
                     )
 
     def _launch(
-        self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None, lse=None, z_weight=None, pred=None
-    ):
+        self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None, lse=None, z_weight=None, pred=None,
+        ent=None, ent_weight=None,
+    ):  # fmt: skip
         """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
         applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
         `grad_z` (n, V), in its dtype; None: over z; with the z-loss's when `opts.z_loss` > 0, weighted by `z_weight`,
         default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax and target rank into `pred`
-        (n, 2, contiguous) when given."""
+        (n, 2, contiguous) when given; each row's entropy into `ent` (n,), and with `ent_weight` (n,) the gradient
+        also that of Σ_i ent_weight_i · H_i."""
         import triton
 
         n, num_classes = z.shape
@@ -166,6 +168,10 @@ class TritonKernel(EagerKernel):
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
         z_loss = opts.z_loss > 0 and opts.criterion == "ce" and row_weight is not None
         flags.update(Z_LOSS=z_loss, HAS_LSE=lse is not None, PRED=pred is not None)
+        ent_grad = ent_weight is not None and row_weight is not None and opts.criterion == "ce"
+        if ent_grad and ent is None:
+            ent = torch.empty(n, dtype=compute, device=z.device)  # pass 1 computes it for pass 2
+        flags.update(ENT=ent is not None, ENT_GRAD=ent_grad)
         params = torch.full((3,), float(opts.softcap or 1.0), dtype=compute, device=z.device)
         params[:1].fill_(float(opts.label_smoothing))  # fill_ runs on the device; `params[0] = x` would copy from
         params[2:].fill_(float(opts.z_loss))  # a CPU scalar tensor (a synchronising host-to-device copy on CUDA)
@@ -180,7 +186,8 @@ class TritonKernel(EagerKernel):
             unused if row_weight is None else row_weight.to(compute).contiguous(),  # may be an expanded scalar
             loss, unused if grad_t is None else grad_t,
             num_classes, params, z_weight if z_loss else unused, unused if lse is None else lse,
-            unused if pred is None else pred,
+            unused if pred is None else pred, unused if ent is None else ent,
+            ent_weight.to(compute).contiguous() if ent_grad else unused,
             **flags, BLOCK=min(triton.next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
         )  # fmt: skip
         return loss
@@ -189,25 +196,31 @@ class TritonKernel(EagerKernel):
         self.check_device(device)
         self.self_check(device)
 
-    def loss_and_grads(self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None):
+    def loss_and_grads(
+        self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None, ent=None, ent_weight=None
+    ):
         self._ready(h.device)
-        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred)
+        return super().loss_and_grads(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
 
-    def loss(self, h, w, b, y, t, opts, lse=None, pred=None):
+    def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
-            return super().loss(h, w, b, y, t, opts, lse, pred)
-        return self._launch(kernels._raw_logits(h, w, None).contiguous(), b, y, t, None, opts, lse=lse, pred=pred)
+            return super().loss(h, w, b, y, t, opts, lse, pred, ent)
+        z = kernels._raw_logits(h, w, None).contiguous()
+        return self._launch(z, b, y, t, None, opts, lse=lse, pred=pred, ent=ent)
 
-    def _dense(self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None):
+    def _dense(
+        self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
+        ent_weight=None,
+    ):  # fmt: skip
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
-            return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred)
+            return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
         z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
         # d loss / d z: over z, or, for half products of float32 logits, in the products' dtype straight from the
         # program (rounded once, as the cast for the next two GEMMs would round it, without that cast's pass)
         grad_z = z if z.dtype == w.dtype or w.dtype not in HALF_DTYPES else torch.empty_like(z, dtype=w.dtype)
         grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
-        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z, lse, z_weight, pred)
+        loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z, lse, z_weight, pred, ent, ent_weight)
         if grads.t is not None:
             grads.t.copy_(grad_t)
         _linear_grads(grad_z, h, w, grads, None, opts.column_scale)

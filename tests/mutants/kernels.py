@@ -231,7 +231,7 @@ MUTANTS: list[Mutant] = [
     m("functional-loss-half-under-autocast", "losses/_rows.py",
       "    if getattr(_OUTER, \"dtype\", None) is not None or torch.is_autocast_enabled(present[0].device.type):",
       "    if getattr(_OUTER, \"dtype\", None) is not None:",
-      selection("tests/test_reduction_shapes.py"), "a loss under autocast is not float32 (fused, margin)"),
+      selection("tests/test_reduction_shapes.py"), "loss_dtype under autocast, outside autocast_off: the half dtype"),
     m("half-head-loss-in-half", "heads/discrete.py", "        return compute_dtype(hidden, self.weight)\n",
       "        return self.weight.dtype\n", selection("tests/test_reduction_shapes.py"),
       "a bf16 model's head returns a bf16 loss, unlike transformers' losses"),
