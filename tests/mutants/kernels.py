@@ -10,6 +10,7 @@ from mutants import Mutant, m, selection
 T = "tests/test_kernels.py"
 EVAL = "tests/test_eval_without_logits.py"
 ON_ACCELERATOR = f"{T}::test_a_training_step_on_an_accelerator_reads_nothing_on_the_host"
+ENT = f"{T}::test_the_entropy_of_every_kernel_equals_the_naive_one_and_passes_gradcheck"
 
 
 def contract(*cases: str) -> tuple[str, ...]:
@@ -167,6 +168,42 @@ MUTANTS: list[Mutant] = [
     m("balanced-over-all-classes", "heads/discrete.py", "counts.sum() / (seen.sum() * counts)",
       "counts.sum() / (len(counts) * counts)", selection("tests/test_loss_options.py"),
       "'balanced' divides by every class, not by the classes seen (scikit-learn's C)"),
+    # ---------------------------------------------------------------- the entropy and the confidence penalty
+    m("entropy-gradient-sign", "losses/kernels.py", ".mul_(-ent_weight.to(logp.dtype)[:, None])",
+      ".mul_(ent_weight.to(logp.dtype)[:, None])",
+      selection(f"{ENT}[eager-plain]"), "the eager kernels ascend the entropy where they should descend it"),
+    m("sparse-path-drops-entropy-gradient", "losses/kernels.py", "                coef = coef + ent_grad\n",
+      "                coef = coef\n", selection(f"{ENT}[eager-top-k]"),
+      "the gathered top-k path (sparse) leaves the entropy out of the gradient"),
+    m("compiled-drops-entropy-gradient", "losses/kernels.py",
+      "grad_z = grad_z if ent_grad is None else grad_z + ent_grad", "grad_z = grad_z",
+      selection(f"{ENT}[compiled-target-logit-softcap-smoothing]"),
+      "the compiled kernel leaves the entropy out of the gradient"),
+    m("triton-drops-entropy-gradient", "losses/_triton_rows.py",
+      "g += tl.exp(x - lse) * ent_weight * (mean_x - tl.where(mask, x, 0.0))", "g += 0.0",
+      selection(f"{ENT}[triton-target-logit-softcap-smoothing]"),
+      "the Triton kernel leaves the entropy out of the gradient"),
+    m("triton-entropy-sum-not-rescaled", "losses/_triton_rows.py",
+      "x_sum = x_sum * tl.exp(m - m_new) + ", "x_sum = x_sum + ",
+      selection(f"{ENT}[triton-target-logit-softcap-smoothing]"),
+      "the Triton kernel's Σ p x keeps earlier tiles at their old maximum"),
+    m("rows-backward-ignores-the-entropy", "losses/fused_linear.py",
+      "row_weight, needs, z_weight, ent_weight=grad_ent)", "row_weight, needs, z_weight, ent_weight=None)",
+      selection(f"{ENT}[eager-plain]"), "the returned entropy is not differentiable (its gradient is dropped)"),
+    m("entropy-path-one-divisor", "losses/fused_linear.py",
+      "per_row(None if class_rows is None else class_rows * (scale / z_scale))", "per_row(class_rows)",
+      selection(f"{ENT}[eager-class-weight-z-loss-top-k]"),
+      "with return_entropy the class-weighted mean divides by the token count, not by Σ a[y]"),
+    m("penalty-added", "heads/discrete.py", "        return loss - beta * total.to(loss.dtype)\n",
+      "        return loss + beta * total.to(loss.dtype)\n", selection("tests/test_loss_options.py"),
+      "the confidence penalty rewards peaked predictions"),
+    m("penalty-divides-by-every-position", "heads/discrete.py",
+      "total = total / (items if items is not None else (labels != rows[\"ignore_index\"]).sum().clamp_min(1))",
+      "total = total / labels.numel()", selection("tests/test_loss_options.py"),
+      "the confidence penalty's mean counts the ignored positions"),
+    m("penalty-in-evaluation", "heads/softmax.py", "penalty = training and o.confidence_penalty > 0",
+      "penalty = o.confidence_penalty > 0", selection("tests/test_loss_options.py"),
+      "the eval loss carries the confidence penalty"),
     # ---------------------------------------------------------------- same-pass predictions and train_accuracy
     m("eager-pred-after-margin", "losses/kernels.py",
       "        if pred is not None:\n            pred.copy_(predict(z, y))\n        if t is not None:\n"
