@@ -116,8 +116,7 @@ MUTANTS: list[Mutant] = [
       "options given another column scale lose the z-loss (every fused loss sets its scale: no z-loss gradient)"),
     # ---------------------------------------------------------------- the z-loss and class weights (peers' options)
     m("eager-z-loss-gradient-dropped", "losses/kernels.py",
-      "grad_z.mul_(self.z_loss_coefficient(opts, row_weight, z_weight, lse).to(z.dtype)[:, None])",
-      "grad_z.mul_(row_weight.to(z.dtype)[:, None])",
+      "coef = self.z_loss_coefficient(opts, row_weight, z_weight, lse) if z_loss else rw", "coef = rw",
       selection(*contract("eager-z-loss")), "the eager kernel's gradient leaves out the z-loss's 2λ·lse·p"),
     m("z-loss-coefficient-without-2", "losses/kernels.py",
       "return rw + (2.0 * opts.z_loss) * (rw if z_weight is None else z_weight.to(lse.dtype)) * lse",
