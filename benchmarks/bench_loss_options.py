@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What the peers' loss options cost against the plain chunked softmax step, side by side in one process: the z-loss
 (λ·lse² per row, its gradient inside the chunk kernel), class weights (a (V,) weight per target), both, `return_z_loss`
-(the rows' log-sum-exp handed back) `return_predictions` (each row's argmax and its label's rank from the same pass:
+(the rows' log-sum-exp handed back), `return_predictions` (each row's argmax and its label's rank from the same pass:
 the token accuracy and the top-k accuracy, as `HeadsTrainer` logs them) and `return_entropy` with the confidence
 penalty's loss − 0.1·mean H (its gradient from a backward that recomputes the chunks). Forward + backward of the output
 layer (`fused_linear_cross_entropy`), the options taking turns in every round (alternating, so that drift of the
