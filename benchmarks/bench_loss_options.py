@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """What the peers' loss options cost against the plain chunked softmax step, side by side in one process: the z-loss
 (λ·lse² per row, its gradient inside the chunk kernel), class weights (a (V,) weight per target), both, `return_z_loss`
-(the rows' log-sum-exp handed back), `return_predictions` (each row's argmax and its label's rank from the same pass:
-the token accuracy and the top-k accuracy, as `HeadsTrainer` logs them) and `return_entropy` with the confidence
-penalty's loss − 0.1·mean H (its gradient from a backward that recomputes the chunks). Forward + backward of the output
-layer (`fused_linear_cross_entropy`), the options taking turns in every round (alternating, so that drift of the
-machine hits each alike; each round starts at the next option), median (min–max) of the rounds, and the ratio to the
-plain step.
+(the rows' log-sum-exp handed back), `return_predictions` / `return_target_rank` (each row's argmax, and its label's
+rank, from the same pass: the token accuracy and the top-k accuracy, as `HeadsTrainer` logs them) and `return_entropy`
+with the confidence penalty's loss − 0.1·mean H (its gradient from a backward that recomputes the chunks). Forward +
+backward of the output layer (`fused_linear_cross_entropy`), the options taking turns in every round (alternating, so
+that drift of the machine hits each alike; each round starts at the next option), median (min–max) of the rounds, and
+the ratio to the plain step.
 
     python benchmarks/bench_loss_options.py                                    # N=4096, H=512, V=50k, CPU, eager
     python benchmarks/bench_loss_options.py --kernel compiled
@@ -31,6 +31,7 @@ OPTIONS = {
     "z-loss + class weights": {"z_loss": 1e-4, "class_weight": True},
     "z-loss, return_z_loss": {"z_loss": 1e-4, "return_z_loss": True},
     "same-pass accuracy (return_predictions)": {"return_predictions": True},
+    "same-pass top-k accuracy (return_target_rank)": {"return_target_rank": True},
     "confidence penalty (return_entropy, loss - 0.1 H)": {"return_entropy": True},
 }
 
@@ -58,7 +59,7 @@ def main() -> None:
         if kwargs.get("return_entropy"):  # the entropy's gradient: a backward that recomputes the chunks
             (out.loss - 0.1 * out.entropy.mean()).backward()
         else:
-            wrapped = kwargs.get("return_z_loss") or kwargs.get("return_predictions")
+            wrapped = any(kwargs.get(k) for k in ("return_z_loss", "return_predictions", "return_target_rank"))
             (out.loss if wrapped else out).backward()
         h.grad = w.grad = b.grad = None
 

@@ -414,7 +414,7 @@ def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, opti
         h.grad = w.grad = b.grad = None
         out = fused_linear_cross_entropy(
             h, w, b, y, target_logit=t_or_none, column_scale=s, reduction=reduction, chunk_size=4,
-            return_predictions=predictions, **opts,
+            return_predictions=predictions, return_target_rank=predictions, **opts,
         )  # fmt: skip
         loss = out.loss if predictions else out
         if torch.is_grad_enabled():
@@ -511,6 +511,16 @@ def test_the_entropy_of_every_kernel_equals_the_naive_one_and_passes_gradcheck(k
         torch.testing.assert_close(ours(*inputs).entropy[y != -100], want_h)
 
 
+def test_the_ranks_are_counted_only_when_asked_for():
+    """`return_predictions` alone: the argmax, no ranks (the eager kernel's rank costs passes of its own);
+    `accuracy_at` then says what it needs."""
+    h, w, b, _, y = _data()
+    out = fused_linear_cross_entropy(h, w, b, y, return_predictions=True, chunk_size=4)
+    assert out.target_rank is None and out.predictions is not None
+    with pytest.raises(ValueError, match="accuracy_at needs the ranks: call with return_target_rank=True"):
+        out.accuracy_at(2)
+
+
 def test_the_entropy_is_for_cross_entropy_only():
     h, w, b, _, y = _data()
     with pytest.raises(ValueError, match="return_entropy=True is for criterion='ce' only"):
@@ -534,7 +544,7 @@ def test_an_exact_tie_predicts_the_lowest_index_as_argmax_does(kernel, dtype, mo
     h = torch.stack([w[2] * 4, w[3] * 4, w[2] * 4, w[3] * 4])  # rows whose maximum is the tie
     y = torch.tensor([2, 5, 10, 3])
     h, w = h.to(dtype).requires_grad_(), w.to(dtype).requires_grad_()
-    out = fused_linear_cross_entropy(h, w, None, y, return_predictions=True, chunk_size=4)
+    out = fused_linear_cross_entropy(h, w, None, y, return_target_rank=True, chunk_size=4)
     assert out.predictions.tolist() == [2, 3, 2, 3]
     assert float(out.token_accuracy) == 0.5  # rows 0 and 3
     assert out.target_rank.tolist() == [0, 1, 1, 0]  # a label tied with a lower index ranks after it

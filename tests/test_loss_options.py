@@ -230,6 +230,10 @@ def test_a_recording_head_counts_the_labels_its_training_pass_predicts(family):
     head.loss(hidden, labels)
     torch.testing.assert_close(head.take_accuracy(), 2 * want)
     assert head.take_accuracy().tolist() == [0.0, 0.0, 0.0]
+    head.record_accuracy()  # top-1 only: the argmax, no ranks asked of the kernel
+    head.train()
+    head.loss(hidden, labels)
+    torch.testing.assert_close(head.take_accuracy(), want[[0, 2]])
     sampled = make_head(H, V, {"family": "sampled", "method": "full"})
     sampled.record_accuracy()
     assert sampled.take_accuracy() is None

@@ -129,10 +129,12 @@ class DiscreteHead(OutputHead):
         confidence penalty −β·H subtracted (`confidence_penalty` β; H each target token's entropy, averaged as the
         loss: per row for "none", summed for "sum", divided by `num_items_in_batch` or the labelled tokens for
         "mean")."""
-        if out.target_rank is not None and self.accuracy_sums is not None:
-            rank = out.target_rank  # (*,) like the labels, -1 on ignored rows
-            counted = rank >= 0
-            hits = [((rank < k) & counted).sum() for k in (1, *self.accuracy_top_k)]
+        if out.predictions is not None and self.accuracy_sums is not None:
+            labels = labels.reshape(out.predictions.shape)
+            counted = labels != rows["ignore_index"]
+            hits = [((out.predictions == labels) & counted).sum()]
+            if self.accuracy_top_k:  # the ranks (-1 on ignored rows), asked for only then: passes of their own (eager)
+                hits += [((out.target_rank < k) & counted).sum() for k in self.accuracy_top_k]
             self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
         loss = out.loss
         if out.entropy is None:

@@ -230,6 +230,7 @@ class MarginHead(DiscreteHead):
             z_loss=self.options.z_loss if training else 0.0,
             class_weight=self.class_weight() if training else None,
             return_predictions=counting,
+            return_target_rank=counting and bool(self.accuracy_top_k),
             return_entropy=penalty,
             loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(training),

@@ -164,6 +164,7 @@ class SoftmaxHead(DiscreteHead):
             logit_multiplier=o.logit_multiplier,
             softcap=o.logit_softcap,
             return_predictions=counting,
+            return_target_rank=counting and bool(self.accuracy_top_k),
             return_entropy=penalty,
             loss_dtype=self.loss_dtype(hidden),
             **rows,

@@ -53,8 +53,8 @@ def ce_rows(
     params_ptr,  # (3,) label smoothing ε, soft-cap and z-loss λ in the compute dtype (float32; float64 for float64)
     zw_ptr,  # (n,) z-loss row weights (Z_LOSS and GRAD)
     lse_ptr,  # (n,) out: each row's log-sum-exp (HAS_LSE)
-    pred_ptr,  # (n, 2) out: each row's argmax before the target's replacement, lowest index on a tie, and its
-    # target's rank in that order (PRED)
+    pred_ptr,  # (n, 1 + RANK) out: each row's argmax before the target's replacement, lowest index on a tie (PRED),
+    # and its target's rank in that order (RANK)
     ent_ptr,  # (n,) out: each row's entropy H_i = lse_i − Σ_c p_ic x_ic (ENT)
     ew_ptr,  # (n,) entropy weights e_i: the gradient also takes that of Σ_i e_i H_i (ENT_GRAD; needs ENT)
     HAS_T: tl.constexpr,
@@ -67,6 +67,7 @@ def ce_rows(
     Z_LOSS: tl.constexpr = False,  # the gradient also of z_weight_i · λ · lse_i² (CRITERION 0)
     HAS_LSE: tl.constexpr = False,
     PRED: tl.constexpr = False,
+    RANK: tl.constexpr = False,
     ENT: tl.constexpr = False,
     ENT_GRAD: tl.constexpr = False,
 ):
@@ -90,8 +91,8 @@ def ce_rows(
     x_sum = total  # Σ_c exp(x_c − m) x_c, rescaled with m (ENT): its ratio to `total` is Σ_c p_c x_c
     best = m  # the running maximum and its first column (PRED)
     best_col = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), 0)
-    rank = best_col  # the classes before the target in the argmax order: larger, or equal at a lower index (PRED)
-    if PRED:  # the target's own logit, as its tile reads it (the same elementwise math: equal bit for bit)
+    rank = best_col  # the classes before the target in the argmax order: larger, or equal at a lower index (RANK)
+    if RANK:  # the target's own logit, as its tile reads it (the same elementwise math: equal bit for bit)
         own = tl.max(_tile(z_row, y + offsets * 0, offsets == 0, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S), 0)
     for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp (or Σ softplus / Σ σ²), target, row sum
         cols = start + offsets
@@ -103,6 +104,7 @@ def ce_rows(
             take = tile_max > best
             best_col = tl.where(take, tile_col, best_col)
             best = tl.where(take, tile_max, best)
+        if RANK:
             ahead = tl.where(cols < y, x >= own, x > own)  # padding lanes (-inf, at cols >= V > y) never count
             rank += tl.sum(ahead.to(tl.int32), 0)
         if HAS_T:
@@ -127,7 +129,8 @@ def ce_rows(
     if ENT:
         tl.store(ent_ptr + row, lse - mean_x)
     if PRED:
-        tl.store(pred_ptr + 2 * row, best_col.to(tl.int64))
+        tl.store(pred_ptr + (1 + RANK) * row, best_col.to(tl.int64))
+    if RANK:
         tl.store(pred_ptr + 2 * row + 1, rank.to(tl.int64))
     if CRITERION == 0:
         loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)

@@ -91,26 +91,25 @@ class WeightGradSlot:
 @autocast_off
 def _run(
     h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
-    want_lse: bool = False, want_pred: bool = False, want_ent: bool = False, ent_weight=None,
+    want_lse: bool = False, want_pred: int = 0, want_ent: bool = False, ent_weight=None,
 ):  # fmt: skip
-    """(losses (N,), gradients, lse (N,) or None, predictions (N, 2) or None, entropies (N,) or None): the per-row
-    losses and, when
-    `row_weight` (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+ Σ_i z_weight_i · λ ·
-    lse_i² with the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of h, w, b, t and the
-    column scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the loss alone (one
-    matmul per chunk). The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ · lse²), their argmax
-    and target rank (the kernels' `pred`) when `want_pred`: from the same pass, no second product with W. The products
-    run in `gemm` (h and w cast to it once per call). With s the kernels accumulate A = Σ d zᵀ h, applying s in each
-    chunk or, in training where `_scale_by_copy` says so, through one copy s ∘ w; then d w = s ∘ A (in place) and d s_c
-    = A_c · w_c. `needs`: which of (h, w, b, t, s) want a gradient (autograd's `needs_input_grad`; None: all); when
-    neither w nor s does (a frozen output layer: LoRA, linear probing) the (V, H) accumulator and its product are
-    skipped, d w is None. Each row's entropy when `want_ent`; with `ent_weight` (N,) the gradients also take those of
-    Σ_i ent_weight_i · H_i."""
+    """(losses (N,), gradients, lse (N,) or None, predictions (N, want_pred) or None, entropies (N,) or None): the
+    per-row losses and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+
+    Σ_i z_weight_i · λ · lse_i² with the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of
+    h, w, b, t and the column scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the
+    loss alone (one matmul per chunk). The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ ·
+    lse²), their argmax (and target rank: `want_pred` 2, or 1 without) (the kernels' `pred`) when `want_pred`: from the
+    same pass, no second product with W. The products run in `gemm` (h and w cast to it once per call). With s the
+    kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in training where `_scale_by_copy` says so, through
+    one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c. `needs`: which of (h, w, b, t, s) want a
+    gradient (autograd's `needs_input_grad`; None: all); when neither w nor s does (a frozen output layer: LoRA, linear
+    probing) the (V, H) accumulator and its product are skipped, d w is None. Each row's entropy when `want_ent`; with
+    `ent_weight` (N,) the gradients also take those of Σ_i ent_weight_i · H_i."""
     kernel = chunk_kernel(device=h.device)
     h_g, w_g = h.to(gemm), w.to(gemm)
     row_dtype = torch.promote_types(gemm, torch.float32)
     lse = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_lse or opts.z_loss > 0 else None
-    pred = torch.empty(h.shape[0], 2, dtype=torch.long, device=h.device) if want_pred else None
+    pred = torch.empty(h.shape[0], want_pred, dtype=torch.long, device=h.device) if want_pred else None
     ent = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_ent else None
     if row_weight is None:
         losses = map_chunks(
@@ -218,7 +217,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     def forward(
         ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None,
         slot=None, class_rows=None, z_scale: float | torch.Tensor = 1.0, want_lse: bool = False,
-        want_pred: bool = False,
+        want_pred: int = 0,
     ):  # fmt: skip
         row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
@@ -233,7 +232,7 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         loss, z_term = _total(losses, lse, keep, class_rows, weight, z_scale, opts.z_loss)
         if not want_aux:
             return loss
-        pred = y.new_empty(0, 2) if pred is None else pred
+        pred = y.new_empty(0, 1) if pred is None else pred
         ctx.mark_non_differentiable(*(x for x in (z_term, lse, pred) if x is not None))
         return loss, z_term, lse, pred
 
@@ -274,7 +273,7 @@ class _FusedLinearCERows(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None, class_rows=None, want_lse=False,
-        want_pred=False, want_ent=False,
+        want_pred=0, want_ent=False,
     ):  # fmt: skip
         opts = opts.with_scale(s)
         want_aux = want_lse or want_pred or want_ent
@@ -291,7 +290,7 @@ class _FusedLinearCERows(torch.autograd.Function):
             losses = losses + opts.z_loss * lse.square()
         if not want_aux:
             return losses
-        pred = y.new_empty(0, 2) if pred is None else pred
+        pred = y.new_empty(0, 1) if pred is None else pred
         ctx.mark_non_differentiable(*(x for x in (lse, pred) if x is not None))
         return losses, lse, pred, ent
 
@@ -339,6 +338,7 @@ def fused_linear_cross_entropy(
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
     return_predictions: bool = False,
+    return_target_rank: bool = False,
     return_entropy: bool = False,
     loss_dtype: torch.dtype | None = None,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
@@ -383,9 +383,11 @@ def fused_linear_cross_entropy(
             accuracy, from the same pass as the loss (no second product with W): the argmax of the row's logits
             with the target's own logit (bias, column scale, soft-cap; a replaced target logit — a margin — does
             not take part), the lowest index winning a tie as `torch.argmax`; `ignore_index` on ignored rows.
-            `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label; `target_rank`
-            each row's count of classes ranked before its label in that order (-1 on ignored rows), so that
-            `accuracy_at(k)` is the top-k accuracy.
+            `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label.
+        return_target_rank: the predictions, and `target_rank`: each row's count of classes ranked before its label
+            in that order (-1 on ignored rows), so that `accuracy_at(k)` is the top-k accuracy (the eager kernel
+            counts them in passes of their own over each chunk's logits; the compiled and Triton kernels inside
+            theirs).
         return_entropy: return a `LinearCrossEntropyOutput` with each row's entropy H_i = lse_i − Σ_c p_ic z_ic of
             the softmax the loss takes (over the top k with `top_k`; with the replaced target logit and the soft-cap),
             in the shape of the labels (0 on ignored rows), from the same pass as the loss and differentiable (an
@@ -440,7 +442,8 @@ def fused_linear_cross_entropy(
     opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion, z_loss=float(z_loss))
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
-    want_aux = return_z_loss or return_predictions or return_entropy
+    want_pred = 2 if return_target_rank else int(return_predictions)  # the columns of `pred`: argmax (and rank)
+    want_aux = return_z_loss or want_pred > 0 or return_entropy
     want_lse = want_aux and criterion == "ce"  # BCE / MSE have no log-sum-exp
 
     def output(loss, z_term, lse, pred, ent=None):  # the loss, or the `LinearCrossEntropyOutput` (labels' shape)
@@ -452,17 +455,18 @@ def fused_linear_cross_entropy(
             entropy = reduce_rows(_kept(ent, keep), valid, target.shape, "none").to(out_dtype)
         lse = None if lse is None else reduce_rows(lse.detach(), valid, target.shape, "none", keep=keep)
         predictions = accuracy = rank = None
-        if return_predictions:
+        if want_pred:
             predictions = _in_labels_shape(pred[:, 0], valid, keep, target.shape, ignore_index)
-            rank = _in_labels_shape(pred[:, 1], valid, keep, target.shape, -1)
-            hits = pred[:, 1] == 0 if keep is None else (pred[:, 1] == 0) & keep  # the argmax is the label
+            if want_pred > 1:
+                rank = _in_labels_shape(pred[:, 1], valid, keep, target.shape, -1)
+            hits = pred[:, 0] == y if keep is None else (pred[:, 0] == y) & keep
             count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
             accuracy = hits.sum() / count
         return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
 
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
         out = _FusedLinearCERows.apply(
-            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, return_predictions, return_entropy
+            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy
         )
         return out if want_aux else (out, None, None, None)
 
@@ -492,7 +496,7 @@ def fused_linear_cross_entropy(
     if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
         losses, _, lse, pred, ent = _run(
-            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=return_predictions,
+            h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=want_pred,
             want_ent=return_entropy,
         )  # fmt: skip
         return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse, pred, ent)
@@ -502,19 +506,18 @@ def fused_linear_cross_entropy(
         z_term = rows.new_zeros(()) if not opts.z_loss else (_kept(lse.square(), keep).sum() * z_scale * z_loss)
         return output(_kept(rows, keep).sum() * z_scale, z_term.detach(), lse, pred, ent)
     out = _FusedLinearCEScalar.apply(
-        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_lse,
-        return_predictions,
+        h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_lse, want_pred,
     )  # fmt: skip
     return output(*out) if want_aux else output(out, None, None, None)
 
 
 class LinearCrossEntropyOutput(NamedTuple):
     """What `fused_linear_cross_entropy(..., return_z_loss=True)` or `return_predictions=True` returns: the loss (the
-    z-loss included); the z-loss term alone, reduced as the loss (no gradient); each row's log-sum-exp in the shape
-    of the labels (0 on ignored rows; no gradient; None for BCE / MSE); with `return_predictions`, each row's
-    predicted class in the shape of the labels (`ignore_index` on ignored rows), the token accuracy (a scalar
-    tensor) and each label's rank among the row's classes in the argmax order (the number of classes with a larger
-    logit, or an equal one at a lower index; -1 on ignored rows), else None; with `return_entropy`, each row's
+    z-loss included); the z-loss term alone, reduced as the loss (no gradient); each row's log-sum-exp in the shape of
+    the labels (0 on ignored rows; no gradient; None for BCE / MSE); with `return_predictions`, each row's predicted
+    class in the shape of the labels (`ignore_index` on ignored rows) and the token accuracy (a scalar tensor), and
+    with `return_target_rank` each label's rank among the row's classes in the argmax order (the number of classes with
+    a larger logit, or an equal one at a lower index; -1 on ignored rows), else None; with `return_entropy`, each row's
     entropy in the shape of the labels (differentiable; 0 on ignored rows), else None."""
 
     loss: torch.Tensor
@@ -529,7 +532,7 @@ class LinearCrossEntropyOutput(NamedTuple):
         """The fraction of the non-ignored rows whose label is among their k most likely classes (top-k accuracy;
         `accuracy_at(1)` is `token_accuracy`), from the same pass, as a scalar tensor (no host read)."""
         if self.target_rank is None:
-            raise ValueError("accuracy_at needs the ranks: call with return_predictions=True")
+            raise ValueError("accuracy_at needs the ranks: call with return_target_rank=True")
         check_number("k", k, minimum=1, integer=True)
         counted = self.target_rank >= 0
         return ((self.target_rank < k) & counted).sum() / counted.sum().clamp_min(1)

@@ -171,15 +171,15 @@ class EagerKernel(ChunkKernel):
     @staticmethod
     def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None, pred=None):
         """z (n, V): the products with the column scale and bias, soft-capped, the target's logit replaced by t
-        (capped too) (in `out` when given), and the row indices (n,). `pred` (n, 2): gets each row's argmax and its
-        target's rank before the replacement (`ChunkKernel.loss`, `predict`)."""
+        (capped too) (in `out` when given), and the row indices (n,). `pred` (n, 1) or (n, 2): gets each row's argmax
+        (and its target's rank) before the replacement (`ChunkKernel.loss`, `predict`)."""
         z = _raw_logits(h, w, b, out, opts.column_scale)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
         cap = opts.softcap
         if cap is not None:  # elementwise: capping the block, then the replaced entry, is capping the replaced block
             z.div_(cap).tanh_().mul_(cap)
         if pred is not None:
-            pred.copy_(predict(z, y))
+            pred.copy_(predict(z, y, rank=pred.shape[1] > 1))
         if t is not None:
             z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap
         return z, rows
@@ -379,31 +379,34 @@ def entropy_terms(logp: torch.Tensor, ent_weight: torch.Tensor | None) -> tuple[
     return ent, p.mul_(logp + ent[:, None]).mul_(-ent_weight.to(logp.dtype)[:, None])
 
 
-def predict(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def predict(z: torch.Tensor, y: torch.Tensor, rank: bool = True) -> torch.Tensor:
     """(n, 2) int64 for logits z (n, V) and targets y (n,): each row's argmax (the lowest index wins a tie, as
     `torch.argmax`) and its target's rank, the number of classes the argmax order puts before the target (a larger
     logit, or an equal one at a lower index): the target is among the top k predictions iff its rank < k, and the
-    argmax iff its rank is 0."""
+    argmax iff its rank is 0. Without `rank`, (n, 1): the argmax alone (the rank costs passes over z of its own)."""
+    argmax = torch.argmax(z, dim=1)[:, None]  # (n, 1)
+    if not rank:
+        return argmax
     own = z.gather(1, y[:, None])  # (n, 1)
     before = torch.arange(z.shape[1], device=z.device) < y[:, None]  # (n, V)
-    rank = torch.where(before, z >= own, z > own).sum(1)
-    return torch.stack([torch.argmax(z, dim=1), rank], dim=1)
+    ahead = torch.count_nonzero(torch.where(before, z >= own, z > own), dim=1)  # (n,)
+    return torch.cat([argmax, ahead[:, None]], dim=1)
 
 
 def _grad_logits(
     z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce",
     b=None, s=None, grad_dtype: torch.dtype | None = None, z_loss: float = 0.0, z_weight=None,
-    want_pred: bool = False, want_ent: bool = False, ent_weight=None,
+    want_pred: int = 0, want_ent: bool = False, ent_weight=None,
 ):  # fmt: skip
-    """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,)
-    applied first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by
-    `row_weight` (the replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype),
-    d loss / d t (n,) or None, the rows' log-sum-exp (n,) or None for BCE / MSE, each row's argmax and target rank
-    before the target's replacement (n, 2; `predict`) when `want_pred`, else None). With `z_weight` (n,) the
-    gradient also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with `ent_weight` (n,) that of
-    Σ_i ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None; `entropy_terms`).
-    What `CompiledKernel` fuses, so the scale, the bias and the cast of the gradient cost no pass of their own over
-    the block."""
+    """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,) applied
+    first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by `row_weight` (the
+    replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype), d loss / d t (n,) or None,
+    the rows' log-sum-exp (n,) or None for BCE / MSE, each row's argmax and target rank before the target's replacement
+    (n, `want_pred` columns: 1 the argmax, 2 with the rank; `predict`), else None). With `z_weight` (n,) the gradient
+    also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with `ent_weight` (n,) that of Σ_i
+    ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None; `entropy_terms`). What
+    `CompiledKernel` fuses, so the scale, the bias and the cast of the gradient cost no pass of their own over the
+    block."""
     if s is not None:
         z = z * s
     if b is not None:
@@ -411,7 +414,7 @@ def _grad_logits(
     rows = torch.arange(z.shape[0], device=z.device)
     if softcap is not None:  # the block capped, then the replaced entry capped: the replaced block capped
         z = torch.tanh(z / softcap) * softcap
-    pred = predict(z, y) if want_pred else None
+    pred = predict(z, y, rank=want_pred > 1) if want_pred else None
     if t is not None:
         z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)
     target_z = z[rows, y]  # (n,)
@@ -513,7 +516,7 @@ class CompiledKernel(EagerKernel):
             z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale,
             w.dtype if w.dtype in HALF_DTYPES and z.dtype != w.dtype else None,
             opts.z_loss if z_loss else 0.0, (row_weight if z_weight is None else z_weight) if z_loss else None,
-            pred is not None, ent is not None, ent_weight,
+            0 if pred is None else pred.shape[1], ent is not None, ent_weight,
         )  # fmt: skip
         if lse is not None and row_lse is not None:  # BCE / MSE have none
             lse.copy_(row_lse)

@@ -153,14 +153,15 @@ def margin_cross_entropy(
     class_weight: torch.Tensor | None = None,
     return_z_loss: bool = False,
     return_predictions: bool = False,
+    return_target_rank: bool = False,
     return_entropy: bool = False,
     loss_dtype: torch.dtype | None = None,
     **scorer_options,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens without materialising
     the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included), `class_weight`,
-    `return_z_loss`, `return_predictions` (the argmax without the margin; with max-norm, g of the batch) and
-    `return_entropy` (of the softmax over the margin logits) as in `fused_linear_cross_entropy`. The scorer and its
+    `return_z_loss`, `return_predictions` and `return_target_rank` (without the margin; with max-norm, g of the batch)
+    and `return_entropy` (of the softmax over the margin logits) as in `fused_linear_cross_entropy`. The scorer and its
     data as in `margin_logits` (`scorer`, or the keyword `scorer_options`: margin, m, scale, word_norm, context_norm,
     gain); `reduction`, `ignore_index` as in `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the
     number of non-ignored tokens (exact gradient accumulation); `top_k`, `label_smoothing` as in
@@ -197,6 +198,7 @@ def margin_cross_entropy(
         class_weight=class_weight,
         return_z_loss=return_z_loss,
         return_predictions=return_predictions,
+        return_target_rank=return_target_rank,
         return_entropy=return_entropy,
         loss_dtype=out_dtype,
         reduction=reduction,

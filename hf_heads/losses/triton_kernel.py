@@ -154,9 +154,9 @@ class TritonKernel(EagerKernel):
         """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
         applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
         `grad_z` (n, V), in its dtype; None: over z; with the z-loss's when `opts.z_loss` > 0, weighted by `z_weight`,
-        default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax and target rank into `pred`
-        (n, 2, contiguous) when given; each row's entropy into `ent` (n,), and with `ent_weight` (n,) the gradient
-        also that of Σ_i ent_weight_i · H_i."""
+        default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax (and target rank) into `pred`
+        ((n, 1) or (n, 2), contiguous) when given; each row's entropy into `ent` (n,), and with `ent_weight` (n,) the
+        gradient also that of Σ_i ent_weight_i · H_i."""
         import triton
 
         n, num_classes = z.shape
@@ -168,6 +168,7 @@ class TritonKernel(EagerKernel):
         flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
         z_loss = opts.z_loss > 0 and opts.criterion == "ce" and row_weight is not None
         flags.update(Z_LOSS=z_loss, HAS_LSE=lse is not None, PRED=pred is not None)
+        flags["RANK"] = pred is not None and pred.shape[1] > 1
         ent_grad = ent_weight is not None and row_weight is not None and opts.criterion == "ce"
         if ent_grad and ent is None:
             ent = torch.empty(n, dtype=compute, device=z.device)  # pass 1 computes it for pass 2
