@@ -27,8 +27,8 @@ MUTANTS: list[Mutant] = [
                 f"{EVAL}::test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean"),
       "loss-only evaluation on an accelerator sums the ignored rows' losses into the mean"),
     m("eval-branch-drops-column-scale", "losses/fused_linear.py",
-      "h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=return_predictions",
-      "h, w, b, y, t, opts, eval_chunk, gemm, want_lse=want_lse, want_pred=return_predictions",
+      "h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=want_pred,",
+      "h, w, b, y, t, opts, eval_chunk, gemm, want_lse=want_lse, want_pred=want_pred,",
       selection(f"{EVAL}::test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean",
                 "tests/test_eval_without_logits.py::test_fused_loss_without_gradients_is_the_same_loss"),
       "loss-only evaluation leaves out a margin head's word-norm column scale"),
@@ -205,18 +205,18 @@ MUTANTS: list[Mutant] = [
       "the eval loss carries the confidence penalty"),
     # ---------------------------------------------------------------- same-pass predictions and train_accuracy
     m("eager-pred-after-margin", "losses/kernels.py",
-      "        if pred is not None:\n            pred.copy_(predict(z, y))\n        if t is not None:\n"
-      "            z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap\n",
+      "        if pred is not None:\n            pred.copy_(predict(z, y, rank=pred.shape[1] > 1))\n"
+      "        if t is not None:\n            z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap\n",
       "        if t is not None:\n            z[rows, y] = t if cap is None else torch.tanh(t / cap) * cap\n"
-      "        if pred is not None:\n            pred.copy_(predict(z, y))\n",
+      "        if pred is not None:\n            pred.copy_(predict(z, y, rank=pred.shape[1] > 1))\n",
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[eager-target-logit-softcap-"
                 "smoothing]"),
       "the eager kernel predicts from the logits with the margin's replaced target"),
     m("compiled-pred-after-margin", "losses/kernels.py",
-      "    pred = predict(z, y) if want_pred else None\n    if t is not None:\n        z = z.index_put(("
-      "rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)\n",
+      "    pred = predict(z, y, rank=want_pred > 1) if want_pred else None\n    if t is not None:\n"
+      "        z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)\n",
       "    if t is not None:\n        z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * "
-      "softcap)\n    pred = predict(z, y) if want_pred else None\n",
+      "softcap)\n    pred = predict(z, y, rank=want_pred > 1) if want_pred else None\n",
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[compiled-target-logit-softcap-"
                 "smoothing]"),
       "the compiled kernel predicts from the logits with the margin's replaced target"),
@@ -240,8 +240,9 @@ MUTANTS: list[Mutant] = [
     m("train-accuracy-at-k-is-top-1", "heads/discrete.py", "((out.target_rank < k) & counted).sum()",
       "((out.target_rank < 1) & counted).sum()", selection("tests/test_loss_options.py"),
       "train_accuracy@k counts only the labels predicted first"),
-    m("eager-rank-ignores-ties", "losses/kernels.py", "rank = torch.where(before, z >= own, z > own).sum(1)",
-      "rank = (z > own).sum(1)",
+    m("eager-rank-ignores-ties", "losses/kernels.py",
+      "ahead = torch.count_nonzero(torch.where(before, z >= own, z > own), dim=1)",
+      "ahead = torch.count_nonzero(z > own, dim=1)",
       selection(f"{T}::test_an_exact_tie_predicts_the_lowest_index_as_argmax_does[eager-float32]"),
       "a label tied with a lower index is ranked first (the argmax would not pick it)"),
     m("triton-rank-ignores-ties", "losses/_triton_rows.py", "ahead = tl.where(cols < y, x >= own, x > own)",
