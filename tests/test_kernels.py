@@ -323,8 +323,9 @@ def test_the_first_chunk_writes_the_weight_gradient_no_pass_zeroes_it(kernel, op
     assert zeroed == (1 if options == "top-k" else 0), fills.shapes
 
 
-def _check_against_the_reference(kernel, options, monkeypatch):
-    use_kernel(kernel, monkeypatch)
+def _case(options: str, seed: int = 0):
+    """(loss keywords, names of the differentiated inputs, (h, w, b, t, s), y) of an OPTIONS case: t and s are among
+    the inputs when the case replaces the target logit / scales the columns."""
     opts = dict(OPTIONS[options])
     names = [
         "h",
@@ -335,8 +336,14 @@ def _check_against_the_reference(kernel, options, monkeypatch):
     ]
     if opts.get("class_weight"):
         opts["class_weight"] = CLASS_WEIGHT
-    h, w, b, t, y = _data()
+    h, w, b, t, y = _data(seed)
     s = (torch.rand(V, generator=torch.Generator().manual_seed(5), dtype=torch.float64) + 0.5).requires_grad_()
+    return opts, names, (h, w, b, t, s), y
+
+
+def _check_against_the_reference(kernel, options, monkeypatch):
+    use_kernel(kernel, monkeypatch)
+    opts, names, (h, w, b, t, s), y = _case(options)
     inputs = tuple({"h": h, "w": w, "b": b, "t": t, "s": s}[n] for n in names)
 
     def ours(*x, reduction="mean"):
@@ -376,15 +383,18 @@ PREDICTED_DEFAULT = {
 }
 
 
-@pytest.mark.parametrize(
-    "kernel, options",
-    [
+def cases_in_part(options: list[str], default: dict[str, set[str]]) -> list:
+    """(kernel, options) cases, ids "kernel-options": a kernel that `default` names runs those option sets in the
+    default suite and the others marked slow; any other kernel runs every set."""
+    return [
         pytest.param(kernel, name, id=f"{kernel}-{name}",
-                     marks=[] if name in PREDICTED_DEFAULT.get(kernel, set(PREDICTED)) else [pytest.mark.slow])
+                     marks=[] if name in default.get(kernel, set(options)) else [pytest.mark.slow])
         for kernel in sorted(CHUNK_KERNELS)
-        for name in PREDICTED
-    ],
-)  # fmt: skip
+        for name in options
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel, options", cases_in_part(PREDICTED, PREDICTED_DEFAULT))
 def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, options, monkeypatch):
     """`return_predictions`: each row's argmax of the naive logits with the target's own logit (a replaced target
     logit, a margin, does not take part; bias, column scale and soft-cap do), `ignore_index` on the ignored row, the
@@ -449,15 +459,7 @@ ENTROPY_DEFAULT = {"compiled": {"target-logit-softcap-smoothing"}, "triton": {"t
                    "triton-half": set()}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "kernel, options",
-    [
-        pytest.param(kernel, name, id=f"{kernel}-{name}",
-                     marks=[] if name in ENTROPY_DEFAULT.get(kernel, set(ENTROPY)) else [pytest.mark.slow])
-        for kernel in sorted(CHUNK_KERNELS)
-        for name in ENTROPY
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("kernel, options", cases_in_part(ENTROPY, ENTROPY_DEFAULT))
 def test_the_entropy_of_every_kernel_equals_the_naive_one_and_passes_gradcheck(kernel, options, monkeypatch):
     """`return_entropy`: each row's entropy of the softmax the loss takes (top k, replaced target, soft-cap, column
     scale), 0 on the ignored row, from the same pass as the loss and differentiable: loss + 0.7 Σ H and Σ H alone
@@ -469,18 +471,7 @@ def test_the_entropy_of_every_kernel_equals_the_naive_one_and_passes_gradcheck(k
     if kernel == "compiled" and options in ENTROPY_DEFAULT["compiled"]:
         monkeypatch.setattr(CompiledKernel, "backend", "eager")
         monkeypatch.setattr(CompiledKernel, "_compiled", None)
-    opts = dict(OPTIONS[options])
-    names = [
-        "h",
-        "w",
-        "b",
-        *(["t"] if opts.pop("target", False) else []),
-        *(["s"] if opts.pop("scale", False) else []),
-    ]
-    if opts.get("class_weight"):
-        opts["class_weight"] = CLASS_WEIGHT
-    h, w, b, t, y = _data(2)
-    s = (torch.rand(V, generator=torch.Generator().manual_seed(5), dtype=torch.float64) + 0.5).requires_grad_()
+    opts, names, (h, w, b, t, s), y = _case(options, seed=2)
     inputs = tuple({"h": h, "w": w, "b": b, "t": t, "s": s}[n] for n in names)
     t_s = (t if "t" in names else None, s if "s" in names else None)
 
