@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
-from hf_heads.losses._rows import compute_dtype
+from hf_heads.losses._rows import compute_dtype, mean_divisor
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.validation import OptionError, check_number
 
@@ -143,9 +143,9 @@ class DiscreteHead(OutputHead):
         if rows["reduction"] == "none":
             return loss - beta * out.entropy.reshape(loss.shape)
         total = out.entropy.sum()
-        if rows["reduction"] == "mean":
-            items = rows.get("num_items_in_batch")
-            total = total / (items if items is not None else (labels != rows["ignore_index"]).sum().clamp_min(1))
+        if rows["reduction"] == "mean":  # the loss's own divisor
+            counted = (labels != rows["ignore_index"]).sum()
+            total = total / mean_divisor(rows.get("num_items_in_batch"), counted, total.device)
         return loss - beta * total.to(loss.dtype)
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:
