@@ -173,6 +173,85 @@ def test_fused_lm_head_gives_the_per_token_quantities_of_the_logits():
     torch.testing.assert_close(given.loss.double(), -expected.sum() / 40, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize(
+    "head, mode, second_pass",
+    [
+        ({"family": "softmax", "label_smoothing": 0.1, "z_loss": 1e-3}, "train", False),
+        ({"family": "softmax"}, "eval", False),
+        ({"family": "margin", "margin": "arc", "m": 0.2, "context_norm": "max-norm"}, "eval", False),
+        ({"family": "margin", "margin": "arc", "m": 0.2}, "train", True),
+        ({"family": "sparse", "k": 5}, "train", True),
+    ],
+)
+def test_fused_lm_head_takes_entropy_and_top1_from_the_loss_pass_where_it_scores_the_inference_distribution(
+    head, mode, second_pass, monkeypatch
+):
+    """TRL's `entropy` and `is_top1` (`mean_token_accuracy`) describe the inference distribution. A softmax head (any
+    training option: label smoothing and z-loss change the loss, not the distribution) and a margin head in eval mode
+    score it in the loss pass and take both from there, with no second pass over W (`statistics` is not called); a
+    margin head in training (its pass has the margin) and a sparse head (eq. 5 keeps the target beside the top k)
+    make the second pass. Either way the values are those of the inference logits, and the loss's gradient is that of
+    the plain per-token loss (the entropy has none)."""
+    from conftest import tiny_llama_config
+
+    from hf_heads.heads.base import OutputHead
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    model.train(mode == "train")
+    if head.get("context_norm") == "max-norm":
+        model.head.context_norm_running.fill_(2.0)
+    x = _batch()
+    labels = x.clone()
+    labels[1, 4:] = -100
+    calls = []
+    second = OutputHead.statistics
+    monkeypatch.setattr(OutputHead, "statistics", lambda *a, **k: calls.append(1) or second(*a, **k))
+    with torch.no_grad():
+        logits = model.head.logits(model.backbone(x).last_hidden_state[:, :-1]).double()  # (B, T-1, V)
+    out = model(x, labels=labels, fused_lm_head=True)
+    assert bool(calls) == second_pass
+    target = labels[:, 1:]
+    mask = target != -100
+    log_p = torch.log_softmax(logits, dim=-1)
+    entropy = torch.special.entr(log_p.exp()).sum(-1).where(mask, 0.0)
+    torch.testing.assert_close(out.entropy[:, :-1].double(), entropy, rtol=0, atol=1e-5)
+    assert torch.equal(out.is_top1[:, :-1], (logits.argmax(-1) == target) & mask)
+    assert not out.is_top1[:, -1].any() and not out.entropy[:, -1].any()  # the last position predicts nothing
+    assert not out.entropy.requires_grad and not out.is_top1.requires_grad
+    if mode == "train":
+        params = [model.head.weight, model.backbone.embed_tokens.weight]
+        grads = torch.autograd.grad(out.loss, params)
+        plain = model(x, labels=labels).loss
+        torch.testing.assert_close(out.loss, plain, rtol=1e-6, atol=0)
+        for grad, expected in zip(grads, torch.autograd.grad(plain, params), strict=True):
+            torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_the_same_pass_top1_of_a_tie_goes_to_the_lowest_index_and_its_unused_entropy_costs_no_backward_term(
+    monkeypatch,
+):
+    """With logits tied between classes 0 and 1, a label 1 is no top-1 hit (argmax picks 0) in the loss pass's
+    statistics too; and as the statistics' entropy is not differentiated, the recomputing backward is given no entropy
+    weights (None: the kernels add no entropy terms to d z)."""
+    from hf_heads.heads import make_head
+    from hf_heads.losses import fused_linear
+
+    head = make_head(2, 3, {"family": "softmax", "bias": False}).train()
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]))
+    hidden = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    labels = torch.tensor([1, 0, 2])
+    weights = []
+    run = fused_linear._run
+    monkeypatch.setattr(fused_linear, "_run", lambda *a, **k: weights.append(k.get("ent_weight")) or run(*a, **k))
+    loss, stats = head(hidden, labels, reduction="none", token_statistics=True)
+    assert stats["is_top1"].tolist() == [False, True, True]
+    loss.sum().backward()
+    assert len(weights) == 2 and weights[1] is None  # the forward, then the backward's recompute
+    assert hidden.grad is not None and hidden.grad.abs().sum() > 0
+
+
 def test_a_generation_cache_given_under_two_names_is_refused():
     """A cache under `cache` and another under `past_key_values`: one of them would be ignored, so the call is
     refused; the same cache under both names is one cache."""

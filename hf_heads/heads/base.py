@@ -185,6 +185,23 @@ class OutputHead(nn.Module):
                 return self.training_loss(hidden, labels, **rows)
             return self.eval_loss(hidden, labels, **rows)
 
+    def loss_and_token_statistics(
+        self, hidden: torch.Tensor, labels: torch.Tensor, **rows
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(`loss(hidden, labels, **rows)`, {"entropy", "is_top1"}): per label (its shape; 0 / False where ignored) the
+        entropy of the inference distribution and whether the label is its argmax (the lowest index winning a tie),
+        without gradient — TRL's `entropy` and `mean_token_accuracy`. Here from `statistics`, a second pass over the
+        output layer after the loss; heads whose loss pass scores the inference distribution take both from that
+        pass instead (`DiscreteHead.pass_is_inference_distribution`): the argmax of the logits the kernel computes
+        (float32 accumulation), where `statistics` ranks the inference logits rounded to the head's dtype, so a bf16
+        head's top-1 hits can differ where its rounding makes ties."""
+        loss = self.loss(hidden, labels, **rows)
+        ignore = rows.get("ignore_index", -100)
+        # a second pass without a loss: a second loss would update the running statistics (max-norm) twice per step
+        stats = self.statistics(hidden.detach(), labels, ignore_index=ignore)
+        is_top1 = (stats["rank"] == 0) & (labels.to(stats["rank"].device) != ignore)
+        return loss, {"entropy": stats["entropy"], "is_top1": is_top1}
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Inference logits (*, V) in the head's dtype; they never carry a training margin."""
         return self.inference_logits(hidden)
@@ -243,6 +260,7 @@ class OutputHead(nn.Module):
         return_logits: bool | None = None,
         normalized: bool = True,
         statistics: bool = False,
+        token_statistics: bool = False,
         compute_loss: bool = True,
         chunk_size: int | None = None,
         **loss_kwargs,
@@ -251,8 +269,14 @@ class OutputHead(nn.Module):
         With `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`,
         computed in chunks without the logits (`chunk_size` rows at a time; `normalized=False`: with the unnormalised
         log-score of the label); otherwise `normalized=False` makes the logits `unnormalized_log_scores`.
-        `compute_loss=False` skips the loss. The models call the head through this method, so module hooks (FSDP's
+        `compute_loss=False` skips the loss. `token_statistics=True` (labels required): (loss,
+        `loss_and_token_statistics`'s per-label entropy and top-1 hit), from the loss's own pass where it can. The
+        models call the head through this method, so module hooks (FSDP's
         unsharding, PEFT's adapted weight) run around the loss, the logits and the statistics too."""
+        if token_statistics:
+            if labels is None:
+                raise ValueError("token_statistics=True needs labels")
+            return self.loss_and_token_statistics(hidden, labels, **loss_kwargs)
         loss = None if labels is None or not compute_loss else self.loss(hidden, labels, **loss_kwargs)
         if statistics:
             if labels is None:

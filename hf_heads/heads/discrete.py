@@ -13,6 +13,7 @@ from torch import nn
 
 from hf_heads.heads.base import OutputHead
 from hf_heads.losses._rows import compute_dtype, mean_divisor
+from hf_heads.losses.chunks import kernel_choice
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.validation import OptionError, check_number
 
@@ -123,30 +124,69 @@ class DiscreteHead(OutputHead):
         sums, self.accuracy_sums = self.accuracy_sums, torch.zeros_like(self.accuracy_sums)
         return sums
 
-    def _from_output(self, out, labels: torch.Tensor, rows: dict) -> torch.Tensor:
-        """The loss of a training pass that asked the chunked loss for more than its loss (a
-        `LinearCrossEntropyOutput`): the labels it predicts added to `accuracy_sums` (`record_accuracy`), and the
+    @property
+    def pass_is_inference_distribution(self) -> bool:
+        """Whether a loss pass in the current mode scores the inference distribution, so that its own predictions and
+        entropies are `loss_and_token_statistics` (no second pass over W). Heads that say so compute `loss` as
+        `_cross_entropy(hidden, labels, self.training, **rows)`."""
+        return False
+
+    def loss_and_token_statistics(self, hidden, labels, **rows):
+        if not self.pass_is_inference_distribution:
+            return super().loss_and_token_statistics(hidden, labels, **rows)
+        rows = {"num_items_in_batch": None, "ignore_index": -100, "reduction": "mean", **rows}
+        with kernel_choice(getattr(self.options, "chunk_kernel", None)):
+            return self._cross_entropy(hidden, labels, self.training, statistics=True, **rows)
+
+    def _outputs(self, training: bool, statistics: bool) -> dict:
+        """The chunked loss's `return_*` arguments for a pass: the predictions under `record_accuracy` (training) or
+        for `statistics`, the ranks for `record_accuracy`'s top k, the entropy for the confidence penalty (training) or
+        for `statistics`."""
+        counting = self._counting(training)
+        return dict(
+            return_predictions=counting or statistics,
+            return_target_rank=counting and bool(self.accuracy_top_k),
+            return_entropy=self._penalty(training) > 0 or statistics,
+        )
+
+    def _counting(self, training: bool) -> bool:
+        """Whether a pass counts its predictions into `accuracy_sums`: training passes under `record_accuracy`."""
+        return training and self.accuracy_sums is not None
+
+    def _penalty(self, training: bool) -> float:
+        """The confidence penalty β of a pass: the option in training, 0 in evaluation."""
+        return getattr(self.options, "confidence_penalty", 0.0) if training else 0.0
+
+    def _from_output(self, out, labels: torch.Tensor, rows: dict, training: bool, statistics: bool = False):
+        """The loss of a pass that asked the chunked loss for `_outputs` (a `LinearCrossEntropyOutput`; a tensor when
+        it asked for none): in training the labels it predicts added to `accuracy_sums` (`record_accuracy`), and the
         confidence penalty −β·H subtracted (`confidence_penalty` β; H each target token's entropy, averaged as the
         loss: per row for "none", summed for "sum", divided by `num_items_in_batch` or the labelled tokens for
-        "mean")."""
-        if out.predictions is not None and self.accuracy_sums is not None:
-            labels = labels.reshape(out.predictions.shape)
-            counted = labels != rows["ignore_index"]
-            hits = [((out.predictions == labels) & counted).sum()]
+        "mean"). With `statistics`: (loss, `token_statistics` of the same pass)."""
+        if isinstance(out, torch.Tensor):
+            return out
+        if self._counting(training):
+            target = labels.reshape(out.predictions.shape)
+            counted = target != rows["ignore_index"]
+            hits = [((out.predictions == target) & counted).sum()]
             if self.accuracy_top_k:  # the ranks (-1 on ignored rows), asked for only then: passes of their own (eager)
                 hits += [((out.target_rank < k) & counted).sum() for k in self.accuracy_top_k]
             self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
         loss = out.loss
-        if out.entropy is None:
+        beta = self._penalty(training)
+        if beta and rows["reduction"] == "none":
+            loss = loss - beta * out.entropy.reshape(loss.shape)
+        elif beta:
+            total = out.entropy.sum()
+            if rows["reduction"] == "mean":  # the loss's own divisor
+                counted = (labels != rows["ignore_index"]).sum()
+                total = total / mean_divisor(rows.get("num_items_in_batch"), counted, total.device)
+            loss = loss - beta * total.to(loss.dtype)
+        if not statistics:
             return loss
-        beta = self.options.confidence_penalty
-        if rows["reduction"] == "none":
-            return loss - beta * out.entropy.reshape(loss.shape)
-        total = out.entropy.sum()
-        if rows["reduction"] == "mean":  # the loss's own divisor
-            counted = (labels != rows["ignore_index"]).sum()
-            total = total / mean_divisor(rows.get("num_items_in_batch"), counted, total.device)
-        return loss - beta * total.to(loss.dtype)
+        target = labels.reshape(out.predictions.shape).to(out.predictions.device)
+        hit = (out.predictions == target) & (target != rows["ignore_index"])
+        return loss, {"entropy": out.entropy.detach(), "is_top1": hit}
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:
         """The dtype of the head's loss: float32 for a half model (float64 stays), as transformers' loss functions

@@ -216,11 +216,10 @@ class MarginHead(DiscreteHead):
 
     same_pass_accuracy = True
 
-    def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
+    def _cross_entropy(self, hidden, labels, training: bool, statistics: bool = False, **rows):
         """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights (and the
-        predictions, under `record_accuracy`: without the margin)."""
-        counting = training and self.accuracy_sums is not None
-        penalty = training and self.options.confidence_penalty > 0
+        predictions, under `record_accuracy`: without the margin). `statistics`: (loss, the same pass's token
+        statistics)."""
         out = margin_cross_entropy(
             hidden,
             self.weight,
@@ -229,14 +228,17 @@ class MarginHead(DiscreteHead):
             chunk_size=self.options.chunk_size,
             z_loss=self.options.z_loss if training else 0.0,
             class_weight=self.class_weight() if training else None,
-            return_predictions=counting,
-            return_target_rank=counting and bool(self.accuracy_top_k),
-            return_entropy=penalty,
             loss_dtype=self.loss_dtype(hidden),
+            **self._outputs(training, statistics),
             **self._scorer_arguments(training),
             **rows,
         )
-        return self._from_output(out, labels, rows) if counting or penalty else out
+        return self._from_output(out, labels, rows, training, statistics)
+
+    @property
+    def pass_is_inference_distribution(self) -> bool:
+        """In eval mode only: the training pass carries the margin (and max-norm the batch's maximum)."""
+        return not self.training
 
     def inference_logits(self, hidden):
         """Computed in float32 with autocast off, returned in the head's dtype."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
@@ -145,12 +144,10 @@ class SoftmaxHead(DiscreteHead):
 
     same_pass_accuracy = True
 
-    def _cross_entropy(self, hidden, labels, training: bool, **rows) -> torch.Tensor:
+    def _cross_entropy(self, hidden, labels, training: bool, statistics: bool = False, **rows):
         """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights (and the
-        predictions, under `record_accuracy`)."""
+        predictions, under `record_accuracy`). `statistics`: (loss, the same pass's token statistics)."""
         o = self.options
-        counting = training and self.accuracy_sums is not None
-        penalty = training and o.confidence_penalty > 0
         out = fused_linear_cross_entropy(
             hidden,
             self.weight,
@@ -163,15 +160,16 @@ class SoftmaxHead(DiscreteHead):
             chunk_size=o.chunk_size,
             logit_multiplier=o.logit_multiplier,
             softcap=o.logit_softcap,
-            return_predictions=counting,
-            return_target_rank=counting and bool(self.accuracy_top_k),
-            return_entropy=penalty,
             loss_dtype=self.loss_dtype(hidden),
+            **self._outputs(training, statistics),
             **rows,
         )
-        if counting or penalty:
-            out = self._from_output(out, labels, rows)
-        return out.reshape(labels.shape) if rows["reduction"] == "none" else out  # (*,) like the labels
+        return self._from_output(out, labels, rows, training, statistics)
+
+    @property
+    def pass_is_inference_distribution(self) -> bool:
+        """The softmax of W h + b in both modes (sparse: no, eq. 5 keeps the target beside the top k)."""
+        return self.top_k(False) is None
 
     def training_loss(self, hidden, labels, **rows):
         return self._cross_entropy(hidden, labels, True, **rows)

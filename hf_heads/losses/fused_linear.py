@@ -282,6 +282,7 @@ class _FusedLinearCERows(torch.autograd.Function):
                 h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_lse, want_pred=want_pred, want_ent=want_ent
             )
         ctx.save_for_backward(h, w, b, t, s, y, class_rows)
+        ctx.set_materialize_grads(False)  # an unused entropy gets None, not zeros: no entropy terms in the recompute
         ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
         ctx.slot = slot
         if class_rows is not None:

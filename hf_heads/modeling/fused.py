@@ -11,8 +11,11 @@ cross-entropy over `get_output_embeddings()`. An hf_heads model keeps its own fo
   mean loss, exactly `model(input_ids, labels=labels).loss`. For the softmax head it is the log-probability TRL
   computes; for the other families it is −(their criterion), which is what TRL then minimises.
 - `entropy` and `is_top1` (TRL's `mean_token_accuracy`) describe the inference distribution (no margin; sampled
-  heads corrected), without gradient, from chunks of rows (`OutputHead.statistics`). For sampled heads this is one
-  pass over the full vocabulary per step, which costs part of their speed-up.
+  heads corrected), without gradient (`OutputHead.loss_and_token_statistics`). A softmax head (and a margin head in
+  eval mode) scores that distribution in its loss pass and takes both from it: the chunk kernels' argmax and entropy,
+  no second product with W. The others (sparse, margin in training, sampled) add a pass over the output layer in
+  chunks of rows (`OutputHead.statistics`); for sampled heads that is one pass over the full vocabulary per step,
+  which costs part of their speed-up.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class TokenLossOutput(ModelOutput):
     loss: Σ per-token loss / `num_items_in_batch` (or the number of labelled tokens).
     log_probs: −(the head's per-token loss).
     entropy: entropy of the inference distribution (no gradient).
-    is_top1: whether the label is the inference distribution's argmax (no gradient).
+    is_top1: whether the label is the inference distribution's argmax, the lowest index winning a tie.
     label_mask: whether the label is not -100.
     """
 
@@ -56,15 +59,13 @@ def token_loss_output(
         raise ValueError("fused_lm_head=True needs labels (or shift_labels): it returns per-token losses")
     labels = shift_labels.to(hidden.device)  # (B, T)
     mask = labels != -100  # (B, T)
-    per_token, _ = head(hidden, labels, return_logits=False, reduction="none")  # (B, T), 0 where masked
+    per_token, stats = head(hidden, labels, reduction="none", token_statistics=True)  # (B, T), 0 where masked
     divisor = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-    # statistics only: a second loss would update the head's running statistics (max-norm) twice per step
-    _, stats = head(hidden.detach(), labels, statistics=True, compute_loss=False)
     return TokenLossOutput(
         loss=per_token.sum() / divisor,
         log_probs=-per_token,
         entropy=stats["entropy"],
-        is_top1=(stats["rank"] == 0) & mask,
+        is_top1=stats["is_top1"],
         label_mask=mask,
     )
 

@@ -28,6 +28,13 @@ LM = selection(
     f"{SCORING}::test_scoring_never_builds_batch_logits_and_restores_train_mode",
     "tests/test_warm_start.py::test_norm_scaled_margin_head_gain_is_fitted_saved_and_reloaded",
 )
+# TRL's entropy and top-1 hit from the loss pass
+SAME_PASS = selection(
+    f"{CAUSAL}::test_the_same_pass_top1_of_a_tie_goes_to_the_lowest_index_and_its_unused_entropy_costs_no_"
+    "backward_term",
+    f"{CAUSAL}::test_fused_lm_head_takes_entropy_and_top1_from_the_loss_pass_where_it_scores_the_inference_"
+    "distribution",
+)
 # sequence classification, seq2seq, the config
 TASK_MODELS = selection(
     f"{TASKS}::test_classification_last_token_pooling_ignores_padding_side",
@@ -95,16 +102,17 @@ MUTANTS: list[Mutant] = [
       "model.head.start_from(None if tied else out.weight, None)", ARCHITECTURES,
       "from_base leaves out the bias of an LM head that has one (Phi, GPT-J)"),
     # ---------------------------------------------------------------- fused.py: TRL's per-token output
-    m("fused-top1-at-ignored-positions", "modeling/fused.py", 'is_top1=(stats["rank"] == 0) & mask,',
-      'is_top1=stats["rank"] == 0,', LM,
+    m("fused-top1-at-ignored-positions", "heads/base.py",
+      'is_top1 = (stats["rank"] == 0) & (labels.to(stats["rank"].device) != ignore)', 'is_top1 = stats["rank"] == 0',
+      SAME_PASS,
       "is_top1 true at ignored positions (rank 0 there): TRL's mean_token_accuracy counts them as hits"),
     m("fused-loss-divides-by-every-position", "modeling/fused.py",
       "divisor = mask.sum().clamp(min=1) if num_items_in_batch is None",
       "divisor = mask.numel() if num_items_in_batch is None", LM,
       "the fused output's loss divides by every position, ignored ones included"),
-    m("fused-statistics-second-loss", "modeling/fused.py",
-      "_, stats = head(hidden.detach(), labels, statistics=True, compute_loss=False)",
-      "_, stats = head(hidden.detach(), labels, statistics=True)", LM,
+    m("fused-statistics-second-loss", "heads/base.py",
+      "stats = self.statistics(hidden.detach(), labels, ignore_index=ignore)",
+      "_, stats = self(hidden.detach(), labels, statistics=True, ignore_index=ignore)", LM,
       "the fused output's statistics compute a second training loss: a max-norm head's running ‖h‖ moves twice"),
     # ---------------------------------------------------------------- compat.py
     m("two-caches-accepted", "modeling/compat.py", "if len({id(value) for value in caches.values()}) > 1:",
@@ -236,5 +244,21 @@ MUTANTS: list[Mutant] = [
       "                pass\n",
       selection("tests/test_components.py::test_a_saved_directory_carries_the_code_of_its_task_and_family_only"),
       "every saved directory carries every task's and family's modules again"),
+    # ---------------------------------------------------------------- TRL's statistics from the loss pass
+    m("same-pass-statistics-off", "heads/softmax.py", "        return self.top_k(False) is None\n",
+      "        return False\n", SAME_PASS,
+      "a softmax head makes a second pass over W for TRL's entropy and top-1 hits"),
+    m("same-pass-statistics-margin-training", "heads/margin.py", "        return not self.training\n",
+      "        return True\n", SAME_PASS,
+      "a training margin head reports the entropy and argmax of its margin logits as the inference distribution's"),
+    m("same-pass-entropy-weights-materialized", "losses/fused_linear.py",
+      "        ctx.set_materialize_grads(False)", "        pass", SAME_PASS,
+      "an entropy asked for without its gradient still adds zero-weighted entropy terms to the recomputing backward"),
+    m("same-pass-top1-ignored-rows", "heads/discrete.py",
+      '        hit = (out.predictions == target) & (target != rows["ignore_index"])\n',
+      "        hit = out.predictions == target\n", SAME_PASS,
+      "ignored positions count as top-1 hits in TRL's mean_token_accuracy"),
+    m("same-pass-entropy-not-detached", "heads/discrete.py", '"entropy": out.entropy.detach()',
+      '"entropy": out.entropy', SAME_PASS, "TRL's entropy carries a gradient into the model"),
 ]
 # fmt: on
