@@ -32,14 +32,12 @@ Run as a script (`python tests/test_fsdp.py RANK WORLD INIT_FILE OUT_JSON`) it i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import torch
+from gloo import diff, run_workers
 
 FAMILIES = {
     "softmax": ({"family": "softmax"}, "global"),
@@ -67,34 +65,7 @@ TIMEOUT = 240
 
 
 def test_fsdp2_two_processes_match_one_process(tmp_path):
-    out = tmp_path / "result.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    init = tmp_path / "store"  # file:// rendezvous: no port to pick
-    start = time.perf_counter()
-    logs = [tmp_path / f"rank{rank}.log" for rank in range(WORLD)]  # files, not pipes: a full pipe would block
-    procs = []
-    try:
-        for rank, log in enumerate(logs):
-            with log.open("w") as f:
-                cmd = [sys.executable, __file__, str(rank), str(WORLD), str(init), str(out)]
-                procs.append(subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT))
-        for proc in procs:
-            proc.wait(timeout=max(1.0, TIMEOUT - (time.perf_counter() - start)))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    if any(proc.returncode for proc in procs):
-        tails = "\n".join(
-            f"--- rank {rank} (exit {proc.returncode}):\n{log.read_text()[-4000:]}"
-            for rank, (proc, log) in enumerate(zip(procs, logs, strict=True))
-        )
-        raise AssertionError(f"a worker failed or ran past {TIMEOUT} s:\n{tails}")
-    result = json.loads(out.read_text())
-    print(f"2-process FSDP2 run: {time.perf_counter() - start:.1f} s")
+    result = run_workers(__file__, WORLD, tmp_path, TIMEOUT)
     assert set(result) == set(FAMILIES) | set(TIED)
     for name, checks in result.items():
         for what, (abs_diff, rel_diff) in checks.items():
@@ -120,16 +91,6 @@ def _batch():
     ids = ids.masked_fill(mask == 0, 1)  # pad_token_id
     labels = ids.masked_fill(mask == 0, -100)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def _diff(got: torch.Tensor, want: torch.Tensor) -> list[float]:
-    """[max |got - want|, that / max |want|] (infinite entries must match exactly; NaN counts as a difference)."""
-    got, want = got.detach().double(), want.detach().double()
-    assert got.shape == want.shape, (got.shape, want.shape)
-    delta = torch.where(got == want, 0.0, (got - want).abs())  # the sparse head's -inf logits match as equal
-    abs_diff = float(delta.max()) if got.numel() else 0.0
-    want = want[want.isfinite()]
-    return [abs_diff, abs_diff / max(float(want.abs().max()), 1e-30)]
 
 
 def _shards(batch: dict, world: int) -> list[dict]:
@@ -174,10 +135,10 @@ def _check_family(ref, model, batch: dict, rank: int, world: int, reference: str
     with torch.no_grad():
         inputs = {k: shard[k] for k in ("input_ids", "attention_mask")}
         want = ref(**inputs).logits
-        checks["eval logits"] = _diff(model(**inputs).logits, want)
+        checks["eval logits"] = diff(model(**inputs).logits, want)
         eval_loss, eval_logits = _sharded_loss(model, shard, targets, world, backward=False)
-        checks["eval loss"] = _diff(eval_loss, _reference_loss(ref, batch, targets, reference, world, backward=False))
-        checks["eval logits with labels"] = _diff(eval_logits, want)
+        checks["eval loss"] = diff(eval_loss, _reference_loss(ref, batch, targets, reference, world, backward=False))
+        checks["eval logits with labels"] = diff(eval_logits, want)
     prompt = batch["input_ids"][:2, :5]
     gen = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=1)
     want_ids, got_ids = ref.generate(prompt, **gen), model.generate(prompt, **gen)
@@ -185,14 +146,14 @@ def _check_family(ref, model, batch: dict, rank: int, world: int, reference: str
     # one training forward/backward
     ref.train(), model.train()
     ref_loss = _reference_loss(ref, batch, targets, reference, world, backward=True)
-    checks["loss"] = _diff(_sharded_loss(model, shard, targets, world, backward=True)[0], ref_loss)
+    checks["loss"] = diff(_sharded_loss(model, shard, targets, world, backward=True)[0], ref_loss)
     ref_params = dict(ref.named_parameters())
     for name, param in model.named_parameters():
         want = ref_params[name].grad
         got = param.grad.full_tensor() if param.grad is not None else None  # an all-gather: every rank calls it
         assert (want is None) == (got is None), f"{name} has a gradient in one run only"
         if want is not None:
-            checks[f"grad {name}"] = _diff(got, want)
+            checks[f"grad {name}"] = diff(got, want)
     return checks
 
 

@@ -15,6 +15,8 @@
   their posterior corrections (eqs. 2-22), one object per method in `SAMPLING_METHODS`
 - `noise`: the noise distributions D of the sampled criteria and the shared draw
 - `sparse`: sparse-softmax (softmax over the top-k logits, eq. 4) and its loss (eq. 5)
+- `vocab_parallel`: those losses when W is a DTensor sharded on its rows (tensor parallelism): each process's
+  rows, combined by collectives (`shard_vocabulary` shards a head)
 - `continuous`: continuous-output losses on a predicted embedding: the von Mises-Fisher NLL (Kumar & Tsvetkov
   eq. 3, with their two regularised forms and the authors' released form), the margin loss with synthetic negatives
   (Bhat et al. eq. 1), and cross-entropies over scaled cosines to the table (every row, or the batch's targets)
@@ -83,6 +85,7 @@ from hf_heads.losses.sparse import (
     truncate_to_top_k,
 )
 from hf_heads.losses.triton_kernel import TritonKernel  # registers the "triton" and "triton-half" chunk kernels
+from hf_heads.losses.vocab_parallel import shard_vocabulary
 from hf_heads.validation import OptionError
 
 __all__ = [
@@ -142,6 +145,7 @@ __all__ = [
     "check_labels",
     "context_norm_values",
     "fused_linear_cross_entropy",
+    "shard_vocabulary",
     "LinearCrossEntropyOutput",
     "lsm_psi",
     "margin_cross_entropy",

@@ -63,6 +63,13 @@ from hf_heads.losses.chunks import (
 )
 from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # noqa: F401 (registered in the chunk engine)
 from hf_heads.losses.transforms import check_transform
+from hf_heads.losses.vocab_parallel import (
+    VocabShard,
+    reduce_sharded,
+    sharded_rows,
+    vocab_parallel_rows,
+    vocab_shard,
+)
 from hf_heads.validation import OptionError, check_choice, check_number
 
 
@@ -422,6 +429,19 @@ def fused_linear_cross_entropy(
             if value != off:
                 raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
+    shard = vocab_shard(weight)
+    if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
+        if logit_multiplier != 1.0:
+            hidden, bias = hidden * logit_multiplier, None if bias is None else bias * logit_multiplier
+        rows = sharded_rows(hidden, target, shard, ignore_index)
+        return sharded_loss(
+            rows, shard, shard.rows(bias), target.shape, target_logit=target_logit,
+            column_scale=shard.rows(column_scale), top_k=top_k, label_smoothing=label_smoothing, softcap=softcap,
+            criterion=criterion, z_loss=z_loss, class_weight=class_weight, return_z_loss=return_z_loss,
+            return_predictions=return_predictions, return_target_rank=return_target_rank,
+            return_entropy=return_entropy, out_dtype=out_dtype, reduction=reduction, ignore_index=ignore_index,
+            num_items_in_batch=num_items_in_batch, chunk_size=chunk_size,
+        )  # fmt: skip
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     if class_weight is not None:
         check_class_weight(class_weight, w.shape[0], label_smoothing)
@@ -537,6 +557,62 @@ class LinearCrossEntropyOutput(NamedTuple):
         check_number("k", k, minimum=1, integer=True)
         counted = self.target_rank >= 0
         return ((self.target_rank < k) & counted).sum() / counted.sum().clamp_min(1)
+
+
+def sharded_loss(
+    rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    shard: VocabShard,
+    bias: torch.Tensor | None,
+    shape,
+    *,
+    target_logit: torch.Tensor | None,
+    column_scale: torch.Tensor | None,
+    top_k: int | None,
+    label_smoothing: float,
+    softcap: float | None,
+    criterion: str,
+    z_loss: float,
+    class_weight: torch.Tensor | None,
+    return_z_loss: bool,
+    return_predictions: bool,
+    return_target_rank: bool,
+    return_entropy: bool,
+    out_dtype: torch.dtype,
+    reduction: str,
+    ignore_index: int,
+    num_items_in_batch,
+    chunk_size: int | None,
+):
+    """`fused_linear_cross_entropy` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
+    `sharded_rows` (h, y, valid): the loss, or the `LinearCrossEntropyOutput` of `return_z_loss` /
+    `return_predictions`, with the same values as one process. Refuses what is not vocabulary-parallel yet."""
+    for field, value, off in (
+        ("criterion", criterion, "ce"), ("return_target_rank", return_target_rank, False),
+        ("return_entropy", return_entropy, False),
+    ):  # fmt: skip
+        if value != off:
+            raise OptionError(field, value, f"must be {off!r} with a vocabulary-sharded weight (a DTensor, Shard(0))")
+    if class_weight is not None:
+        check_class_weight(class_weight, shard.num_classes, label_smoothing)
+    h, y, valid = rows
+    losses, lse, pred = vocab_parallel_rows(
+        h, y, shard, bias, target_logit=None if target_logit is None else target_logit.reshape(-1),
+        column_scale=column_scale, top_k=top_k, label_smoothing=label_smoothing, softcap=softcap,
+        want_pred=return_predictions, chunk_size=chunk_size,
+    )  # fmt: skip
+    loss, z_term = reduce_sharded(
+        losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch, z_loss=z_loss,
+        class_weight=class_weight,
+    )  # fmt: skip
+    loss = loss.to(out_dtype)
+    if not (return_z_loss or return_predictions):
+        return loss
+    lse_out = reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
+    predictions = accuracy = None
+    if return_predictions:
+        predictions = torch.where(valid, pred, ignore_index).reshape(shape)
+        accuracy = ((pred == y) & valid).sum() / valid.sum().clamp_min(1)
+    return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, None, None)
 
 
 def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fill: int) -> torch.Tensor:

@@ -36,7 +36,12 @@ from torch import nn
 
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
-from hf_heads.losses.fused_linear import LinearCrossEntropyOutput, WeightGradSlot, fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import (
+    LinearCrossEntropyOutput,
+    WeightGradSlot,
+    fused_linear_cross_entropy,
+    sharded_loss,
+)
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
     MARGINS,
@@ -54,6 +59,7 @@ from hf_heads.losses.scorer import (
     word_norm_values,
 )
 from hf_heads.losses.transforms import soft_cap
+from hf_heads.losses.vocab_parallel import margin_rows, vocab_shard
 
 # The scorer's names are re-exported here, where they lived before hf_heads.losses.scorer.
 __all__ = [
@@ -173,6 +179,19 @@ def margin_cross_entropy(
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
+    shard = vocab_shard(weight)
+    if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
+        h, s, t, b, y, valid = margin_rows(
+            scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index
+        )
+        return sharded_loss(
+            (h, y, valid), shard, b, target.shape, target_logit=t, column_scale=s, top_k=top_k,
+            label_smoothing=label_smoothing, softcap=scorer.softcap, criterion=criterion, z_loss=z_loss,
+            class_weight=class_weight, return_z_loss=return_z_loss, return_predictions=return_predictions,
+            return_target_rank=return_target_rank, return_entropy=return_entropy, out_dtype=out_dtype,
+            reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
+            chunk_size=chunk_size,
+        )  # fmt: skip
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     # every row, the ignored ones with a stand-in class (no host read of which rows count; the fused loss drops them)

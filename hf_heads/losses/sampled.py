@@ -85,6 +85,7 @@ from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.scorer import Scorer, resolve_scorer
 from hf_heads.losses.transforms import soft_cap
+from hf_heads.losses.vocab_parallel import refuse_sharded
 from hf_heads.validation import OptionError, check_choice, check_number
 
 CRITERIA = ("ce", "bce", "mse")
@@ -409,6 +410,7 @@ def sampled_loss(
     `loss_dtype`, by default torch's rule for the loss of hidden, weight and bias (`fused_linear_cross_entropy`'s
     `loss_dtype`: float32 under autocast, else their promoted dtype).
     """
+    refuse_sharded(weight, "sampled_loss")
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     num_classes = weight.shape[0]
     sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
@@ -475,6 +477,7 @@ def corrected_nll(
     exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer as in
     `margin_logits`: `scorer`, or its keyword `scorer_options`, its margin dropped. Computed in float32 and returned
     in `loss_dtype`, by default torch's rule (as `sampled_loss`)."""
+    refuse_sharded(weight, "corrected_nll")
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     check_reduction(reduction)
     scorer = resolve_scorer(scorer, **scorer_options).without_margin()

@@ -268,6 +268,9 @@ class WordNorm(Component, ABC):
 
     needs_counts: ClassVar[bool] = True  # whether f needs the training word counts
     identity: ClassVar[bool] = False  # True: f(c) = ‖W_c‖, the vector's own norm (no-mod)
+    # True: f(c) reads row c (and its count) alone, so a vocabulary-sharded W computes it on each process
+    # (hf_heads.losses.vocab_parallel); False where it reads other rows (the most frequent, the ranks)
+    per_row: ClassVar[bool] = False
 
     @abstractmethod
     def reference(self, weight: torch.Tensor, counts: torch.Tensor | None) -> torch.Tensor:
@@ -287,6 +290,7 @@ class NoModWordNorm(WordNorm):
     name: ClassVar[str] = "no-mod"
     needs_counts: ClassVar[bool] = False
     identity: ClassVar[bool] = True
+    per_row: ClassVar[bool] = True
 
     def reference(self, weight, counts):
         return weight.norm(dim=1)
@@ -359,6 +363,7 @@ class LogUnigramWordNorm(WordNorm):
     """log-unigram: f(c) = log c_c (eq. 9); a class never seen (count 0) is given count 1, i.e. f = 0."""
 
     name: ClassVar[str] = "log-unigram"
+    per_row: ClassVar[bool] = True
 
     def reference(self, weight, counts):
         return torch.log(counts.clamp_min(1.0))

@@ -1,0 +1,372 @@
+"""Vocabulary parallelism: the cross-entropy of an output layer whose W (V, H) is a DTensor sharded on its rows.
+
+Where a model is too large for one device, tensor parallelism splits its output layer first: transformers'
+tensor-parallel plans (`tp_plan`, "colwise" for an LM head) and accelerate's `ParallelismConfig(tp_size=...)` give
+each of the R processes of a 1-D device mesh the rows [o_r, o_r + V_r) of W (and of the bias): a DTensor with the
+placement `Shard(0)`. The hidden states, the labels and everything computed from them alone (the context norm g of
+eq. 10 of the margin paper, max-norm's batch maximum included) are the same on every process.
+
+Each process computes its own rows' logits z_r (chunk by chunk, never (N, V_r) at once) and combines them with
+collectives, as Megatron-LM's vocabulary-parallel cross-entropy does (Shoeybi et al. 2019, sec. 3):
+
+    lse_i = m_i + log Σ_r Σ_{c ∈ r} exp(z_ic − m_i),  m_i = max_r max_{c ∈ r} z_ic   (one all-reduce each)
+    z_iy from the process holding y_i (an all-reduce of the owner's value, 0 elsewhere)
+    loss_i = lse_i − z_iy  (+ label smoothing with Σ_c z_ic all-reduced, λ lse_i², class weight a[y_i])
+
+The gradient is exact with two autograd functions (`_ReduceSum`: all-reduce forward, identity backward, as every
+process holds the same loss; `_CopyIn`: identity forward, all-reduce of d h backward, the sum over the processes of
+each one's Σ_{c ∈ r} d z_ic W_c). d W_r and d b_r stay on their process, in the DTensor's own placement.
+
+What each option needs across processes:
+- sparse-softmax (eq. 5 of the sparse paper): each process's top k values are all-gathered and the k-th largest
+  of the R·k is the row's threshold; the log-sum-exp runs over the logits at or above it. A logit tied with the
+  k-th largest across processes is kept with it (one process's top-k keeps one of them: the two agree where the
+  k-th value is unique, as it is for real-valued logits).
+- margins (eq. 13 of the margin paper): the target logit t = g f_y φ(cos θ_y) + b_y is computed by the process
+  holding y and all-reduced; the word norm f must be a function of each row alone (`WordNorm.per_row`: no-mod,
+  log-unigram; the others read the most frequent row or the ranks of every class and are refused).
+- predictions (`return_predictions`): each process's argmax and its value are all-gathered, the largest value
+  wins, the lowest class id on a tie (as `torch.argmax`).
+The sampled family's criteria (a noise sample of classes shared by every process) are not vocabulary-parallel yet:
+its head refuses a sharded W (`check_vocab_parallel_support`).
+
+Every process must give the same hidden states and labels: the loss checks it (a checksum, all-reduced) and refuses
+otherwise — a weight sharded by FSDP (data parallelism, different rows on each process) is unsharded by FSDP's own
+hook before the head's forward, and never reaches this path inside it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.utils.checkpoint import checkpoint
+
+from hf_heads.components import REGISTRIES
+from hf_heads.losses._rows import (
+    check_labels,
+    compute_dtype,
+    host_reads_are_free,
+    mean_divisor,
+    reduce_rows,
+    valid_rows,
+)
+from hf_heads.losses.chunks import rows_per_chunk
+from hf_heads.validation import OptionError
+
+
+class VocabShard:
+    """Where a process's rows of a vocabulary-sharded W sit: the local rows (V_r, H) (a view with autograd to the
+    DTensor), their first class id `offset`, the global V, and the process group."""
+
+    def __init__(self, weight) -> None:
+        from torch.distributed.tensor import Shard
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        mesh, placements = weight.device_mesh, tuple(weight.placements)
+        if mesh.ndim != 1 or placements != (Shard(0),):
+            raise OptionError(
+                "weight",
+                f"a DTensor with placements {placements} on a mesh of shape {tuple(mesh.shape)}",
+                "a vocabulary-parallel output layer is sharded on its rows: placements (Shard(0),) on a 1-D mesh "
+                "(transformers' 'colwise' plan for an LM head); give any other layout as weight.full_tensor()",
+            )
+        self.local = weight.to_local()  # (V_r, H)
+        _, offset = compute_local_shape_and_global_offset(weight.shape, mesh, placements)
+        self.offset = int(offset[0])
+        self.num_classes = weight.shape[0]
+        self.group = mesh.get_group()
+
+    def rows(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
+        """This process's entries of a (V,) tensor given whole (word counts), or the local part of a sharded one."""
+        if tensor is None:
+            return None
+        if is_dtensor(tensor):
+            return tensor.to_local()
+        return tensor[self.offset : self.offset + self.local.shape[0]]
+
+
+def shard_vocabulary(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    """Shard the W (V, H) and bias (V,) of a discrete head — `model` an hf_heads model (its `.head`) or the head
+    itself — on their rows over the 1-D device mesh `mesh` (e.g. the "tp" dimension of the mesh of accelerate's
+    `ParallelismConfig(tp_size=...)`), in place, as torch's `ColwiseParallel` shards an `nn.Linear` LM head: each
+    parameter becomes an `nn.Parameter` holding a DTensor with placement `Shard(0)`. The head's losses are then
+    vocabulary-parallel (module docstring). A head whose W is the model's input embedding matrix (tied) is refused:
+    sharding it would untie them. Returns `model`."""
+    from torch import nn
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    head = getattr(model, "head", model)
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if embeddings is not None and getattr(embeddings, "weight", None) is head.weight:
+        allowed = "an untied output layer (tie_word_embeddings=False) to shard on its own"
+        raise OptionError("head.weight", "the input embedding matrix (tied)", allowed)
+    for name in ("weight", "bias"):
+        param = getattr(head, name, None)
+        if param is not None and not is_dtensor(param):
+            sharded = distribute_tensor(param.detach(), mesh, [Shard(0)])
+            head.register_parameter(name, nn.Parameter(sharded, requires_grad=param.requires_grad))
+    return model
+
+
+def is_dtensor(tensor) -> bool:
+    """Whether `tensor` is a DTensor (without importing torch.distributed.tensor for plain tensors)."""
+    if not dist.is_available() or isinstance(tensor, torch.Tensor) and type(tensor) is torch.Tensor:
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
+def vocab_shard(weight) -> VocabShard | None:
+    """The `VocabShard` of a DTensor weight (refusing a layout other than rows on a 1-D mesh), None for a tensor."""
+    return VocabShard(weight) if is_dtensor(weight) else None
+
+
+def refuse_sharded(weight, loss: str) -> None:
+    """Refuse a DTensor weight in a loss that is not vocabulary-parallel, naming it."""
+    if is_dtensor(weight):
+        raise OptionError(
+            "weight",
+            f"a DTensor with placements {tuple(weight.placements)}",
+            f"{loss} is not vocabulary-parallel (softmax, margin and sparse losses are): give weight.full_tensor()",
+        )
+
+
+def local_tensor(tensor):
+    """A replicated DTensor's local value (the hidden states of a tensor-parallel model), a tensor as it is."""
+    if not is_dtensor(tensor):
+        return tensor
+    from torch.distributed.tensor import Replicate
+
+    if any(p != Replicate() for p in tensor.placements):
+        allowed = "replicated on every process (placements Replicate()) beside a vocabulary-sharded weight"
+        raise OptionError("hidden", f"a DTensor with placements {tuple(tensor.placements)}", allowed)
+    return tensor.to_local()
+
+
+class _ReduceSum(torch.autograd.Function):
+    """Σ over the processes forward; identity backward (every process holds the same loss and its gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _CopyIn(torch.autograd.Function):
+    """Identity forward; backward the Σ over the processes of d x (each process's logits use x with its rows)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def copy_in(x: torch.Tensor, shard: VocabShard) -> torch.Tensor:
+    """x (replicated) as the processes' logits take it: its gradient is summed over the processes."""
+    return _CopyIn.apply(x, shard.group)
+
+
+def reduce_sum(x: torch.Tensor, shard: VocabShard) -> torch.Tensor:
+    return _ReduceSum.apply(x, shard.group)
+
+
+def check_replicated(shard: VocabShard, *tensors: torch.Tensor) -> None:
+    """Refuse hidden states or labels that differ between the processes (a checksum of each, its max and min
+    all-reduced; on an accelerator an asynchronous device assertion, no host read)."""
+    sums = torch.stack([t.detach().double().sum() for t in tensors])  # (T,)
+    both = torch.cat([sums, -sums])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=shard.group)
+    same = (both[: len(tensors)] == -both[len(tensors) :]).all()
+    message = (
+        "a vocabulary-sharded weight (a DTensor with Shard(0)) needs the same hidden states and labels on every "
+        "process of its mesh (tensor parallelism), but they differ: shard the batch with data parallelism over "
+        "another mesh dimension, or give the whole weight (weight.full_tensor())"
+    )
+    if host_reads_are_free(sums.device):
+        if not bool(same):
+            raise ValueError(message)
+    else:
+        torch._assert_async(same, message)
+
+
+def _global_top_k_floor(z: torch.Tensor, k: int, shard: VocabShard) -> torch.Tensor:
+    """(n,) the k-th largest logit of each row over every process: the all-gathered local top k's k-th largest."""
+    local = torch.topk(z, min(k, z.shape[1]), dim=1).values  # (n, k_r)
+    if local.shape[1] < k:  # a process with fewer than k rows pads with -inf
+        local = torch.nn.functional.pad(local, (0, k - local.shape[1]), value=-torch.inf)
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size(shard.group))]
+    dist.all_gather(parts, local.contiguous(), group=shard.group)
+    return torch.topk(torch.cat(parts, dim=1), k, dim=1).values[:, -1]  # (n,)
+
+
+def _argmax(z: torch.Tensor, shard: VocabShard) -> torch.Tensor:
+    """(n,) each row's argmax over every process, the lowest class id winning a tie."""
+    value, index = z.max(dim=1)  # (n,): torch's max gives the first maximum
+    pair = torch.stack([value.double(), (index + shard.offset).double()], dim=1)  # (n, 2)
+    parts = [torch.empty_like(pair) for _ in range(dist.get_world_size(shard.group))]
+    dist.all_gather(parts, pair, group=shard.group)
+    values, ids = torch.stack(parts)[..., 0], torch.stack(parts)[..., 1]  # (R, n) each
+    best = values.max(dim=0).values  # (n,)
+    ids = torch.where(values == best, ids, torch.inf)  # (R, n): the processes holding the maximum
+    return ids.min(dim=0).values.long()
+
+
+def _chunk_losses(h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: bool):
+    """(loss (n,), lse (n,), argmax (n,) or an empty tensor) of rows h (n, H) (already through `copy_in`) with
+    labels y (n,) (global ids), against this process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target
+    logit (before the soft-cap) or None."""
+    z = h @ w.T  # (n, V_r) in the compute dtype
+    if s is not None:
+        z = z * s
+    if b is not None:
+        z = z + b
+    if softcap is not None:
+        z = torch.tanh(z / softcap) * softcap
+    pred = _argmax(z.detach(), shard) if want_pred else z.new_empty(0, dtype=torch.long)
+    local = y - shard.offset
+    inside = (local >= 0) & (local < w.shape[0])  # (n,) whether this process holds the label
+    column = local.clamp(0, w.shape[0] - 1)[:, None]  # (n, 1)
+    if t is not None:
+        t = t if softcap is None else torch.tanh(t / softcap) * softcap
+        z = z.scatter(1, column, torch.where(inside, t, z.gather(1, column).squeeze(1))[:, None])
+        z_y = t  # the same on every process
+    else:
+        z_y = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)  # (n,)
+    support = shard.num_classes
+    kept = z
+    if top_k is not None and top_k < shard.num_classes:
+        with torch.no_grad():
+            floor = _global_top_k_floor(z.detach(), top_k, shard)  # (n,)
+        kept = z.masked_fill(z < floor[:, None], -torch.inf)
+        support = top_k
+    with torch.no_grad():
+        m = kept.max(dim=1).values  # (n,)
+        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=shard.group)
+        m = torch.where(torch.isfinite(m), m, 0.0)
+    lse = m + torch.log(reduce_sum(torch.exp(kept - m[:, None]).sum(1), shard))  # (n,)
+    loss = lse - z_y
+    if smooth:
+        total = reduce_sum(torch.where(torch.isfinite(kept), kept, 0.0).sum(1), shard)  # Σ over the support
+        loss = (1 - smooth) * loss + smooth * (lse - total / support)
+    return loss, lse, pred
+
+
+def vocab_parallel_rows(
+    h: torch.Tensor,
+    y: torch.Tensor,
+    shard: VocabShard,
+    bias: torch.Tensor | None,
+    *,
+    target_logit: torch.Tensor | None = None,
+    column_scale: torch.Tensor | None = None,
+    top_k: int | None = None,
+    label_smoothing: float = 0.0,
+    softcap: float | None = None,
+    want_pred: bool = False,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(losses (N,), lse (N,), argmax (N,) or empty) of the rows h (N, H) (through `copy_in`), y (N,) valid ids, one
+    chunk of rows at a time; in training each chunk is recomputed in the backward pass (`torch.utils.checkpoint`), so
+    no (N, V_r) block outlives its chunk."""
+    compute = compute_dtype(h, shard.local)
+    w = shard.local.to(compute)
+    b = None if bias is None else bias.to(compute)
+    s = None if column_scale is None else column_scale.to(compute)
+    h = h.to(compute)
+    step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], device=h.device)
+    outs = []
+    for start in range(0, h.shape[0], step):
+        rows = slice(start, start + step)
+        t = None if target_logit is None else target_logit[rows].to(compute)
+        args = (h[rows], y[rows], t, w, b, s, shard, top_k, label_smoothing, softcap, want_pred)
+        if torch.is_grad_enabled():
+            outs.append(checkpoint(_chunk_losses, *args, use_reentrant=False))
+        else:
+            outs.append(_chunk_losses(*args))
+    if not outs:
+        empty = h.new_zeros(0)
+        return empty + (w.sum() + h.sum()) * 0.0, empty, y.new_zeros(0)
+    losses, lse, pred = (torch.cat(parts) for parts in zip(*outs, strict=True))
+    return losses, lse, pred
+
+
+def sharded_rows(
+    hidden: torch.Tensor, target: torch.Tensor, shard: VocabShard, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(h (N, H) through `copy_in`, y (N,) with class 0 on ignored rows, valid (N,)): the rows of a vocabulary-parallel
+    loss, every process's hidden states and labels checked to be the same, the labels checked against V."""
+    h, y, valid = valid_rows(local_tensor(hidden), target, ignore_index)
+    check_labels(y, shard.num_classes, ignore_index)
+    check_replicated(shard, h, y)
+    return copy_in(h, shard), torch.where(valid, y, 0), valid
+
+
+def reduce_sharded(
+    losses: torch.Tensor,
+    lse: torch.Tensor,
+    y: torch.Tensor,
+    valid: torch.Tensor,
+    target_shape,
+    *,
+    reduction: str,
+    num_items_in_batch,
+    z_loss: float = 0.0,
+    class_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, z-loss term) of the rows' cross-entropies as `fused_linear_cross_entropy` reduces them: a[y_i] · loss_i
+    + λ lse_i²; "mean" divides the weighted sum by Σ a[y_i] (torch's normalisation) or `num_items_in_batch`, the
+    z-loss by the row count or `num_items_in_batch`."""
+    counted = valid.to(losses.dtype)
+    rows = losses if class_weight is None else losses * class_weight.to(losses)[y]
+    z_rows = z_loss * lse.square() if z_loss else torch.zeros_like(losses)
+    if reduction == "none":
+        total = reduce_rows(rows + z_rows, valid, target_shape, "none", keep=valid)
+        return total, reduce_rows(z_rows.detach(), valid, target_shape, "none", keep=valid)
+    ce_sum, z_sum = (rows * counted).sum(), (z_rows * counted).sum()
+    if reduction == "sum":
+        return ce_sum + z_sum, z_sum.detach()
+    divisor = mean_divisor(num_items_in_batch, valid.sum(), losses.device)
+    ce_divisor = divisor
+    if class_weight is not None and num_items_in_batch is None:  # torch's Σ_i a[y_i]
+        weights = (class_weight.to(losses)[y] * counted).sum()
+        ce_divisor = torch.where(weights > 0, weights, torch.ones_like(weights))
+    return ce_sum / ce_divisor + z_sum / divisor, (z_sum / divisor).detach()
+
+
+def margin_rows(
+    scorer, hidden, shard: VocabShard, bias, target, word_counts, context_norm_value, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """(a·h (N, H), s (V_r,) or None, t (N,) or None, b (V_r,) or None, y (N,), valid (N,)) of eq. 13 for a
+    vocabulary-sharded W: the scorer's factors of this process's rows (`Scorer.fused_factors`), the target logit t
+    from the process holding each label, all-reduced. Refuses a word norm that is not a function of each row alone."""
+    if not getattr(scorer.word_norm, "per_row", False):
+        raise OptionError(
+            "word_norm",
+            scorer.word_norm.name,
+            "with a vocabulary-sharded weight, a word norm computed from each row alone (per_row): "
+            + ", ".join(
+                sorted(name for name, cls in REGISTRIES["word_norm"].items() if getattr(cls, "per_row", False))
+            ),
+        )
+    h, y, valid = sharded_rows(hidden, target, shard, ignore_index)
+    local = y - shard.offset
+    inside = valid & (local >= 0) & (local < shard.local.shape[0])  # (N,) the labels this process holds
+    a, s, t, b, _ = scorer.fused_factors(
+        h, shard.local, shard.rows(bias), torch.where(inside, local, 0), shard.rows(word_counts),
+        context_norm_value, valid,
+    )  # fmt: skip
+    if t is not None:
+        t = reduce_sum(torch.where(inside, t, 0.0), shard)  # (N,) the owner's
+    return h if a is None else h * a[:, None].to(h.dtype), s, t, b, y, valid

@@ -1,0 +1,211 @@
+"""Vocabulary parallelism over 2 gloo CPU processes: a head whose W (and bias) is a DTensor sharded on its rows
+(`Shard(0)` on a 1-D mesh: `hf_heads.losses.vocab_parallel.shard_vocabulary`, which registers them with
+`distribute_tensor` exactly as torch's `ColwiseParallel` shards an LM head's `nn.Linear` for transformers' "colwise"
+plan; that style itself only takes `nn.Linear` / `nn.Embedding` modules) gives the loss and the gradients of one
+process with the whole W, for the softmax, margin (arc + log-unigram + max-norm) and sparse heads, with the loss
+options, in training and in evaluation; so does a tiny Llama `HeadsForCausalLM` with its head sharded.
+
+V = 37 classes over 2 processes (19 + 18 rows: the offsets matter); the same hidden states and labels on both
+(tensor parallelism); some labels ignored. Each process compares its loss, d hidden and the gathered d W, d b
+(`grad.full_tensor()`) with the one-process head, and the `record_accuracy` counts; refusals are checked in the
+workers too (the sampled family, a word norm that reads other rows, hidden states that differ between processes).
+
+Run as a script (`python tests/test_vocab_parallel.py RANK WORLD INIT_FILE OUT_JSON`) it is one of the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from gloo import diff, run_workers
+
+WORLD = 2
+RTOL = 1e-5
+TIMEOUT = 240
+V, H, N = 37, 16, 24
+HEADS = {
+    "softmax": {"family": "softmax"},
+    "softmax smoothing z-loss": {"family": "softmax", "label_smoothing": 0.1, "z_loss": 1e-3},
+    "softmax class weights z-loss": {"family": "softmax", "class_weights": "balanced", "z_loss": 1e-3},
+    "softmax soft-cap": {"family": "softmax", "logit_softcap": 3.0, "logit_multiplier": 0.5},
+    "margin arc log-unigram max-norm": {
+        "family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm",
+    },
+    "margin cos scale": {"family": "margin", "margin": "cos", "m": 0.1, "scale": 8.0, "z_loss": 1e-3},
+    "sparse k=5": {"family": "sparse", "k": 5},
+    "sparse k=5 smoothing": {"family": "sparse", "k": 5, "label_smoothing": 0.1},
+}  # fmt: skip
+REFUSED = ("sampled", "word norm uniform", "hidden differs", "tied model")
+
+
+def test_two_processes_with_a_vocabulary_sharded_head_match_one_process(tmp_path):
+    result = run_workers(__file__, WORLD, tmp_path, TIMEOUT)
+    assert set(result) == set(HEADS) | {f"refused: {name}" for name in REFUSED} | {"causal LM"}
+    for name, checks in result.items():
+        if name.startswith("refused"):
+            assert checks == "refused", f"{name}: {checks}"
+            continue
+        if name != "causal LM":
+            assert {"train loss", "train grad hidden", "train grad weight", "eval loss", "accuracy"} <= set(checks)
+        for what, (abs_diff, rel_diff) in checks.items():
+            print(f"{name:34s} {what:24s} max abs {abs_diff:.3g}  rel {rel_diff:.3g}")
+            assert rel_diff <= RTOL, f"{name}: {what} differs (max abs {abs_diff}, rel {rel_diff})"
+
+
+# ------------------------------------------------------------------------------------------------- worker
+
+
+def _inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(N, H, generator=gen) * 2
+    labels = torch.randint(0, V, (N,), generator=gen)
+    labels[::5] = -100
+    return hidden, labels
+
+
+def _run(head, hidden, labels, train: bool, **rows):
+    head.train(train)
+    h = hidden.clone().requires_grad_(train)
+    loss, _ = head(h, labels, return_logits=False, **rows)
+    if train:
+        loss.sum().backward()
+    return loss.detach(), h.grad
+
+
+def _check(options: dict, mesh, counts) -> dict[str, list[float]]:
+    import copy
+
+    from hf_heads.heads import make_head
+    from hf_heads.losses.vocab_parallel import shard_vocabulary
+
+    torch.manual_seed(0)
+    ref = make_head(H, V, {**options, "bias": True})
+    if ref.needs_counts:
+        ref.set_word_counts(counts)
+    with torch.no_grad():
+        ref.bias.normal_()
+    tp = shard_vocabulary(copy.deepcopy(ref), mesh)
+    hidden, labels = _inputs()
+    checks = {}
+    for head in (ref, tp):
+        head.record_accuracy()
+    for rows in ({}, {"num_items_in_batch": 30}, {"reduction": "none"}, {"reduction": "sum"}):
+        tag = "" if not rows else f" {next(iter(rows.values()))}"
+        ref.zero_grad(), tp.zero_grad()
+        want, want_h = _run(ref, hidden, labels, True, **rows)
+        got, got_h = _run(tp, hidden, labels, True, **rows)
+        checks[f"train loss{tag}"] = diff(got, want)
+        checks[f"train grad hidden{tag}"] = diff(got_h, want_h)
+        checks[f"train grad weight{tag}"] = diff(tp.weight.grad.full_tensor(), ref.weight.grad)
+        checks[f"train grad bias{tag}"] = diff(tp.bias.grad.full_tensor(), ref.bias.grad)
+        with torch.no_grad():
+            checks[f"eval loss{tag}"] = diff(
+                _run(tp, hidden, labels, False, **rows)[0], _run(ref, hidden, labels, False, **rows)[0]
+            )
+    checks["accuracy"] = diff(tp.take_accuracy(), ref.take_accuracy())
+    if options.get("context_norm") == "max-norm":
+        checks["running max-norm"] = diff(tp.context_norm_running, ref.context_norm_running)
+    return checks
+
+
+def _refused(options: dict, mesh, counts, rank: int, differs: bool) -> str:
+    from hf_heads.heads import make_head
+    from hf_heads.losses.vocab_parallel import shard_vocabulary
+    from hf_heads.validation import OptionError
+
+    head = make_head(H, V, options)
+    if head.needs_counts:
+        head.set_word_counts(counts)
+    shard_vocabulary(head, mesh).train()
+    hidden, labels = _inputs(seed=rank if differs else 0)
+    try:
+        head(hidden, labels, return_logits=False)
+    except (OptionError, ValueError) as error:
+        print(f"refused {options}: {error}")
+        return "refused"
+    return "accepted"
+
+
+def _model(mesh) -> dict[str, list[float]]:
+    """A tiny Llama `HeadsForCausalLM` (margin arc head, untied) with its head sharded by `shard_vocabulary`: the
+    training loss and every gradient equal the unsharded model's; a tied model is refused."""
+    import copy
+
+    from conftest import tiny_llama_config
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+    from hf_heads.losses.vocab_parallel import shard_vocabulary
+
+    torch.manual_seed(0)
+    head = {"family": "margin", "margin": "arc", "m": 0.2}
+    ref = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head)).train()
+    model = shard_vocabulary(copy.deepcopy(ref), mesh)
+    ids = torch.randint(4, 61, (2, 9), generator=torch.Generator().manual_seed(3))
+    checks = {"loss": diff(model(ids, labels=ids).loss, ref(ids, labels=ids).loss)}
+    model(ids, labels=ids).loss.backward()
+    ref(ids, labels=ids).loss.backward()
+    want = dict(ref.named_parameters())
+    for name, param in model.named_parameters():
+        grad = param.grad.full_tensor() if hasattr(param.grad, "full_tensor") else param.grad
+        checks[f"grad {name}"] = diff(grad, want[name].grad)
+    return checks
+
+
+def _tied(mesh) -> str:
+    from conftest import tiny_llama_config
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+    from hf_heads.losses.vocab_parallel import shard_vocabulary
+    from hf_heads.validation import OptionError
+
+    backbone = tiny_llama_config(tie_word_embeddings=True).to_dict()
+    model = HeadsForCausalLM(HeadsConfig(backbone=backbone, tie_word_embeddings=True))
+    try:
+        shard_vocabulary(model, mesh)
+    except OptionError as error:
+        print(f"refused a tied model: {error}")
+        return "refused"
+    return "accepted"
+
+
+def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+    )
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    counts = (torch.arange(V, dtype=torch.float32) * 7) % 11  # word counts (some zero)
+    results = {}
+    for name, options in HEADS.items():
+        checks = _check(options, mesh, counts)
+        values = torch.tensor(list(checks.values()), dtype=torch.float64)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)  # the worst over the ranks
+        results[name] = dict(zip(checks, values.tolist(), strict=True))
+    refusals = {
+        "sampled": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
+        "word norm uniform": {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "uniform"},
+        "hidden differs": {"family": "softmax"},
+    }
+    for name, options in refusals.items():
+        results[f"refused: {name}"] = _refused(options, mesh, counts, rank, differs=name == "hidden differs")
+    checks = _model(mesh)
+    values = torch.tensor(list(checks.values()), dtype=torch.float64)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    results["causal LM"] = dict(zip(checks, values.tolist(), strict=True))
+    results["refused: tied model"] = _tied(mesh)
+    if rank == 0:
+        Path(out_file).write_text(json.dumps(results, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
