@@ -22,6 +22,7 @@ SAMPLED = ["tests/test_sampled_losses.py", *CONTRACT_HEADS]
 SPARSE = ["tests/test_sparse.py", *CONTRACT_HEADS]
 FUSED = ["tests/test_margin_losses.py", "tests/test_sparse.py", "tests/test_properties.py", *CONTRACT_HEADS]
 KERNELS = ["tests/test_kernels.py"]
+VOCAB_PARALLEL = ["tests/test_vocab_parallel.py"]
 
 
 def kernel(test: str) -> list[str]:
@@ -255,5 +256,34 @@ MUTANTS = [
     _m("statistics-log-prob-unnormalised", "heads/base.py",
        "label = target if normalized else scores.gather(1, y_c[:, None])", "label = scores.gather(1, y_c[:, None])",
        ["tests/test_statistics.py"], "the statistics' log p(label) is the label's raw score, not its log-probability"),
+    # ---------------------------------------------------------------- vocabulary parallelism (vocab_parallel.py)
+    _m("vp-hidden-grad-not-summed", "losses/vocab_parallel.py", "        dist.all_reduce(grad, group=ctx.group)\n",
+       "        pass\n", VOCAB_PARALLEL,
+       "d hidden keeps only this process's rows' part (no all-reduce in the backward)"),
+    _m("vp-target-logit-local", "losses/vocab_parallel.py",
+       "z_y = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)",
+       "z_y = torch.where(inside, z.gather(1, column).squeeze(1), 0.0)", VOCAB_PARALLEL,
+       "the target logit is 0 on the processes that do not hold the label"),
+    _m("vp-offset-ignored", "losses/vocab_parallel.py", "    local = y - shard.offset\n    inside = (local",
+       "    local = y\n    inside = (local", VOCAB_PARALLEL, "every process reads labels as if it held the first rows"),
+    _m("vp-top-k-local", "losses/vocab_parallel.py",
+       "floor = _global_top_k_floor(z.detach(), top_k, shard)",
+       "floor = torch.topk(z.detach(), min(top_k, z.shape[1]), dim=1).values[:, -1]", VOCAB_PARALLEL,
+       "sparse-softmax keeps each process's own top k, not the row's"),
+    _m("vp-margin-target-local", "losses/vocab_parallel.py",
+       "        t = reduce_sum(torch.where(inside, t, 0.0), shard)", "        t = torch.where(inside, t, 0.0)",
+       VOCAB_PARALLEL, "the margin's target logit is 0 on the processes that do not hold the label"),
+    _m("vp-smoothing-local-sum", "losses/vocab_parallel.py",
+       "total = reduce_sum(torch.where(torch.isfinite(kept), kept, 0.0).sum(1), shard)",
+       "total = torch.where(torch.isfinite(kept), kept, 0.0).sum(1)", VOCAB_PARALLEL,
+       "label smoothing averages this process's logits only"),
+    _m("vp-class-weight-mean", "losses/vocab_parallel.py",
+       "    if class_weight is not None and num_items_in_batch is None:", "    if False:", VOCAB_PARALLEL,
+       "class-weighted mean divides by the row count, not by Σ a[y]"),
+    _m("vp-replication-unchecked", "losses/vocab_parallel.py", "        if not bool(same):\n", "        if False:\n",
+       VOCAB_PARALLEL, "different hidden states on the processes give a wrong loss silently"),
+    _m("vp-sampled-accepted", "losses/vocab_parallel.py", "    if is_dtensor(weight):\n        raise OptionError(",
+       "    if False:\n        raise OptionError(", VOCAB_PARALLEL,
+       "a sampled head with a sharded weight fails with torch's mixed-DTensor error instead of naming the option"),
 ]
 # fmt: on
