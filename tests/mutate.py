@@ -99,7 +99,8 @@ PRELOAD = [
 
 def _pytest_in_child(dest: str, args: tuple[str, ...], log: str) -> None:
     """A forked test process: pytest with `args` on the copy at `dest`, its output in `log`. The copy comes first on
-    sys.path and the repository is taken off it, so `hf_heads` and the tests are the copy's."""
+    sys.path (and on the PYTHONPATH of the processes it starts) and the repository is taken off it, so `hf_heads` and
+    the tests are the copy's."""
     os.setsid()  # its own process group: a timeout kills it with the workers it starts
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(out, 1)
@@ -107,6 +108,7 @@ def _pytest_in_child(dest: str, args: tuple[str, ...], log: str) -> None:
     os.chdir(dest)
     ours = {str(ROOT), str(ROOT / "tests"), ""}  # the repository and this script's folder
     sys.path[:] = [dest, *(p for p in sys.path if p not in ours)]
+    os.environ["PYTHONPATH"] = dest  # and the processes the tests start (the gloo workers) import the copy too
     import pytest
 
     code = pytest.main(list(args))

@@ -107,6 +107,14 @@ def _check(options: dict, mesh, counts) -> dict[str, list[float]]:
                 _run(tp, hidden, labels, False, **rows)[0], _run(ref, hidden, labels, False, **rows)[0]
             )
     checks["accuracy"] = diff(tp.take_accuracy(), ref.take_accuracy())
+    tp.eval(), ref.eval()
+    with torch.no_grad():  # over every class at once: from the gathered W
+        checks["inference logits"] = diff(tp.logits(hidden), ref.logits(hidden))
+        got, want = tp.statistics(hidden, labels), ref.statistics(hidden, labels)
+        for key, value in want.items():
+            checks[f"statistics {key}"] = diff(got[key], value)
+        got, want = tp.diagnostics(), ref.diagnostics()
+        checks["diagnostics"] = diff(torch.tensor([got[k] for k in want]), torch.tensor(list(want.values())))
     if options.get("context_norm") == "max-norm":
         checks["running max-norm"] = diff(tp.context_norm_running, ref.context_norm_running)
     return checks
@@ -132,7 +140,7 @@ def _refused(options: dict, mesh, counts, rank: int, differs: bool) -> str:
 
 def _model(mesh) -> dict[str, list[float]]:
     """A tiny Llama `HeadsForCausalLM` (margin arc head, untied) with its head sharded by `shard_vocabulary`: the
-    training loss and every gradient equal the unsharded model's; a tied model is refused."""
+    training loss and every gradient, the eval loss and logits, and greedy `generate` equal the unsharded model's."""
     import copy
 
     from conftest import tiny_llama_config
@@ -152,6 +160,13 @@ def _model(mesh) -> dict[str, list[float]]:
     for name, param in model.named_parameters():
         grad = param.grad.full_tensor() if hasattr(param.grad, "full_tensor") else param.grad
         checks[f"grad {name}"] = diff(grad, want[name].grad)
+    model.eval(), ref.eval()
+    with torch.no_grad():
+        checks["eval loss"] = diff(model(ids, labels=ids).loss, ref(ids, labels=ids).loss)
+        checks["eval logits"] = diff(model(ids).logits, ref(ids).logits)
+    greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    differing = float((model.generate(ids[:, :5], **greedy) != ref.generate(ids[:, :5], **greedy)).sum())
+    checks["generate (tokens differing)"] = [differing, differing]
     return checks
 
 
@@ -174,14 +189,15 @@ def _tied(mesh) -> str:
 
 def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
+    from accelerate.parallelism_config import ParallelismConfig
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
     )
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    # the "tp" mesh accelerate's `Accelerator(parallelism_config=ParallelismConfig(tp_size=2))` builds (docs)
+    mesh = ParallelismConfig(tp_size=world).build_device_mesh("cpu")["tp"]
     counts = (torch.arange(V, dtype=torch.float32) * 7) % 11  # word counts (some zero)
     results = {}
     for name, options in HEADS.items():

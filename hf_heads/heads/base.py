@@ -26,6 +26,7 @@ from torch import nn
 
 from hf_heads.heads.registry import head_options
 from hf_heads.losses.chunks import kernel_choice, map_chunks, rows_per_chunk
+from hf_heads.losses.vocab_parallel import whole_parameters
 
 TASKS = ("causal-lm", "seq2seq", "classification")
 
@@ -203,8 +204,10 @@ class OutputHead(nn.Module):
         return loss, {"entropy": stats["entropy"], "is_top1": is_top1}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Inference logits (*, V) in the head's dtype; they never carry a training margin."""
-        return self.inference_logits(hidden)
+        """Inference logits (*, V) in the head's dtype; they never carry a training margin. With a vocabulary-sharded
+        W, computed from its whole tensor (`whole_parameters`)."""
+        with whole_parameters(self):
+            return self.inference_logits(hidden)
 
     @torch.no_grad()
     def statistics(
@@ -226,6 +229,10 @@ class OutputHead(nn.Module):
         instead. `chunk_size`: rows per chunk (default: the chunk engine's memory budget). Computed without gradient
         by the chunk engine (hf_heads.losses.chunks), one (chunk, V) block of logits at a time, never the (N, V)
         logits; float64 for a float64 head, else float32."""
+        with whole_parameters(self):  # a vocabulary-sharded W gathered once, not per chunk
+            return self._statistics(hidden, labels, ignore_index, normalized, chunk_size)
+
+    def _statistics(self, hidden, labels, ignore_index: int, normalized: bool, chunk_size: int | None) -> dict:
         h = hidden.reshape(-1, hidden.shape[-1])  # (N, H)
         y = labels.reshape(-1).to(h.device)  # (N,)
         rows = torch.nonzero(y != ignore_index).squeeze(1)  # (M,) the positions that count
@@ -289,4 +296,5 @@ class OutputHead(nn.Module):
             return_logits = labels is None or not self.training
         if not return_logits:
             return loss, None
-        return loss, (self.logits(hidden) if normalized else self.unnormalized_log_scores(hidden))
+        with whole_parameters(self):
+            return loss, (self.logits(hidden) if normalized else self.unnormalized_log_scores(hidden))

@@ -15,6 +15,7 @@ from hf_heads.heads.base import OutputHead
 from hf_heads.losses._rows import compute_dtype, mean_divisor
 from hf_heads.losses.chunks import kernel_choice
 from hf_heads.losses.transforms import transform_logits
+from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
 
 
@@ -210,7 +211,8 @@ class DiscreteHead(OutputHead):
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
         """Output-vector norms and, once set, the running max-norm."""
-        norms = self.weight.float().norm(dim=1)
+        with whole_parameters(self):
+            norms = self.weight.float().norm(dim=1)
         out = {"head/weight_norm_mean": norms.mean().item(), "head/weight_norm_std": norms.std().item()}
         if float(self.context_norm_running) >= 0:
             out["head/context_norm_running"] = float(self.context_norm_running)

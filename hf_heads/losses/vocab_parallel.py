@@ -37,6 +37,8 @@ hook before the head's forward, and never reaches this path inside it.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
@@ -130,6 +132,24 @@ def refuse_sharded(weight, loss: str) -> None:
             f"a DTensor with placements {tuple(weight.placements)}",
             f"{loss} is not vocabulary-parallel (softmax, margin and sparse losses are): give weight.full_tensor()",
         )
+
+
+@contextlib.contextmanager
+def whole_parameters(module: torch.nn.Module):
+    """Inside: each DTensor parameter of `module` itself (not of its children) replaced by its whole tensor
+    (`full_tensor()`: all-gathered, differentiable), for what is computed over every class at once — the inference
+    logits (`generate`, `pipeline`), the statistics of `eval_accuracy@k`, the diagnostics. Each process then holds
+    all of W (V, H) while it runs: the losses never do. A no-op without DTensor parameters."""
+    sharded = {name: p for name, p in module._parameters.items() if p is not None and is_dtensor(p)}
+    if not sharded:
+        yield module
+        return
+    try:
+        for name, param in sharded.items():
+            module._parameters[name] = param.full_tensor()
+        yield module
+    finally:
+        module._parameters.update(sharded)
 
 
 def local_tensor(tensor):
