@@ -30,6 +30,7 @@ from hf_heads.losses.sampled import (
     self_normalization,
     validate_sampled_options,
 )
+from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError
 
 _DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-normalisation diagnostic
@@ -274,7 +275,8 @@ class SampledHead(MarginHead):
         out = super().diagnostics()
         last = getattr(self, "_last_hidden", None)
         if last is not None and last.shape[0]:
-            raw = self.posterior(self.scores(last), normalize=False)
+            with whole_parameters(self):  # a vocabulary-sharded W: its whole tensor
+                raw = self.posterior(self.scores(last), normalize=False)
             out["head/self_norm_logz_mean"], out["head/self_norm_logz_std"] = self_normalization(raw)
         return out
 

@@ -586,19 +586,16 @@ def sharded_loss(
     """`fused_linear_cross_entropy` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
     `sharded_rows` (h, y, valid): the loss, or the `LinearCrossEntropyOutput` of `return_z_loss` /
     `return_predictions`, with the same values as one process. Refuses what is not vocabulary-parallel yet."""
-    for field, value, off in (
-        ("criterion", criterion, "ce"), ("return_target_rank", return_target_rank, False),
-        ("return_entropy", return_entropy, False),
-    ):  # fmt: skip
-        if value != off:
-            raise OptionError(field, value, f"must be {off!r} with a vocabulary-sharded weight (a DTensor, Shard(0))")
+    for field, value in (("return_target_rank", return_target_rank), ("return_entropy", return_entropy)):
+        if value:
+            raise OptionError(field, value, "must be False with a vocabulary-sharded weight (a DTensor, Shard(0))")
     if class_weight is not None:
         check_class_weight(class_weight, shard.num_classes, label_smoothing)
     h, y, valid = rows
     losses, lse, pred = vocab_parallel_rows(
         h, y, shard, bias, target_logit=None if target_logit is None else target_logit.reshape(-1),
         column_scale=column_scale, top_k=top_k, label_smoothing=label_smoothing, softcap=softcap,
-        want_pred=return_predictions, chunk_size=chunk_size,
+        want_pred=return_predictions, chunk_size=chunk_size, criterion=criterion,
     )  # fmt: skip
     loss, z_term = reduce_sharded(
         losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch, z_loss=z_loss,

@@ -85,7 +85,13 @@ from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.scorer import Scorer, resolve_scorer
 from hf_heads.losses.transforms import soft_cap
-from hf_heads.losses.vocab_parallel import refuse_sharded
+from hf_heads.losses.vocab_parallel import (
+    margin_rows,
+    same_samples,
+    sharded_candidate_scores,
+    vocab_parallel_rows,
+    vocab_shard,
+)
 from hf_heads.validation import OptionError, check_choice, check_number
 
 CRITERIA = ("ce", "bce", "mse")
@@ -410,7 +416,6 @@ def sampled_loss(
     `loss_dtype`, by default torch's rule for the loss of hidden, weight and bias (`fused_linear_cross_entropy`'s
     `loss_dtype`: float32 under autocast, else their promoted dtype).
     """
-    refuse_sharded(weight, "sampled_loss")
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     num_classes = weight.shape[0]
     sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
@@ -418,6 +423,25 @@ def sampled_loss(
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)
     rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
+    shard = vocab_shard(weight) if sampler.draws_samples else None
+    if shard is not None:  # W a DTensor sharded on its rows: the K candidates' scores from the processes holding them
+        if noise_probs is None:
+            raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
+        check_noise_probs(noise_probs, num_classes)
+        if samples is None:
+            samples = draw_samples(noise_probs.to(shard.local.device), num_samples, generator)
+        samples = same_samples(samples, shard)  # the first process's draw: the noise is drawn once
+        h, f, t, b, y, valid = margin_rows(
+            scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index, target_logit=True
+        )
+        s_k = sharded_candidate_scores(h, shard, b, f, samples, scorer.softcap)  # (N, K)
+        log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,)
+        hit = samples[None, :] == y[:, None] if remove_accidental_hits else None
+        per_row = _sampled_rows(
+            sampler, criterion, soft_cap(t, scorer.softcap), s_k, log_kd[y], log_kd[samples], hit, num_samples,
+            num_classes,
+        )  # fmt: skip
+        return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep=valid).to(out_dtype)
     if not sampler.draws_samples:  # CE, BCE or MSE over all C classes: the fused chunks, gradients in the forward pass
         return margin_cross_entropy(
             hidden,
@@ -477,11 +501,32 @@ def corrected_nll(
     exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer as in
     `margin_logits`: `scorer`, or its keyword `scorer_options`, its margin dropped. Computed in float32 and returned
     in `loss_dtype`, by default torch's rule (as `sampled_loss`)."""
-    refuse_sharded(weight, "corrected_nll")
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     check_reduction(reduction)
     scorer = resolve_scorer(scorer, **scorer_options).without_margin()
     scorer.check_counts(word_counts, weight.shape[0])
+    shard = vocab_shard(weight)
+    if shard is not None:  # W a DTensor sharded on its rows: each process corrects its own classes' scores
+        sampler = validate_sampled_options(criterion, method, num_samples, weight.shape[0])
+        log_d = None
+        if criterion in sampler.corrections_with_noise:
+            if noise_probs is None:
+                raise ValueError(f"method={method!r} needs noise_probs for its correction")
+            check_noise_probs(noise_probs, weight.shape[0])
+            log_d = shard.rows(noise_probs).to(compute_dtype(shard.local)).log()  # (V_r,)
+
+        def correct(z):  # (n, V_r): log p̃ of this process's classes, normalised over all of them after
+            return sampler.correction(
+                z, criterion, None if log_d is None else log_d.to(z), num_samples, weight.shape[0]
+            )
+
+        h, f, _, b, y, valid = margin_rows(
+            scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index
+        )
+        losses, _, _ = vocab_parallel_rows(
+            h, y, shard, b, column_scale=f, softcap=scorer.softcap, chunk_size=chunk_size, transform=correct
+        )
+        return reduce_rows(losses, valid, target.shape, reduction, num_items_in_batch, keep=valid).to(out_dtype)
     h_all, y_all, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y_all, weight.shape[0], ignore_index)
     h, y = h_all[valid], y_all[valid]

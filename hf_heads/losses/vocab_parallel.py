@@ -27,8 +27,10 @@ What each option needs across processes:
   log-unigram; the others read the most frequent row or the ranks of every class and are refused).
 - predictions (`return_predictions`): each process's argmax and its value are all-gathered, the largest value
   wins, the lowest class id on a tie (as `torch.argmax`).
-The sampled family's criteria (a noise sample of classes shared by every process) are not vocabulary-parallel yet:
-its head refuses a sharded W (`check_vocab_parallel_support`).
+- the sampled family (hf_heads.losses.sampled): the K noise samples are the first process's draw (broadcast: drawn
+  once), each candidate's score comes from the process holding it (all-reduced, `sharded_candidate_scores`), as the
+  target's; the full criteria (CE, BCE, MSE over every class) sum their per-class terms over the processes, and the
+  evaluation's corrected posterior (`corrected_nll`) corrects each process's own classes before the softmax.
 
 Every process must give the same hidden states and labels: the loss checks it (a checksum, all-reduced) and refuses
 otherwise — a weight sharded by FSDP (data parallelism, different rows on each process) is unsharded by FSDP's own
@@ -122,16 +124,6 @@ def is_dtensor(tensor) -> bool:
 def vocab_shard(weight) -> VocabShard | None:
     """The `VocabShard` of a DTensor weight (refusing a layout other than rows on a 1-D mesh), None for a tensor."""
     return VocabShard(weight) if is_dtensor(weight) else None
-
-
-def refuse_sharded(weight, loss: str) -> None:
-    """Refuse a DTensor weight in a loss that is not vocabulary-parallel, naming it."""
-    if is_dtensor(weight):
-        raise OptionError(
-            "weight",
-            f"a DTensor with placements {tuple(weight.placements)}",
-            f"{loss} is not vocabulary-parallel (softmax, margin and sparse losses are): give weight.full_tensor()",
-        )
 
 
 @contextlib.contextmanager
@@ -243,10 +235,14 @@ def _argmax(z: torch.Tensor, shard: VocabShard) -> torch.Tensor:
     return ids.min(dim=0).values.long()
 
 
-def _chunk_losses(h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: bool):
+def _chunk_losses(
+    h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: bool, criterion: str, transform
+):
     """(loss (n,), lse (n,), argmax (n,) or an empty tensor) of rows h (n, H) (already through `copy_in`) with
     labels y (n,) (global ids), against this process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target
-    logit (before the soft-cap) or None."""
+    logit (before the soft-cap) or None. `criterion`: "ce", or the full "bce" / "mse" of the sampling paper (eqs. 3,
+    1; their lse is 0). `transform`: a function of this process's logits (n, V_r) applied before the softmax (the
+    sampled family's posterior correction, column by column), or None."""
     z = h @ w.T  # (n, V_r) in the compute dtype
     if s is not None:
         z = z * s
@@ -254,6 +250,8 @@ def _chunk_losses(h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, sof
         z = z + b
     if softcap is not None:
         z = torch.tanh(z / softcap) * softcap
+    if transform is not None:
+        z = transform(z)
     pred = _argmax(z.detach(), shard) if want_pred else z.new_empty(0, dtype=torch.long)
     local = y - shard.offset
     inside = (local >= 0) & (local < w.shape[0])  # (n,) whether this process holds the label
@@ -264,6 +262,11 @@ def _chunk_losses(h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, sof
         z_y = t  # the same on every process
     else:
         z_y = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)  # (n,)
+    if criterion == "bce":  # Σ_c softplus(z_c) − z_y
+        return reduce_sum(torch.nn.functional.softplus(z).sum(1), shard) - z_y, torch.zeros_like(z_y), pred
+    if criterion == "mse":  # Σ_c σ(z_c)² − 2σ(z_y) + 1
+        squares = reduce_sum(torch.sigmoid(z).square().sum(1), shard)
+        return squares - 2 * torch.sigmoid(z_y) + 1, torch.zeros_like(z_y), pred
     support = shard.num_classes
     kept = z
     if top_k is not None and top_k < shard.num_classes:
@@ -296,6 +299,8 @@ def vocab_parallel_rows(
     softcap: float | None = None,
     want_pred: bool = False,
     chunk_size: int | None = None,
+    criterion: str = "ce",
+    transform=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(losses (N,), lse (N,), argmax (N,) or empty) of the rows h (N, H) (through `copy_in`), y (N,) valid ids, one
     chunk of rows at a time; in training each chunk is recomputed in the backward pass (`torch.utils.checkpoint`), so
@@ -310,7 +315,7 @@ def vocab_parallel_rows(
     for start in range(0, h.shape[0], step):
         rows = slice(start, start + step)
         t = None if target_logit is None else target_logit[rows].to(compute)
-        args = (h[rows], y[rows], t, w, b, s, shard, top_k, label_smoothing, softcap, want_pred)
+        args = (h[rows], y[rows], t, w, b, s, shard, top_k, label_smoothing, softcap, want_pred, criterion, transform)
         if torch.is_grad_enabled():
             outs.append(checkpoint(_chunk_losses, *args, use_reentrant=False))
         else:
@@ -366,11 +371,20 @@ def reduce_sharded(
 
 
 def margin_rows(
-    scorer, hidden, shard: VocabShard, bias, target, word_counts, context_norm_value, ignore_index: int
+    scorer,
+    hidden,
+    shard: VocabShard,
+    bias,
+    target,
+    word_counts,
+    context_norm_value,
+    ignore_index: int,
+    target_logit: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """(a·h (N, H), s (V_r,) or None, t (N,) or None, b (V_r,) or None, y (N,), valid (N,)) of eq. 13 for a
     vocabulary-sharded W: the scorer's factors of this process's rows (`Scorer.fused_factors`), the target logit t
-    from the process holding each label, all-reduced. Refuses a word norm that is not a function of each row alone."""
+    (with its margin; before the soft-cap) from the process holding each label, all-reduced — None without a margin
+    unless `target_logit`. Refuses a word norm that is not a function of each row alone."""
     if not getattr(scorer.word_norm, "per_row", False):
         raise OptionError(
             "word_norm",
@@ -387,6 +401,36 @@ def margin_rows(
         h, shard.local, shard.rows(bias), torch.where(inside, local, 0), shard.rows(word_counts),
         context_norm_value, valid,
     )  # fmt: skip
+    h2 = h if a is None else h * a[:, None].to(h.dtype)
+    if t is None and target_logit:  # a · s_y (h · W_y) + b_y, the row's own logit
+        column = torch.where(inside, local, 0)
+        w_y = shard.local[column].to(h2.dtype)  # (N, H)
+        t = (h2 * (w_y if s is None else w_y * s[column, None])).sum(1) + (0.0 if b is None else b[column])
     if t is not None:
         t = reduce_sum(torch.where(inside, t, 0.0), shard)  # (N,) the owner's
-    return h if a is None else h * a[:, None].to(h.dtype), s, t, b, y, valid
+    return h2, s, t, b, y, valid
+
+
+def same_samples(samples: torch.Tensor, shard: VocabShard) -> torch.Tensor:
+    """The first process's draw of the K noise samples, on every process (a broadcast: the sampled criteria's noise
+    is drawn once, whatever the processes' generators)."""
+    samples = samples.contiguous().clone()
+    dist.broadcast(samples, src=dist.get_global_rank(shard.group, 0), group=shard.group)
+    return samples
+
+
+def sharded_candidate_scores(h, shard: VocabShard, bias, column_scale, samples, softcap) -> torch.Tensor:
+    """cap(h · (s_k W_k) + b_k) (N, K) of the candidates `samples` (K,) (global ids), each column from the process
+    holding it (all-reduced: the gradient reaches that process's rows only)."""
+    local = samples - shard.offset
+    inside = (local >= 0) & (local < shard.local.shape[0])  # (K,)
+    column = torch.where(inside, local, 0)
+    w = shard.local[column].to(h.dtype)  # (K, H)
+    if column_scale is not None:
+        w = w * column_scale[column, None].to(h.dtype)
+    out = h @ w.T  # (N, K)
+    if bias is not None:
+        out = out + bias[column].to(h.dtype)
+    if softcap is not None:
+        out = torch.tanh(out / softcap) * softcap
+    return reduce_sum(torch.where(inside[None, :], out, 0.0), shard)
