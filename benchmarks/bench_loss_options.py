@@ -10,6 +10,7 @@ the ratio to the plain step.
 
     python benchmarks/bench_loss_options.py                                    # N=4096, H=512, V=50k, CPU, eager
     python benchmarks/bench_loss_options.py --kernel compiled
+    python benchmarks/bench_loss_options.py --only return_predictions --rounds 20     # one option and the plain step
     python benchmarks/bench_loss_options.py --device cuda --autocast bf16 --tokens 8192 --hidden 2304 --vocab 256000
 """
 
@@ -39,8 +40,16 @@ OPTIONS = {
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--kernel", default=None, help="chunk kernel (default: the automatic choice)")
+    parser.add_argument(
+        "--only", nargs="+", default=None, help="the options whose names contain one of these (and the plain step)"
+    )
     parser.set_defaults(rounds=7)
     args = parser.parse_args()
+    options_run = {
+        name: options
+        for name, options in OPTIONS.items()
+        if args.only is None or name == "plain softmax" or any(part in name for part in args.only)
+    }
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -63,14 +72,14 @@ def main() -> None:
             (out.loss if wrapped else out).backward()
         h.grad = w.grad = b.grad = None
 
-    times = {name: [] for name in OPTIONS}
-    peaks = {name: 0.0 for name in OPTIONS}
-    for options in OPTIONS.values():  # warm-up (the compiled kernel compiles each variant here)
+    times = {name: [] for name in options_run}
+    peaks = {name: 0.0 for name in options_run}
+    for options in options_run.values():  # warm-up (the compiled kernel compiles each variant here)
         step(options)
-    names = list(OPTIONS)
+    names = list(options_run)
     for round_ in range(args.rounds):  # each round in another order: no option always runs first or last
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            options = OPTIONS[name]
+            options = options_run[name]
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()

@@ -18,8 +18,8 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 # slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
-# toy sizes), every margin option of bench_margin, bench_loss_options, bench_eval, bench_continuous, bench_chunk_rows,
-# bench_demo_step, probe_continuous_copy
+# toy sizes), every margin option of bench_margin, bench_loss_options, bench_trl_statistics, bench_eval,
+# bench_continuous, bench_chunk_rows, bench_demo_step, probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",
     [
@@ -75,6 +75,18 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "bench_loss_options.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1"],
             "| z-loss + class weights |",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "bench_loss_options.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1", "--only", "return_predictions"],
+            "| same-pass accuracy (return_predictions) |",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "bench_trl_statistics.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1"],
+            "| loss and statistics in one pass (token_statistics) |",
             marks=pytest.mark.slow,
         ),
         pytest.param(

@@ -38,6 +38,7 @@ from hf_heads.losses.continuous import (
     vmf_nll,
 )
 from hf_heads.losses.fused_linear import LinearCrossEntropyOutput, check_labels, fused_linear_cross_entropy
+from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # registers the "eager" and "compiled" kernels
 from hf_heads.losses.margin import MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
 from hf_heads.losses.noise import NOISES, Noise, draw_samples, frequency_ranks, noise_distribution
 from hf_heads.losses.sampled import (
@@ -95,6 +96,8 @@ __all__ = [
     "chunk_kernel",
     "map_chunks",
     "TritonKernel",
+    "EagerKernel",
+    "CompiledKernel",
     "register_kernel",
     "NEGATIVES",
     "CosineSoftmaxLoss",

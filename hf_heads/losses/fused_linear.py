@@ -61,7 +61,6 @@ from hf_heads.losses.chunks import (
     map_chunks,
     rows_per_chunk,
 )
-from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # noqa: F401 (registered in the chunk engine)
 from hf_heads.losses.transforms import check_transform
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
