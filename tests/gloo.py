@@ -55,3 +55,22 @@ def diff(got: torch.Tensor, want: torch.Tensor) -> list[float]:
     abs_diff = float(delta.max()) if got.numel() else 0.0
     want = want[want.isfinite()]
     return [abs_diff, abs_diff / max(float(want.abs().max()), 1e-30)]
+
+
+def worst_over_ranks(checks: dict[str, list[float]]) -> dict[str, list[float]]:
+    """A worker's checks ([abs, rel] differences by name), each the largest over the ranks (an all-reduce)."""
+    import torch.distributed as dist
+
+    values = torch.tensor(list(checks.values()), dtype=torch.float64)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return dict(zip(checks, values.tolist(), strict=True))
+
+
+def finish(results: dict, rank: int, out_file: str) -> None:
+    """Rank 0 writes the JSON result; every worker then leaves the process group."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        Path(out_file).write_text(json.dumps(results, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()

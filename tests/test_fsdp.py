@@ -31,13 +31,12 @@ Run as a script (`python tests/test_fsdp.py RANK WORLD INIT_FILE OUT_JSON`) it i
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 import torch
-from gloo import diff, run_workers
+from gloo import diff, finish, run_workers, worst_over_ranks
 
 FAMILIES = {
     "softmax": ({"family": "softmax"}, "global"),
@@ -214,24 +213,15 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
             fully_shard(layer, mesh=mesh)
         fully_shard(model.head, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        checks = _check_family(ref, model, batch, rank, world, reference)
-        values = torch.tensor(list(checks.values()), dtype=torch.float64)
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)  # the worst over the ranks
-        results[name] = dict(zip(checks, values.tolist(), strict=True))
+        results[name] = worst_over_ranks(_check_family(ref, model, batch, rank, world, reference))
     for name, (head, reference) in TIED.items():
         torch.manual_seed(0)
         backbone = tiny_llama_config(tie_word_embeddings=True).to_dict()
         ref = HeadsForCausalLM(HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=True))
         assert ref.head.weight is ref.get_input_embeddings().weight
         model = _accelerate_fsdp2(copy.deepcopy(ref), mesh)
-        checks = _check_family(ref, model, batch, rank, world, reference)
-        values = torch.tensor(list(checks.values()), dtype=torch.float64)
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        results[name] = dict(zip(checks, values.tolist(), strict=True))
-    if rank == 0:
-        Path(out_file).write_text(json.dumps(results, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+        results[name] = worst_over_ranks(_check_family(ref, model, batch, rank, world, reference))
+    finish(results, rank, out_file)
 
 
 if __name__ == "__main__":

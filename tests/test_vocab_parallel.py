@@ -15,13 +15,12 @@ Run as a script (`python tests/test_vocab_parallel.py RANK WORLD INIT_FILE OUT_J
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 import torch
-from gloo import diff, run_workers
+from gloo import diff, finish, run_workers, worst_over_ranks
 
 WORLD = 2
 RTOL = 1e-5
@@ -222,10 +221,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     counts = (torch.arange(V, dtype=torch.float32) * 7) % 11  # word counts (some zero)
     results = {}
     for name, options in HEADS.items():
-        checks = _check(options, mesh, counts, rank)
-        values = torch.tensor(list(checks.values()), dtype=torch.float64)
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)  # the worst over the ranks
-        results[name] = dict(zip(checks, values.tolist(), strict=True))
+        results[name] = worst_over_ranks(_check(options, mesh, counts, rank))
     refusals = {
         "confidence penalty": {"family": "softmax", "confidence_penalty": 0.1},
         "word norm uniform": {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "uniform"},
@@ -233,15 +229,9 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     }
     for name, options in refusals.items():
         results[f"refused: {name}"] = _refused(options, mesh, counts, rank, differs=name == "hidden differs")
-    checks = _model(mesh)
-    values = torch.tensor(list(checks.values()), dtype=torch.float64)
-    dist.all_reduce(values, op=dist.ReduceOp.MAX)
-    results["causal LM"] = dict(zip(checks, values.tolist(), strict=True))
+    results["causal LM"] = worst_over_ranks(_model(mesh))
     results["refused: tied model"] = _tied(mesh)
-    if rank == 0:
-        Path(out_file).write_text(json.dumps(results, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    finish(results, rank, out_file)
 
 
 if __name__ == "__main__":
