@@ -50,7 +50,7 @@ HEADS = {
     },
 }  # fmt: skip
 EVERY_REDUCTION = ("softmax class weights z-loss", "margin cos scale", "sampled ce is unigram")
-REFUSED = ("confidence penalty", "word norm uniform", "hidden differs", "tied model")
+REFUSED = ("confidence penalty", "word norm uniform", "hidden differs", "tied model", "reduction avg")
 
 
 def test_two_processes_with_a_vocabulary_sharded_head_match_one_process(tmp_path):
@@ -140,7 +140,7 @@ def _check(options: dict, mesh, counts, rank: int) -> dict[str, list[float]]:
     return checks
 
 
-def _refused(options: dict, mesh, counts, rank: int, differs: bool) -> str:
+def _refused(options: dict, mesh, counts, rank: int, differs: bool, **rows) -> str:
     from hf_heads.heads import make_head
     from hf_heads.losses.vocab_parallel import shard_vocabulary
     from hf_heads.validation import OptionError
@@ -151,7 +151,7 @@ def _refused(options: dict, mesh, counts, rank: int, differs: bool) -> str:
     shard_vocabulary(head, mesh).train()
     hidden, labels = _inputs(seed=rank if differs else 0)
     try:
-        head(hidden, labels, return_logits=False)
+        head(hidden, labels, return_logits=False, **rows)
     except (OptionError, ValueError) as error:
         print(f"refused {options}: {error}")
         return "refused"
@@ -229,6 +229,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     }
     for name, options in refusals.items():
         results[f"refused: {name}"] = _refused(options, mesh, counts, rank, differs=name == "hidden differs")
+    results["refused: reduction avg"] = _refused({"family": "margin"}, mesh, counts, rank, False, reduction="avg")
     results["causal LM"] = worst_over_ranks(_model(mesh))
     results["refused: tied model"] = _tied(mesh)
     finish(results, rank, out_file)

@@ -362,6 +362,11 @@ def _candidate_scores(h, weight, bias, f, cands, softcap, gemm: torch.dtype):
     return soft_cap(out if bias is None else out + bias[cands], softcap)
 
 
+def _log_kd(noise_probs: torch.Tensor, num_samples: int, like: torch.Tensor) -> torch.Tensor:
+    """log(K·D(c)) (C,) in the dtype and on the device of `like`."""
+    return noise_probs.to(device=like.device, dtype=like.dtype).log() + math.log(num_samples)
+
+
 def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
     """Per-row loss of a sampling criterion from the target scores t (N,) and the sample scores s_k (N, K)."""
     if criterion == "ce":
@@ -435,7 +440,7 @@ def sampled_loss(
             scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index, target_logit=True
         )
         s_k = sharded_candidate_scores(h, shard, b, f, samples, scorer.softcap)  # (N, K)
-        log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,)
+        log_kd = _log_kd(noise_probs, num_samples, h)  # (C,)
         hit = samples[None, :] == y[:, None] if remove_accidental_hits else None
         per_row = _sampled_rows(
             sampler, criterion, soft_cap(t, scorer.softcap), s_k, log_kd[y], log_kd[samples], hit, num_samples,
@@ -469,7 +474,7 @@ def sampled_loss(
         samples = draw_samples(noise_probs.to(weight.device), num_samples, generator)
     elif samples.shape != (num_samples,):
         raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
-    log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)  # (C,) log(K·D(c))
+    log_kd = _log_kd(noise_probs, num_samples, h)  # (C,)
     s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
     per_row = _sampled_rows(sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes)

@@ -48,6 +48,7 @@ from torch.utils.checkpoint import checkpoint
 from hf_heads.components import REGISTRIES
 from hf_heads.losses._rows import (
     check_labels,
+    check_reduction,
     compute_dtype,
     host_reads_are_free,
     mean_divisor,
@@ -64,7 +65,6 @@ class VocabShard:
 
     def __init__(self, weight) -> None:
         from torch.distributed.tensor import Shard
-        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         mesh, placements = weight.device_mesh, tuple(weight.placements)
         if mesh.ndim != 1 or placements != (Shard(0),):
@@ -75,9 +75,16 @@ class VocabShard:
                 "(transformers' 'colwise' plan for an LM head); give any other layout as weight.full_tensor()",
             )
         self.local = weight.to_local()  # (V_r, H)
-        _, offset = compute_local_shape_and_global_offset(weight.shape, mesh, placements)
-        self.offset = int(offset[0])
         self.num_classes = weight.shape[0]
+        # Shard(0) splits as torch.chunk does: ceil(V / R) rows per process, the last ones fewer (or none)
+        per_process = -(-self.num_classes // mesh.size())
+        self.offset = min(mesh.get_local_rank() * per_process, self.num_classes)
+        if self.local.shape[0] != min(per_process, self.num_classes - self.offset):
+            raise RuntimeError(
+                f"this process holds {self.local.shape[0]} rows of W from row {self.offset}, not the torch.chunk "
+                f"split of {self.num_classes} rows over {mesh.size()} processes that the vocabulary-parallel loss "
+                "assumes"
+            )
         self.group = mesh.get_group()
 
     def rows(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -330,11 +337,13 @@ def vocab_parallel_rows(
 def sharded_rows(
     hidden: torch.Tensor, target: torch.Tensor, shard: VocabShard, ignore_index: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(h (N, H) through `copy_in`, y (N,) with class 0 on ignored rows, valid (N,)): the rows of a vocabulary-parallel
-    loss, every process's hidden states and labels checked to be the same, the labels checked against V."""
+    """(h (N, H) through `copy_in`, in float32 for a half model, y (N,) with class 0 on ignored rows, valid (N,)): the
+    rows of a vocabulary-parallel loss, every process's hidden states and labels checked to be the same, the labels
+    checked against V."""
     h, y, valid = valid_rows(local_tensor(hidden), target, ignore_index)
     check_labels(y, shard.num_classes, ignore_index)
     check_replicated(shard, h, y)
+    h = h.to(compute_dtype(h))  # a half model's rows in float32, as the one-process losses compute them
     return copy_in(h, shard), torch.where(valid, y, 0), valid
 
 
@@ -353,6 +362,7 @@ def reduce_sharded(
     """(loss, z-loss term) of the rows' cross-entropies as `fused_linear_cross_entropy` reduces them: a[y_i] · loss_i
     + λ lse_i²; "mean" divides the weighted sum by Σ a[y_i] (torch's normalisation) or `num_items_in_batch`, the
     z-loss by the row count or `num_items_in_batch`."""
+    check_reduction(reduction)
     counted = valid.to(losses.dtype)
     rows = losses if class_weight is None else losses * class_weight.to(losses)[y]
     z_rows = z_loss * lse.square() if z_loss else torch.zeros_like(losses)

@@ -94,8 +94,8 @@ MUTANTS = [
     _m("hits-bce-kept", "losses/sampled.py", "        neg = neg.masked_fill(hit, 0.0)\n", "        neg = neg\n",
        SAMPLED, "BCE accidental hits not removed"),
     _m("log-kd-without-k", "losses/sampled.py",
-       "log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log() + math.log(num_samples)",
-       "log_kd = noise_probs.to(device=h.device, dtype=h.dtype).log()", SAMPLED, "log(K·D) loses log K"),
+       "return noise_probs.to(device=like.device, dtype=like.dtype).log() + math.log(num_samples)",
+       "return noise_probs.to(device=like.device, dtype=like.dtype).log()", SAMPLED, "log(K·D) loses log K"),
     _m("is-candidate-sign", "losses/sampled.py", "        return s - log_kd\n\n    def bce_weight",
        "        return s + log_kd\n\n    def bce_weight", SAMPLED, "IS candidate s + log(K·D)"),
     _m("is-bce-weight", "losses/sampled.py", "return torch.exp(-log_kd)", "return torch.exp(log_kd)", SAMPLED,
@@ -290,5 +290,7 @@ MUTANTS = [
        "    return reduce_sum(torch.where(inside[None, :], out, 0.0), shard)",
        "    return torch.where(inside[None, :], out, 0.0)", VOCAB_PARALLEL,
        "a sampled candidate's score is 0 on the processes that do not hold it"),
+    _m("vp-reduction-unchecked", "losses/vocab_parallel.py", "    check_reduction(reduction)\n    counted",
+       "    counted", VOCAB_PARALLEL, "an unknown reduction of a vocabulary-parallel loss is taken for the mean"),
 ]
 # fmt: on
