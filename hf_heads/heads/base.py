@@ -180,11 +180,23 @@ class OutputHead(nn.Module):
     ) -> torch.Tensor:
         """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
         eval mode."""
-        rows = dict(num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction)
-        with kernel_choice(getattr(self.options, "chunk_kernel", None)):  # the chunk engine's kernel, when chosen
+        rows = self.loss_rows(num_items_in_batch, ignore_index, reduction)
+        with self.chosen_kernel():
             if self.training:
                 return self.training_loss(hidden, labels, **rows)
             return self.eval_loss(hidden, labels, **rows)
+
+    @staticmethod
+    def loss_rows(
+        num_items_in_batch: int | torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> dict:
+        """The `rows` a family's hooks take (module docstring), with `loss`'s defaults."""
+        return dict(num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction)
+
+    def chosen_kernel(self):
+        """The context in which the losses run: the chunk engine's kernel of the head's `chunk_kernel` option, when
+        chosen (hf_heads.losses.chunks.kernel_choice)."""
+        return kernel_choice(getattr(self.options, "chunk_kernel", None))
 
     def loss_and_token_statistics(
         self, hidden: torch.Tensor, labels: torch.Tensor, **rows

@@ -13,7 +13,6 @@ from torch import nn
 
 from hf_heads.heads.base import OutputHead
 from hf_heads.losses._rows import compute_dtype, mean_divisor
-from hf_heads.losses.chunks import kernel_choice
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
@@ -135,9 +134,8 @@ class DiscreteHead(OutputHead):
     def loss_and_token_statistics(self, hidden, labels, **rows):
         if not self.pass_is_inference_distribution:
             return super().loss_and_token_statistics(hidden, labels, **rows)
-        rows = {"num_items_in_batch": None, "ignore_index": -100, "reduction": "mean", **rows}
-        with kernel_choice(getattr(self.options, "chunk_kernel", None)):
-            return self._cross_entropy(hidden, labels, self.training, statistics=True, **rows)
+        with self.chosen_kernel():
+            return self._cross_entropy(hidden, labels, self.training, statistics=True, **self.loss_rows(**rows))
 
     def _outputs(self, training: bool, statistics: bool) -> dict:
         """The chunked loss's `return_*` arguments for a pass: the predictions under `record_accuracy` (training) or

@@ -326,6 +326,17 @@ def validate_sampled_options(
 
 
 @autocast_off
+def _correction_noise(sampler, criterion: str, method: str, noise_probs, num_classes: int) -> torch.Tensor | None:
+    """The noise probabilities D (C,), checked, when the posterior correction of `criterion` × `method` takes them,
+    else None."""
+    if criterion not in sampler.corrections_with_noise:
+        return None
+    if noise_probs is None:
+        raise ValueError(f"method={method!r} needs noise_probs for its correction")
+    check_noise_probs(noise_probs, num_classes)
+    return noise_probs
+
+
 def corrected_log_probs(
     scores: torch.Tensor,
     *,
@@ -340,12 +351,8 @@ def corrected_log_probs(
     num_classes = scores.shape[-1]
     sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
     s = scores.to(compute_dtype(scores))
-    log_d = None
-    if criterion in sampler.corrections_with_noise:
-        if noise_probs is None:
-            raise ValueError(f"method={method!r} needs noise_probs for its correction")
-        check_noise_probs(noise_probs, num_classes)
-        log_d = noise_probs.to(device=s.device, dtype=s.dtype).log()
+    noise = _correction_noise(sampler, criterion, method, noise_probs, num_classes)
+    log_d = None if noise is None else noise.to(device=s.device, dtype=s.dtype).log()
     out = sampler.correction(s, criterion, log_d, num_samples, num_classes)
     return torch.log_softmax(out, dim=-1) if normalize else out
 
@@ -428,13 +435,16 @@ def sampled_loss(
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)
     rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
-    shard = vocab_shard(weight) if sampler.draws_samples else None
-    if shard is not None:  # W a DTensor sharded on its rows: the K candidates' scores from the processes holding them
+    if sampler.draws_samples:  # the K samples, shared by every position
         if noise_probs is None:
             raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
         check_noise_probs(noise_probs, num_classes)
         if samples is None:
-            samples = draw_samples(noise_probs.to(shard.local.device), num_samples, generator)
+            samples = draw_samples(noise_probs.to(weight.device), num_samples, generator)
+        elif samples.shape != (num_samples,):
+            raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
+    shard = vocab_shard(weight) if sampler.draws_samples else None
+    if shard is not None:  # W a DTensor sharded on its rows: the K candidates' scores from the processes holding them
         samples = same_samples(samples, shard)  # the first process's draw: the noise is drawn once
         h, f, t, b, y, valid = margin_rows(
             scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index, target_logit=True
@@ -467,13 +477,6 @@ def sampled_loss(
     h_all = h_all.to(compute_dtype(h_all, w))
     h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
     h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value, keep)  # (N, H), (C,), (N,), (C,)
-    if noise_probs is None:
-        raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
-    check_noise_probs(noise_probs, num_classes)
-    if samples is None:
-        samples = draw_samples(noise_probs.to(weight.device), num_samples, generator)
-    elif samples.shape != (num_samples,):
-        raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
     log_kd = _log_kd(noise_probs, num_samples, h)  # (C,)
     s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
     hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
@@ -513,12 +516,8 @@ def corrected_nll(
     shard = vocab_shard(weight)
     if shard is not None:  # W a DTensor sharded on its rows: each process corrects its own classes' scores
         sampler = validate_sampled_options(criterion, method, num_samples, weight.shape[0])
-        log_d = None
-        if criterion in sampler.corrections_with_noise:
-            if noise_probs is None:
-                raise ValueError(f"method={method!r} needs noise_probs for its correction")
-            check_noise_probs(noise_probs, weight.shape[0])
-            log_d = shard.rows(noise_probs).to(compute_dtype(shard.local)).log()  # (V_r,)
+        noise = shard.rows(_correction_noise(sampler, criterion, method, noise_probs, weight.shape[0]))  # (V_r,)
+        log_d = None if noise is None else noise.to(compute_dtype(shard.local)).log()
 
         def correct(z):  # (n, V_r): log p̃ of this process's classes, normalised over all of them after
             return sampler.correction(

@@ -56,6 +56,7 @@ from hf_heads.losses._rows import (
     valid_rows,
 )
 from hf_heads.losses.chunks import rows_per_chunk
+from hf_heads.losses.transforms import soft_cap
 from hf_heads.validation import OptionError
 
 
@@ -86,6 +87,22 @@ class VocabShard:
                 "assumes"
             )
         self.group = mesh.get_group()
+
+    def holds(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inside, column) for class ids (*,) (global): whether this process holds each, and its local row (0 where
+        it does not: the caller masks those)."""
+        local = ids - self.offset
+        inside = (local >= 0) & (local < self.local.shape[0])
+        return inside, torch.where(inside, local, 0)
+
+    def owned_rows(self, ids, column_scale, bias, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(inside (M,), s_c W_c (M, H) in `dtype`, b_c (M,) or None) of class ids (M,) (global), from this process's
+        rows (row 0 where it does not hold the class: the caller masks those with `inside`)."""
+        inside, column = self.holds(ids)
+        w = self.local[column].to(dtype)  # (M, H)
+        if column_scale is not None:
+            w = w * column_scale[column, None].to(dtype)
+        return inside, w, None if bias is None else bias[column].to(dtype)
 
     def rows(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
         """This process's entries of a (V,) tensor given whole (word counts), or the local part of a sharded one."""
@@ -204,7 +221,7 @@ def reduce_sum(x: torch.Tensor, shard: VocabShard) -> torch.Tensor:
 def check_replicated(shard: VocabShard, *tensors: torch.Tensor) -> None:
     """Refuse hidden states or labels that differ between the processes (a checksum of each, its max and min
     all-reduced; on an accelerator an asynchronous device assertion, no host read)."""
-    sums = torch.stack([t.detach().double().sum() for t in tensors])  # (T,)
+    sums = torch.stack([t.detach().sum(dtype=torch.float64) for t in tensors])  # (T,), no float64 copy
     both = torch.cat([sums, -sums])
     dist.all_reduce(both, op=dist.ReduceOp.MAX, group=shard.group)
     same = (both[: len(tensors)] == -both[len(tensors) :]).all()
@@ -255,16 +272,14 @@ def _chunk_losses(
         z = z * s
     if b is not None:
         z = z + b
-    if softcap is not None:
-        z = torch.tanh(z / softcap) * softcap
+    z = soft_cap(z, softcap)
     if transform is not None:
         z = transform(z)
     pred = _argmax(z.detach(), shard) if want_pred else z.new_empty(0, dtype=torch.long)
-    local = y - shard.offset
-    inside = (local >= 0) & (local < w.shape[0])  # (n,) whether this process holds the label
-    column = local.clamp(0, w.shape[0] - 1)[:, None]  # (n, 1)
+    inside, column = shard.holds(y)  # (n,): whether this process holds the label, its local row
+    column = column[:, None]  # (n, 1)
     if t is not None:
-        t = t if softcap is None else torch.tanh(t / softcap) * softcap
+        t = soft_cap(t, softcap)
         z = z.scatter(1, column, torch.where(inside, t, z.gather(1, column).squeeze(1))[:, None])
         z_y = t  # the same on every process
     else:
@@ -405,17 +420,15 @@ def margin_rows(
             ),
         )
     h, y, valid = sharded_rows(hidden, target, shard, ignore_index)
-    local = y - shard.offset
-    inside = valid & (local >= 0) & (local < shard.local.shape[0])  # (N,) the labels this process holds
+    inside, column = shard.holds(y)  # (N,): the labels this process holds, their local rows
+    inside = inside & valid
     a, s, t, b, _ = scorer.fused_factors(
-        h, shard.local, shard.rows(bias), torch.where(inside, local, 0), shard.rows(word_counts),
-        context_norm_value, valid,
-    )  # fmt: skip
+        h, shard.local, shard.rows(bias), column, shard.rows(word_counts), context_norm_value, valid
+    )
     h2 = h if a is None else h * a[:, None].to(h.dtype)
     if t is None and target_logit:  # a · s_y (h · W_y) + b_y, the row's own logit
-        column = torch.where(inside, local, 0)
-        w_y = shard.local[column].to(h2.dtype)  # (N, H)
-        t = (h2 * (w_y if s is None else w_y * s[column, None])).sum(1) + (0.0 if b is None else b[column])
+        _, w_y, b_y = shard.owned_rows(y, s, b, h2.dtype)  # (N, H), (N,)
+        t = (h2 * w_y).sum(1) + (0.0 if b_y is None else b_y)
     if t is not None:
         t = reduce_sum(torch.where(inside, t, 0.0), shard)  # (N,) the owner's
     return h2, s, t, b, y, valid
@@ -432,15 +445,6 @@ def same_samples(samples: torch.Tensor, shard: VocabShard) -> torch.Tensor:
 def sharded_candidate_scores(h, shard: VocabShard, bias, column_scale, samples, softcap) -> torch.Tensor:
     """cap(h · (s_k W_k) + b_k) (N, K) of the candidates `samples` (K,) (global ids), each column from the process
     holding it (all-reduced: the gradient reaches that process's rows only)."""
-    local = samples - shard.offset
-    inside = (local >= 0) & (local < shard.local.shape[0])  # (K,)
-    column = torch.where(inside, local, 0)
-    w = shard.local[column].to(h.dtype)  # (K, H)
-    if column_scale is not None:
-        w = w * column_scale[column, None].to(h.dtype)
-    out = h @ w.T  # (N, K)
-    if bias is not None:
-        out = out + bias[column].to(h.dtype)
-    if softcap is not None:
-        out = torch.tanh(out / softcap) * softcap
+    inside, w, b = shard.owned_rows(samples, column_scale, bias, h.dtype)  # (K,), (K, H), (K,)
+    out = soft_cap(h @ w.T if b is None else torch.addmm(b, h, w.T), softcap)  # (N, K)
     return reduce_sum(torch.where(inside[None, :], out, 0.0), shard)
