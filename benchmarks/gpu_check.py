@@ -130,12 +130,16 @@ def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) ->
                 torch.allclose(x, z, rtol=1e-7, atol=1e-10) for x, z in zip(got, want, strict=True)
             )
             detail = f"|Δloss| {abs(loss - ref).item():.1e}"
-            if predictions:  # the kernel's own argmax (lowest index on a tie) against the naive logits'
-                out = fused_linear_cross_entropy(h, w, b, y, return_predictions=True, **kw)
-                want_pred = (h @ w.T + b).argmax(1)
-                same = bool((out.predictions == want_pred).all())
-                ok = ok and same and torch.allclose(out.loss, ref, rtol=1e-9)
-                detail += f", predictions {'equal' if same else 'DIFFER'}"
+            if predictions:  # the kernel's own argmax (lowest index on a tie) and each label's rank in that order
+                out = fused_linear_cross_entropy(h, w, b, y, return_predictions=True, return_target_rank=True, **kw)
+                z = h @ w.T + b
+                z_y = z.gather(1, y[:, None])
+                lower = torch.arange(z.shape[1], device=z.device)[None] < y[:, None]
+                want_rank = (z > z_y).sum(1) + ((z == z_y) & lower).sum(1)
+                same = bool((out.predictions == z.argmax(1)).all())
+                same_rank = bool((out.target_rank == want_rank).all())
+                ok = ok and same and same_rank and torch.allclose(out.loss, ref, rtol=1e-9)
+                detail += f", predictions {'equal' if same else 'DIFFER'}, ranks {'equal' if same_rank else 'DIFFER'}"
             results[precision] = (ok, detail)
         else:
             full = fused_linear_cross_entropy(h, w, b, y, **kw)

@@ -89,24 +89,25 @@ def ce_rows(
     z_sum = total
     z_y = total
     x_sum = total  # Σ_c exp(x_c − m) x_c, rescaled with m (ENT): its ratio to `total` is Σ_c p_c x_c
-    best = m  # the running maximum and its first column (PRED)
-    best_col = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), 0)
-    rank = best_col  # the classes before the target in the argmax order: larger, or equal at a lower index (RANK)
+    # PRED and RANK keep one accumulator per lane, reduced once after the loop (no reduction per tile): each lane's
+    # running maximum and its first column (a later tile replaces only when strictly greater), and each lane's count
+    # of the classes before the target in the argmax order (larger, or equal at a lower index)
+    best = zeros - float("inf")
+    best_col = offsets
+    ahead_count = tl.zeros([BLOCK], dtype=tl.int32)
     if RANK:  # the target's own logit, as its tile reads it (the same elementwise math: equal bit for bit)
         own = tl.max(_tile(z_row, y + offsets * 0, offsets == 0, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S), 0)
     for start in range(0, num_classes, BLOCK):  # pass 1: online log-sum-exp (or Σ softplus / Σ σ²), target, row sum
         cols = start + offsets
         mask = cols < num_classes
         x = _tile(z_row, cols, mask, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S)
-        if PRED:  # on the target's own logit; an earlier tile keeps a tie (strictly greater replaces)
-            tile_max = tl.max(x, 0)
-            tile_col = tl.min(tl.where(x == tile_max, cols, num_classes), 0)
-            take = tile_max > best
-            best_col = tl.where(take, tile_col, best_col)
-            best = tl.where(take, tile_max, best)
+        if PRED:  # on the target's own logit; padding lanes (-inf) never replace
+            take = x > best
+            best_col = tl.where(take, cols, best_col)
+            best = tl.where(take, x, best)
         if RANK:
             ahead = tl.where(cols < y, x >= own, x > own)  # padding lanes (-inf, at cols >= V > y) never count
-            rank += tl.sum(ahead.to(tl.int32), 0)
+            ahead_count += ahead.to(tl.int32)
         if HAS_T:
             x = tl.where(cols == y, t, x)
         if CRITERION == 0:
@@ -128,10 +129,11 @@ def ce_rows(
         tl.store(lse_ptr + row, lse)
     if ENT:
         tl.store(ent_ptr + row, lse - mean_x)
-    if PRED:
-        tl.store(pred_ptr + (1 + RANK) * row, best_col.to(tl.int64))
+    if PRED:  # the largest lane maximum, and the lowest column among the lanes that hold it (a tie's lowest index)
+        top = tl.max(best, 0)
+        tl.store(pred_ptr + (1 + RANK) * row, tl.min(tl.where(best == top, best_col, num_classes), 0).to(tl.int64))
     if RANK:
-        tl.store(pred_ptr + 2 * row + 1, rank.to(tl.int64))
+        tl.store(pred_ptr + 2 * row + 1, tl.sum(ahead_count, 0).to(tl.int64))
     if CRITERION == 0:
         loss = (1.0 - smooth) * (lse - z_y) + smooth * (lse - z_sum / num_classes)
     elif CRITERION == 1:
