@@ -1,14 +1,16 @@
 """Imports point downwards only: each module of hf_heads imports modules of its own layer or of the layers below it
 (DESIGN: cli -> training -> modeling -> heads -> losses -> validation), function-local imports included. The old
-paths kept until 0.3 are the only arrows up, and each is listed here."""
+paths kept until 0.3 are the only arrows up: all of them in hf_heads/compat.py (which names the new homes it imports
+when an old name is used, counted here as imports), on the ground floor so that any layer can use it."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; `hf_heads` is the package itself (`import hf_heads` registers the model classes)
 LAYERS = (
-    ("validation", "components"),
+    ("validation", "components", "compat"),
     ("integrations", "integrations.peft", "integrations.trl"),
     ("losses",),
     ("heads", "data"),
@@ -17,12 +19,9 @@ LAYERS = (
     ("training",),
     ("cli",),
 )
-# deprecated re-exports of names that moved up (removed in 0.3)
-OLD_PATHS = {
-    ("training/runs.py", "cli"),
-    ("training/cards.py", "cli"),
-    ("integrations/trl.py", "training"),
-}
+# the deprecated names and modules that moved up (removed in 0.3): hf_heads.compat and the layers it names
+OLD_PATHS = {("compat.py", "heads"), ("compat.py", "training"), ("compat.py", "cli"), ("compat.py", "integrations")}
+MODULE_NAME = re.compile(r"hf_heads(\.\w+)+")
 
 
 def _layer(module: str) -> int:
@@ -40,6 +39,10 @@ def _imports(path: Path) -> list[str]:
             found += [alias.name for alias in node.names]
         elif getattr(node, "func", None) is not None and getattr(node.func, "attr", None) == "import_module":
             found += [arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant)]
+        elif (
+            path == ROOT / "hf_heads" / "compat.py" and isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ):
+            found += [node.value] if MODULE_NAME.fullmatch(node.value) else []  # a module its tables name
     return [name for name in found if name == "hf_heads" or name.startswith("hf_heads.")]
 
 
@@ -60,6 +63,20 @@ def test_imports_point_downwards():
 def test_validation_is_the_ground_floor():
     assert _imports(ROOT / "hf_heads" / "validation.py") == []
     assert _imports(ROOT / "hf_heads" / "components.py") == ["hf_heads.validation"]
+    module_level = ast.parse((ROOT / "hf_heads" / "compat.py").read_text(encoding="utf-8")).body
+    assert not [
+        node for node in module_level if isinstance(node, ast.ImportFrom) and "hf_heads" in (node.module or "")
+    ]
+
+
+def test_the_old_paths_are_shims_of_compat_only():
+    """Each deprecated module is its docstring and its re-export through hf_heads.compat: no logic of its own."""
+    from hf_heads.compat import MOVED_MODULES
+
+    for module in MOVED_MODULES:
+        path = ROOT / Path(*module.split(".")).with_suffix(".py")
+        body = ast.parse(path.read_text(encoding="utf-8")).body[1:]  # after the docstring: the import, the update
+        assert _imports(path) == ["hf_heads.compat"] and len(body) == 2, module
 
 
 def _losses_graph() -> dict[str, set[str]]:

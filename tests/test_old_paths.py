@@ -17,7 +17,7 @@ def test_integrations_trl_reexports_the_trainer_beside_heads_trainer(monkeypatch
     pytest.importorskip("trl")
     from hf_heads.training import trl
 
-    with pytest.warns(FutureWarning, match=r"hf_heads\.training\.trl .*removed in 0\.3"):
+    with pytest.warns(FutureWarning, match=r"integrations\.trl moved to hf_heads\.training\.trl .*removed in 0\.3"):
         old = _import_fresh("hf_heads.integrations.trl", monkeypatch)
     assert old.HeadsSFTTrainer is trl.HeadsSFTTrainer and old.check_sft_options is trl.check_sft_options
 
@@ -25,7 +25,7 @@ def test_integrations_trl_reexports_the_trainer_beside_heads_trainer(monkeypatch
 def test_training_runs_reexports_the_cli_package(monkeypatch):
     from hf_heads.cli import backbones, errors, resume, runs
 
-    with pytest.warns(FutureWarning, match=r"hf_heads\.cli .*removed in 0\.3"):
+    with pytest.warns(FutureWarning, match=r"training\.runs moved to the package hf_heads\.cli .*removed in 0\.3"):
         old = _import_fresh("hf_heads.training.runs", monkeypatch)
     for name in old.__all__:
         new = next(getattr(m, name) for m in (backbones, errors, resume, runs) if hasattr(m, name))
@@ -37,7 +37,9 @@ def test_card_tables_moved_to_the_cli_package():
     from hf_heads.training import cards
 
     for name in ("HUB_IDS", "BUILT_FROM_CONFIG"):
-        with pytest.warns(FutureWarning, match=rf"hf_heads\.cli\.backbones\.{name} .*removed here in 0\.3"):
+        with pytest.warns(
+            FutureWarning, match=rf"cards\.{name} is deprecated .*0\.3; use hf_heads\.cli\.backbones\.{name}"
+        ):
             assert getattr(cards, name) is getattr(backbones, name)
     with pytest.raises(AttributeError, match="has no attribute 'NO_SUCH_TABLE'"):
         cards.NO_SUCH_TABLE  # noqa: B018
@@ -67,8 +69,11 @@ def test_write_model_card_still_reads_a_run_script_model_name(name, tmp_path):
 def test_deprecated_heads_names_still_work_and_warn():
     import hf_heads.heads as heads
 
-    with pytest.warns(FutureWarning, match=r"HEAD_FAMILIES is deprecated.*0\.3; use hf_heads\.heads\.FAMILIES"):
+    with pytest.warns(
+        FutureWarning, match=r"HEAD_FAMILIES is deprecated.*0\.3; use hf_heads\.heads\.FAMILIES"
+    ) as caught:
         families = heads.HEAD_FAMILIES
+    assert caught[0].filename == __file__  # the warning names the line that used the old name
     assert families == {name: entry.options for name, entry in heads.FAMILIES.items()}
     assert families["margin"] is heads.MarginHeadOptions
     with pytest.warns(FutureWarning, match=r"option_help is deprecated.*0\.3"):

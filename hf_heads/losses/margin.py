@@ -29,11 +29,10 @@ logits never carry it.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
+from hf_heads.compat import positional_arguments
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.fused_linear import (
@@ -246,15 +245,7 @@ class MarginCrossEntropy(nn.Module):
     ) -> None:
         super().__init__()
         if args:  # the old positional order
-            if len(args) > len(self._POSITIONAL):
-                raise TypeError(f"MarginCrossEntropy takes at most {len(self._POSITIONAL)} positional arguments")
-            names = ", ".join(self._POSITIONAL[: len(args)])
-            warnings.warn(
-                f"MarginCrossEntropy's positional arguments are deprecated: pass {names} by keyword",
-                FutureWarning,
-                stacklevel=2,
-            )
-            given = dict(zip(self._POSITIONAL, args, strict=False))
+            given = positional_arguments("MarginCrossEntropy", self._POSITIONAL, args)
             word_counts = given.pop("word_counts", word_counts)
             reduction, ignore_index = given.pop("reduction", reduction), given.pop("ignore_index", ignore_index)
             scorer_options = {**given, **scorer_options}

@@ -14,13 +14,13 @@ What a card says is what holds for the model it describes:
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import warnings
 from pathlib import Path
 
 import yaml
+
+from hf_heads.compat import moved_names, run_script_base_model
 
 TASKS = {
     "HeadsForCausalLM": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
@@ -44,36 +44,7 @@ STANDARD_SCORES = {
 # other fractions shown on the 0-100 scale in the card's score table (not in model-index: not standard)
 OTHER_SCORES = (r"accuracy@\d+", r"majority_class_accuracy", r"target_token_coverage")
 SPLITS = (("eval_", "validation"), ("predict_", "test"))
-# The run scripts' model names and how a card names them moved to hf_heads.cli.backbones (read from here until 0.3).
-_MOVED_TO_CLI = ("HUB_IDS", "BUILT_FROM_CONFIG")
-
-
-def __getattr__(name: str):
-    if name not in _MOVED_TO_CLI:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"hf_heads.training.cards.{name} moved to hf_heads.cli.backbones.{name} and will be removed here in 0.3",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module("hf_heads.cli.backbones"), name)
-
-
-def _run_script_base_model(base_model: str) -> tuple[str, bool]:
-    """Before 0.3, `base_model` may still be a run script's model name (`tiny-gpt2`, `minilm`): (its Hub id or the
-    name, whether it is built from a config), with a FutureWarning when it is one."""
-    backbones = importlib.import_module("hf_heads.cli.backbones")  # the run scripts' names live there
-    if base_model not in backbones.HUB_IDS and base_model not in backbones.BUILT_FROM_CONFIG:
-        return base_model, False
-    resolved = backbones.card_base_model(base_model)
-    warnings.warn(
-        f"write_model_card(base_model={base_model!r}) names a run script's model; pass "
-        f"base_model={resolved['base_model']!r}, built_from_config={resolved['built_from_config']} "
-        "(hf_heads.cli.backbones.card_base_model gives both). Run-script names will not be recognised from 0.3",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return resolved["base_model"], resolved["built_from_config"]
+__getattr__ = moved_names(__name__)  # the run scripts' model names, moved to hf_heads.cli.backbones
 
 
 def _is_lm(model) -> bool:
@@ -349,7 +320,7 @@ def write_model_card(
         ],
     }
     if built_from_config is None:
-        base_model, built_from_config = _run_script_base_model(base_model) if base_model else (base_model, False)
+        base_model, built_from_config = run_script_base_model(base_model) if base_model else (base_model, False)
     if base_model and not Path(base_model).exists() and not built_from_config:
         meta["base_model"] = base_model
     hyper = {

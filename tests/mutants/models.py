@@ -193,8 +193,8 @@ MUTANTS: list[Mutant] = [
     m("head-lora-gets-backbone-targets", "integrations/peft.py",
       'is not None or getattr(peft_config, "target_parameters", None):', "is not None:", SAVED,
       "LoRA on the head alone (target_parameters) also adapts the backbone's default modules"),
-    m("old-trl-path-warning-hidden", "integrations/trl.py", "    FutureWarning,\n", "    DeprecationWarning,\n",
-      SAVED, "the moved TRL module warns with a DeprecationWarning, hidden from users by default"),
+    m("old-module-warning-hidden", "compat.py", 'FutureWarning, stacklevel=3)', 'DeprecationWarning, stacklevel=3)',
+      SAVED, "a moved module (the TRL integration, training.runs) warns with a DeprecationWarning, hidden by default"),
     # ---------------------------------------------------------------- config read-through, EncoderDecoderModel, ids
     m("config-set-keeps-a-copy", "modeling/configuration.py", "        setattr(backbone, key, value)\n",
       "        super().__setattr__(key, value)\n",

@@ -1,0 +1,168 @@
+"""hf_heads' own deprecated names and call forms, in one place: each keeps working, with a FutureWarning that names
+its replacement, until the release `REMOVAL`, when this module's tables are emptied and the old modules deleted.
+
+    moved names     `MOVED_NAMES`: {module: {old name: (what to use instead, the value)}}; such a module's
+                    `__getattr__` is `moved_names(__name__)` (PEP 562)
+    moved modules   `MOVED_MODULES`: {old module: (its new home, {new module: names})}; the old module's body is
+                    `globals().update(moved_module(__name__))`
+    call forms      `positional_arguments` (MarginCrossEntropy's old positional order) and `run_script_base_model`
+                    (`write_model_card(base_model=<a run script's model name>)`)
+
+(Names that moved between transformers releases are another matter: hf_heads.modeling.compat.)
+
+It imports nothing of hf_heads when it is imported: a new home is imported when an old name is used, so every layer
+can keep its old names without an import that points upwards (tests/test_layers.py lists these arrows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+REMOVAL = "0.3"
+
+
+def _attribute(module: str, name: str) -> Callable[[], Any]:
+    return lambda: getattr(importlib.import_module(module), name)
+
+
+def _head_families() -> dict[str, type]:
+    heads = importlib.import_module("hf_heads.heads")
+    return {name: entry.options for name, entry in heads.FAMILIES.items()}
+
+
+def _option_help() -> Callable[[str], dict[str, str]]:
+    family = importlib.import_module("hf_heads.heads").family
+
+    def option_help(name: str) -> dict[str, str]:
+        """{option: help text (default)} of a family."""
+        out = {}
+        for f in dataclasses.fields(family(name).options):
+            default = f.default if not callable(f.default_factory) else f.default_factory()
+            out[f.name] = f"{f.metadata.get('help', '')} (default: {default!r})"
+        return out
+
+    return option_help
+
+
+MOVED_NAMES: dict[str, dict[str, tuple[str, Callable[[], Any]]]] = {
+    "hf_heads.heads": {
+        "HEAD_FAMILIES": (
+            "hf_heads.heads.FAMILIES (family -> HeadFamily; the options class is its .options)",
+            _head_families,
+        ),
+        "option_help": (
+            "dataclasses.fields(hf_heads.heads.family(name).options) (each field's help text is in its metadata)",
+            _option_help,
+        ),
+    },
+    "hf_heads.training.cards": {  # the run scripts' model names and how a card names them
+        name: (f"hf_heads.cli.backbones.{name}", _attribute("hf_heads.cli.backbones", name))
+        for name in ("HUB_IDS", "BUILT_FROM_CONFIG")
+    },
+}
+
+MOVED_MODULES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "hf_heads.training.runs": (
+        "the package hf_heads.cli (hf_heads.cli.backbones, .errors, .resume, .runs)",
+        {
+            "hf_heads.cli.backbones": (
+                "PACKAGED_MODELS",
+                "TINY_BACKBONES",
+                "TINY_ENCODERS",
+                "TINY_SEQ2SEQ",
+                "packaged_model_path",
+                "tiny_backbone_config",
+            ),
+            "hf_heads.cli.errors": ("UsageError", "load_hub_dataset", "loading_model", "main_wrapper"),
+            "hf_heads.cli.resume": (
+                "check_output_dir",
+                "resolve_checkpoint",
+                "resolve_head",
+                "same_head",
+                "saved_head",
+            ),
+            "hf_heads.cli.runs": (
+                "RunArguments",
+                "check_vocab",
+                "ensure_word_counts",
+                "finish_run",
+                "load_local_files",
+                "parse_args",
+                "peak_rss_mib",
+                "save_json",
+                "train_block",
+                "truncate_splits",
+            ),
+        },
+    ),
+    "hf_heads.integrations.trl": (
+        "hf_heads.training.trl (import HeadsSFTTrainer from there)",
+        {"hf_heads.training.trl": ("HeadsSFTTrainer", "check_sft_options")},
+    ),
+}
+
+
+def moved_names(module: str) -> Callable[[str], Any]:
+    """The `__getattr__` of `module`: each of its moved names (`MOVED_NAMES[module]`) with a FutureWarning, any other
+    name an AttributeError."""
+    table = MOVED_NAMES[module]
+
+    def __getattr__(name: str):
+        if name not in table:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        replacement, value = table[name]
+        warnings.warn(
+            f"{module}.{name} is deprecated and will be removed in {REMOVAL}; use {replacement}",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return value()
+
+    return __getattr__
+
+
+def moved_module(module: str) -> dict[str, Any]:
+    """The names an old module re-exports from its new home (with `__all__`), warning once per import (the frame
+    that warns is the old module's body, whose importer the warning names)."""
+    home, names = MOVED_MODULES[module]
+    warnings.warn(f"{module} moved to {home} and will be removed in {REMOVAL}", FutureWarning, stacklevel=3)
+    out: dict[str, Any] = {}
+    for new, moved in names.items():
+        source = importlib.import_module(new)
+        out.update({name: getattr(source, name) for name in moved})
+    return {**out, "__all__": list(out)}
+
+
+def positional_arguments(owner: str, order: tuple[str, ...], args: tuple) -> dict[str, Any]:
+    """{name: value} of arguments given in the old positional `order` of `owner` (a FutureWarning naming them); more
+    than `order` holds is a TypeError."""
+    if len(args) > len(order):
+        raise TypeError(f"{owner} takes at most {len(order)} positional arguments")
+    names = ", ".join(order[: len(args)])
+    warnings.warn(
+        f"{owner}'s positional arguments are deprecated and will be removed in {REMOVAL}: pass {names} by keyword",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return dict(zip(order, args, strict=False))
+
+
+def run_script_base_model(base_model: str) -> tuple[str, bool]:
+    """Before 0.3, `write_model_card(base_model=...)` may still be a run script's model name (`tiny-gpt2`, `minilm`):
+    (its Hub id or the name, whether it is built from a config), with a FutureWarning when it is one."""
+    backbones = importlib.import_module("hf_heads.cli.backbones")  # the run scripts' names live there
+    if base_model not in backbones.HUB_IDS and base_model not in backbones.BUILT_FROM_CONFIG:
+        return base_model, False
+    resolved = backbones.card_base_model(base_model)
+    warnings.warn(
+        f"write_model_card(base_model={base_model!r}) names a run script's model; pass "
+        f"base_model={resolved['base_model']!r}, built_from_config={resolved['built_from_config']} "
+        f"(hf_heads.cli.backbones.card_base_model gives both). Run-script names will not be recognised from {REMOVAL}",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return resolved["base_model"], resolved["built_from_config"]
