@@ -2,9 +2,10 @@
 its replacement, until the release `REMOVAL`, when this module's tables are emptied and the old modules deleted.
 
     moved names     `MOVED_NAMES`: {module: {old name: (what to use instead, the value)}}; such a module's
-                    `__getattr__` is `moved_names(__name__)` (PEP 562)
+                    `__getattr__` is `moved_names("<its name>")` (PEP 562; by name: a saved copy of the module
+                    runs under another `__name__`)
     moved modules   `MOVED_MODULES`: {old module: (its new home, {new module: names})}; the old module's body is
-                    `globals().update(moved_module(__name__))`
+                    `globals().update(moved_module("<its name>"))`
     call forms      `positional_arguments` (MarginCrossEntropy's old positional order) and `run_script_base_model`
                     (`write_model_card(base_model=<a run script's model name>)`)
 

@@ -153,7 +153,8 @@ def test_head_modules_flag_imports_the_users_components_before_the_head_flags(mo
 def test_a_saved_directory_carries_the_code_of_its_task_and_family_only(tmp_path):
     """Every saved model carried every task's and family's modules (33 files); now the closure of its own class and
     head family: a softmax causal LM needs no seq2seq, classification, margin, sampled, sparse or continuous code
-    (22 files: the vocabulary-parallel loss, hf_heads_losses_vocab_parallel.py, is part of the chunked loss)."""
+    (22 files: the vocabulary-parallel loss, hf_heads_losses_vocab_parallel.py, is part of the chunked loss, and
+    hf_heads_compat.py, the deprecated names, is imported by hf_heads.heads)."""
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
     model.save_pretrained(tmp_path)
     files = {p.name for p in tmp_path.glob("hf_heads_*.py")}

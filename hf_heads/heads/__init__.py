@@ -40,4 +40,4 @@ __all__ = [
 ]
 
 
-__getattr__ = moved_names(__name__)  # HEAD_FAMILIES, option_help (hf_heads.compat)
+__getattr__ = moved_names("hf_heads.heads")  # HEAD_FAMILIES, option_help (hf_heads.compat)

@@ -3,4 +3,4 @@ module re-exports its names with a FutureWarning; it will be removed in 0.3."""
 
 from hf_heads.compat import moved_module
 
-globals().update(moved_module(__name__))
+globals().update(moved_module("hf_heads.integrations.trl"))

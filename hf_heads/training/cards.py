@@ -44,7 +44,7 @@ STANDARD_SCORES = {
 # other fractions shown on the 0-100 scale in the card's score table (not in model-index: not standard)
 OTHER_SCORES = (r"accuracy@\d+", r"majority_class_accuracy", r"target_token_coverage")
 SPLITS = (("eval_", "validation"), ("predict_", "test"))
-__getattr__ = moved_names(__name__)  # the run scripts' model names, moved to hf_heads.cli.backbones
+__getattr__ = moved_names("hf_heads.training.cards")  # the run scripts' model names, moved to hf_heads.cli.backbones
 
 
 def _is_lm(model) -> bool:

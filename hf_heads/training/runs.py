@@ -3,4 +3,4 @@
 
 from hf_heads.compat import moved_module
 
-globals().update(moved_module(__name__))
+globals().update(moved_module("hf_heads.training.runs"))
