@@ -13,6 +13,9 @@ error. The kinds and their bases:
                                                             correction (sampling paper); reference: `reference`
     noise            hf_heads.losses.noise.Noise            the noise distribution D the samples are drawn from
                                                             (sampling paper sec. 3.2, 4.1); reference: `reference`
+    continuous_loss  hf_heads.losses.continuous_losses.ContinuousLoss
+                                                            a continuous-output loss (Kumar & Tsvetkov eq. 3, Bhat
+                                                            et al. eq. 1); reference: `reference`
 
 In a config a component is written as its name when it has no parameters, else as a dict with its type and its
 parameters (`component_config`):
@@ -37,7 +40,7 @@ from typing import Any, ClassVar
 
 from hf_heads.validation import OptionError, check_number
 
-KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise")
+KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise", "continuous_loss")
 REGISTRIES: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}  # kind -> {name: class}, registration order
 _BASES: dict[str, type] = {}  # kind -> its base class (set by `component_base`)
 

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from hf_heads.components import REGISTRIES, component_config, register
 from hf_heads.losses import CHUNK_KERNELS, margin_cross_entropy, sampled_loss
 from hf_heads.losses.chunks import kernel_choice
+from hf_heads.losses.continuous_losses import ContinuousBatch, ContinuousLoss
 from hf_heads.losses.noise import Noise
 from hf_heads.losses.sampled import SamplingMethod
 from hf_heads.losses.scorer import ContextNorm, Margin, Scorer, WordNorm
@@ -87,7 +88,7 @@ def example(cls: type):
 def test_the_extension_package_adds_one_component_of_each_kind_it_shows():
     names = {kind: [cls.name for cls in classes] for kind, classes in EXTENSIONS.items()}
     assert "toy-arc-cos" in names["margin"] and "toy-log1p-unigram" in names["word_norm"]
-    assert "toy-tempered-is" in names["sampling_method"]
+    assert "toy-tempered-is" in names["sampling_method"] and "toy-cosine-distance" in names["continuous_loss"]
     assert "toy-arc-cos" not in REGISTRIES["margin"]  # the rest of the suite sees the built-ins only
 
 
@@ -289,6 +290,70 @@ def test_noise_distribution_is_its_reference_and_a_distribution(cls, kernel):
     assert float((frequencies - probs).abs().max()) < 0.05
 
 
+# ----------------------------------------------------------------------------- continuous losses
+
+# the family's loss parameters every continuous loss runs with (each reads those it has), and an output vocabulary
+CONTINUOUS_SETTINGS = {
+    "defaults": {},
+    "parameters": {"margin": 0.3, "num_negatives": 3, "lambda1": 0.1, "lambda2": 0.5, "num_sampled": 4},
+    "released-form": {"vmf_form": "released"},
+    "output-vocabulary": {"num_sampled": 3, "candidates": True},
+}
+
+
+def _continuous_batch(setting: str) -> ContinuousBatch:
+    g = torch.Generator().manual_seed(3)
+    n, d, v = 7, 6, 13
+    table = F.normalize(torch.randn(v, d, generator=g, dtype=torch.float64), dim=1)  # (V, d) unit rows
+    pred = (torch.randn(n, d, generator=g, dtype=torch.float64) * 3).requires_grad_()  # (n, d)
+    ids = torch.tensor([0, 4, 4, 9, 12, 2, 9])  # repeated targets: in-batch candidates are the distinct ones
+    params = dict(CONTINUOUS_SETTINGS[setting])
+    if params.pop("candidates", False):
+        params["candidates"] = torch.arange(v) % 3 != 1  # word 4 is outside, and a target: always a candidate
+    return ContinuousBatch(pred, ids, table, scale=4.0, **params)
+
+
+def _continuous_cases() -> list:
+    return [pytest.param(cls, setting, id=f"{cls.name}-{setting}") for cls in COMPONENTS["continuous_loss"]
+            for setting in CONTINUOUS_SETTINGS]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls, setting", _continuous_cases())
+def test_continuous_loss_equals_its_reference(cls, setting):
+    """`rows` against the naive `reference`, in value and gradient (from the same random state: the random
+    negatives and the extra in-batch draws are drawn alike), and float64 gradcheck of `rows`."""
+    loss, batch = example(cls), _continuous_batch(setting)
+    if setting == "released-form" and not cls.has_vmf_form:
+        pytest.skip("vmf_form is refused for this loss (tests/test_continuous_head.py)")
+
+    def rows_of(pred):
+        torch.manual_seed(11)
+        return loss.rows(dataclasses.replace(batch, pred=pred))
+
+    got = rows_of(batch.pred)
+    torch.manual_seed(11)
+    want = loss.reference(batch)
+    assert got.shape == want.shape == batch.ids.shape
+    torch.testing.assert_close(got, want, rtol=1e-7, atol=1e-9)
+    weights = torch.linspace(0.5, 1.5, batch.ids.numel(), dtype=torch.float64)
+    (a,) = torch.autograd.grad((got * weights).sum(), batch.pred)
+    (e,) = torch.autograd.grad((want * weights).sum(), batch.pred)
+    torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-9)
+    if cls.exact_gradient:  # SMD's detached negative moves with û: its numerical gradient differs by design
+        assert torch.autograd.gradcheck(rows_of, (batch.pred,), fast_mode=True)
+
+
+def test_the_continuous_losses_are_the_family_s_choices():
+    from hf_heads.heads import ContinuousHeadOptions
+
+    for cls in COMPONENTS["continuous_loss"]:
+        assert cls.title
+    built_in = list(REGISTRIES["continuous_loss"])
+    assert built_in[0] == "vmf" and "cosine-softmax" in built_in
+    with pytest.raises(ValueError, match=r"loss='no-such-loss' is not allowed; allowed: 'vmf', 'syn-margin-proj"):
+        ContinuousHeadOptions(loss="no-such-loss")
+
+
 # ----------------------------------------------------------------------------- what every component must have
 
 
@@ -320,6 +385,19 @@ def test_registering_a_component_without_its_reference_is_an_error(base, referen
 
     with pytest.raises(TypeError, match="must be a frozen dataclass"):
         register(kind)(NotFrozen)
+
+
+def test_registering_a_continuous_loss_without_its_reference_is_an_error():
+    @dataclasses.dataclass(frozen=True)
+    class NoReference(ContinuousLoss):
+        name: ClassVar[str] = "no-reference"
+
+        def rows(self, batch):
+            return batch.pred.norm(dim=-1)
+
+    with pytest.raises(TypeError, match="does not define reference: every component defines its reference"):
+        register("continuous_loss")(NoReference)
+    assert "no-reference" not in REGISTRIES["continuous_loss"]
 
 
 def test_a_component_has_any_number_of_parameters_each_checked_and_named():

@@ -1,5 +1,6 @@
-"""The three toy extensions of tests/extension/toy_components (a two-parameter margin, a word norm with a parameter
-and a sampling method with one; docs/contributing.md) go the whole way a user's own component goes: trained by
+"""The toy extensions of tests/extension/toy_components (a two-parameter margin, a word norm with a parameter
+and a sampling method with one; a continuous-output loss in a seq2seq model built in the test; docs/contributing.md)
+go the whole way a user's own component goes: trained by
 run_clm.py from its flags alone, in a process of its own (`--head_modules` imports them, `--margin name:p=v,...`
 sets their parameters), saved with the modules they came from recorded in the config, reloaded in the test's
 process, which has never imported them (the recorded modules are imported on loading), and loaded with
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from export_check import export_job, load_without_hf_heads
 
 from hf_heads import HeadsForCausalLM
@@ -109,3 +111,43 @@ def test_head_options_set_what_has_no_flag_and_errors_name_them():
         HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m=-1").head_config()
     with pytest.raises(ValueError, match="--margin parameter m1=0.2 is not a parameter of margin 'arc'; allowed: m"):
         HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m1=0.2").head_config()
+
+
+def test_a_toy_continuous_loss_trains_saves_reloads_and_loads_without_hf_heads(extension_path, tmp_path):
+    """The toy continuous-output loss (`toy_components.continuous`, a parameter of its own) in a seq2seq model: its
+    loss is its definition, the config records it and its module, a process that never imported it reloads the
+    model, and the saved copy of the module serves `trust_remote_code` without hf_heads."""
+    import importlib
+
+    from conftest import seq2seq_batch, tiny_enc_dec_config
+
+    from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
+
+    importlib.import_module("toy_components.continuous")
+    torch.manual_seed(0)
+    head = {"family": "continuous", "loss": "toy-cosine-distance:weight=2", "embedding_dim": 8}
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head=head))
+    model.head.set_embedding_table(torch.randn(50, 8, generator=torch.Generator().manual_seed(1)))
+    x, mask, y = seq2seq_batch()
+    seen = []  # û of the kept positions, as the head's projection gives it
+    model.head.proj.register_forward_hook(lambda module, args, output: seen.append(output))
+    out = model(input_ids=x, attention_mask=mask, labels=y)
+    cosine = F.cosine_similarity(seen[0], model.head.embeddings[y[y != -100]], dim=-1)
+    torch.testing.assert_close(out.loss, (2.0 * (1 - cosine)).mean())
+    out.loss.backward()
+    assert float(model.head.proj.weight.grad.abs().sum()) > 0
+
+    model.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert config["head"]["loss"] == {"type": "toy-cosine-distance", "weight": 2.0}
+    assert config["components"] == {"loss": "toy_components.continuous"}
+    assert (tmp_path / "saved" / "toy_components_continuous.py").exists()
+    del REGISTRIES["continuous_loss"]["toy-cosine-distance"], sys.modules["toy_components.continuous"]
+    reloaded = HeadsForSeq2SeqLM.from_pretrained(tmp_path / "saved").eval()
+    assert reloaded.head.options.component("loss").weight == 2.0
+    inputs = {"input_ids": x, "attention_mask": mask, "decoder_input_ids": y.clamp_min(0)}
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**inputs).logits, model.eval()(**inputs).logits)
+    (got,) = load_without_hf_heads([export_job(tmp_path / "saved", "AutoModelForSeq2SeqLM", inputs)], tmp_path / "x")
+    with torch.no_grad():
+        torch.testing.assert_close(got["output"], model(**got["inputs"]).logits)

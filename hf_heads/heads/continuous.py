@@ -41,18 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hf_heads.components import REGISTRIES
 from hf_heads.heads.base import OutputHead
-from hf_heads.heads.options import HeadOptions
+from hf_heads.heads.options import COMPONENT, HeadOptions
 from hf_heads.heads.registry import register_family
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
-from hf_heads.losses.continuous import (
-    VMF_FORMS,
-    cosine_softmax_loss,
-    in_batch_softmax_loss,
-    nearest_neighbour_diagnostics,
-    syn_margin_loss,
-    vmf_nll,
-)
+from hf_heads.losses.continuous import VMF_FORMS, nearest_neighbour_diagnostics
+from hf_heads.losses.continuous_losses import ContinuousBatch
 from hf_heads.validation import OptionError, check_choice, check_number
 
 _DIAGNOSTIC_ROWS = 256  # positions of the last training batch kept for the table-2 diagnostics
@@ -73,18 +68,18 @@ def check_embedding_table(table: torch.Tensor, num_classes: int, dim: int | None
 
 
 CENTERINGS = ("none", "mean", "frequency")
-SOFTMAX_LOSSES = ("cosine-softmax", "in-batch-softmax")  # cross-entropies over s·cos(û, E_c)
-CONTINUOUS_LOSSES = (
-    "vmf",
-    *(f"syn-margin-{n}" for n in ("projection", "difference")),
-    *(f"margin-{n}" for n in ("random", "most-informative")),
-    *SOFTMAX_LOSSES,
-)
 OUTPUT_VOCABULARIES = ("all", "targets")
 # embedding_name: a packaged table, a table trained on the training targets by the run scripts (gensim), or a file
 TABLE_NAMES = ("glove-6B-50d", "word2vec-targets")
 TABLE_SUFFIXES = (".npz", ".txt", ".vec")
 MAX_LOGIT_SCALE = 100.0  # a learned scale is clamped here (as CLIP clamps its logit scale)
+
+
+def _losses_with(attribute: str, loss) -> str:
+    """ "loss='x' (loss='y')" or "loss in ('x', 'z') (loss='y')": the registered losses with a class attribute."""
+    names = tuple(name for name, cls in REGISTRIES["continuous_loss"].items() if getattr(cls, attribute))
+    which = f"loss={names[0]!r}" if len(names) == 1 else f"loss in {names}"
+    return f"{which} (loss={loss.name!r})"
 
 
 @dataclass
@@ -93,7 +88,14 @@ class ContinuousHeadOptions(HeadOptions):
     d-dim embedding, trained against a frozen, L2-normalised pretrained table E (V, d) stored with the
     weights; decoding ranks the vocabulary by û·Eᵀ (nearest neighbour)."""
 
-    loss: str = field(default="vmf", metadata={"help": f"Continuous-output loss: {', '.join(CONTINUOUS_LOSSES)}."})
+    loss: str | dict = field(
+        default="vmf",
+        metadata={
+            "help": f"Continuous-output loss: {', '.join(REGISTRIES['continuous_loss'])}, or a type registered in "
+            "your own module (hf_heads.losses.continuous_losses).",
+            COMPONENT: "continuous_loss",
+        },
+    )
     loss_margin: float = field(default=0.5, metadata={"help": "λ of the margin losses (>= 0)."})
     num_negatives: int = field(default=5, metadata={"help": "margin-random: negatives drawn per position."})
     vmf_lambda1: float = field(default=0.0, metadata={"help": "vMF: + λ1‖û‖ (Kumar & Tsvetkov's NLLvMF_reg1)."})
@@ -161,7 +163,7 @@ class ContinuousHeadOptions(HeadOptions):
 
     def check(self) -> None:
         super().check()
-        check_choice("loss", self.loss, CONTINUOUS_LOSSES)
+        loss = self.component("loss")
         if self.embedding_name not in TABLE_NAMES and not self.embedding_name.endswith(TABLE_SUFFIXES):
             allowed = ", ".join(map(repr, TABLE_NAMES)) + " or a file ending in " + ", ".join(TABLE_SUFFIXES)
             raise OptionError("embedding_name", self.embedding_name, f"is not allowed; allowed: {allowed}")
@@ -169,13 +171,13 @@ class ContinuousHeadOptions(HeadOptions):
         check_choice("vmf_form", self.vmf_form, VMF_FORMS)
         check_number("num_sampled", self.num_sampled, minimum=0, integer=True)
         check_number("word2vec_dim", self.word2vec_dim, minimum=2, integer=True)
-        if self.num_sampled and self.loss != "in-batch-softmax":
-            raise OptionError("num_sampled", self.num_sampled, f"is for loss='in-batch-softmax' (loss={self.loss!r})")
-        if self.learn_logit_scale and self.loss not in SOFTMAX_LOSSES:
-            raise OptionError("learn_logit_scale", True, f"is for loss in {SOFTMAX_LOSSES} (loss={self.loss!r})")
+        if self.num_sampled and not loss.draws_extra_negatives:
+            raise OptionError("num_sampled", self.num_sampled, f"is for {_losses_with('draws_extra_negatives', loss)}")
+        if self.learn_logit_scale and not loss.learns_scale:
+            raise OptionError("learn_logit_scale", True, f"is for {_losses_with('learns_scale', loss)}")
         if self.vmf_form == "released":
-            if self.loss != "vmf":
-                raise OptionError("vmf_form", self.vmf_form, f"is for loss='vmf' (loss={self.loss!r})")
+            if not loss.has_vmf_form:
+                raise OptionError("vmf_form", self.vmf_form, f"is for {_losses_with('has_vmf_form', loss)}")
             if self.vmf_lambda1 != 0 or self.vmf_lambda2 != 1:
                 raise OptionError(
                     "vmf_form", self.vmf_form, "has no λ1 / λ2 terms: leave vmf_lambda1=0 and vmf_lambda2=1"
@@ -191,16 +193,11 @@ class ContinuousHeadOptions(HeadOptions):
         if self.embedding_dim is not None:
             check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
 
-    @property
-    def negative(self) -> str | None:
-        """The margin loss's negative kind (one of hf_heads.losses.continuous.NEGATIVES), None for vMF."""
-        return None if self.loss == "vmf" else self.loss.removeprefix("syn-margin-").removeprefix("margin-")
-
     def describe(self) -> str:
         centred = "" if self.center_embeddings == "none" else f", {self.center_embeddings}-centred table"
         table = "" if self.embedding_name == "glove-6B-50d" else f", table {self.embedding_name}"
         vocab = ", target-side output vocabulary" if self.output_vocabulary == "targets" else ""
-        return f"continuous {self.loss}{centred}{table}{vocab}"
+        return f"continuous {self.component('loss').describe()}{centred}{table}{vocab}"
 
 
 class ContinuousHead(OutputHead):
@@ -259,15 +256,7 @@ class ContinuousHead(OutputHead):
         raise ValueError("the continuous head uses no word counts (its targets are the embedding table's rows)")
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
-        loss = self.options.loss
-        if loss == "vmf":
-            name = "vMF NLL of the target embedding"
-        elif loss == "cosine-softmax":
-            name = "cross-entropy over s·cos(û, E) to every word"
-        elif loss == "in-batch-softmax":
-            name = "cross-entropy over s·cos(û, E) to the batch's target words"
-        else:
-            name = f"{loss} margin loss"
+        name = self.options.component("loss").title
         return name, f"{name}, the training loss; not a word NLL"
 
     @property
@@ -372,41 +361,15 @@ class ContinuousHead(OutputHead):
         check_labels(flat_y, self.num_classes, ignore_index)
         pred = self.predict(flat_h[valid])  # (n, d)
         ids = flat_y[valid]
-        target = table[ids]  # (n, d)
         o = self.options
         if self.training:
             self._last = (pred.detach()[:_DIAGNOSTIC_ROWS], ids[:_DIAGNOSTIC_ROWS])
-        if o.loss == "cosine-softmax":
-            rows = cosine_softmax_loss(
-                pred, ids, table, scale=self.logit_scale, candidates=self._candidates(), reduction="none"
-            )
-        elif o.loss == "in-batch-softmax":
-            candidates = self._candidates()
-            pool = None
-            if o.num_sampled:
-                pool = (
-                    candidates.nonzero().squeeze(1)
-                    if candidates is not None
-                    else torch.arange(self.num_classes, device=table.device)
-                )
-            rows = in_batch_softmax_loss(
-                pred, ids, table, scale=self.logit_scale, num_sampled=o.num_sampled, sample_pool=pool, reduction="none"
-            )
-        elif o.loss == "vmf":
-            rows = vmf_nll(
-                pred, target, lambda1=o.vmf_lambda1, lambda2=o.vmf_lambda2, form=o.vmf_form, reduction="none"
-            )
-        else:
-            rows = syn_margin_loss(
-                pred,
-                target,
-                negative=o.negative,
-                margin=o.loss_margin,
-                embeddings=table,
-                target_ids=ids,
-                num_negatives=o.num_negatives,
-                reduction="none",
-            )
+        batch = ContinuousBatch(
+            pred, ids, table, scale=self.logit_scale, candidates=self._candidates(), margin=o.loss_margin,
+            num_negatives=o.num_negatives, lambda1=o.vmf_lambda1, lambda2=o.vmf_lambda2, vmf_form=o.vmf_form,
+            num_sampled=o.num_sampled,
+        )  # fmt: skip
+        rows = o.component("loss").rows(batch)  # (n,)
         rows = rows + 0.0 * pred.sum()  # (n,); keeps the graph when every position is ignored
         return reduce_rows(rows, valid, labels.shape, reduction, num_items_in_batch)
 
@@ -418,7 +381,7 @@ class ContinuousHead(OutputHead):
     @autocast_off
     def _scores(self, hidden: torch.Tensor) -> torch.Tensor:
         pred = self.predict(hidden)  # (*, d) float32
-        if self.options.loss != "vmf":
+        if self.options.component("loss").cosine_scores:
             pred = F.normalize(pred, dim=-1) * self.logit_scale
         scores = pred @ self._table().to(pred.dtype).T  # (*, V)
         candidates = self._candidates()
