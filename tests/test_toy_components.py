@@ -113,13 +113,11 @@ def test_head_options_set_what_has_no_flag_and_errors_name_them():
         HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m1=0.2").head_config()
 
 
-def test_a_toy_continuous_loss_trains_saves_reloads_and_loads_without_hf_heads(extension_path, tmp_path):
-    """The toy continuous-output loss (`toy_components.continuous`, a parameter of its own) in a seq2seq model: its
-    loss is its definition, the config records it and its module, a process that never imported it reloads the
-    model, and the saved copy of the module serves `trust_remote_code` without hf_heads."""
+def _toy_continuous_model():
+    """A tiny seq2seq model with the toy continuous loss (`toy_components.continuous`, imported here)."""
     import importlib
 
-    from conftest import seq2seq_batch, tiny_enc_dec_config
+    from conftest import tiny_enc_dec_config
 
     from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 
@@ -128,6 +126,17 @@ def test_a_toy_continuous_loss_trains_saves_reloads_and_loads_without_hf_heads(e
     head = {"family": "continuous", "loss": "toy-cosine-distance:weight=2", "embedding_dim": 8}
     model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head=head))
     model.head.set_embedding_table(torch.randn(50, 8, generator=torch.Generator().manual_seed(1)))
+    return model
+
+
+def test_a_toy_continuous_loss_trains_saves_and_reloads(extension_path, tmp_path):
+    """The toy continuous-output loss (a parameter of its own) in a seq2seq model: its loss is its definition, the
+    config records it and its module, and a process that never imported it reloads the model."""
+    from conftest import seq2seq_batch
+
+    from hf_heads import HeadsForSeq2SeqLM
+
+    model = _toy_continuous_model()
     x, mask, y = seq2seq_batch()
     seen = []  # û of the kept positions, as the head's projection gives it
     model.head.proj.register_forward_hook(lambda module, args, output: seen.append(output))
@@ -148,6 +157,17 @@ def test_a_toy_continuous_loss_trains_saves_reloads_and_loads_without_hf_heads(e
     inputs = {"input_ids": x, "attention_mask": mask, "decoder_input_ids": y.clamp_min(0)}
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**inputs).logits, model.eval()(**inputs).logits)
+
+
+@pytest.mark.slow
+def test_a_toy_continuous_loss_loads_without_hf_heads(extension_path, tmp_path):
+    """The copy of `toy_components.continuous` saved with the model serves `trust_remote_code` without hf_heads."""
+    from conftest import seq2seq_batch
+
+    model = _toy_continuous_model().eval()
+    model.save_pretrained(tmp_path / "saved")
+    x, mask, y = seq2seq_batch()
+    inputs = {"input_ids": x, "attention_mask": mask, "decoder_input_ids": y.clamp_min(0)}
     (got,) = load_without_hf_heads([export_job(tmp_path / "saved", "AutoModelForSeq2SeqLM", inputs)], tmp_path / "x")
     with torch.no_grad():
         torch.testing.assert_close(got["output"], model(**got["inputs"]).logits)
