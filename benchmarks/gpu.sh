@@ -32,6 +32,8 @@ if [[ $dry == 1 ]]; then
   check="--rows 16 --hidden 8 --vocab 53 --compile_backend eager --options softcap top-k-target-smoothing frozen-w
     z-loss-weights-top-k predictions" compile="--compile_backend eager"
   whole="--vocab 64 --hidden 16 --layers 1 --batch 2 --block 8 --repeats 1" reps=1 sampled="--num_samples 8"
+  # (d) repeats (a)'s rows at the same toy sizes here: two rows check its commands (every row runs on a GPU)
+  rest=(--methods "naive logits, softmax" "hf_heads arc+log-unigram+max-norm, triton kernel")
 else
   if compgen -G ".whl/*.whl" >/dev/null; then  # make gpu-wheels: the peers, transformers 5.23 and what it checks
     $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -40,7 +42,7 @@ else
   dev=cuda device=$($py -c "import torch; print(torch.cuda.get_device_name(0).replace(' ', '-'))")
   outdir=${OUT:-docs/results}
   gemma="--tokens 8192 --hidden 2304 --vocab 256000" small="--tokens 4096 --hidden 512 --vocab 50000"
-  check="" compile="" reps=5 sampled=""
+  check="" compile="" reps=5 sampled="" rest=()
   whole="--vocab 128256 --hidden 2048 --layers 4 --batch 8 --block 1024 --repeats 5 --memory_cap_gib 40 --search_trials 4"
 fi
 mkdir -p "$outdir"
@@ -135,7 +137,7 @@ EOF
   echo
   echo "## (d) the rest: smaller shapes, every margin option, sampled, sparse, a whole-model step"
   for amp in "--autocast bf16" ""; do
-    block 60 "output layer, ${small} ${amp:-float32}" $bm $small $amp --inputs peaked --exclude compiled
+    block 60 "output layer, ${small} ${amp:-float32}" $bm $small $amp --inputs peaked --exclude compiled "${rest[@]}"
     block 30 "sparse-softmax k=20 ${small} ${amp:-float32}" $py benchmarks/bench_sparse.py --device $dev \
       --repeats $reps $small $amp --k 20 --inputs peaked
     block 40 "sampled criteria ${small} ${amp:-float32}" $py benchmarks/bench_sampled.py --device $dev \
