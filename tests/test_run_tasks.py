@@ -125,6 +125,7 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
     )
 
 
+@pytest.mark.slow  # suite time: translation's default end-to-end run is the sparse one under accelerate
 def test_run_translation_continuous_syn_margin(tmp_path):
     """The continuous-output head end to end: GloVe targets, words outside GloVe -> <unk>, SMP loss, tied decoder
     inputs, beam-search (nearest-neighbour) decoding scored with sacreBLEU, model card."""
