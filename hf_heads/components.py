@@ -16,6 +16,10 @@ error. The kinds and their bases:
     continuous_loss  hf_heads.losses.continuous_losses.ContinuousLoss
                                                             a continuous-output loss (Kumar & Tsvetkov eq. 3, Bhat
                                                             et al. eq. 1); reference: `reference`
+    kernel           hf_heads.losses.chunks.ChunkKernel     the per-chunk work of the fused loss (eager, compiled,
+                                                            triton); `available(device)`, `loss`, `loss_and_grads`;
+                                                            reference: its family's naive dense loss
+                                                            (tests/test_kernels.py)
 
 In a config a component is written as its name when it has no parameters, else as a dict with its type and its
 parameters (`component_config`):
@@ -40,7 +44,7 @@ from typing import Any, ClassVar
 
 from hf_heads.validation import OptionError, check_number
 
-KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise", "continuous_loss")
+KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise", "continuous_loss", "kernel")
 REGISTRIES: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}  # kind -> {name: class}, registration order
 _BASES: dict[str, type] = {}  # kind -> its base class (set by `component_base`)
 
@@ -117,14 +121,20 @@ def parse_value(text: str):
         return text.strip()
 
 
-def component_base(kind: str):
-    """Class decorator: make `cls` the base class of the components of `kind` (one per kind)."""
+REFERENCE = "its reference (the naive computation the contract suite compares the library with)"
+_REQUIRES: dict[str, str] = {}  # kind -> what its abstract methods are, for `register`'s refusal
+
+
+def component_base(kind: str, requires: str = REFERENCE):
+    """Class decorator: make `cls` the base class of the components of `kind` (one per kind); `requires` says what
+    its abstract methods are (default: the reference)."""
     if kind not in KINDS:
         raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
 
     def decorate(cls: type) -> type:
         cls.kind = kind
         _BASES[kind] = cls
+        _REQUIRES[kind] = requires
         return cls
 
     return decorate
@@ -150,8 +160,8 @@ def register(kind: str):
         if inspect.isabstract(cls):
             missing = ", ".join(sorted(cls.__abstractmethods__))
             raise TypeError(
-                f"register({kind!r}): {cls.__qualname__} does not define {missing}: every component defines its "
-                "reference (the naive computation the contract suite compares the library with)"
+                f"register({kind!r}): {cls.__qualname__} does not define {missing}: every {kind} component defines "
+                f"{_REQUIRES[kind]}"
             )
         if dataclasses.fields(cls):  # read the parameters' annotations while the defining module is importable
             annotation_types(cls, "")

@@ -35,9 +35,11 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.components import REGISTRIES, component_config, register
-from hf_heads.losses import CHUNK_KERNELS, margin_cross_entropy, sampled_loss
-from hf_heads.losses.chunks import kernel_choice
+from hf_heads.heads.registry import component_modules
+from hf_heads.losses import CHUNK_KERNELS, fused_linear_cross_entropy, margin_cross_entropy, sampled_loss
+from hf_heads.losses.chunks import ChunkKernel, kernel_choice, register_kernel
 from hf_heads.losses.continuous_losses import ContinuousBatch, ContinuousLoss
+from hf_heads.losses.kernels import EagerKernel
 from hf_heads.losses.noise import Noise
 from hf_heads.losses.sampled import SamplingMethod
 from hf_heads.losses.scorer import ContextNorm, Margin, Scorer, WordNorm
@@ -376,7 +378,7 @@ def test_registering_a_component_without_its_reference_is_an_error(base, referen
         name: ClassVar[str] = "no-reference"
 
     kind = base.kind
-    with pytest.raises(TypeError, match=f"does not define {reference}: every component defines its reference"):
+    with pytest.raises(TypeError, match=f"does not define {reference}: every {kind} component defines its reference"):
         register(kind)(NoReference)
     assert "no-reference" not in REGISTRIES[kind]
 
@@ -395,9 +397,43 @@ def test_registering_a_continuous_loss_without_its_reference_is_an_error():
         def rows(self, batch):
             return batch.pred.norm(dim=-1)
 
-    with pytest.raises(TypeError, match="does not define reference: every component defines its reference"):
+    with pytest.raises(TypeError, match="does not define reference: every continuous_loss component defines its ref"):
         register("continuous_loss")(NoReference)
     assert "no-reference" not in REGISTRIES["continuous_loss"]
+
+
+def test_a_chunk_kernel_is_a_component_and_a_head_records_where_its_kernel_comes_from():
+    @dataclasses.dataclass(frozen=True)
+    class LossOnly(ChunkKernel):
+        name: ClassVar[str] = "loss-only"
+
+        def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
+            return torch.zeros(h.shape[0])
+
+    with pytest.raises(
+        TypeError, match="does not define available, loss_and_grads: every kernel component defines wh"
+    ):
+        register("kernel")(LossOnly)
+    assert "loss-only" not in CHUNK_KERNELS
+
+    class Written(EagerKernel):  # a kernel class as written before kernels were components: not a dataclass
+        name = "user-eager"
+
+    head = {"family": "softmax", "chunk_kernel": "user-eager", "chunk_size": 4}
+    try:
+        register_kernel(Written)
+        assert list(CHUNK_KERNELS)[-1] == "user-eager" and CHUNK_KERNELS["user-eager"].name == "user-eager"
+        assert component_modules(head) == {"chunk_kernel": __name__}  # saved with the config, copied with the model
+        assert component_modules({**head, "chunk_kernel": "eager"}) == component_modules({"family": "softmax"}) == {}
+        h, y = torch.randn(10, 6, dtype=torch.float64), torch.randint(0, 13, (10,))
+        w = torch.randn(13, 6, dtype=torch.float64)
+        with kernel_choice("user-eager"):
+            mine = fused_linear_cross_entropy(h, w, None, y, chunk_size=4)
+        torch.testing.assert_close(mine, F.cross_entropy(h @ w.T, y))
+    finally:
+        REGISTRIES["kernel"].pop("user-eager", None)
+    with pytest.raises(ValueError, match="chunk_kernel='user-eager' is not allowed; allowed: 'eager', 'compiled'"):
+        component_modules(head)
 
 
 def test_a_component_has_any_number_of_parameters_each_checked_and_named():

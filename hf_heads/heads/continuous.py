@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +88,10 @@ class ContinuousHeadOptions(HeadOptions):
     """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a
     d-dim embedding, trained against a frozen, L2-normalised pretrained table E (V, d) stored with the
     weights; decoding ranks the vocabulary by û·Eᵀ (nearest neighbour)."""
+
+    examples: ClassVar[dict[str, dict]] = {
+        "continuous": {"loss": "vmf", "embedding_dim": 4, "tie_decoder_inputs": True},
+    }
 
     loss: str | dict = field(
         default="vmf",

@@ -30,6 +30,12 @@ from hf_heads.validation import OptionError, check_number
 class MarginHeadOptions(SoftmaxHeadOptions):
     """Large-margin softmax (margin paper, eqs. 5-14)."""
 
+    examples: ClassVar[dict[str, dict]] = {
+        "margin": {"margin": "arc", "m": 0.2},
+        "margin-max-norm": {"margin": "arc", "m": 0.2, "context_norm": "max-norm"},  # g from the batch (eq. 10)
+        "margin-cos-log-unigram": {"margin": "cos", "m": 0.1, "word_norm": "log-unigram"},  # needs word counts
+    }
+
     margin: str | dict = field(
         default="none",
         metadata={

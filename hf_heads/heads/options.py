@@ -18,7 +18,7 @@ from typing import ClassVar
 from hf_heads.components import coerce, component_config, make_component
 
 # metadata key of an options field whose value names a registered component: its kind (hf_heads.components, e.g.
-# "margin") or its registry (a dict name -> object, e.g. the chunk kernels)
+# "margin", "kernel"); a field whose default is None may be None (no component: e.g. the automatic chunk kernel)
 COMPONENT = "registry"
 
 # Options that `from_base` sets from the checkpoint (its output transform, the calibrated gain) rather than the user:
@@ -34,12 +34,19 @@ class HeadOptions:
     needs_counts: ClassVar[bool] = False  # whether training word counts are required (see `counts_reason`)
     # older option names `migrate` still reads (flags too): {name: (type, help)}
     flat_options: ClassVar[dict[str, tuple[type, str]]] = {}
+    # {label: head section without `family`}: small settings of the family, what the test suite runs every task,
+    # stack and integration with (tests/conftest.py `family_heads`): the first, labelled with the family's name, is
+    # its representative; others try its other components. Each family sets its own (`register_family`: its
+    # defaults when it sets none); a setting needing word counts says so through `needs_counts`.
+    examples: ClassVar[dict[str, dict]] = {}
 
     def __post_init__(self) -> None:
         for f in fields(self):
             kind = f.metadata.get(COMPONENT)
             value = getattr(self, f.name)
-            if isinstance(kind, str):  # a component: its config value, its name or {"type": ..., **parameters}
+            if isinstance(kind, str) and value is None and f.default is None:
+                pass  # an optional component not chosen
+            elif isinstance(kind, str):  # a component: its config value, its name or {"type": ..., **parameters}
                 value = component_config(make_component(kind, value, field=f.name))
             else:
                 value = coerce(type(self), f.name, value)
@@ -58,12 +65,13 @@ class HeadOptions:
         self.__dict__.pop("_components", None)  # an option changed: `component` builds its objects again
 
     def component(self, option: str):
-        """The component object an option names (e.g. `component("word_norm")`), built once and kept until an
-        option changes (the heads ask for it at every step)."""
+        """The component object an option names (e.g. `component("word_norm")`; None for an optional component not
+        chosen), built once and kept until an option changes (the heads ask for it at every step)."""
         cache = self.__dict__.setdefault("_components", {})
         if option not in cache:
             kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)
-            cache[option] = make_component(kind, getattr(self, option), field=option)
+            value = getattr(self, option)
+            cache[option] = None if value is None else make_component(kind, value, field=option)
         return cache[option]
 
     def check(self) -> None:

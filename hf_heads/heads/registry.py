@@ -48,6 +48,10 @@ def register_family(name: str, options: type, head: type) -> None:
     """Register a family under `name` (the `family` key of a head section)."""
     if name in FAMILIES:
         raise ValueError(f"head family {name!r} is already registered")
+    if "examples" not in options.__dict__:  # not its parent family's
+        options.examples = {name: {}}
+    elif next(iter(options.examples), None) != name:
+        raise ValueError(f"head family {name!r}: its first example is labelled with its name, got {options.examples}")
     options.family = head.family = name
     head.options_class = options
     FAMILIES[name] = HeadFamily(name, options, head)
@@ -117,11 +121,8 @@ def component_modules(head: dict | None) -> dict[str, str]:
     found: dict[str, type] = {"family": FAMILIES[options.family].head}
     for f in fields(options):
         registry, value = f.metadata.get(COMPONENT), getattr(options, f.name)
-        if isinstance(registry, str):
+        if registry is not None and value is not None:
             found[f.name] = type(options.component(f.name))
-        elif registry is not None and value is not None:
-            item = registry[value]
-            found[f.name] = item if isinstance(item, type) else type(item)
     modules = {option: _defining_module(cls) for option, cls in found.items()}
     return {option: module for option, module in modules.items() if module is not None}
 

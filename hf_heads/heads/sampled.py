@@ -41,6 +41,11 @@ class SampledHeadOptions(MarginHeadOptions):
     """Sampling-based training criteria with the posterior correction (sampling paper, eqs. 1-22); the margin
     options of the margin family compose with them (margin on the target logit)."""
 
+    examples: ClassVar[dict[str, dict]] = {
+        "sampled": {"criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
+        "sampled-ce-is": {"criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
+    }
+
     criterion: str = field(default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}."})
     method: str | dict = field(
         default="full",

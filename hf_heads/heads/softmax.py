@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch.nn.functional as F
 
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions
 from hf_heads.heads.registry import COMPONENT, register_family
-from hf_heads.losses.chunks import CHUNK_KERNELS
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
-from hf_heads.validation import OptionError, check_choice, check_number
+from hf_heads.validation import OptionError, check_number
 
 
 @dataclass
 class SoftmaxHeadOptions(HeadOptions):
     """The plain softmax output layer."""
+
+    examples: ClassVar[dict[str, dict]] = {"softmax": {}}
 
     bias: bool = field(default=True, metadata={"help": "Keep an output bias b_c (the margin paper always does)."})
     chunk_size: int | None = field(
@@ -34,7 +36,7 @@ class SoftmaxHeadOptions(HeadOptions):
             "help": "Implementation of the chunked loss's per-chunk work: eager, compiled (torch.compile) or triton "
             "(hand-written; GPU). Default: triton on a GPU when triton is installed, else eager; the environment "
             "variable HF_HEADS_CHUNK_KERNEL overrides this option. Every choice computes the same loss.",
-            COMPONENT: CHUNK_KERNELS,
+            COMPONENT: "kernel",
         },
     )
     label_smoothing: float = field(
@@ -105,8 +107,6 @@ class SoftmaxHeadOptions(HeadOptions):
         check_transform(self.logit_multiplier, self.logit_softcap)
         if self.chunk_size is not None:
             check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
-        if self.chunk_kernel is not None:
-            check_choice("chunk_kernel", self.chunk_kernel, CHUNK_KERNELS)
         check_number("label_smoothing", self.label_smoothing, minimum=0)
         if self.label_smoothing >= 1:
             raise OptionError("label_smoothing", self.label_smoothing, "must be < 1")

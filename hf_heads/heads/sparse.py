@@ -9,6 +9,7 @@ why the eval loss is eq. 5 rather than that NLL (`eval_loss_is_nll = False`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hf_heads.heads.discrete import loss_extras
 from hf_heads.heads.registry import register_family
@@ -21,6 +22,8 @@ from hf_heads.validation import OptionError, check_number
 class SparseHeadOptions(SoftmaxHeadOptions):
     """Sparse-softmax: the loss and the inference distribution use only the k largest logits of each row (k >=
     num_beams for beam search)."""
+
+    examples: ClassVar[dict[str, dict]] = {"sparse": {"k": 5}, "sparse-smoothed": {"k": 5, "label_smoothing": 0.1}}
 
     k: int = field(default=20, metadata={"help": "Logits kept per row (the paper's best: 20); k >= V is softmax."})
     decode_k: int | None = field(

@@ -1,8 +1,8 @@
 """Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
 
 - `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
-  (`ChunkKernel`, `register_kernel`, `chunk_kernel`; `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled, triton,
-  triton-half)
+  (`ChunkKernel`, a component of kind "kernel" registered with `register("kernel")`; `chunk_kernel`;
+  `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled, triton, triton-half)
 - `fused_linear`: the chunked linear loss every discrete head shares (softmax cross-entropy with a replaced target
   logit, top-k, label smoothing, soft-cap; the sampled family's full BCE / MSE), gradients in the forward pass
 - `kernels`: its `eager` and `compiled` chunk kernels; `triton_kernel`: the hand-written Triton one (GPU, or CPU

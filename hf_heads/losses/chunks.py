@@ -14,23 +14,27 @@ per-chunk function on each:
   chunk, without gradient.
 
 The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss (logits of the chunk, the replaced target
-logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient). Implementations are registered in
-`CHUNK_KERNELS` ("eager", "compiled", "triton", "triton-half") and every one runs the same contract tests against
-the naive references (tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set,
+logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient): a component of kind "kernel"
+(hf_heads.components), registered with `register("kernel")` like a margin, and listed by `CHUNK_KERNELS` ("eager",
+"compiled", "triton", "triton-half"); every one runs the same contract tests against the naive references
+(tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set,
 else a head's `chunk_kernel` option, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from hf_heads.components import REGISTRIES, Component, component_base, register
 from hf_heads.validation import OptionError
 
 CHUNK_BYTES = 1 << 25  # a training chunk's (rows, V) float32 block: 32 MiB (2^23 logits) ...
@@ -147,7 +151,9 @@ class Grads(NamedTuple):
     w_unset: bool = False
 
 
-class ChunkKernel:
+@component_base("kernel", requires="where it runs (available) and the chunk's loss with and without gradients")
+@dataclass(frozen=True)
+class ChunkKernel(Component, ABC):
     """The per-chunk work of the fused cross-entropy, for rows h (n, H), weight w (V, H), bias b (V,) or None,
     targets y (n,) and replaced target logits t (n,) or None:
 
@@ -157,18 +163,23 @@ class ChunkKernel:
     `loss` returns the (n,) losses; `loss_and_grads` also adds d(Σ_i row_weight_i · loss_i + Σ_i z_weight_i · λ ·
     lse_i²) to `grads` (λ = `opts.z_loss`, the second sum only when λ > 0; `z_weight` None: the row weights). Both
     write each row's log-sum-exp into `lse` (n,) when it is given ("ce" only; over the top k with `top_k`). Inputs
-    are float32 (float64 for gradcheck)."""
+    are float32 (float64 for gradcheck).
 
-    name: ClassVar[str] = ""
-    # the device types on which the kernel is the automatic choice where `automatic_available` says it can run
+    A kernel is a component of kind "kernel" (hf_heads.components): a frozen dataclass registered with
+    `@register("kernel")` under its `name`, defining `available`, `loss` and `loss_and_grads` (registering one
+    that leaves any of them abstract is refused). Its reference is the family's naive dense loss: tests/test_kernels.py
+    runs every registered kernel against it (forward, backward, float64 gradcheck, half precision)."""
+
+    # the device types on which the kernel is the automatic choice where `available` says it can run
     # (`automatic_kernel`: the first registered such kernel)
     automatic_on: ClassVar[tuple[str, ...]] = ()
 
-    @classmethod
-    def automatic_available(cls, device: torch.device) -> bool:
-        """Whether the kernel can be chosen automatically for tensors on `device` (its dependencies import)."""
-        return True
+    @abstractmethod
+    def available(self, device: torch.device) -> bool:
+        """Whether the kernel can run on tensors of `device` here (its dependencies import, the device is one it
+        supports)."""
 
+    @abstractmethod
     def loss(
         self, h, w, b, y, t, opts: ChunkOptions, lse: torch.Tensor | None = None, pred: torch.Tensor | None = None,
         ent: torch.Tensor | None = None,
@@ -179,8 +190,8 @@ class ChunkKernel:
         as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.kernels.predict`); into `ent`
         (n,) the entropy of each row's softmax over its support (the logits the loss takes: top k, replaced target,
         soft-cap; cross-entropy only)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def loss_and_grads(
         self, h, w, b, y, t, opts: ChunkOptions, row_weight: torch.Tensor, grads: Grads,
         lse: torch.Tensor | None = None, z_weight: torch.Tensor | None = None, pred: torch.Tensor | None = None,
@@ -190,7 +201,6 @@ class ChunkKernel:
         d(h, w, b, t) to `grads` (d h and d t written for the chunk's rows, d w and d b accumulated; H_i the entropy
         of `loss`, none without `ent_weight`); `lse`, `pred` and `ent` as in `loss`: in the same pass, no second
         product with W."""
-        raise NotImplementedError
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
         """The dtype of the (rows, V) `Grads.logits` workspace for products in `gemm`: float32 (float64 for
@@ -198,14 +208,35 @@ class ChunkKernel:
         return torch.promote_types(gemm, torch.float32)
 
 
-CHUNK_KERNELS: dict[str, ChunkKernel] = {}
+class _Kernels(Mapping):
+    """{name: kernel}: the registered chunk kernels (`REGISTRIES["kernel"]`, in registration order), one instance
+    each (a kernel has no parameters)."""
+
+    _instances: ClassVar[dict[type, ChunkKernel]] = {}
+
+    def __getitem__(self, name: str) -> ChunkKernel:
+        cls = REGISTRIES["kernel"][name]
+        if cls not in self._instances:
+            self._instances[cls] = cls()
+        return self._instances[cls]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REGISTRIES["kernel"])
+
+    def __len__(self) -> int:
+        return len(REGISTRIES["kernel"])
+
+
+CHUNK_KERNELS: Mapping[str, ChunkKernel] = _Kernels()
 KERNEL_ENV = "HF_HEADS_CHUNK_KERNEL"
 
 
 def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
-    """Class decorator: make a `ChunkKernel` selectable by its `name`."""
-    CHUNK_KERNELS[cls.name] = cls()
-    return cls
+    """Class decorator: `register("kernel")` for a `ChunkKernel` subclass, made a frozen dataclass first where it is
+    not one (a kernel class written before kernels were components)."""
+    if "__dataclass_params__" not in cls.__dict__:
+        cls = dataclass(frozen=True)(cls)
+    return register("kernel")(cls)
 
 
 _CHOSEN: ContextVar[tuple[str | None, bool]] = ContextVar("hf_heads_chunk_kernel", default=(None, False))
@@ -230,7 +261,7 @@ def automatic_kernel(device: torch.device | None) -> str:
     other kernel: each says where it is the automatic choice."""
     if device is not None:
         for name, kernel in CHUNK_KERNELS.items():
-            if device.type in kernel.automatic_on and kernel.automatic_available(device):
+            if device.type in kernel.automatic_on and kernel.available(device):
                 return name
     return "eager"
 

@@ -16,10 +16,13 @@ float32 (float64 for float64 inputs, for gradcheck).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from hf_heads.components import register
 from hf_heads.losses._rows import HALF_DTYPES
-from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads, register_kernel
+from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads
 
 
 def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
@@ -159,7 +162,8 @@ def _linear_grads(
         grads.h.mul_(row_weight.to(grads.h.dtype)[:, None])
 
 
-@register_kernel
+@register("kernel")
+@dataclass(frozen=True)
 class EagerKernel(ChunkKernel):
     """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the log-probabilities and then the gradient
     in place. The full-support log-softmax is one row-wise pass (`torch.log_softmax(z, out=z)`: each row's maximum,
@@ -167,6 +171,9 @@ class EagerKernel(ChunkKernel):
     the GEMMs instead of once per elementwise operation."""
 
     name = "eager"
+
+    def available(self, device: torch.device) -> bool:
+        return True  # any device PyTorch runs on
 
     @staticmethod
     def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None, pred=None):
@@ -487,7 +494,8 @@ def _compile_isolated(fn, backend: str, limit: int):
     return run
 
 
-@register_kernel
+@register("kernel")
+@dataclass(frozen=True)
 class CompiledKernel(EagerKernel):
     """The eager kernel's GEMMs with the per-chunk softmax / margin / top-k / smoothing / soft-cap math of the
     gradient (`_grad_logits`) compiled by `torch.compile` (inductor: C++ on a CPU, Triton on a GPU) into a few fused

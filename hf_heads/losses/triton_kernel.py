@@ -32,13 +32,15 @@ with the reason, never replaced by another kernel.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from hf_heads.components import register
 from hf_heads.losses import kernels
 from hf_heads.losses._rows import HALF_DTYPES, full_precision
-from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice, register_kernel
+from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice
 from hf_heads.losses.kernels import EagerKernel, _linear_grads
 from hf_heads.validation import OptionError
 
@@ -79,7 +81,8 @@ def _program():
     return _PROGRAM
 
 
-@register_kernel
+@register("kernel")
+@dataclass(frozen=True)
 class TritonKernel(EagerKernel):
     """The eager kernel's GEMMs around a hand-written Triton program for the per-row softmax / replaced target logit
     / soft-cap / label smoothing math (module docstring); `top_k` < V runs the eager kernel's top-k paths."""
@@ -90,9 +93,9 @@ class TritonKernel(EagerKernel):
     max_block = 8192  # columns per tile (a power of two); tests lower it to cross tile edges at small V
     num_warps = 16
 
-    @classmethod
-    def automatic_available(cls, device: torch.device) -> bool:
-        return triton_available()
+    def available(self, device: torch.device) -> bool:
+        """CUDA (and ROCm) tensors where the triton package imports; CPU tensors under Triton's interpreter."""
+        return triton_available() and (device.type != "cpu" or _interpreting())
 
     @classmethod
     def check_device(cls, device: torch.device) -> None:
@@ -114,7 +117,7 @@ class TritonKernel(EagerKernel):
         if device in TritonKernel._checked or (device.type == "cpu" and not force):
             return
         TritonKernel._checked.add(device)
-        self.max_block = 1024  # three tiles per row of 2051 logits
+        object.__setattr__(self, "max_block", 1024)  # three tiles per row of 2051 logits (this instance only)
         try:  # first use is inside an autograd.Function's forward or an evaluation: gradients switched back on
             with torch.inference_mode(False), torch.enable_grad(), full_precision():  # float32 under --bf16 too
                 g = torch.Generator().manual_seed(0)
@@ -122,7 +125,7 @@ class TritonKernel(EagerKernel):
                 y = torch.randint(0, w.shape[0], (6,), generator=g)
                 self._compare_with_eager(device, h, w, b, t, y)
         finally:
-            del self.max_block
+            object.__delattr__(self, "max_block")
 
     def _compare_with_eager(self, device, h, w, b, t, y) -> None:
         from hf_heads.losses.fused_linear import fused_linear_cross_entropy
@@ -228,7 +231,8 @@ class TritonKernel(EagerKernel):
         return loss
 
 
-@register_kernel
+@register("kernel")
+@dataclass(frozen=True)
 class TritonHalfKernel(TritonKernel):
     """The Triton kernel with half-precision logits when the products are half precision (autocast bf16 / fp16, a
     half model): each chunk's logits are the GEMM's output in that dtype (as a plain model's bf16 output layer

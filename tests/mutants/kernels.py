@@ -325,7 +325,7 @@ MUTANTS: list[Mutant] = [
       selection("tests/test_continuous_head.py::test_beam_search_scores_are_the_heads_decoding_scores"),
       "continuous margin / softmax heads decode with û·E instead of s · cos(û, E) (same argmax, other beam scores)"),
     m("automatic-kernel-without-its-dependency", "losses/chunks.py",
-      "if device.type in kernel.automatic_on and kernel.automatic_available(device):",
+      "if device.type in kernel.automatic_on and kernel.available(device):",
       "if device.type in kernel.automatic_on:",
       selection("tests/test_kernels.py::test_kernel_choice_by_name_head_option_environment_and_device"),
       "CUDA tensors get the triton kernel where the triton package does not import"),
