@@ -181,3 +181,23 @@ def seq2seq_batch(seed: int = 0, vocab_size: int = 50):
     mask[0, 5:] = 0
     y[1, 3:] = -100
     return x, mask, y
+
+
+def family_heads(
+    task: str | None = None, *, variants: bool = False, discrete: bool = False, counts: bool = True
+) -> dict[str, dict]:
+    """{label: head section} of every registered head family, from the families' own `examples` (HeadOptions): each
+    family's representative (labelled with its name), or with `variants` every example it gives; `task` ("causal-lm",
+    "seq2seq", "classification") keeps the families that run it, `discrete` those with an output matrix, `counts`
+    False the settings that need no word counts. The tests that run every family take their heads from here, so a
+    family registered later is run by them too."""
+    from hf_heads.heads import FAMILIES, head_options
+
+    out = {}
+    for name, entry in FAMILIES.items():
+        if (task is not None and task not in entry.head.tasks) or (discrete and not entry.head.has_output_matrix):
+            continue
+        examples = list(entry.options.examples.items())[: None if variants else 1]
+        heads = {label: {"family": name, **options} for label, options in examples}
+        out.update({k: v for k, v in heads.items() if counts or not head_options(v).needs_counts})
+    return out

@@ -4,7 +4,7 @@ over all the micro-batches of one optimizer step) divides the summed loss in eve
 
 import pytest
 import torch
-from conftest import tiny_bert_config, tiny_enc_dec_config, tiny_llama_config
+from conftest import family_heads, tiny_bert_config, tiny_enc_dec_config, tiny_llama_config
 from datasets import Dataset
 
 from hf_heads import (
@@ -17,18 +17,11 @@ from hf_heads import (
 )
 
 V, CLASSES = 40, 7
-HEADS = {
-    "softmax": {"family": "softmax"},
-    "margin": {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm"},
-    "sparse": {"family": "sparse", "k": 5},
-    "sampled": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 6, "noise": "uniform"},
-    "continuous": {"family": "continuous", "loss": "vmf", "embedding_dim": 8},
-    "margin-no-max-norm": {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram"},
-}
-TASKS = {
-    "causal": ("softmax", "margin", "sparse", "sampled"),
-    "seq2seq": ("softmax", "margin", "sparse", "sampled", "continuous"),
-    "classification": ("softmax", "margin", "sparse", "sampled"),
+TASKS = {"causal": "causal-lm", "seq2seq": "seq2seq", "classification": "classification"}
+HEADS = {task: family_heads(name, variants=True) for task, name in TASKS.items()}  # every family's examples
+HEADS["classification"] = {  # fewer noise samples than the classes
+    label: {**head, **({"num_samples": 3} if "num_samples" in head else {})}
+    for label, head in HEADS["classification"].items()
 }
 
 
@@ -41,8 +34,9 @@ def _model(task: str, head: dict):
     else:
         config = HeadsConfig(backbone=tiny_bert_config(V, no_dropout=True), head=head, num_labels=CLASSES)
         model = HeadsForSequenceClassification(config)
-    if head["family"] == "continuous":
-        model.head.set_embedding_table(torch.randn(V, 8, generator=torch.Generator().manual_seed(1)))
+    if model.head.uses_embedding_table:
+        dim = model.head.options.embedding_dim
+        model.head.set_embedding_table(torch.randn(V, dim, generator=torch.Generator().manual_seed(1)))
     elif model.head.needs_counts:
         model.set_word_counts(torch.arange(model.head.num_classes, 0, -1).double())
     return model
@@ -68,12 +62,12 @@ def _batch(rows: list[dict]) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("task", "family"), [(t, f) for t, families in TASKS.items() for f in families], ids=lambda x: str(x)
+    ("task", "family"), [(t, f) for t, heads in HEADS.items() for f in heads], ids=lambda x: str(x)
 )
 def test_num_items_in_batch_divides_the_summed_loss_in_every_task_model(task, family):
     """loss(num_items_in_batch=k) · k is the sum of the per-position losses, whatever the batch's own count, in
     training (the criterion) and in evaluation (the eval loss)."""
-    model = _model(task, HEADS[family])
+    model = _model(task, HEADS[task][family])
     batch = _batch(_examples(task))
     shift = 1 if task == "causal" else 0  # a causal LM predicts labels[:, 1:]
     labels = batch["labels"]
@@ -91,7 +85,7 @@ def test_num_items_in_batch_divides_the_summed_loss_in_every_task_model(task, fa
 
 
 def _trained_parameters(task: str, family: str, tmp_path, batch_size: int, accumulation: int) -> dict:
-    model = _model(task, HEADS[family])
+    model = _model(task, HEADS[task][family])
     args = HeadsTrainingArguments(
         output_dir=str(tmp_path / f"b{batch_size}"),
         per_device_train_batch_size=batch_size,
@@ -119,7 +113,12 @@ def _trained_parameters(task: str, family: str, tmp_path, batch_size: int, accum
 
 @pytest.mark.parametrize(
     ("task", "family"),
-    [("causal", "softmax"), ("causal", "margin-no-max-norm"), ("seq2seq", "softmax"), ("classification", "softmax")],
+    [
+        ("causal", "softmax"),
+        ("causal", "margin-cos-log-unigram"),
+        ("seq2seq", "softmax"),
+        ("classification", "softmax"),
+    ],
 )
 def test_accumulated_micro_batches_train_as_one_batch(task, family, tmp_path):
     """`HeadsTrainer`: one optimizer step over 2 micro-batches of 2 examples (gradient_accumulation_steps=2) leaves
@@ -129,7 +128,7 @@ def test_accumulated_micro_batches_train_as_one_batch(task, family, tmp_path):
     the micro-batch, as batch normalisation's is."""
     whole = _trained_parameters(task, family, tmp_path, batch_size=4, accumulation=1)
     accumulated = _trained_parameters(task, family, tmp_path, batch_size=2, accumulation=2)
-    start = {name: p.detach() for name, p in _model(task, HEADS[family]).named_parameters()}
+    start = {name: p.detach() for name, p in _model(task, HEADS[task][family]).named_parameters()}
     moved = [name for name in whole if not torch.equal(whole[name], start[name])]
     assert moved  # the step changed the model
     for name in whole:

@@ -8,9 +8,11 @@ import pytest
 import torch
 from arch_matrix import _TASKS as MATRIX
 from arch_matrix import NO_BEAM_SEARCH, NUM_LABELS, SKIPPED, TASKS, VOCAB, build, cache_mismatches, probe_inputs
+from conftest import family_heads
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from hf_heads import HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
+from hf_heads.heads.registry import DEFAULT_FAMILY
 from hf_heads.modeling import parity
 
 CASES = [(task, key) for task in TASKS for key in MATRIX[task][0]]
@@ -47,11 +49,8 @@ REFUSED = {
 }
 # transformers 5.23's own xLSTMForCausalLM cannot backpropagate (an in-place op in its cell): no training step.
 NO_BACKWARD = {"xlstm"}
-TRAINED_FAMILIES = [
-    {"family": "sparse", "k": 5},
-    {"family": "margin", "margin": "arc", "m": 0.1, "context_norm": "max-norm"},
-    {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
-]
+# the task of each matrix row, as the head families name theirs (hf_heads.heads.base.TASKS)
+HEAD_TASKS = {"causal_lm": "causal-lm", "seq2seq": "seq2seq"}
 
 
 def _wrap(task: str, original, head: dict, **kw):
@@ -112,9 +111,11 @@ def test_from_base_returns_the_checkpoints_distribution(task, key, tmp_path):
     if key in NO_BACKWARD:
         return
 
-    families = TRAINED_FAMILIES + (
-        [{"family": "continuous", "loss": "vmf", "embedding_dim": 8}] if task == "seq2seq" else []
-    )
+    families = [  # every family but the default one checked above, as the families give theirs
+        section
+        for section in family_heads(HEAD_TASKS.get(task, "classification")).values()
+        if section["family"] != DEFAULT_FAMILY
+    ]
     labels = inputs["input_ids"] if task == "causal_lm" else inputs.get("decoder_input_ids")
     if labels is None:
         labels = torch.tensor([0, NUM_LABELS - 1])
@@ -126,8 +127,8 @@ def test_from_base_returns_the_checkpoints_distribution(task, key, tmp_path):
     for section in families:
         section = {**section, "num_samples": 2} if "classification" in task and "num_samples" in section else section
         trained = _wrap(task, original, section, calibrate=False)  # from the copied layer as it is
-        if section["family"] == "continuous":
-            trained.head.set_embedding_table(torch.randn(VOCAB, 8))
+        if trained.head.uses_embedding_table:
+            trained.head.set_embedding_table(torch.randn(VOCAB, trained.head.options.embedding_dim))
         trained.train()
         loss = trained(**inputs, labels=labels).loss
         loss.backward()

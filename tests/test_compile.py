@@ -3,16 +3,11 @@ family: AOT autograd tracing in the default suite (margin), the inductor backend
 
 import pytest
 import torch
-from conftest import tiny_llama_config
+from conftest import family_heads, tiny_llama_config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 
-FAMILIES = {
-    "softmax": {"family": "softmax"},
-    "margin": {"family": "margin", "margin": "arc", "m": 0.2, "context_norm": "max-norm"},
-    "sparse": {"family": "sparse", "k": 5},
-    "sampled": {"family": "sampled", "criterion": "ce", "method": "mcs", "num_samples": 8, "noise": "uniform"},
-}
+FAMILIES = family_heads("causal-lm", discrete=True, variants=True, counts=False)
 
 
 def _step(model, ids):
@@ -37,7 +32,7 @@ def _check(family: str, backend: str) -> None:
 
 
 def test_compiled_training_step_margin_aot_eager():
-    _check("margin", "aot_eager")
+    _check("margin-max-norm", "aot_eager")
 
 
 @pytest.mark.slow

@@ -5,19 +5,15 @@ export without hf_heads of every family: tests/test_contract.py)."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config
+from conftest import family_heads, seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config
 from transformers import BartForConditionalGeneration, GPT2Config
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM, HeadsForSequenceClassification
 from hf_heads.modeling.seq2seq import shift_tokens_right
 
 V = 50
-FAMILIES = {
-    "softmax": {"family": "softmax"},
-    "margin": {"family": "margin", "margin": "arc", "m": 0.1, "scale": 16.0},
-    "sparse": {"family": "sparse", "k": 5},
-    "sampled": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
-}
+SEQ2SEQ_HEADS = family_heads("seq2seq", discrete=True)
+CLASSIFIER_HEADS = family_heads("classification", discrete=True)
 LABELS = {0: "animal", 1: "plant", 2: "act", 3: "time", 4: "place"}
 
 
@@ -29,10 +25,10 @@ def _no_dropout(model):
 
 
 @pytest.mark.parametrize("kind", ["bart", "t5", "marian", "bert2bert"])
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(SEQ2SEQ_HEADS))
 def test_seq2seq_every_backbone_and_family(kind, family):
     torch.manual_seed(0)
-    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config(kind), head=FAMILIES[family]))
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config(kind), head=SEQ2SEQ_HEADS[family]))
     x, mask, y = seq2seq_batch()
     out = model(input_ids=x, attention_mask=mask, labels=y)
     assert out.logits is None and torch.isfinite(out.loss)
@@ -106,14 +102,16 @@ def _clf_config(kind: str, family: str, pooling: str = "auto") -> HeadsConfig:
         backbone = tiny_bert_config(V)
     else:
         backbone = tiny_gpt2_config(V, n_layer=1, pad_token_id=1)
-    head = dict(FAMILIES[family], num_samples=3) if family == "sampled" else FAMILIES[family]
+    head = CLASSIFIER_HEADS[family]
+    if "num_samples" in head:  # fewer noise samples than the 5 classes
+        head = {**head, "num_samples": 3}
     return HeadsConfig(
         backbone=backbone, head=head, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}, pooling=pooling
     )
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(CLASSIFIER_HEADS))
 def test_classification_every_backbone_and_family(kind, family):
     torch.manual_seed(0)
     model = HeadsForSequenceClassification(_clf_config(kind, family))
@@ -142,7 +140,7 @@ def test_classification_softmax_loss_is_reference_and_margin_only_in_training():
     cos.eval()
     eval_loss = cos(input_ids=x, attention_mask=mask, labels=labels).loss
     cos.train()
-    assert cos(input_ids=x, attention_mask=mask, labels=labels).loss > eval_loss  # ArcFace margin m=0.1, s=16
+    assert cos(input_ids=x, attention_mask=mask, labels=labels).loss > eval_loss  # the margin family's ArcFace m > 0
 
 
 def test_classification_last_token_pooling_ignores_padding_side():
@@ -164,7 +162,7 @@ def test_classification_last_token_pooling_ignores_padding_side():
 def test_classification_bad_config():
     with pytest.raises(ValueError, match=r"head.num_samples=8 must be < the number of classes \(5\)"):
         HeadsForSequenceClassification(
-            HeadsConfig(backbone=GPT2Config(n_embd=32, n_head=2), head=FAMILIES["sampled"], num_labels=5)
+            HeadsConfig(backbone=GPT2Config(n_embd=32, n_head=2), head=CLASSIFIER_HEADS["sampled"], num_labels=5)
         )
     with pytest.raises(ValueError, match="pooling='cls' is not allowed"):
         _clf_config("bert", "softmax", pooling="cls")

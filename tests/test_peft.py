@@ -4,7 +4,14 @@ saved, reloaded and generating the same tokens."""
 
 import pytest
 import torch
-from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
+from conftest import (
+    family_heads,
+    seq2seq_batch,
+    tiny_bert_config,
+    tiny_enc_dec_config,
+    tiny_gpt2_config,
+    tiny_llama_config,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
@@ -13,12 +20,7 @@ from hf_heads.integrations.peft import backbone_target_modules, with_backbone_ta
 peft = pytest.importorskip("peft")
 
 V = 200
-FAMILIES = {
-    "softmax": {"family": "softmax"},
-    "margin": {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "uniform", "context_norm": "max-norm"},
-    "sparse": {"family": "sparse", "k": 5},
-    "sampled": {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
-}
+FAMILIES = family_heads("causal-lm", discrete=True, variants=True)  # word norms: the margin's variant
 
 
 def _causal(head, seed=0):

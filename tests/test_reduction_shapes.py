@@ -4,6 +4,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import family_heads
 
 from hf_heads.losses import (
     corrected_nll,
@@ -93,13 +94,12 @@ def test_the_loss_dtype_follows_torchs_rule_for_half_inputs(name):
     assert sparse_softmax_cross_entropy((h @ w.T + b), y, 4).dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("family", ["softmax", "margin", "sampled"])
+@pytest.mark.parametrize("family", list(family_heads(discrete=True)))
 def test_a_half_heads_loss_is_float32_as_transformers_losses(family):
     """A head of a model cast to bf16 returns a float32 loss (transformers' loss functions upcast the logits)."""
     from hf_heads.heads import make_head
 
-    options = {"family": family, "margin": "arc", "m": 0.2} if family == "margin" else {"family": family}
-    head = make_head(H, V, options).to(torch.bfloat16)
+    head = make_head(H, V, family_heads(discrete=True)[family]).to(torch.bfloat16)
     if head.needs_counts:
         head.set_word_counts(torch.arange(1.0, V + 1))
     h = torch.randn(2, 3, H, dtype=torch.bfloat16)

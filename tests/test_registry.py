@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_gpt2_config
+from conftest import family_heads, tiny_gpt2_config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
-from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, make_head
+from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
 from hf_heads.heads.registry import register_family
 from hf_heads.training.cards import inference_note, loss_labels
 from hf_heads.validation import check_number
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILY_NAMES = ("softmax", "margin", "sampled", "sparse", "continuous")
+FAMILY_NAMES = tuple(FAMILIES)  # the built-in families (the toy one below is registered by its test only)
 
 
 @dataclass
@@ -53,6 +53,7 @@ def temperature_family():
 def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
     """make_head, config validation, the model (forward, save, from_pretrained) and the card text all follow the
     registry; nothing else is edited."""
+    assert family_heads()["temperature"] == {"family": "temperature"}  # the suites that run every family run it
     with pytest.raises(ValueError, match=r"head.temperature=0 must be > 0"):
         HeadsConfig(
             backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(),
@@ -103,6 +104,17 @@ def test_options_coerce_what_json_and_the_command_line_change():
         make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.5, "noise": "uniform"})
     with pytest.raises(ValueError, match=r"head.m=2.5 must be an integer"):
         make_head(8, 20, {"family": "margin", "margin": "lsm", "m": 2.5})
+
+
+def test_every_family_gives_examples_that_build_and_its_first_is_labelled_with_its_name():
+    for name, entry in FAMILIES.items():
+        assert next(iter(entry.options.examples)) == name
+        for label, options in entry.options.examples.items():
+            options = head_options({"family": name, **options})  # valid
+            assert options.family == name, label
+    with pytest.raises(ValueError, match="head family 'warm': its first example is labelled with its name"):
+        register_family("warm", type("Warm", (TemperatureHeadOptions,), {"examples": {"hot": {}}}), TemperatureHead)
+    assert "warm" not in FAMILIES
 
 
 def _dispatch_on_family(path: Path) -> list[str]:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
+from conftest import family_heads, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from transformers import GPT2LMHeadModel
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM
 from hf_heads.data.tokenization import build_word_tokenizer
+from hf_heads.heads import FAMILIES as HEAD_FAMILIES
 from hf_heads.scoring import (
     corpus_bleu,
     nbest_texts,
@@ -32,13 +33,8 @@ from hf_heads.scoring.__main__ import main
 
 V_LM, V_S2S = 61, 50
 BOS, EOS = 2, 3
-FAMILIES = {
-    "softmax": {"family": "softmax"},
-    "margin": {"family": "margin", "margin": "arc", "m": 0.2},
-    "sampled": {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
-    "sparse": {"family": "sparse", "k": 5},
-}
-CONTINUOUS = {"family": "continuous", "loss": "vmf", "embedding_dim": 4, "tie_decoder_inputs": True}
+FAMILIES = family_heads("causal-lm", discrete=True)
+SEQ2SEQ_HEADS = family_heads("seq2seq")  # with the continuous family's
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -75,8 +71,9 @@ def _causal(head: dict, backbone: str = "llama") -> HeadsForCausalLM:
 def _seq2seq(head: dict, kind: str = "bart") -> HeadsForSeq2SeqLM:
     torch.manual_seed(0)
     model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config(kind, V_S2S), head=head))
-    if head["family"] == "continuous":
-        model.head.set_embedding_table(torch.randn(V_S2S, 4, generator=torch.Generator().manual_seed(1)))
+    if model.head.uses_embedding_table:
+        dim = model.head.options.embedding_dim
+        model.head.set_embedding_table(torch.randn(V_S2S, dim, generator=torch.Generator().manual_seed(1)))
     return model.eval()
 
 
@@ -128,9 +125,9 @@ def test_causal_scores_equal_log_softmax_of_model_logits(tok_lm, family, backbon
         _close(total, expected.sum())
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "continuous"])
+@pytest.mark.parametrize("family", list(SEQ2SEQ_HEADS))
 def test_seq2seq_scores_target_given_source(tok_s2s, family):
-    model = _seq2seq(CONTINUOUS if family == "continuous" else FAMILIES[family])
+    model = _seq2seq(SEQ2SEQ_HEADS[family])
     rows = token_log_probs(model, tok_s2s, TEXTS[:3], sources=SOURCES[:3], batch_size=2, chunk_size=4)
     for text, source, row in zip(TEXTS, SOURCES, rows, strict=False):
         _close(row, _reference_seq2seq(model, tok_s2s, text, source))
@@ -220,12 +217,14 @@ def test_sampled_normalize_false_is_the_corrected_score_without_renormalisation(
     assert not torch.allclose(raw, normalized)
 
 
-@pytest.mark.parametrize("family", ["softmax", "margin", "sparse", "continuous"])
+@pytest.mark.parametrize(
+    "family", [name for name, entry in HEAD_FAMILIES.items() if not entry.head.has_unnormalized_scores]
+)
 def test_normalize_false_refused_where_scores_are_not_self_normalised(tok_lm, tok_s2s, family):
-    if family == "continuous":
-        model, tok, sources = _seq2seq(CONTINUOUS), tok_s2s, SOURCES[:1]
-    else:
+    if family in FAMILIES:
         model, tok, sources = _causal(FAMILIES[family]), tok_lm, None
+    else:
+        model, tok, sources = _seq2seq(SEQ2SEQ_HEADS[family]), tok_s2s, SOURCES[:1]
     with pytest.raises(ValueError, match=rf"normalize=False: the {family} head .*sampled heads only"):
         sentence_log_probs(model, tok, TEXTS[:1], sources=sources, normalize=False)
 

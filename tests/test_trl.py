@@ -4,7 +4,7 @@ discrete family; SFT options that would train on the inference logits are refuse
 
 import pytest
 import torch
-from conftest import tiny_llama_config
+from conftest import family_heads, tiny_llama_config
 from datasets import Dataset
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
@@ -15,19 +15,7 @@ trl = pytest.importorskip("trl")
 from hf_heads.training.trl import HeadsSFTTrainer  # noqa: E402
 
 V = 61
-FAMILIES = {
-    "softmax": {"family": "softmax"},
-    "margin": {"family": "margin", "margin": "arc", "m": 0.2},
-    "sparse": {"family": "sparse", "k": 5, "label_smoothing": 0.1},
-    "sampled-ce-is": {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
-    "sampled-bce-nce": {
-        "family": "sampled",
-        "criterion": "bce",
-        "method": "nce",
-        "num_samples": 8,
-        "noise": "uniform",
-    },
-}
+FAMILIES = family_heads("causal-lm", discrete=True, variants=True, counts=False)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +110,7 @@ def test_heads_sft_trainer_checks_dft_and_fills_peft_targets(tmp_path, tokenizer
     peft = pytest.importorskip("peft")
     with pytest.raises(OptionError, match="loss_type='dft' is not allowed .* allowed: 'nll'"):
         HeadsSFTTrainer(
-            model=_model(FAMILIES["sampled-bce-nce"]),
+            model=_model(FAMILIES["sampled"]),
             args=_args(tmp_path, loss_type="dft"),
             train_dataset=_data(),
             processing_class=tokenizer,
