@@ -186,7 +186,7 @@ def test_a_head_flag_a_family_lacks_is_answered_with_its_flags(monkeypatch, caps
     argv = ["--head", "continuous", "--loss_chunk_size", "64"]
     line = _error_line(monkeypatch, capsys, argv, _head_config(argv))
     assert line.startswith("error: --loss_chunk_size is not an option of head family 'continuous'"), line
-    assert "embedding_dim" not in line and "--loss_margin" in line, line  # embedding_dim: set from the table
+    assert "embedding_dim" not in line and "--logit_scale" in line, line  # embedding_dim: set from the table
 
 
 def test_an_option_error_raised_later_names_the_flag_that_gave_it(monkeypatch, capsys):

@@ -294,39 +294,38 @@ def test_noise_distribution_is_its_reference_and_a_distribution(cls, kernel):
 
 # ----------------------------------------------------------------------------- continuous losses
 
-# the family's loss parameters every continuous loss runs with (each reads those it has), and an output vocabulary
-CONTINUOUS_SETTINGS = {
-    "defaults": {},
-    "parameters": {"margin": 0.3, "num_negatives": 3, "lambda1": 0.1, "lambda2": 0.5, "num_sampled": 4},
-    "released-form": {"vmf_form": "released"},
-    "output-vocabulary": {"num_sampled": 3, "candidates": True},
-}
+
+# the settings every continuous loss runs in: its defaults, its `example` parameters, each of its `variants`, and its
+# example with an output vocabulary
+def _continuous_settings(cls: type) -> dict[str, tuple[dict, bool]]:
+    """{setting: (the loss's parameters, whether an output vocabulary restricts the rows)}."""
+    out = {"defaults": ({}, False), "example": (dict(cls.example), False)}
+    out.update({f"variant-{i}": (dict(v), False) for i, v in enumerate(cls.variants)})
+    out["output-vocabulary"] = (dict(cls.example), True)
+    return out
 
 
-def _continuous_batch(setting: str) -> ContinuousBatch:
+def _continuous_batch(candidates: bool) -> ContinuousBatch:
     g = torch.Generator().manual_seed(3)
     n, d, v = 7, 6, 13
     table = F.normalize(torch.randn(v, d, generator=g, dtype=torch.float64), dim=1)  # (V, d) unit rows
     pred = (torch.randn(n, d, generator=g, dtype=torch.float64) * 3).requires_grad_()  # (n, d)
     ids = torch.tensor([0, 4, 4, 9, 12, 2, 9])  # repeated targets: in-batch candidates are the distinct ones
-    params = dict(CONTINUOUS_SETTINGS[setting])
-    if params.pop("candidates", False):
-        params["candidates"] = torch.arange(v) % 3 != 1  # word 4 is outside, and a target: always a candidate
-    return ContinuousBatch(pred, ids, table, scale=4.0, **params)
+    mask = torch.arange(v) % 3 != 1 if candidates else None  # word 4 is outside, and a target: always a candidate
+    return ContinuousBatch(pred, ids, table, scale=4.0, candidates=mask)
 
 
 def _continuous_cases() -> list:
     return [pytest.param(cls, setting, id=f"{cls.name}-{setting}") for cls in COMPONENTS["continuous_loss"]
-            for setting in CONTINUOUS_SETTINGS]  # fmt: skip
+            for setting in _continuous_settings(cls)]  # fmt: skip
 
 
 @pytest.mark.parametrize("cls, setting", _continuous_cases())
 def test_continuous_loss_equals_its_reference(cls, setting):
     """`rows` against the naive `reference`, in value and gradient (from the same random state: the random
     negatives and the extra in-batch draws are drawn alike), and float64 gradcheck of `rows`."""
-    loss, batch = example(cls), _continuous_batch(setting)
-    if setting == "released-form" and not cls.has_vmf_form:
-        pytest.skip("vmf_form is refused for this loss (tests/test_continuous_head.py)")
+    parameters, candidates = _continuous_settings(cls)[setting]
+    loss, batch = cls(**parameters), _continuous_batch(candidates)
 
     def rows_of(pred):
         torch.manual_seed(11)

@@ -9,7 +9,7 @@ from conftest import seq2seq_batch, tiny_enc_dec_config
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
-from hf_heads.heads import ContinuousHead
+from hf_heads.heads import ContinuousHead, head_dict
 
 V, D = 50, 8
 
@@ -71,7 +71,8 @@ def test_bad_tables_and_options():
     with pytest.raises(ValueError, match="head.loss='cosine' is not allowed"):
         ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, "loss": "cosine"})
     with pytest.raises(ValueError, match="head.loss_margin=-0.5 must be >= 0"):
-        ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, "loss_margin": -0.5})
+        head = {"family": "continuous", "embedding_dim": D, "loss": "syn-margin-projection", "loss_margin": -0.5}
+        ContinuousHead(32, V, head)
     with pytest.raises(ValueError, match="head.embedding_dim is not set"):
         ContinuousHead(32, V, {"family": "continuous"})
     with pytest.raises(ValueError, match="is for HeadsForSeq2SeqLM"):
@@ -197,6 +198,36 @@ def test_projection_layer_norm_and_released_vmf_form():
     head.train()
     head.loss(hidden, torch.tensor([1, 2, 3, 4, 5])).backward()
     assert head.proj_norm.weight.grad is not None
+
+
+def test_a_losss_parameters_are_its_own_and_the_flat_options_are_read_into_them():
+    """`"loss": {"type": ..., **parameters}` (or `--loss name:p=v`) is how a config writes a continuous loss; the
+    older flat options (`loss_margin`, `num_negatives`, `vmf_lambda1`, `vmf_lambda2`, `vmf_form`, `num_sampled`)
+    become the loss's parameters, and those the loss has no parameter for are dropped at the value every older
+    config stored (they never had an effect), refused at any other."""
+
+    def section(**options):
+        return head_dict({"family": "continuous", "embedding_dim": D, **options})
+
+    nested = section(loss={"type": "margin-random", "margin": 0.3, "num_negatives": 3})
+    assert nested["loss"] == {"type": "margin-random", "margin": 0.3, "num_negatives": 3}
+    assert section(loss="margin-random:margin=0.3,num_negatives=3") == nested  # a flag's short form
+    assert section(loss="margin-random", loss_margin=0.3, num_negatives=3, vmf_lambda1=0.0, vmf_form="nll") == nested
+    assert "loss_margin" not in nested and "num_sampled" not in nested  # no flat keys in what a config stores
+    assert section(loss="vmf", vmf_form="released")["loss"] == {"type": "vmf", "lambda1": 0.0, "lambda2": 1.0,
+                                                                "form": "released"}  # fmt: skip
+    with pytest.raises(ValueError, match=r"head.loss_margin=0.7 is for loss in \('syn-margin-projection'"):
+        section(loss="vmf", loss_margin=0.7)  # (ignored before: a value without effect is refused)
+    with pytest.raises(ValueError, match="head.num_negatives=3 is given twice, as num_negatives and as loss.num_n"):
+        section(loss={"type": "margin-random", "num_negatives": 4}, num_negatives=3)
+    with pytest.raises(ValueError, match="head.loss.lambda2=0 must be > 0"):
+        section(loss={"type": "vmf", "lambda2": 0})
+    with pytest.raises(
+        ValueError, match="loss.margin=0.3 is not a parameter of continuous_loss 'vmf'; allowed: lambda1,"
+    ):
+        section(loss={"type": "vmf", "margin": 0.3})
+    head = ContinuousHead(32, V, section(loss="in-batch-softmax:num_sampled=4"))
+    assert head.options.component("loss").num_sampled == 4
 
 
 @pytest.mark.parametrize(

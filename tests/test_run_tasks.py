@@ -493,7 +493,11 @@ CLF = ["--train_file", "{train}", "--text_column", "sentence"]
         ("run_summarization.py", ["--train_file", "{txt}"], "extension 'txt'"),
         ("run_question_generation.py", ["--head", "sampled", "--method", "nce"], "--num_samples"),
         ("run_translation.py", ["--head", "continuous", "--loss", "cosine"], "--loss='cosine'"),
-        ("run_translation.py", ["--head", "continuous", "--loss_margin", "-1"], "--loss_margin=-1.0 must be >= 0"),
+        (
+            "run_translation.py",
+            ["--head", "continuous", "--loss", "margin-random", "--loss_margin", "-1"],
+            "--loss_margin=-1.0 must be >= 0",
+        ),
         ("run_translation.py", ["--head", "continuous", "--embedding_name", "word2vec"], "'word2vec'"),
         ("run_translation.py", ["--head", "softmax", "--loss", "vmf"], "--loss is not an option of head family"),
         (

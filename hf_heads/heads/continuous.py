@@ -19,7 +19,8 @@ any logits). For `cosine-softmax` they are the logits the head was trained with,
 
 Losses that learn (not in the papers; hf_heads.losses.continuous has their equations): `cosine-softmax`, the
 cross-entropy over s·cos(û, E_c) to every row, and `in-batch-softmax`, the same over the batch's distinct target
-words (plus `num_sampled` uniform draws with the sampled-softmax correction).
+words (plus its `num_sampled` uniform draws with the sampled-softmax correction). Each loss's parameters are its own
+(hf_heads.losses.continuous_losses: `"loss": {"type": "vmf", "lambda1": 0.1}`, `--loss vmf:lambda1=0.1`).
 
 Output vocabulary (`output_vocabulary="targets"`): a (V,) mask buffer `output_mask`, saved with the weights, of the
 words seen as training targets (those the table covers, plus `</s>` and `<unk>`: uncovered target words are mapped
@@ -28,8 +29,8 @@ elsewhere), `cosine-softmax` uses them as its candidates, and `in-batch-softmax`
 With a shared source+target vocabulary the nearest neighbour would otherwise often be a source-language word, or the
 random row of a word the table lacks.
 
-Options from the authors' released vMF code (Sachin19/seq2seq-con): `vmf_form="released"` (its `_nllvmf`) and
-`projection_layer_norm` (a LayerNorm after the projection H -> d).
+From the authors' released vMF code (Sachin19/seq2seq-con): the vMF loss's `form="released"` (its `_nllvmf`) and
+the option `projection_layer_norm` (a LayerNorm after the projection H -> d).
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_heads.components import REGISTRIES
+from hf_heads.components import REGISTRIES, component_config, make_component
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.options import COMPONENT, HeadOptions
 from hf_heads.heads.registry import register_family
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
-from hf_heads.losses.continuous import VMF_FORMS, nearest_neighbour_diagnostics
+from hf_heads.losses.continuous import nearest_neighbour_diagnostics
 from hf_heads.losses.continuous_losses import ContinuousBatch
 from hf_heads.validation import OptionError, check_choice, check_number
 
@@ -101,10 +102,6 @@ class ContinuousHeadOptions(HeadOptions):
             COMPONENT: "continuous_loss",
         },
     )
-    loss_margin: float = field(default=0.5, metadata={"help": "λ of the margin losses (>= 0)."})
-    num_negatives: int = field(default=5, metadata={"help": "margin-random: negatives drawn per position."})
-    vmf_lambda1: float = field(default=0.0, metadata={"help": "vMF: + λ1‖û‖ (Kumar & Tsvetkov's NLLvMF_reg1)."})
-    vmf_lambda2: float = field(default=1.0, metadata={"help": "vMF: − λ2 ûᵀu (their NLLvMF_reg2; 1 = plain NLL)."})
     embedding_dim: int | None = field(
         default=None, metadata={"help": "d of the embedding table (set when a table is attached)."}
     )
@@ -141,13 +138,6 @@ class ContinuousHeadOptions(HeadOptions):
         default=False,
         metadata={"help": "cosine-softmax / in-batch-softmax: learn s (a parameter log s, clamped at 100)."},
     )
-    num_sampled: int = field(
-        default=0,
-        metadata={
-            "help": "in-batch-softmax: K extra negatives drawn uniformly from the output vocabulary per batch "
-            "(sampled-softmax correction + log(M/K); accidental hits dropped)."
-        },
-    )
     output_vocabulary: str = field(
         default="all",
         metadata={
@@ -155,16 +145,59 @@ class ContinuousHeadOptions(HeadOptions):
             "training targets, stored with the model as `output_mask`; set by the run scripts)."
         },
     )
-    vmf_form: str = field(
-        default="nll",
-        metadata={
-            "help": "vMF: nll (Kumar & Tsvetkov eq. 3 with λ1, λ2) or released (the authors' code: "
-            "−log C_m(κ) + log(1+κ)(0.2 − cos))."
-        },
-    )
     projection_layer_norm: bool = field(
         default=False, metadata={"help": "A LayerNorm after the projection H -> d (the authors' released code)."}
     )
+
+    # the older flat form: each loss parameter beside the loss's name, as its option (migrated on reading): {option:
+    # (type, help)}, and the parameter each becomes with the value every older config stored
+    flat_options: ClassVar[dict] = {
+        "loss_margin": (float, "λ of the margin losses (same as --loss syn-margin-projection:margin=0.5)."),
+        "num_negatives": (int, "margin-random: negatives per position (as --loss margin-random:num_negatives=5)."),
+        "vmf_lambda1": (float, "vMF: + λ1‖û‖, NLLvMF_reg1 (same as --loss vmf:lambda1=0.1)."),
+        "vmf_lambda2": (float, "vMF: − λ2 ûᵀu, NLLvMF_reg2; 1 = plain NLL (same as --loss vmf:lambda2=0.5)."),
+        "vmf_form": (str, "vMF: nll or released, the authors' code (same as --loss vmf:form=released)."),
+        "num_sampled": (int, "in-batch-softmax: K extra uniform negatives per batch (same as "
+                        "--loss in-batch-softmax:num_sampled=K)."),
+    }  # fmt: skip
+    _FLAT_LOSS_PARAMETERS: ClassVar[dict] = {
+        "loss_margin": ("margin", 0.5), "num_negatives": ("num_negatives", 5), "vmf_lambda1": ("lambda1", 0.0),
+        "vmf_lambda2": ("lambda2", 1.0), "vmf_form": ("form", "nll"), "num_sampled": ("num_sampled", 0),
+    }  # fmt: skip
+
+    @classmethod
+    def migrate(cls, head: dict) -> dict:
+        """A head section of the older flat form, with the loss's parameters beside its name (`loss_margin`,
+        `num_negatives`, `vmf_lambda1`, `vmf_lambda2`, `vmf_form`, `num_sampled`), as the nested form (`{"loss":
+        {"type": "vmf", "lambda1": 0.1, "lambda2": 1.0, "form": "nll"}}`). A flat option the loss has no parameter
+        for never had an effect: dropped at the value every older config stored, refused otherwise (as before for
+        `num_sampled` and `vmf_form`; `loss_margin` beside vMF, say, was ignored and is now refused)."""
+        flat = {key: head[key] for key in cls._FLAT_LOSS_PARAMETERS if key in head}
+        if not flat:
+            return head
+        head = {key: value for key, value in head.items() if key not in flat}
+        loss = make_component("continuous_loss", head.get("loss", "vmf"), field="loss")
+        inner = head.get("loss") if isinstance(head.get("loss"), dict) else {}
+        given = {}
+        for key, value in flat.items():
+            parameter, stored = cls._FLAT_LOSS_PARAMETERS[key]
+            if parameter in loss.parameters():
+                if parameter in inner and inner[parameter] != value:
+                    twice = f"is given twice, as {key} and as loss.{parameter}={inner[parameter]!r}"
+                    raise OptionError(key, value, twice)
+                given[parameter] = value
+            elif value != stored:
+                having = [n for n, c in REGISTRIES["continuous_loss"].items() if parameter in c.__dataclass_fields__]
+                which = f"loss={having[0]!r}" if len(having) == 1 else f"loss in {tuple(having)}"
+                raise OptionError(key, value, f"is for {which} (loss={loss.name!r})")
+        try:
+            params = {**loss.parameters(), **given, "type": loss.name}
+            head["loss"] = component_config(make_component("continuous_loss", params, field="loss"))
+        except OptionError as err:  # named as it was given: loss_margin, vmf_form, ...
+            names = [k for k, (parameter, _) in cls._FLAT_LOSS_PARAMETERS.items() if parameter == err.field]
+            flat_name = next((k for k in names if k in flat), None)
+            raise (OptionError(flat_name, err.value, err.allowed) if flat_name else err) from None
+        return head
 
     def check(self) -> None:
         super().check()
@@ -173,25 +206,10 @@ class ContinuousHeadOptions(HeadOptions):
             allowed = ", ".join(map(repr, TABLE_NAMES)) + " or a file ending in " + ", ".join(TABLE_SUFFIXES)
             raise OptionError("embedding_name", self.embedding_name, f"is not allowed; allowed: {allowed}")
         check_choice("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
-        check_choice("vmf_form", self.vmf_form, VMF_FORMS)
-        check_number("num_sampled", self.num_sampled, minimum=0, integer=True)
         check_number("word2vec_dim", self.word2vec_dim, minimum=2, integer=True)
-        if self.num_sampled and not loss.draws_extra_negatives:
-            raise OptionError("num_sampled", self.num_sampled, f"is for {_losses_with('draws_extra_negatives', loss)}")
         if self.learn_logit_scale and not loss.learns_scale:
             raise OptionError("learn_logit_scale", True, f"is for {_losses_with('learns_scale', loss)}")
-        if self.vmf_form == "released":
-            if not loss.has_vmf_form:
-                raise OptionError("vmf_form", self.vmf_form, f"is for {_losses_with('has_vmf_form', loss)}")
-            if self.vmf_lambda1 != 0 or self.vmf_lambda2 != 1:
-                raise OptionError(
-                    "vmf_form", self.vmf_form, "has no λ1 / λ2 terms: leave vmf_lambda1=0 and vmf_lambda2=1"
-                )
         check_choice("center_embeddings", self.center_embeddings, CENTERINGS)
-        check_number("loss_margin", self.loss_margin, minimum=0)
-        check_number("num_negatives", self.num_negatives, minimum=1, integer=True)
-        check_number("vmf_lambda1", self.vmf_lambda1, minimum=0)
-        check_number("vmf_lambda2", self.vmf_lambda2, exclusive_minimum=0)
         check_number("logit_scale", self.logit_scale, exclusive_minimum=0)
         if self.learn_logit_scale and self.logit_scale > MAX_LOGIT_SCALE:
             raise OptionError("logit_scale", self.logit_scale, f"must be <= {MAX_LOGIT_SCALE} when learned")
@@ -366,15 +384,10 @@ class ContinuousHead(OutputHead):
         check_labels(flat_y, self.num_classes, ignore_index)
         pred = self.predict(flat_h[valid])  # (n, d)
         ids = flat_y[valid]
-        o = self.options
         if self.training:
             self._last = (pred.detach()[:_DIAGNOSTIC_ROWS], ids[:_DIAGNOSTIC_ROWS])
-        batch = ContinuousBatch(
-            pred, ids, table, scale=self.logit_scale, candidates=self._candidates(), margin=o.loss_margin,
-            num_negatives=o.num_negatives, lambda1=o.vmf_lambda1, lambda2=o.vmf_lambda2, vmf_form=o.vmf_form,
-            num_sampled=o.num_sampled,
-        )  # fmt: skip
-        rows = o.component("loss").rows(batch)  # (n,)
+        batch = ContinuousBatch(pred, ids, table, scale=self.logit_scale, candidates=self._candidates())
+        rows = self.options.component("loss").rows(batch)  # (n,)
         rows = rows + 0.0 * pred.sum()  # (n,); keeps the graph when every position is ignored
         return reduce_rows(rows, valid, labels.shape, reduction, num_items_in_batch)
 

@@ -2,15 +2,17 @@
 head's `loss` option, and the way to add one of your own (hf_heads.components).
 
 A loss maps the kept positions of a batch (`ContinuousBatch`: the predictions û (n, d), the target ids (n,), the
-frozen unit table E (V, d), the scale s, the output vocabulary and the family's loss parameters) to one loss per
-position (n,) in `rows`; its `reference` is the naive computation of the same loss from its definition, which the
-contract suite (tests/test_components_contract.py) holds `rows` to, forward and backward. The equations are those of
+frozen unit table E (V, d), the scale s and the output vocabulary) to one loss per position (n,) in `rows`; its
+`reference` is the naive computation of the same loss from its definition, which the contract suite
+(tests/test_components_contract.py) holds `rows` to, forward and backward. The equations are those of
 hf_heads.losses.continuous (Kumar & Tsvetkov 2019 eq. 3 for vMF; Bhat et al. 2019 eq. 1 for the margin losses; the
 two cross-entropies over scaled cosines are not in the papers).
 
-The built-ins read their parameters from the family's options (`loss_margin`, `num_negatives`, `vmf_lambda1`,
-`vmf_lambda2`, `vmf_form`, `num_sampled`), which `ContinuousBatch` carries; a loss of your own may instead take
-parameters of its own as dataclass fields (`--loss mine:p=0.5`, `{"type": "mine", "p": 0.5}`).
+A loss's parameters are its dataclass fields, checked once (`check`): vMF's `lambda1`, `lambda2` and `form`, the
+margin losses' `margin` (and margin-random's `num_negatives`), in-batch-softmax's `num_sampled`; a config writes
+`{"type": "vmf", "lambda1": 0.1}`, a flag `--loss vmf:lambda1=0.1`. The family's older flat options (`loss_margin`,
+`num_negatives`, `vmf_lambda1`, `vmf_lambda2`, `vmf_form`, `num_sampled`) are read into them
+(hf_heads.heads.continuous.ContinuousHeadOptions.migrate).
 """
 
 from __future__ import annotations
@@ -24,24 +26,19 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.components import Component, component_base, register
-from hf_heads.losses.continuous import cosine_softmax_loss, in_batch_softmax_loss, syn_margin_loss, vmf_nll
+from hf_heads.losses.continuous import VMF_FORMS, cosine_softmax_loss, in_batch_softmax_loss, syn_margin_loss, vmf_nll
+from hf_heads.validation import OptionError, check_choice, check_number
 
 
 @dataclass(frozen=True)
 class ContinuousBatch:
-    """What a continuous loss sees: the kept positions of one batch and the family's loss parameters."""
+    """What a continuous loss sees: the kept positions of one batch (the loss's parameters are its own fields)."""
 
     pred: torch.Tensor  # (n, d) û, any norm
     ids: torch.Tensor  # (n,) target word ids
     table: torch.Tensor  # (V, d) E, unit rows, frozen
     scale: float | torch.Tensor = 10.0  # s of the scaled cosines (a 0-dim tensor when learned)
     candidates: torch.Tensor | None = None  # (V,) bool output vocabulary, None: every row
-    margin: float = 0.5  # λ of the margin losses
-    num_negatives: int = 5  # random negatives per position (margin-random)
-    lambda1: float = 0.0  # vMF: + λ1 ‖û‖
-    lambda2: float = 1.0  # vMF: − λ2 ûᵀu
-    vmf_form: str = "nll"  # vMF: "nll" or "released"
-    num_sampled: int = 0  # in-batch-softmax: extra uniform negatives
 
 
 @component_base("continuous_loss")
@@ -49,16 +46,15 @@ class ContinuousBatch:
 class ContinuousLoss(Component, ABC):
     """Base of the continuous losses. Class variables: `title` (how cards and logs name the loss), `cosine_scores`
     (decoding ranks the vocabulary by s·cos(û, E_c); False: by û·E_c, the vMF log-density up to a per-row
-    constant), `learns_scale` (it trains with s, so `learn_logit_scale` may learn it), `draws_extra_negatives`
-    (`num_sampled` applies), `has_vmf_form` (`vmf_form` applies) and `exact_gradient` (False where a term depends
-    on û without a gradient, as a synthetic negative detached as the paper says: a numerical gradient differs)."""
+    constant), `learns_scale` (it trains with s, so `learn_logit_scale` may learn it) and `exact_gradient` (False
+    where a term depends on û without a gradient, as a synthetic negative detached as the paper says: a numerical
+    gradient differs)."""
 
     title: ClassVar[str] = ""
     cosine_scores: ClassVar[bool] = True
     learns_scale: ClassVar[bool] = False
-    draws_extra_negatives: ClassVar[bool] = False
-    has_vmf_form: ClassVar[bool] = False
     exact_gradient: ClassVar[bool] = True
+    variants: ClassVar[tuple[dict, ...]] = ()  # more parameter sets the contract suite runs (besides `example`)
 
     @abstractmethod
     def rows(self, batch: ContinuousBatch) -> torch.Tensor:
@@ -80,52 +76,75 @@ def _naive_log_bessel_iv(v: float, x: torch.Tensor, terms: int = 4000) -> torch.
     return torch.logsumexp((2 * k + v) * torch.log(x / 2) - torch.lgamma(k + 1) - torch.lgamma(k + v + 1), dim=-1)
 
 
-def _naive_vmf(batch: ContinuousBatch, released: bool) -> torch.Tensor:
+def _naive_vmf(batch: ContinuousBatch, released: bool, lambda1: float, lambda2: float) -> torch.Tensor:
     d = batch.pred.shape[-1]
     kappa = batch.pred.norm(dim=-1).clamp_min(1e-4)  # (n,) as vmf_nll clamps it
     log_c = (d / 2 - 1) * torch.log(kappa) - (d / 2) * math.log(2 * math.pi) - _naive_log_bessel_iv(d / 2 - 1, kappa)
     target = batch.table[batch.ids]  # (n, d)
     if released:
         return -log_c + torch.log(1 + kappa) * (0.2 - (batch.pred * target).sum(-1) / kappa)
-    return -log_c - batch.lambda2 * (batch.pred * target).sum(-1) + batch.lambda1 * kappa
+    return -log_c - lambda2 * (batch.pred * target).sum(-1) + lambda1 * kappa
 
 
 @register("continuous_loss")
 @dataclass(frozen=True)
 class VMF(ContinuousLoss):
-    """The vMF NLL of the target embedding (Kumar & Tsvetkov eq. 3, with their λ1 / λ2 forms, or `vmf_form`
-    "released"); decoding by û·E_c."""
+    """The vMF NLL of the target embedding (Kumar & Tsvetkov eq. 3): −log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ (their
+    NLLvMF_reg1 with `lambda1` > 0, NLLvMF_reg2 with `lambda2` < 1), or with `form` "released" the authors' code
+    (Sachin19/seq2seq-con `_nllvmf`: −log C_m(κ) + log(1 + κ)(0.2 − cos(û, u)), no λ terms); decoding by û·E_c."""
 
     name: ClassVar[str] = "vmf"
     title: ClassVar[str] = "vMF NLL of the target embedding"
     cosine_scores: ClassVar[bool] = False
-    has_vmf_form: ClassVar[bool] = True
+    example: ClassVar[dict] = {"lambda1": 0.1, "lambda2": 0.5}
+    variants: ClassVar[tuple[dict, ...]] = ({"form": "released"},)
+
+    lambda1: float = 0.0  # + λ1 ‖û‖
+    lambda2: float = 1.0  # − λ2 ûᵀu (1: the plain NLL)
+    form: str = "nll"  # "nll" (eq. 3 with λ1, λ2) or "released"
+
+    def check(self) -> None:
+        check_number("lambda1", self.lambda1, minimum=0)
+        check_number("lambda2", self.lambda2, exclusive_minimum=0)
+        check_choice("form", self.form, VMF_FORMS)
+        if self.form == "released" and (self.lambda1 != 0 or self.lambda2 != 1):
+            raise OptionError("form", self.form, "has no λ1 / λ2 terms: leave lambda1=0 and lambda2=1")
 
     def rows(self, batch: ContinuousBatch) -> torch.Tensor:
         target = batch.table[batch.ids]  # (n, d)
         return vmf_nll(
-            batch.pred, target, lambda1=batch.lambda1, lambda2=batch.lambda2, form=batch.vmf_form, reduction="none"
+            batch.pred, target, lambda1=self.lambda1, lambda2=self.lambda2, form=self.form, reduction="none"
         )
 
     def reference(self, batch: ContinuousBatch) -> torch.Tensor:
-        return _naive_vmf(batch, batch.vmf_form == "released")
+        return _naive_vmf(batch, self.form == "released", self.lambda1, self.lambda2)
 
 
 @dataclass(frozen=True)
 class _MarginLoss(ContinuousLoss):
-    """max(0, λ + u'ᵀû − uᵀû) on unit vectors (Bhat et al. eq. 1); the subclass chooses the negative u'."""
+    """max(0, λ + u'ᵀû − uᵀû) on unit vectors (Bhat et al. eq. 1), λ = `margin`; the subclass chooses the negative
+    u'."""
 
     negative: ClassVar[str] = ""
+    example: ClassVar[dict] = {"margin": 0.3}
+
+    margin: float = 0.5  # λ
+
+    def check(self) -> None:
+        check_number("margin", self.margin, minimum=0)
+
+    def _num_negatives(self) -> int:
+        return 1
 
     def rows(self, batch: ContinuousBatch) -> torch.Tensor:
         return syn_margin_loss(
             batch.pred,
             batch.table[batch.ids],
             negative=self.negative,
-            margin=batch.margin,
+            margin=self.margin,
             embeddings=batch.table,
             target_ids=batch.ids,
-            num_negatives=batch.num_negatives,
+            num_negatives=self._num_negatives(),
             reduction="none",
         )
 
@@ -136,7 +155,7 @@ class _MarginLoss(ContinuousLoss):
         out = []
         for i in range(u_hat.shape[0]):  # one position at a time, from the definition
             negatives = self.negatives(u_hat[i].detach(), u[i], batch, i, draws)  # (k, d), no gradient
-            out.append(torch.stack([F.relu(batch.margin + n @ u_hat[i] - positive[i]) for n in negatives]).mean())
+            out.append(torch.stack([F.relu(self.margin + n @ u_hat[i] - positive[i]) for n in negatives]).mean())
         return torch.stack(out)
 
     def draws(self, batch: ContinuousBatch) -> torch.Tensor | None:
@@ -184,9 +203,19 @@ class MarginRandom(_MarginLoss):
     name: ClassVar[str] = "margin-random"
     title: ClassVar[str] = "margin-random margin loss"
     negative: ClassVar[str] = "random"
+    example: ClassVar[dict] = {"margin": 0.3, "num_negatives": 3}
+
+    num_negatives: int = 5  # rows drawn per position
+
+    def check(self) -> None:
+        super().check()
+        check_number("num_negatives", self.num_negatives, minimum=1, integer=True)
+
+    def _num_negatives(self) -> int:
+        return self.num_negatives
 
     def draws(self, batch: ContinuousBatch) -> torch.Tensor:
-        return torch.randint(0, batch.table.shape[0], (batch.pred.shape[0], batch.num_negatives))  # (n, k)
+        return torch.randint(0, batch.table.shape[0], (batch.pred.shape[0], self.num_negatives))  # (n, k)
 
     def negatives(self, u_hat, u, batch, i, draws):
         return batch.table[draws[i]]
@@ -245,10 +274,15 @@ class InBatchSoftmax(ContinuousLoss):
     name: ClassVar[str] = "in-batch-softmax"
     title: ClassVar[str] = "cross-entropy over s·cos(û, E) to the batch's target words"
     learns_scale: ClassVar[bool] = True
-    draws_extra_negatives: ClassVar[bool] = True
+    example: ClassVar[dict] = {"num_sampled": 4}
+
+    num_sampled: int = 0  # K extra negatives drawn per batch
+
+    def check(self) -> None:
+        check_number("num_sampled", self.num_sampled, minimum=0, integer=True)
 
     def _pool(self, batch: ContinuousBatch) -> torch.Tensor | None:
-        if not batch.num_sampled:
+        if not self.num_sampled:
             return None
         if batch.candidates is not None:
             return batch.candidates.nonzero().squeeze(1)
@@ -260,7 +294,7 @@ class InBatchSoftmax(ContinuousLoss):
             batch.ids,
             batch.table,
             scale=batch.scale,
-            num_sampled=batch.num_sampled,
+            num_sampled=self.num_sampled,
             sample_pool=self._pool(batch),
             reduction="none",
         )
@@ -270,13 +304,13 @@ class InBatchSoftmax(ContinuousLoss):
         extra: list[int] = []
         pool = self._pool(batch)
         if pool is not None:  # drawn as `rows` draws them (the contract suite seeds both alike)
-            extra = pool[torch.randint(0, pool.numel(), (batch.num_sampled,))].tolist()
+            extra = pool[torch.randint(0, pool.numel(), (self.num_sampled,))].tolist()
         out = []
         for i, y in enumerate(batch.ids.tolist()):
             u_hat = _unit(batch.pred[i])
             logits = [batch.scale * (u_hat @ batch.table[c]) for c in words]
             logits += [
-                batch.scale * (u_hat @ batch.table[c]) + math.log(pool.numel() / batch.num_sampled)
+                batch.scale * (u_hat @ batch.table[c]) + math.log(pool.numel() / self.num_sampled)
                 for c in extra
                 if c not in words  # an accidental hit is dropped
             ]
