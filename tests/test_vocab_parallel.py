@@ -2,13 +2,15 @@
 (`Shard(0)` on a 1-D mesh: `hf_heads.losses.vocab_parallel.shard_vocabulary`, which registers them with
 `distribute_tensor` exactly as torch's `ColwiseParallel` shards an LM head's `nn.Linear` for transformers' "colwise"
 plan; that style itself only takes `nn.Linear` / `nn.Embedding` modules) gives the loss and the gradients of one
-process with the whole W, for the softmax, margin (arc + log-unigram + max-norm) and sparse heads, with the loss
-options, in training and in evaluation; so does a tiny Llama `HeadsForCausalLM` with its head sharded.
+process with the whole W, for the softmax, margin (arc + log-unigram + max-norm), sparse and sampled heads, with the
+loss options (the confidence penalty's differentiable entropy included), in training and in evaluation; so does a
+tiny Llama `HeadsForCausalLM` with its head sharded.
 
 V = 37 classes over 2 processes (19 + 18 rows: the offsets matter); the same hidden states and labels on both
 (tensor parallelism); some labels ignored. Each process compares its loss, d hidden and the gathered d W, d b
-(`grad.full_tensor()`) with the one-process head, and the `record_accuracy` counts; refusals are checked in the
-workers too (the sampled family, a word norm that reads other rows, hidden states that differ between processes).
+(`grad.full_tensor()`) with the one-process head, and the `record_accuracy` counts (top 1 from the predictions, top
+2 and 5 from the targets' ranks); refusals are checked in the workers too (a word norm that reads other rows, hidden
+states that differ between processes, a tied model, an unknown reduction).
 
 Run as a script (`python tests/test_vocab_parallel.py RANK WORLD INIT_FILE OUT_JSON`) it is one of the workers.
 """
@@ -37,6 +39,10 @@ HEADS = {
     "margin cos scale": {"family": "margin", "margin": "cos", "m": 0.1, "scale": 8.0, "z_loss": 1e-3},
     "sparse k=5": {"family": "sparse", "k": 5},
     "sparse k=5 smoothing": {"family": "sparse", "k": 5, "label_smoothing": 0.1},
+    # the entropy of each row's softmax over its support, differentiable (the penalty subtracts β·H from the loss)
+    "softmax confidence penalty": {"family": "softmax", "confidence_penalty": 0.3, "logit_softcap": 3.0},
+    "margin arc confidence penalty": {"family": "margin", "margin": "arc", "m": 0.2, "confidence_penalty": 0.3},
+    "sparse k=5 confidence penalty": {"family": "sparse", "k": 5, "confidence_penalty": 0.3},
     "sampled ce is unigram": {
         "family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "unigram", "noise_add": 1.0,
     },
@@ -50,17 +56,18 @@ HEADS = {
     },
 }  # fmt: skip
 EVERY_REDUCTION = ("softmax class weights z-loss", "margin cos scale", "sampled ce is unigram")
-REFUSED = ("confidence penalty", "word norm uniform", "hidden differs", "tied model", "reduction avg")
+REFUSED = ("word norm uniform", "hidden differs", "tied model", "reduction avg")
+TOP_K = (2, 5)  # the same-pass top-k accuracy counts: the targets' ranks
 
 
 def test_two_processes_with_a_vocabulary_sharded_head_match_one_process(tmp_path):
     result = run_workers(__file__, WORLD, tmp_path, TIMEOUT)
-    assert set(result) == set(HEADS) | {f"refused: {name}" for name in REFUSED} | {"causal LM"}
+    assert set(result) == set(HEADS) | {f"refused: {name}" for name in REFUSED} | {"causal LM", "exact ties"}
     for name, checks in result.items():
         if name.startswith("refused"):
             assert checks == "refused", f"{name}: {checks}"
             continue
-        if name != "causal LM":
+        if name not in ("causal LM", "exact ties"):
             assert {"train loss", "train grad hidden", "train grad weight", "eval loss"} <= set(checks)
             assert "accuracy" in checks or name.startswith("sampled")
         for what, (abs_diff, rel_diff) in checks.items():
@@ -107,7 +114,7 @@ def _check(options: dict, mesh, counts, rank: int) -> dict[str, list[float]]:
     hidden, labels = _inputs()
     checks = {}
     for head in (ref, tp):
-        head.record_accuracy()
+        head.record_accuracy(top_k=TOP_K)
     # every head with "mean" and "none"; those of EVERY_REDUCTION with `num_items_in_batch` and "sum" too
     full = any(options is HEADS[name] for name in EVERY_REDUCTION)
     variants = [{}, {"reduction": "none"}] + ([{"num_items_in_batch": 30}, {"reduction": "sum"}] if full else [])
@@ -138,6 +145,27 @@ def _check(options: dict, mesh, counts, rank: int) -> dict[str, list[float]]:
     if options.get("context_norm") == "max-norm":
         checks["running max-norm"] = diff(tp.context_norm_running, ref.context_norm_running)
     return checks
+
+
+def _ties(mesh) -> dict[str, list[float]]:
+    """Predictions and target ranks where logits tie exactly across the processes: W and h small integers (every
+    product exact, whatever the order of a matmul's sums), rows 30 and 20 of W (on the second process) copies of rows
+    15 and 4 (on the first), labels among them. The lowest class id wins a tie, as in `torch.argmax`."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from hf_heads.losses import fused_linear_cross_entropy
+
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randint(-2, 3, (V, H), generator=gen).float()
+    w[30], w[20] = w[15], w[4]
+    h = torch.randint(-2, 3, (N, H), generator=gen).float()
+    y = torch.randint(0, V, (N,), generator=gen)
+    y[:4] = torch.tensor([15, 30, 4, 20])
+    kw = dict(reduction="none", return_predictions=True, return_target_rank=True)
+    want = fused_linear_cross_entropy(h, w, None, y, **kw)
+    got = fused_linear_cross_entropy(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, **kw)
+    assert int((want.target_rank[:4] > 0).sum()) > 0  # the copies' labels have their originals ahead
+    return {"predictions": diff(got.predictions, want.predictions), "ranks": diff(got.target_rank, want.target_rank)}
 
 
 def _refused(options: dict, mesh, counts, rank: int, differs: bool, **rows) -> str:
@@ -223,7 +251,6 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     for name, options in HEADS.items():
         results[name] = worst_over_ranks(_check(options, mesh, counts, rank))
     refusals = {
-        "confidence penalty": {"family": "softmax", "confidence_penalty": 0.1},
         "word norm uniform": {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "uniform"},
         "hidden differs": {"family": "softmax"},
     }
@@ -231,6 +258,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
         results[f"refused: {name}"] = _refused(options, mesh, counts, rank, differs=name == "hidden differs")
     results["refused: reduction avg"] = _refused({"family": "margin"}, mesh, counts, rank, False, reduction="avg")
     results["causal LM"] = worst_over_ranks(_model(mesh))
+    results["exact ties"] = worst_over_ranks(_ties(mesh))
     results["refused: tied model"] = _tied(mesh)
     finish(results, rank, out_file)
 

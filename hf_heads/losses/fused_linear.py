@@ -584,31 +584,33 @@ def sharded_loss(
 ):
     """`fused_linear_cross_entropy` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
     `sharded_rows` (h, y, valid): the loss, or the `LinearCrossEntropyOutput` of `return_z_loss` /
-    `return_predictions`, with the same values as one process. Refuses what is not vocabulary-parallel yet."""
-    for field, value in (("return_target_rank", return_target_rank), ("return_entropy", return_entropy)):
-        if value:
-            raise OptionError(field, value, "must be False with a vocabulary-sharded weight (a DTensor, Shard(0))")
+    `return_predictions` / `return_target_rank` / `return_entropy`, with the same values as one process."""
     if class_weight is not None:
         check_class_weight(class_weight, shard.num_classes, label_smoothing)
     h, y, valid = rows
-    losses, lse, pred = vocab_parallel_rows(
+    want_pred = 2 if return_target_rank else int(return_predictions)
+    losses, lse, pred, ent = vocab_parallel_rows(
         h, y, shard, bias, target_logit=None if target_logit is None else target_logit.reshape(-1),
         column_scale=column_scale, top_k=top_k, label_smoothing=label_smoothing, softcap=softcap,
-        want_pred=return_predictions, chunk_size=chunk_size, criterion=criterion,
+        want_pred=want_pred, chunk_size=chunk_size, criterion=criterion, want_ent=return_entropy,
     )  # fmt: skip
     loss, z_term = reduce_sharded(
         losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch, z_loss=z_loss,
         class_weight=class_weight,
     )  # fmt: skip
     loss = loss.to(out_dtype)
-    if not (return_z_loss or return_predictions):
+    if not (return_z_loss or want_pred or return_entropy):
         return loss
-    lse_out = reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
-    predictions = accuracy = None
-    if return_predictions:
-        predictions = torch.where(valid, pred, ignore_index).reshape(shape)
-        accuracy = ((pred == y) & valid).sum() / valid.sum().clamp_min(1)
-    return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, None, None)
+    lse_out = None if criterion != "ce" else reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
+    predictions = accuracy = rank = entropy = None
+    if want_pred:
+        predictions = torch.where(valid, pred[:, 0], ignore_index).reshape(shape)
+        accuracy = ((pred[:, 0] == y) & valid).sum() / valid.sum().clamp_min(1)
+        if want_pred > 1:
+            rank = torch.where(valid, pred[:, 1], -1).reshape(shape)
+    if return_entropy:  # differentiable: 0 on ignored rows
+        entropy = reduce_rows(ent, valid, shape, "none", keep=valid).to(out_dtype)
+    return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, rank, entropy)
 
 
 def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fill: int) -> torch.Tensor:

@@ -527,7 +527,7 @@ def corrected_nll(
         h, f, _, b, y, valid = margin_rows(
             scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index
         )
-        losses, _, _ = vocab_parallel_rows(
+        losses, _, _, _ = vocab_parallel_rows(
             h, y, shard, b, column_scale=f, softcap=scorer.softcap, chunk_size=chunk_size, transform=correct
         )
         return reduce_rows(losses, valid, target.shape, reduction, num_items_in_batch, keep=valid).to(out_dtype)

@@ -26,7 +26,13 @@ What each option needs across processes:
   holding y and all-reduced; the word norm f must be a function of each row alone (`WordNorm.per_row`: no-mod,
   log-unigram; the others read the most frequent row or the ranks of every class and are refused).
 - predictions (`return_predictions`): each process's argmax and its value are all-gathered, the largest value
-  wins, the lowest class id on a tie (as `torch.argmax`).
+  wins, the lowest class id on a tie (as `torch.argmax`); the target's rank (`return_target_rank`: the classes with
+  a larger logit than the target's own, or an equal one at a lower id) is each process's count of its own classes,
+  all-reduced.
+- the entropy of each row's softmax over its support (`return_entropy`, a head's confidence penalty): H_i = lse_i −
+  Σ_c p_ic z_ic with the sum all-reduced, differentiable through `_ShardedEntropy`, whose backward gives each
+  process its own classes' d H_i / d z_ic = −p_ic (z_ic − lse_i + H_i) (the identity backward of `reduce_sum` would
+  give each process only its own classes' share of d H / d lse).
 - the sampled family (hf_heads.losses.sampled): the K noise samples are the first process's draw (broadcast: drawn
   once), each candidate's score comes from the process holding it (all-reduced, `sharded_candidate_scores`), as the
   target's; the full criteria (CE, BCE, MSE over every class) sum their per-class terms over the processes, and the
@@ -259,14 +265,55 @@ def _argmax(z: torch.Tensor, shard: VocabShard) -> torch.Tensor:
     return ids.min(dim=0).values.long()
 
 
+class _ShardedEntropy(torch.autograd.Function):
+    """H_i = lse_i − Σ_r Σ_{c ∈ r} p_ic z_ic of the support logits z (n, V_r) (−inf outside the support) and their
+    log-sum-exp over every process (n,); backward d H_i / d z_ic = −p_ic (z_ic − lse_i + H_i) for this process's
+    classes (the lse's own dependence on z included: no gradient is returned for it)."""
+
+    @staticmethod
+    def forward(ctx, z, lse, group):
+        kept = torch.isfinite(z)
+        p = torch.exp(z - lse[:, None])  # (n, V_r); 0 outside the support
+        total = torch.where(kept, p * z, 0.0).sum(1)  # (n,)
+        dist.all_reduce(total, group=group)
+        ent = lse - total
+        ctx.save_for_backward(z, lse, ent)
+        return ent
+
+    @staticmethod
+    def backward(ctx, grad):
+        z, lse, ent = ctx.saved_tensors
+        kept = torch.isfinite(z)
+        p = torch.exp(z - lse[:, None])
+        d_z = torch.where(kept, -p * (z - lse[:, None] + ent[:, None]), 0.0) * grad[:, None]
+        return d_z, None, None
+
+
+def _target_rank(z: torch.Tensor, y: torch.Tensor, shard: VocabShard) -> torch.Tensor:
+    """(n,) the number of classes, over every process, whose logit is larger than the target's own, or equal at a
+    lower class id (its rank in `torch.argmax`'s order); z (n, V_r) this process's logits, y (n,) global ids."""
+    inside, column = shard.holds(y)
+    own = torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)  # (n,) the owner's value, 0 elsewhere
+    dist.all_reduce(own, group=shard.group)
+    ids = torch.arange(z.shape[1], device=z.device) + shard.offset  # (V_r,) global class ids
+    ahead = (z > own[:, None]) | ((z == own[:, None]) & (ids[None, :] < y[:, None]))
+    count = ahead.sum(1)  # (n,)
+    dist.all_reduce(count, group=shard.group)
+    return count
+
+
 def _chunk_losses(
-    h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: bool, criterion: str, transform
-):
-    """(loss (n,), lse (n,), argmax (n,) or an empty tensor) of rows h (n, H) (already through `copy_in`) with
-    labels y (n,) (global ids), against this process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target
-    logit (before the soft-cap) or None. `criterion`: "ce", or the full "bce" / "mse" of the sampling paper (eqs. 3,
-    1; their lse is 0). `transform`: a function of this process's logits (n, V_r) applied before the softmax (the
-    sampled family's posterior correction, column by column), or None."""
+    h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: int, criterion: str, transform,
+    want_ent: bool = False,
+):  # fmt: skip
+    """(loss (n,), lse (n,), predictions (n, want_pred): the argmax and, for 2, the target's rank (`_target_rank`),
+    entropy (n,) or an empty tensor) of rows h (n, H) (already through `copy_in`) with labels y (n,) (global ids),
+    against this process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit (before the soft-cap)
+    or None. The predictions and ranks read the logits before the target's is replaced (without a margin, as the
+    one-process kernels), the entropy the support the loss takes (`want_ent`, "ce" only). `criterion`: "ce", or the
+    full "bce" / "mse" of the sampling paper (eqs. 3, 1; their lse is 0). `transform`: a function of this process's
+    logits (n, V_r) applied before the softmax (the sampled family's posterior correction, column by column), or
+    None."""
     z = h @ w.T  # (n, V_r) in the compute dtype
     if s is not None:
         z = z * s
@@ -275,7 +322,12 @@ def _chunk_losses(
     z = soft_cap(z, softcap)
     if transform is not None:
         z = transform(z)
-    pred = _argmax(z.detach(), shard) if want_pred else z.new_empty(0, dtype=torch.long)
+    pred = z.new_empty(z.shape[0], 0, dtype=torch.long)
+    if want_pred:
+        pred = _argmax(z.detach(), shard)[:, None]  # (n, 1)
+        if want_pred > 1:
+            pred = torch.cat([pred, _target_rank(z.detach(), y, shard)[:, None]], dim=1)  # (n, 2)
+    ent = z.new_empty(0)
     inside, column = shard.holds(y)  # (n,): whether this process holds the label, its local row
     column = column[:, None]  # (n, 1)
     if t is not None:
@@ -285,10 +337,10 @@ def _chunk_losses(
     else:
         z_y = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)  # (n,)
     if criterion == "bce":  # Σ_c softplus(z_c) − z_y
-        return reduce_sum(torch.nn.functional.softplus(z).sum(1), shard) - z_y, torch.zeros_like(z_y), pred
+        return reduce_sum(torch.nn.functional.softplus(z).sum(1), shard) - z_y, torch.zeros_like(z_y), pred, ent
     if criterion == "mse":  # Σ_c σ(z_c)² − 2σ(z_y) + 1
         squares = reduce_sum(torch.sigmoid(z).square().sum(1), shard)
-        return squares - 2 * torch.sigmoid(z_y) + 1, torch.zeros_like(z_y), pred
+        return squares - 2 * torch.sigmoid(z_y) + 1, torch.zeros_like(z_y), pred, ent
     support = shard.num_classes
     kept = z
     if top_k is not None and top_k < shard.num_classes:
@@ -305,7 +357,9 @@ def _chunk_losses(
     if smooth:
         total = reduce_sum(torch.where(torch.isfinite(kept), kept, 0.0).sum(1), shard)  # Σ over the support
         loss = (1 - smooth) * loss + smooth * (lse - total / support)
-    return loss, lse, pred
+    if want_ent:
+        ent = _ShardedEntropy.apply(kept, lse.detach(), shard.group)
+    return loss, lse, pred, ent
 
 
 def vocab_parallel_rows(
@@ -319,14 +373,16 @@ def vocab_parallel_rows(
     top_k: int | None = None,
     label_smoothing: float = 0.0,
     softcap: float | None = None,
-    want_pred: bool = False,
+    want_pred: int = 0,
     chunk_size: int | None = None,
     criterion: str = "ce",
     transform=None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(losses (N,), lse (N,), argmax (N,) or empty) of the rows h (N, H) (through `copy_in`), y (N,) valid ids, one
-    chunk of rows at a time; in training each chunk is recomputed in the backward pass (`torch.utils.checkpoint`), so
-    no (N, V_r) block outlives its chunk."""
+    want_ent: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(losses (N,), lse (N,), predictions (N, want_pred): argmax and, for 2, target rank, entropies (N,) or empty)
+    of the rows h (N, H) (through `copy_in`), y (N,) valid ids (`_chunk_losses`), one chunk of rows at a time; in
+    training each chunk is recomputed in the backward pass (`torch.utils.checkpoint`), so no (N, V_r) block outlives
+    its chunk."""
     compute = compute_dtype(h, shard.local)
     w = shard.local.to(compute)
     b = None if bias is None else bias.to(compute)
@@ -337,16 +393,19 @@ def vocab_parallel_rows(
     for start in range(0, h.shape[0], step):
         rows = slice(start, start + step)
         t = None if target_logit is None else target_logit[rows].to(compute)
-        args = (h[rows], y[rows], t, w, b, s, shard, top_k, label_smoothing, softcap, want_pred, criterion, transform)
+        args = (
+            h[rows], y[rows], t, w, b, s, shard, top_k, label_smoothing, softcap, want_pred, criterion, transform,
+            want_ent,
+        )  # fmt: skip
         if torch.is_grad_enabled():
             outs.append(checkpoint(_chunk_losses, *args, use_reentrant=False))
         else:
             outs.append(_chunk_losses(*args))
     if not outs:
         empty = h.new_zeros(0)
-        return empty + (w.sum() + h.sum()) * 0.0, empty, y.new_zeros(0)
-    losses, lse, pred = (torch.cat(parts) for parts in zip(*outs, strict=True))
-    return losses, lse, pred
+        return empty + (w.sum() + h.sum()) * 0.0, empty, y.new_zeros(0, want_pred), empty
+    losses, lse, pred, ent = (torch.cat(parts) for parts in zip(*outs, strict=True))
+    return losses, lse, pred, ent
 
 
 def sharded_rows(

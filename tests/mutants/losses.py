@@ -305,5 +305,17 @@ MUTANTS = [
        "a sampled candidate's score is 0 on the processes that do not hold it"),
     _m("vp-reduction-unchecked", "losses/vocab_parallel.py", "    check_reduction(reduction)\n    counted",
        "    counted", VOCAB_PARALLEL, "an unknown reduction of a vocabulary-parallel loss is taken for the mean"),
+    _m("vp-entropy-gradient-local-share", "losses/vocab_parallel.py",
+       "        ent = _ShardedEntropy.apply(kept, lse.detach(), shard.group)",
+       "        p = torch.exp(kept - lse[:, None])\n"
+       "        ent = lse - reduce_sum(torch.where(torch.isfinite(kept), p * kept, 0.0).sum(1), shard)",
+       VOCAB_PARALLEL, "the entropy's gradient through the identity backward of reduce_sum: each process gets only "
+       "its own classes' share of d H / d lse"),
+    _m("vp-rank-ties-local-ids", "losses/vocab_parallel.py",
+       "    ids = torch.arange(z.shape[1], device=z.device) + shard.offset  # (V_r,) global class ids",
+       "    ids = torch.arange(z.shape[1], device=z.device)  # (V_r,) global class ids", VOCAB_PARALLEL,
+       "a tie with the target's logit is broken by the local column, not the global class id"),
+    _m("vp-rank-count-local", "losses/vocab_parallel.py", "    dist.all_reduce(count, group=shard.group)\n", "",
+       VOCAB_PARALLEL, "each process reports only its own classes ahead of the target"),
 ]
 # fmt: on
