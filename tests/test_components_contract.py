@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from hf_heads.components import REGISTRIES, component_config, register
 from hf_heads.heads.registry import component_modules
 from hf_heads.losses import CHUNK_KERNELS, fused_linear_cross_entropy, margin_cross_entropy, sampled_loss
-from hf_heads.losses.chunks import ChunkKernel, kernel_choice, register_kernel
+from hf_heads.losses.chunks import ChunkKernel, register_kernel
 from hf_heads.losses.continuous_losses import ContinuousBatch, ContinuousLoss
 from hf_heads.losses.kernels import EagerKernel
 from hf_heads.losses.noise import Noise
@@ -129,8 +129,7 @@ def dense_logits(h, w, b, y, scorer: Scorer, counts, valid):
 def _check_scorer(scorer: Scorer, kernel: str | None):
     h, w, b, y, counts = _data()
     valid = y != -100
-    with kernel_choice(kernel or "eager", force=True):
-        loss = margin_cross_entropy(h, w, b, y, scorer=scorer, word_counts=counts, chunk_size=4)
+    loss = margin_cross_entropy(h, w, b, y, scorer=scorer, word_counts=counts, chunk_size=4, kernel=kernel or "eager")
     expected = F.cross_entropy(dense_logits(h, w, b, y, scorer, counts, valid), y)
     torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-8)
     got = torch.autograd.grad(loss, (h, w, b))
@@ -426,8 +425,7 @@ def test_a_chunk_kernel_is_a_component_and_a_head_records_where_its_kernel_comes
         assert component_modules({**head, "chunk_kernel": "eager"}) == component_modules({"family": "softmax"}) == {}
         h, y = torch.randn(10, 6, dtype=torch.float64), torch.randint(0, 13, (10,))
         w = torch.randn(13, 6, dtype=torch.float64)
-        with kernel_choice("user-eager"):
-            mine = fused_linear_cross_entropy(h, w, None, y, chunk_size=4)
+        mine = fused_linear_cross_entropy(h, w, None, y, chunk_size=4, kernel="user-eager")
         torch.testing.assert_close(mine, F.cross_entropy(h @ w.T, y))
     finally:
         REGISTRIES["kernel"].pop("user-eager", None)

@@ -12,9 +12,10 @@ import logging
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hf_heads.heads import make_head
-from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses import fused_linear_cross_entropy, margin_cross_entropy, sampled_loss
 from hf_heads.losses.chunks import (
     CHUNK_KERNELS,
     KERNEL_ENV,
@@ -26,7 +27,7 @@ from hf_heads.losses.chunks import (
     map_chunks,
     rows_per_chunk,
 )
-from hf_heads.losses.kernels import CompiledKernel
+from hf_heads.losses.kernels import CompiledKernel, EagerKernel
 from hf_heads.losses.triton_kernel import TritonKernel
 from hf_heads.validation import OptionError
 
@@ -589,6 +590,31 @@ def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):
         OptionError, match="chunk_kernel='fast' is not allowed; allowed: 'eager', 'compiled', 'triton'"
     ):
         make_head(6, 13, {"family": "softmax", "chunk_kernel": "fast"})
+
+
+def test_a_loss_functions_kernel_argument_beats_the_environment_and_the_heads_choice(monkeypatch):
+    """`kernel=` (a name or a `ChunkKernel`) picks the kernel of that call whatever HF_HEADS_CHUNK_KERNEL and a head's
+    option say; a sampling method, which runs no chunk kernel, refuses one."""
+    ran = []
+
+    class Spy(EagerKernel):  # an unregistered kernel instance, given as it is
+        def loss_and_grads(self, *args, **kwargs):
+            ran.append("spy")
+            return super().loss_and_grads(*args, **kwargs)
+
+    g = torch.Generator().manual_seed(0)
+    h, w, y = torch.randn(7, 5, generator=g, requires_grad=True), torch.randn(11, 5, generator=g), torch.arange(7)
+    monkeypatch.setenv(KERNEL_ENV, "fast")  # not a kernel: refused if the environment were read
+    with kernel_choice("compiled"):
+        loss = fused_linear_cross_entropy(h, w, None, y, chunk_size=3, kernel=Spy())
+        margin = margin_cross_entropy(h, w, None, y, chunk_size=3, margin="cos", m=0.1, kernel="eager")
+    assert ran == ["spy"] * 3  # three chunks of 3, 3 and 1 rows
+    torch.testing.assert_close(loss, F.cross_entropy(h @ w.T, y))
+    monkeypatch.delenv(KERNEL_ENV)
+    torch.testing.assert_close(margin, margin_cross_entropy(h, w, None, y, chunk_size=3, margin="cos", m=0.1))
+    noise = torch.full((11,), 1 / 11)
+    with pytest.raises(OptionError, match="kernel='eager' is for method='full'"):
+        sampled_loss(h, w, None, y, criterion="ce", method="is", num_samples=4, noise_probs=noise, kernel="eager")
 
 
 def test_a_head_runs_the_kernel_its_option_names(monkeypatch):

@@ -154,6 +154,7 @@ def _ties(mesh) -> dict[str, list[float]]:
     from torch.distributed.tensor import Shard, distribute_tensor
 
     from hf_heads.losses import fused_linear_cross_entropy
+    from hf_heads.validation import OptionError
 
     gen = torch.Generator().manual_seed(5)
     w = torch.randint(-2, 3, (V, H), generator=gen).float()
@@ -165,6 +166,11 @@ def _ties(mesh) -> dict[str, list[float]]:
     want = fused_linear_cross_entropy(h, w, None, y, **kw)
     got = fused_linear_cross_entropy(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, **kw)
     assert int((want.target_rank[:4] > 0).sum()) > 0  # the copies' labels have their originals ahead
+    try:  # its loss runs in eager PyTorch per process: a kernel named for it is refused, not ignored
+        fused_linear_cross_entropy(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, kernel="compiled")
+        raise AssertionError("a chunk kernel named for a vocabulary-sharded weight was accepted")
+    except OptionError as error:
+        assert "kernel='compiled' is not used with a vocabulary-sharded weight" in str(error), error
     return {"predictions": diff(got.predictions, want.predictions), "ranks": diff(got.target_rank, want.target_rank)}
 
 

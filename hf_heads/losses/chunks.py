@@ -239,14 +239,14 @@ def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     return register("kernel")(cls)
 
 
-_CHOSEN: ContextVar[tuple[str | None, bool]] = ContextVar("hf_heads_chunk_kernel", default=(None, False))
+_CHOSEN: ContextVar[str | None] = ContextVar("hf_heads_chunk_kernel", default=None)
 
 
 @contextmanager
-def kernel_choice(name: str | None, *, force: bool = False):
+def kernel_choice(name: str | None):
     """Within the block, `chunk_kernel()` picks `name` (a head's `chunk_kernel` option; None: no choice made), unless
-    `HF_HEADS_CHUNK_KERNEL` overrides it; `force=True`: whatever the environment says (a kernel's self-check)."""
-    token = _CHOSEN.set((name, force))
+    `HF_HEADS_CHUNK_KERNEL` overrides it (a loss function's explicit `kernel=` argument overrides both)."""
+    token = _CHOSEN.set(name)
     try:
         yield
     finally:
@@ -271,10 +271,7 @@ def chunk_kernel(name: str | None = None, device: torch.device | None = None) ->
     checkpoint whose head names a kernel this machine cannot run), else the choice of `kernel_choice` (a head's
     `chunk_kernel` option), else `automatic_kernel(device)`."""
     from_env = os.environ.get(KERNEL_ENV)
-    chosen_in_context, forced = _CHOSEN.get()
-    if forced:
-        from_env = None
-    chosen = name or from_env or chosen_in_context or automatic_kernel(device)
+    chosen = name or from_env or _CHOSEN.get() or automatic_kernel(device)
     if chosen not in CHUNK_KERNELS:
         field = "kernel" if name else (KERNEL_ENV if from_env else "chunk_kernel")
         raise OptionError(field, chosen, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")

@@ -54,6 +54,7 @@ from hf_heads.losses._rows import check_labels as check_labels  # re-exported: h
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import (
     CRITERIA,
+    ChunkKernel,
     ChunkOptions,
     Grads,
     chunk_kernel,
@@ -97,7 +98,7 @@ class WeightGradSlot:
 @autocast_off
 def _run(
     h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
-    want_lse: bool = False, want_pred: int = 0, want_ent: bool = False, ent_weight=None,
+    want_lse: bool = False, want_pred: int = 0, want_ent: bool = False, ent_weight=None, *, kernel: ChunkKernel,
 ):  # fmt: skip
     """(losses (N,), gradients, lse (N,) or None, predictions (N, want_pred) or None, entropies (N,) or None): the
     per-row losses and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+
@@ -110,8 +111,8 @@ def _run(
     one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c. `needs`: which of (h, w, b, t, s) want a
     gradient (autograd's `needs_input_grad`; None: all); when neither w nor s does (a frozen output layer: LoRA, linear
     probing) the (V, H) accumulator and its product are skipped, d w is None. Each row's entropy when `want_ent`; with
-    `ent_weight` (N,) the gradients also take those of Σ_i ent_weight_i · H_i."""
-    kernel = chunk_kernel(device=h.device)
+    `ent_weight` (N,) the gradients also take those of Σ_i ent_weight_i · H_i. `kernel`: the chunk kernel that does
+    each chunk's work (`fused_linear_cross_entropy` resolves it)."""
     h_g, w_g = h.to(gemm), w.to(gemm)
     row_dtype = torch.promote_types(gemm, torch.float32)
     lse = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_lse or opts.z_loss > 0 else None
@@ -223,17 +224,18 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     def forward(
         ctx, h, w, b, t, s, y, weight: float | torch.Tensor, opts: ChunkOptions, chunk_size, gemm, keep=None,
         slot=None, class_rows=None, z_scale: float | torch.Tensor = 1.0, want_lse: bool = False,
-        want_pred: int = 0,
+        want_pred: int = 0, kernel: ChunkKernel | None = None,
     ):  # fmt: skip
         row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
         needs = ctx.needs_input_grad[:5]  # h, w, b, t, s
         want_aux = want_lse or want_pred
         losses, grads, lse, pred, _ = _run(
-            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_lse, want_pred
-        )
+            h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, want_lse, want_pred,
+            kernel=kernel,
+        )  # fmt: skip
         ctx.grads = grads  # computed here, neither inputs nor outputs: kept on ctx until the backward takes them
         ctx.save_for_backward(h, w, b, t, s, y, keep, class_rows)
-        ctx.rerun = (weight, opts, chunk_size, gemm, z_scale)
+        ctx.rerun = (weight, opts, chunk_size, gemm, z_scale, kernel)
         ctx.slot = slot  # a WeightGradSlot told which tensor the weight's gradient is, or None
         loss, z_term = _total(losses, lse, keep, class_rows, weight, z_scale, opts.z_loss)
         if not want_aux:
@@ -247,15 +249,17 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         grads, ctx.grads = ctx.grads, None
         if grads is None:  # a second backward through this graph: the first one took them
             h, w, b, t, s, y, keep, class_rows = ctx.saved_tensors
-            weight, opts, chunk_size, gemm, z_scale = ctx.rerun
+            weight, opts, chunk_size, gemm, z_scale, kernel = ctx.rerun
             row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
             needs = ctx.needs_input_grad[:5]
-            _, grads, *_ = _run(h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight)
+            _, grads, *_ = _run(
+                h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, kernel=kernel
+            )
         if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
             grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, *[None] * 11)  # h, w, b, t, s; then y and the non-tensor arguments
+        return (*grads, *[None] * 12)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,17 +283,18 @@ class _FusedLinearCERows(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, h, w, b, t, s, y, opts: ChunkOptions, chunk_size, gemm, slot=None, class_rows=None, want_lse=False,
-        want_pred=0, want_ent=False,
+        want_pred=0, want_ent=False, kernel: ChunkKernel | None = None,
     ):  # fmt: skip
         opts = opts.with_scale(s)
         want_aux = want_lse or want_pred or want_ent
         with torch.no_grad():
             losses, _, lse, pred, ent = _run(
-                h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_lse, want_pred=want_pred, want_ent=want_ent
-            )
+                h, w, b, y, t, opts, chunk_size, gemm, want_lse=want_lse, want_pred=want_pred, want_ent=want_ent,
+                kernel=kernel,
+            )  # fmt: skip
         ctx.save_for_backward(h, w, b, t, s, y, class_rows)
         ctx.set_materialize_grads(False)  # an unused entropy gets None, not zeros: no entropy terms in the recompute
-        ctx.opts = (opts.with_scale(None), chunk_size, gemm)  # the tensor s is saved above
+        ctx.opts = (opts.with_scale(None), chunk_size, gemm, kernel)  # the tensor s is saved above
         ctx.slot = slot
         if class_rows is not None:
             losses = losses * class_rows
@@ -304,16 +309,18 @@ class _FusedLinearCERows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_lse=None, grad_pred=None, grad_ent=None):
         h, w, b, t, s, y, class_rows = ctx.saved_tensors
-        opts, chunk_size, gemm = ctx.opts
+        opts, chunk_size, gemm, kernel = ctx.opts
         opts = opts.with_scale(s)
         grad_out = torch.zeros_like(y, dtype=h.dtype) if grad_out is None else grad_out  # only H was used
         row_weight = grad_out if class_rows is None else grad_out * class_rows
         z_weight = grad_out if class_rows is not None and opts.z_loss > 0 else None
         needs = ctx.needs_input_grad[:5]
-        _, grads, *_ = _run(h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight, ent_weight=grad_ent)
+        _, grads, *_ = _run(
+            h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight, ent_weight=grad_ent, kernel=kernel
+        )
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
-        return (*grads, *[None] * 9)  # h, w, b, t, s; then y and the non-tensor arguments
+        return (*grads, *[None] * 10)  # h, w, b, t, s; then y and the non-tensor arguments
 
 
 def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -348,6 +355,7 @@ def fused_linear_cross_entropy(
     return_target_rank: bool = False,
     return_entropy: bool = False,
     loss_dtype: torch.dtype | None = None,
+    kernel: str | ChunkKernel | None = None,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
 
@@ -405,6 +413,11 @@ def fused_linear_cross_entropy(
             `F.cross_entropy(hidden @ weight.T + bias)`: float32 under autocast, else the dtype of hidden, weight and
             bias promoted (bfloat16 for a model cast to bfloat16). The heads pass float32, as transformers' loss
             functions upcast the logits.
+        kernel: the chunk kernel that computes each chunk (`hf_heads.losses.CHUNK_KERNELS`: "eager", "compiled",
+            "triton", "triton-half", or a `ChunkKernel`); every kernel computes the same loss. None: the environment
+            variable HF_HEADS_CHUNK_KERNEL when set, else a head's `chunk_kernel` option (`kernel_choice`), else the
+            automatic choice ("triton" for CUDA tensors where triton imports, else "eager"). A vocabulary-sharded
+            weight runs its own eager per-process loss: a kernel named here is refused there.
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
         for (B, T) labels, () for one row; 0 on ignored rows). Accumulated in float32 (float64 inputs stay float64
@@ -430,6 +443,7 @@ def fused_linear_cross_entropy(
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     shard = vocab_shard(weight)
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
+        check_no_kernel(kernel)
         if logit_multiplier != 1.0:
             hidden, bias = hidden * logit_multiplier, None if bias is None else bias * logit_multiplier
         rows = sharded_rows(hidden, target, shard, ignore_index)
@@ -442,6 +456,7 @@ def fused_linear_cross_entropy(
             num_items_in_batch=num_items_in_batch, chunk_size=chunk_size,
         )  # fmt: skip
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
+    kernel = kernel if isinstance(kernel, ChunkKernel) else chunk_kernel(kernel, h.device)
     if class_weight is not None:
         check_class_weight(class_weight, w.shape[0], label_smoothing)
     gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
@@ -486,7 +501,7 @@ def fused_linear_cross_entropy(
 
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
         out = _FusedLinearCERows.apply(
-            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy
+            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy, kernel
         )
         return out if want_aux else (out, None, None, None)
 
@@ -517,7 +532,7 @@ def fused_linear_cross_entropy(
         eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
         losses, _, lse, pred, ent = _run(
             h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=want_pred,
-            want_ent=return_entropy,
+            want_ent=return_entropy, kernel=kernel,
         )  # fmt: skip
         return output(*_total(losses, lse, keep, class_rows, scale, z_scale, opts.z_loss), lse, pred, ent)
     if return_entropy:  # the per-row path (its backward recomputes the chunks, H's gradient with them)
@@ -527,6 +542,7 @@ def fused_linear_cross_entropy(
         return output(_kept(rows, keep).sum() * z_scale, z_term.detach(), lse, pred, ent)
     out = _FusedLinearCEScalar.apply(
         h, w, b, t, s, y, scale, opts, chunk, gemm, keep, weight_grad, class_rows, z_scale, want_lse, want_pred,
+        kernel,
     )  # fmt: skip
     return output(*out) if want_aux else output(out, None, None, None)
 
@@ -621,6 +637,18 @@ def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fil
     if values.shape[0] == valid.numel():
         return values.reshape(shape)
     return values.new_full((valid.numel(),), fill).masked_scatter(valid.reshape(-1), values).reshape(shape)
+
+
+def check_no_kernel(kernel) -> None:
+    """Refuse a chunk kernel named for a vocabulary-sharded weight (its loss runs in eager PyTorch per process)."""
+    if kernel is not None:
+        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", type(kernel).__name__)
+        raise OptionError(
+            "kernel",
+            name,
+            "is not used with a vocabulary-sharded weight, whose loss runs in eager PyTorch on each process's rows "
+            "(hf_heads.losses.vocab_parallel): leave kernel unset",
+        )
 
 
 def check_class_weight(class_weight: torch.Tensor, num_classes: int, label_smoothing: float = 0.0) -> None:

@@ -35,9 +35,11 @@ from torch import nn
 from hf_heads.compat import positional_arguments
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
+from hf_heads.losses.chunks import ChunkKernel
 from hf_heads.losses.fused_linear import (
     LinearCrossEntropyOutput,
     WeightGradSlot,
+    check_no_kernel,
     fused_linear_cross_entropy,
     sharded_loss,
 )
@@ -161,6 +163,7 @@ def margin_cross_entropy(
     return_target_rank: bool = False,
     return_entropy: bool = False,
     loss_dtype: torch.dtype | None = None,
+    kernel: str | ChunkKernel | None = None,
     **scorer_options,
 ) -> torch.Tensor | LinearCrossEntropyOutput:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens without materialising
@@ -173,13 +176,15 @@ def margin_cross_entropy(
     `fused_linear_cross_entropy`. With margin="none", scale=None and both norms no-mod this is
     `F.cross_entropy(hidden @ weight.T + bias, target)`. `criterion` "bce" or "mse": the sampling paper's full BCE /
     MSE over the same logits instead (`fused_linear_cross_entropy`). `loss_dtype`: None, torch's rule for hidden,
-    weight and bias (`fused_linear_cross_entropy`), whatever dtype the margin's factors have.
+    weight and bias (`fused_linear_cross_entropy`), whatever dtype the margin's factors have. `kernel`: the chunk
+    kernel, as in `fused_linear_cross_entropy`.
     """
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
     shard = vocab_shard(weight)
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
+        check_no_kernel(kernel)
         h, s, t, b, y, valid = margin_rows(
             scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index
         )
@@ -223,6 +228,7 @@ def margin_cross_entropy(
         ignore_index=ignore_index,
         num_items_in_batch=num_items_in_batch,
         chunk_size=chunk_size,
+        kernel=kernel,
     )
     return loss
 

@@ -80,7 +80,7 @@ from hf_heads.losses._rows import (
     valid_rows,
 )
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
-from hf_heads.losses.chunks import map_chunks, rows_per_chunk
+from hf_heads.losses.chunks import ChunkKernel, map_chunks, rows_per_chunk
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.scorer import Scorer, resolve_scorer
@@ -415,6 +415,7 @@ def sampled_loss(
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
     loss_dtype: torch.dtype | None = None,
+    kernel: str | ChunkKernel | None = None,
     **scorer_options,
 ) -> torch.Tensor:
     """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
@@ -426,11 +427,21 @@ def sampled_loss(
     applied to the target logit). `reduction`, `ignore_index` and `num_items_in_batch` as in `F.cross_entropy` /
     the transformers Trainer (sum divided by `num_items_in_batch`). Accumulated in float32 and returned in
     `loss_dtype`, by default torch's rule for the loss of hidden, weight and bias (`fused_linear_cross_entropy`'s
-    `loss_dtype`: float32 under autocast, else their promoted dtype).
+    `loss_dtype`: float32 under autocast, else their promoted dtype). `kernel`: the chunk kernel of the full
+    criteria (method "full", through the chunk engine, as in `fused_linear_cross_entropy`); the sampling methods
+    score their K candidates without it, and refuse one.
     """
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     num_classes = weight.shape[0]
     sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
+    if sampler.draws_samples and kernel is not None:
+        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", type(kernel).__name__)
+        raise OptionError(
+            "kernel",
+            name,
+            f"is for method='full' (through the chunk engine); method={method!r} scores its "
+            "K candidates without a chunk kernel: leave kernel unset",
+        )
     check_reduction(reduction)
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)
@@ -469,6 +480,7 @@ def sampled_loss(
             chunk_size=chunk_size,
             criterion=criterion,
             loss_dtype=out_dtype,
+            kernel=kernel,
             **rows,
         )
     # W in its dtype (a half model: no float32 copy of W; the K candidate rows gathered), the rows in float32

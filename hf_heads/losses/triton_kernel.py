@@ -40,7 +40,7 @@ import torch
 from hf_heads.components import register
 from hf_heads.losses import kernels
 from hf_heads.losses._rows import HALF_DTYPES, full_precision
-from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads, kernel_choice
+from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads
 from hf_heads.losses.kernels import EagerKernel, _linear_grads
 from hf_heads.validation import OptionError
 
@@ -132,14 +132,13 @@ class TritonKernel(EagerKernel):
 
         for options in ({}, {"target": t, "softcap": 5.0, "label_smoothing": 0.1}):
             results = {}
-            for name in ("eager", self.name):
+            for name, kernel in (("eager", "eager"), (self.name, self)):  # this instance: its lowered tile width
                 inputs = [x.to(device).requires_grad_() for x in (h, w, b, options.get("target", t))]
-                with kernel_choice(name, force=True):
-                    loss = fused_linear_cross_entropy(
-                        *inputs[:3], y.to(device), target_logit=inputs[3] if "target" in options else None,
-                        softcap=options.get("softcap"), label_smoothing=options.get("label_smoothing", 0.0),
-                        chunk_size=4,
-                    )  # fmt: skip
+                loss = fused_linear_cross_entropy(
+                    *inputs[:3], y.to(device), target_logit=inputs[3] if "target" in options else None,
+                    softcap=options.get("softcap"), label_smoothing=options.get("label_smoothing", 0.0),
+                    chunk_size=4, kernel=kernel,
+                )  # fmt: skip
                 grads = torch.autograd.grad(loss, inputs, allow_unused=True)
                 results[name] = [loss, *(x for x in grads if x is not None)]
             for got, want in zip(results[self.name], results["eager"], strict=True):

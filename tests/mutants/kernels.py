@@ -329,5 +329,18 @@ MUTANTS: list[Mutant] = [
       "if device.type in kernel.automatic_on:",
       selection("tests/test_kernels.py::test_kernel_choice_by_name_head_option_environment_and_device"),
       "CUDA tensors get the triton kernel where the triton package does not import"),
+    m("explicit-kernel-ignored", "losses/fused_linear.py",
+      "    kernel = kernel if isinstance(kernel, ChunkKernel) else chunk_kernel(kernel, h.device)",
+      "    kernel = chunk_kernel(None, h.device)",
+      selection(f"{T}::test_a_loss_functions_kernel_argument_beats_the_environment_and_the_heads_choice"),
+      "a loss function's kernel= argument is ignored: the environment or a head's choice runs instead"),
+    m("sampled-method-takes-a-kernel-silently", "losses/sampled.py",
+      "    if sampler.draws_samples and kernel is not None:", "    if False:",
+      selection(f"{T}::test_a_loss_functions_kernel_argument_beats_the_environment_and_the_heads_choice"),
+      "a sampling method accepts a chunk kernel it never runs"),
+    m("sharded-weight-takes-a-kernel-silently", "losses/fused_linear.py",
+      "        check_no_kernel(kernel)\n        if logit_multiplier", "        if logit_multiplier",
+      selection("tests/test_vocab_parallel.py"),
+      "a vocabulary-sharded weight accepts a chunk kernel it never runs"),
 ]
 # fmt: on
