@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hf_heads.components import REGISTRIES, component_config
 from hf_heads.losses import (
     fused_linear_cross_entropy,
     margin_cross_entropy,
@@ -19,15 +20,15 @@ from hf_heads.losses import (
 )
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# from the registries (a component registered later is sampled too): every margin type with its example parameters,
+# every word norm x context norm with ArcFace, the face-recognition scale; every sampling method with CE and BCE
 MARGINS = [
-    dict(margin="none"),
-    dict(margin="cos", m=0.3),
-    dict(margin="arc", m=0.2),
-    dict(margin="lsm", m=2),
+    *(dict(margin=component_config(cls(**cls.example))) for cls in REGISTRIES["margin"].values()),
+    *(dict(margin="arc", m=0.5, word_norm=w, context_norm=c) for w in REGISTRIES["word_norm"]
+      for c in REGISTRIES["context_norm"]),
     dict(margin="cos", m=0.3, scale=30.0),
-    dict(margin="arc", m=0.5, word_norm="log-unigram", context_norm="max-norm"),
-]
-SAMPLED = [(c, m) for c in ("ce", "bce") for m in ("mcs", "is", "cps", "nce")]
+]  # fmt: skip
+SAMPLED = [(c, m) for c in ("ce", "bce") for m, cls in REGISTRIES["sampling_method"].items() if cls.draws_samples]
 
 
 def _inputs(seed: int, n: int, v: int, h: int, scale: float, dtype=torch.float32):
@@ -53,7 +54,7 @@ case = st.tuples(
 @given(case=case, options=st.sampled_from(MARGINS))
 def test_margin_losses_finite_for_any_finite_input(case, options):
     hidden, weight, bias, target, counts = _inputs(*case)
-    kw = dict(options, word_counts=counts) if options.get("word_norm") else options
+    kw = dict(options, word_counts=counts)  # read by the word norms that need counts
     hidden.requires_grad_()
     loss = margin_cross_entropy(hidden, weight, bias, target, **kw)
     loss.backward()
