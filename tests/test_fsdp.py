@@ -36,20 +36,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
+from conftest import family_heads
 from gloo import diff, finish, run_workers, worst_over_ranks
 
+from hf_heads.heads import head_options
+
+# every family's examples (tests/conftest.py family_heads), each compared with the one-process loss of the global
+# batch, or of each process's shard where the loss depends on the batch (max-norm's g = max ‖h‖ over each rank's own
+# rows: module docstring); the margin's log-unigram example gets the word counts set below
 FAMILIES = {
-    "softmax": ({"family": "softmax"}, "global"),
-    "margin-arc": ({"family": "margin", "margin": "arc", "m": 0.2}, "global"),
-    # norm-scaled: f(c) = log c_y (word counts set below), a function of the weights only
-    "margin-cos-log-unigram": ({"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "log-unigram"}, "global"),
-    # norm-scaled by a batch statistic: g = max ‖h‖ over each rank's own rows (module docstring)
-    "margin-cos-max-norm": ({"family": "margin", "margin": "cos", "m": 0.1, "context_norm": "max-norm"}, "per-shard"),
-    "sampled": (
-        {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
-        "global",
-    ),
-    "sparse": ({"family": "sparse", "k": 5}, "global"),
+    label: (head, "per-shard" if head_options(head).loss_depends_on_batch else "global")
+    for label, head in family_heads("causal-lm", discrete=True, variants=True).items()
 }
 # A checkpoint with tied embeddings (head.weight is the input embedding's tensor), sharded by accelerate's own FSDP2
 # preparation (`accelerate.utils.fsdp_utils.fsdp2_prepare_model`, the code `Accelerator.prepare` runs under

@@ -126,6 +126,10 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         """Whether g is a batch statistic (max-norm), replaced by a running value outside training."""
         return self.scorer().context_norm.batch_dependent
 
+    @property
+    def loss_depends_on_batch(self) -> bool:
+        return self.batch_context_norm
+
     def scorer(self, with_margin: bool = True) -> Scorer:
         """Eq. 13's scorer of these options with the checkpoint's output transform (hf_heads.losses.scorer), with
         the margin (training) or without it (`with_margin=False`: evaluation and inference). Built on first use and

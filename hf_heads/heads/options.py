@@ -77,6 +77,12 @@ class HeadOptions:
     def check(self) -> None:
         """Raise `OptionError` for an invalid value or combination (subclasses call `super().check()` first)."""
 
+    @property
+    def loss_depends_on_batch(self) -> bool:
+        """Whether a row's training loss depends on the other rows of its batch (a batch statistic, as max-norm's g:
+        then a batch split over processes or micro-batches trains differently from the whole batch)."""
+        return False
+
     def counts_reason(self) -> str:
         """The option that needs word counts, as `name=value` (for error messages)."""
         return ""
