@@ -259,6 +259,18 @@ def test_all_ignored_gives_zero_loss_and_zero_grads():
         assert all(torch.all(g == 0) for g in grads)
 
 
+def test_margin_logits_take_any_ignore_index():
+    """The rows labelled `ignore_index` get no margin, whatever its value (-100, -1, or a label past the classes)."""
+    h, W, b, y, counts = _inputs(torch.float32)
+    kw = dict(margin="arc", m=0.5, word_norm="log-unigram", word_counts=counts)
+    ignored = torch.arange(N) % 3 == 0
+    want = margin_logits(h, W, b, y.masked_fill(ignored, -100), **kw)
+    torch.testing.assert_close(want[ignored], margin_logits(h, W, b, **kw)[ignored])  # no margin there
+    for index in (-1, W.shape[0] + 5):
+        got = margin_logits(h, W, b, y.masked_fill(ignored, index), ignore_index=index, **kw)
+        torch.testing.assert_close(got, want)
+
+
 def test_arcface_monotonic_and_finite_past_pi():
     cos = torch.cos(torch.linspace(0, math.pi, 2001, dtype=torch.float64))
     for m in (0.0, 0.5, 1.0, 2.0):

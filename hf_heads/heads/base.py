@@ -209,7 +209,7 @@ class OutputHead(nn.Module):
         (float32 accumulation), where `statistics` ranks the inference logits rounded to the head's dtype, so a bf16
         head's top-1 hits can differ where its rounding makes ties."""
         loss = self.loss(hidden, labels, **rows)
-        ignore = rows.get("ignore_index", -100)
+        ignore = self.loss_rows(**rows)["ignore_index"]  # as given, or `loss`'s default
         # a second pass without a loss: a second loss would update the running statistics (max-norm) twice per step
         stats = self.statistics(hidden.detach(), labels, ignore_index=ignore)
         is_top1 = (stats["rank"] == 0) & (labels.to(stats["rank"].device) != ignore)
@@ -300,7 +300,7 @@ class OutputHead(nn.Module):
         if statistics:
             if labels is None:
                 raise ValueError("statistics=True needs labels")
-            ignore = loss_kwargs.get("ignore_index", -100)
+            ignore = self.loss_rows(**loss_kwargs)["ignore_index"]  # as given, or `loss`'s default
             return loss, self.statistics(
                 hidden, labels, ignore_index=ignore, normalized=normalized, chunk_size=chunk_size
             )

@@ -105,11 +105,12 @@ def margin_logits(
     scorer: Scorer | None = None,
     word_counts: torch.Tensor | None = None,
     context_norm_value: float | torch.Tensor | None = None,
+    ignore_index: int = -100,
     **scorer_options,
 ) -> torch.Tensor:
     """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,).
 
-    With `target` (*,) the target class gets φ of eq. 14 (rows equal to -100 get no margin);
+    With `target` (*,) the target class gets φ of eq. 14 (rows equal to `ignore_index` get no margin);
     without it, the logits are the inference logits (no margin). The scorer is `scorer` (a `Scorer`), or the one
     of the keyword `scorer_options` (`Scorer.from_options`: margin, m, scale, word_norm, context_norm, gain,
     logit_multiplier, softcap; `spec` is the old name of `scorer`). `word_counts` (V,) feed f, `context_norm_value`
@@ -126,13 +127,13 @@ def margin_logits(
     weight, bias = weight.to(compute), None if bias is None else bias.to(compute)
     y = None if target is None else target.reshape(-1)
     if y is not None:
-        check_labels(y, weight.shape[0], -100)
-    safe_y = None if y is None else y.clamp_min(0)
+        check_labels(y, weight.shape[0], ignore_index)
+    safe_y = None if y is None else torch.where(y == ignore_index, 0, y)  # a class id on the ignored rows
     a, s, t, bias = scorer.factors(h, weight, bias, safe_y, word_counts, context_norm_value)
     h2, w2 = _scaled(h, weight, a, s)  # (N, H), (V, H)
     logits = h2 @ w2.T if bias is None else torch.addmm(bias, h2, w2.T)  # (N, V), the bias added in the product
     if t is not None:
-        keep = y != -100
+        keep = y != ignore_index
         rows = torch.arange(h.shape[0], device=h.device)[keep]
         logits = logits.index_put((rows, y[keep]), t[keep])
     logits = soft_cap(logits, scorer.softcap)
