@@ -19,7 +19,7 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
 
 # slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
 # toy sizes), every margin option of bench_margin, bench_loss_options, bench_trl_statistics, bench_eval,
-# bench_continuous, bench_chunk_rows, bench_demo_step, probe_continuous_copy
+# bench_continuous, bench_chunk_rows, bench_demo_step, bench_vocab_parallel, probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",
     [
@@ -99,6 +99,12 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
             "| margin arc m=0.001 f=log-unigram g=max-norm |",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "bench_vocab_parallel.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--heads", "margin"],
+            "| margin | 2 processes, W sharded |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
