@@ -17,8 +17,9 @@ The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss (logits
 logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient): a component of kind "kernel"
 (hf_heads.components), registered with `register("kernel")` like a margin, and listed by `CHUNK_KERNELS` ("eager",
 "compiled", "triton", "triton-half"); every one runs the same contract tests against the naive references
-(tests/test_kernels.py). `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set,
-else a head's `chunk_kernel` option, else the automatic choice: "triton" on CUDA when triton imports, else "eager".
+(tests/test_kernels.py). A loss function's `kernel=` argument names the kernel of its call (`chunk_kernel(name)`);
+without one, `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else a head's `chunk_kernel` option
+(`kernel_choice`), else the automatic choice: "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
