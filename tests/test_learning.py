@@ -345,7 +345,10 @@ EXPECTED.update(
         ("clf", "sampled-bce-is"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
         ("clf", "sampled-bce-cps"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 1.4%
         ("clf", "sampled-bce-nce"): fails(FEW_NEGATIVES.format(C=CLF_KEYS**2)),  # 3.9%
-        ("clf", "sampled-mse-full"): learns(0.9),  # 98.0%
+        # full MSE: 98.0% when first measured; over init seeds (as ArcFace log-rank max-norm below), one thread, seeds
+        # 0-15: 70.9, 100 x 5, 99.6, 99.0, 100, 66.4, 100 x 4, 80.9 (seed 14), 100%; two threads, seeds 0-7: 60.0,
+        # 100 x 5, 97.9, 98.8%. Floor 0.5: below every value seen.
+        ("clf", "sampled-mse-full"): learns(0.5, "98-100% at most init seeds, 60-81% at some"),
         # k=5 of 144 classes: what 300 steps reach depends on float rounding, not on the code. At this file's seeds,
         # torch 2.13 on an AVX-512 Xeon: 32.6% with one thread, 50.0% with two, 47.1% with one thread and
         # MKL_ENABLE_INSTRUCTIONS=AVX2; the same 32.6% (one thread) at e791f97, the commit that recorded 62.7%, and at
