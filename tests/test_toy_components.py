@@ -171,3 +171,40 @@ def test_a_toy_continuous_loss_loads_without_hf_heads(extension_path, tmp_path):
     (got,) = load_without_hf_heads([export_job(tmp_path / "saved", "AutoModelForSeq2SeqLM", inputs)], tmp_path / "x")
     with torch.no_grad():
         torch.testing.assert_close(got["output"], model(**got["inputs"]).logits)
+
+
+def test_a_toy_chunk_kernel_runs_the_heads_chunks_saves_and_reloads(extension_path, tmp_path):
+    """The toy chunk kernel (`toy_components.kernels`) named by a head's `chunk_kernel`: it computes the head's
+    chunks (the eager kernel's loss), the config records it and its module, the model saves the module's copy, and a
+    process that never imported it reloads the model."""
+    import importlib
+
+    from conftest import tiny_llama_config
+
+    from hf_heads import HeadsConfig
+
+    kernels = importlib.import_module("toy_components.kernels")
+    kernels.CountingEager.chunks.clear()
+    ids = torch.randint(4, 61, (2, 8), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for kernel in ("toy-counting-eager", "eager"):
+        torch.manual_seed(0)
+        head = {"family": "softmax", "chunk_kernel": kernel, "chunk_size": 5}
+        model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+        losses.append(model(input_ids=ids, labels=ids).loss)
+        if kernel != "eager":
+            losses[-1].backward()
+            mine = model
+    assert kernels.CountingEager.chunks == [5, 5, 4]  # 14 rows (2 × 7 shifted labels) in chunks of 5
+    torch.testing.assert_close(losses[0], losses[1])
+
+    mine.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert config["head"]["chunk_kernel"] == "toy-counting-eager"
+    assert config["components"] == {"chunk_kernel": "toy_components.kernels"}
+    assert (tmp_path / "saved" / "toy_components_kernels.py").exists()
+    del REGISTRIES["kernel"]["toy-counting-eager"], sys.modules["toy_components.kernels"]
+    reloaded = HeadsForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    assert "toy-counting-eager" in REGISTRIES["kernel"] and "toy_components.kernels" in sys.modules
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, mine.eval()(input_ids=ids).logits)
