@@ -176,7 +176,9 @@ class ContinuousHeadOptions(HeadOptions):
         if not flat:
             return head
         head = {key: value for key, value in head.items() if key not in flat}
-        loss = make_component("continuous_loss", head.get("loss", "vmf"), field="loss")
+        loss = make_component(
+            "continuous_loss", head.get("loss", cls.__dataclass_fields__["loss"].default), field="loss"
+        )
         inner = head.get("loss") if isinstance(head.get("loss"), dict) else {}
         given = {}
         for key, value in flat.items():

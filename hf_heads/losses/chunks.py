@@ -232,6 +232,12 @@ CHUNK_KERNELS: Mapping[str, ChunkKernel] = _Kernels()
 KERNEL_ENV = "HF_HEADS_CHUNK_KERNEL"
 
 
+def refuse_kernel(kernel: str | ChunkKernel | None, why: str) -> None:
+    """Raise `OptionError` on field `kernel` when a kernel is named for a loss that runs none (`why` says so)."""
+    if kernel is not None:
+        raise OptionError("kernel", kernel if isinstance(kernel, str) else kernel.name, why)
+
+
 def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     """Class decorator: `register("kernel")` for a `ChunkKernel` subclass, made a frozen dataclass first where it is
     not one (a kernel class written before kernels were components)."""
@@ -267,10 +273,12 @@ def automatic_kernel(device: torch.device | None) -> str:
     return "eager"
 
 
-def chunk_kernel(name: str | None = None, device: torch.device | None = None) -> ChunkKernel:
-    """The kernel called `name`; None: `HF_HEADS_CHUNK_KERNEL` when set (the operator's override, e.g. for a
-    checkpoint whose head names a kernel this machine cannot run), else the choice of `kernel_choice` (a head's
-    `chunk_kernel` option), else `automatic_kernel(device)`."""
+def chunk_kernel(name: str | ChunkKernel | None = None, device: torch.device | None = None) -> ChunkKernel:
+    """The kernel called `name` (a `ChunkKernel` given as it is); None: `HF_HEADS_CHUNK_KERNEL` when set (the
+    operator's override, e.g. for a checkpoint whose head names a kernel this machine cannot run), else the choice
+    of `kernel_choice` (a head's `chunk_kernel` option), else `automatic_kernel(device)`."""
+    if isinstance(name, ChunkKernel):
+        return name
     from_env = os.environ.get(KERNEL_ENV)
     chosen = name or from_env or _CHOSEN.get() or automatic_kernel(device)
     if chosen not in CHUNK_KERNELS:

@@ -60,6 +60,7 @@ from hf_heads.losses.chunks import (
     chunk_kernel,
     eval_rows_per_chunk,
     map_chunks,
+    refuse_kernel,
     rows_per_chunk,
 )
 from hf_heads.losses.transforms import check_transform
@@ -456,7 +457,7 @@ def fused_linear_cross_entropy(
             num_items_in_batch=num_items_in_batch, chunk_size=chunk_size,
         )  # fmt: skip
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
-    kernel = kernel if isinstance(kernel, ChunkKernel) else chunk_kernel(kernel, h.device)
+    kernel = chunk_kernel(kernel, h.device)
     if class_weight is not None:
         check_class_weight(class_weight, w.shape[0], label_smoothing)
     gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
@@ -641,14 +642,11 @@ def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fil
 
 def check_no_kernel(kernel) -> None:
     """Refuse a chunk kernel named for a vocabulary-sharded weight (its loss runs in eager PyTorch per process)."""
-    if kernel is not None:
-        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", type(kernel).__name__)
-        raise OptionError(
-            "kernel",
-            name,
-            "is not used with a vocabulary-sharded weight, whose loss runs in eager PyTorch on each process's rows "
-            "(hf_heads.losses.vocab_parallel): leave kernel unset",
-        )
+    refuse_kernel(
+        kernel,
+        "is not used with a vocabulary-sharded weight, whose loss runs in eager PyTorch on each process's rows "
+        "(hf_heads.losses.vocab_parallel): leave kernel unset",
+    )
 
 
 def check_class_weight(class_weight: torch.Tensor, num_classes: int, label_smoothing: float = 0.0) -> None:

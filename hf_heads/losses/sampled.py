@@ -80,7 +80,7 @@ from hf_heads.losses._rows import (
     valid_rows,
 )
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
-from hf_heads.losses.chunks import ChunkKernel, map_chunks, rows_per_chunk
+from hf_heads.losses.chunks import ChunkKernel, map_chunks, refuse_kernel, rows_per_chunk
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.scorer import Scorer, resolve_scorer
@@ -434,14 +434,9 @@ def sampled_loss(
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     num_classes = weight.shape[0]
     sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
-    if sampler.draws_samples and kernel is not None:
-        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", type(kernel).__name__)
-        raise OptionError(
-            "kernel",
-            name,
-            f"is for method='full' (through the chunk engine); method={method!r} scores its "
-            "K candidates without a chunk kernel: leave kernel unset",
-        )
+    if sampler.draws_samples:
+        why = f"is for method='full' (through the chunk engine); method={method!r} scores its K candidates "
+        refuse_kernel(kernel, why + "without a chunk kernel: leave kernel unset")
     check_reduction(reduction)
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, num_classes)

@@ -289,12 +289,10 @@ class _ShardedEntropy(torch.autograd.Function):
         return d_z, None, None
 
 
-def _target_rank(z: torch.Tensor, y: torch.Tensor, shard: VocabShard) -> torch.Tensor:
-    """(n,) the number of classes, over every process, whose logit is larger than the target's own, or equal at a
-    lower class id (its rank in `torch.argmax`'s order); z (n, V_r) this process's logits, y (n,) global ids."""
-    inside, column = shard.holds(y)
-    own = torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)  # (n,) the owner's value, 0 elsewhere
-    dist.all_reduce(own, group=shard.group)
+def _target_rank(z: torch.Tensor, y: torch.Tensor, own: torch.Tensor, shard: VocabShard) -> torch.Tensor:
+    """(n,) the number of classes, over every process, whose logit is larger than the target's own `own` (n,), or
+    equal at a lower class id (its rank in `torch.argmax`'s order); z (n, V_r) this process's logits, y (n,) global
+    ids."""
     ids = torch.arange(z.shape[1], device=z.device) + shard.offset  # (V_r,) global class ids
     ahead = (z > own[:, None]) | ((z == own[:, None]) & (ids[None, :] < y[:, None]))
     count = ahead.sum(1)  # (n,)
@@ -322,20 +320,23 @@ def _chunk_losses(
     z = soft_cap(z, softcap)
     if transform is not None:
         z = transform(z)
+    inside, column = shard.holds(y)  # (n,): whether this process holds the label, its local row
+    column = column[:, None]  # (n, 1)
+    own = None  # the target's own logit (n,) from the process holding it, the same on every process
+    if t is None or want_pred > 1:
+        own = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)
     pred = z.new_empty(z.shape[0], 0, dtype=torch.long)
     if want_pred:
         pred = _argmax(z.detach(), shard)[:, None]  # (n, 1)
-        if want_pred > 1:
-            pred = torch.cat([pred, _target_rank(z.detach(), y, shard)[:, None]], dim=1)  # (n, 2)
+        if want_pred > 1:  # the rank of the target's own logit (before a margin replaces it)
+            pred = torch.cat([pred, _target_rank(z.detach(), y, own.detach(), shard)[:, None]], dim=1)  # (n, 2)
     ent = z.new_empty(0)
-    inside, column = shard.holds(y)  # (n,): whether this process holds the label, its local row
-    column = column[:, None]  # (n, 1)
     if t is not None:
         t = soft_cap(t, softcap)
         z = z.scatter(1, column, torch.where(inside, t, z.gather(1, column).squeeze(1))[:, None])
         z_y = t  # the same on every process
     else:
-        z_y = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)  # (n,)
+        z_y = own  # (n,)
     if criterion == "bce":  # Σ_c softplus(z_c) − z_y
         return reduce_sum(torch.nn.functional.softplus(z).sum(1), shard) - z_y, torch.zeros_like(z_y), pred, ent
     if criterion == "mse":  # Σ_c σ(z_c)² − 2σ(z_y) + 1
