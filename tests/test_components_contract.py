@@ -23,16 +23,14 @@ error (the last tests).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import pkgutil
-import sys
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
 import torch.nn.functional as F
+from extensions import COMPONENTS, EXTENSIONS, KERNELS
+from extensions import kernel as extension_kernel
 
 from hf_heads.components import REGISTRIES, component_config, register
 from hf_heads.heads.registry import component_modules
@@ -44,39 +42,12 @@ from hf_heads.losses.noise import Noise
 from hf_heads.losses.sampled import SamplingMethod
 from hf_heads.losses.scorer import ContextNorm, Margin, Scorer, WordNorm
 
-EXTENSION = Path(__file__).parent / "extension"
-
-
-def _extension_components() -> dict[str, list[type]]:
-    """{kind: classes} registered by the modules under tests/extension (imported here, then taken out of the
-    registries again so that the rest of the suite sees the built-in ones only)."""
-    before = {kind: dict(registry) for kind, registry in REGISTRIES.items()}
-    modules = set(sys.modules)
-    sys.path.insert(0, str(EXTENSION))
-    try:
-        for info in pkgutil.walk_packages([str(EXTENSION)]):
-            importlib.import_module(info.name)
-    finally:
-        sys.path.remove(str(EXTENSION))
-        for name in set(sys.modules) - modules:  # other tests import them again, registering them for themselves
-            del sys.modules[name]
-    found = {kind: [cls for name, cls in registry.items() if name not in before[kind]] for kind, registry in
-             REGISTRIES.items()}  # fmt: skip
-    for kind, registry in REGISTRIES.items():
-        registry.clear()
-        registry.update(before[kind])
-    return found
-
-
-EXTENSIONS = _extension_components()
-COMPONENTS = {kind: [*REGISTRIES[kind].values(), *EXTENSIONS[kind]] for kind in REGISTRIES}
-
 
 def _cases(kind: str, kernels: bool = False) -> list:
     out = []
     for cls in COMPONENTS[kind]:
-        for kernel in sorted(CHUNK_KERNELS) if kernels else [None]:
-            marks = [pytest.mark.slow] if kernel not in (None, "eager") else []
+        for kernel in KERNELS if kernels else [None]:
+            marks = [pytest.mark.slow] if kernel in CHUNK_KERNELS and kernel != "eager" else []  # compiled, Triton
             suffix = "" if kernel is None else f"-{kernel}"
             out.append(pytest.param(cls, kernel, id=f"{cls.name}{suffix}", marks=marks))
     return out
@@ -129,14 +100,15 @@ def dense_logits(h, w, b, y, scorer: Scorer, counts, valid):
 def _check_scorer(scorer: Scorer, kernel: str | None):
     h, w, b, y, counts = _data()
     valid = y != -100
-    loss = margin_cross_entropy(h, w, b, y, scorer=scorer, word_counts=counts, chunk_size=4, kernel=kernel or "eager")
+    kernel = extension_kernel(kernel or "eager")
+    loss = margin_cross_entropy(h, w, b, y, scorer=scorer, word_counts=counts, chunk_size=4, kernel=kernel)
     expected = F.cross_entropy(dense_logits(h, w, b, y, scorer, counts, valid), y)
     torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-8)
     got = torch.autograd.grad(loss, (h, w, b))
     want = torch.autograd.grad(expected, (h, w, b))
     for a, e in zip(got, want, strict=True):
         torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-8)
-    if kernel in (None, "eager"):  # float64 gradcheck, and the reductions and ignored rows of the same loss
+    if kernel.name == "eager":  # float64 gradcheck, and the reductions and ignored rows of the same loss
 
         def f(hidden, weight, bias):
             return margin_cross_entropy(hidden, weight, bias, y, scorer=scorer, word_counts=counts, chunk_size=4)

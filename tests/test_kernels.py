@@ -1,4 +1,5 @@
-"""The chunk engine's kernel seam (hf_heads.losses.chunks): every registered `ChunkKernel` computes the fused
+"""The chunk engine's kernel seam (hf_heads.losses.chunks): every registered `ChunkKernel` (the built-in ones and
+those of the user's package under tests/extension: tests/extensions.py) computes the fused
 cross-entropy of one naive reference (forward and backward, float64) and passes float64 gradcheck, for each option
 the kernels implement (label smoothing, soft-cap, a replaced target logit, top-k, their mixes), at shapes that are no
 multiple of the chunk size; the kernel is chosen by name, by a head's `chunk_kernel` option, by
@@ -13,6 +14,7 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from extensions import KERNELS, registered
 
 from hf_heads.heads import make_head
 from hf_heads.losses import fused_linear_cross_entropy, margin_cross_entropy, sampled_loss
@@ -107,8 +109,9 @@ def naive_entropy(h, w, b, y, t, s=None, top_k=None, softcap=None, **_) -> torch
 
 
 def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
-    """Select `kernel` through the environment; the Triton one (under the CPU interpreter: tests/conftest.py) in tiles
-    of `max_block` columns."""
+    """Select `kernel` through the environment (an extension's kernel registered for the test); the Triton one
+    (under the CPU interpreter: tests/conftest.py) in tiles of `max_block` columns."""
+    registered("kernel", kernel, monkeypatch)
     monkeypatch.setenv(KERNEL_ENV, kernel)
     if kernel.startswith("triton"):
         monkeypatch.setattr(TritonKernel, "max_block", max_block)
@@ -160,7 +163,7 @@ def kernel_cases(options: list[str], interpreted: dict[str, set[str]] = INTERPRE
             kernel, name, id=f"{kernel}-{name}",
             marks=[pytest.mark.slow] if kernel in interpreted and name not in interpreted[kernel] | TOP_K else [],
         )
-        for kernel in sorted(CHUNK_KERNELS)
+        for kernel in KERNELS
         for name in options
     ]  # fmt: skip
 
@@ -391,7 +394,7 @@ def cases_in_part(options: list[str], default: dict[str, set[str]]) -> list:
     return [
         pytest.param(kernel, name, id=f"{kernel}-{name}",
                      marks=[] if name in default.get(kernel, set(options)) else [pytest.mark.slow])
-        for kernel in sorted(CHUNK_KERNELS)
+        for kernel in KERNELS
         for name in options
     ]  # fmt: skip
 
@@ -524,7 +527,7 @@ def test_the_entropy_is_for_cross_entropy_only():
     "kernel, dtype",
     [pytest.param(kernel, dtype, id=f"{kernel}-{name}",
                   marks=[pytest.mark.slow] if name == "bf16" and kernel != "eager" else [])
-     for kernel in sorted(CHUNK_KERNELS) for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bf16"))],
+     for kernel in KERNELS for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bf16"))],
 )  # fmt: skip
 def test_an_exact_tie_predicts_the_lowest_index_as_argmax_does(kernel, dtype, monkeypatch):
     """Two classes with the same weight row have the same logit, bit for bit, in float32 and in bf16: the prediction
