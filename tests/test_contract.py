@@ -1,15 +1,19 @@
-"""The contract every head family keeps, run once over one list of family cases (CASES):
+"""The contract every head family keeps, run over the family cases generated from the registries (CASES): each
+registered family's `examples` and `contract_examples`, and every registered component of each kind the family adds
+(margins and norms, sampling methods and noises, continuous losses) in the family's first example — a family or a
+component registered by a user's package is run with no edit here:
 
-1. the training loss (train mode), the evaluation loss and the inference logits (eval mode) equal naive references
-   written from the papers' equations on the full (N, V) logits, and so do the gradients of the training loss with
-   respect to the hidden states and every head parameter;
+1. the training loss (train mode), the evaluation loss and the inference logits (eval mode) equal the family's
+   naive reference (`HeadOptions.reference`: its papers' equations on the full (N, V) logits, from its components'
+   own references), and so do the gradients of the training loss with respect to the hidden states and every head
+   parameter;
 2. float64 gradcheck of the training loss (mean, and weighted per-row losses) w.r.t. hidden states and parameters;
 3. reductions: none / sum / mean / `num_items_in_batch` agree and "none" has the labels' shape, ignored rows
    (holding 1e6) change nothing and get a zero gradient, another `ignore_index` works, and a training batch with
    every row ignored has loss 0, a graph and zero gradients;
 4. mixed precision as the Trainer runs it (autocast bf16, autocast fp16, a model cast to bf16), on a model of the
-   case's first task: a training step, the eval loss and generate, the loss within 2% of float32, gradients finite
-   in each parameter's dtype, logits in the model's dtype;
+   case's first task (the families' own settings, MODEL_CASES): a training step, the eval loss and generate, the
+   loss within 2% of float32, gradients finite in each parameter's dtype, logits in the model's dtype;
 5. a model of every task the family supports (SAVED: every case at least once, the backbones of each task in turn)
    trains a step, then save_pretrained -> AutoModelFor….from_pretrained gives the same class, config, state dict
    (bit for bit), logits and generations;
@@ -23,107 +27,93 @@ Head-level checks (1-3) build heads with `hf_heads.heads.make_head` and use only
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 import transformers
 from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from export_check import export_job, load_without_hf_heads
-from references import reference_margin_logits, reference_sampled_rows
 from torch import nn
 from transformers import GPT2Config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
-from hf_heads.heads import make_head
+from hf_heads.components import REGISTRIES, component_config
+from hf_heads.heads import FAMILIES, head_dict, head_options, make_head
+from hf_heads.heads.options import COMPONENT, ReferenceBatch
 from hf_heads.modeling import export
+from hf_heads.validation import OptionError
 
 TASKS = ("causal-lm", "seq2seq", "classification")
-D = 4  # embedding dimension of the continuous cases (the naive vMF uses I_1, the Bessel function of order d/2 - 1)
+D = 4  # the embedding dimension of the tables given to a head that uses one
+SKIPPED_KINDS = ("kernel",)  # run by tests/test_kernels.py (every kernel computes the same loss)
 
 
 @dataclass(frozen=True)
 class Case:
-    """A head section to check, the tasks its family supports, and whether it needs training word counts."""
+    """A head section to check, the tasks its family supports, whether it needs training word counts, and whether
+    the model checks (items 4-6) run it too (a family's `examples` and `contract_examples`; the components swept
+    in below run the head-level checks)."""
 
     id: str
     head: dict
     tasks: tuple[str, ...] = TASKS
     counts: bool = False
+    models: bool = True
 
     @property
     def family(self) -> str:
         return self.head["family"]
 
+    @property
+    def options(self):
+        return head_options(self.head)
 
-def _continuous(name: str, loss: str, **options) -> Case:
-    return Case(name, {"family": "continuous", "loss": loss, "embedding_dim": D, **options}, ("seq2seq",))
+
+def _own_component_fields(options: type) -> list:
+    """The fields of a family's options class that name a component and that the family adds to its parent's."""
+    parent = {f.name for f in fields(options.__mro__[1])} if is_dataclass(options.__mro__[1]) else set()
+    return [f for f in fields(options) if f.metadata.get(COMPONENT) and f.name not in parent]
 
 
-CASES = [
-    Case("softmax", {"family": "softmax"}),
-    Case("softmax-ls", {"family": "softmax", "label_smoothing": 0.1}),
-    Case("softmax-zloss", {"family": "softmax", "z_loss": 0.1}),
-    Case("sparse", {"family": "sparse", "k": 5}),
-    Case("sparse-zloss", {"family": "sparse", "k": 5, "z_loss": 0.1}),
-    Case("sparse-ls-decode3", {"family": "sparse", "k": 5, "label_smoothing": 0.1, "decode_k": 3}),
-    Case(
-        "margin-arc-norms",
-        {"family": "margin", "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm"},
-        counts=True,
-    ),
-    Case("margin-lsm", {"family": "margin", "margin": "lsm", "m": 2}),
-    Case(
-        "margin-arc-norms-zloss",
-        {
-            "family": "margin",
-            "margin": "arc",
-            "m": 0.2,
-            "word_norm": "log-unigram",
-            "context_norm": "max-norm",
-            "z_loss": 0.1,
-        },
-        counts=True,
-    ),  # fmt: skip
-    Case("margin-cos-scale", {"family": "margin", "margin": "cos", "m": 0.1, "scale": 8.0}),
-    Case(
-        "sampled-ce-mcs",
-        {"family": "sampled", "criterion": "ce", "method": "mcs", "num_samples": 5, "noise": "log-uniform"},
-        counts=True,
-    ),
-    Case(
-        "sampled-ce-is-cos",
-        {
-            "family": "sampled",
-            "criterion": "ce",
-            "method": "is",
-            "num_samples": 5,
-            "noise": "uniform",
-            "margin": "cos",
-            "m": 0.2,
-            "remove_accidental_hits": True,
-        },
-    ),
-    Case(
-        "sampled-bce-nce",
-        {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 5, "noise": "unigram"},
-        counts=True,
-    ),
-    Case("sampled-mse-full", {"family": "sampled", "criterion": "mse", "method": "full"}),
-    _continuous("continuous-vmf", "vmf"),
-    _continuous("continuous-vmf-reg-tied", "vmf", vmf_lambda1=0.1, vmf_lambda2=0.9, tie_decoder_inputs=True),
-    _continuous("continuous-smp-tied", "syn-margin-projection", tie_decoder_inputs=True),
-    _continuous("continuous-smd", "syn-margin-difference"),
-    _continuous("continuous-random", "margin-random", num_negatives=3),
-    _continuous("continuous-most-informative", "margin-most-informative", loss_margin=0.3),
-    _continuous("continuous-cosine-softmax", "cosine-softmax", logit_scale=5.0),
-    _continuous("continuous-in-batch-learned-scale", "in-batch-softmax", learn_logit_scale=True),
-    _continuous("continuous-vmf-released", "vmf", vmf_form="released"),
-]
+def _cases() -> list[Case]:
+    """From the registries: every family's `examples` and `contract_examples`, then, for each component option the
+    family adds (the margin family's margin and norms, the sampled family's method and noise, the continuous
+    family's loss), every registered component of its kind at its `example` in the family's first example, where
+    that is a valid head (test_every_component_reaches_a_head_case checks that each one reaches a case)."""
+    out: dict[str, Case] = {}
+
+    def add(label: str, section: dict, name: str, models: bool) -> None:
+        head = {"family": name, **section}
+        try:
+            options = head_options(head)
+        except OptionError:
+            if models:
+                raise  # a family's own examples are valid heads
+            return
+        if label not in out and head_dict(head) not in [head_dict(case.head) for case in out.values()]:
+            out[label] = Case(label, head, FAMILIES[name].head.tasks, options.needs_counts, models)
+
+    for name, entry in FAMILIES.items():
+        settings = {**entry.options.examples, **entry.options.contract_examples}
+        for label, section in settings.items():
+            add(label, section, name, True)
+        first = head_dict({"family": name, **next(iter(entry.options.examples.values()))})  # nested, with defaults
+        first.pop("family")
+        for f in _own_component_fields(entry.options):
+            kind = f.metadata[COMPONENT]
+            if kind in SKIPPED_KINDS:
+                continue
+            for cls in REGISTRIES[kind].values():
+                value = component_config(cls(**cls.example))
+                add(f"{name}-{f.name}-{cls.name}", {**first, f.name: value}, name, False)
+    return list(out.values())
+
+
+CASES = _cases()
 CASE_PARAMS = [pytest.param(case, id=case.id) for case in CASES]
+MODEL_CASES = [case for case in CASES if case.models]
 SEED = 1234  # torch's global seed before every loss call: the samples / random negatives it draws
 
 
@@ -131,158 +121,47 @@ def _counts(num_classes: int) -> torch.Tensor:
     return torch.arange(num_classes, 0, -1).double() * 7  # frequency rank = id
 
 
-# ================================================================== naive references (dense, float64)
+def test_every_component_reaches_a_head_case():
+    """Each registered component of a kind a family adds (margins, norms, sampling methods, noises, continuous
+    losses) is in at least one head case."""
+    used = {}
+    for case in CASES:
+        options = case.options
+        for f in fields(options):
+            kind = f.metadata.get(COMPONENT)
+            if kind and getattr(options, f.name) is not None:
+                used.setdefault(kind, set()).add(options.component(f.name).name)
+    for entry in FAMILIES.values():
+        for f in _own_component_fields(entry.options):
+            kind = f.metadata[COMPONENT]
+            if kind not in SKIPPED_KINDS:
+                assert set(REGISTRIES[kind]) <= used.get(kind, set()), (kind, set(REGISTRIES[kind]) - used[kind])
 
 
-def _margin_options(o: dict) -> dict:
-    """The margin options of a head section, as `reference_margin_logits` takes them."""
-    return {key: o[key] for key in ("margin", "m", "scale", "word_norm", "context_norm") if key in o}
-
-
-def _noise(o: dict, num_classes: int, counts) -> torch.Tensor:
-    """D of the sampling paper (sec. 3.2, 4.1): uniform, Zipfian over the frequency rank, smoothed unigram."""
-    noise = o.get("noise", "log-uniform")
-    if noise == "uniform":
-        return torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
-    if noise == "log-uniform":
-        rank = torch.empty(num_classes, dtype=torch.float64)
-        rank[torch.sort(counts, descending=True, stable=True).indices] = torch.arange(num_classes).double()
-        return torch.log((rank + 2) / (rank + 1)) / math.log(num_classes + 1)
-    probs = (counts + o.get("noise_add", 0.0)) ** o.get("noise_smoothing", 0.75)
-    return probs / probs.sum()
-
-
-def _corrected_log_probs(o: dict, s, D_):
-    """The paper's posterior corrections (eqs. 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22), renormalised over V."""
-    criterion, method = o.get("criterion", "ce"), o.get("method", "full")
-    K = o.get("num_samples")
-    if method == "full":
-        out = s if criterion == "ce" else F.logsigmoid(s)
-    elif criterion == "ce":
-        out = {
-            "is": s,
-            "mcs": s + D_.log(),
-            "cps": s + D_.log(),
-            "nce": torch.sigmoid(s - torch.log(K * D_)) + D_.log(),
-        }[method]
-    else:
-        out = {"is": s, "nce": s, "mcs": s + torch.log(K * D_), "cps": s + torch.log(s.shape[1] * D_)}[method]
-    return torch.log_softmax(out, dim=-1)
-
-
-def _cos_scale(o: dict, p):
-    """s of the continuous head's cosine logits: exp(log s) when learned, else logit_scale."""
-    return p["log_logit_scale"].exp() if "log_logit_scale" in p else o.get("logit_scale", 10.0)
-
-
-def _continuous_rows(o: dict, h, y, p, table, negatives):
-    """vMF NLL (Bhat et al. §2 with Kumar & Tsvetkov's λ1, λ2, or the authors' released form), the margin loss of
-    Bhat et al. eq. 1, or the cross-entropy over s·cos(û, E_c) to every row / to the batch's distinct targets."""
-    u_hat = h @ p["proj.weight"].T + p["proj.bias"]
-    E = F.normalize(table, dim=1)
-    u = E[y]
-    if o["loss"] in ("cosine-softmax", "in-batch-softmax"):
-        candidates = torch.arange(E.shape[0]) if o["loss"] == "cosine-softmax" else y.unique()
-        z = _cos_scale(o, p) * F.normalize(u_hat, dim=1) @ E[candidates].T
-        return F.cross_entropy(z, (candidates[None, :] == y[:, None]).long().argmax(1), reduction="none")
-    if o.get("vmf_form") == "released":  # −log C_m(κ) + log(1 + κ)(0.2 − cos(û, u))
-        kappa = u_hat.norm(dim=1)
-        log_c = kappa.log() - 2 * math.log(2 * math.pi) - (torch.special.i1e(kappa).log() + kappa)
-        return -log_c + torch.log1p(kappa) * (0.2 - (u_hat * u).sum(1) / kappa)
-    if o["loss"] == "vmf":
-        d, kappa = u_hat.shape[1], u_hat.norm(dim=1)
-        assert d == 4
-        log_c = (d / 2 - 1) * kappa.log() - (d / 2) * math.log(2 * math.pi) - (torch.special.i1e(kappa).log() + kappa)
-        return -log_c - o.get("vmf_lambda2", 1.0) * (u_hat * u).sum(1) + o.get("vmf_lambda1", 0.0) * kappa
-    margin = o.get("loss_margin", 0.5)
-    n_hat = F.normalize(u_hat, dim=1)
-    positive = (n_hat * u).sum(1)
-    kind = o["loss"].removeprefix("syn-margin-").removeprefix("margin-")
-    if kind == "random":
-        return F.relu(margin + (E[negatives] * n_hat[:, None]).sum(-1) - positive[:, None]).mean(1)
-    if kind == "projection":
-        neg = F.normalize(n_hat - positive[:, None] * u, dim=1).detach()
-    elif kind == "difference":
-        neg = F.normalize(n_hat - u, dim=1).detach()
-    else:  # most-informative: the row nearest to û − u, the target excluded
-        scores = (n_hat - u).detach() @ E.T
-        scores[torch.arange(len(y)), y] = -math.inf
-        neg = E[scores.argmax(1)]
-    return F.relu(margin + (neg * n_hat).sum(1) - positive)
-
-
-def _training_rows(case: Case, h, y, p, counts, table, draws):
-    """Per-row training criterion of valid rows h (n, H), y (n,); p: the head parameters (float64)."""
-    o = case.head
-    if case.family == "continuous":
-        return _continuous_rows(o, h, y, p, table, draws)
-    W, b = p["weight"], p.get("bias")
-    eps, z_loss = o.get("label_smoothing", 0.0), o.get("z_loss", 0.0)  # z-loss: λ · lse² of the training logits
-    if case.family == "softmax":
-        z = h @ W.T + b
-        return F.cross_entropy(z, y, label_smoothing=eps, reduction="none") + z_loss * z.logsumexp(1).square()
-    if case.family == "sparse":  # eq. 5: log-sum-exp over the top k minus the target; smoothing over the top k
-        z = h @ W.T + b
-        top = z.topk(o["k"], dim=1).values
-        lse = top.logsumexp(1)
-        return (1 - eps) * (lse - z.gather(1, y[:, None]).squeeze(1)) + eps * (lse - top.mean(1)) + z_loss * lse**2
-    with_margin = reference_margin_logits(h, W, b, y, counts=counts, **_margin_options(o))
-    if case.family == "margin":  # the lse of the logits with the target's margin
-        return F.cross_entropy(with_margin, y, reduction="none") + z_loss * with_margin.logsumexp(1).square()
-    target = with_margin.gather(1, y[:, None]).squeeze(1)
-    plain = reference_margin_logits(h, W, b, None, counts=counts, **_margin_options(o))
-    sampled = {key: o[key] for key in ("criterion", "method", "remove_accidental_hits") if key in o}
-    return reference_sampled_rows(plain, target, y, draws, _noise(o, W.shape[0], counts), **sampled)
-
-
-def _eval_rows_and_logits(case: Case, h, y, valid, p, counts, table, draws, running=None):
-    """(eval loss per valid row, inference logits of every row); max-norm heads use `running`, the running max ‖h‖
-    (default: the max over the valid rows, which is the running value after one training step on this batch)."""
-    o = case.head
-    if case.family == "continuous":
-        u_hat = h @ p["proj.weight"].T + p["proj.bias"]
-        E = F.normalize(table, dim=1)
-        if o["loss"] == "vmf":  # û·Eᵀ
-            logits = u_hat @ E.T
-        else:  # logit_scale · cos(û, E_c)
-            logits = _cos_scale(o, p) * F.normalize(u_hat, dim=1) @ E.T
-        return _continuous_rows(o, h[valid], y[valid], p, table, draws), logits
-    W, b = p["weight"], p.get("bias")
-    if case.family in ("softmax", "sparse"):
-        z = h @ W.T + b
-        if case.family == "softmax":
-            return F.cross_entropy(z[valid], y[valid], reduction="none"), z
-        top = z.topk(o.get("decode_k") or o["k"], dim=1)
-        logits = torch.full_like(z, -math.inf).scatter(1, top.indices, top.values)
-        rows = z[valid].topk(o["k"], dim=1).values.logsumexp(1) - z[valid].gather(1, y[valid, None]).squeeze(1)
-        return rows, logits  # eq. 5 unsmoothed (not the NLL of the truncated distribution)
-    if o.get("context_norm") == "max-norm" and running is None:
-        running = h[valid].norm(dim=1).max()
-    logits = reference_margin_logits(  # no margin at inference
-        h, W, b, None, counts=counts, context_norm_value=running, **_margin_options(o)
-    )
-    if case.family == "sampled":
-        logits = _corrected_log_probs(o, logits, _noise(o, W.shape[0], counts))
-    return -torch.log_softmax(logits[valid], -1).gather(1, y[valid, None]).squeeze(1), logits
-
-
-def _draws(case: Case, n_valid: int, num_classes: int, counts):
-    """What the head draws from torch's global generator right after torch.manual_seed(SEED): the K shared samples
-    of a sampled criterion, or the random negatives of margin-random."""
-    o = case.head
-    if case.family == "sampled" and o.get("method", "full") != "full":
-        return torch.multinomial(_noise(o, num_classes, counts).float(), o["num_samples"], replacement=True)
-    if o.get("loss") == "margin-random":
-        return torch.randint(0, num_classes, (n_valid, o.get("num_negatives", 5)))
-    return None
+def _reference(case: Case, head, hidden, labels, table, training: bool, running=None):
+    """The family's reference (`HeadOptions.reference`) on float64 copies of the head's parameters and buffers
+    (returned with it: the parameters require grad), hidden (N, H) and labels (N,), with torch's global generator
+    seeded as before the head's loss."""
+    params = {name: p.detach().double().requires_grad_(p.requires_grad) for name, p in head.named_parameters()}
+    params.update({name: b.detach() if b.dtype == torch.bool else b.detach().double()
+                   for name, b in head.named_buffers()})  # fmt: skip
+    batch = ReferenceBatch(
+        hidden, labels, params, training, counts=_counts(head.num_classes) if case.counts else None,
+        table=None if table is None else table.double(), running=running,
+    )  # fmt: skip
+    torch.manual_seed(SEED)
+    rows, logits = head.options.reference(batch)
+    return rows, logits, params
 
 
 # ================================================================== head-level checks (items 1-3)
 
 
 def _head(case: Case, hidden_size: int = 6, num_classes: int = 13, dtype=torch.float32, seed: int = 0):
-    """The case's head with weights of scale 0.5 (logits far from uniform); discrete heads in chunks of 3 rows."""
-    section = dict(case.head) if case.family == "continuous" else {**case.head, "chunk_size": 3}
+    """The case's head with weights of scale 0.5 (logits far from uniform); heads with a chunked loss in chunks of 3
+    rows; a head that uses an embedding table gets one of dimension D (returned with the head)."""
+    options = case.options
+    section = {**case.head, "chunk_size": 3} if "chunk_size" in {f.name for f in fields(options)} else case.head
     head = make_head(hidden_size, num_classes, section)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -291,7 +170,7 @@ def _head(case: Case, hidden_size: int = 6, num_classes: int = 13, dtype=torch.f
     if case.counts:
         head.set_word_counts(_counts(num_classes))
     table = None
-    if case.family == "continuous":
+    if head.uses_embedding_table:
         table = torch.randn(num_classes, D, generator=g)
         head.set_embedding_table(table)
     return head.to(dtype), table
@@ -315,25 +194,21 @@ def _loss(head, hidden, labels, **kwargs):
 def test_losses_logits_and_gradients_equal_the_naive_reference(case):
     head, table = _head(case)
     hidden, labels = _batch()
-    valid = labels != -100
+    valid = labels.reshape(-1) != -100
     params = dict(head.named_parameters())
     h = hidden.clone().requires_grad_()
     head.train()
     loss = _loss(head, h, labels)
     loss.backward()
 
-    counts = _counts(13)
-    torch.manual_seed(SEED)
-    draws = _draws(case, int(valid.sum()), 13, counts)
-    h64 = hidden.double().requires_grad_()
-    p64 = {name: p.detach().double().requires_grad_() for name, p in params.items()}
-    table64 = None if table is None else table.double()
-    rows = _training_rows(case, h64[valid], labels[valid], p64, counts, table64, draws)
+    h64 = hidden.double().reshape(-1, 6).requires_grad_()
+    rows, _, p64 = _reference(case, head, h64, labels.reshape(-1), table, training=True)
+    assert rows.shape == (int(valid.sum()),)
     reference = rows.mean()
     reference.backward()
     tol = dict(rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(loss.double(), reference, **tol)
-    torch.testing.assert_close(h.grad.double(), h64.grad, **tol)
+    torch.testing.assert_close(h.grad.double().reshape(-1, 6), h64.grad, **tol)
     for name, p in params.items():
         expected = p64[name].grad
         if expected is None:  # not used by the loss (the tied decoder-input map of a continuous head)
@@ -344,28 +219,18 @@ def test_losses_logits_and_gradients_equal_the_naive_reference(case):
     head.eval()
     with torch.no_grad():
         eval_loss, logits = _loss(head, hidden, labels), head.logits(hidden)
-        detached = {name: p.detach() for name, p in p64.items()}
-        rows, expected_logits = _eval_rows_and_logits(
-            case, h64.detach().reshape(-1, 6), labels.reshape(-1), valid.reshape(-1), detached, counts, table64, draws
+        rows, expected_logits, _ = _reference(
+            case, head, hidden.double().reshape(-1, 6), labels.reshape(-1), table, training=False
         )
     assert logits.dtype == torch.float32 and logits.shape == (2, 5, 13)
     torch.testing.assert_close(logits.double().reshape(-1, 13), expected_logits, **tol)
     torch.testing.assert_close(eval_loss.double(), rows.mean(), **tol)
-    if case.family == "margin":
-        assert loss > eval_loss  # the margin is in the training loss only
-    if case.family == "continuous":  # the table is stored L2-normalised
+    if head.uses_embedding_table:  # the table is stored L2-normalised
         torch.testing.assert_close(head.state_dict()["embeddings"].norm(dim=1), torch.ones(13))
 
 
-MAX_NORM_CASES = [pytest.param(case, id=case.id) for case in CASES if case.head.get("context_norm") == "max-norm"] + [
-    pytest.param(
-        Case(
-            "sampled-ce-mcs-max-norm",
-            {"family": "sampled", "criterion": "ce", "method": "mcs", "num_samples": 5, "context_norm": "max-norm"},
-            counts=True,
-        ),
-        id="sampled-ce-mcs-max-norm",
-    )
+MAX_NORM_CASES = [
+    pytest.param(case, id=case.id) for case in CASES if getattr(case.options, "batch_context_norm", False)
 ]
 
 
@@ -396,16 +261,11 @@ def test_running_max_norm_follows_its_formula_and_is_what_evaluation_uses(case):
     hidden, labels = _batch(seed=7)  # its own max differs from the running value
     valid = labels != -100
     assert abs(float(hidden[valid].norm(dim=1).max()) - float(expected)) > 0.5
-    counts = _counts(13)
-    torch.manual_seed(SEED)
-    draws = _draws(case, int(valid.sum()), 13, counts)
     with torch.no_grad():
         eval_loss, logits = _loss(head, hidden, labels), head.logits(hidden)
-        params = {name: p.detach().double() for name, p in head.named_parameters()}
-        rows, expected_logits = _eval_rows_and_logits(
-            case, hidden.double().reshape(-1, 6), labels.reshape(-1), valid.reshape(-1), params, counts, table, draws,
-            running=expected,
-        )  # fmt: skip
+        rows, expected_logits, _ = _reference(
+            case, head, hidden.double().reshape(-1, 6), labels.reshape(-1), table, training=False, running=expected
+        )
     tol = dict(rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(logits.double().reshape(-1, 13), expected_logits, **tol)
     torch.testing.assert_close(eval_loss.double(), rows.mean(), **tol)
@@ -425,13 +285,22 @@ class _Loss(nn.Module):
 
 @pytest.mark.parametrize("case", CASE_PARAMS)
 def test_gradcheck_float64(case):
-    if case.head.get("loss") == "syn-margin-difference":
+    options = case.options
+    components = [
+        f.name for f in fields(options) if f.metadata.get(COMPONENT) and getattr(options, f.name) is not None
+    ]
+    inexact = [
+        f"{name}={getattr(options, name)!r}"
+        for name in components
+        if not getattr(options.component(name), "exact_gradient", True)
+    ]
+    if inexact:
         pytest.skip(
-            "the synthetic negative u' = (û − u)/‖û − u‖ is a constant of the loss (no gradient through it), "
-            "so the analytical gradient is not the derivative of the loss as a function of û; the naive "
+            f"{', '.join(inexact)} has a term of the prediction without a gradient (as the synthetic negative "
+            "u' = (û − u)/‖û − u‖), so the analytical gradient is not the derivative of the loss; the naive "
             "reference test checks it against the same choice"
         )
-    head, _ = _head(case, hidden_size=3, num_classes=7, dtype=torch.float64, seed=3)
+    head, _ = _head(case, hidden_size=3, num_classes=11, dtype=torch.float64, seed=3)  # K = 8 samples < 11
     module = _Loss(head.train())
     g = torch.Generator().manual_seed(4)
     hidden = torch.randn(5, 3, dtype=torch.float64, generator=g, requires_grad=True)
@@ -547,7 +416,7 @@ def build_model(case: Case, task: str, backbone: str):
     elif task == "seq2seq":
         config = HeadsConfig(backbone=tiny_enc_dec_config(backbone, V_S2S, no_dropout=True), head=case.head)
         model = HeadsForSeq2SeqLM(config)
-        if case.family == "continuous":
+        if model.head.uses_embedding_table:
             model.head.set_embedding_table(torch.randn(V_S2S, D, generator=torch.Generator().manual_seed(1)))
     else:
         if backbone == "bert":
@@ -603,13 +472,13 @@ def _precision_context(mode: str, device: str):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASE_PARAMS)
+@pytest.mark.parametrize("case", [pytest.param(case, id=case.id) for case in MODEL_CASES])
 def test_mixed_precision_trains_evaluates_and_generates(case, mode, device):
     """The losses compute in float32 with autocast off and hand gradients back in each tensor's own dtype; inference
     logits come back in the model's dtype; a training loss stays within 2% (relative) of float32 on the same batch."""
     task = case.tasks[0]
     model = build_model(case, task, "gpt2" if task == "causal-lm" else "bart")
-    if case.family != "continuous":
+    if model.head.has_output_matrix:
         with torch.no_grad():
             model.head.get_parameter("weight").normal_(0.0, 0.3)  # logits far from uniform: precision losses show
     inputs, labels = _task_batch(task)
@@ -654,8 +523,8 @@ def _saved_pairs() -> list[tuple[Case, str, str]]:
     every family with every task it supports (a family's cases take its tasks in turn, the spare cases the tasks in
     turn again), and each task's models its backbones in turn."""
     pairs = []
-    for family in dict.fromkeys(case.family for case in CASES):
-        cases = [case for case in CASES if case.family == family]
+    for family in dict.fromkeys(case.family for case in MODEL_CASES):
+        cases = [case for case in MODEL_CASES if case.family == family]
         tasks = cases[0].tasks
         for i in range(max(len(cases), len(tasks))):
             pairs.append((cases[i % len(cases)], tasks[i % len(tasks)]))
@@ -733,9 +602,9 @@ def test_save_and_from_pretrained_give_the_same_model(case, task, backbone, save
             assert torch.equal(loaded.generate(**s.inputs, **GENERATE), s.generated)
         else:
             assert torch.equal(loaded(**s.inputs).logits, s.logits)
-    if case.head.get("context_norm") == "max-norm":  # the running max-norm of the training step was saved
+    if getattr(case.options, "batch_context_norm", False):  # the running max-norm of the training step was saved
         assert float(theirs["head.context_norm_running"]) > 0
-    if case.family == "continuous":
+    if loaded.head.uses_embedding_table:
         torch.testing.assert_close(theirs["head.embeddings"].norm(dim=1), torch.ones(V_S2S))
 
 

@@ -13,6 +13,7 @@ from conftest import family_heads, tiny_gpt2_config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
+from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
 from hf_heads.training.cards import inference_note, loss_labels
 from hf_heads.validation import check_number
@@ -28,6 +29,10 @@ class TemperatureHeadOptions(SoftmaxHeadOptions):
     def check(self) -> None:
         super().check()
         check_number("temperature", self.temperature, exclusive_minimum=0)
+
+    def reference(self, batch: ReferenceBatch):
+        z = (batch.hidden @ batch.params["weight"].T + batch.params["bias"]) / self.temperature
+        return self.reference_loss(z, batch), z
 
 
 class TemperatureHead(SoftmaxHead):
@@ -54,6 +59,7 @@ def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
     """make_head, config validation, the model (forward, save, from_pretrained) and the card text all follow the
     registry; nothing else is edited."""
     assert family_heads()["temperature"] == {"family": "temperature"}  # the suites that run every family run it
+    assert TemperatureHeadOptions.contract_examples == {}  # its own (none), not the softmax family's
     with pytest.raises(ValueError, match=r"head.temperature=0 must be > 0"):
         HeadsConfig(
             backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(),
@@ -77,6 +83,25 @@ def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
     assert "divided by the temperature" in inference_note(model)
     assert make_head(16, 50, {"family": "temperature"}).options.temperature == 1.0
     assert loss_labels(model)["eval_label"] == "eval loss (NLL of the word)"
+
+
+def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refused(temperature_family):
+    """The toy family's loss and logits are its `reference`'s (the contract suite runs a family registered before
+    it collects, tests/test_contract.py); registering options that define no reference is refused."""
+    head = make_head(4, 7, {"family": "temperature", "temperature": 2.0}).train()
+    hidden, labels = torch.randn(5, 4), torch.tensor([1, 6, -100, 0, 3])
+    params = {name: p.detach() for name, p in head.named_parameters()}
+    rows, logits = head.options.reference(ReferenceBatch(hidden, labels, params, training=True))
+    torch.testing.assert_close(head.loss(hidden[labels != -100], labels[labels != -100]), rows.mean())
+    torch.testing.assert_close(head.logits(hidden), logits)
+
+    @dataclass
+    class NoReference(HeadOptions):
+        pass
+
+    with pytest.raises(ValueError, match="head family 'bare': NoReference defines no `reference`"):
+        register_family("bare", NoReference, TemperatureHead)
+    assert "bare" not in FAMILIES
 
 
 def test_registering_a_family_twice_is_refused():

@@ -45,7 +45,7 @@ from torch import nn
 
 from hf_heads.components import REGISTRIES, component_config, make_component
 from hf_heads.heads.base import OutputHead
-from hf_heads.heads.options import COMPONENT, HeadOptions
+from hf_heads.heads.options import COMPONENT, HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
 from hf_heads.losses.continuous import nearest_neighbour_diagnostics
@@ -93,6 +93,18 @@ class ContinuousHeadOptions(HeadOptions):
     examples: ClassVar[dict[str, dict]] = {
         "continuous": {"loss": "vmf", "embedding_dim": 4, "tie_decoder_inputs": True},
     }
+    contract_examples: ClassVar[dict[str, dict]] = {
+        "continuous-vmf-regularised": {"loss": {"type": "vmf", "lambda1": 0.1, "lambda2": 0.9}, "embedding_dim": 4},
+        "continuous-vmf-released-layer-norm": {
+            "loss": {"type": "vmf", "form": "released"}, "embedding_dim": 4, "projection_layer_norm": True,
+        },
+        "continuous-cosine-softmax-mean-centred": {
+            "loss": "cosine-softmax", "logit_scale": 5.0, "embedding_dim": 4, "center_embeddings": "mean",
+        },
+        "continuous-in-batch-learned-scale": {
+            "loss": "in-batch-softmax", "learn_logit_scale": True, "embedding_dim": 4,
+        },
+    }  # fmt: skip
 
     loss: str | dict = field(
         default="vmf",
@@ -217,6 +229,29 @@ class ContinuousHeadOptions(HeadOptions):
             raise OptionError("logit_scale", self.logit_scale, f"must be <= {MAX_LOGIT_SCALE} when learned")
         if self.embedding_dim is not None:
             check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
+
+    def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table given (`batch.table`) with unit
+        rows, less its mean row (`center_embeddings`: plain, or weighted by `batch.counts`) and normalised again;
+        each counted row's loss (training and evaluation alike) is the loss's own `reference` (its definition)
+        over û, the target ids, E, the scale s (exp(log s) clamped at 100 when learned) and the output vocabulary;
+        the inference logits are s · cos(û, E_c) (û·E_c for a loss without `cosine_scores`, vMF), −inf outside the
+        output vocabulary."""
+        p = batch.params
+        pred = batch.hidden @ p["proj.weight"].T + p["proj.bias"]  # (N, d)
+        if self.projection_layer_norm:
+            pred = F.layer_norm(pred, pred.shape[1:], p["proj_norm.weight"], p["proj_norm.bias"])
+        table = F.normalize(batch.table.to(pred.dtype), dim=1)  # (V, d)
+        if self.center_embeddings != "none":
+            weights = None if self.center_embeddings == "mean" else batch.counts.to(pred.dtype) / batch.counts.sum()
+            center = table.mean(0) if weights is None else weights @ table  # (d,)
+            table = F.normalize(table - center, dim=1)
+        scale = p["log_logit_scale"].exp().clamp(max=MAX_LOGIT_SCALE) if self.learn_logit_scale else self.logit_scale
+        candidates = p.get("output_mask") if self.output_vocabulary == "targets" else None
+        valid, loss = batch.valid, self.component("loss")
+        rows = loss.reference(ContinuousBatch(pred[valid], batch.labels[valid], table, scale, candidates))
+        scores = (F.normalize(pred, dim=1) * scale if loss.cosine_scores else pred) @ table.T  # (N, V)
+        return rows, scores if candidates is None else scores.masked_fill(~candidates, float("-inf"))
 
     def describe(self) -> str:
         centred = "" if self.center_embeddings == "none" else f", {self.center_embeddings}-centred table"

@@ -18,11 +18,13 @@ import torch
 
 from hf_heads.components import component_config
 from hf_heads.heads.discrete import DiscreteHead, loss_extras
+from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import autocast_off
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
+from hf_heads.losses.transforms import transform_logits
 from hf_heads.validation import OptionError, check_number
 
 
@@ -35,6 +37,13 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         "margin-max-norm": {"margin": "arc", "m": 0.2, "context_norm": "max-norm"},  # g from the batch (eq. 10)
         "margin-cos-log-unigram": {"margin": "cos", "m": 0.1, "word_norm": "log-unigram"},  # needs word counts
     }
+    contract_examples: ClassVar[dict[str, dict]] = {
+        "margin-arc-norms-z-loss": {
+            "margin": "arc", "m": 0.2, "word_norm": "log-unigram", "context_norm": "max-norm", "z_loss": 0.1,
+        },
+        "margin-cos-scale": {"margin": "cos", "m": 0.1, "scale": 8.0},
+        "margin-lsm-penalty-gain": {"margin": "lsm", "m": 2, "confidence_penalty": 0.2, "warm_start_gain": 0.7},
+    }  # fmt: skip
 
     margin: str | dict = field(
         default="none",
@@ -148,6 +157,41 @@ class MarginHeadOptions(SoftmaxHeadOptions):
             )
             scorers = self.__dict__["_scorers"] = (train, train.without_margin())
         return scorers[0] if with_margin else scorers[1]
+
+    def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 13 on the dense logits, from the components' own references: l(c, i) = g(i)·f(c)·cos θ_ic + b_c, with
+        g the context norm's `reference` (in evaluation a batch-dependent one is `batch.running` when given, the
+        head's running value) and f the word norm's (`scale` s: g = s, f = 1), g times `warm_start_gain`; in
+        training the target's entry is g(i)·f(y)·φ(θ) + b_y with φ the margin's definition `phi` (eq. 14) and θ from
+        acos; then the checkpoint's transform cap · tanh(multiplier · l / cap). The loss is the softmax family's
+        over those logits (cross-entropy, z-loss, confidence penalty; the bare NLL without margin in evaluation);
+        the inference logits are l without margin."""
+        plain, with_margin = self.reference_scores(batch)
+        return self.reference_loss(with_margin if batch.training else plain, batch), plain
+
+    def reference_scores(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(l (N, V) without margin, l with the margin on each counted row's target) of eq. 13, transformed."""
+        scorer = self.scorer()
+        h, weight, bias = batch.hidden, batch.params["weight"], batch.params.get("bias")
+        valid = batch.valid
+        cos = (h @ weight.T) / (h.norm(dim=1)[:, None] * weight.norm(dim=1)[None, :])  # (N, V)
+        if self.scale is not None:
+            g, f = torch.full_like(cos[:, 0], self.scale), torch.ones_like(cos[0])
+        else:
+            g = scorer.context_norm.reference(h, valid)  # (N,)
+            if not batch.training and batch.running is not None and scorer.context_norm.batch_dependent:
+                g = batch.running.to(h.dtype).expand(h.shape[0])
+            f = scorer.word_norm.reference(weight, batch.counts if scorer.word_norm.needs_counts else None)  # (V,)
+        g = g * self.warm_start_gain
+        plain = g[:, None] * f[None, :] * cos  # (N, V)
+        rows, y = torch.nonzero(valid).squeeze(1), batch.labels[valid]
+        theta = torch.acos(cos[rows, y].clamp(-1, 1))
+        target = g[rows] * f[y] * scorer.margin.phi(theta) if scorer.margin.changes_target else plain[rows, y]
+        with_margin = plain.index_put((rows, y), target)
+        if bias is not None:
+            plain, with_margin = plain + bias, with_margin + bias
+        transform = [self.logit_multiplier, self.logit_softcap]
+        return transform_logits(plain, *transform), transform_logits(with_margin, *transform)
 
     def describe(self) -> str:
         scorer = self.scorer()

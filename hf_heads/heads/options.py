@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+import torch
+
 from hf_heads.components import coerce, component_config, make_component
 
 # metadata key of an options field whose value names a registered component: its kind (hf_heads.components, e.g.
@@ -24,6 +26,26 @@ COMPONENT = "registry"
 # Options that `from_base` sets from the checkpoint (its output transform, the calibrated gain) rather than the user:
 # not command-line flags, and not compared when a run is resumed or reopened with the head the user asked for.
 CHECKPOINT_OPTIONS = ("warm_start_gain", "logit_multiplier", "logit_softcap")
+
+
+@dataclass(frozen=True)
+class ReferenceBatch:
+    """The dense inputs of a family's naive reference (`HeadOptions.reference`): float64 in the contract suite
+    (tests/test_contract.py), which compares every head with its family's reference."""
+
+    hidden: torch.Tensor  # (N, H) every row
+    labels: torch.Tensor  # (N,) class ids, `ignore_index` on the rows that do not count
+    params: dict[str, torch.Tensor]  # the head's parameters and buffers by name (`named_parameters`, `named_buffers`)
+    training: bool  # the training criterion (True) or the evaluation loss
+    counts: torch.Tensor | None = None  # (V,) the word counts given to `set_word_counts` (or `set_embedding_table`)
+    table: torch.Tensor | None = None  # (V, d) the embedding table given to `set_embedding_table`, as given
+    running: torch.Tensor | None = None  # () the running statistic of a batch-dependent context norm (evaluation)
+    ignore_index: int = -100
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """(N,) bool: the rows that count."""
+        return self.labels != self.ignore_index
 
 
 @dataclass
@@ -39,6 +61,10 @@ class HeadOptions:
     # its representative; others try its other components. Each family sets its own (`register_family`: its
     # defaults when it sets none); a setting needing word counts says so through `needs_counts`.
     examples: ClassVar[dict[str, dict]] = {}
+    # {label: head section without `family`}: more settings of the family's own options that the contract suite
+    # (tests/test_contract.py) holds to `reference` beside `examples` (label smoothing, z-loss, ...); its components
+    # are swept in from the registries there. A family's own (`register_family`: none when it sets none).
+    contract_examples: ClassVar[dict[str, dict]] = {}
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -76,6 +102,16 @@ class HeadOptions:
 
     def check(self) -> None:
         """Raise `OptionError` for an invalid value or combination (subclasses call `super().check()` first)."""
+
+    def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the loss (n,) of each counted row — the training criterion when `batch.training`, else the evaluation
+        loss —, the inference logits (N, V) of every row), computed naively on the dense (N, V) logits from the
+        family's equations and its components' own references: what the contract suite compares the head's loss,
+        gradients and logits with. A row's loss may draw from torch's global generator as the head's loss does
+        (samples, negatives): the suite seeds it alike before both. Every family defines it (`register_family`
+        refuses one that does not); a family that subclasses another inherits its parent's, which holds it to its
+        parent's loss until it writes its own."""
+        raise NotImplementedError
 
     @property
     def loss_depends_on_batch(self) -> bool:

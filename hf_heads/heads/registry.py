@@ -12,7 +12,7 @@ import importlib
 import sys
 from dataclasses import asdict, dataclass, fields
 
-from hf_heads.heads.options import COMPONENT
+from hf_heads.heads.options import COMPONENT, HeadOptions
 from hf_heads.validation import OptionError, check_choice
 
 
@@ -48,10 +48,17 @@ def register_family(name: str, options: type, head: type) -> None:
     """Register a family under `name` (the `family` key of a head section)."""
     if name in FAMILIES:
         raise ValueError(f"head family {name!r} is already registered")
+    if options.reference is HeadOptions.reference:
+        raise ValueError(
+            f"head family {name!r}: {options.__name__} defines no `reference` (HeadOptions.reference: the naive "
+            "dense loss and logits the contract suite compares the head with)"
+        )
     if "examples" not in options.__dict__:  # not its parent family's
         options.examples = {name: {}}
     elif next(iter(options.examples), None) != name:
         raise ValueError(f"head family {name!r}: its first example is labelled with its name, got {options.examples}")
+    if "contract_examples" not in options.__dict__:
+        options.contract_examples = {}
     options.family = head.family = name
     head.options_class = options
     FAMILIES[name] = HeadFamily(name, options, head)

@@ -18,8 +18,9 @@ import torch
 
 from hf_heads.components import component_config
 from hf_heads.heads.margin import MarginHead, MarginHeadOptions
+from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT, register_family
-from hf_heads.losses.noise import NOISES, UnigramNoise, make_noise, noise_distribution
+from hf_heads.losses.noise import NOISES, UnigramNoise, draw_samples, make_noise, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
     METHODS,
@@ -45,6 +46,19 @@ class SampledHeadOptions(MarginHeadOptions):
         "sampled": {"criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
         "sampled-ce-is": {"criterion": "ce", "method": "is", "num_samples": 8, "noise": "uniform"},
     }
+    contract_examples: ClassVar[dict[str, dict]] = {
+        "sampled-mse-full": {"criterion": "mse", "method": "full"},
+        "sampled-ce-mcs-max-norm": {
+            "criterion": "ce", "method": "mcs", "num_samples": 5, "noise": "log-uniform", "context_norm": "max-norm",
+        },
+        "sampled-ce-is-cos-no-hits": {
+            "criterion": "ce", "method": "is", "num_samples": 5, "noise": "uniform", "margin": "cos", "m": 0.2,
+            "remove_accidental_hits": True,
+        },
+        "sampled-bce-cps-unnormalized": {
+            "criterion": "bce", "method": "cps", "num_samples": 5, "noise": "unigram", "normalize": False,
+        },
+    }  # fmt: skip
 
     criterion: str = field(default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}."})
     method: str | dict = field(
@@ -155,6 +169,45 @@ class SampledHeadOptions(MarginHeadOptions):
     def correction(self) -> dict:
         """Keyword arguments of `corrected_log_probs` (without the noise distribution)."""
         return dict(criterion=self.criterion, method=self.method, num_samples=self.num_samples)
+
+    def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The margin family's scores l of eq. 13 (`reference_scores`); in training each counted row's criterion from
+        its sampling method's `reference` (the loss of one position from the paper's equation) with the target's
+        score t (with the margin) and the other candidates' plain scores: every other class for a method without
+        samples, else the K samples drawn once for the batch from D (the noise's `reference`, drawn as the head
+        draws them, `draw_samples`), less those equal to the target with `remove_accidental_hits`, with
+        log(K·D(c)). In evaluation the NLL of the corrected posterior log_softmax(correction(l)) (the method's
+        `correction`, eqs. 2-22, which tests/test_sampled_losses.py holds to the paper); the inference logits are
+        that posterior (not renormalised with `normalize=False`)."""
+        plain, with_margin = self.reference_scores(batch)  # (N, V) each
+        valid, num_classes = batch.valid, plain.shape[1]
+        y = batch.labels[valid]
+        noise = None
+        if self.samples:
+            counts = batch.counts if self.component("noise").needs_counts else None
+            noise = self.component("noise").reference(num_classes, counts, None)  # (V,) D
+        log_d = None if noise is None else noise.log().to(plain.dtype)
+        corrected = self.sampler.correction(plain, self.criterion, log_d, self.num_samples, num_classes)
+        logits = corrected.log_softmax(1) if self.normalize else corrected
+        if not batch.training:
+            return -corrected[valid].log_softmax(1).gather(1, y[:, None]).squeeze(1), logits
+        samples = None if noise is None else draw_samples(noise, self.num_samples).tolist()
+        t, s = with_margin[valid].gather(1, y[:, None]).squeeze(1), plain[valid]  # (n,), (n, V)
+        rows = []
+        for i, yi in enumerate(y.tolist()):
+            if samples is None:
+                others = [c for c in range(num_classes) if c != yi]
+                log_kd_t, log_kd = t.new_zeros(()), t.new_zeros(len(others))
+            else:
+                others = [c for c in samples if not (self.remove_accidental_hits and c == yi)]
+                log_kd_t = torch.log(self.num_samples * noise[yi]).to(t.dtype)
+                log_kd = torch.log(self.num_samples * noise[others]).to(t.dtype)
+            rows.append(
+                self.sampler.reference(
+                    self.criterion, t[i], s[i, others], log_kd_t, log_kd, self.num_samples, num_classes
+                )
+            )
+        return torch.stack(rows) if rows else t.new_zeros(0), logits
 
     def describe(self) -> str:
         name = f"sampled {self.criterion}-{self.sampler.describe().replace(' ', ',')}"

@@ -7,10 +7,11 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
 import torch.nn.functional as F
 
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
-from hf_heads.heads.options import HeadOptions
+from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
@@ -22,6 +23,11 @@ class SoftmaxHeadOptions(HeadOptions):
     """The plain softmax output layer."""
 
     examples: ClassVar[dict[str, dict]] = {"softmax": {}}
+    contract_examples: ClassVar[dict[str, dict]] = {
+        "softmax-smoothed": {"label_smoothing": 0.1},
+        "softmax-z-loss-penalty": {"z_loss": 0.1, "confidence_penalty": 0.2},
+        "softmax-transform": {"logit_multiplier": 0.5, "logit_softcap": 3.0, "bias": False},
+    }
 
     bias: bool = field(default=True, metadata={"help": "Keep an output bias b_c (the margin paper always does)."})
     chunk_size: int | None = field(
@@ -127,6 +133,43 @@ class SoftmaxHeadOptions(HeadOptions):
     @property
     def needs_counts(self) -> bool:
         return self.class_weights == "balanced"
+
+    def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """z = cap · tanh(multiplier · (W h + b) / cap) (hf_heads.losses.transforms); the loss `reference_loss(z)`,
+        the inference logits `reference_inference(z)`."""
+        weight, bias = batch.params["weight"], batch.params.get("bias")
+        z = batch.hidden @ weight.T + (0.0 if bias is None else bias)  # (N, V)
+        z = transform_logits(z, self.logit_multiplier, self.logit_softcap)
+        return self.reference_loss(z, batch), self.reference_inference(z)
+
+    def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:
+        """(n,) from the logits z (N, V) the loss takes: in training each counted row's cross-entropy over
+        `reference_support(z)` (every logit; sparse: its top k, eq. 5) with label smoothing over the same support
+        (F.cross_entropy's: (1 − ε)·NLL + ε·(lse − mean of the support)), + λ · lse² (z-loss), − β · H (confidence
+        penalty: H the entropy of the support's softmax); in evaluation the bare NLL over the support. Class weights
+        reweight the mean, not a row (torch's normalisation, held to F.cross_entropy(weight=) in
+        tests/test_loss_options.py): their training reference is refused."""
+        if batch.training and self.class_weights is not None:
+            raise NotImplementedError("the family reference has no class weights: they reweight the mean, not a row")
+        valid = batch.valid
+        y, zv = batch.labels[valid], z[valid]  # (n,), (n, V)
+        support = self.reference_support(zv)  # (n, V) or (n, k)
+        lse = support.logsumexp(1)  # (n,)
+        rows = lse - zv.gather(1, y[:, None]).squeeze(1)
+        if batch.training:
+            eps = self.label_smoothing
+            rows = (1 - eps) * rows + eps * (lse - support.mean(1)) + self.z_loss * lse.square()
+            log_p = support.log_softmax(1)
+            rows = rows + self.confidence_penalty * (log_p.exp() * log_p).sum(1)  # − β · H
+        return rows
+
+    def reference_support(self, z: torch.Tensor) -> torch.Tensor:
+        """The logits (n, ·) of each row that the softmax of the loss runs over: all of them."""
+        return z
+
+    def reference_inference(self, z: torch.Tensor) -> torch.Tensor:
+        """The inference logits (N, V) from the transformed logits z: z itself."""
+        return z
 
     def counts_reason(self) -> str:
         return "class_weights='balanced'" if self.class_weights == "balanced" else ""

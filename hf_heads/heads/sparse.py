@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
+
 from hf_heads.heads.discrete import loss_extras
 from hf_heads.heads.registry import register_family
 from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
@@ -24,6 +26,10 @@ class SparseHeadOptions(SoftmaxHeadOptions):
     num_beams for beam search)."""
 
     examples: ClassVar[dict[str, dict]] = {"sparse": {"k": 5}, "sparse-smoothed": {"k": 5, "label_smoothing": 0.1}}
+    contract_examples: ClassVar[dict[str, dict]] = {
+        "sparse-z-loss": {"k": 5, "z_loss": 0.1},
+        "sparse-smoothed-decode-3": {"k": 5, "label_smoothing": 0.1, "decode_k": 3},
+    }
 
     k: int = field(default=20, metadata={"help": "Logits kept per row (the paper's best: 20); k >= V is softmax."})
     decode_k: int | None = field(
@@ -47,6 +53,16 @@ class SparseHeadOptions(SoftmaxHeadOptions):
 
     def describe(self) -> str:
         return f"sparse k={self.k}" + (f" decode_k={self.decode_k}" if self.decode_k is not None else "")
+
+    def reference_support(self, z: torch.Tensor) -> torch.Tensor:
+        """Each row's k largest logits (eq. 5: the log-sum-exp over them minus the target's logit, in training and
+        evaluation alike; its smoothing and entropy over them too)."""
+        return z.topk(min(self.k, z.shape[1]), dim=1).values
+
+    def reference_inference(self, z: torch.Tensor) -> torch.Tensor:
+        """The top `decode_k` logits of each row, −inf elsewhere (eq. 4's support)."""
+        top = z.topk(min(self.inference_k, z.shape[1]), dim=1)
+        return torch.full_like(z, float("-inf")).scatter(1, top.indices, top.values)
 
 
 class SparseHead(SoftmaxHead):
