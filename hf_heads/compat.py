@@ -6,8 +6,9 @@ its replacement, until the release `REMOVAL`, when this module's tables are empt
                     runs under another `__name__`)
     moved modules   `MOVED_MODULES`: {old module: (its new home, {new module: names})}; the old module's body is
                     `globals().update(moved_module("<its name>"))`
-    call forms      `positional_arguments` (MarginCrossEntropy's old positional order) and `run_script_base_model`
-                    (`write_model_card(base_model=<a run script's model name>)`)
+    call forms      `positional_arguments` (MarginCrossEntropy's old positional order), `run_script_base_model`
+                    (`write_model_card(base_model=<a run script's model name>)`) and `keyword_rows_hook` (a head
+                    family's loss hook written as `(hidden, labels, **rows)`)
 
 (Names that moved between transformers releases are another matter: hf_heads.modeling.compat.)
 
@@ -18,7 +19,9 @@ can keep its old names without an import that points upwards (tests/test_layers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -167,3 +170,26 @@ def run_script_base_model(base_model: str) -> tuple[str, bool]:
         stacklevel=3,
     )
     return resolved["base_model"], resolved["built_from_config"]
+
+
+def keyword_rows_hook(cls: type, name: str, hook: Callable) -> Callable:
+    """A head family's loss hook `name` as the heads call it, `hook(self, hidden, labels, rows)` with `rows` a
+    `LossRows`: the hook itself, or, where it is written in the form of releases before 0.2, `(hidden, labels,
+    **rows)` (no third positional parameter), a wrapper that passes it `**rows.kwargs()`, with a FutureWarning
+    naming the class when the class is defined."""
+    params = list(inspect.signature(hook).parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params):  # (self, hidden, labels, rows)
+        return hook
+    warnings.warn(
+        f"{cls.__qualname__}.{name}(hidden, labels, **rows) is deprecated and will not be called so from {REMOVAL}: "
+        "write it as (hidden, labels, rows), rows a hf_heads.losses.LossRows (pass rows.kwargs() to a loss function)",
+        FutureWarning,
+        stacklevel=4,
+    )
+
+    @functools.wraps(hook)
+    def adapted(self, hidden, labels, rows):
+        return hook(self, hidden, labels, **rows.kwargs())
+
+    return adapted

@@ -82,3 +82,32 @@ def test_deprecated_heads_names_still_work_and_warn():
     assert "HEAD_FAMILIES" not in heads.__all__ and "option_help" not in heads.__all__
     with pytest.raises(AttributeError, match="has no attribute 'NO_SUCH_NAME'"):
         heads.NO_SUCH_NAME  # noqa: B018
+
+
+def test_a_loss_hook_of_the_keyword_form_is_adapted_and_warns():
+    """A family whose hooks take `(hidden, labels, **rows)` (before `LossRows`) still trains: the hook gets the rows
+    as keywords, with a FutureWarning naming it when the class is defined; a hook of the current form is left as
+    it is."""
+    import torch
+    import torch.nn.functional as F
+
+    from hf_heads.heads import SoftmaxHead
+    from hf_heads.losses import LossRows
+
+    with pytest.warns(FutureWarning, match=r"OldHead\.training_loss\(hidden, labels, \*\*rows\) is deprecated"):
+
+        class OldHead(SoftmaxHead):
+            def training_loss(self, hidden, labels, **rows):
+                self.seen = rows
+                return F.cross_entropy(hidden @ self.weight.T, labels, reduction=rows["reduction"])
+
+    class NewHead(SoftmaxHead):
+        def training_loss(self, hidden, labels, rows: LossRows):
+            return super().training_loss(hidden, labels, rows)
+
+    assert NewHead.training_loss is NewHead.__dict__["training_loss"]
+    head = OldHead(3, 5).train()
+    hidden, labels = torch.randn(4, 3), torch.tensor([0, 4, 2, 1])
+    out = head.loss(hidden, labels, num_items_in_batch=7, reduction="sum")
+    assert head.seen == {"num_items_in_batch": 7, "ignore_index": -100, "reduction": "sum"}
+    torch.testing.assert_close(out, F.cross_entropy(hidden @ head.weight.T, labels, reduction="sum"))

@@ -15,6 +15,7 @@ from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
+from hf_heads.losses import LossRows
 from hf_heads.training.cards import inference_note, loss_labels
 from hf_heads.validation import check_number
 
@@ -39,8 +40,9 @@ class TemperatureHead(SoftmaxHead):
     paper = "a toy family of the registry test"
     logits_note = "the logits divided by the temperature"
 
-    def training_loss(self, hidden, labels, **rows):
-        return F.cross_entropy(self.inference_logits(hidden).flatten(0, -2), labels.flatten(), reduction="mean")
+    def training_loss(self, hidden, labels, rows: LossRows):
+        z = self.inference_logits(hidden).flatten(0, -2)
+        return F.cross_entropy(z, labels.flatten(), ignore_index=rows.ignore_index, reduction=rows.reduction)
 
     eval_loss = training_loss
 
@@ -102,6 +104,19 @@ def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refuse
     with pytest.raises(ValueError, match="head family 'bare': NoReference defines no `reference`"):
         register_family("bare", NoReference, TemperatureHead)
     assert "bare" not in FAMILIES
+
+
+def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
+    """`OutputHead(hidden_size, num_classes, options)` takes the options object, a head section or None (the
+    family's defaults), as its docstring says, for every family."""
+    for name, entry in FAMILIES.items():
+        section = dict(next(iter(entry.options.examples.values())))
+        options = head_options({"family": name, **section})
+        for given in (options, section, {"family": name, **section}):
+            head = entry.head(6, 13, given)
+            assert head.options == options and type(head.options) is entry.options, (name, given)
+        if not entry.head.uses_embedding_table:  # (a continuous head needs its table's dimension)
+            assert entry.head(6, 13).options == head_options({"family": name}), name
 
 
 def test_registering_a_family_twice_is_refused():

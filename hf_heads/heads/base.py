@@ -1,8 +1,8 @@
 """`OutputHead`: the template every head family fills in (hf_heads.heads.softmax, sparse, margin, sampled,
 continuous). `forward`, `loss` and `logits` live here once; a family overrides a few hooks:
 
-- `training_loss(hidden, labels, **rows)`: the training criterion (train mode);
-- `eval_loss(hidden, labels, **rows)`: the evaluation loss (eval mode; default: the training criterion), and
+- `training_loss(hidden, labels, rows)`: the training criterion (train mode);
+- `eval_loss(hidden, labels, rows)`: the evaluation loss (eval mode; default: the training criterion), and
   `eval_loss_is_nll`, whether it is the NLL of the inference distribution (then exp(eval_loss) is a perplexity);
 - `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
 - `diagnostics()`: statistics logged next to the loss;
@@ -14,7 +14,9 @@ continuous). `forward`, `loss` and `logits` live here once; a family overrides a
 - class attributes the models and cards read: `paper`, `tasks`, `has_output_matrix` (a (V, H) weight that can be
   tied to the input embeddings), `uses_embedding_table`.
 
-`rows` are `num_items_in_batch`, `ignore_index` and `reduction`, as in `F.cross_entropy` / the Trainer.
+`rows` is a `LossRows` (hf_heads.losses._rows): `num_items_in_batch`, `ignore_index` and `reduction`, as in
+`F.cross_entropy` and the Trainer; a loss function takes them as `**rows.kwargs()`. (A hook written in the older
+form `(hidden, labels, **rows)` is adapted, with a FutureWarning: hf_heads.compat.keyword_rows_hook.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from hf_heads.compat import keyword_rows_hook
 from hf_heads.heads.registry import head_options
+from hf_heads.losses._rows import IGNORE_INDEX, LossRows
 from hf_heads.losses.chunks import kernel_choice, map_chunks, rows_per_chunk
 from hf_heads.losses.vocab_parallel import whole_parameters
 
@@ -67,15 +71,21 @@ class OutputHead(nn.Module):
 
     # ------------------------------------------------------------------ hooks
 
-    def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, **rows) -> torch.Tensor:
-        """The family's training criterion of hidden (*, H) against labels (*) (train mode); `rows` are
-        `num_items_in_batch`, `ignore_index` and `reduction`."""
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("training_loss", "eval_loss"):  # a hook of the older form (hidden, labels, **rows), adapted
+            if name in cls.__dict__:
+                setattr(cls, name, keyword_rows_hook(cls, name, cls.__dict__[name]))
+
+    def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
+        """The family's training criterion of hidden (*, H) against labels (*) (train mode), its rows counted and
+        reduced as `rows` says."""
         raise NotImplementedError
 
-    def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, **rows) -> torch.Tensor:
+    def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
         """The evaluation loss (eval mode); default: the training criterion. When `eval_loss_is_nll`, it is the NLL
         of the inference distribution, so exp(eval_loss) is a perplexity."""
-        return self.training_loss(hidden, labels, **rows)
+        return self.training_loss(hidden, labels, rows)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (*, V) of hidden (*, H) whose softmax is the model's p(c | x); never with a training margin."""
@@ -175,23 +185,23 @@ class OutputHead(nn.Module):
         labels: torch.Tensor,
         *,
         num_items_in_batch: int | torch.Tensor | None = None,
-        ignore_index: int = -100,
+        ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
     ) -> torch.Tensor:
         """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
         eval mode."""
-        rows = self.loss_rows(num_items_in_batch, ignore_index, reduction)
+        rows = LossRows(num_items_in_batch, ignore_index, reduction)
         with self.chosen_kernel():
             if self.training:
-                return self.training_loss(hidden, labels, **rows)
-            return self.eval_loss(hidden, labels, **rows)
+                return self.training_loss(hidden, labels, rows)
+            return self.eval_loss(hidden, labels, rows)
 
     @staticmethod
     def loss_rows(
-        num_items_in_batch: int | torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
-    ) -> dict:
-        """The `rows` a family's hooks take (module docstring), with `loss`'s defaults."""
-        return dict(num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction)
+        num_items_in_batch: int | torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX, reduction: str = "mean"
+    ) -> LossRows:
+        """The `LossRows` a family's hooks take (module docstring), with `loss`'s defaults."""
+        return LossRows(num_items_in_batch, ignore_index, reduction)
 
     def chosen_kernel(self):
         """The context in which the losses run: the chunk engine's kernel of the head's `chunk_kernel` option, when
@@ -199,20 +209,27 @@ class OutputHead(nn.Module):
         return kernel_choice(getattr(self.options, "chunk_kernel", None))
 
     def loss_and_token_statistics(
-        self, hidden: torch.Tensor, labels: torch.Tensor, **rows
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        ignore_index: int = IGNORE_INDEX,
+        reduction: str = "mean",
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(`loss(hidden, labels, **rows)`, {"entropy", "is_top1"}): per label (its shape; 0 / False where ignored) the
+        """(`loss(hidden, labels, ...)`, {"entropy", "is_top1"}): per label (its shape; 0 / False where ignored) the
         entropy of the inference distribution and whether the label is its argmax (the lowest index winning a tie),
         without gradient — TRL's `entropy` and `mean_token_accuracy`. Here from `statistics`, a second pass over the
         output layer after the loss; heads whose loss pass scores the inference distribution take both from that
         pass instead (`DiscreteHead.pass_is_inference_distribution`): the argmax of the logits the kernel computes
         (float32 accumulation), where `statistics` ranks the inference logits rounded to the head's dtype, so a bf16
         head's top-1 hits can differ where its rounding makes ties."""
-        loss = self.loss(hidden, labels, **rows)
-        ignore = self.loss_rows(**rows)["ignore_index"]  # as given, or `loss`'s default
+        loss = self.loss(
+            hidden, labels, num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction
+        )
         # a second pass without a loss: a second loss would update the running statistics (max-norm) twice per step
-        stats = self.statistics(hidden.detach(), labels, ignore_index=ignore)
-        is_top1 = (stats["rank"] == 0) & (labels.to(stats["rank"].device) != ignore)
+        stats = self.statistics(hidden.detach(), labels, ignore_index=ignore_index)
+        is_top1 = (stats["rank"] == 0) & (labels.to(stats["rank"].device) != ignore_index)
         return loss, {"entropy": stats["entropy"], "is_top1": is_top1}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -227,7 +244,7 @@ class OutputHead(nn.Module):
         hidden: torch.Tensor,
         labels: torch.Tensor,
         *,
-        ignore_index: int = -100,
+        ignore_index: int = IGNORE_INDEX,
         normalized: bool = True,
         chunk_size: int | None = None,
     ) -> dict:
@@ -300,7 +317,7 @@ class OutputHead(nn.Module):
         if statistics:
             if labels is None:
                 raise ValueError("statistics=True needs labels")
-            ignore = self.loss_rows(**loss_kwargs)["ignore_index"]  # as given, or `loss`'s default
+            ignore = self.loss_rows(**loss_kwargs).ignore_index  # as given, or `loss`'s default
             return loss, self.statistics(
                 hidden, labels, ignore_index=ignore, normalized=normalized, chunk_size=chunk_size
             )

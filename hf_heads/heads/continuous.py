@@ -413,20 +413,20 @@ class ContinuousHead(OutputHead):
             out = self.proj_norm(out)
         return out.to(compute_dtype(self.proj.weight))
 
-    def training_loss(self, hidden, labels, *, num_items_in_batch=None, ignore_index=-100, reduction="mean"):
+    def training_loss(self, hidden, labels, rows):
         """Loss of hidden (*, H) against word ids (*); ignored positions contribute nothing. `mean` divides the
         sum by `num_items_in_batch` when given (exact gradient accumulation), else by the valid positions."""
         table = self._table()
-        flat_h, flat_y, valid = valid_rows(hidden, labels, ignore_index)
-        check_labels(flat_y, self.num_classes, ignore_index)
+        flat_h, flat_y, valid = valid_rows(hidden, labels, rows.ignore_index)
+        check_labels(flat_y, self.num_classes, rows.ignore_index)
         pred = self.predict(flat_h[valid])  # (n, d)
         ids = flat_y[valid]
         if self.training:
             self._last = (pred.detach()[:_DIAGNOSTIC_ROWS], ids[:_DIAGNOSTIC_ROWS])
         batch = ContinuousBatch(pred, ids, table, scale=self.logit_scale, candidates=self._candidates())
-        rows = self.options.component("loss").rows(batch)  # (n,)
-        rows = rows + 0.0 * pred.sum()  # (n,); keeps the graph when every position is ignored
-        return reduce_rows(rows, valid, labels.shape, reduction, num_items_in_batch)
+        losses = self.options.component("loss").rows(batch)  # (n,)
+        losses = losses + 0.0 * pred.sum()  # (n,); keeps the graph when every position is ignored
+        return reduce_rows(losses, valid, labels.shape, rows.reduction, rows.num_items_in_batch)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E) (the other losses); -inf outside the output

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
-from hf_heads.losses._rows import compute_dtype, mean_divisor
+from hf_heads.losses._rows import LossRows, compute_dtype, mean_divisor
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
@@ -27,8 +27,9 @@ class DiscreteHead(OutputHead):
     accuracy_sums: torch.Tensor | None = None  # [correct, correct@k..., counted] since `take_accuracy`; None: off
     accuracy_top_k: tuple[int, ...] = ()  # the k of `record_accuracy`
 
-    def __init__(self, hidden_size: int, num_classes: int, options) -> None:
+    def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
         super().__init__(hidden_size, num_classes, options)
+        options = self.options  # the options object, also where a head section or nothing was given
         self.weight = nn.Parameter(torch.empty(num_classes, hidden_size))
         initial = options.initial_bias(num_classes)
         self.bias = nn.Parameter(torch.full((num_classes,), initial)) if options.bias else None
@@ -128,14 +129,14 @@ class DiscreteHead(OutputHead):
     def pass_is_inference_distribution(self) -> bool:
         """Whether a loss pass in the current mode scores the inference distribution, so that its own predictions and
         entropies are `loss_and_token_statistics` (no second pass over W). Heads that say so compute `loss` as
-        `_cross_entropy(hidden, labels, self.training, **rows)`."""
+        `_cross_entropy(hidden, labels, self.training, rows)`."""
         return False
 
     def loss_and_token_statistics(self, hidden, labels, **rows):
         if not self.pass_is_inference_distribution:
             return super().loss_and_token_statistics(hidden, labels, **rows)
         with self.chosen_kernel():
-            return self._cross_entropy(hidden, labels, self.training, statistics=True, **self.loss_rows(**rows))
+            return self._cross_entropy(hidden, labels, self.training, self.loss_rows(**rows), statistics=True)
 
     def _outputs(self, training: bool, statistics: bool) -> dict:
         """The chunked loss's `return_*` arguments for a pass: the predictions under `record_accuracy` (training) or
@@ -156,7 +157,7 @@ class DiscreteHead(OutputHead):
         """The confidence penalty β of a pass: the option in training, 0 in evaluation."""
         return getattr(self.options, "confidence_penalty", 0.0) if training else 0.0
 
-    def _from_output(self, out, labels: torch.Tensor, rows: dict, training: bool, statistics: bool = False):
+    def _from_output(self, out, labels: torch.Tensor, rows: LossRows, training: bool, statistics: bool = False):
         """The loss of a pass that asked the chunked loss for `_outputs` (a `LinearCrossEntropyOutput`; a tensor when
         it asked for none): in training the labels it predicts added to `accuracy_sums` (`record_accuracy`), and the
         confidence penalty −β·H subtracted (`confidence_penalty` β; H each target token's entropy, averaged as the
@@ -166,25 +167,25 @@ class DiscreteHead(OutputHead):
             return out
         if self._counting(training):
             target = labels.reshape(out.predictions.shape)
-            counted = target != rows["ignore_index"]
+            counted = target != rows.ignore_index
             hits = [((out.predictions == target) & counted).sum()]
             if self.accuracy_top_k:  # the ranks (-1 on ignored rows), asked for only then: passes of their own (eager)
                 hits += [((out.target_rank < k) & counted).sum() for k in self.accuracy_top_k]
             self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
         loss = out.loss
         beta = self._penalty(training)
-        if beta and rows["reduction"] == "none":
+        if beta and rows.reduction == "none":
             loss = loss - beta * out.entropy.reshape(loss.shape)
         elif beta:
             total = out.entropy.sum()
-            if rows["reduction"] == "mean":  # the loss's own divisor
-                counted = (labels != rows["ignore_index"]).sum()
-                total = total / mean_divisor(rows.get("num_items_in_batch"), counted, total.device)
+            if rows.reduction == "mean":  # the loss's own divisor
+                counted = (labels != rows.ignore_index).sum()
+                total = total / mean_divisor(rows.num_items_in_batch, counted, total.device)
             loss = loss - beta * total.to(loss.dtype)
         if not statistics:
             return loss
         target = labels.reshape(out.predictions.shape).to(out.predictions.device)
-        hit = (out.predictions == target) & (target != rows["ignore_index"])
+        hit = (out.predictions == target) & (target != rows.ignore_index)
         return loss, {"entropy": out.entropy.detach(), "is_top1": hit}
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:

@@ -21,7 +21,7 @@ from hf_heads.heads.discrete import DiscreteHead, loss_extras
 from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT, register_family
 from hf_heads.heads.softmax import SoftmaxHeadOptions
-from hf_heads.losses._rows import autocast_off
+from hf_heads.losses._rows import LossRows, autocast_off
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
 from hf_heads.losses.transforms import transform_logits
@@ -246,9 +246,9 @@ class MarginHead(DiscreteHead):
         margin."""
         return self.options.scorer(with_margin)
 
-    def training_loss(self, hidden, labels, **rows):
-        self._observe(hidden, labels, rows["ignore_index"])
-        return self.criterion(hidden, labels, **rows)
+    def training_loss(self, hidden, labels, rows):
+        self._observe(hidden, labels, rows.ignore_index)
+        return self.criterion(hidden, labels, rows)
 
     def _scorer_arguments(self, training: bool) -> dict:
         """The keyword arguments `scorer`, `word_counts` and `context_norm_value` of the losses and of
@@ -260,17 +260,17 @@ class MarginHead(DiscreteHead):
             context_norm_value=None if training else self.running_context_norm(),
         )
 
-    def criterion(self, hidden, labels, **rows) -> torch.Tensor:
+    def criterion(self, hidden, labels, rows: LossRows) -> torch.Tensor:
         """The training criterion once the running statistics are updated: cross-entropy of eq. 13 with margin."""
-        return self._cross_entropy(hidden, labels, True, **rows)
+        return self._cross_entropy(hidden, labels, True, rows)
 
-    def eval_loss(self, hidden, labels, **rows):
+    def eval_loss(self, hidden, labels, rows):
         """NLL of the inference distribution (no margin; max-norm uses the running value)."""
-        return self._cross_entropy(hidden, labels, False, **rows)
+        return self._cross_entropy(hidden, labels, False, rows)
 
     same_pass_accuracy = True
 
-    def _cross_entropy(self, hidden, labels, training: bool, statistics: bool = False, **rows):
+    def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
         """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights (and the
         predictions, under `record_accuracy`: without the margin). `statistics`: (loss, the same pass's token
         statistics)."""
@@ -285,7 +285,7 @@ class MarginHead(DiscreteHead):
             loss_dtype=self.loss_dtype(hidden),
             **self._outputs(training, statistics),
             **self._scorer_arguments(training),
-            **rows,
+            **rows.kwargs(),
         )
         return self._from_output(out, labels, rows, training, statistics)
 

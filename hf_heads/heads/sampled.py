@@ -234,12 +234,11 @@ class SampledHead(MarginHead):
         CE-IS and CE-CPS weight the denominator (1 / (K·D), α = C/K: eqs. 13, 17), BCE and MSE are not softmaxes."""
         return self.options.criterion == "ce" and self.options.sampler.ce_is_softmax
 
-    def __init__(self, hidden_size: int, num_classes: int, options: SampledHeadOptions) -> None:
-        if options.samples and options.num_samples >= num_classes:
-            raise OptionError(
-                "head.num_samples", options.num_samples, f"must be < the number of classes ({num_classes})"
-            )
+    def __init__(self, hidden_size: int, num_classes: int, options: SampledHeadOptions | dict | None = None) -> None:
         super().__init__(hidden_size, num_classes, options)
+        o = self.options
+        if o.samples and o.num_samples >= num_classes:
+            raise OptionError("head.num_samples", o.num_samples, f"must be < the number of classes ({num_classes})")
 
     def noise_probs(self) -> torch.Tensor | None:
         """D (V,) (from the word counts for log-uniform / unigram noise); None for method full."""
@@ -258,7 +257,7 @@ class SampledHead(MarginHead):
         self._noise_cache = (key, probs)
         return probs
 
-    def criterion(self, hidden, labels, **rows):
+    def criterion(self, hidden, labels, rows):
         o = self.options
         self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
         return sampled_loss(
@@ -272,10 +271,10 @@ class SampledHead(MarginHead):
             chunk_size=o.chunk_size,
             loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(True),
-            **rows,
+            **rows.kwargs(),
         )
 
-    def eval_loss(self, hidden, labels, **rows):
+    def eval_loss(self, hidden, labels, rows):
         """NLL of the corrected full-vocabulary posterior (no margin; max-norm uses the running value)."""
         return corrected_nll(
             hidden,
@@ -287,7 +286,7 @@ class SampledHead(MarginHead):
             chunk_size=self.options.chunk_size,
             loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(False),
-            **rows,
+            **rows.kwargs(),
         )
 
     def posterior(self, scores: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:

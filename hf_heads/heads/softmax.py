@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import COMPONENT, register_family
+from hf_heads.losses._rows import LossRows
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
 from hf_heads.validation import OptionError, check_number
@@ -187,7 +188,7 @@ class SoftmaxHead(DiscreteHead):
 
     same_pass_accuracy = True
 
-    def _cross_entropy(self, hidden, labels, training: bool, statistics: bool = False, **rows):
+    def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
         """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights (and the
         predictions, under `record_accuracy`). `statistics`: (loss, the same pass's token statistics)."""
         o = self.options
@@ -205,7 +206,7 @@ class SoftmaxHead(DiscreteHead):
             softcap=o.logit_softcap,
             loss_dtype=self.loss_dtype(hidden),
             **self._outputs(training, statistics),
-            **rows,
+            **rows.kwargs(),
         )
         return self._from_output(out, labels, rows, training, statistics)
 
@@ -214,11 +215,11 @@ class SoftmaxHead(DiscreteHead):
         """The softmax of W h + b in both modes (sparse: no, eq. 5 keeps the target beside the top k)."""
         return self.top_k(False) is None
 
-    def training_loss(self, hidden, labels, **rows):
-        return self._cross_entropy(hidden, labels, True, **rows)
+    def training_loss(self, hidden, labels, rows):
+        return self._cross_entropy(hidden, labels, True, rows)
 
-    def eval_loss(self, hidden, labels, **rows):
-        return self._cross_entropy(hidden, labels, False, **rows)
+    def eval_loss(self, hidden, labels, rows):
+        return self._cross_entropy(hidden, labels, False, rows)
 
     def inference_logits(self, hidden):
         """The base model's own `F.linear` (under autocast it runs in the autocast dtype, as the wrapped

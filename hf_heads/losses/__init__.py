@@ -21,10 +21,12 @@
   eq. 3, with their two regularised forms and the authors' released form), the margin loss with synthetic negatives
   (Bhat et al. eq. 1), and cross-entropies over scaled cosines to the table (every row, or the batch's targets)
 
-Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks) and `hf_heads.validation`
+Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks; `LossRows`, how a head's loss
+counts and reduces its rows) and `hf_heads.validation`
 (argument checks raising `OptionError`, which names the field, the value and what is allowed).
 """
 
+from hf_heads.losses._rows import IGNORE_INDEX, LossRows
 from hf_heads.losses.chunks import CHUNK_KERNELS, ChunkKernel, chunk_kernel, map_chunks, register_kernel
 from hf_heads.losses.continuous import (
     NEGATIVES,
@@ -90,6 +92,8 @@ from hf_heads.losses.vocab_parallel import shard_vocabulary
 from hf_heads.validation import OptionError
 
 __all__ = [
+    "IGNORE_INDEX",
+    "LossRows",
     "OptionError",
     "CHUNK_KERNELS",
     "ChunkKernel",

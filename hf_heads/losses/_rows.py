@@ -20,6 +20,7 @@ import functools
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -29,6 +30,7 @@ from hf_heads.validation import check_choice
 F = TypeVar("F", bound=Callable)
 
 REDUCTIONS = ("mean", "sum", "none")
+IGNORE_INDEX = -100  # the label of a row that counts nothing: torch's and the Trainer's default
 MAX_EXP_ARG = 700.0  # math.exp overflows float64 past ~709.78
 
 
@@ -167,6 +169,26 @@ def linear_rows(
 
 def check_reduction(reduction: str) -> None:
     check_choice("reduction", reduction, REDUCTIONS)
+
+
+@dataclass(frozen=True)
+class LossRows:
+    """How a loss counts its rows (module docstring), what a head's loss hooks take beside the hidden states and
+    labels: `ignore_index`, the label of a row that counts nothing; `reduction`, "mean", "sum" or "none";
+    `num_items_in_batch`, what "mean" divides by (the Trainer's count of target tokens over the accumulated batch),
+    None for the counted rows. `kwargs()` passes them on to a loss function."""
+
+    num_items_in_batch: int | torch.Tensor | None = None
+    ignore_index: int = IGNORE_INDEX
+    reduction: str = "mean"
+
+    def __post_init__(self) -> None:
+        check_reduction(self.reduction)
+
+    def kwargs(self) -> dict:
+        """{"num_items_in_batch", "ignore_index", "reduction"}: the loss functions' keyword arguments."""
+        return {"num_items_in_batch": self.num_items_in_batch, "ignore_index": self.ignore_index,
+                "reduction": self.reduction}  # fmt: skip
 
 
 def mean_divisor(
