@@ -300,7 +300,7 @@ def test_gradcheck_float64(case):
             "u' = (û − u)/‖û − u‖), so the analytical gradient is not the derivative of the loss; the naive "
             "reference test checks it against the same choice"
         )
-    head, _ = _head(case, hidden_size=3, num_classes=11, dtype=torch.float64, seed=3)  # K = 8 samples < 11
+    head, _ = _head(case, hidden_size=3, num_classes=13, dtype=torch.float64, seed=3)  # K < 13 samples
     module = _Loss(head.train())
     g = torch.Generator().manual_seed(4)
     hidden = torch.randn(5, 3, dtype=torch.float64, generator=g, requires_grad=True)
