@@ -7,8 +7,10 @@ its replacement, until the release `REMOVAL`, when this module's tables are empt
     moved modules   `MOVED_MODULES`: {old module: (its new home, {new module: names})}; the old module's body is
                     `globals().update(moved_module("<its name>"))`
     call forms      `positional_arguments` (MarginCrossEntropy's old positional order), `run_script_base_model`
-                    (`write_model_card(base_model=<a run script's model name>)`) and `keyword_rows_hook` (a head
-                    family's loss hook written as `(hidden, labels, **rows)`)
+                    (`write_model_card(base_model=<a run script's model name>)`), `keyword_rows_hook` (a head
+                    family's loss hook written as `(hidden, labels, **rows)`), `renamed_keyword` (the losses' `spec`
+                    for `scorer`, `logit_scale` for `logit_multiplier`) and `renamed_attribute`
+                    (`MarginCrossEntropy.spec`)
 
 (Names that moved between transformers releases are another matter: hf_heads.modeling.compat.)
 
@@ -52,7 +54,29 @@ def _option_help() -> Callable[[str], dict[str, str]]:
     return option_help
 
 
+def _margin_spec() -> Callable:
+    scorer = importlib.import_module("hf_heads.losses.scorer")
+
+    def MarginSpec(*args, logit_scale: float = 1.0, **options):  # noqa: N802 (its old name)
+        """The `Scorer` of these options, with the argument order (margin, m, scale, word_norm, context_norm, gain,
+        logit_scale, softcap) of the old name of `Scorer.from_options`; `logit_scale` is `logit_multiplier`."""
+        if len(args) > 6:  # logit_scale (and softcap) given by position
+            logit_scale, options = args[6], {**options, **dict(zip(["softcap"], args[7:], strict=False))}
+        importlib.import_module("hf_heads.losses.transforms").check_transform(logit_scale, None, "logit_scale")
+        return scorer.Scorer.from_options(*args[:6], logit_multiplier=logit_scale, **options)
+
+    return MarginSpec
+
+
+_MARGIN_SPEC = (
+    "hf_heads.losses.Scorer.from_options (its keyword logit_multiplier is the old logit_scale)",
+    _margin_spec,
+)
+
 MOVED_NAMES: dict[str, dict[str, tuple[str, Callable[[], Any]]]] = {
+    "hf_heads.losses": {"MarginSpec": _MARGIN_SPEC},
+    "hf_heads.losses.scorer": {"MarginSpec": _MARGIN_SPEC},
+    "hf_heads.losses.margin": {"MarginSpec": _MARGIN_SPEC},
     "hf_heads.heads": {
         "HEAD_FAMILIES": (
             "hf_heads.heads.FAMILIES (family -> HeadFamily; the options class is its .options)",
@@ -193,3 +217,21 @@ def keyword_rows_hook(cls: type, name: str, hook: Callable) -> Callable:
         return hook(self, hidden, labels, **rows.kwargs())
 
     return adapted
+
+
+def renamed_keyword(owner: str, old: str, new: str, value: Any, new_value: Any, new_default: Any) -> Any:
+    """The value of `owner`'s keyword argument `new` where a caller gave it under its old name `old` (`value`), with
+    a FutureWarning; `new` given too (`new_value` not its default) is a TypeError."""
+    if new_value is not new_default and new_value != new_default:
+        raise TypeError(f"{owner}: give {new} or its old name {old}, not both")
+    message = f"{owner}({old}=...) is deprecated and will be removed in {REMOVAL}: use {new}=..."
+    warnings.warn(message, FutureWarning, stacklevel=3)
+    return value
+
+
+def renamed_attribute(owner: str, old: str, new: str, value: Any) -> Any:
+    """`value`, read through the old attribute name `old` of `owner` (now `new`), with a FutureWarning."""
+    warnings.warn(
+        f"{owner}.{old} is deprecated and will be removed in {REMOVAL}: use {owner}.{new}", FutureWarning, stacklevel=3
+    )
+    return value

@@ -20,7 +20,10 @@ LAYERS = (
     ("cli",),
 )
 # the deprecated names and modules that moved up (removed in 0.3): hf_heads.compat and the layers it names
-OLD_PATHS = {("compat.py", "heads"), ("compat.py", "training"), ("compat.py", "cli"), ("compat.py", "integrations")}
+OLD_PATHS = {
+    ("compat.py", "losses"), ("compat.py", "heads"), ("compat.py", "training"), ("compat.py", "cli"),
+    ("compat.py", "integrations"),
+}  # fmt: skip
 MODULE_NAME = re.compile(r"hf_heads(\.\w+)+")
 
 

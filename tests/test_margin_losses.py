@@ -13,8 +13,8 @@ from references import reference_margin_logits
 from hf_heads.data import frequency_rank
 from hf_heads.losses import (
     MarginCrossEntropy,
-    MarginSpec,
     OptionError,
+    Scorer,
     arc_phi,
     fused_linear_cross_entropy,
     lsm_psi,
@@ -83,8 +83,8 @@ def test_logits_and_loss_match_reference(opts):
 
 SPEC_OPTIONS = [
     dict(margin="arc", m=0.2, word_norm="log-unigram", context_norm="max-norm", gain=1.5),
-    dict(margin="cos", m=0.3, gain=2.0, logit_scale=0.5),
-    dict(margin="lsm", m=2, word_norm="unigram", logit_scale=2.0),
+    dict(margin="cos", m=0.3, gain=2.0, logit_multiplier=0.5),
+    dict(margin="lsm", m=2, word_norm="unigram", logit_multiplier=2.0),
 ]
 
 
@@ -93,13 +93,13 @@ def test_gain_and_the_checkpoints_multiplier_match_reference(opts):
     """The warm-start gain multiplies g(i) only; the checkpoint's output multiplier every logit, the bias included
     (module docstring): logits, loss and gradients against the literal reference."""
     h, W, b, y, counts = _inputs()
-    spec = MarginSpec(**opts)
-    ref_opts = {k: v for k, v in opts.items() if k != "logit_scale"}
-    ref = reference_margin_logits(h, W, b, y, counts=counts, multiplier=opts.get("logit_scale", 1.0), **ref_opts)
+    spec = Scorer.from_options(**opts)
+    ref_opts = {k: v for k, v in opts.items() if k != "logit_multiplier"}
+    ref = reference_margin_logits(h, W, b, y, counts=counts, multiplier=opts.get("logit_multiplier", 1.0), **ref_opts)
     wc = counts if opts.get("word_norm", "no-mod") != "no-mod" else None
-    torch.testing.assert_close(margin_logits(h, W, b, y, spec=spec, word_counts=wc), ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(margin_logits(h, W, b, y, scorer=spec, word_counts=wc), ref, rtol=1e-10, atol=1e-10)
     ref_loss = F.cross_entropy(ref, y)
-    loss = margin_cross_entropy(h, W, b, y, chunk_size=4, spec=spec, word_counts=wc)
+    loss = margin_cross_entropy(h, W, b, y, chunk_size=4, scorer=spec, word_counts=wc)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-10, atol=1e-10)
     for a, c in zip(torch.autograd.grad(loss, (h, W, b)), torch.autograd.grad(ref_loss, (h, W, b)), strict=True):
         torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
@@ -379,22 +379,22 @@ def test_top_k_with_a_margin_matches_the_sparse_loss_of_the_margin_logits(opts):
 def test_spec_gives_the_same_numbers_as_the_keyword_arguments():
     h, W, b, y, counts = _inputs()
     kw = dict(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm", gain=1.5)
-    spec = MarginSpec(**kw)
+    spec = Scorer.from_options(**kw)
     assert torch.equal(
-        margin_logits(h, W, b, y, spec=spec, word_counts=counts),
+        margin_logits(h, W, b, y, scorer=spec, word_counts=counts),
         margin_logits(h, W, b, y, word_counts=counts, **kw),
     )
     assert torch.equal(
-        margin_cross_entropy(h, W, b, y, spec=spec, word_counts=counts),
+        margin_cross_entropy(h, W, b, y, scorer=spec, word_counts=counts),
         margin_cross_entropy(h, W, b, y, word_counts=counts, **kw),
     )
-    assert spec.without_margin() == MarginSpec(word_norm="log-rank", context_norm="max-norm", gain=1.5)
+    assert spec.without_margin() == Scorer.from_options(word_norm="log-rank", context_norm="max-norm", gain=1.5)
     assert torch.equal(
-        margin_logits(h, W, b, None, spec=spec, word_counts=counts),
-        margin_logits(h, W, b, y, spec=spec.without_margin(), word_counts=counts),
+        margin_logits(h, W, b, None, scorer=spec, word_counts=counts),
+        margin_logits(h, W, b, y, scorer=spec.without_margin(), word_counts=counts),
     )
     module = MarginCrossEntropy(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm", word_counts=counts)
-    assert module.spec == MarginSpec(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm")
+    assert module.scorer == Scorer.from_options(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm")
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.m = 0.5
 
@@ -412,22 +412,22 @@ def test_spec_gives_the_same_numbers_as_the_keyword_arguments():
 )
 def test_spec_is_validated_on_construction(kwargs, field, message):
     with pytest.raises(OptionError, match=message) as err:
-        MarginSpec(**kwargs)
+        Scorer.from_options(**kwargs)
     assert err.value.field == field and err.value.value == kwargs[field]
     assert str(err.value).startswith(f"{field}={kwargs[field]!r} ")
 
 
-def test_spec_and_keyword_arguments_do_not_mix():
+def test_a_scorer_and_keyword_arguments_do_not_mix():
     h, W, b, y, counts = _inputs()
-    spec = MarginSpec(margin="cos", m=0.2)
-    with pytest.raises(OptionError, match=r"m=0\.3 must be left at its default \(0\.0\) when spec is given") as err:
-        margin_cross_entropy(h, W, b, y, spec=spec, m=0.3)
+    spec = Scorer.from_options(margin="cos", m=0.2)
+    with pytest.raises(OptionError, match=r"m=0\.3 must be left at its default \(0\.0\) when scorer is given") as err:
+        margin_cross_entropy(h, W, b, y, scorer=spec, m=0.3)
     assert err.value.field == "m"
     with pytest.raises(OptionError, match="scale=4.0 must be left at its default"):
-        margin_logits(h, W, b, y, spec=spec, scale=4.0)
+        margin_logits(h, W, b, y, scorer=spec, scale=4.0)
     with pytest.raises(OptionError, match="word_norm='log-rank' needs word_counts"):
-        margin_cross_entropy(h, W, b, y, spec=MarginSpec(word_norm="log-rank"))
-    assert MarginSpec(word_norm="log-rank").word_norm.name == "log-rank"  # counts are data, checked at the call
+        margin_cross_entropy(h, W, b, y, scorer=Scorer.from_options(word_norm="log-rank"))
+    assert Scorer.from_options(word_norm="log-rank").word_norm.name == "log-rank"  # counts: data, checked at the call
 
 
 # ----------------------------------------------------------------------------- option errors

@@ -12,10 +12,10 @@ from references import reference_sampled_rows
 from hf_heads.losses import (
     METHODS,
     SAMPLING_METHODS,
-    MarginSpec,
     OptionError,
     SampledLoss,
     SamplingMethod,
+    Scorer,
     corrected_log_probs,
     corrected_nll,
     margin_logits,
@@ -72,16 +72,16 @@ def test_output_transform_matches_literal_reference(criterion, method):
     h, w, b, y = _data()
     d = _noise()
     samples = torch.tensor([0, 3, 3, 7, 12, 5])
-    spec = MarginSpec(logit_scale=0.6, softcap=2.5)
+    spec = Scorer.from_options(logit_multiplier=0.6, softcap=2.5)
     kw = dict(criterion=criterion, method=method, num_samples=6, noise_probs=d, samples=samples)
-    ours = sampled_loss(h, w, b, y, spec=spec, **kw)
+    ours = sampled_loss(h, w, b, y, scorer=spec, **kw)
     ref = reference(
         h, w, b, y, criterion, method, samples.tolist(), d.double(), lambda s: 2.5 * torch.tanh(0.6 * s / 2.5)
     )
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
     for a, r in zip(torch.autograd.grad(ours, (h, w, b)), torch.autograd.grad(ref, (h, w, b)), strict=True):
         torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10)
-    assert torch.autograd.gradcheck(lambda h_, w_, b_: sampled_loss(h_, w_, b_, y, spec=spec, **kw), (h, w, b))
+    assert torch.autograd.gradcheck(lambda h_, w_, b_: sampled_loss(h_, w_, b_, y, scorer=spec, **kw), (h, w, b))
 
 
 @pytest.mark.parametrize("criterion, method", ALL)
@@ -333,23 +333,23 @@ def test_margin_spec_gives_the_same_numbers_as_the_keyword_arguments():
     d = _noise()
     counts = torch.arange(1.0, 14.0)
     options = dict(margin="cos", m=0.2, word_norm="unigram", context_norm="max-norm", gain=0.8)
-    spec = MarginSpec(**options)
+    spec = Scorer.from_options(**options)
     for criterion, method in [("ce", "nce"), ("bce", "is"), ("mse", "full"), ("ce", "full")]:
         kw = dict(criterion=criterion, method=method, num_samples=4, noise_probs=d, samples=torch.tensor([0, 3, 3, 9]))
         assert torch.equal(
-            sampled_loss(h, w, b, y, spec=spec, word_counts=counts, **kw),
+            sampled_loss(h, w, b, y, scorer=spec, word_counts=counts, **kw),
             sampled_loss(h, w, b, y, word_counts=counts, **kw, **options),
         )
     kw = dict(criterion="bce", method="cps", noise_probs=d, num_samples=5, word_counts=counts, chunk_size=3)
-    assert torch.equal(corrected_nll(h, w, b, y, spec=spec, **kw), corrected_nll(h, w, b, y, **kw, **options))
+    assert torch.equal(corrected_nll(h, w, b, y, scorer=spec, **kw), corrected_nll(h, w, b, y, **kw, **options))
     # no margin in the evaluation loss
     assert torch.equal(
-        corrected_nll(h, w, b, y, spec=spec, **kw), corrected_nll(h, w, b, y, spec=spec.without_margin(), **kw)
+        corrected_nll(h, w, b, y, scorer=spec, **kw), corrected_nll(h, w, b, y, scorer=spec.without_margin(), **kw)
     )
     with pytest.raises(OptionError, match="margin='arc' must be left at its default"):
-        sampled_loss(h, w, b, y, criterion="bce", method="full", spec=spec, margin="arc")
+        sampled_loss(h, w, b, y, criterion="bce", method="full", scorer=spec, margin="arc")
     with pytest.raises(OptionError, match="gain=2.0 must be left at its default"):
-        corrected_nll(h, w, b, y, criterion="bce", method="full", spec=spec, gain=2.0)
+        corrected_nll(h, w, b, y, criterion="bce", method="full", scorer=spec, gain=2.0)
 
 
 def test_labels_out_of_range():

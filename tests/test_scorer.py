@@ -19,7 +19,6 @@ from hf_heads.losses import (
     LSoftmax,
     Margin,
     MarginCrossEntropy,
-    MarginSpec,
     NoMargin,
     OneParameterMargin,
     OptionError,
@@ -191,7 +190,7 @@ def test_the_scorer_is_frozen_and_validated_on_construction():
     assert (
         Scorer.from_options("arc", 0.3, word_norm="log-rank", gain=1.5)
         == scorer
-        == MarginSpec("arc", 0.3, None, "log-rank", gain=1.5)
+        == Scorer.from_options("arc", 0.3, None, "log-rank", gain=1.5)
     )
     with pytest.raises(OptionError, match="^word_norm='zipf' is not allowed"):
         Scorer(word_norm="zipf")
@@ -250,7 +249,8 @@ def test_keyword_options_give_the_numbers_of_the_scorer(options):
     for call in pairs:
         expected = call(**options)
         assert torch.equal(call(scorer=scorer), expected)
-        assert torch.equal(call(spec=scorer), expected)  # `spec`: the old name of `scorer`
+        with pytest.warns(FutureWarning, match=r"\(spec=\.\.\.\) is deprecated .* use scorer="):
+            assert torch.equal(call(spec=scorer), expected)  # `spec`: the old name of `scorer`
     expected = margin_cross_entropy(h, w, b, y, **data, **options)
     assert torch.equal(MarginCrossEntropy(scorer=scorer, word_counts=counts)(h, w, b, y), expected)
     if "gain" not in options:  # the module's keyword options are those of MarginSpec's first five
@@ -305,13 +305,23 @@ def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather(
 
 
 def test_the_old_positional_forms_still_build_the_same_scorer():
-    """`MarginSpec` keeps its argument order (logit_scale and softcap by position too), and `MarginCrossEntropy`'s
-    positional options still work, with a FutureWarning that names them."""
+    """`MarginSpec` (the old name of `Scorer.from_options`, from hf_heads.losses, .margin and .scorer) keeps its
+    argument order (logit_scale and softcap by position too), `MarginCrossEntropy`'s positional options and its
+    `spec` still work, each with a FutureWarning that names the replacement."""
+    import hf_heads.losses
+    import hf_heads.losses.margin
+    import hf_heads.losses.scorer
+
+    for module in (hf_heads.losses, hf_heads.losses.margin, hf_heads.losses.scorer):
+        with pytest.warns(FutureWarning, match=r"MarginSpec is deprecated .* use hf_heads.losses.Scorer.from_options"):
+            MarginSpec = module.MarginSpec  # noqa: N806 (the old name)
     full = MarginSpec("arc", 0.2, None, "no-mod", "max-norm", 1.5, 2.0, 30.0)
     assert full == Scorer.from_options("arc", 0.2, None, "no-mod", "max-norm", 1.5, logit_multiplier=2.0, softcap=30.0)
     assert MarginSpec("cos", 0.1, logit_scale=3.0) == Scorer.from_options("cos", 0.1, logit_multiplier=3.0)
     with pytest.warns(FutureWarning, match="pass margin, m by keyword"):
         module = MarginCrossEntropy("arc", 0.2)
     assert module.scorer == Scorer.from_options("arc", 0.2)
+    with pytest.warns(FutureWarning, match=r"MarginCrossEntropy.spec is deprecated .* use MarginCrossEntropy.scorer"):
+        assert module.spec is module.scorer
     with pytest.raises(TypeError, match="unexpected margin option"):
         MarginCrossEntropy(margn="arc")

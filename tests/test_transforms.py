@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.heads import make_head
-from hf_heads.losses import MarginSpec, OptionError, fused_linear_cross_entropy, margin_cross_entropy, margin_logits
+from hf_heads.losses import OptionError, Scorer, fused_linear_cross_entropy, margin_cross_entropy, margin_logits
 
 SCALE, CAP = 0.6, 2.5
 
@@ -69,18 +69,18 @@ def test_fused_cross_entropy_with_transform_matches_naive(top_k, smoothing, redu
 def test_margin_with_transform_takes_the_margin_on_the_raw_logit_then_caps(options):
     """Documented choice (hf_heads.losses.margin): l' = cap·tanh(scale·l / cap), l with the margin on the target."""
     h, w, b, y = _data()
-    spec, plain = MarginSpec(**options, logit_scale=SCALE, softcap=CAP), MarginSpec(**options)
+    spec, plain = Scorer.from_options(**options, logit_multiplier=SCALE, softcap=CAP), Scorer.from_options(**options)
 
     def ours(h_, w_, b_):
-        return margin_cross_entropy(h_, w_, b_, y, spec=spec, chunk_size=3)
+        return margin_cross_entropy(h_, w_, b_, y, scorer=spec, chunk_size=3)
 
-    ref = F.cross_entropy(capped(margin_logits(h, w, b, y, spec=plain)), y)
+    ref = F.cross_entropy(capped(margin_logits(h, w, b, y, scorer=plain)), y)
     torch.testing.assert_close(ours(h, w, b), ref)
     grads = torch.autograd.grad(ours(h, w, b), (h, w, b))
     for a, r in zip(grads, torch.autograd.grad(ref, (h, w, b)), strict=True):
         torch.testing.assert_close(a, r)
     assert torch.autograd.gradcheck(ours, (h, w, b))
-    torch.testing.assert_close(margin_logits(h, w, b, spec=spec), capped(margin_logits(h, w, b, spec=plain)))
+    torch.testing.assert_close(margin_logits(h, w, b, scorer=spec), capped(margin_logits(h, w, b, scorer=plain)))
 
 
 @pytest.mark.parametrize(
@@ -118,8 +118,8 @@ def test_bad_transform_is_refused_with_its_field():
         make_head(5, 11, {"family": "softmax", "logit_softcap": 0.0})
     with pytest.raises(ValueError, match="head.logit_multiplier=-1"):
         make_head(5, 11, {"family": "margin", "logit_multiplier": -1})
-    with pytest.raises(OptionError, match="logit_scale"):
-        MarginSpec(logit_scale=0.0)
+    with pytest.raises(OptionError, match="logit_multiplier"):
+        Scorer.from_options(logit_multiplier=0.0)
     h, w, b, y = _data()
     with pytest.raises(OptionError, match="^logit_scale=0.0 must be > 0"):
         fused_linear_cross_entropy(h, w, b, y, logit_scale=0.0)
@@ -129,9 +129,13 @@ def test_bad_transform_is_refused_with_its_field():
 
 def test_logit_scale_is_the_old_name_of_logit_multiplier():
     h, w, b, y = _data()
+    with pytest.warns(FutureWarning, match=r"fused_linear_cross_entropy\(logit_scale=\.\.\.\) is deprecated"):
+        old = fused_linear_cross_entropy(h, w, b, y, logit_scale=SCALE, softcap=CAP)
+    assert torch.equal(old, fused_linear_cross_entropy(h, w, b, y, logit_multiplier=SCALE, softcap=CAP))
+    with pytest.warns(FutureWarning, match=r"the margin losses\(logit_scale=\.\.\.\) is deprecated"):
+        old = margin_cross_entropy(h, w, b, y, margin="cos", m=0.2, logit_scale=SCALE, chunk_size=3)
     assert torch.equal(
-        fused_linear_cross_entropy(h, w, b, y, logit_scale=SCALE, softcap=CAP),
-        fused_linear_cross_entropy(h, w, b, y, logit_multiplier=SCALE, softcap=CAP),
+        old, margin_cross_entropy(h, w, b, y, margin="cos", m=0.2, logit_multiplier=SCALE, chunk_size=3)
     )
 
 

@@ -26,6 +26,7 @@ counts and reduces its rows) and `hf_heads.validation`
 (argument checks raising `OptionError`, which names the field, the value and what is allowed).
 """
 
+from hf_heads.compat import moved_names
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows
 from hf_heads.losses.chunks import CHUNK_KERNELS, ChunkKernel, chunk_kernel, map_chunks, register_kernel
 from hf_heads.losses.continuous import (
@@ -65,7 +66,6 @@ from hf_heads.losses.scorer import (
     CosFace,
     LSoftmax,
     Margin,
-    MarginSpec,
     NoMargin,
     OneParameterMargin,
     Scorer,
@@ -145,7 +145,6 @@ __all__ = [
     "LSoftmax",
     "Margin",
     "MarginCrossEntropy",
-    "MarginSpec",
     "NoMargin",
     "Scorer",
     "arc_phi",
@@ -164,3 +163,5 @@ __all__ = [
     "validate_margin_options",
     "word_norm_values",
 ]
+
+__getattr__ = moved_names("hf_heads.losses")  # MarginSpec (hf_heads.compat)

@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 import torch
 
+from hf_heads.compat import renamed_keyword
 from hf_heads.losses._rows import (
     autocast_off,
     compute_dtype,
@@ -372,7 +373,7 @@ def fused_linear_cross_entropy(
         logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
             taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
-        logit_scale: the old name of `logit_multiplier` (give one of them).
+        logit_scale: the old name of `logit_multiplier` (a FutureWarning; give one of them).
         column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
             head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied to each chunk's logits and gradient instead of
             to a scaled (V, H) copy of the weight; its gradient is computed too.
@@ -426,10 +427,10 @@ def fused_linear_cross_entropy(
         `LinearCrossEntropyOutput`.
     """
     if logit_scale is not None:
-        if logit_multiplier != 1.0:
-            raise TypeError("give logit_multiplier or its old name logit_scale, not both")
         check_transform(logit_scale, None, "logit_scale")
-        logit_multiplier = logit_scale
+        logit_multiplier = renamed_keyword(
+            "fused_linear_cross_entropy", "logit_scale", "logit_multiplier", logit_scale, logit_multiplier, 1.0
+        )
     check_transform(logit_multiplier, softcap)
     check_choice("criterion", criterion, CRITERIA)
     check_number("z_loss", z_loss, minimum=0)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.compat import positional_arguments
+from hf_heads.compat import moved_names, positional_arguments, renamed_attribute
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import ChunkKernel
@@ -49,7 +49,6 @@ from hf_heads.losses.scorer import (
     NEEDS_COUNTS,
     WORD_NORMS,
     Margin,
-    MarginSpec,
     Scorer,
     arc_phi,
     context_norm_values,
@@ -69,7 +68,6 @@ __all__ = [
     "NEEDS_COUNTS",
     "WORD_NORMS",
     "MarginCrossEntropy",
-    "MarginSpec",
     "Scorer",
     "arc_phi",
     "context_norm_values",
@@ -278,5 +276,8 @@ class MarginCrossEntropy(nn.Module):
 
     @property
     def spec(self) -> Scorer:
-        """The old name of `scorer`."""
-        return self.scorer
+        """The old name of `scorer` (with a FutureWarning)."""
+        return renamed_attribute("MarginCrossEntropy", "spec", "scorer", self.scorer)
+
+
+__getattr__ = moved_names("hf_heads.losses.margin")  # MarginSpec (hf_heads.compat)

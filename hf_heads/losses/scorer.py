@@ -65,6 +65,7 @@ from typing import ClassVar
 
 import torch
 
+from hf_heads.compat import moved_names, renamed_keyword
 from hf_heads.components import (
     REGISTRIES,
     Component,
@@ -703,8 +704,8 @@ class Scorer:
 
 # ----------------------------------------------------------------------------- the losses' keyword options
 
-# The options the loss functions also take as keyword arguments, with their defaults. `spec` is the old name of
-# `scorer`, `logit_scale` the old name of `logit_multiplier` (both kept for existing code).
+# The options the loss functions also take as keyword arguments, with their defaults. `spec` (the old name of
+# `scorer`) and `logit_scale` (of `logit_multiplier`) are read by hf_heads.compat.renamed_keyword until 0.3.
 SCORER_OPTIONS = {
     "margin": "none",
     "m": 0.0,
@@ -719,22 +720,21 @@ _OLD_NAMES = {"logit_scale": "logit_multiplier"}
 
 
 def resolve_scorer(scorer: Scorer | None = None, *, spec: Scorer | None = None, **options) -> Scorer:
-    """The scorer a loss runs: `scorer` (or `spec`, its old name), or else the one of the keyword `options`
-    (`SCORER_OPTIONS`, by `Scorer.from_options`). With a scorer the options must stay at their defaults. The one
-    place where keyword options become a scorer."""
+    """The scorer a loss runs: `scorer`, or else the one of the keyword `options` (`SCORER_OPTIONS`, by
+    `Scorer.from_options`). With a scorer the options must stay at their defaults. The one place where keyword
+    options become a scorer. (`spec` and the option `logit_scale`: the old names of `scorer` and
+    `logit_multiplier`, with a FutureWarning.)"""
     for old, new in _OLD_NAMES.items():
         if old in options:
-            if new in options:
-                raise TypeError(f"give {new} or its old name {old}, not both")
             check_transform(options[old], None, old)
-            options[new] = options.pop(old)
+            options[new] = renamed_keyword("the margin losses", old, new, options.pop(old), options.get(new), None)
     unknown = set(options) - set(SCORER_OPTIONS)
     if unknown:
-        allowed = ", ".join([*SCORER_OPTIONS, *_OLD_NAMES])
+        allowed = ", ".join(SCORER_OPTIONS)
         raise TypeError(f"unexpected margin option(s) {', '.join(sorted(unknown))}; allowed: {allowed}")
-    if scorer is not None and spec is not None:
-        raise TypeError("give scorer or its old name spec, not both")
-    given, name = (scorer, "scorer") if spec is None else (spec, "spec")
+    if spec is not None:
+        scorer = renamed_keyword("the margin losses", "spec", "scorer", spec, scorer, None)
+    given, name = scorer, "scorer"
     if given is None:
         return Scorer.from_options(**options)
     if not isinstance(given, Scorer):
@@ -746,15 +746,6 @@ def resolve_scorer(scorer: Scorer | None = None, *, spec: Scorer | None = None, 
                 key, value, f"must be left at its default ({default!r}) when {name} is given ({name}={given!r})"
             )
     return given
-
-
-def MarginSpec(*args, logit_scale: float = 1.0, **options) -> Scorer:
-    """The `Scorer` of these options: the old name of `Scorer.from_options`, with its argument order (margin, m,
-    scale, word_norm, context_norm, gain, logit_scale, softcap); `logit_scale` is `logit_multiplier`."""
-    if len(args) > 6:  # logit_scale (and softcap) given by position
-        logit_scale, options = args[6], {**options, **dict(zip(["softcap"], args[7:], strict=False))}
-    check_transform(logit_scale, None, "logit_scale")
-    return Scorer.from_options(*args[:6], logit_multiplier=logit_scale, **options)
 
 
 def validate_margin_options(
@@ -772,3 +763,6 @@ def validate_margin_options(
     `ValueError` for word counts of the wrong shape or with negative / non-finite entries."""
     scorer = Scorer.from_options(margin, m, scale, word_norm, context_norm)
     check_word_counts(scorer.word_norm, word_counts, vocab_size, counts_required and scorer.needs_counts)
+
+
+__getattr__ = moved_names("hf_heads.losses.scorer")  # MarginSpec (hf_heads.compat)
