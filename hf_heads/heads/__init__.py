@@ -1,11 +1,12 @@
 """Output layers, one module per family: softmax, sparse, margin, sampled (discrete: hf_heads.heads.discrete) and
 continuous. Each family module holds its options dataclass and its head class and registers them
-(hf_heads.heads.registry); `make_head` builds the head of a head section."""
+(hf_heads.heads.registry); `make_head` builds the head of a head section, and each options class's `reference`
+(over a `ReferenceBatch`) is the family's naive loss the contract suite holds the head to."""
 
 from hf_heads.compat import moved_names
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.discrete import DiscreteHead
-from hf_heads.heads.options import CHECKPOINT_OPTIONS, HeadOptions
+from hf_heads.heads.options import CHECKPOINT_OPTIONS, HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import FAMILIES, family, head_dict, head_options, make_head
 
 # Each family module registers itself on import: this order is the order of help texts and error messages.
@@ -27,6 +28,7 @@ __all__ = [
     "MarginHead",
     "MarginHeadOptions",
     "OutputHead",
+    "ReferenceBatch",
     "SampledHead",
     "SampledHeadOptions",
     "SoftmaxHead",
