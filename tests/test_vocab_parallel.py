@@ -62,12 +62,13 @@ TOP_K = (2, 5)  # the same-pass top-k accuracy counts: the targets' ranks
 
 def test_two_processes_with_a_vocabulary_sharded_head_match_one_process(tmp_path):
     result = run_workers(__file__, WORLD, tmp_path, TIMEOUT)
-    assert set(result) == set(HEADS) | {f"refused: {name}" for name in REFUSED} | {"causal LM", "exact ties"}
+    others = {"causal LM", "exact ties", "float64 gradcheck"}
+    assert set(result) == set(HEADS) | {f"refused: {name}" for name in REFUSED} | others
     for name, checks in result.items():
         if name.startswith("refused"):
             assert checks == "refused", f"{name}: {checks}"
             continue
-        if name not in ("causal LM", "exact ties"):
+        if name not in others:
             assert {"train loss", "train grad hidden", "train grad weight", "eval loss"} <= set(checks)
             assert "accuracy" in checks or name.startswith("sampled")
         for what, (abs_diff, rel_diff) in checks.items():
@@ -224,6 +225,47 @@ def _model(mesh) -> dict[str, list[float]]:
     return checks
 
 
+def _gradcheck(mesh) -> dict[str, list[float]]:
+    """float64 gradcheck of the sharded cross-entropy in the inputs every process holds whole, the hidden states and
+    a replaced target logit (a margin's), for the gradient computed in the forward pass ("mean", "sum") and for the
+    recomputed one ("none"), with a column scale (a word norm's), top-k, label smoothing, soft-cap, z-loss and class
+    weights; [0, 0] where it passes, [1, 1] where it does not. (The gradients of W, b and the column scale are each
+    process's rows: they are checked against one process in `_check`.)"""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from hf_heads.losses import fused_linear_cross_entropy
+
+    gen = torch.Generator().manual_seed(9)
+    n = 7
+    w = distribute_tensor(torch.randn(V, H, generator=gen, dtype=torch.float64) * 0.3, mesh, [Shard(0)])  # p ~ 1/V
+    h = torch.randn(n, H, generator=gen, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(n, generator=gen, dtype=torch.float64, requires_grad=True)
+    s = torch.rand(V, generator=gen, dtype=torch.float64) + 0.5
+    b = torch.randn(V, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, V, (n,), generator=gen)
+    y[2] = -100
+    weights = torch.rand(V, generator=gen, dtype=torch.float64) + 0.2
+    settings = {
+        "plain": {},
+        "top-k smoothing soft-cap": {"top_k": 5, "label_smoothing": 0.1, "softcap": 3.0},
+        "z-loss class weights": {"z_loss": 0.1, "class_weight": weights},
+    }
+    checks = {}
+    for name, options in settings.items():
+        for reduction in ("mean", "sum", "none"):
+
+            def loss(h_, t_, reduction=reduction, options=options):
+                out = fused_linear_cross_entropy(
+                    h_, w, b, y, target_logit=t_, column_scale=s, reduction=reduction, chunk_size=3, **options
+                )
+                return out if reduction != "none" else (out * torch.arange(1.0, n + 1, dtype=out.dtype)).sum()
+
+            torch.manual_seed(0)  # fast mode's random directions: the same on every process
+            passed = torch.autograd.gradcheck(loss, (h, t), fast_mode=True, raise_exception=False)
+            checks[f"gradcheck {name} {reduction}"] = [0.0, 0.0] if passed else [1.0, 1.0]
+    return checks
+
+
 def _tied(mesh) -> str:
     from conftest import tiny_llama_config
 
@@ -265,6 +307,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     results["refused: reduction avg"] = _refused({"family": "margin"}, mesh, counts, rank, False, reduction="avg")
     results["causal LM"] = worst_over_ranks(_model(mesh))
     results["exact ties"] = worst_over_ranks(_ties(mesh))
+    results["float64 gradcheck"] = worst_over_ranks(_gradcheck(mesh))
     results["refused: tied model"] = _tied(mesh)
     finish(results, rank, out_file)
 

@@ -68,6 +68,8 @@ from hf_heads.losses.transforms import check_transform
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
     reduce_sharded,
+    sharded_cross_entropy,
+    sharded_row_weights,
     sharded_rows,
     vocab_parallel_rows,
     vocab_shard,
@@ -607,15 +609,28 @@ def sharded_loss(
         check_class_weight(class_weight, shard.num_classes, label_smoothing)
     h, y, valid = rows
     want_pred = 2 if return_target_rank else int(return_predictions)
-    losses, lse, pred, ent = vocab_parallel_rows(
-        h, y, shard, bias, target_logit=None if target_logit is None else target_logit.reshape(-1),
-        column_scale=column_scale, top_k=top_k, label_smoothing=label_smoothing, softcap=softcap,
-        want_pred=want_pred, chunk_size=chunk_size, criterion=criterion, want_ent=return_entropy,
-    )  # fmt: skip
-    loss, z_term = reduce_sharded(
-        losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch, z_loss=z_loss,
-        class_weight=class_weight,
-    )  # fmt: skip
+    target_logit = None if target_logit is None else target_logit.reshape(-1)
+    if torch.is_grad_enabled() and criterion == "ce" and reduction != "none" and not return_entropy:
+        # a training step: the row weights of the reduction are known, so each chunk's gradient is computed in the
+        # forward pass (no chunk recomputed in the backward)
+        weights, z_weights = sharded_row_weights(
+            y, valid, class_weight, z_loss, reduction, num_items_in_batch, compute_dtype(h)
+        )
+        loss, lse, pred = sharded_cross_entropy(
+            h, y, shard, bias, weights, z_weights, target_logit=target_logit, column_scale=column_scale,
+            top_k=top_k, label_smoothing=label_smoothing, softcap=softcap, want_pred=want_pred, chunk_size=chunk_size,
+        )  # fmt: skip
+        z_term, ent = (z_weights * lse.square()).sum(), None
+    else:
+        losses, lse, pred, ent = vocab_parallel_rows(
+            h, y, shard, bias, target_logit=target_logit, column_scale=column_scale, top_k=top_k,
+            label_smoothing=label_smoothing, softcap=softcap, want_pred=want_pred, chunk_size=chunk_size,
+            criterion=criterion, want_ent=return_entropy,
+        )  # fmt: skip
+        loss, z_term = reduce_sharded(
+            losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch, z_loss=z_loss,
+            class_weight=class_weight,
+        )  # fmt: skip
     loss = loss.to(out_dtype)
     if not (return_z_loss or want_pred or return_entropy):
         return loss

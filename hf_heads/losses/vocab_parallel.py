@@ -331,10 +331,10 @@ def _chunk_losses(
         if want_pred > 1:  # the rank of the target's own logit (before a margin replaces it)
             pred = torch.cat([pred, _target_rank(z.detach(), y, own.detach(), shard)[:, None]], dim=1)  # (n, 2)
     ent = z.new_empty(0)
-    if t is not None:
-        t = soft_cap(t, softcap)
+    if t is not None:  # the same on every process: its gradient is the owner's, summed over them by `copy_in`
+        t = soft_cap(copy_in(t, shard), softcap)
         z = z.scatter(1, column, torch.where(inside, t, z.gather(1, column).squeeze(1))[:, None])
-        z_y = t  # the same on every process
+        z_y = reduce_sum(torch.where(inside, t, 0.0), shard)
     else:
         z_y = own  # (n,)
     if criterion == "bce":  # Σ_c softplus(z_c) − z_y
@@ -361,6 +361,137 @@ def _chunk_losses(
     if want_ent:
         ent = _ShardedEntropy.apply(kept, lse.detach(), shard.group)
     return loss, lse, pred, ent
+
+
+class _ShardedCrossEntropy(torch.autograd.Function):
+    """Σ_i w_i · loss_i + v_i · lse_i² of every row's softmax cross-entropy over every process, with each chunk's
+    gradient computed in the forward pass (no chunk recomputed in the backward, as the one-process fused loss):
+    the per-row weights w (class weight over the mean's divisor, 0 on ignored rows) and v (λ of the z-loss over its
+    divisor) are known before the pass, so d L / d z_ic = w_i (p_ic − (1 − ε) δ_ic − ε [c ∈ S_i] / |S_i|) +
+    2 v_i lse_i p_ic, p over the row's support S_i (its top k with `top_k`), is taken through the soft-cap and into
+    this process's d h (its classes' share: `copy_in` sums them), d W_r, d b_r, d s_r and d t (the target's replaced
+    logit, from the process holding the label). Forward also returns each row's lse (no gradient) and the
+    predictions of `_chunk_losses` (`want_pred`)."""
+
+    @staticmethod
+    def forward(ctx, h, w, b, s, t, y, weights, z_weights, shard, top_k, smooth, softcap, want_pred, step):
+        n_rows = h.shape[0]
+        grad_h, grad_w = torch.empty_like(h), torch.zeros_like(w)
+        grad_b = None if b is None else torch.zeros_like(b)
+        grad_s = None if s is None else torch.zeros_like(s)
+        grad_t = None if t is None else torch.zeros_like(t)
+        lse_all = h.new_empty(n_rows)
+        pred_all = y.new_empty(n_rows, want_pred)
+        total = h.new_zeros(())
+        for start in range(0, n_rows, step):
+            rows = slice(start, start + step)
+            h_c, y_c, a, v = h[rows], y[rows], weights[rows], z_weights[rows]
+            raw = h_c @ w.T  # (n, V_r); kept apart only for d s
+            z = raw if s is None else raw * s  # (n, V_r), overwritten in place from here
+            if b is not None:
+                z.add_(b)
+            if softcap is not None:  # z' = cap · tanh(z / cap)
+                z.div_(softcap).tanh_().mul_(softcap)
+            inside, column = shard.holds(y_c)
+            column = column[:, None]  # (n, 1)
+            own = torch.where(inside, z.gather(1, column).squeeze(1), 0.0)
+            dist.all_reduce(own, group=shard.group)  # (n,) the target's own logit, the owner's
+            if want_pred:
+                pred = _argmax(z, shard)[:, None]
+                if want_pred > 1:
+                    pred = torch.cat([pred, _target_rank(z, y_c, own, shard)[:, None]], dim=1)
+                pred_all[rows] = pred
+            z_y = own
+            if t is not None:
+                t_c = t[rows] if softcap is None else softcap * torch.tanh(t[rows] / softcap)
+                z.scatter_(1, column, torch.where(inside, t_c, z.gather(1, column).squeeze(1))[:, None])
+                z_y = t_c
+            kept, support, outside = z, shard.num_classes, None
+            if top_k is not None and top_k < shard.num_classes:
+                floor = _global_top_k_floor(z, top_k, shard)  # (n,)
+                outside, support = z < floor[:, None], top_k  # (n, V_r) the logits outside the support
+                kept = z.masked_fill(outside, -torch.inf)
+            m = kept.max(dim=1).values
+            dist.all_reduce(m, op=dist.ReduceOp.MAX, group=shard.group)
+            m = torch.where(torch.isfinite(m), m, 0.0)
+            grad_z = torch.sub(kept, m[:, None]).exp_()  # (n, V_r): exp(z − m), 0 outside the support
+            sums = torch.stack([grad_z.sum(1), kept.sum(1) if outside is None else z.masked_fill(outside, 0.0).sum(1)])
+            dist.all_reduce(sums, group=shard.group)  # (2, n): Σ exp(z − m) and Σ z over the support
+            lse = m + torch.log(sums[0])  # (n,)
+            loss = lse - z_y
+            if smooth:
+                loss = (1 - smooth) * loss + smooth * (lse - sums[1] / support)
+            counted = a != 0
+            total = total + torch.where(counted, a * loss, 0.0).sum()
+            total = total + torch.where(v != 0, v * lse.square(), 0.0).sum()
+            lse_all[rows] = lse
+            # d L / d z (n, V_r) of this process's classes: p (a + 2 v lse) − a ε / |S| on S, − a (1 − ε) at the label
+            grad_z.mul_(((a + 2 * v * lse) / sums[0])[:, None])
+            if smooth:
+                step_down = (a * (smooth / support))[:, None]
+                grad_z.sub_(step_down if outside is None else step_down * ~outside)
+            hit = torch.where(inside & counted, -(1 - smooth) * a, 0.0)
+            grad_z.scatter_add_(1, column, hit[:, None])
+            grad_z.masked_fill_(~(counted | (v != 0))[:, None], 0.0)  # ignored rows (their p may not be finite)
+            if t is not None:  # the replaced entry's gradient goes to t (through the cap), not to the product
+                d_target = torch.where(inside, grad_z.gather(1, column).squeeze(1), 0.0)
+                if softcap is not None:
+                    d_target = d_target * (1 - (t_c / softcap).square())
+                grad_t[rows] = d_target
+                grad_z.scatter_(1, column, torch.where(inside, 0.0, grad_z.gather(1, column).squeeze(1))[:, None])
+            if softcap is not None:  # through z' = cap · tanh(z / cap): 1 − (z' / cap)² (a replaced entry's is 0)
+                grad_z.mul_(z.div_(softcap).square_().neg_().add_(1.0))
+            del z, kept
+            if b is not None:
+                grad_b += grad_z.sum(0)
+            if s is not None:
+                grad_s += raw.mul_(grad_z).sum(0)
+                grad_z.mul_(s)
+            del raw
+            grad_h[rows] = grad_z @ w
+            grad_w.addmm_(grad_z.T, h_c)
+        if grad_t is not None:  # t is the same on every process: its gradient, the owner's entries, on all of them
+            dist.all_reduce(grad_t, group=shard.group)
+        ctx.save_for_backward(grad_h, grad_w, grad_b, grad_s, grad_t)
+        ctx.mark_non_differentiable(lse_all, pred_all)
+        return total, lse_all, pred_all
+
+    @staticmethod
+    def backward(ctx, grad, *unused):  # unused: the lse and predictions, outputs without a gradient
+        grads = tuple(None if g is None else g * grad for g in ctx.saved_tensors)
+        return (*grads, None, None, None, None, None, None, None, None, None)
+
+
+def sharded_cross_entropy(
+    h: torch.Tensor,
+    y: torch.Tensor,
+    shard: VocabShard,
+    bias: torch.Tensor | None,
+    weights: torch.Tensor,
+    z_weights: torch.Tensor,
+    *,
+    target_logit: torch.Tensor | None = None,
+    column_scale: torch.Tensor | None = None,
+    top_k: int | None = None,
+    label_smoothing: float = 0.0,
+    softcap: float | None = None,
+    want_pred: int = 0,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Σ_i weights_i · loss_i + z_weights_i · lse_i² (), lse (N,), predictions (N, want_pred)) of the rows h (N,
+    H) (through `copy_in`), y (N,): the cross-entropy of `_chunk_losses` reduced with per-row weights known before
+    the pass (the "mean" and "sum" reductions, class weights, z-loss), its gradient computed chunk by chunk in the
+    forward pass (`_ShardedCrossEntropy`) instead of recomputing each chunk in the backward."""
+    compute = compute_dtype(h, shard.local)
+    w = shard.local.to(compute)
+    b = None if bias is None else bias.to(compute)
+    s = None if column_scale is None else column_scale.to(compute)
+    t = None if target_logit is None else target_logit.to(compute)
+    step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], device=h.device)
+    return _ShardedCrossEntropy.apply(
+        h.to(compute), w, b, s, t, y, weights.to(compute), z_weights.to(compute), shard, top_k, label_smoothing,
+        softcap, want_pred, step,
+    )  # fmt: skip
 
 
 def vocab_parallel_rows(
@@ -453,6 +584,31 @@ def reduce_sharded(
         weights = (class_weight.to(losses)[y] * counted).sum()
         ce_divisor = torch.where(weights > 0, weights, torch.ones_like(weights))
     return ce_sum / ce_divisor + z_sum / divisor, (z_sum / divisor).detach()
+
+
+def sharded_row_weights(
+    y: torch.Tensor,
+    valid: torch.Tensor,
+    class_weight: torch.Tensor | None,
+    z_loss: float,
+    reduction: str,
+    num_items_in_batch,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w (N,), v (N,)): the weights of each row's cross-entropy and of its λ lse² in the "mean" or "sum" that
+    `reduce_sharded` takes (class weight a[y_i] over Σ a[y_i] or `num_items_in_batch`, the z-loss over the row count
+    or `num_items_in_batch`; 0 on ignored rows), for a loss whose gradient is computed in the forward pass."""
+    counted = valid.to(dtype)
+    a = counted if class_weight is None else class_weight.to(device=y.device, dtype=dtype)[y] * counted
+    z = z_loss * counted
+    if reduction == "sum":
+        return a, z
+    divisor = mean_divisor(num_items_in_batch, valid.sum(), y.device)
+    ce_divisor = divisor
+    if class_weight is not None and num_items_in_batch is None:  # torch's Σ_i a[y_i]
+        total = a.sum()
+        ce_divisor = torch.where(total > 0, total, torch.ones_like(total))
+    return a / ce_divisor, z / divisor
 
 
 def margin_rows(
