@@ -230,7 +230,8 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
     a replaced target logit (a margin's), for the gradient computed in the forward pass ("mean", "sum") and for the
     recomputed one ("none"), with a column scale (a word norm's), top-k, label smoothing, soft-cap, z-loss and class
     weights; [0, 0] where it passes, [1, 1] where it does not. (The gradients of W, b and the column scale are each
-    process's rows: they are checked against one process in `_check`.)"""
+    process's rows: they are checked against one process in `_check`.) And the same losses without a gradient (the
+    chunks run once and are reduced apart) against one process with the whole W."""
     from torch.distributed.tensor import Shard, distribute_tensor
 
     from hf_heads.losses import fused_linear_cross_entropy
@@ -263,6 +264,14 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
             torch.manual_seed(0)  # fast mode's random directions: the same on every process
             passed = torch.autograd.gradcheck(loss, (h, t), fast_mode=True, raise_exception=False)
             checks[f"gradcheck {name} {reduction}"] = [0.0, 0.0] if passed else [1.0, 1.0]
+            whole = fused_linear_cross_entropy(
+                h, w.full_tensor(), b, y, target_logit=t, column_scale=s, reduction=reduction, **options
+            )
+            with torch.no_grad():  # without a gradient the chunks run once, reduced apart (`reduce_sharded`)
+                got = fused_linear_cross_entropy(
+                    h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=3, **options
+                )
+            checks[f"no gradient {name} {reduction}"] = diff(got, whole)
     return checks
 
 
