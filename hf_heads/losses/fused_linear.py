@@ -610,7 +610,9 @@ def sharded_loss(
     h, y, valid = rows
     want_pred = 2 if return_target_rank else int(return_predictions)
     target_logit = None if target_logit is None else target_logit.reshape(-1)
-    if torch.is_grad_enabled() and criterion == "ce" and reduction != "none" and not return_entropy:
+    inputs = (h, shard.local, bias, column_scale, target_logit)
+    wants_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
+    if wants_grad and criterion == "ce" and reduction != "none" and not return_entropy:
         # a training step: the row weights of the reduction are known, so each chunk's gradient is computed in the
         # forward pass (no chunk recomputed in the backward)
         weights, z_weights = sharded_row_weights(
