@@ -231,10 +231,11 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
     recomputed one ("none"), with a column scale (a word norm's), top-k, label smoothing, soft-cap, z-loss and class
     weights; [0, 0] where it passes, [1, 1] where it does not. (The gradients of W, b and the column scale are each
     process's rows: they are checked against one process in `_check`.) And the same losses without a gradient (the
-    chunks run once and are reduced apart) against one process with the whole W."""
+    chunks run once and are reduced apart) against one process with the whole W, and an unknown reduction refused."""
     from torch.distributed.tensor import Shard, distribute_tensor
 
     from hf_heads.losses import fused_linear_cross_entropy
+    from hf_heads.validation import OptionError
 
     gen = torch.Generator().manual_seed(9)
     n = 7
@@ -272,6 +273,12 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
                     h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=3, **options
                 )
             checks[f"no gradient {name} {reduction}"] = diff(got, whole)
+    try:  # the loss functions check the reduction themselves (a head's LossRows checks it before them)
+        fused_linear_cross_entropy(h, w, b, y, reduction="avg")
+        refused = False
+    except OptionError as error:
+        refused = "reduction='avg'" in str(error)
+    checks["unknown reduction refused"] = [0.0, 0.0] if refused else [1.0, 1.0]
     return checks
 
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import coerce, component_config, make_component
+from hf_heads.losses._rows import IGNORE_INDEX
 
 # metadata key of an options field whose value names a registered component: its kind (hf_heads.components, e.g.
 # "margin", "kernel"); a field whose default is None may be None (no component: e.g. the automatic chunk kernel)
@@ -40,7 +41,7 @@ class ReferenceBatch:
     counts: torch.Tensor | None = None  # (V,) the word counts given to `set_word_counts` (or `set_embedding_table`)
     table: torch.Tensor | None = None  # (V, d) the embedding table given to `set_embedding_table`, as given
     running: torch.Tensor | None = None  # () the running statistic of a batch-dependent context norm (evaluation)
-    ignore_index: int = -100
+    ignore_index: int = IGNORE_INDEX
 
     @property
     def valid(self) -> torch.Tensor:

@@ -44,6 +44,7 @@ import torch
 from hf_heads.compat import renamed_keyword
 from hf_heads.losses._rows import (
     autocast_off,
+    check_reduction,
     compute_dtype,
     gemm_dtype,
     host_reads_are_free,
@@ -605,6 +606,7 @@ def sharded_loss(
     """`fused_linear_cross_entropy` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
     `sharded_rows` (h, y, valid): the loss, or the `LinearCrossEntropyOutput` of `return_z_loss` /
     `return_predictions` / `return_target_rank` / `return_entropy`, with the same values as one process."""
+    check_reduction(reduction)
     if class_weight is not None:
         check_class_weight(class_weight, shard.num_classes, label_smoothing)
     h, y, valid = rows

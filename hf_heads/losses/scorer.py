@@ -734,18 +734,17 @@ def resolve_scorer(scorer: Scorer | None = None, *, spec: Scorer | None = None, 
         raise TypeError(f"unexpected margin option(s) {', '.join(sorted(unknown))}; allowed: {allowed}")
     if spec is not None:
         scorer = renamed_keyword("the margin losses", "spec", "scorer", spec, scorer, None)
-    given, name = scorer, "scorer"
-    if given is None:
+    if scorer is None:
         return Scorer.from_options(**options)
-    if not isinstance(given, Scorer):
-        raise TypeError(f"{name} must be a Scorer, got {type(given).__name__}")
+    if not isinstance(scorer, Scorer):
+        raise TypeError(f"scorer must be a Scorer, got {type(scorer).__name__}")
     for key, value in options.items():
         default = SCORER_OPTIONS[key]
         if value is not default and value != default:
             raise OptionError(
-                key, value, f"must be left at its default ({default!r}) when {name} is given ({name}={given!r})"
+                key, value, f"must be left at its default ({default!r}) when scorer is given (scorer={scorer!r})"
             )
-    return given
+    return scorer
 
 
 def validate_margin_options(

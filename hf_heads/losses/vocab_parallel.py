@@ -54,7 +54,6 @@ from torch.utils.checkpoint import checkpoint
 from hf_heads.components import REGISTRIES
 from hf_heads.losses._rows import (
     check_labels,
-    check_reduction,
     compute_dtype,
     host_reads_are_free,
     mean_divisor,
@@ -482,16 +481,21 @@ def sharded_cross_entropy(
     H) (through `copy_in`), y (N,): the cross-entropy of `_chunk_losses` reduced with per-row weights known before
     the pass (the "mean" and "sum" reductions, class weights, z-loss), its gradient computed chunk by chunk in the
     forward pass (`_ShardedCrossEntropy`) instead of recomputing each chunk in the backward."""
+    compute, h, w, b, s, step = _local_operands(h, shard, bias, column_scale, chunk_size)
+    t = None if target_logit is None else target_logit.to(compute)
+    return _ShardedCrossEntropy.apply(
+        h, w, b, s, t, y, weights.to(compute), z_weights.to(compute), shard, top_k, label_smoothing, softcap,
+        want_pred, step,
+    )  # fmt: skip
+
+
+def _local_operands(h, shard: VocabShard, bias, column_scale, chunk_size: int | None):
+    """(compute dtype, h, this process's W_r, b_r and s_r in it, rows per chunk) of a sharded loss's rows."""
     compute = compute_dtype(h, shard.local)
-    w = shard.local.to(compute)
     b = None if bias is None else bias.to(compute)
     s = None if column_scale is None else column_scale.to(compute)
-    t = None if target_logit is None else target_logit.to(compute)
     step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], device=h.device)
-    return _ShardedCrossEntropy.apply(
-        h.to(compute), w, b, s, t, y, weights.to(compute), z_weights.to(compute), shard, top_k, label_smoothing,
-        softcap, want_pred, step,
-    )  # fmt: skip
+    return compute, h.to(compute), shard.local.to(compute), b, s, step
 
 
 def vocab_parallel_rows(
@@ -515,12 +519,7 @@ def vocab_parallel_rows(
     of the rows h (N, H) (through `copy_in`), y (N,) valid ids (`_chunk_losses`), one chunk of rows at a time; in
     training each chunk is recomputed in the backward pass (`torch.utils.checkpoint`), so no (N, V_r) block outlives
     its chunk."""
-    compute = compute_dtype(h, shard.local)
-    w = shard.local.to(compute)
-    b = None if bias is None else bias.to(compute)
-    s = None if column_scale is None else column_scale.to(compute)
-    h = h.to(compute)
-    step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], device=h.device)
+    compute, h, w, b, s, step = _local_operands(h, shard, bias, column_scale, chunk_size)
     outs = []
     for start in range(0, h.shape[0], step):
         rows = slice(start, start + step)
@@ -568,22 +567,16 @@ def reduce_sharded(
     """(loss, z-loss term) of the rows' cross-entropies as `fused_linear_cross_entropy` reduces them: a[y_i] · loss_i
     + λ lse_i²; "mean" divides the weighted sum by Σ a[y_i] (torch's normalisation) or `num_items_in_batch`, the
     z-loss by the row count or `num_items_in_batch`."""
-    check_reduction(reduction)
-    counted = valid.to(losses.dtype)
-    rows = losses if class_weight is None else losses * class_weight.to(losses)[y]
-    z_rows = z_loss * lse.square() if z_loss else torch.zeros_like(losses)
     if reduction == "none":
+        rows = losses if class_weight is None else losses * class_weight.to(losses)[y]
+        z_rows = z_loss * lse.square() if z_loss else torch.zeros_like(losses)
         total = reduce_rows(rows + z_rows, valid, target_shape, "none", keep=valid)
         return total, reduce_rows(z_rows.detach(), valid, target_shape, "none", keep=valid)
-    ce_sum, z_sum = (rows * counted).sum(), (z_rows * counted).sum()
-    if reduction == "sum":
-        return ce_sum + z_sum, z_sum.detach()
-    divisor = mean_divisor(num_items_in_batch, valid.sum(), losses.device)
-    ce_divisor = divisor
-    if class_weight is not None and num_items_in_batch is None:  # torch's Σ_i a[y_i]
-        weights = (class_weight.to(losses)[y] * counted).sum()
-        ce_divisor = torch.where(weights > 0, weights, torch.ones_like(weights))
-    return ce_sum / ce_divisor + z_sum / divisor, (z_sum / divisor).detach()
+    weights, z_weights = sharded_row_weights(
+        y, valid, class_weight, z_loss, reduction, num_items_in_batch, losses.dtype
+    )
+    z_term = torch.where(valid, z_weights * lse.square(), 0.0).sum()
+    return torch.where(valid, weights * losses, 0.0).sum() + z_term, z_term.detach()
 
 
 def sharded_row_weights(
@@ -595,9 +588,10 @@ def sharded_row_weights(
     num_items_in_batch,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(w (N,), v (N,)): the weights of each row's cross-entropy and of its λ lse² in the "mean" or "sum" that
-    `reduce_sharded` takes (class weight a[y_i] over Σ a[y_i] or `num_items_in_batch`, the z-loss over the row count
-    or `num_items_in_batch`; 0 on ignored rows), for a loss whose gradient is computed in the forward pass."""
+    """(w (N,), v (N,)): the weights of each row's cross-entropy and of its λ lse² in the "mean" or "sum" of a sharded
+    loss (class weight a[y_i] over Σ a[y_i] or `num_items_in_batch`, the z-loss over the row count or
+    `num_items_in_batch`; 0 on ignored rows): `reduce_sharded`'s, and the row weights of the loss whose gradient is
+    computed in the forward pass."""
     counted = valid.to(dtype)
     a = counted if class_weight is None else class_weight.to(device=y.device, dtype=dtype)[y] * counted
     z = z_loss * counted
