@@ -89,11 +89,13 @@ def ce_rows(
     z_sum = total
     z_y = total
     x_sum = total  # Σ_c exp(x_c − m) x_c, rescaled with m (ENT): its ratio to `total` is Σ_c p_c x_c
-    # PRED and RANK keep one accumulator per lane, reduced once after the loop (no reduction per tile): each lane's
-    # running maximum and its first column (a later tile replaces only when strictly greater), and each lane's count
-    # of the classes before the target in the argmax order (larger, or equal at a lower index)
-    best = zeros - float("inf")
-    best_col = offsets
+    # PRED keeps the largest tile maximum and that tile's first column (a later tile wins only when strictly greater:
+    # the first tile holding the row's maximum), and reads that one tile again after the loop for its lowest column
+    # holding the maximum: no per-lane accumulator and no reduction of its own where the log-sum-exp's tile maximum
+    # serves. RANK keeps one count per lane of the classes before the target in the argmax order (larger, or equal at
+    # a lower index), reduced once after the loop
+    best = m
+    best_start = tl.sum(offsets * 0, 0)
     ahead_count = tl.zeros([BLOCK], dtype=tl.int32)
     if RANK:  # the target's own logit, as its tile reads it (the same elementwise math: equal bit for bit)
         own = tl.max(_tile(z_row, y + offsets * 0, offsets == 0, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S), 0)
@@ -101,17 +103,18 @@ def ce_rows(
         cols = start + offsets
         mask = cols < num_classes
         x = _tile(z_row, cols, mask, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S)
-        if PRED:  # on the target's own logit; padding lanes (-inf) never replace
-            take = x > best
-            best_col = tl.where(take, cols, best_col)
-            best = tl.where(take, x, best)
+        top = tl.max(x, 0)  # the tile's maximum on the target's own logit (PRED), and the log-sum-exp's without t
+        if PRED:  # padding lanes (-inf) never win
+            best_start = tl.where(top > best, start, best_start)
+            best = tl.maximum(best, top)
         if RANK:
             ahead = tl.where(cols < y, x >= own, x > own)  # padding lanes (-inf, at cols >= V > y) never count
             ahead_count += ahead.to(tl.int32)
         if HAS_T:
             x = tl.where(cols == y, t, x)
+            top = tl.max(x, 0)
         if CRITERION == 0:
-            m_new = tl.maximum(m, tl.max(x, 0))
+            m_new = tl.maximum(m, top)
             if ENT:  # padding lanes (x = -inf) add 0, not exp(-inf) · -inf
                 x_sum = x_sum * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new) * tl.where(mask, x, 0.0), 0)
             total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
@@ -129,9 +132,12 @@ def ce_rows(
         tl.store(lse_ptr + row, lse)
     if ENT:
         tl.store(ent_ptr + row, lse - mean_x)
-    if PRED:  # the largest lane maximum, and the lowest column among the lanes that hold it (a tie's lowest index)
-        top = tl.max(best, 0)
-        tl.store(pred_ptr + (1 + RANK) * row, tl.min(tl.where(best == top, best_col, num_classes), 0).to(tl.int64))
+    if PRED:  # the winning tile again (the same elementwise math: equal bit for bit), its lowest column at the
+        # maximum (a tie's lowest index); none there (a row of NaN): column 0
+        cols = best_start + offsets
+        x = _tile(z_row, cols, cols < num_classes, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S)
+        first = tl.min(tl.where(x == best, cols, num_classes), 0)
+        tl.store(pred_ptr + (1 + RANK) * row, tl.where(first < num_classes, first, 0).to(tl.int64))
     if RANK:
         tl.store(pred_ptr + 2 * row + 1, tl.sum(ahead_count, 0).to(tl.int64))
     if CRITERION == 0:
