@@ -220,15 +220,27 @@ MUTANTS: list[Mutant] = [
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[compiled-target-logit-softcap-"
                 "smoothing]"),
       "the compiled kernel predicts from the logits with the margin's replaced target"),
-    m("triton-pred-later-tile-wins-a-tie", "losses/_triton_rows.py", "take = x > best",
-      "take = x >= best",
+    m("triton-pred-later-tile-wins-a-tie", "losses/_triton_rows.py",
+      "best_start = tl.where(top > best, start, best_start)",
+      "best_start = tl.where(top >= best, start, best_start)",
       selection(f"{T}::test_an_exact_tie_predicts_the_lowest_index_as_argmax_does[triton-float32]"),
       "the Triton kernel's prediction takes the later of two tied columns across tiles"),
     m("triton-pred-highest-column-in-a-tile", "losses/_triton_rows.py",
-      "tl.min(tl.where(best == top, best_col, num_classes), 0)",
-      "tl.max(tl.where(best == top, best_col, -1), 0)",
+      "first = tl.min(tl.where(x == best, cols, num_classes), 0)",
+      "first = tl.max(tl.where(x == best, cols, -1), 0)",
       selection(f"{T}::test_an_exact_tie_predicts_the_lowest_index_as_argmax_does[triton-float32]"),
-      "the Triton kernel's prediction takes the highest of the lanes' tied columns"),
+      "the Triton kernel's prediction takes the highest of the winning tile's tied columns"),
+    m("triton-pred-after-margin", "losses/_triton_rows.py",
+      "        if PRED:  # padding lanes (-inf) never win\n"
+      "            best_start = tl.where(top > best, start, best_start)\n"
+      "            best = tl.maximum(best, top)\n",
+      "        if PRED and not HAS_T:  # padding lanes (-inf) never win\n"
+      "            best_start = tl.where(top > best, start, best_start)\n            best = tl.maximum(best, top)\n"
+      "        if PRED and HAS_T:\n            x = tl.where(cols == y, t, x)\n            top = tl.max(x, 0)\n"
+      "            best_start = tl.where(top > best, start, best_start)\n            best = tl.maximum(best, top)\n",
+      selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[triton-target-logit-softcap-"
+                "smoothing]"),
+      "the Triton kernel predicts from the logits with the margin's replaced target"),
     m("predictions-of-ignored-rows-zero", "losses/fused_linear.py",
       "return values.new_full((valid.numel(),), fill).masked_scatter(",
       "return values.new_zeros((valid.numel(),)).masked_scatter(",
@@ -250,9 +262,9 @@ MUTANTS: list[Mutant] = [
       selection(f"{T}::test_an_exact_tie_predicts_the_lowest_index_as_argmax_does[triton-float32]"),
       "the Triton kernel ranks a label tied with a lower index first"),
     m("triton-rank-counts-the-margin", "losses/_triton_rows.py",
-      "        if HAS_T:\n            x = tl.where(cols == y, t, x)\n        if CRITERION == 0:\n            m_new",
-      "        if HAS_T:\n            x = tl.where(cols == y, t, x)\n            own = t\n"
-      "        if CRITERION == 0:\n            m_new",
+      "        if HAS_T:\n            x = tl.where(cols == y, t, x)\n            top = tl.max(x, 0)\n",
+      "        if HAS_T:\n            x = tl.where(cols == y, t, x)\n            top = tl.max(x, 0)\n"
+      "            own = t\n",
       selection(f"{T}::test_predictions_and_token_accuracy_come_from_the_training_pass[triton-target-logit-softcap-"
                 "smoothing]"),
       "the Triton kernel ranks the label by its replaced (margin) logit from the second tile on"),
