@@ -13,8 +13,9 @@ column scale s and the bias b cost no pass of their own over the block):
    to d t_i when the target logit was replaced.
 
 Pass 1 also keeps each row's maximum over the target's own logit and the first tile holding it (read again after
-the loop for the lowest column at that maximum: the prediction, `pred`), counts the classes ahead of the target's own logit (its rank: larger, or equal at a lower index) and writes the
-log-sum-exp (`lse`); with the z-loss λ, pass 2's p_ic carries the factor r_i + 2λ u_i lse_i. So the
+the loop for the lowest column at that maximum: the prediction, `pred`), counts the classes ahead of the target's own
+logit (its rank: larger, or equal at a lower index) and writes the log-sum-exp (`lse`); with the z-loss λ, pass 2's
+p_ic carries the factor r_i + 2λ u_i lse_i. So the
 (n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain of
 PyTorch passes. The loss is
 lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling
