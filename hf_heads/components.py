@@ -40,11 +40,15 @@ import dataclasses
 import inspect
 import json
 import typing
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hf_heads.validation import OptionError, check_number
 
 KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise", "continuous_loss", "kernel")
+# kinds whose registry lives above this floor, registered through the same `register(kind)`: {kind: the decorator
+# its registry's module installs when it is imported} ("family": hf_heads.heads.registry, a head class and its options)
+KIND_HOOKS: dict[str, Callable[[type], type]] = {}
 REGISTRIES: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}  # kind -> {name: class}, registration order
 _BASES: dict[str, type] = {}  # kind -> its base class (set by `component_base`)
 
@@ -143,9 +147,13 @@ def component_base(kind: str, requires: str = REFERENCE):
 def register(kind: str):
     """Class decorator: register the component class `cls` (a dataclass subclass of the kind's base with a `name`
     and its reference defined) under `cls.name`, so a config or a flag names it. Registering again the same class
-    (a module imported twice, e.g. as a saved copy) keeps the first; another class under a taken name is an error."""
+    (a module imported twice, e.g. as a saved copy) keeps the first; another class under a taken name is an error.
+    `register("family")` registers a head family instead: a head class with its options class
+    (hf_heads.heads.registry.register_head)."""
+    if kind in KIND_HOOKS:
+        return KIND_HOOKS[kind]
     if kind not in KINDS:
-        raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+        raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join((*KINDS, *KIND_HOOKS))}")
 
     def decorate(cls: type) -> type:
         base = _BASES.get(kind)

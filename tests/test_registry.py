@@ -1,5 +1,5 @@
-"""The head-family registry: a family is its head module plus one `register_family` line, and nothing outside
-hf_heads/heads dispatches on a family's name or type."""
+"""The head-family registry: a family is its head module, its head class registered with `register("family")`, and
+nothing outside hf_heads/heads dispatches on a family's name or type."""
 
 import ast
 import re
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from conftest import family_heads, tiny_gpt2_config
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.components import register
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
@@ -36,7 +37,9 @@ class TemperatureHeadOptions(SoftmaxHeadOptions):
         return self.reference_loss(z, batch), z
 
 
-class TemperatureHead(SoftmaxHead):
+class TemperatureHead(SoftmaxHead):  # registered by the fixture below (the decorator's call, undone after)
+    family = "temperature"
+    options_class = TemperatureHeadOptions
     paper = "a toy family of the registry test"
     logits_note = "the logits divided by the temperature"
 
@@ -52,7 +55,7 @@ class TemperatureHead(SoftmaxHead):
 
 @pytest.fixture
 def temperature_family():
-    register_family("temperature", TemperatureHeadOptions, TemperatureHead)
+    assert register("family")(TemperatureHead) is TemperatureHead  # `@register("family")` on the class
     yield
     del FAMILIES["temperature"]
 
@@ -122,6 +125,28 @@ def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
 def test_registering_a_family_twice_is_refused():
     with pytest.raises(ValueError, match="'softmax' is already registered"):
         register_family("softmax", SoftmaxHeadOptions, SoftmaxHead)
+    with pytest.raises(ValueError, match="'softmax' is already registered"):
+        register("family")(SoftmaxHead)
+
+
+def test_a_family_registers_with_the_components_decorator_and_names_its_own_family_and_options():
+    """Every built-in family is a head class registered with `register("family")`, the decorator of every component
+    kind, naming its family and its options class in its own body; a subclass that inherits them (it would register
+    its parent again), or a class without them, is refused with both named."""
+    for name, entry in FAMILIES.items():
+        assert entry.head.__dict__["family"] == name and entry.head.__dict__["options_class"] is entry.options
+    inherits = type("Hotter", (TemperatureHead,), {})
+    with pytest.raises(TypeError, match=r"sets its own `family`.* Hotter has family=None, options_class=None"):
+        register("family")(inherits)
+    named = type("Named", (TemperatureHead,), {"family": "named"})
+    with pytest.raises(TypeError, match=r"Named has family='named', options_class=None"):
+        register("family")(named)
+    not_options = type("Odd", (TemperatureHead,), {"family": "odd", "options_class": dict})
+    with pytest.raises(TypeError, match=r"a HeadOptions dataclass"):
+        register("family")(not_options)
+    assert not {"named", "odd"} & set(FAMILIES)
+    with pytest.raises(ValueError, match=r"unknown component kind 'famly'; kinds: margin, .*, kernel, family"):
+        register("famly")
 
 
 def test_options_coerce_what_json_and_the_command_line_change():

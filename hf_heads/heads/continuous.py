@@ -43,10 +43,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_heads.components import REGISTRIES, component_config, make_component
+from hf_heads.components import REGISTRIES, component_config, make_component, register
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.options import COMPONENT, HeadOptions, ReferenceBatch
-from hf_heads.heads.registry import register_family
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
 from hf_heads.losses.continuous import nearest_neighbour_diagnostics
 from hf_heads.losses.continuous_losses import ContinuousBatch
@@ -260,8 +259,12 @@ class ContinuousHeadOptions(HeadOptions):
         return f"continuous {self.component('loss').describe()}{centred}{table}{vocab}"
 
 
+@register("family")
 class ContinuousHead(OutputHead):
     """Output layer predicting a d-dim embedding for each of the V words of the vocabulary (see module doc)."""
+
+    family = "continuous"
+    options_class = ContinuousHeadOptions
 
     paper = (
         "Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output Machine "
@@ -455,6 +458,3 @@ class ContinuousHead(OutputHead):
         if self.options.learn_logit_scale:
             out["head/logit_scale"] = float(self.logit_scale)
         return {k: v for k, v in out.items() if v == v}
-
-
-register_family("continuous", ContinuousHeadOptions, ContinuousHead)

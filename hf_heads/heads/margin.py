@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.components import component_config
+from hf_heads.components import component_config, register
 from hf_heads.heads.discrete import DiscreteHead, loss_extras
 from hf_heads.heads.options import ReferenceBatch
-from hf_heads.heads.registry import COMPONENT, register_family
+from hf_heads.heads.registry import COMPONENT
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import LossRows, autocast_off
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
@@ -203,8 +203,12 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         return "margin " + " ".join(parts)
 
 
+@register("family")
 class MarginHead(DiscreteHead):
     """Output layer with the large-margin criterion (see the module docstring)."""
+
+    family = "margin"
+    options_class = MarginHeadOptions
 
     paper = "Huo et al., *Investigation of Large-Margin Softmax in Neural Language Modeling*, Interspeech 2020"
     logits_note = "the model's own scores, never the margin"
@@ -376,6 +380,3 @@ def _golden_section(fn, lo: float, hi: float, steps: int) -> float:
             b = lo + ratio * (hi - lo)
             fb = fn(b)
     return (lo + hi) / 2
-
-
-register_family("margin", MarginHeadOptions, MarginHead)

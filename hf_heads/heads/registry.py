@@ -1,5 +1,11 @@
-"""The head-family registry. A family is its loss module (hf_heads.losses), its head module (options dataclass +
-head class, hf_heads.heads.<family>) and one `register_family(...)` line at the bottom of the head module.
+"""The head-family registry. A family is its loss module (hf_heads.losses) and its head module
+(hf_heads.heads.<family>): an options dataclass and a head class that names its family and its options class,
+registered with the decorator every component takes, `register("family")` (hf_heads.components.register):
+
+    @register("family")
+    class TemperatureHead(SoftmaxHead):
+        family = "temperature"
+        options_class = TemperatureHeadOptions
 
 Everything that depends on the family reads this registry or asks the head: `make_head`, `HeadsConfig`
 validation (`head_dict`), the run scripts' flags (generated from the options dataclasses), model cards (the
@@ -12,6 +18,7 @@ import importlib
 import sys
 from dataclasses import asdict, dataclass, fields
 
+from hf_heads.components import KIND_HOOKS
 from hf_heads.heads.options import COMPONENT, HeadOptions
 from hf_heads.validation import OptionError, check_choice
 
@@ -44,8 +51,27 @@ class MissingOptionError(OptionError):
         return MissingOptionError, (self.field, self.value, self.allowed, self.name)
 
 
+def register_head(head: type) -> type:
+    """`register("family")`: register the head class `head` as the family `head.family` (the `family` key of a head
+    section) with its options class `head.options_class`, both set in the class itself (a subclass family names its
+    own: inheriting its parent's would register the parent again)."""
+    name, options = head.__dict__.get("family"), head.__dict__.get("options_class")
+    if not (isinstance(name, str) and name and isinstance(options, type) and issubclass(options, HeadOptions)):
+        raise TypeError(
+            f'register("family") takes a head class that sets its own `family` (the name, a non-empty string) and '
+            f"`options_class` (a HeadOptions dataclass) in its body; {head.__qualname__} has family={name!r}, "
+            f"options_class={options!r}"
+        )
+    register_family(name, options, head)
+    return head
+
+
+KIND_HOOKS["family"] = register_head
+
+
 def register_family(name: str, options: type, head: type) -> None:
-    """Register a family under `name` (the `family` key of a head section)."""
+    """Register a family under `name` (the `family` key of a head section): what `register("family")` does with a
+    head class's `family` and `options_class`."""
     if name in FAMILIES:
         raise ValueError(f"head family {name!r} is already registered")
     if options.reference is HeadOptions.reference:

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.components import component_config
+from hf_heads.components import component_config, register
 from hf_heads.heads.margin import MarginHead, MarginHeadOptions
 from hf_heads.heads.options import ReferenceBatch
-from hf_heads.heads.registry import COMPONENT, register_family
+from hf_heads.heads.registry import COMPONENT
 from hf_heads.losses.noise import NOISES, UnigramNoise, draw_samples, make_noise, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
@@ -214,8 +214,12 @@ class SampledHeadOptions(MarginHeadOptions):
         return name + (f" K={self.num_samples} {self.component('noise').describe()}" if self.samples else "")
 
 
+@register("family")
 class SampledHead(MarginHead):
     """A margin head trained with a sampling-based criterion (see the module docstring)."""
+
+    family = "sampled"
+    options_class = SampledHeadOptions
 
     paper = "Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021"
     logits_note = "the paper's correction of the trained scores, renormalised over the vocabulary"
@@ -336,6 +340,3 @@ class SampledHead(MarginHead):
                 raw = self.posterior(self.scores(last), normalize=False)
             out["head/self_norm_logz_mean"], out["head/self_norm_logz_std"] = self_normalization(raw)
         return out
-
-
-register_family("sampled", SampledHeadOptions, SampledHead)

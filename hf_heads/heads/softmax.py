@@ -10,9 +10,10 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from hf_heads.components import register
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
-from hf_heads.heads.registry import COMPONENT, register_family
+from hf_heads.heads.registry import COMPONENT
 from hf_heads.losses._rows import LossRows
 from hf_heads.losses.fused_linear import fused_linear_cross_entropy
 from hf_heads.losses.transforms import check_transform, transform_logits
@@ -176,8 +177,12 @@ class SoftmaxHeadOptions(HeadOptions):
         return "class_weights='balanced'" if self.class_weights == "balanced" else ""
 
 
+@register("family")
 class SoftmaxHead(DiscreteHead):
     """z = W h + b; the training loss is cross-entropy (label smoothing in training only), the eval loss its NLL."""
+
+    family = "softmax"
+    options_class = SoftmaxHeadOptions
 
     paper = "plain softmax cross-entropy (baseline)"
     logits_note = "the logits of a plain softmax"
@@ -236,6 +241,3 @@ class SoftmaxHead(DiscreteHead):
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         return f"cross-entropy{loss_extras(self.options)}", f"NLL of the {target}"
-
-
-register_family("softmax", SoftmaxHeadOptions, SoftmaxHead)

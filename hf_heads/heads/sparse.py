@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import torch
 
+from hf_heads.components import register
 from hf_heads.heads.discrete import loss_extras
-from hf_heads.heads.registry import register_family
 from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
 from hf_heads.losses.sparse import truncate_to_top_k
 from hf_heads.validation import OptionError, check_number
@@ -65,8 +65,12 @@ class SparseHeadOptions(SoftmaxHeadOptions):
         return torch.full_like(z, float("-inf")).scatter(1, top.indices, top.values)
 
 
+@register("family")
 class SparseHead(SoftmaxHead):
     """A softmax head with the sparse-softmax criterion (eq. 5) and the truncated distribution (eq. 4)."""
+
+    family = "sparse"
+    options_class = SparseHeadOptions
 
     paper = (
         "Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021 "
@@ -96,6 +100,3 @@ class SparseHead(SoftmaxHead):
                 f"must be <= decode_k={self.options.inference_k} (default: k): the sparse "
                 "head gives every token outside its top decode_k probability 0",
             )
-
-
-register_family("sparse", SparseHeadOptions, SparseHead)
