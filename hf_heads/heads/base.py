@@ -38,8 +38,8 @@ TASKS = ("causal-lm", "seq2seq", "classification")
 class OutputHead(nn.Module):
     """Base class of every head: `head(hidden, labels)` -> (loss or None, logits or None)."""
 
-    family: ClassVar[str] = ""  # set by `register_family`
-    options_class: ClassVar[type] = type(None)  # set by `register_family`
+    family: ClassVar[str] = ""  # each family's head class sets its own (`register("family")`)
+    options_class: ClassVar[type] = type(None)  # likewise
     paper: ClassVar[str] = ""  # citation shown in model cards
     tasks: ClassVar[tuple[str, ...]] = TASKS
     eval_loss_is_nll: ClassVar[bool] = True

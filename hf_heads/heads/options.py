@@ -53,18 +53,18 @@ class ReferenceBatch:
 class HeadOptions:
     """Base of the options dataclasses. Subclasses add fields (with `metadata={"help": ...}`) and extend `check`."""
 
-    family: ClassVar[str] = ""  # set by `register_family`
+    family: ClassVar[str] = ""  # set when its head class registers (`register("family")`)
     needs_counts: ClassVar[bool] = False  # whether training word counts are required (see `counts_reason`)
     # older option names `migrate` still reads (flags too): {name: (type, help)}
     flat_options: ClassVar[dict[str, tuple[type, str]]] = {}
     # {label: head section without `family`}: small settings of the family, what the test suite runs every task,
     # stack and integration with (tests/conftest.py `family_heads`): the first, labelled with the family's name, is
-    # its representative; others try its other components. Each family sets its own (`register_family`: its
+    # its representative; others try its other components. Each family sets its own (registering: its
     # defaults when it sets none); a setting needing word counts says so through `needs_counts`.
     examples: ClassVar[dict[str, dict]] = {}
     # {label: head section without `family`}: more settings of the family's own options that the contract suite
     # (tests/test_contract.py) holds to `reference` beside `examples` (label smoothing, z-loss, ...); its components
-    # are swept in from the registries there. A family's own (`register_family`: none when it sets none).
+    # are swept in from the registries there. A family's own (registering: none when it sets none).
     contract_examples: ClassVar[dict[str, dict]] = {}
 
     def __post_init__(self) -> None:
@@ -109,7 +109,7 @@ class HeadOptions:
         loss —, the inference logits (N, V) of every row), computed naively on the dense (N, V) logits from the
         family's equations and its components' own references: what the contract suite compares the head's loss,
         gradients and logits with. A row's loss may draw from torch's global generator as the head's loss does
-        (samples, negatives): the suite seeds it alike before both. Every family defines it (`register_family`
+        (samples, negatives): the suite seeds it alike before both. Every family defines it (`register("family")`
         refuses one that does not); a family that subclasses another inherits its parent's, which holds it to its
         parent's loss until it writes its own."""
         raise NotImplementedError
