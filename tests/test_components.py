@@ -165,3 +165,15 @@ def test_a_saved_directory_carries_the_code_of_its_task_and_family_only(tmp_path
     assert len(files) <= 22
     heads = (tmp_path / "hf_heads_heads.py").read_text()
     assert "hf_heads_heads_softmax import" in heads and "hf_heads_heads_margin import" not in heads
+
+
+def test_a_component_set_on_the_live_head_is_recorded_and_copied_when_saved(user_margins, tmp_path):
+    """`model.head.options.margin = "user-half-arc:m=0.4"` on a model built with a built-in margin: the saved config
+    records the user's module for it and the directory carries its copy, as for a model built with it."""
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "margin"}))
+    model.head.options.margin = "user-half-arc:m=0.4"
+    assert model.head.options.margin == {"type": "user-half-arc", "m": 0.4}
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["head"]["margin"] == {"type": "user-half-arc", "m": 0.4}
+    assert saved["components"] == {"margin": "user_margins"} and (tmp_path / "user_margins.py").exists()

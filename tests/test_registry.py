@@ -149,6 +149,35 @@ def test_a_family_registers_with_the_components_decorator_and_names_its_own_fami
         register("famly")
 
 
+def test_an_option_changed_on_a_live_model_is_validated_and_saved_with_it(tmp_path):
+    """`model.head.options.<option> = value`: validated as construction validates it (a refused value leaves the
+    options as they were; a name that is no option is refused; a value is coerced) and saved with the model, which
+    reloads with it and the same logits. Before, the change was lost on save (the reloaded sparse head decoded with
+    its k again) and an invalid value was kept."""
+    config = HeadsConfig(
+        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
+    )
+    model = HeadsForCausalLM(config).eval()
+    options = model.head.options
+    with pytest.raises(ValueError, match=r"^k=-1 must be >= 1"):
+        options.k = -1
+    assert options.k == 20
+    with pytest.raises(
+        AttributeError, match=r"'decodek' is not an option of head family 'sparse'; options: .*decode_k"
+    ):
+        options.decodek = 3
+    options.decode_k = 3.0
+    assert options.decode_k == 3 and isinstance(options.decode_k, int)
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    logits = model(input_ids=ids).logits
+    assert int(torch.isfinite(logits[0, 0]).sum()) == 3  # the change took effect
+    model.save_pretrained(tmp_path)
+    assert model.config.head["decode_k"] == 3
+    again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
+    assert again.head.options == options
+    torch.testing.assert_close(again(input_ids=ids).logits, logits)
+
+
 def test_options_coerce_what_json_and_the_command_line_change():
     """An integral float for an int option, and an L-Softmax m of 2.0 (the `--m` flag is a float) become ints, for
     every family that has them; a fractional one is refused with the field named."""

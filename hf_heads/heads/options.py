@@ -1,5 +1,6 @@
 """`HeadOptions`: the base of every family's options dataclass (a head section of `HeadsConfig` without its
-`family` key). An options object validates itself on construction, so an invalid one never exists:
+`family` key). An options object validates itself on construction, and a change to one is validated the same way
+(the object with the new value is built first: a refused value leaves it as it was), so an invalid one never exists:
 
 - `__post_init__` coerces what a JSON or command-line round trip changes (an integral float for an `int` field,
   e.g. `--num_samples 8.0`; `m` of an L-Softmax margin) and refuses a value of the wrong type;
@@ -12,7 +13,7 @@ Every field carries help text in its metadata: the run scripts' flags are genera
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 import torch
@@ -79,6 +80,7 @@ class HeadOptions:
                 value = coerce(type(self), f.name, value)
             setattr(self, f.name, value)
         self.check()
+        self.__dict__["_built"] = True  # from now on a change goes through `__setattr__`'s validation
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
@@ -88,6 +90,17 @@ class HeadOptions:
         return head
 
     def __setattr__(self, name: str, value) -> None:
+        """A change to a built options object (`head.options.decode_k = 3`): validated as construction validates it
+        (coerced, a component parsed, `check()`: an `OptionError` names the field and leaves the object as it was);
+        a name that is not an option is refused (a typo would otherwise be kept and do nothing). The model saves the
+        changed options with it (`HeadsPreTrainedModel.save_pretrained` writes them to `config.head`)."""
+        if self.__dict__.get("_built"):
+            names = [f.name for f in fields(self)]
+            if name not in names:
+                raise AttributeError(
+                    f"{name!r} is not an option of head family {self.family!r}; options: {', '.join(names)}"
+                )
+            value = getattr(replace(self, **{name: value}), name)  # the new object's validation, its coerced value
         super().__setattr__(name, value)
         self.__dict__.pop("_components", None)  # an option changed: `component` builds its objects again
 

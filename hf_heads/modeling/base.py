@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+from dataclasses import asdict
 
 import torch
 from torch import nn
@@ -13,6 +14,7 @@ from transformers import initialization as init
 
 from hf_heads.heads import family, head_dict
 from hf_heads.heads.defaults import run_head
+from hf_heads.heads.registry import component_modules
 from hf_heads.modeling.configuration import HeadsConfig
 
 
@@ -254,7 +256,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` in `config.json`: every saved
         directory (Trainer checkpoints, a run's `output_dir`, `push_to_hub`) loads with
         `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True` where
-        hf_heads is not installed (see `hf_heads.modeling.export`)."""
+        hf_heads is not installed (see `hf_heads.modeling.export`). The head's options as they are now
+        (`sync_head_config`)."""
+        self.sync_head_config()
         export = importlib.import_module("hf_heads.modeling.export") if __name__.startswith("hf_heads.") else None
         if export is None or not export.model_class(self).__module__.startswith("hf_heads."):
             # exported code (transformers copies it, without export.py) or a user's subclass
@@ -267,8 +271,19 @@ class HeadsPreTrainedModel(PreTrainedModel):
         that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads
         (`save_pretrained` does the same, except the tokenizer; this one refuses a model whose code
         cannot be exported)."""
+        self.sync_head_config()
         export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
+
+    def sync_head_config(self) -> None:
+        """Write the head's options as they are now to `config.head` (and the modules of its components to
+        `config.components`): an option changed on the live head (`model.head.options.decode_k = 3`, validated there)
+        is saved with the model, as `save_pretrained` and `export_for_hub` do first."""
+        options = self.head.options
+        head = head_dict({"family": options.family, **asdict(options)})
+        if head != self.config.head:
+            self.config.head = head
+            self.config.components = component_modules(head) or None
 
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
