@@ -2,6 +2,7 @@
 nothing outside hf_heads/heads dispatches on a family's name or type."""
 
 import ast
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,6 +177,27 @@ def test_an_option_changed_on_a_live_model_is_validated_and_saved_with_it(tmp_pa
     again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
     assert again.head.options == options
     torch.testing.assert_close(again(input_ids=ids).logits, logits)
+
+
+def test_a_head_config_changed_after_the_model_was_built_is_refused_on_save(tmp_path):
+    """`model.config.head` edited on a built model: the head in memory does not follow it, so saving would write
+    another model than this one; refused, naming the change (before, the edit was saved silently and the reloaded
+    model was not the one in memory). The change set on the head is saved."""
+    config = HeadsConfig(
+        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
+    )
+    model = HeadsForCausalLM(config).eval()
+    model.config.head["decode_k"] = 3
+    with pytest.raises(ValueError, match=r"config.head was changed after the head was built \(decode_k: None -> 3\)"):
+        model.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    model.config.head["decode_k"] = None
+    model.head.options.decode_k = 3
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
+    model.head.options.decode_k = 4  # after a save, a later change on the head is saved too
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 4
 
 
 def test_options_coerce_what_json_and_the_command_line_change():

@@ -278,12 +278,25 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def sync_head_config(self) -> None:
         """Write the head's options as they are now to `config.head` (and the modules of its components to
         `config.components`): an option changed on the live head (`model.head.options.decode_k = 3`, validated there)
-        is saved with the model, as `save_pretrained` and `export_for_hub` do first."""
-        options = self.head.options
+        is saved with the model, as `save_pretrained` and `export_for_hub` do first. A `config.head` changed since
+        the head was built (or last saved) that is not the head's is refused: the saved model would not be the one in
+        memory."""
+        options, built = self.head.options, self.head.config_section
         head = head_dict({"family": options.family, **asdict(options)})
-        if head != self.config.head:
+        config = self.config.head
+        if head != config:
+            if config != built:
+                keys = sorted(k for k in {*config, *built} if config.get(k) != built.get(k))
+                changed = ", ".join(f"{k}: {built.get(k)!r} -> {config.get(k)!r}" for k in keys)
+                raise ValueError(
+                    f"config.head was changed after the head was built ({changed}), but the head in memory was not: "
+                    "saving would write a model other than this one. Set the change on the head instead "
+                    "(`model.head.options.<option> = value`: validated, and saved with the model), or build the model "
+                    "again from the changed config"
+                )
             self.config.head = head
             self.config.components = component_modules(head) or None
+        self.head.config_section = head
 
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
