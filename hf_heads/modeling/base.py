@@ -281,7 +281,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         is saved with the model, as `save_pretrained` and `export_for_hub` do first. A `config.head` changed since
         the head was built (or last saved) that is not the head's is refused: the saved model would not be the one in
         memory."""
-        options, built = self.head.options, self.head.config_section
+        options = self.head.options
+        built = getattr(self.head, "config_section", self.config.head)  # a head unpickled from before it kept one
         head = head_dict({"family": options.family, **asdict(options)})
         config = self.config.head
         if head != config:
