@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -167,7 +168,9 @@ def run_mutant(
         code, output, seconds = _pytest(dest, tests, timeout, fork)
     if code == 0:
         return {"status": "survived", "detail": "", "s": seconds}
-    if code == 1:
+    # exit 2 where pytest-xdist stopped at the first failure (-x): killed as well (its summary counts the failure)
+    stopped = code == 2 and "stopping after 1 failures" in output and re.search(r"\b\d+ failed\b", output)
+    if code == 1 or stopped:
         return {"status": "killed", "detail": _first_failure(output), "s": seconds}
     if code == -1:
         return {"status": "timeout", "detail": f"over {timeout:.0f} s", "s": seconds}
