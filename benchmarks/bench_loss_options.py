@@ -23,7 +23,6 @@ import torch
 from _timing import autocast, bench_parser, device_line
 
 from hf_heads.losses import fused_linear_cross_entropy
-from hf_heads.losses.chunks import kernel_choice
 
 OPTIONS = {
     "plain softmax": {},
@@ -63,8 +62,8 @@ def main() -> None:
 
     def step(options: dict) -> None:
         kwargs = {**options, "class_weight": weights if options.get("class_weight") else None}
-        with kernel_choice(args.kernel), autocast(device, args.autocast):
-            out = fused_linear_cross_entropy(h, w, b, y, **kwargs)
+        with autocast(device, args.autocast):
+            out = fused_linear_cross_entropy(h, w, b, y, **kwargs, kernel=args.kernel)
         if kwargs.get("return_entropy"):  # the entropy's gradient: a backward that recomputes the chunks
             (out.loss - 0.1 * out.entropy.mean()).backward()
         else:

@@ -25,7 +25,6 @@ from hf_heads.losses.chunks import (
     automatic_kernel,
     chunk_kernel,
     eval_rows_per_chunk,
-    kernel_choice,
     map_chunks,
     rows_per_chunk,
 )
@@ -579,10 +578,12 @@ def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):
     assert automatic_kernel(torch.device("cuda")) == "triton"  # triton imports here (the dev extra)
     monkeypatch.setattr("hf_heads.losses.triton_kernel.triton_available", lambda: False)
     assert automatic_kernel(torch.device("cuda")) == "eager"
-    with kernel_choice("compiled"):  # a head's option
-        assert chunk_kernel(device=torch.device("cpu")).name == "compiled"
-        monkeypatch.setenv(KERNEL_ENV, "eager")  # the environment overrides it
-        assert chunk_kernel().name == "eager"
+    assert chunk_kernel(device=torch.device("cpu"), chosen="compiled").name == "compiled"  # a head's option
+    monkeypatch.setenv(KERNEL_ENV, "eager")  # the environment overrides it
+    assert chunk_kernel(chosen="compiled").name == "eager"
+    monkeypatch.delenv(KERNEL_ENV)
+    with pytest.raises(OptionError, match="chunk_kernel='fast' is not a chunk kernel"):
+        chunk_kernel(device=torch.device("cpu"), chosen="fast")
     monkeypatch.setenv(KERNEL_ENV, "fast")
     allowed = "allowed: eager, compiled, triton"
     with pytest.raises(OptionError, match=f"{KERNEL_ENV}='fast' is not a chunk kernel; {allowed}"):
@@ -608,9 +609,8 @@ def test_a_loss_functions_kernel_argument_beats_the_environment_and_the_heads_ch
     g = torch.Generator().manual_seed(0)
     h, w, y = torch.randn(7, 5, generator=g, requires_grad=True), torch.randn(11, 5, generator=g), torch.arange(7)
     monkeypatch.setenv(KERNEL_ENV, "fast")  # not a kernel: refused if the environment were read
-    with kernel_choice("compiled"):
-        loss = fused_linear_cross_entropy(h, w, None, y, chunk_size=3, kernel=Spy())
-        margin = margin_cross_entropy(h, w, None, y, chunk_size=3, margin="cos", m=0.1, kernel="eager")
+    loss = fused_linear_cross_entropy(h, w, None, y, chunk_size=3, kernel=Spy())
+    margin = margin_cross_entropy(h, w, None, y, chunk_size=3, margin="cos", m=0.1, kernel="eager")
     assert ran == ["spy"] * 3  # three chunks of 3, 3 and 1 rows
     torch.testing.assert_close(loss, F.cross_entropy(h @ w.T, y))
     monkeypatch.delenv(KERNEL_ENV)

@@ -29,8 +29,9 @@ from torch import nn
 
 from hf_heads.compat import keyword_rows_hook
 from hf_heads.heads.registry import head_options
-from hf_heads.losses._rows import IGNORE_INDEX, LossRows
-from hf_heads.losses.chunks import kernel_choice, map_chunks, rows_per_chunk
+from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
+from hf_heads.losses.chunks import ChunkKernel, chunk_kernel, map_chunks, rows_per_chunk
+from hf_heads.losses.entry import OutputLoss
 from hf_heads.losses.vocab_parallel import whole_parameters
 
 TASKS = ("causal-lm", "seq2seq", "classification")
@@ -194,10 +195,9 @@ class OutputHead(nn.Module):
         """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
         eval mode."""
         rows = LossRows(num_items_in_batch, ignore_index, reduction)
-        with self.chosen_kernel():
-            if self.training:
-                return self.training_loss(hidden, labels, rows)
-            return self.eval_loss(hidden, labels, rows)
+        if self.training:
+            return self.training_loss(hidden, labels, rows)
+        return self.eval_loss(hidden, labels, rows)
 
     @staticmethod
     def loss_rows(
@@ -206,10 +206,14 @@ class OutputHead(nn.Module):
         """The `LossRows` a family's hooks take (module docstring), with `loss`'s defaults."""
         return LossRows(num_items_in_batch, ignore_index, reduction)
 
-    def chosen_kernel(self):
-        """The context in which the losses run: the chunk engine's kernel of the head's `chunk_kernel` option, when
-        chosen (hf_heads.losses.chunks.kernel_choice)."""
-        return kernel_choice(getattr(self.options, "chunk_kernel", None))
+    def kernel_for(self, loss: OutputLoss, rows: OutputRows) -> ChunkKernel | None:
+        """The chunk kernel this head's loss `loss` runs on `rows`, given to `hf_heads.losses.output_loss`
+        explicitly: None where the loss runs none for these rows (`OutputLoss.runs_kernel`); else the one
+        HF_HEADS_CHUNK_KERNEL names when set, else the head's `chunk_kernel` option, else the device's automatic
+        choice (hf_heads.losses.chunks.chunk_kernel)."""
+        if not loss.runs_kernel(rows):
+            return None
+        return chunk_kernel(None, rows.hidden.device, chosen=getattr(self.options, "chunk_kernel", None))
 
     def loss_and_token_statistics(
         self,

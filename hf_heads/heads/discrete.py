@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
-from hf_heads.losses._rows import LossRows, compute_dtype, mean_divisor
+from hf_heads.losses._rows import LossRows, OutputRows, compute_dtype, mean_divisor
+from hf_heads.losses.entry import OutputLoss, output_loss
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
@@ -135,8 +136,13 @@ class DiscreteHead(OutputHead):
     def loss_and_token_statistics(self, hidden, labels, **rows):
         if not self.pass_is_inference_distribution:
             return super().loss_and_token_statistics(hidden, labels, **rows)
-        with self.chosen_kernel():
-            return self._cross_entropy(hidden, labels, self.training, self.loss_rows(**rows), statistics=True)
+        return self._cross_entropy(hidden, labels, self.training, self.loss_rows(**rows), statistics=True)
+
+    def layer_loss(self, loss: OutputLoss, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows):
+        """`hf_heads.losses.output_loss` of the output layer (W, b) on hidden (*, H) against labels (*), the rows
+        counted as `rows` says, run by the chunk kernel of `kernel_for` (the head's `chunk_kernel` option)."""
+        layer = OutputRows.of(hidden, self.weight, self.bias, labels, rows)
+        return output_loss(layer, loss, kernel=self.kernel_for(loss, layer))
 
     def _outputs(self, training: bool, statistics: bool) -> dict:
         """The chunked loss's `return_*` arguments for a pass: the predictions under `record_accuracy` (training) or

@@ -22,7 +22,7 @@ from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import LossRows, autocast_off
-from hf_heads.losses.margin import margin_cross_entropy, margin_logits
+from hf_heads.losses.margin import LargeMarginLoss, margin_logits
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.validation import OptionError, check_number
@@ -278,19 +278,15 @@ class MarginHead(DiscreteHead):
         """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights (and the
         predictions, under `record_accuracy`: without the margin). `statistics`: (loss, the same pass's token
         statistics)."""
-        out = margin_cross_entropy(
-            hidden,
-            self.weight,
-            self.bias,
-            labels,
+        loss = LargeMarginLoss(
             chunk_size=self.options.chunk_size,
             z_loss=self.options.z_loss if training else 0.0,
             class_weight=self.class_weight() if training else None,
             loss_dtype=self.loss_dtype(hidden),
             **self._outputs(training, statistics),
             **self._scorer_arguments(training),
-            **rows.kwargs(),
         )
+        out = self.layer_loss(loss, hidden, labels, rows)
         return self._from_output(out, labels, rows, training, statistics)
 
     @property

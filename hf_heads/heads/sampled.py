@@ -24,10 +24,10 @@ from hf_heads.losses.noise import NOISES, UnigramNoise, draw_samples, make_noise
 from hf_heads.losses.sampled import (
     CRITERIA,
     METHODS,
+    CorrectedNLL,
+    SampledCriterion,
     SamplingMethod,
     corrected_log_probs,
-    corrected_nll,
-    sampled_loss,
     self_normalization,
     validate_sampled_options,
 )
@@ -264,34 +264,26 @@ class SampledHead(MarginHead):
     def criterion(self, hidden, labels, rows):
         o = self.options
         self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
-        return sampled_loss(
-            hidden,
-            self.weight,
-            self.bias,
-            labels,
+        loss = SampledCriterion(
             **o.correction(),
             noise_probs=self.noise_probs(),
             remove_accidental_hits=o.remove_accidental_hits,
             chunk_size=o.chunk_size,
             loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(True),
-            **rows.kwargs(),
         )
+        return self.layer_loss(loss, hidden, labels, rows)
 
     def eval_loss(self, hidden, labels, rows):
         """NLL of the corrected full-vocabulary posterior (no margin; max-norm uses the running value)."""
-        return corrected_nll(
-            hidden,
-            self.weight,
-            self.bias,
-            labels,
+        loss = CorrectedNLL(
             **self.options.correction(),
             noise_probs=self.noise_probs(),
             chunk_size=self.options.chunk_size,
             loss_dtype=self.loss_dtype(hidden),
             **self._scorer_arguments(False),
-            **rows.kwargs(),
         )
+        return self.layer_loss(loss, hidden, labels, rows)
 
     def posterior(self, scores: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
         normalize = self.options.normalize if normalize is None else normalize

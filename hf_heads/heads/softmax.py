@@ -15,7 +15,7 @@ from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
 from hf_heads.losses._rows import LossRows
-from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import SoftmaxLoss
 from hf_heads.losses.transforms import check_transform, transform_logits
 from hf_heads.validation import OptionError, check_number
 
@@ -197,11 +197,7 @@ class SoftmaxHead(DiscreteHead):
         """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights (and the
         predictions, under `record_accuracy`). `statistics`: (loss, the same pass's token statistics)."""
         o = self.options
-        out = fused_linear_cross_entropy(
-            hidden,
-            self.weight,
-            self.bias,
-            labels,
+        loss = SoftmaxLoss(
             top_k=self.top_k(False),
             label_smoothing=o.label_smoothing if training else 0.0,
             z_loss=o.z_loss if training else 0.0,
@@ -211,8 +207,8 @@ class SoftmaxHead(DiscreteHead):
             softcap=o.logit_softcap,
             loss_dtype=self.loss_dtype(hidden),
             **self._outputs(training, statistics),
-            **rows.kwargs(),
         )
+        out = self.layer_loss(loss, hidden, labels, rows)
         return self._from_output(out, labels, rows, training, statistics)
 
     @property

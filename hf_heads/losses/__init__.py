@@ -20,6 +20,9 @@
 - `continuous`: continuous-output losses on a predicted embedding: the von Mises-Fisher NLL (Kumar & Tsvetkov
   eq. 3, with their two regularised forms and the authors' released form), the margin loss with synthetic negatives
   (Bhat et al. eq. 1), and cross-entropies over scaled cosines to the table (every row, or the batch's targets)
+- `entry`: the one entry point, `output_loss(rows, loss, kernel=...)`: an `OutputRows` (hidden, weight, bias,
+  labels and how the rows count), one frozen options dataclass per loss (`SoftmaxLoss`, `SparseSoftmaxLoss`,
+  `LargeMarginLoss`, `SampledCriterion`, `CorrectedNLL`) and the chunk kernel, explicit; what the heads call
 
 Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks; `LossRows`, how a head's loss
 counts and reduces its rows) and `hf_heads.validation`
@@ -27,7 +30,7 @@ counts and reduces its rows) and `hf_heads.validation`
 """
 
 from hf_heads.compat import moved_names
-from hf_heads.losses._rows import IGNORE_INDEX, LossRows
+from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
 from hf_heads.losses.chunks import CHUNK_KERNELS, ChunkKernel, chunk_kernel, map_chunks, register_kernel
 from hf_heads.losses.continuous import (
     NEGATIVES,
@@ -40,14 +43,22 @@ from hf_heads.losses.continuous import (
     syn_margin_loss,
     vmf_nll,
 )
-from hf_heads.losses.fused_linear import LinearCrossEntropyOutput, check_labels, fused_linear_cross_entropy
+from hf_heads.losses.entry import OutputLoss, output_loss
+from hf_heads.losses.fused_linear import (
+    LinearCrossEntropyOutput,
+    SoftmaxLoss,
+    check_labels,
+    fused_linear_cross_entropy,
+)
 from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # registers the "eager" and "compiled" kernels
-from hf_heads.losses.margin import MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
+from hf_heads.losses.margin import LargeMarginLoss, MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
 from hf_heads.losses.noise import NOISES, Noise, draw_samples, frequency_ranks, noise_distribution
 from hf_heads.losses.sampled import (
     CRITERIA,
     METHODS,
     SAMPLING_METHODS,
+    CorrectedNLL,
+    SampledCriterion,
     SampledLoss,
     SamplingMethod,
     corrected_log_probs,
@@ -81,6 +92,7 @@ from hf_heads.losses.scorer import (
 )
 from hf_heads.losses.sparse import (
     SparseSoftmaxCrossEntropy,
+    SparseSoftmaxLoss,
     sparse_linear_cross_entropy,
     sparse_log_softmax,
     sparse_softmax,
@@ -94,6 +106,14 @@ from hf_heads.validation import OptionError
 __all__ = [
     "IGNORE_INDEX",
     "LossRows",
+    "OutputRows",
+    "OutputLoss",
+    "output_loss",
+    "SoftmaxLoss",
+    "SparseSoftmaxLoss",
+    "LargeMarginLoss",
+    "SampledCriterion",
+    "CorrectedNLL",
     "OptionError",
     "CHUNK_KERNELS",
     "ChunkKernel",

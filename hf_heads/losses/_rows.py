@@ -191,6 +191,45 @@ class LossRows:
                 "reduction": self.reduction}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class OutputRows:
+    """The inputs of an output layer's loss, what `hf_heads.losses.output_loss` takes: `hidden` (*, H), the layer's
+    `weight` (V, H) and `bias` (V,) or None, `labels` (*) (class ids; `ignore_index` on a row that counts nothing),
+    and how the rows count (`LossRows`'s `ignore_index`, `num_items_in_batch` and `reduction`)."""
+
+    hidden: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    labels: torch.Tensor
+    ignore_index: int = IGNORE_INDEX
+    num_items_in_batch: int | torch.Tensor | None = None
+    reduction: str = "mean"
+
+    def __post_init__(self) -> None:
+        check_reduction(self.reduction)
+
+    @classmethod
+    def of(
+        cls,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        rows: LossRows,
+    ) -> OutputRows:
+        """These tensors, counted as `rows` says (a head's hooks receive a `LossRows`)."""
+        return cls(hidden, weight, bias, labels, rows.ignore_index, rows.num_items_in_batch, rows.reduction)
+
+    @property
+    def counting(self) -> LossRows:
+        """How the rows count, as a `LossRows`."""
+        return LossRows(self.num_items_in_batch, self.ignore_index, self.reduction)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(hidden, weight, bias, labels): a loss function's positional arguments."""
+        return self.hidden, self.weight, self.bias, self.labels
+
+
 def mean_divisor(
     num_items_in_batch: int | float | torch.Tensor | None,
     num_valid: int | torch.Tensor,

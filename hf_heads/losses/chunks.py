@@ -18,8 +18,9 @@ logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradien
 (hf_heads.components), registered with `register("kernel")` like a margin, and listed by `CHUNK_KERNELS` ("eager",
 "compiled", "triton", "triton-half"); every one runs the same contract tests against the naive references
 (tests/test_kernels.py). A loss function's `kernel=` argument names the kernel of its call (`chunk_kernel(name)`);
-without one, `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else a head's `chunk_kernel` option
-(`kernel_choice`), else the automatic choice: "triton" on CUDA when triton imports, else "eager".
+without one, `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else the automatic choice: "triton"
+on CUDA when triton imports, else "eager". A head passes its loss the kernel its `chunk_kernel` option names
+(`chunk_kernel(None, device, chosen=option)`, the environment still first), explicitly: no ambient state.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -246,20 +245,6 @@ def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     return register("kernel")(cls)
 
 
-_CHOSEN: ContextVar[str | None] = ContextVar("hf_heads_chunk_kernel", default=None)
-
-
-@contextmanager
-def kernel_choice(name: str | None):
-    """Within the block, `chunk_kernel()` picks `name` (a head's `chunk_kernel` option; None: no choice made), unless
-    `HF_HEADS_CHUNK_KERNEL` overrides it (a loss function's explicit `kernel=` argument overrides both)."""
-    token = _CHOSEN.set(name)
-    try:
-        yield
-    finally:
-        _CHOSEN.reset(token)
-
-
 def automatic_kernel(device: torch.device | None) -> str:
     """The kernel chosen when nobody chose: the first registered kernel that names the device's type in its
     `automatic_on` and can run there ("triton" for CUDA tensors when the triton package imports: the hand-written
@@ -273,15 +258,17 @@ def automatic_kernel(device: torch.device | None) -> str:
     return "eager"
 
 
-def chunk_kernel(name: str | ChunkKernel | None = None, device: torch.device | None = None) -> ChunkKernel:
+def chunk_kernel(
+    name: str | ChunkKernel | None = None, device: torch.device | None = None, *, chosen: str | None = None
+) -> ChunkKernel:
     """The kernel called `name` (a `ChunkKernel` given as it is); None: `HF_HEADS_CHUNK_KERNEL` when set (the
-    operator's override, e.g. for a checkpoint whose head names a kernel this machine cannot run), else the choice
-    of `kernel_choice` (a head's `chunk_kernel` option), else `automatic_kernel(device)`."""
+    operator's override, e.g. for a checkpoint whose head names a kernel this machine cannot run), else `chosen` (a
+    head's `chunk_kernel` option: `OutputHead.kernel_for`), else `automatic_kernel(device)`."""
     if isinstance(name, ChunkKernel):
         return name
     from_env = os.environ.get(KERNEL_ENV)
-    chosen = name or from_env or _CHOSEN.get() or automatic_kernel(device)
-    if chosen not in CHUNK_KERNELS:
+    picked = name or from_env or chosen or automatic_kernel(device)
+    if picked not in CHUNK_KERNELS:
         field = "kernel" if name else (KERNEL_ENV if from_env else "chunk_kernel")
-        raise OptionError(field, chosen, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")
-    return CHUNK_KERNELS[chosen]
+        raise OptionError(field, picked, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")
+    return CHUNK_KERNELS[picked]

@@ -37,6 +37,7 @@ weighted by the incoming gradient.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -65,6 +66,7 @@ from hf_heads.losses.chunks import (
     refuse_kernel,
     rows_per_chunk,
 )
+from hf_heads.losses.entry import OutputLoss
 from hf_heads.losses.transforms import check_transform
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
@@ -420,9 +422,9 @@ def fused_linear_cross_entropy(
             functions upcast the logits.
         kernel: the chunk kernel that computes each chunk (`hf_heads.losses.CHUNK_KERNELS`: "eager", "compiled",
             "triton", "triton-half", or a `ChunkKernel`); every kernel computes the same loss. None: the environment
-            variable HF_HEADS_CHUNK_KERNEL when set, else a head's `chunk_kernel` option (`kernel_choice`), else the
-            automatic choice ("triton" for CUDA tensors where triton imports, else "eager"). A vocabulary-sharded
-            weight runs its own eager per-process loss: a kernel named here is refused there.
+            variable HF_HEADS_CHUNK_KERNEL when set, else the automatic choice ("triton" for CUDA tensors where
+            triton imports, else "eager"); a head passes the kernel its `chunk_kernel` option names. A
+            vocabulary-sharded weight runs its own eager per-process loss: a kernel named here is refused there.
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
         for (B, T) labels, () for one row; 0 on ignored rows). Accumulated in float32 (float64 inputs stay float64
@@ -684,3 +686,31 @@ def check_class_weight(class_weight: torch.Tensor, num_classes: int, label_smoot
         torch._assert_async(~bad.any(), "class_weight: every weight must be finite and >= 0")
     elif bool(bad.any()):
         raise OptionError("class_weight", float(class_weight[bad][0]), "every weight must be finite and >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusedOutputs(OutputLoss):
+    """The options every chunked cross-entropy shares (`fused_linear_cross_entropy` documents each): the z-loss, the
+    class weights, the criterion ("ce", or the full "bce" / "mse") and what the call returns beside the loss."""
+
+    label_smoothing: float = 0.0
+    z_loss: float = 0.0
+    class_weight: torch.Tensor | None = None
+    criterion: str = "ce"
+    return_z_loss: bool = False
+    return_predictions: bool = False
+    return_target_rank: bool = False
+    return_entropy: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoftmaxLoss(FusedOutputs):
+    """Softmax cross-entropy of `logit_multiplier · (W h + b)`, soft-capped by `softcap` when set (the checkpoint's
+    output transform), over each row's `top_k` largest logits when set."""
+
+    top_k: int | None = None
+    logit_multiplier: float = 1.0
+    softcap: float | None = None
+
+    def __call__(self, rows, kernel=None):
+        return fused_linear_cross_entropy(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)

@@ -29,6 +29,8 @@ logits never carry it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -37,6 +39,7 @@ from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, lin
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import ChunkKernel
 from hf_heads.losses.fused_linear import (
+    FusedOutputs,
     LinearCrossEntropyOutput,
     WeightGradSlot,
     check_no_kernel,
@@ -281,3 +284,18 @@ class MarginCrossEntropy(nn.Module):
 
 
 __getattr__ = moved_names("hf_heads.losses.margin")  # MarginSpec (hf_heads.compat)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LargeMarginLoss(FusedOutputs):
+    """Cross-entropy (eq. 4) of the large-margin logits of eq. 13: `scorer` (a `Scorer`: the margin φ, the scale, the
+    word and context norm scalings f, g; None: plain logits), `word_counts` (V,) for a word norm that reads them,
+    `context_norm_value` the max-norm's value (None: the batch's maximum). `top_k` as in `SoftmaxLoss`."""
+
+    scorer: Scorer | None = None
+    word_counts: torch.Tensor | None = None
+    context_norm_value: float | torch.Tensor | None = None
+    top_k: int | None = None
+
+    def __call__(self, rows, kernel=None):
+        return margin_cross_entropy(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)

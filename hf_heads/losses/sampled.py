@@ -81,6 +81,7 @@ from hf_heads.losses._rows import (
 )
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import ChunkKernel, map_chunks, refuse_kernel, rows_per_chunk
+from hf_heads.losses.entry import OutputLoss
 from hf_heads.losses.margin import margin_cross_entropy, margin_logits
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.scorer import Scorer, resolve_scorer
@@ -605,3 +606,51 @@ class SampledLoss(nn.Module):
             num_items_in_batch=num_items_in_batch,
             **self.scorer_kwargs,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampledOptions(OutputLoss):
+    """The criterion, the sampling method and its K, the noise distribution D (C,) and the scorer of a sampled
+    criterion (`sampled_loss` documents each)."""
+
+    criterion: str
+    method: str | dict | SamplingMethod
+    num_samples: int | None = None
+    noise_probs: torch.Tensor | None = None
+    scorer: Scorer | None = None
+    word_counts: torch.Tensor | None = None
+    context_norm_value: float | torch.Tensor | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampledCriterion(SampledOptions):
+    """The training criterion `criterion` × `method` (eqs. 7-21; eqs. 1, 3, 5 for method "full"); the K samples drawn
+    once for the batch from `noise_probs` with `generator` (or given as `samples` (K,)); `remove_accidental_hits`
+    drops a sample equal to the row's target."""
+
+    generator: torch.Generator | None = None
+    samples: torch.Tensor | None = None
+    remove_accidental_hits: bool = False
+
+    def runs_kernel(self, rows):
+        """Method "full" only (the fused chunks); a sampling method scores its K candidates without a kernel."""
+        return not make_sampling_method(self.method).draws_samples and super().runs_kernel(rows)
+
+    def __call__(self, rows, kernel=None):
+        return sampled_loss(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectedNLL(SampledOptions):
+    """−log p(c|x) of the corrected, normalised full-vocabulary posterior of the criterion × method (eqs. 2-22): the
+    sampled family's evaluation loss, without the margin. It runs no chunk kernel (its chunks are recomputed under
+    activation checkpointing)."""
+
+    def runs_kernel(self, rows):
+        return False
+
+    def __call__(self, rows, kernel=None):
+        refuse_kernel(
+            kernel, "is not used by the corrected NLL, whose chunks run in eager PyTorch: leave kernel unset"
+        )
+        return corrected_nll(*rows.tensors(), **self.options(), **rows.counting.kwargs())

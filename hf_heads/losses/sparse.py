@@ -19,11 +19,13 @@ with Ω_k the k largest logits of the row. Choices where the paper is silent (ea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, loss_dtype, reduce_rows
-from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import FusedOutputs, fused_linear_cross_entropy
 from hf_heads.validation import OptionError, check_number
 
 
@@ -120,3 +122,16 @@ class SparseSoftmaxCrossEntropy(nn.Module):
             label_smoothing=self.label_smoothing,
             num_items_in_batch=num_items_in_batch,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparseSoftmaxLoss(FusedOutputs):
+    """The sparse-softmax loss (eq. 5): the log-sum-exp over the row's `k` largest logits (the target kept beside
+    them), label smoothing over that support; the output transform as in `SoftmaxLoss`."""
+
+    k: int
+    logit_multiplier: float = 1.0
+    softcap: float | None = None
+
+    def __call__(self, rows, kernel=None):
+        return sparse_linear_cross_entropy(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)
