@@ -200,6 +200,34 @@ def test_a_head_config_changed_after_the_model_was_built_is_refused_on_save(tmp_
     assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 4
 
 
+def test_a_head_config_edited_on_a_built_model_is_refused_at_its_next_forward(tmp_path):
+    """The refusal comes at the next forward (training or not), not only at the first save: before, a model whose
+    `config.head` said decode_k=3 decoded with the whole softmax until a checkpoint was written. An edit after a save
+    is caught too (the head kept the saved dict itself, so an in-place edit changed both and the next save silently
+    wrote the head's value over it)."""
+    config = HeadsConfig(
+        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
+    )
+    model = HeadsForCausalLM(config).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    model(input_ids=ids, labels=ids)
+    model.config.head["decode_k"] = 3
+    with pytest.raises(ValueError, match=r"config.head was changed after the head was built \(decode_k: None -> 3\)"):
+        model(input_ids=ids)
+    with pytest.raises(ValueError, match="config.head was changed"):
+        model.train()(input_ids=ids, labels=ids)
+    model.config.head["decode_k"] = None
+    model.head.options.decode_k = 3  # the change on the head: forwards and saves
+    model(input_ids=ids, labels=ids)
+    model.save_pretrained(tmp_path)
+    model.config.head["decode_k"] = 5  # in place, after the save
+    with pytest.raises(ValueError, match=r"\(decode_k: 3 -> 5\)"):
+        model(input_ids=ids)
+    with pytest.raises(ValueError, match=r"\(decode_k: 3 -> 5\)"):
+        model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
+
+
 def test_options_coerce_what_json_and_the_command_line_change():
     """An integral float for an int option, and an L-Softmax m of 2.0 (the `--m` flag is a float) become ints, for
     every family that has them; a fractional one is refused with the field named."""

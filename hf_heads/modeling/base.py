@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import os
 from dataclasses import asdict
@@ -204,6 +205,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """The head's (loss, logits) for this forward's hidden states and labels (moved to the states' device), the
         statistics recorded inside `statistics_recorded`."""
         labels = None if labels is None else labels.to(hidden.device)
+        self.check_head_config()
         if labels is not None and self.training:
             self.check_warm_start()
         out = self.head(
@@ -281,23 +283,35 @@ class HeadsPreTrainedModel(PreTrainedModel):
         is saved with the model, as `save_pretrained` and `export_for_hub` do first. A `config.head` changed since
         the head was built (or last saved) that is not the head's is refused: the saved model would not be the one in
         memory."""
-        options = self.head.options
-        built = getattr(self.head, "config_section", self.config.head)  # a head unpickled from before it kept one
-        head = head_dict({"family": options.family, **asdict(options)})
-        config = self.config.head
-        if head != config:
-            if config != built:
-                keys = sorted(k for k in {*config, *built} if config.get(k) != built.get(k))
-                changed = ", ".join(f"{k}: {built.get(k)!r} -> {config.get(k)!r}" for k in keys)
-                raise ValueError(
-                    f"config.head was changed after the head was built ({changed}), but the head in memory was not: "
-                    "saving would write a model other than this one. Set the change on the head instead "
-                    "(`model.head.options.<option> = value`: validated, and saved with the model), or build the model "
-                    "again from the changed config"
-                )
+        self.check_head_config()
+        head = self.head_section()
+        if head != self.config.head:
             self.config.head = head
             self.config.components = component_modules(head) or None
-        self.head.config_section = head
+        self.head.config_section = copy.deepcopy(head)  # not the config's dict: an edit of that one must show
+
+    def head_section(self) -> dict:
+        """The head's options as they are now, as a `config.head` section (nested components, defaults included)."""
+        options = self.head.options
+        return head_dict({"family": options.family, **asdict(options)})
+
+    def check_head_config(self) -> None:
+        """Refuse a `config.head` changed since the head was built (or last saved) to something the head is not: the
+        head does not follow its config, so the model would not be what its config says — a forward would run the
+        old head, a save would write another model. Every forward checks it (one dict comparison; the head's options
+        are read only when the config differs from what the head was built from)."""
+        built = getattr(self.head, "config_section", None)  # None: a head unpickled from before it kept one
+        config = self.config.head
+        if built is None or config == built or config == self.head_section():
+            return
+        keys = sorted(k for k in {*config, *built} if config.get(k) != built.get(k))
+        changed = ", ".join(f"{k}: {built.get(k)!r} -> {config.get(k)!r}" for k in keys)
+        raise ValueError(
+            f"config.head was changed after the head was built ({changed}), but the head in memory was not: this "
+            "model is not the one its config describes, and saving it would write another. Set the change on the "
+            "head instead (`model.head.options.<option> = value`: validated, and saved with the model), or build the "
+            "model again from the changed config"
+        )
 
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
@@ -354,8 +368,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         base = torch.log_softmax(self.head.copied_logits(hidden).float(), dim=-1)  # (N, V): the checkpoint's
         report = self.head.calibrate_to(hidden, base)
         self.head.warm_start_pending = False
-        if "warm_start_gain" in report:
-            self.config.head = {**self.config.head, "warm_start_gain": report["warm_start_gain"]}
+        self.sync_head_config()  # the fitted gain (an option of the head) into config.head
         return report
 
     def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:

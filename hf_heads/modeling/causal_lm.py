@@ -213,7 +213,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         base = torch.log_softmax(lm(input_ids=calibration_ids).logits.float(), dim=-1)  # (B, T, V)
         hidden = self.backbone(input_ids=calibration_ids).last_hidden_state  # (B, T, H)
         report = head.calibrate_to(hidden, base)
-        self.config.head = {**self.config.head, **{k: v for k, v in report.items() if k == "warm_start_gain"}}
+        self.sync_head_config()  # the fitted gain (an option of the head) into config.head
         lm.train(was_training)
         logger.info("warm start calibrated on %d probe positions: %s", calibration_ids.numel(), report)
 
@@ -263,6 +263,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H)
+        self.check_head_config()  # before any use of the head: TRL's fused call and the logits alone too
         if shift_labels is None and labels is not None:
             shift_labels = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
         if fused_lm_head:
