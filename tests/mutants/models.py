@@ -96,7 +96,7 @@ MUTANTS: list[Mutant] = [
     m("warm-start-gain-not-in-config", "modeling/causal_lm.py",
       "        self.sync_head_config()  # the fitted gain (an option of the head) into config.head\n        lm.train(",
       "        lm.train(", LM,
-      "the calibrated warm_start_gain is not written to the config: a reloaded model loses it"),
+      "the calibrated warm_start_gain reaches model.config.head only when the model is saved"),
     m("causal-from-base-drops-bias", "modeling/causal_lm.py",
       'model.head.start_from(None if tied else out.weight, getattr(out, "bias", None))',
       "model.head.start_from(None if tied else out.weight, None)", ARCHITECTURES,
