@@ -226,6 +226,13 @@ def test_a_head_config_edited_on_a_built_model_is_refused_at_its_next_forward(tm
     with pytest.raises(ValueError, match=r"\(decode_k: 3 -> 5\)"):
         model.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
+    model.config.head["decode_k"] = 3  # back to the head's value; then the head changes and the config follows it
+    model.head.options.decode_k = 4
+    model.config.head = model.head_section()
+    model(input_ids=ids)
+    model.config.head["decode_k"] = 6  # an edit is named against what config and head last agreed on
+    with pytest.raises(ValueError, match=r"\(decode_k: 4 -> 6\)"):
+        model(input_ids=ids)
 
 
 def test_options_coerce_what_json_and_the_command_line_change():

@@ -299,10 +299,13 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """Refuse a `config.head` changed since the head was built (or last saved) to something the head is not: the
         head does not follow its config, so the model would not be what its config says — a forward would run the
         old head, a save would write another model. Every forward checks it (one dict comparison; the head's options
-        are read only when the config differs from what the head was built from)."""
+        are read only when the config differs from what the head was built from or last agreed with)."""
         built = getattr(self.head, "config_section", None)  # None: a head unpickled from before it kept one
         config = self.config.head
-        if built is None or config == built or config == self.head_section():
+        if built is None or config == built:
+            return
+        if config == self.head_section():  # set to what the head is now: the record for the next forwards' check
+            self.head.config_section = copy.deepcopy(config)
             return
         keys = sorted(k for k in {*config, *built} if config.get(k) != built.get(k))
         changed = ", ".join(f"{k}: {built.get(k)!r} -> {config.get(k)!r}" for k in keys)

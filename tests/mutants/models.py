@@ -257,6 +257,11 @@ MUTANTS: list[Mutant] = [
       "        self.check_head_config()  # before any use of the head", "        pass  # before any use of the head",
       ["tests/test_registry.py::test_a_head_config_edited_on_a_built_model_is_refused_at_its_next_forward"],
       "a causal LM whose config.head was edited after it was built generates with the old head, silently"),
+    m("head-config-agreement-not-recorded", "modeling/base.py",
+      "            self.head.config_section = copy.deepcopy(config)\n            return\n", "            return\n",
+      ["tests/test_registry.py::test_a_head_config_edited_on_a_built_model_is_refused_at_its_next_forward"],
+      "a config set to the head's options is not recorded: every forward reads the options again, and a later edit "
+      "is named against a stale record"),
     m("saved-head-section-shared-with-the-config", "modeling/base.py",
       "        self.head.config_section = copy.deepcopy(head)", "        self.head.config_section = head",
       ["tests/test_registry.py::test_a_head_config_edited_on_a_built_model_is_refused_at_its_next_forward"],
