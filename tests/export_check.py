@@ -1,7 +1,8 @@
 """The one check that saved model directories load where hf_heads is not installed: a subprocess whose import system
 cannot find hf_heads loads each directory with `AutoModelFor….from_pretrained(dir, trust_remote_code=True)` (the code
 saved next to the weights) and runs it. Used by the contract (tests/test_contract.py, one subprocess per task for
-every head family) and by the run-script tests on the directories their runs export."""
+every head family) and by the run-script tests on the directories their runs export. The subprocess cannot import
+triton either (a CPU machine without it): the saved code must load and train without it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or os.get
 sys.meta_path[:] = [f for f in sys.meta_path if "hf_heads" not in repr(f) + getattr(f, "__module__", "")]
 assert importlib.util.find_spec("hf_heads") is None, "hf_heads is still importable"
 sys.modules["hf_heads"] = None
+sys.modules["triton"] = None  # nor triton: the saved code runs on a CPU machine without it
 
 import torch
 import transformers
@@ -53,6 +55,16 @@ for job in torch.load(sys.argv[1]):
             result["output"] = model.generate(**inputs, **job["generate"])
         else:
             result["output"] = model(**inputs).logits
+    if job["labels"] is not None:  # the evaluation loss, then a training step's loss and gradients
+        with torch.no_grad():
+            result["eval_loss"] = model(**inputs, labels=job["labels"]).loss
+        torch.manual_seed(1)
+        model.train()
+        train = model(**inputs, labels=job["labels"])
+        train.loss.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        result["train_loss"] = train.loss.detach()
+        result["grads_finite"] = bool(grads) and all(bool(torch.isfinite(g).all()) for g in grads)
     results.append(result)
 torch.save(results, sys.argv[2])
 """
@@ -67,18 +79,22 @@ def export_job(
     generate: dict | None = None,
     refusal: bool = False,
     pipeline: tuple[str, dict] | None = None,
+    labels: torch.Tensor | None = None,
 ) -> dict:
     """One directory to load with `transformers.<auto>` and run: on `inputs` (keyword tensors), or on `text` encoded
     by the directory's tokenizer; `model.generate(**inputs, **generate)` when `generate` is given, else the logits.
     `refusal`: first try loading without `trust_remote_code` and keep the first line of the error. `pipeline`:
-    (task, call kwargs): also run `transformers.pipeline(task, model=directory, trust_remote_code=True)` on `text`."""
+    (task, call kwargs): also run `transformers.pipeline(task, model=directory, trust_remote_code=True)` on `text`.
+    `labels`: also the evaluation loss of `inputs` with them (`eval_loss`), and one training forward and backward
+    after `torch.manual_seed(1)` (`train_loss`, and `grads_finite`: some gradient, all finite)."""
     if (inputs is None) == (text is None):
         raise ValueError("give inputs or text")
     if pipeline is not None and text is None:
         raise ValueError("a pipeline job needs text")
     return dict(
-        dir=str(directory), auto=auto, inputs=inputs, text=text, generate=generate, refusal=refusal, pipeline=pipeline
-    )
+        dir=str(directory), auto=auto, inputs=inputs, text=text, generate=generate, refusal=refusal, pipeline=pipeline,
+        labels=labels,
+    )  # fmt: skip
 
 
 def load_without_hf_heads(jobs: list[dict], workdir: Path, timeout: int = 300) -> list[dict]:

@@ -72,13 +72,12 @@ def _load_in_fresh_process(directory: Path, ids: torch.Tensor, tmp_path: Path, p
     )  # fmt: skip
 
 
-@pytest.mark.slow  # tests/test_toy_components.py takes three components the same way, from run_clm.py's flags
 def test_a_margin_from_the_users_module_survives_save_and_load(user_margins, tmp_path):
     model, ids, directory = _trained(tmp_path)
     assert model.config.components == {"margin": "user_margins"}
     assert json.loads((directory / "config.json").read_text())["components"] == {"margin": "user_margins"}
     copy = (directory / "user_margins.py").read_text()
-    assert "from .hf_heads_losses_scorer import OneParameterMargin, register_margin" in copy
+    assert "from .hf_heads_losses import OneParameterMargin, register_margin" in copy
     assert "__hf_heads_component_module__ = 'user_margins'" in copy
     with torch.no_grad():
         expected = model(input_ids=ids).logits
@@ -96,9 +95,13 @@ def test_a_margin_from_the_users_module_survives_save_and_load(user_margins, tmp
                        r", which does not import here .*trust_remote_code=True"):  # fmt: skip
         HeadsConfig.from_dict(config)
 
-    # neither hf_heads nor user_margins importable: the copies saved with the model
-    (result,) = load_without_hf_heads([export_job(directory, "AutoModelForCausalLM", {"input_ids": ids})], tmp_path)
+    # neither hf_heads nor user_margins importable: the copies saved with the model, which evaluate and train too
+    job = export_job(directory, "AutoModelForCausalLM", {"input_ids": ids}, labels=ids)
+    (result,) = load_without_hf_heads([job], tmp_path)
     torch.testing.assert_close(result["output"], expected)
+    with torch.no_grad():
+        torch.testing.assert_close(result["eval_loss"], model(input_ids=ids, labels=ids).loss)
+    assert torch.isfinite(result["train_loss"]) and result["grads_finite"]
 
 
 def test_a_config_without_components_from_outside_records_none_and_saves_no_extra_module(tmp_path):
@@ -153,9 +156,9 @@ def test_head_modules_flag_imports_the_users_components_before_the_head_flags(mo
 def test_a_saved_directory_carries_the_code_of_its_task_and_family_only(tmp_path):
     """Every saved model carried every task's and family's modules (33 files); now the closure of its own class and
     head family: a softmax causal LM needs no seq2seq, classification, margin, sampled, sparse or continuous code
-    (23 files: the vocabulary-parallel loss, hf_heads_losses_vocab_parallel.py, is part of the chunked loss, the
-    loss entry point, hf_heads_losses_entry.py, is what the heads call, and hf_heads_compat.py, the deprecated names,
-    is imported by hf_heads.heads)."""
+    (the vocabulary-parallel loss, hf_heads_losses_vocab_parallel.py, is part of the chunked loss, the loss entry
+    point, hf_heads_losses_entry.py, is what the heads call, and the built-in chunk kernels, eager, compiled and
+    triton with its row program, run it)."""
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
     model.save_pretrained(tmp_path)
     files = {p.name for p in tmp_path.glob("hf_heads_*.py")}
@@ -163,7 +166,7 @@ def test_a_saved_directory_carries_the_code_of_its_task_and_family_only(tmp_path
     for other in ("modeling_seq2seq", "modeling_classification", "heads_margin", "heads_sampled", "heads_sparse",
                   "heads_continuous", "losses_continuous", "losses_sampled", "losses_sparse"):  # fmt: skip
         assert f"hf_heads_{other}.py" not in files, other
-    assert "hf_heads_losses_entry.py" in files and len(files) <= 23
+    assert "hf_heads_losses_entry.py" in files and "hf_heads_losses_kernels.py" in files and len(files) <= 25
     heads = (tmp_path / "hf_heads_heads.py").read_text()
     assert "hf_heads_heads_softmax import" in heads and "hf_heads_heads_margin import" not in heads
 

@@ -549,6 +549,8 @@ class Saved:
     labels: torch.Tensor
     logits: torch.Tensor
     generated: torch.Tensor | None
+    train_loss: torch.Tensor  # of the training forward after torch.manual_seed(1)
+    eval_loss: torch.Tensor
 
 
 def _train_and_save(case: Case, task: str, backbone: str, directory) -> Saved:
@@ -565,8 +567,9 @@ def _train_and_save(case: Case, task: str, backbone: str, directory) -> Saved:
     with torch.no_grad():
         logits = model(**inputs, labels=labels).logits if task == "seq2seq" else model(**inputs).logits
         generated = model.generate(**inputs, **GENERATE) if task == "seq2seq" else None
+        eval_loss = model(**inputs, labels=labels).loss
     model.save_pretrained(directory)
-    return Saved(model, directory, inputs, labels, logits, generated)
+    return Saved(model, directory, inputs, labels, logits, generated, out.loss.detach(), eval_loss)
 
 
 @pytest.fixture(scope="module")
@@ -610,14 +613,16 @@ def test_save_and_from_pretrained_give_the_same_model(case, task, backbone, save
 
 @pytest.mark.parametrize("task", TASKS)
 def test_saved_models_load_without_hf_heads(task, saved, tmp_path):
-    """Every saved directory of the task loads with trust_remote_code=True where hf_heads cannot be imported and
-    predicts what the model predicted; without trust_remote_code transformers asks for it (the directory carries its
-    code and `auto_map`), instead of suggesting to upgrade transformers."""
+    """Every saved directory of the task loads with trust_remote_code=True where hf_heads (and triton) cannot be
+    imported, predicts what the model predicted, and evaluates and trains with labels as it did (the same losses,
+    finite gradients); without trust_remote_code transformers asks for it (the directory carries its code and
+    `auto_map`), instead of suggesting to upgrade transformers."""
     cases = [(case, backbone) for case, t, backbone in SAVED if t == task]
     models = [saved(case, task, backbone) for case, backbone in cases]
     generate = EXPORT_GENERATE if task == "seq2seq" else None
     jobs = [
-        export_job(s.directory, AUTO[task], s.inputs, generate=generate, refusal=i == 0) for i, s in enumerate(models)
+        export_job(s.directory, AUTO[task], s.inputs, generate=generate, refusal=i == 0, labels=s.labels)
+        for i, s in enumerate(models)
     ]
     results = load_without_hf_heads(jobs, tmp_path)
     refused = results[0]["refused"]
@@ -626,3 +631,6 @@ def test_saved_models_load_without_hf_heads(task, saved, tmp_path):
         with torch.no_grad():
             expected = s.model.generate(**s.inputs, **generate) if generate else s.logits
         torch.testing.assert_close(result["output"], expected, msg=lambda m, case=case: f"{case.id}: {m}")
+        torch.testing.assert_close(result["eval_loss"], s.eval_loss, msg=lambda m, case=case: f"{case.id}: {m}")
+        torch.testing.assert_close(result["train_loss"], s.train_loss, msg=lambda m, case=case: f"{case.id}: {m}")
+        assert result["grads_finite"], case.id

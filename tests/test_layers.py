@@ -1,115 +1,119 @@
-"""Imports point downwards only: each module of hf_heads imports modules of its own layer or of the layers below it
-(DESIGN: cli -> training -> modeling -> heads -> losses -> validation), function-local imports included. The old
-paths kept until 0.3 are the only arrows up: all of them in hf_heads/compat.py (which names the new homes it imports
-when an old name is used, counted here as imports), on the ground floor so that any layer can use it."""
+"""Imports point downwards only, with no exception, and no module imports itself back through others.
+
+The layers, bottom to top (a module imports modules of its own layer or of the layers below it; function-local
+imports and `importlib.import_module("hf_heads....")` count as imports):
+
+    validation, components             the ground floor: argument checks and the component registries
+    data, metrics, integrations        corpora, offline `evaluate` modules, the PEFT glue (imports only peft)
+    losses                             pure torch: the losses, the chunk engine and its kernels
+    heads                              one head per family
+    modeling                           the PreTrainedModel classes and the package itself (`hf_heads`)
+    training                           the trainers, cards, TRL
+    scoring, cli                       sentence scores and the run scripts' support
+
+`integrations` sits low, not above `modeling`: the PEFT glue imports nothing of hf_heads, and the model classes
+call it (`add_adapter`). The shipped `evaluate` scripts (hf_heads/metrics/modules) are loaded by `evaluate`, but are
+held to their layer like the rest.
+"""
 
 import ast
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# bottom to top; `hf_heads` is the package itself (`import hf_heads` registers the model classes)
+PACKAGE = ROOT / "hf_heads"
 LAYERS = (
-    ("validation", "components", "compat"),
-    ("integrations", "integrations.peft", "integrations.trl"),
+    ("validation", "components"),
+    ("data", "metrics", "integrations"),
     ("losses",),
-    ("heads", "data"),
+    ("heads",),
     ("modeling", "hf_heads"),
-    ("metrics", "scoring"),
     ("training",),
-    ("cli",),
+    ("scoring", "cli"),
 )
-# the deprecated names and modules that moved up (removed in 0.3): hf_heads.compat and the layers it names
-OLD_PATHS = {
-    ("compat.py", "losses"), ("compat.py", "heads"), ("compat.py", "training"), ("compat.py", "cli"),
-    ("compat.py", "integrations"),
-}  # fmt: skip
-MODULE_NAME = re.compile(r"hf_heads(\.\w+)+")
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(("hf_heads", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
 
 
 def _layer(module: str) -> int:
     parts = module.split(".")[1:]
-    unit = "hf_heads" if not parts else ".".join(parts[:2]) if parts[0] == "integrations" else parts[0]
+    unit = parts[0] if parts else "hf_heads"
     return next(i for i, names in enumerate(LAYERS) if unit in names)
 
 
-def _imports(path: Path) -> list[str]:
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every hf_heads import of a file: `from m import a, b` gives (m, [a, b]); `import m` and
+    `importlib.import_module("m")` give (m, [])."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append(node.module)
+            found.append((node.module, [alias.name for alias in node.names]))
         elif isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
+            found += [(alias.name, []) for alias in node.names]
         elif getattr(node, "func", None) is not None and getattr(node.func, "attr", None) == "import_module":
-            found += [arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant)]
-        elif (
-            path == ROOT / "hf_heads" / "compat.py" and isinstance(node, ast.Constant) and isinstance(node.value, str)
-        ):
-            found += [node.value] if MODULE_NAME.fullmatch(node.value) else []  # a module its tables name
-    return [name for name in found if name == "hf_heads" or name.startswith("hf_heads.")]
+            found += [(arg.value, []) for arg in node.args[:1] if isinstance(arg, ast.Constant)]
+    return [(m, names) for m, names in found if m == "hf_heads" or m.startswith("hf_heads.")]
+
+
+def _graph() -> dict[str, set[str]]:
+    """{module: the hf_heads modules it imports} (a package is its __init__; `from package import submodule` is an
+    edge to the package: that is what the statement runs first, and what the code saved with a model imports)."""
+    return {name: {m for m, _ in _imports(path)} - {name} for name, path in MODULES.items()}
 
 
 def test_imports_point_downwards():
-    package = ROOT / "hf_heads"
     upward = []
-    for path in sorted(package.rglob("*.py")):
-        relative = path.relative_to(package)
-        if relative == Path("__init__.py"):  # the package's own lazy names (PEP 562)
+    for module, path in MODULES.items():
+        if module == "hf_heads":  # the package's own lazy names (PEP 562)
             continue
-        module = ".".join(("hf_heads", *relative.with_suffix("").parts)).removesuffix(".__init__")
-        for imported in _imports(path):
-            if _layer(imported) > _layer(module) and (relative.as_posix(), imported.split(".")[1]) not in OLD_PATHS:
-                upward.append(f"{relative}: imports {imported}")
+        for imported, _ in _imports(path):
+            if _layer(imported) > _layer(module):
+                upward.append(f"{path.relative_to(PACKAGE)}: imports {imported}")
     assert not upward, "\n".join(upward)
 
 
-def test_validation_is_the_ground_floor():
-    assert _imports(ROOT / "hf_heads" / "validation.py") == []
-    assert _imports(ROOT / "hf_heads" / "components.py") == ["hf_heads.validation"]
-    module_level = ast.parse((ROOT / "hf_heads" / "compat.py").read_text(encoding="utf-8")).body
-    assert not [
-        node for node in module_level if isinstance(node, ast.ImportFrom) and "hf_heads" in (node.module or "")
-    ]
+def test_the_ground_floor_imports_only_the_ground_floor():
+    assert _imports(PACKAGE / "validation.py") == []
+    assert [m for m, _ in _imports(PACKAGE / "components.py")] == ["hf_heads.validation"]
 
 
-def test_the_old_paths_are_shims_of_compat_only():
-    """Each deprecated module is its docstring and its re-export through hf_heads.compat: no logic of its own."""
-    from hf_heads.compat import MOVED_MODULES
-
-    for module in MOVED_MODULES:
-        path = ROOT / Path(*module.split(".")).with_suffix(".py")
-        body = ast.parse(path.read_text(encoding="utf-8")).body[1:]  # after the docstring: the import, the update
-        assert _imports(path) == ["hf_heads.compat"] and len(body) == 2, module
-
-
-def _losses_graph() -> dict[str, set[str]]:
-    """{module: the hf_heads.losses modules it imports} over hf_heads/losses (function-local imports included;
-    `from hf_heads.losses import kernels` is the module kernels)."""
-    folder = ROOT / "hf_heads" / "losses"
-    names = {path.stem for path in folder.glob("*.py") if path.stem != "__init__"}
-    graph = {}
-    for name in names:
-        edges = set()
-        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "hf_heads.losses":
-                edges |= {alias.name for alias in node.names if alias.name in names} or {"__init__"}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hf_heads.losses."):
-                edges.add(node.module.split(".")[2])
-        graph[name] = edges
-    return graph
-
-
-def test_no_import_cycle_inside_the_losses():
-    graph, cycles = _losses_graph(), []
+def test_no_import_cycle():
+    """No module reaches itself through the modules it imports (function-local and importlib imports included):
+    a cycle is an import order that works by luck, and breaks in the flat copy saved with a model."""
+    graph, cycles = _graph(), set()
 
     def walk(module: str, path: list[str]) -> None:
         for nxt in sorted(graph.get(module, ())):
             if nxt in path:
-                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
-            elif nxt in graph:
+                cycle = path[path.index(nxt) :]
+                start = cycle.index(min(cycle))
+                cycles.add(" -> ".join([*cycle[start:], *cycle[:start], min(cycle)]))
+            elif nxt in graph and len(path) < 40:
                 walk(nxt, [*path, nxt])
 
-    for start in sorted(graph):
-        walk(start, [start])
-    assert not cycles, "\n".join(sorted(set(cycles)))
-    assert "triton_kernel" not in graph["chunks"]  # the engine names no concrete kernel
+    for module in sorted(graph):
+        if module != "hf_heads":  # its lazy names are imported on first access, after it is imported
+            walk(module, [module])
+    assert not cycles, "\n".join(sorted(cycles))
+
+
+def test_submodules_are_imported_by_their_own_name():
+    """`from hf_heads.losses import kernels` (a submodule through its package) runs the package first and, in the
+    code saved with a model, names a flat module that has no such attribute: write `from hf_heads.losses.kernels
+    import ...`."""
+    found = []
+    for path in MODULES.values():
+        for imported, names in _imports(path):
+            if imported in PACKAGES:
+                found += [f"{path.relative_to(PACKAGE)}: from {imported} import {n}" for n in names
+                          if f"{imported}.{n}" in MODULES]  # fmt: skip
+    assert not found, "\n".join(found)
+
+
+def test_the_chunk_engine_names_no_concrete_kernel():
+    assert not any(m.startswith("hf_heads.losses.triton") for m, _ in _imports(PACKAGE / "losses" / "chunks.py"))

@@ -486,13 +486,16 @@ def test_every_loss_refuses_an_unknown_reduction_with_one_message(call):
         call(h, W, b, y)
 
 
-def test_frequency_ranks_are_written_once():
+def test_the_losses_and_the_data_rank_classes_alike():
+    """The losses' `frequency_ranks` (noise, word norms) and the data layer's `frequency_rank` (below the losses, so
+    its own) give the same ranks, ties in id order."""
     counts = torch.tensor([5, 50, 0, 20, 50])
     expected = [3, 0, 4, 2, 1]  # ties keep id order
     assert frequency_ranks(counts).tolist() == expected
     assert frequency_ranks(counts.double()).tolist() == expected
     assert noise_module.frequency_ranks is frequency_ranks
     assert frequency_rank(counts).tolist() == expected
+    assert frequency_rank(counts.double()).tolist() == expected
 
 
 def test_safe_exp():

@@ -249,8 +249,6 @@ def test_keyword_options_give_the_numbers_of_the_scorer(options):
     for call in pairs:
         expected = call(**options)
         assert torch.equal(call(scorer=scorer), expected)
-        with pytest.warns(FutureWarning, match=r"\(spec=\.\.\.\) is deprecated .* use scorer="):
-            assert torch.equal(call(spec=scorer), expected)  # `spec`: the old name of `scorer`
     expected = margin_cross_entropy(h, w, b, y, **data, **options)
     assert torch.equal(MarginCrossEntropy(scorer=scorer, word_counts=counts)(h, w, b, y), expected)
     if "gain" not in options:  # the module's keyword options are those of MarginSpec's first five
@@ -265,7 +263,7 @@ def test_a_scorer_and_keyword_options_do_not_mix():
     with pytest.raises(OptionError, match=r"m=0\.3 must be left at its default \(0\.0\) when scorer is given") as err:
         margin_cross_entropy(h, w, b, y, scorer=scorer, m=0.3)
     assert err.value.field == "m"
-    with pytest.raises(TypeError, match="give scorer or its old name spec, not both"):
+    with pytest.raises(TypeError, match="unexpected margin option"):
         margin_logits(h, w, b, y, scorer=scorer, spec=scorer)
     with pytest.raises(TypeError, match="scorer must be a Scorer, got dict"):
         margin_logits(h, w, b, y, scorer={"margin": "cos"})
@@ -304,24 +302,10 @@ def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather(
         torch.testing.assert_close(got, want + torch.autograd.grad(other(w), w)[0])
 
 
-def test_the_old_positional_forms_still_build_the_same_scorer():
-    """`MarginSpec` (the old name of `Scorer.from_options`, from hf_heads.losses, .margin and .scorer) keeps its
-    argument order (logit_scale and softcap by position too), `MarginCrossEntropy`'s positional options and its
-    `spec` still work, each with a FutureWarning that names the replacement."""
-    import hf_heads.losses
-    import hf_heads.losses.margin
-    import hf_heads.losses.scorer
-
-    for module in (hf_heads.losses, hf_heads.losses.margin, hf_heads.losses.scorer):
-        with pytest.warns(FutureWarning, match=r"MarginSpec is deprecated .* use hf_heads.losses.Scorer.from_options"):
-            MarginSpec = module.MarginSpec  # noqa: N806 (the old name)
-    full = MarginSpec("arc", 0.2, None, "no-mod", "max-norm", 1.5, 2.0, 30.0)
-    assert full == Scorer.from_options("arc", 0.2, None, "no-mod", "max-norm", 1.5, logit_multiplier=2.0, softcap=30.0)
-    assert MarginSpec("cos", 0.1, logit_scale=3.0) == Scorer.from_options("cos", 0.1, logit_multiplier=3.0)
-    with pytest.warns(FutureWarning, match="pass margin, m by keyword"):
-        module = MarginCrossEntropy("arc", 0.2)
-    assert module.scorer == Scorer.from_options("arc", 0.2)
-    with pytest.warns(FutureWarning, match=r"MarginCrossEntropy.spec is deprecated .* use MarginCrossEntropy.scorer"):
-        assert module.spec is module.scorer
+def test_the_margin_module_takes_its_options_by_keyword():
+    """`MarginCrossEntropy` takes the scorer or its options by keyword only; a misspelt option is refused."""
+    assert MarginCrossEntropy(margin="arc", m=0.2).scorer == Scorer.from_options("arc", 0.2)
+    with pytest.raises(TypeError):
+        MarginCrossEntropy("arc", 0.2)
     with pytest.raises(TypeError, match="unexpected margin option"):
         MarginCrossEntropy(margn="arc")

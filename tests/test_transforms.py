@@ -121,22 +121,8 @@ def test_bad_transform_is_refused_with_its_field():
     with pytest.raises(OptionError, match="logit_multiplier"):
         Scorer.from_options(logit_multiplier=0.0)
     h, w, b, y = _data()
-    with pytest.raises(OptionError, match="^logit_scale=0.0 must be > 0"):
-        fused_linear_cross_entropy(h, w, b, y, logit_scale=0.0)
-    with pytest.raises(TypeError, match="logit_multiplier or its old name logit_scale"):
-        fused_linear_cross_entropy(h, w, b, y, logit_scale=SCALE, logit_multiplier=SCALE)
-
-
-def test_logit_scale_is_the_old_name_of_logit_multiplier():
-    h, w, b, y = _data()
-    with pytest.warns(FutureWarning, match=r"fused_linear_cross_entropy\(logit_scale=\.\.\.\) is deprecated"):
-        old = fused_linear_cross_entropy(h, w, b, y, logit_scale=SCALE, softcap=CAP)
-    assert torch.equal(old, fused_linear_cross_entropy(h, w, b, y, logit_multiplier=SCALE, softcap=CAP))
-    with pytest.warns(FutureWarning, match=r"the margin losses\(logit_scale=\.\.\.\) is deprecated"):
-        old = margin_cross_entropy(h, w, b, y, margin="cos", m=0.2, logit_scale=SCALE, chunk_size=3)
-    assert torch.equal(
-        old, margin_cross_entropy(h, w, b, y, margin="cos", m=0.2, logit_multiplier=SCALE, chunk_size=3)
-    )
+    with pytest.raises(OptionError, match="^logit_multiplier=0.0 must be > 0"):
+        fused_linear_cross_entropy(h, w, b, y, logit_multiplier=0.0)
 
 
 def test_saved_and_exported_models_keep_the_transform(tmp_path):

@@ -8,7 +8,5 @@
 - `runs`: arguments, local files, the train block and the end-of-run artefacts (`finish_run`);
 - `seq2seq`: the steps of the translation, summarization and question-generation scripts.
 
-Imports point from here down into the library, never up: of the library's modules only the deprecated paths that
-re-export these names until 0.3 (`hf_heads.training.runs`, the run-script names `write_model_card` still accepts)
-import it.
+Imports point from here down into the library, never up: no module of the library imports it.
 """

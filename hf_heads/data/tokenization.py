@@ -21,8 +21,6 @@ from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, 
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from hf_heads.losses._rows import frequency_ranks
-
 SPECIAL_TOKENS = ("<unk>", "<pad>", "<s>", "</s>")
 
 
@@ -118,8 +116,11 @@ def word_counts(dataset, tokenizer, column: str = "text", *, batch_size: int = 1
 
 
 def frequency_rank(counts: torch.Tensor) -> torch.Tensor:
-    """(V,) rank of each id by descending count (0 = most frequent); ties keep id order."""
-    return frequency_ranks(counts)
+    """(V,) rank of each id by descending count (0 = most frequent); ties keep id order (as
+    `hf_heads.losses.frequency_ranks`, which the losses use: this layer sits below them)."""
+    counts = torch.as_tensor(counts)
+    order = torch.sort(counts, descending=True, stable=True).indices
+    return torch.empty_like(order).scatter_(0, order, torch.arange(counts.numel(), device=counts.device))
 
 
 def _special_affixes(tokenizer) -> tuple[list[int], list[int]]:

@@ -3,7 +3,6 @@ continuous. Each family module holds its options dataclass and its head class an
 (hf_heads.heads.registry); `make_head` builds the head of a head section, and each options class's `reference`
 (over a `ReferenceBatch`) is the family's naive loss the contract suite holds the head to."""
 
-from hf_heads.compat import moved_names
 from hf_heads.heads.base import OutputHead
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.options import CHECKPOINT_OPTIONS, HeadOptions, ReferenceBatch
@@ -40,6 +39,3 @@ __all__ = [
     "head_options",
     "make_head",
 ]
-
-
-__getattr__ = moved_names("hf_heads.heads")  # HEAD_FAMILIES, option_help (hf_heads.compat)

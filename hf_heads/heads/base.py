@@ -15,8 +15,7 @@ continuous). `forward`, `loss` and `logits` live here once; a family overrides a
   tied to the input embeddings), `uses_embedding_table`.
 
 `rows` is a `LossRows` (hf_heads.losses._rows): `num_items_in_batch`, `ignore_index` and `reduction`, as in
-`F.cross_entropy` and the Trainer; a loss function takes them as `**rows.kwargs()`. (A hook written in the older
-form `(hidden, labels, **rows)` is adapted, with a FutureWarning: hf_heads.compat.keyword_rows_hook.)
+`F.cross_entropy` and the Trainer; a loss function takes them as `**rows.kwargs()`.
 """
 
 from __future__ import annotations
@@ -27,11 +26,15 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from hf_heads.compat import keyword_rows_hook
 from hf_heads.heads.registry import head_options
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
 from hf_heads.losses.chunks import ChunkKernel, chunk_kernel, map_chunks, rows_per_chunk
 from hf_heads.losses.entry import OutputLoss
+
+# the built-in chunk kernels register on import; a head's `chunk_kernel` option names one (the code saved with a model
+# has no package __init__ that would import them: these lines carry them)
+from hf_heads.losses.kernels import EagerKernel  # noqa: F401
+from hf_heads.losses.triton_kernel import TritonKernel  # noqa: F401
 from hf_heads.losses.vocab_parallel import whole_parameters
 
 TASKS = ("causal-lm", "seq2seq", "classification")
@@ -74,12 +77,6 @@ class OutputHead(nn.Module):
         self.config_section = {"family": self.family, **asdict(options)}
 
     # ------------------------------------------------------------------ hooks
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        for name in ("training_loss", "eval_loss"):  # a hook of the older form (hidden, labels, **rows), adapted
-            if name in cls.__dict__:
-                setattr(cls, name, keyword_rows_hook(cls, name, cls.__dict__[name]))
 
     def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
         """The family's training criterion of hidden (*, H) against labels (*) (train mode), its rows counted and

@@ -29,7 +29,6 @@ counts and reduces its rows) and `hf_heads.validation`
 (argument checks raising `OptionError`, which names the field, the value and what is allowed).
 """
 
-from hf_heads.compat import moved_names
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
 from hf_heads.losses.chunks import CHUNK_KERNELS, ChunkKernel, chunk_kernel, map_chunks, register_kernel
 from hf_heads.losses.continuous import (
@@ -183,5 +182,3 @@ __all__ = [
     "validate_margin_options",
     "word_norm_values",
 ]
-
-__getattr__ = moved_names("hf_heads.losses")  # MarginSpec (hf_heads.compat)

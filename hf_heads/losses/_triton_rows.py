@@ -1,8 +1,11 @@
 """The Triton row program of hf_heads.losses.triton_kernel (its docstring has the math), imported by that module on
 first use: Triton decides when it decorates whether a program is compiled or runs under its CPU interpreter."""
 
-import triton
-import triton.language as tl
+try:  # the saved code of a model carries this module: it loads where triton is not installed (and never runs there)
+    import triton
+    import triton.language as tl
+except ImportError as err:
+    raise ImportError("the Triton row program needs the triton package (pip install 'hf_heads[triton]')") from err
 
 
 @triton.jit

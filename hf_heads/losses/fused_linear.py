@@ -42,7 +42,6 @@ from typing import NamedTuple
 
 import torch
 
-from hf_heads.compat import renamed_keyword
 from hf_heads.losses._rows import (
     autocast_off,
     check_reduction,
@@ -351,7 +350,6 @@ def fused_linear_cross_entropy(
     chunk_size: int | None = None,
     logit_multiplier: float = 1.0,
     softcap: float | None = None,
-    logit_scale: float | None = None,
     column_scale: torch.Tensor | None = None,
     criterion: str = "ce",
     weight_grad: WeightGradSlot | None = None,
@@ -378,7 +376,6 @@ def fused_linear_cross_entropy(
         logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
             taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
-        logit_scale: the old name of `logit_multiplier` (a FutureWarning; give one of them).
         column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
             head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied to each chunk's logits and gradient instead of
             to a scaled (V, H) copy of the weight; its gradient is computed too.
@@ -431,11 +428,6 @@ def fused_linear_cross_entropy(
         for gradcheck) and rounded once to `loss_dtype`. With `return_z_loss` or `return_predictions`, a
         `LinearCrossEntropyOutput`.
     """
-    if logit_scale is not None:
-        check_transform(logit_scale, None, "logit_scale")
-        logit_multiplier = renamed_keyword(
-            "fused_linear_cross_entropy", "logit_scale", "logit_multiplier", logit_scale, logit_multiplier, 1.0
-        )
     check_transform(logit_multiplier, softcap)
     check_choice("criterion", criterion, CRITERIA)
     check_number("z_loss", z_loss, minimum=0)

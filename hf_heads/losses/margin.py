@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hf_heads.compat import moved_names, positional_arguments, renamed_attribute
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import ChunkKernel
@@ -114,7 +113,7 @@ def margin_logits(
     With `target` (*,) the target class gets φ of eq. 14 (rows equal to `ignore_index` get no margin);
     without it, the logits are the inference logits (no margin). The scorer is `scorer` (a `Scorer`), or the one
     of the keyword `scorer_options` (`Scorer.from_options`: margin, m, scale, word_norm, context_norm, gain,
-    logit_multiplier, softcap; `spec` is the old name of `scorer`). `word_counts` (V,) feed f, `context_norm_value`
+    logit_multiplier, softcap). `word_counts` (V,) feed f, `context_norm_value`
     replaces max-norm's batch maximum. Materialises (N, V): use `margin_cross_entropy` for training. Computed in
     float32 (float64 for float64 inputs, also under autocast) and returned in the dtype `hidden @ weight.T` would
     have outside autocast.
@@ -239,11 +238,9 @@ class MarginCrossEntropy(nn.Module):
     """`margin_cross_entropy` as a module: the scorer at construction (`scorer`, or its keyword options, e.g.
     `MarginCrossEntropy(margin="arc", m=0.2)`), tensors at call time."""
 
-    _POSITIONAL = ("margin", "m", "scale", "word_norm", "context_norm", "word_counts", "reduction", "ignore_index")
-
     def __init__(
         self,
-        *args,
+        *,
         scorer: Scorer | None = None,
         word_counts: torch.Tensor | None = None,
         reduction: str = "mean",
@@ -252,11 +249,6 @@ class MarginCrossEntropy(nn.Module):
         **scorer_options,
     ) -> None:
         super().__init__()
-        if args:  # the old positional order
-            given = positional_arguments("MarginCrossEntropy", self._POSITIONAL, args)
-            word_counts = given.pop("word_counts", word_counts)
-            reduction, ignore_index = given.pop("reduction", reduction), given.pop("ignore_index", ignore_index)
-            scorer_options = {**given, **scorer_options}
         self.scorer = resolve_scorer(scorer, **scorer_options)
         self.scorer.check_counts(word_counts)
         self.reduction, self.ignore_index, self.chunk_size = reduction, ignore_index, chunk_size
@@ -276,14 +268,6 @@ class MarginCrossEntropy(nn.Module):
             num_items_in_batch=num_items_in_batch,
             chunk_size=self.chunk_size,
         )
-
-    @property
-    def spec(self) -> Scorer:
-        """The old name of `scorer` (with a FutureWarning)."""
-        return renamed_attribute("MarginCrossEntropy", "spec", "scorer", self.scorer)
-
-
-__getattr__ = moved_names("hf_heads.losses.margin")  # MarginSpec (hf_heads.compat)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -65,7 +65,6 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.compat import moved_names, renamed_keyword
 from hf_heads.components import (
     REGISTRIES,
     Component,
@@ -704,8 +703,7 @@ class Scorer:
 
 # ----------------------------------------------------------------------------- the losses' keyword options
 
-# The options the loss functions also take as keyword arguments, with their defaults. `spec` (the old name of
-# `scorer`) and `logit_scale` (of `logit_multiplier`) are read by hf_heads.compat.renamed_keyword until 0.3.
+# The options the loss functions also take as keyword arguments, with their defaults.
 SCORER_OPTIONS = {
     "margin": "none",
     "m": 0.0,
@@ -716,24 +714,16 @@ SCORER_OPTIONS = {
     "logit_multiplier": 1.0,
     "softcap": None,
 }
-_OLD_NAMES = {"logit_scale": "logit_multiplier"}
 
 
-def resolve_scorer(scorer: Scorer | None = None, *, spec: Scorer | None = None, **options) -> Scorer:
+def resolve_scorer(scorer: Scorer | None = None, **options) -> Scorer:
     """The scorer a loss runs: `scorer`, or else the one of the keyword `options` (`SCORER_OPTIONS`, by
     `Scorer.from_options`). With a scorer the options must stay at their defaults. The one place where keyword
-    options become a scorer. (`spec` and the option `logit_scale`: the old names of `scorer` and
-    `logit_multiplier`, with a FutureWarning.)"""
-    for old, new in _OLD_NAMES.items():
-        if old in options:
-            check_transform(options[old], None, old)
-            options[new] = renamed_keyword("the margin losses", old, new, options.pop(old), options.get(new), None)
+    options become a scorer."""
     unknown = set(options) - set(SCORER_OPTIONS)
     if unknown:
         allowed = ", ".join(SCORER_OPTIONS)
         raise TypeError(f"unexpected margin option(s) {', '.join(sorted(unknown))}; allowed: {allowed}")
-    if spec is not None:
-        scorer = renamed_keyword("the margin losses", "spec", "scorer", spec, scorer, None)
     if scorer is None:
         return Scorer.from_options(**options)
     if not isinstance(scorer, Scorer):
@@ -762,6 +752,3 @@ def validate_margin_options(
     `ValueError` for word counts of the wrong shape or with negative / non-finite entries."""
     scorer = Scorer.from_options(margin, m, scale, word_norm, context_norm)
     check_word_counts(scorer.word_norm, word_counts, vocab_size, counts_required and scorer.needs_counts)
-
-
-__getattr__ = moved_names("hf_heads.losses.scorer")  # MarginSpec (hf_heads.compat)

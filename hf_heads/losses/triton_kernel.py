@@ -39,30 +39,34 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import register
-from hf_heads.losses import kernels
 from hf_heads.losses._rows import HALF_DTYPES, full_precision
 from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads
-from hf_heads.losses.kernels import EagerKernel, _linear_grads
+from hf_heads.losses.kernels import EagerKernel, _linear_grads, _raw_logits
 from hf_heads.validation import OptionError
 
 _PROGRAM = None  # the jitted row program, loaded on first use
 
 
+def _triton():
+    """The `triton` package, or None where it does not import. (Every triton import of this module and of the row
+    program sits in a `try`: a model's saved code, which carries them, then loads where triton is not installed.)"""
+    try:
+        import triton
+        import triton.language  # noqa: F401
+    except ImportError:
+        return None
+    return triton
+
+
 def triton_available() -> bool:
     """Whether the `triton` package imports."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return _triton() is not None
 
 
 def _interpreting() -> bool:
     """Whether triton was imported under its CPU interpreter (`TRITON_INTERPRET=1` set before the first import:
     triton fixes the mode of its language functions then)."""
-    import triton.language as tl
-
-    return type(tl.sum).__name__ == "InterpretedFunction"
+    return type(_triton().language.sum).__name__ == "InterpretedFunction"
 
 
 def _program():
@@ -72,13 +76,13 @@ def _program():
         previous = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if _interpreting() else "0"  # read by `triton.jit` as it decorates
         try:
-            from hf_heads.losses import _triton_rows
+            from hf_heads.losses._triton_rows import ce_rows
         finally:
             if previous is None:
                 del os.environ["TRITON_INTERPRET"]
             else:
                 os.environ["TRITON_INTERPRET"] = previous
-        _PROGRAM = _triton_rows.ce_rows
+        _PROGRAM = ce_rows
     return _PROGRAM
 
 
@@ -160,8 +164,6 @@ class TritonKernel(EagerKernel):
         default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax (and target rank) into `pred`
         ((n, 1) or (n, 2), contiguous) when given; each row's entropy into `ent` (n,), and with `ent_weight` (n,) the
         gradient also that of Σ_i ent_weight_i · H_i."""
-        import triton
-
         n, num_classes = z.shape
         compute = torch.promote_types(z.dtype, torch.float32)  # the row math's dtype, for half logits too
         loss = torch.empty(n, dtype=compute, device=z.device)
@@ -192,7 +194,7 @@ class TritonKernel(EagerKernel):
             num_classes, params, z_weight if z_loss else unused, unused if lse is None else lse,
             unused if pred is None else pred, unused if ent is None else ent,
             ent_weight.to(compute).contiguous() if ent_grad else unused,
-            **flags, BLOCK=min(triton.next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
+            **flags, BLOCK=min(_triton().next_power_of_2(num_classes), self.max_block), num_warps=self.num_warps,
         )  # fmt: skip
         return loss
 
@@ -210,7 +212,7 @@ class TritonKernel(EagerKernel):
         self._ready(h.device)
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super().loss(h, w, b, y, t, opts, lse, pred, ent)
-        z = kernels._raw_logits(h, w, None).contiguous()
+        z = _raw_logits(h, w, None).contiguous()
         return self._launch(z, b, y, t, None, opts, lse=lse, pred=pred, ent=ent)
 
     def _dense(
@@ -219,7 +221,7 @@ class TritonKernel(EagerKernel):
     ):  # fmt: skip
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
-        z = kernels._raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
+        z = _raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
         # d loss / d z: over z, or, for half products of float32 logits, in the products' dtype straight from the
         # program (rounded once, as the cast for the next two GEMMs would round it, without that cast's pass)
         grad_z = z if z.dtype == w.dtype or w.dtype not in HALF_DTYPES else torch.empty_like(z, dtype=w.dtype)

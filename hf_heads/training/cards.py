@@ -20,8 +20,6 @@ from pathlib import Path
 
 import yaml
 
-from hf_heads.compat import moved_names, run_script_base_model
-
 TASKS = {
     "HeadsForCausalLM": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
     "HeadsForSeq2SeqLM": ("text2text-generation", "Sequence-to-sequence generation", "AutoModelForSeq2SeqLM"),
@@ -44,7 +42,6 @@ STANDARD_SCORES = {
 # other fractions shown on the 0-100 scale in the card's score table (not in model-index: not standard)
 OTHER_SCORES = (r"accuracy@\d+", r"majority_class_accuracy", r"target_token_coverage")
 SPLITS = (("eval_", "validation"), ("predict_", "test"))
-__getattr__ = moved_names("hf_heads.training.cards")  # the run scripts' model names, moved to hf_heads.cli.backbones
 
 
 def _is_lm(model) -> bool:
@@ -290,7 +287,7 @@ def write_model_card(
     base_model: str | None = None,
     plots: list[str] | None = None,
     repo_id: str | None = None,
-    built_from_config: bool | None = None,
+    built_from_config: bool = False,
 ) -> Path:
     """Fill `model_card_template.md` and write `README.md` into `output_dir`; the loading instructions depend on
     whether `output_dir` holds a saved model with its code (`hf_heads.modeling.export.has_code`).
@@ -319,8 +316,6 @@ def write_model_card(
             }
         ],
     }
-    if built_from_config is None:
-        base_model, built_from_config = run_script_base_model(base_model) if base_model else (base_model, False)
     if base_model and not Path(base_model).exists() and not built_from_config:
         meta["base_model"] = base_model
     hyper = {

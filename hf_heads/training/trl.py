@@ -11,8 +11,7 @@ the SFT options against the head when it is built: `loss_type="dft"` weights eac
 refused for a criterion whose exp(−ℓ) is not a probability (sampled BCE / MSE, CE-IS, CE-CPS; continuous heads);
 `peft_config` without `target_modules` gets the backbone's PEFT default (hf_heads.integrations.peft).
 
-It lives beside `HeadsTrainer` (hf_heads.training.trainer), whose additions it shares; the old path
-`hf_heads.integrations.trl` re-exports it until 0.3.
+It lives beside `HeadsTrainer` (hf_heads.training.trainer), whose additions it shares.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from hf_heads.losses.scorer import OneParameterMargin, register_margin
+from hf_heads.losses import OneParameterMargin, register_margin  # the public path
 
 
 @register_margin

@@ -115,7 +115,7 @@ MUTANTS: list[Mutant] = [
       "stats = self.statistics(hidden.detach(), labels, ignore_index=ignore_index)",
       "_, stats = self(hidden.detach(), labels, statistics=True, ignore_index=ignore_index)", LM,
       "the fused output's statistics compute a second training loss: a max-norm head's running ‖h‖ moves twice"),
-    # ---------------------------------------------------------------- compat.py
+    # ---------------------------------------------------------------- modeling/compat.py
     m("two-caches-accepted", "modeling/compat.py", "if len({id(value) for value in caches.values()}) > 1:",
       "if len({id(value) for value in caches.values()}) > 2:", LM,
       "a cache under `cache` and another under `past_key_values`: one is silently ignored"),
@@ -194,16 +194,6 @@ MUTANTS: list[Mutant] = [
     m("head-lora-gets-backbone-targets", "integrations/peft.py",
       'is not None or getattr(peft_config, "target_parameters", None):', "is not None:", SAVED,
       "LoRA on the head alone (target_parameters) also adapts the backbone's default modules"),
-    m("old-module-warning-hidden", "compat.py", 'in {REMOVAL}", FutureWarning, stacklevel=3)',
-      'in {REMOVAL}", DeprecationWarning, stacklevel=3)',
-      SAVED, "a moved module (the TRL integration, training.runs) warns with a DeprecationWarning, hidden by default"),
-    m("renamed-keyword-warning-hidden", "compat.py", "    warnings.warn(message, FutureWarning, stacklevel=3)",
-      "    pass", ["tests/test_transforms.py", "tests/test_scorer.py"],
-      "an old keyword name of the losses (logit_scale, spec) is taken without a warning: removed unannounced"),
-    m("rows-hook-of-the-keyword-form-not-adapted", "heads/base.py",
-      "                setattr(cls, name, keyword_rows_hook(cls, name, cls.__dict__[name]))", "                pass",
-      ["tests/test_old_paths.py"], "a family's loss hook written as (hidden, labels, **rows) gets a LossRows "
-      "positionally and fails"),
     # ---------------------------------------------------------------- config read-through, EncoderDecoderModel, ids
     m("config-set-keeps-a-copy", "modeling/configuration.py", "        setattr(backbone, key, value)\n",
       "        super().__setattr__(key, value)\n",

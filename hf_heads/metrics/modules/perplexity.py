@@ -5,9 +5,10 @@ Default configuration: the same arguments, defaults and keys (`perplexities`, `m
 huggingface/evaluate's metrics/perplexity/perplexity.py, and the same computation (texts tokenised with
 padding, optional BOS, per-text exp(mean token NLL) of a causal LM). Differences from evaluate's module:
 
-* `import hf_heads` happens first, so `model_id` may also be an hf_heads checkpoint (`HeadsForCausalLM`,
-  loaded by `AutoModelForCausalLM`): what is scored is then the head's inference distribution (margin never
-  applied, sampled heads corrected and renormalised), exactly as `generate()` sees it.
+* `model_id` may also be an hf_heads checkpoint (`HeadsForCausalLM`, loaded by `AutoModelForCausalLM` once
+  hf_heads is imported, as `evaluate.load(hf_heads.metrics.path("perplexity"))` has done; without it a clear error
+  says so): what is scored is then the head's inference distribution (margin never applied, sampled heads
+  corrected and renormalised), exactly as `generate()` sees it.
 * the module itself needs no network (evaluate's is a Hub script); the model still loads through
   `from_pretrained` as there, so under `HF_HUB_OFFLINE=1` `model_id` must be a local directory or a cached id.
 * the checks evaluate makes with `assert` (device, special tokens for padding, BOS for `max_length`, text
@@ -129,9 +130,14 @@ def _from_model(predictions, model_id, batch_size, add_start_token, device, max_
     # As huggingface/evaluate metrics/perplexity/perplexity.py, statement for statement.
     import torch
     from torch.nn import CrossEntropyLoss
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
-    import hf_heads  # noqa: F401  (registers HeadsConfig / HeadsForCausalLM with the Auto classes)
+    model_type = PretrainedConfig.get_config_dict(model_id)[0].get("model_type")
+    if model_type == "hf_heads" and model_type not in CONFIG_MAPPING:
+        raise ValueError(
+            f"model_id={model_id!r} is an hf_heads checkpoint, and hf_heads is not imported; allowed: import hf_heads "
+            "first (it registers its model classes with AutoModelForCausalLM), or a base transformers checkpoint"
+        )
 
     if device is not None:
         if device not in _DEVICES:
