@@ -126,6 +126,7 @@ def parse_value(text: str):
 
 
 REFERENCE = "its reference (the naive computation the contract suite compares the library with)"
+RESERVED_PARAMETERS = ("type",)  # a component's config dict names its class under "type" (`component_config`)
 _REQUIRES: dict[str, str] = {}  # kind -> what its abstract methods are, for `register`'s refusal
 
 
@@ -146,10 +147,11 @@ def component_base(kind: str, requires: str = REFERENCE):
 
 def register(kind: str):
     """Class decorator: register the component class `cls` (a dataclass subclass of the kind's base with a `name`
-    and its reference defined) under `cls.name`, so a config or a flag names it. Registering again the same class
-    (a module imported twice, e.g. as a saved copy) keeps the first; another class under a taken name is an error.
-    `register("family")` registers a head family instead: a head class with its options class
-    (hf_heads.heads.registry.register_head)."""
+    and its reference defined) under `cls.name`, so a config or a flag names it. A class is known by its module and
+    qualified name (`same_class`): the class of a reloaded module (`importlib.reload`) takes the place of its old
+    one; another class under a taken name is refused, naming both. A parameter named as a config key
+    (`RESERVED_PARAMETERS`) is refused. `register("family")` registers a head family instead: a head class with its
+    options class (hf_heads.heads.registry.register_head)."""
     if kind in KIND_HOOKS:
         return KIND_HOOKS[kind]
     if kind not in KINDS:
@@ -171,17 +173,36 @@ def register(kind: str):
                 f"register({kind!r}): {cls.__qualname__} does not define {missing}: every {kind} component defines "
                 f"{_REQUIRES[kind]}"
             )
+        reserved = [f.name for f in dataclasses.fields(cls) if f.name in RESERVED_PARAMETERS]
+        if reserved:
+            raise TypeError(
+                f"register({kind!r}): {cls.__qualname__} has a parameter named {reserved[0]!r}, the key under which a "
+                f"config names the {kind}'s class: rename the parameter"
+            )
+        check_free(REGISTRIES[kind], cls.name, cls, kind)
         if dataclasses.fields(cls):  # read the parameters' annotations while the defining module is importable
             annotation_types(cls, "")
-        registry = REGISTRIES[kind]
-        taken = registry.get(cls.name)
-        if taken is not None and taken is not cls and taken.__qualname__ != cls.__qualname__:
-            raise ValueError(f"{kind} {cls.name!r} is already registered ({taken.__qualname__})")
-        if taken is None:
-            registry[cls.name] = cls
+        REGISTRIES[kind][cls.name] = cls
         return cls
 
     return decorate
+
+
+def same_class(a: type, b: type) -> bool:
+    """Whether two classes are one class of one module: the same object, or the class of a module reloaded
+    (`importlib.reload`) and its former self (the same module and qualified name)."""
+    return a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+
+
+def check_free(registry: dict, name: str, cls: type, kind: str) -> None:
+    """Refuse (`ValueError`) to register `cls` under `name` where another class holds it (`same_class`: a reloaded
+    module's class replaces its former self; a class of another module, or another class, never does silently)."""
+    taken = registry.get(name)
+    if taken is not None and not same_class(taken, cls):
+        raise ValueError(
+            f"{kind} {name!r} is already registered by {taken.__module__}.{taken.__qualname__}; "
+            f"{cls.__module__}.{cls.__qualname__} cannot take its name: register it under another name"
+        )
 
 
 def component_class(kind: str, name: str, field: str | None = None) -> type:

@@ -42,12 +42,14 @@ from hf_heads.losses.noise import Noise
 from hf_heads.losses.sampled import SamplingMethod
 from hf_heads.losses.scorer import ContextNorm, Margin, Scorer, WordNorm
 
+SLOW_KERNELS = ("compiled", "triton", "triton-half")  # compiled per option set, or run interpreted: `make test-all`
+
 
 def _cases(kind: str, kernels: bool = False) -> list:
     out = []
     for cls in COMPONENTS[kind]:
         for kernel in KERNELS if kernels else [None]:
-            marks = [pytest.mark.slow] if kernel in CHUNK_KERNELS and kernel != "eager" else []  # compiled, Triton
+            marks = [pytest.mark.slow] if kernel in SLOW_KERNELS else []
             suffix = "" if kernel is None else f"-{kernel}"
             out.append(pytest.param(cls, kernel, id=f"{cls.name}{suffix}", marks=marks))
     return out

@@ -1,6 +1,7 @@
 """The contract every head family keeps, run over the family cases generated from the registries (CASES): each
 registered family's `examples` and `contract_examples`, and every registered component of each kind the family adds
-(margins and norms, sampling methods and noises, continuous losses) in the family's first example — a family or a
+(margins and norms, sampling methods and noises, continuous losses), those of the user's package under
+tests/extension included (registered for each test of this module), in the family's first example — a family or a
 component registered by a user's package is run with no edit here:
 
 1. the training loss (train mode), the evaluation loss and the inference logits (eval mode) equal the family's
@@ -26,6 +27,7 @@ Head-level checks (1-3) build heads with `hf_heads.heads.make_head` and use only
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ import torch
 import transformers
 from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from export_check import export_job, load_without_hf_heads
+from extensions import EXTENSIONS
 from torch import nn
 from transformers import GPT2Config
 
@@ -68,7 +71,8 @@ class Case:
 
     @property
     def options(self):
-        return head_options(self.head)
+        with _extensions_registered():  # also where the cases are collected
+            return head_options(self.head)
 
 
 def _own_component_fields(options: type) -> list:
@@ -111,7 +115,28 @@ def _cases() -> list[Case]:
     return list(out.values())
 
 
-CASES = _cases()
+@contextlib.contextmanager
+def _extensions_registered():
+    """The components of tests/extension registered (extensions.py keeps them out of the registries otherwise)."""
+    before = {kind: dict(registry) for kind, registry in REGISTRIES.items()}
+    for kind, classes in EXTENSIONS.items():
+        REGISTRIES[kind].update({cls.name: cls for cls in classes})
+    try:
+        yield
+    finally:
+        for kind, registry in REGISTRIES.items():
+            registry.clear()
+            registry.update(before[kind])
+
+
+@pytest.fixture(autouse=True)
+def extension_components():
+    with _extensions_registered():
+        yield
+
+
+with _extensions_registered():
+    CASES = _cases()
 CASE_PARAMS = [pytest.param(case, id=case.id) for case in CASES]
 MODEL_CASES = [case for case in CASES if case.models]
 SEED = 1234  # torch's global seed before every loss call: the samples / random negatives it draws
@@ -235,14 +260,21 @@ MAX_NORM_CASES = [
 
 
 @pytest.mark.parametrize("case", MAX_NORM_CASES)
-def test_running_max_norm_follows_its_formula_and_is_what_evaluation_uses(case):
-    """max-norm's running value over several training batches is r_1 = M_1, r_t = (1 − μ) r_{t−1} + μ M_t with M_t
-    the max ‖h‖ over the batch's non-ignored rows only (ignored rows hold larger norms here; a batch of padding only
-    leaves r as it is); evaluation, inference
-    logits and the eval loss use r_t, not the max of the batch they are given."""
+def test_a_running_batch_context_norm_follows_its_statistic_and_is_what_evaluation_uses(case):
+    """A batch context norm's running value over several training batches is r_1 = M_1, r_t = (1 − μ) r_{t−1} + μ M_t
+    with M_t the norm's batch statistic over the batch's non-ignored rows only (max-norm: max ‖h‖; taken from the
+    component's own `reference`, so any registered batch norm is held to its definition; ignored rows hold larger
+    norms here; a batch of padding only leaves r as it is); evaluation, inference logits and the eval loss use r_t,
+    not the statistic of the batch they are given."""
     momentum = 0.3
     case = Case(case.id, {**case.head, "context_norm_momentum": momentum}, case.tasks, case.counts)
     head, table = _head(case)
+    norm = head.options.scorer().context_norm
+
+    def statistic(hidden, valid):  # M: the reference's g, one value for every row of the batch
+        flat, counted = hidden.reshape(-1, hidden.shape[-1]).double(), valid.reshape(-1)
+        return norm.reference(flat, counted)[counted][0]
+
     head.train()
     expected = None
     for step, scale in enumerate((1.0, 3.0, 0.5)):
@@ -250,17 +282,18 @@ def test_running_max_norm_follows_its_formula_and_is_what_evaluation_uses(case):
         valid = labels != -100
         hidden = (hidden * scale).masked_fill(~valid[..., None], 50.0)  # ignored rows: the largest norms
         _loss(head, hidden, labels)
-        batch_max = hidden[valid].double().norm(dim=1).max()
-        expected = batch_max if expected is None else (1 - momentum) * expected + momentum * batch_max
+        batch_stat = statistic(hidden, valid)
+        expected = batch_stat if expected is None else (1 - momentum) * expected + momentum * batch_stat
         torch.testing.assert_close(head.context_norm_running.double(), expected, rtol=1e-6, atol=0)
     hidden, labels = _batch(seed=5)
-    labels = torch.full_like(labels, -100)  # a batch of padding only (its rows' norms are not a maximum to follow)
+    labels = torch.full_like(labels, -100)  # a batch of padding only (its rows' norms are not a statistic to follow)
     _loss(head, hidden, labels)
     torch.testing.assert_close(head.context_norm_running.double(), expected, rtol=1e-6, atol=0)
     head.eval()
-    hidden, labels = _batch(seed=7)  # its own max differs from the running value
+    hidden, labels = _batch(seed=7)  # its own statistic differs from the running value
     valid = labels != -100
-    assert abs(float(hidden[valid].norm(dim=1).max()) - float(expected)) > 0.5
+    hidden = hidden * 2.0
+    assert abs(float(statistic(hidden, valid)) - float(expected)) > 0.5
     with torch.no_grad():
         eval_loss, logits = _loss(head, hidden, labels), head.logits(hidden)
         rows, expected_logits, _ = _reference(

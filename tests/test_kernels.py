@@ -119,7 +119,7 @@ def use_kernel(kernel: str, monkeypatch, max_block: int = 8) -> None:
 def spy_on_products(monkeypatch, workspace: bool = False) -> list:
     """The (h, w) dtypes of every chunk's product (`workspace`: the dtype of the logits workspace it is written
     into instead), appended to the returned list as the kernels compute them."""
-    from hf_heads.losses import kernels
+    from hf_heads.losses import kernels, triton_kernel
 
     seen = []
     raw = kernels._raw_logits
@@ -129,6 +129,7 @@ def spy_on_products(monkeypatch, workspace: bool = False) -> list:
         return raw(h, w, b, out, s)
 
     monkeypatch.setattr(kernels, "_raw_logits", spy)
+    monkeypatch.setattr(triton_kernel, "_raw_logits", spy)  # the Triton kernel's own name for it
     return seen
 
 
@@ -181,7 +182,7 @@ def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel
     """Where H is small next to the chunks (`_scale_by_copy`), training takes the column scale s through one copy
     s ∘ w (the kernels then see no column scale): the same loss and gradients, s's included, and gradcheck. At these
     shapes (H = 5, chunks of 4 rows) the rule itself picks the pass per chunk, which the test above covers."""
-    from hf_heads.losses import fused_linear, kernels
+    from hf_heads.losses import fused_linear, kernels, triton_kernel
 
     assert not fused_linear._scale_by_copy(4, H, torch.float64, torch.float64)
     monkeypatch.setattr(fused_linear, "_scale_by_copy", lambda *args: True)
@@ -192,6 +193,7 @@ def test_the_column_scale_through_a_scaled_copy_of_w_equals_the_reference(kernel
         return raw(h, w, b, out, s)
 
     monkeypatch.setattr(kernels, "_raw_logits", spy)
+    monkeypatch.setattr(triton_kernel, "_raw_logits", spy)  # the Triton kernel's own name for it
     _check_against_the_reference(kernel, options, monkeypatch)
     assert any(s is None for s in scales)  # training chunks ran without a column scale (evaluation keeps it)
 
@@ -881,7 +883,7 @@ def test_the_bias_and_column_scale_are_applied_inside_the_kernels_math(kernel, o
         return raw(h, w, b, out, s)
 
     monkeypatch.setattr(kernels, "_raw_logits", spy)
-    monkeypatch.setattr(triton_kernel.kernels, "_raw_logits", spy)
+    monkeypatch.setattr(triton_kernel, "_raw_logits", spy)  # the Triton kernel's own name for it
     opts = dict(OPTIONS[options])
     h, w, b, t, y = _data()
     t = t if opts.pop("target", False) else None

@@ -46,7 +46,8 @@ class TemperatureHead(SoftmaxHead):  # registered by the fixture below (the deco
 
     def training_loss(self, hidden, labels, rows: LossRows):
         z = self.inference_logits(hidden).flatten(0, -2)
-        return F.cross_entropy(z, labels.flatten(), ignore_index=rows.ignore_index, reduction=rows.reduction)
+        per_row = F.cross_entropy(z, labels.flatten().clamp_min(0), reduction="none")  # finite on ignored rows
+        return rows.reduce(per_row, labels)  # ignored rows, num_items_in_batch and an all-padding batch as hf_heads'
 
     eval_loss = training_loss
 
@@ -110,6 +111,27 @@ def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refuse
     assert "bare" not in FAMILIES
 
 
+def test_a_family_written_outside_reduces_its_rows_with_the_public_helper(temperature_family):
+    """The toy family reduces its per-row losses with `LossRows.reduce`: ignored rows count 0 (their gradient too),
+    "mean" divides by the labelled rows or by `num_items_in_batch` (a tensor: no host read), "none" keeps the labels'
+    shape, and a batch of padding only gives 0 with a zero gradient, never NaN (a 0 / 0 of a hand-written mean)."""
+    head = make_head(4, 7, {"family": "temperature", "temperature": 2.0}).train()
+    hidden = torch.randn(2, 3, 4, requires_grad=True)
+    labels = torch.tensor([[1, 6, -100], [0, -100, 3]])
+    z = head.logits(hidden)  # (2, 3, 7)
+    per_row = -torch.log_softmax(z, -1).gather(-1, labels.clamp_min(0)[..., None]).squeeze(-1) * (labels != -100)
+    torch.testing.assert_close(head.loss(hidden, labels), per_row.sum() / 4)
+    torch.testing.assert_close(head.loss(hidden, labels, reduction="sum"), per_row.sum())
+    torch.testing.assert_close(head.loss(hidden, labels, reduction="none"), per_row)
+    torch.testing.assert_close(head.loss(hidden, labels, num_items_in_batch=torch.tensor(10)), per_row.sum() / 10)
+    padding = torch.full_like(labels, -100)
+    loss = head.loss(hidden, padding)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(hidden.grad, torch.zeros_like(hidden))
+    with pytest.raises(ValueError, match="losses has 5 entries, labels 6: give one loss per label"):
+        LossRows().reduce(torch.zeros(5), labels)
+
+
 def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
     """`OutputHead(hidden_size, num_classes, options)` takes the options object, a head section or None (the
     family's defaults), as its docstring says, for every family."""
@@ -123,11 +145,18 @@ def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
             assert entry.head(6, 13).options == head_options({"family": name}), name
 
 
-def test_registering_a_family_twice_is_refused():
+def test_another_class_cannot_take_a_familys_name():
+    """Registering the family's own class again changes nothing; another head class under its name is refused,
+    naming both classes (a same-named class of another module included: never silently the first or the last)."""
+    assert register("family")(SoftmaxHead) is SoftmaxHead and FAMILIES["softmax"].head is SoftmaxHead
+    impostor = type("SoftmaxHead", (SoftmaxHead,), {"family": "softmax", "options_class": SoftmaxHeadOptions,
+                                                    "__module__": "users_heads"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"head family 'softmax' is already registered by hf_heads\.heads\.softmax\."
+                                         r"SoftmaxHead; users_heads\.SoftmaxHead cannot take its name"):  # fmt: skip
+        register("family")(impostor)
     with pytest.raises(ValueError, match="'softmax' is already registered"):
-        register_family("softmax", SoftmaxHeadOptions, SoftmaxHead)
-    with pytest.raises(ValueError, match="'softmax' is already registered"):
-        register("family")(SoftmaxHead)
+        register_family("softmax", SoftmaxHeadOptions, TemperatureHead)
+    assert FAMILIES["softmax"].head is SoftmaxHead
 
 
 def test_a_family_registers_with_the_components_decorator_and_names_its_own_family_and_options():

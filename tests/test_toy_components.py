@@ -208,3 +208,48 @@ def test_a_toy_chunk_kernel_runs_the_heads_chunks_saves_and_reloads(extension_pa
     assert "toy-counting-eager" in REGISTRIES["kernel"] and "toy_components.kernels" in sys.modules
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).logits, mine.eval()(input_ids=ids).logits)
+
+
+def test_a_refused_head_flag_says_how_to_give_what_was_meant(extension_path):
+    """The run scripts' refusals point at the fix: an unknown component name at `--head_modules`, a component's
+    parameter given as a flag of its own at the `name:p=v` form, a family's option without a flag (a family
+    registered from a module, as `--head_modules` registers it) at `--head_options`."""
+    import dataclasses
+    import importlib
+
+    from hf_heads.cli.errors import UsageError
+    from hf_heads.cli.runs import RunArguments, parse_args
+    from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions
+    from hf_heads.training import HeadsTrainingArguments
+    from hf_heads.validation import OptionError
+
+    def parse(*flags: str):
+        return parse_args((RunArguments, HeadsTrainingArguments), ["--output_dir", "o", "--report_to", "none", *flags])
+
+    args = HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="combined")
+    with pytest.raises(OptionError, match=r"--margin='combined' is not allowed; allowed: .* --head_modules your"):
+        args.head_config()
+    importlib.import_module("toy_components.margins")
+    hint = r"\(--m1 is a parameter of margin 'toy-arc-cos': write it into that flag, --margin toy-arc-cos:m1=VALUE\)"
+    with pytest.raises(UsageError, match=r"unknown arguments: --m1 1\.2 " + hint):
+        parse("--head", "margin", "--margin", "toy-arc-cos", "--m1", "1.2")
+
+    @dataclasses.dataclass
+    class TempOptions(SoftmaxHeadOptions):
+        temperature: float = dataclasses.field(default=1.0, metadata={"help": "Logits are divided by it."})
+
+    class TempHead(SoftmaxHead):
+        family = "toy-temp"
+        options_class = TempOptions
+
+    before = dict(FAMILIES)
+    try:
+        importlib.import_module("hf_heads.components").register("family")(TempHead)
+        with pytest.raises(UsageError, match=r"--temperature is an option of head family 'toy-temp' without a flag "
+                                             r"of its own: write --head_options temperature=VALUE"):  # fmt: skip
+            parse("--head", "toy-temp", "--temperature", "0.5")
+    finally:
+        FAMILIES.clear()
+        FAMILIES.update(before)
+    with pytest.raises(UsageError, match=r"unknown arguments: --nothing 1 \(a component's parameter goes into its"):
+        parse("--nothing", "1")

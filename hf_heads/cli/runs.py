@@ -20,6 +20,7 @@ from hf_heads.cli.backbones import card_base_model
 from hf_heads.cli.errors import UsageError
 from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head
 from hf_heads.training import label_counts, plot_loss_curves, write_model_card
+from hf_heads.training.arguments import unknown_flags_hint
 
 
 @dataclass
@@ -61,7 +62,7 @@ def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
     except (ValueError, TypeError) as err:
         raise UsageError(str(err).splitlines()[0]) from None
     if unknown:
-        raise UsageError(f"unknown arguments: {' '.join(unknown)}")
+        raise UsageError(f"unknown arguments: {' '.join(unknown)} ({unknown_flags_hint(unknown)})")
     return tuple(outs)
 
 

@@ -18,7 +18,7 @@ import importlib
 import sys
 from dataclasses import asdict, dataclass, fields
 
-from hf_heads.components import KIND_HOOKS
+from hf_heads.components import KIND_HOOKS, check_free
 from hf_heads.heads.options import COMPONENT, HeadOptions
 from hf_heads.validation import OptionError, check_choice
 
@@ -71,9 +71,13 @@ KIND_HOOKS["family"] = register_head
 
 def register_family(name: str, options: type, head: type) -> None:
     """Register a family under `name` (the `family` key of a head section): what `register("family")` does with a
-    head class's `family` and `options_class`."""
-    if name in FAMILIES:
-        raise ValueError(f"head family {name!r} is already registered")
+    head class's `family` and `options_class`. The head class of a reloaded module replaces its former self;
+    another class under a taken name is refused, naming both (hf_heads.components.check_free); an option named
+    `family` (the head section's key for the family) is refused."""
+    check_free({k: v.head for k, v in FAMILIES.items()}, name, head, "head family")
+    if "family" in {f.name for f in fields(options)}:
+        raise TypeError(f"head family {name!r}: {options.__name__} has an option named 'family', the head section's "
+                        "key for the family: rename the option")  # fmt: skip
     if options.reference is HeadOptions.reference:
         raise ValueError(
             f"head family {name!r}: {options.__name__} defines no `reference` (HeadOptions.reference: the naive "

@@ -190,6 +190,18 @@ class LossRows:
         return {"num_items_in_batch": self.num_items_in_batch, "ignore_index": self.ignore_index,
                 "reduction": self.reduction}  # fmt: skip
 
+    def reduce(self, losses: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """A family's per-row losses (the labels' shape, or one per row) reduced as these rows count (module
+        docstring): a row whose label is `ignore_index` counts 0, whatever `losses` holds there (compute it finite,
+        e.g. on class 0, so its gradient is 0 and not NaN); then "none" the losses in the labels' shape, "sum" their
+        sum, "mean" the sum divided by `num_items_in_batch` or by the counted rows (at least 1: a batch of padding
+        only gives 0). No host read: the count stays a tensor. What a family written outside hf_heads returns from its
+        loss hooks."""
+        keep = (labels != self.ignore_index).reshape(-1)
+        if losses.numel() != keep.numel():
+            raise ValueError(f"losses has {losses.numel()} entries, labels {keep.numel()}: give one loss per label")
+        return reduce_rows(losses.reshape(-1), None, labels.shape, self.reduction, self.num_items_in_batch, keep=keep)
+
 
 @dataclass(frozen=True)
 class OutputRows:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.components import parse_value
+from hf_heads.components import REGISTRIES, parse_value
 from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
 from hf_heads.heads.defaults import set_run_head
-from hf_heads.heads.registry import DEFAULT_FAMILY
+from hf_heads.heads.registry import COMPONENT, DEFAULT_FAMILY
 from hf_heads.validation import OptionError, check_number
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,65 @@ class HeadFlags(_head_flags_class()):
             given = {item.partition("=")[0].strip() for item in self.head_options or ()}
             flag = f"--head_options {option}" if option in given else f"--{option_flag(option)}"
             flag += f" parameter {parameter}" if parameter else ""
-            raise err.renamed(flag) from None
+            renamed = err.renamed(flag)
+            if not parameter and err.allowed.startswith("is not allowed") and _names_a_component(option):
+                renamed = OptionError(err.field, err.value, f"{err.allowed}; {OWN_COMPONENTS}", flag)
+            raise renamed from None
+
+
+OWN_COMPONENTS = "a component or family of your own is registered in your module: add --head_modules your.module"
+
+
+def _component_options() -> dict[str, str]:
+    """{head option: the component kind it names} over every registered family (`margin` -> "margin", `method` ->
+    "sampling_method", `chunk_kernel` -> "kernel", ...)."""
+    return {
+        f.name: f.metadata[COMPONENT]
+        for entry in FAMILIES.values()
+        for f in dataclasses.fields(entry.options)
+        if f.metadata.get(COMPONENT)
+    }
+
+
+def _names_a_component(option: str) -> bool:
+    """Whether a head option (or `family`) names a registered component, so an unknown value may be the user's own."""
+    return option == "family" or option in _component_options()
+
+
+def unknown_flags_hint(unknown: list[str]) -> str:
+    """What to write instead of command-line arguments no parser took, for the head: a component's parameter goes
+    into the component's flag (`--margin combined:m1=1.2`), a family's option without a flag of its own (one of a
+    family from `--head_modules`) into `--head_options name=value`; else how the head takes what it has no flag for.
+    Read after parsing, so the families and components of `--head_modules` are registered."""
+    hints = []
+    for arg in unknown:
+        name = arg[2:].partition("=")[0] if arg.startswith("--") else None
+        if not name:
+            continue
+        components = [
+            (option, cname)
+            for option, kind in _component_options().items()
+            for cname, cls in REGISTRIES[kind].items()
+            if name in {f.name for f in dataclasses.fields(cls)}
+        ]
+        families = [f for f, entry in FAMILIES.items() if name in {o.name for o in dataclasses.fields(entry.options)}]
+        if components:
+            option, cname = components[0]
+            hints.append(
+                f"--{name} is a parameter of {option} {cname!r}: write it into that flag, "
+                f"--{option_flag(option)} {cname}:{name}=VALUE"
+            )
+        elif families:
+            hints.append(
+                f"--{name} is an option of head family {families[0]!r} without a flag of its own: write "
+                f"--head_options {name}=VALUE"
+            )
+    if hints:
+        return "; ".join(hints)
+    return (
+        "a component's parameter goes into its flag (--margin name:p=1), an option without a flag into --head_options "
+        f"name=value; {OWN_COMPONENTS}"
+    )
 
 
 @dataclass
