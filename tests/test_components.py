@@ -172,11 +172,13 @@ def test_a_saved_directory_carries_the_code_of_its_task_and_family_only(tmp_path
 
 
 def test_a_component_set_on_the_live_head_is_recorded_and_copied_when_saved(user_margins, tmp_path):
-    """`model.head.options.margin = "user-half-arc:m=0.4"` on a model built with a built-in margin: the saved config
-    records the user's module for it and the directory carries its copy, as for a model built with it."""
+    """`model.set_head_options(margin="user-half-arc:m=0.4")` on a model built with a built-in margin: the config
+    records the user's module for it at once and the saved directory carries its copy, as for a model built with
+    it."""
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "margin"}))
-    model.head.options.margin = "user-half-arc:m=0.4"
+    model.set_head_options(margin="user-half-arc:m=0.4")
     assert model.head.options.margin == {"type": "user-half-arc", "m": 0.4}
+    assert model.config.components == {"margin": "user_margins"}
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["head"]["margin"] == {"type": "user-half-arc", "m": 0.4}

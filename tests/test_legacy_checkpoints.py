@@ -27,8 +27,9 @@ def test_legacy_checkpoint_loads_and_predicts_the_same_logits(name):
 def test_run_scripts_compare_a_legacy_head_section_with_todays_flags():
     """A run directory saved before an option existed (no `warm_start_gain` / `decode_k` in its head section) is the
     same head as today's flags for it: reopening or resuming it with those flags is not refused."""
-    from hf_heads.cli.resume import resolve_head, same_head, saved_head
+    from hf_heads.cli.resume import resolve_head, saved_head
     from hf_heads.heads import head_dict
+    from hf_heads.heads.registry import same_head
 
     head = CASES["causal-margin"][1]
     saved = saved_head(str(LEGACY / "causal-margin"))

@@ -1,8 +1,9 @@
 """A transformers example script with its classes swapped for hf_heads' (docs/own-script.md): the head flags parsed
-by `HeadsTrainingArguments` alone, `from_pretrained(base, config=...)` / `from_config(config)` building the run's
-head, `HeadsTrainer` counting the words and calibrating a pending warm start before the first step, the saved result
-reloading to the same logits; and no silent bad start: an uncalibrated head refuses to train, and every family
-`from_base` makes starts near the checkpoint's own loss."""
+by `HeadsTrainingArguments` alone, `from_pretrained(base, config=...)` / `from_config(config)` building the model with
+the default head, `HeadsTrainer` binding the head the flags name to it, counting the words and calibrating a pending
+warm start before the first step, the saved result reloading to the same logits; no state shared through the process
+(arguments built elsewhere change no model); and no silent bad start: an uncalibrated head refuses to train, and
+every family `from_base` makes starts near the checkpoint's own loss."""
 
 from dataclasses import dataclass
 
@@ -32,7 +33,6 @@ from hf_heads import (
     HeadsTrainingArguments,
 )
 from hf_heads.heads import head_dict
-from hf_heads.heads.defaults import run_head
 from hf_heads.training import prepare_head
 
 V = 61
@@ -77,20 +77,30 @@ def _args(tmp_path, argv, cls=HeadsTrainingArguments, extra=()):
 
 
 def test_head_flags_come_from_the_training_arguments_alone(base, tmp_path):
-    path, _, _ = base
+    """The flags' head reaches the model through the trainer it is given to, the model built as the script builds it
+    (the default head until then); building arguments changes no model built elsewhere."""
+    path, _, ids = base
     model_args, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN])
-    assert run_head() == head_dict(MARGIN_HEAD)  # the flat form given, the nested one kept
-    assert run_head()["margin"] == {"type": "arc", "m": 0.001}
+    assert training_args.head_config() == head_dict(MARGIN_HEAD)  # the flat form given, the nested one kept
+    assert training_args.head_config()["margin"] == {"type": "arc", "m": 0.001}
     config = AutoConfig.from_pretrained(model_args.model_name_or_path)
     model = HeadsForCausalLM.from_pretrained(
         model_args.model_name_or_path, config=config, revision="main", token=None, trust_remote_code=False, dtype=None
     )
+    assert model.config.head["family"] == "softmax" and model.head_origin == "checkpoint"  # nothing global
+    softmax_weight = model.head.weight.detach().clone()
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    HeadsTrainer(model=model, args=training_args, train_dataset=data, data_collator=default_data_collator)
     assert model.config.head["family"] == "margin" and model.config.head["word_norm"] == "log-unigram"
+    assert model.head.family == "margin" and model.head_origin is None
+    assert torch.equal(model.head.weight, softmax_weight)  # started from the checkpoint's output layer
+    assert model.head.warm_start_pending  # calibrated by the trainer's train() (word counts first)
     scratch = HeadsForCausalLM.from_config(config, trust_remote_code=False)
+    assert scratch.config.head["family"] == "softmax" and scratch.head_origin == "init"
+    HeadsTrainer(model=scratch, args=training_args, train_dataset=data, data_collator=default_data_collator)
     assert scratch.config.head["family"] == "margin" and scratch.config.backbone.model_type == "llama"
+    assert not scratch.head.warm_start_pending  # built new: nothing to calibrate to
     assert HeadsForCausalLM.from_pretrained(path, head={"family": "sparse", "k": 5}).config.head["family"] == "sparse"
-    del training_args  # the run's head lives as long as its arguments
-    assert run_head() is None
     assert HeadsForCausalLM.from_pretrained(path).config.head["family"] == "softmax"
 
 
@@ -104,9 +114,9 @@ def test_causal_lm_script_flow_trains_saves_and_reloads_the_same_logits(base, tm
     model_args, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN])
     config = AutoConfig.from_pretrained(model_args.model_name_or_path)
     model = HeadsForCausalLM.from_pretrained(model_args.model_name_or_path, config=config)
-    assert model.head.warm_start_pending  # from_base had no word counts to calibrate with
     data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
     trainer = HeadsTrainer(model=model, args=training_args, train_dataset=data, data_collator=default_data_collator)
+    assert model.head.warm_start_pending  # no word counts yet to calibrate with
     trainer.train()
     trainer.save_model()
     assert not model.head.warm_start_pending and model.head.has_word_counts
@@ -132,11 +142,11 @@ def test_seq2seq_script_flow_trains_saves_and_reloads_the_same_logits(tmp_path):
     )
     config = AutoConfig.from_pretrained(model_args.model_name_or_path)
     model = HeadsForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, config=config)
-    assert model.config.head["family"] == "margin" and model.head.warm_start_pending
     g = torch.Generator().manual_seed(3)
     src, tgt = torch.randint(4, V, (16, 12), generator=g), torch.randint(4, V, (16, 9), generator=g)
     data = Dataset.from_dict({"input_ids": src.tolist(), "labels": tgt.tolist()})
     trainer = HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data)
+    assert model.config.head["family"] == "margin" and model.head.warm_start_pending
     trainer.train()
     trainer.save_model()
     assert not model.head.warm_start_pending
@@ -160,7 +170,6 @@ def test_classification_script_flow_takes_num_labels_from_config(tmp_path):
     model_args, _, training_args = _args(tmp_path, argv)
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, num_labels=3, finetuning_task="demo")
     model = HeadsForSequenceClassification.from_pretrained(model_args.model_name_or_path, config=config)
-    assert model.config.num_labels == 3 and model.config.head["margin"]["type"] == "cos"
     model.config.label2id = {"a": 0, "b": 1, "c": 2}  # what run_glue does with the labels it finds
     model.config.id2label = {0: "a", 1: "b", 2: "c"}
     g = torch.Generator().manual_seed(4)
@@ -168,6 +177,7 @@ def test_classification_script_flow_takes_num_labels_from_config(tmp_path):
         {"input_ids": torch.randint(4, V, (16, 10), generator=g).tolist(), "labels": [i % 3 for i in range(16)]}
     )
     trainer = HeadsTrainer(model=model, args=training_args, train_dataset=data, data_collator=default_data_collator)
+    assert model.config.num_labels == 3 and model.config.head["margin"]["type"] == "cos"
     trainer.train()
     trainer.save_model()
     model.eval()
@@ -232,3 +242,27 @@ def checkpoint_loss(base, tmp_path_factory) -> float:
 def test_first_step_loss_of_every_family_is_near_the_checkpoints(base, checkpoint_loss, tmp_path, name):
     first = _first_loss(base[0], FAMILIES[name], base[2], tmp_path)
     assert first <= START_FACTOR * checkpoint_loss, f"{name}: first loss {first:.3f} vs {checkpoint_loss:.3f}"
+
+
+def test_the_trainer_refuses_head_flags_that_disagree_with_the_models_own_head(base, tmp_path):
+    """A model with a head of its own (a saved hf_heads model reopened, or `head=` given) and head flags: the same head
+    trains (the checkpoint's own options aside), another one is refused naming both sides and the model is left as it
+    was; a model that is no hf_heads model is refused (its output layer would train the plain loss, the flags
+    unused)."""
+    path, lm, ids = base
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    model = HeadsForCausalLM.from_base(path, head={"family": "sparse", "k": 5})
+    _, _, same = _args(tmp_path, ["--model_name_or_path", path, "--head", "sparse", "--k", "5"])
+    HeadsTrainer(model=model, args=same, train_dataset=data, data_collator=default_data_collator)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _, _, other = _args(tmp_path, ["--model_name_or_path", path, "--head", "sparse", "--k", "7"])
+    with pytest.raises(ValueError, match=r"the training arguments' head flags name another head than this model's "
+                                         r"own \(k: model 5, the training arguments' head flags 7\)"):  # fmt: skip
+        HeadsTrainer(model=model, args=other, train_dataset=data, data_collator=default_data_collator)
+    assert model.config.head["k"] == 5 and model.head.options.k == 5
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    with pytest.raises(TypeError, match="the model is a LlamaForCausalLM, not an hf_heads model"):
+        HeadsTrainer(model=lm, args=other, train_dataset=data, data_collator=default_data_collator)
+    _, _, none = _args(tmp_path, ["--model_name_or_path", path])  # no head flags: the model's own head, whatever
+    HeadsTrainer(model=model, args=none, train_dataset=data, data_collator=default_data_collator)
+    assert model.config.head["k"] == 5

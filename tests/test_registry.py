@@ -2,6 +2,7 @@
 nothing outside hf_heads/heads dispatches on a family's name or type."""
 
 import ast
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
 from hf_heads.losses import LossRows
 from hf_heads.training.cards import inference_note, loss_labels
-from hf_heads.validation import check_number
+from hf_heads.validation import OptionError, check_number
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY_NAMES = tuple(FAMILIES)  # the built-in families (the toy one below is registered by its test only)
@@ -179,89 +180,66 @@ def test_a_family_registers_with_the_components_decorator_and_names_its_own_fami
         register("famly")
 
 
-def test_an_option_changed_on_a_live_model_is_validated_and_saved_with_it(tmp_path):
-    """`model.head.options.<option> = value`: validated as construction validates it (a refused value leaves the
-    options as they were; a name that is no option is refused; a value is coerced) and saved with the model, which
-    reloads with it and the same logits. Before, the change was lost on save (the reloaded sparse head decoded with
-    its k again) and an invalid value was kept."""
+def test_head_options_change_on_the_model_with_the_config_in_one_step(tmp_path):
+    """A head's options and `config.head` are one state: the options and the section are read-only (an edit of either
+    is refused where it is made, naming the way: before, an edited `config.head` ran the old head until a check
+    caught it, and an edited option could be lost on save); `model.set_head_options` validates the change (a refused
+    value changes nothing), keeps the head's trained tensors where they stay, writes `config.head`, takes effect at
+    once and is saved; a `config.head` replaced whole is refused at save."""
     config = HeadsConfig(
         backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
     )
     model = HeadsForCausalLM(config).eval()
     options = model.head.options
-    with pytest.raises(ValueError, match=r"^k=-1 must be >= 1"):
-        options.k = -1
-    assert options.k == 20
-    with pytest.raises(
-        AttributeError, match=r"'decodek' is not an option of head family 'sparse'; options: .*decode_k"
-    ):
-        options.decodek = 3
-    options.decode_k = 3.0
-    assert options.decode_k == 3 and isinstance(options.decode_k, int)
+    with pytest.raises(AttributeError, match=r"head options are read-only .*set_head_options\(decode_k=\.\.\.\)"):
+        options.decode_k = 3
+    with pytest.raises(TypeError, match=r"config.head is read-only: model.set_head_options"):
+        model.config.head["decode_k"] = 3
+    with pytest.raises(TypeError, match="read-only"):
+        model.config.head.update(decode_k=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(OptionError, match=r"^head.k=-1 must be >= 1"):
+        model.set_head_options(k=-1)
+    with pytest.raises(OptionError, match=r"decodek.* is not an option of head family 'sparse'"):
+        model.set_head_options(decodek=3)
+    assert model.head.options is options and model.config.head["decode_k"] is None
+    model.set_head_options(decode_k=3.0)
+    assert model.head.options.decode_k == 3 and isinstance(model.head.options.decode_k, int)
+    assert model.config.head["decode_k"] == 3 and model.config.head == model.head_section()
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the trained tensors stay
     ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
     logits = model(input_ids=ids).logits
     assert int(torch.isfinite(logits[0, 0]).sum()) == 3  # the change took effect
     model.save_pretrained(tmp_path)
-    assert model.config.head["decode_k"] == 3
+    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
     again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
-    assert again.head.options == options
+    assert again.head.options == model.head.options
     torch.testing.assert_close(again(input_ids=ids).logits, logits)
+    model.config.head = {**model.config.head, "decode_k": 5}  # replaced whole: the head did not follow
+    with pytest.raises(ValueError, match=r"config.head was replaced.*\(decode_k: head 3, config 5\)"):
+        model.save_pretrained(tmp_path / "other")
+    assert not (tmp_path / "other" / "config.json").exists()
 
 
-def test_a_head_config_changed_after_the_model_was_built_is_refused_on_save(tmp_path):
-    """`model.config.head` edited on a built model: the head in memory does not follow it, so saving would write
-    another model than this one; refused, naming the change (before, the edit was saved silently and the reloaded
-    model was not the one in memory). The change set on the head is saved."""
-    config = HeadsConfig(
-        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
-    )
-    model = HeadsForCausalLM(config).eval()
-    model.config.head["decode_k"] = 3
-    with pytest.raises(ValueError, match=r"config.head was changed after the head was built \(decode_k: None -> 3\)"):
-        model.save_pretrained(tmp_path)
-    assert not (tmp_path / "config.json").exists()
-    model.config.head["decode_k"] = None
-    model.head.options.decode_k = 3
-    model.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
-    model.head.options.decode_k = 4  # after a save, a later change on the head is saved too
-    model.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 4
-
-
-def test_a_head_config_edited_on_a_built_model_is_refused_at_its_next_forward(tmp_path):
-    """The refusal comes at the next forward (training or not), not only at the first save: before, a model whose
-    `config.head` said decode_k=3 decoded with the whole softmax until a checkpoint was written. An edit after a save
-    is caught too (the head kept the saved dict itself, so an in-place edit changed both and the next save silently
-    wrote the head's value over it)."""
-    config = HeadsConfig(
-        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
-    )
-    model = HeadsForCausalLM(config).eval()
-    ids = torch.randint(0, 50, (2, 6))
-    model(input_ids=ids, labels=ids)
-    model.config.head["decode_k"] = 3
-    with pytest.raises(ValueError, match=r"config.head was changed after the head was built \(decode_k: None -> 3\)"):
-        model(input_ids=ids)
-    with pytest.raises(ValueError, match="config.head was changed"):
-        model.train()(input_ids=ids, labels=ids)
-    model.config.head["decode_k"] = None
-    model.head.options.decode_k = 3  # the change on the head: forwards and saves
-    model(input_ids=ids, labels=ids)
-    model.save_pretrained(tmp_path)
-    model.config.head["decode_k"] = 5  # in place, after the save
-    with pytest.raises(ValueError, match=r"\(decode_k: 3 -> 5\)"):
-        model(input_ids=ids)
-    with pytest.raises(ValueError, match=r"\(decode_k: 3 -> 5\)"):
-        model.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
-    model.config.head["decode_k"] = 3  # back to the head's value; then the head changes and the config follows it
-    model.head.options.decode_k = 4
-    model.config.head = model.head_section()
-    model(input_ids=ids)
-    model.config.head["decode_k"] = 6  # an edit is named against what config and head last agreed on
-    with pytest.raises(ValueError, match=r"\(decode_k: 4 -> 6\)"):
-        model(input_ids=ids)
+def test_set_head_options_switches_the_family_from_the_current_output_layer():
+    """`family=` builds the new family's head and starts it from this one's output layer (W, b; a tied W stays tied;
+    the word counts), its other options at their defaults plus the changes; a family for another task, or one that
+    cannot start from the head, is refused before anything changes."""
+    config = HeadsConfig(backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "softmax"},
+                         tie_word_embeddings=True)  # fmt: skip
+    model = HeadsForCausalLM(config)
+    weight = model.head.weight
+    model.head.set_word_counts(torch.arange(50.0))
+    model.set_head_options(family="margin", margin="arc", m=0.2)
+    assert model.head.family == "margin" and model.config.head["margin"] == {"type": "arc", "m": 0.2}
+    assert model.head.weight is model.get_input_embeddings().weight is weight  # still tied
+    assert torch.equal(model.head.word_counts, torch.arange(50.0))
+    with pytest.raises(OptionError, match=r"head.family='continuous' is not a head for HeadsForCausalLM"):
+        model.set_head_options(family="continuous")
+    assert model.head.family == "margin" and model.config.head["family"] == "margin"
+    with pytest.raises(OptionError, match="head.family='nope' is not allowed"):
+        model.set_head_options(family="nope")
 
 
 def test_options_coerce_what_json_and_the_command_line_change():
@@ -323,9 +301,10 @@ def test_nothing_outside_the_heads_dispatches_on_a_family():
     assert _dispatch_on_family(ROOT / "tests" / "fixtures" / "make_legacy_checkpoints.py")  # the check can fail
 
 
-def test_component_objects_are_built_once_and_again_when_an_option_changes():
+def test_component_objects_are_built_once_per_options_object():
     head = make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4, "noise": "uniform"})
     options = head.options
     assert options.sampler is options.sampler and options.sampler.name == "mcs"  # kept: asked at every step
-    options.method = "is"
-    assert options.sampler.name == "is" and options.component("noise").name == "uniform"
+    changed = dataclasses.replace(options, method="is")  # a new object (the options are read-only)
+    assert changed.sampler.name == "is" and changed.component("noise").name == "uniform"
+    assert options.sampler.name == "mcs"

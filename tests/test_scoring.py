@@ -207,13 +207,10 @@ def test_sampled_normalize_false_is_the_corrected_score_without_renormalisation(
     model = _causal(FAMILIES["sampled"])
     normalized = sentence_log_probs(model, tok_lm, TEXTS)
     raw = sentence_log_probs(model, tok_lm, TEXTS, normalize=False)
-    model.head.options.normalize = False  # the head's own logits are now the raw corrected scores (eq. 20: s)
-    try:
-        for text, value in zip(TEXTS, raw, strict=True):
-            _close(value, _reference_causal(model, tok_lm, text).sum())
-        _close(sentence_log_probs(model, tok_lm, TEXTS), normalized)  # normalize=True renormalises whatever the option
-    finally:
-        model.head.options.normalize = True
+    model.set_head_options(normalize=False)  # the head's own logits are now the raw corrected scores (eq. 20: s)
+    for text, value in zip(TEXTS, raw, strict=True):
+        _close(value, _reference_causal(model, tok_lm, text).sum())
+    _close(sentence_log_probs(model, tok_lm, TEXTS), normalized)  # normalize=True renormalises whatever the option
     assert not torch.allclose(raw, normalized)
 
 

@@ -94,7 +94,7 @@ def test_gain_minimises_the_kl_over_the_probe(base, batch):
     gain = model.head.options.warm_start_gain
 
     def kl(g):
-        model.head.options.warm_start_gain = g
+        model.set_head_options(warm_start_gain=g)
         out = torch.log_softmax(model.head.logits(hidden).float(), -1)
         return float((target.exp() * (target - out)).sum(-1).mean().detach())
 

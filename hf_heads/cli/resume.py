@@ -9,7 +9,8 @@ from pathlib import Path
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_heads.cli.errors import UsageError
-from hf_heads.heads import CHECKPOINT_OPTIONS, head_dict
+from hf_heads.heads import head_dict
+from hf_heads.heads.registry import same_head
 
 
 def check_output_dir(output_dir: str, overwrite: bool, resume: str | bool | None) -> None:
@@ -39,17 +40,6 @@ def resolve_checkpoint(output_dir: str, resume: str | bool | None, head: dict) -
             f"--resume_from_checkpoint={path!r} was trained with head {saved}, but this run asks for head {head}"
         )
     return path
-
-
-def same_head(a: dict | None, b: dict | None) -> bool:
-    """Whether two head sections ask for the same head; the options `from_base` sets from the checkpoint
-    (`hf_heads.heads.CHECKPOINT_OPTIONS`: the calibrated gain, the output transform) are ignored: they are not a
-    user's choice (a resumed or reopened run keeps its own)."""
-
-    def strip(head):
-        return None if head is None else {k: v for k, v in head.items() if k not in CHECKPOINT_OPTIONS}
-
-    return strip(a) == strip(b)
 
 
 def saved_head(name_or_path: str) -> dict | None:

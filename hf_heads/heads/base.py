@@ -20,7 +20,6 @@ continuous). `forward`, `loss` and `logits` live here once; a family overrides a
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import ClassVar
 
 import torch
@@ -73,8 +72,6 @@ class OutputHead(nn.Module):
         if type(options) is not self.options_class:
             raise TypeError(f"{type(self).__name__} takes {self.options_class.__name__}, not {type(options).__name__}")
         self.options = options
-        # the head section as built (and as last saved: the model's `sync_head_config`), to tell which side changed
-        self.config_section = {"family": self.family, **asdict(options)}
 
     # ------------------------------------------------------------------ hooks
 

@@ -10,6 +10,7 @@ depend on the rest of its batch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -25,6 +26,7 @@ from hf_heads.losses._rows import LossRows, autocast_off
 from hf_heads.losses.margin import LargeMarginLoss, margin_logits
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
 from hf_heads.losses.transforms import transform_logits
+from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
 
 
@@ -101,10 +103,6 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         head["margin"] = component_config(margin)
         return head
 
-    def __setattr__(self, name: str, value) -> None:
-        super().__setattr__(name, value)
-        self.__dict__.pop("_scorers", None)  # an option changed: `scorer` builds the scorer again
-
     def check(self) -> None:
         super().check()
         if self.label_smoothing:
@@ -142,7 +140,7 @@ class MarginHeadOptions(SoftmaxHeadOptions):
     def scorer(self, with_margin: bool = True) -> Scorer:
         """Eq. 13's scorer of these options with the checkpoint's output transform (hf_heads.losses.scorer), with
         the margin (training) or without it (`with_margin=False`: evaluation and inference). Built on first use and
-        kept until an option changes (`calibrate_to` fitting the gain, a user setting an option)."""
+        kept (the options are read-only)."""
         scorers = self.__dict__.get("_scorers")
         if scorers is None:
             train = Scorer.from_options(
@@ -302,10 +300,14 @@ class MarginHead(DiscreteHead):
     def _inference_scores(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.posterior(self.scores(hidden))
 
-    def scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64)."""
+    def scores(self, hidden: torch.Tensor, gain: float | None = None) -> torch.Tensor:
+        """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64); `gain`: with that
+        `warm_start_gain` instead of the options' (the calibration's search)."""
         hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
-        out = margin_logits(hidden, self.weight, self.bias, None, **self._scorer_arguments(False))
+        arguments = self._scorer_arguments(False)
+        if gain is not None:
+            arguments["scorer"] = dataclasses.replace(arguments["scorer"], gain=gain)
+        out = margin_logits(hidden, self.weight, self.bias, None, **arguments)
         return out if out.dtype == torch.float64 else out.float()
 
     def posterior(self, scores: torch.Tensor) -> torch.Tensor:
@@ -334,7 +336,9 @@ class MarginHead(DiscreteHead):
         - max-norm: the running max-norm is set to the probe's max ‖h‖ (inference no longer depends on the batch);
         - `calibrate_bias` (sampled heads: a bias shift);
         - norm-scaled heads (word_norm or context_norm not no-mod, `scale` unset): `warm_start_gain` is fitted
-          (golden-section search on log gain) to minimise KL(checkpoint ‖ head) over the probe.
+          (golden-section search on log gain, each gain's scorer built beside the options) to minimise
+          KL(checkpoint ‖ head) over the probe, then set as the head's options once (`dataclasses.replace`; the
+          model writes `config.head` after it).
         The margin itself never enters (inference logits carry none). Returns what was set."""
         o = self.options
         h = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
@@ -348,11 +352,13 @@ class MarginHead(DiscreteHead):
             p = target.exp()
 
             def kl(log_gain: float) -> float:
-                o.warm_start_gain = math.exp(log_gain)
-                return float((p * (target - torch.log_softmax(self.logits(h).float(), dim=-1))).sum(-1).mean())
+                with whole_parameters(self):  # the inference logits (in the head's dtype) at this gain
+                    logits = self.posterior(self.scores(h, gain=math.exp(log_gain))).to(self.weight.dtype).float()
+                return float((p * (target - torch.log_softmax(logits, dim=-1))).sum(-1).mean())
 
-            o.warm_start_gain = math.exp(_golden_section(kl, math.log(1e-3), math.log(1e3), steps=40))
-            report["warm_start_gain"] = o.warm_start_gain
+            gain = math.exp(_golden_section(kl, math.log(1e-3), math.log(1e3), steps=40))
+            self.options = dataclasses.replace(o, warm_start_gain=gain)
+            report["warm_start_gain"] = self.options.warm_start_gain
         self.warm_start_pending = False
         return report
 

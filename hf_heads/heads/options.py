@@ -1,6 +1,7 @@
 """`HeadOptions`: the base of every family's options dataclass (a head section of `HeadsConfig` without its
-`family` key). An options object validates itself on construction, and a change to one is validated the same way
-(the object with the new value is built first: a refused value leaves it as it was), so an invalid one never exists:
+`family` key). An options object validates itself on construction and is read-only once built (a head's options
+change through `model.set_head_options(...)`, which changes the head and `config.head` together, or
+`dataclasses.replace` for a new object), so an invalid one never exists:
 
 - `__post_init__` coerces what a JSON or command-line round trip changes (an integral float for an `int` field,
   e.g. `--num_samples 8.0`; `m` of an L-Softmax margin) and refuses a value of the wrong type;
@@ -13,7 +14,7 @@ Every field carries help text in its metadata: the run scripts' flags are genera
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import torch
@@ -90,23 +91,20 @@ class HeadOptions:
         return head
 
     def __setattr__(self, name: str, value) -> None:
-        """A change to a built options object (`head.options.decode_k = 3`): validated as construction validates it
-        (coerced, a component parsed, `check()`: an `OptionError` names the field and leaves the object as it was);
-        a name that is not an option is refused (a typo would otherwise be kept and do nothing). The model saves the
-        changed options with it (`HeadsPreTrainedModel.save_pretrained` writes them to `config.head`)."""
+        """Read-only once built: a head's options are one of its states, and `config.head` another; changing one
+        alone would leave the model unlike its config. `model.set_head_options(name=value)` validates the change,
+        rebuilds the head where its tensors change and writes `config.head`, in one step."""
         if self.__dict__.get("_built"):
-            names = [f.name for f in fields(self)]
-            if name not in names:
-                raise AttributeError(
-                    f"{name!r} is not an option of head family {self.family!r}; options: {', '.join(names)}"
-                )
-            value = getattr(replace(self, **{name: value}), name)  # the new object's validation, its coerced value
+            raise AttributeError(
+                f"head options are read-only ({type(self).__name__}.{name}): change them on the model with "
+                f"model.set_head_options({name}=...), which validates the change and updates the head and config.head "
+                "together (or build a new options object with dataclasses.replace)"
+            )
         super().__setattr__(name, value)
-        self.__dict__.pop("_components", None)  # an option changed: `component` builds its objects again
 
     def component(self, option: str):
         """The component object an option names (e.g. `component("word_norm")`; None for an optional component not
-        chosen), built once and kept until an option changes (the heads ask for it at every step)."""
+        chosen), built once (the heads ask for it at every step)."""
         cache = self.__dict__.setdefault("_components", {})
         if option not in cache:
             kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)

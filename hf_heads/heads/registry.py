@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, fields
 
 from hf_heads.components import KIND_HOOKS, check_free
-from hf_heads.heads.options import COMPONENT, HeadOptions
+from hf_heads.heads.options import CHECKPOINT_OPTIONS, COMPONENT, HeadOptions
 from hf_heads.validation import OptionError, check_choice
 
 
@@ -130,6 +130,87 @@ def head_dict(head: dict | None) -> dict:
     """The validated head section with every default filled in (what `config.json` stores)."""
     options = head_options(head)
     return {"family": options.family, **asdict(options)}
+
+
+def same_head(a: dict | None, b: dict | None) -> bool:
+    """Whether two head sections (as `head_dict` writes them: every option) ask for the same head; the options
+    `from_base` sets from the checkpoint (`CHECKPOINT_OPTIONS`: the calibrated gain, the output transform) are
+    ignored: they are not a user's choice (a resumed or reopened run keeps its own)."""
+
+    def strip(head):
+        return None if head is None else {k: v for k, v in head.items() if k not in CHECKPOINT_OPTIONS}
+
+    return strip(a) == strip(b)
+
+
+READ_ONLY = (
+    "config.head is read-only: model.set_head_options(...) changes the head and config.head together (a config no "
+    "model uses yet: give head={...} when building it, or assign config.head a new section)"
+)
+
+
+class FrozenSection(dict):
+    """A head section that refuses changes in place (`config.head`): the head a model runs and its config change
+    together, through `model.set_head_options`. Nested components and lists are frozen too. Compares and serialises
+    (JSON, pickle) as the dict it is; a copy (`copy.copy`, `copy.deepcopy`, `config.to_dict()`) is a plain dict."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(READ_ONLY)
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return frozen_section, (thawed(self),)
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return thawed(self)  # a copy is the caller's to change: a plain dict
+
+    def __deepcopy__(self, memo):
+        return thawed(self)
+
+
+class FrozenList(list):
+    """A list inside a `FrozenSection` (class weights), read-only likewise."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(READ_ONLY)
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = clear = extend = insert = pop = remove = _refuse
+    reverse = sort = _refuse
+
+    def __reduce__(self):
+        return frozen_section, (thawed(self),)
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return thawed(self)
+
+    def __deepcopy__(self, memo):
+        return thawed(self)
+
+
+def frozen_section(value):
+    """`value` (a head section, or anything in one) with every dict and list in it read-only."""
+    if isinstance(value, dict):
+        return value if isinstance(value, FrozenSection) else FrozenSection({k: frozen_section(v) for k, v in
+                                                                            value.items()})  # fmt: skip
+    if isinstance(value, list | tuple) and not isinstance(value, FrozenList):
+        return FrozenList(frozen_section(v) for v in value)
+    return value
+
+
+def thawed(value):
+    """A plain, mutable copy of a frozen section (or of anything in one)."""
+    if isinstance(value, dict):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thawed(v) for v in value]
+    return value
 
 
 def make_head(hidden_size: int, num_classes: int, head: dict | None):

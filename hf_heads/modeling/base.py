@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import copy
+import functools
 import importlib
+import inspect
 import os
 from dataclasses import asdict
 
@@ -13,10 +14,10 @@ from torch import nn
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 
-from hf_heads.heads import family, head_dict
-from hf_heads.heads.defaults import run_head
-from hf_heads.heads.registry import component_modules
+from hf_heads.heads import CHECKPOINT_OPTIONS, family, head_dict, head_options
+from hf_heads.heads.registry import component_modules, same_head
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.validation import OptionError
 
 
 class HeadsPreTrainedModel(PreTrainedModel):
@@ -40,8 +41,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         A base transformers checkpoint (its config, or `config=`, is not an hf_heads config) is wrapped with
         `from_base`, so the class is a drop-in for its `AutoModelFor…` in a script: `from_pretrained(name,
         config=config, revision=..., dtype=...)` keeps the checkpoint's weights and starts the head from its output
-        layer. The head is `head=`, else the run's (the head flags of the `HeadsTrainingArguments` parsed last,
-        hf_heads.heads.defaults), else softmax."""
+        layer. The head is `head=`, else the family default (softmax), which stands in until a trainer binds the head
+        its arguments name (`bind_head`)."""
         name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         if _is_base_checkpoint(name, kwargs):
             return cls._from_base_checkpoint(name, *args[1:], **kwargs)
@@ -69,13 +70,14 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def _from_base_checkpoint(cls, name, *args, **kwargs):
-        """`from_pretrained` of a base transformers checkpoint: `from_base` with `head=` or the run's head."""
+        """`from_pretrained` of a base transformers checkpoint: `from_base` with `head=` (without one: the default
+        head, unbound)."""
         if args:
             raise TypeError(
                 f"{cls.__name__}.from_pretrained({name!r}, ...) of a base checkpoint takes keyword arguments only "
                 f"(config=..., revision=...), got {len(args)} more positional"
             )
-        head = kwargs.pop("head", None) or run_head()
+        head = kwargs.pop("head", None)
         if kwargs.pop("from_tf", False):
             raise ValueError("from_tf=True: hf_heads wraps PyTorch / safetensors checkpoints only; allowed: False")
         kwargs.pop("output_loading_info", None)
@@ -88,19 +90,21 @@ class HeadsPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_config(cls, config, **kwargs):
         """A new model of a config, as `AutoModelFor….from_config(config)`: an hf_heads config as it is, or a backbone
-        config (GPT-2, BART, BERT, ...) with the run's head (hf_heads.heads.defaults; softmax without one), the
-        head tied to the input embeddings where the backbone config ties its output layer. `trust_remote_code` is
-        accepted and ignored (the code is hf_heads'); other keywords go to `PreTrainedModel._from_config` (`dtype`,
-        `attn_implementation`)."""
+        config (GPT-2, BART, BERT, ...) with the default head (softmax, unbound: a trainer binds the head its
+        arguments name, built new, `bind_head`), tied to the input embeddings where the backbone config ties its
+        output layer. `trust_remote_code` is accepted and ignored (the code is hf_heads'); other keywords go to
+        `PreTrainedModel._from_config` (`dtype`, `attn_implementation`)."""
         kwargs.pop("trust_remote_code", None)
-        if getattr(config, "model_type", None) != HeadsConfig.model_type:
-            config = cls._wrap_backbone_config(config)
-        return cls._from_config(config, **kwargs)
+        if getattr(config, "model_type", None) == HeadsConfig.model_type:
+            return cls._from_config(config, **kwargs)
+        model = cls._from_config(cls._wrap_backbone_config(config), **kwargs)
+        model.head_origin = "init"
+        return model
 
     @classmethod
     def _wrap_backbone_config(cls, backbone) -> HeadsConfig:
-        """The HeadsConfig of a backbone config with the run's head (and, for classification, its labels)."""
-        head = head_dict(run_head())
+        """The HeadsConfig of a backbone config with the default head (and, for classification, its labels)."""
+        head = head_dict(None)
         if cls.head_task == "classification":
             labels = {int(k): v for k, v in backbone.id2label.items()}
             return HeadsConfig(
@@ -110,6 +114,10 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return HeadsConfig(backbone=backbone.to_dict(), head=head, tie_word_embeddings=tie)
 
     head_task = ""  # the task of the model class, one of hf_heads.heads.base.TASKS
+    # None: the head was given (a config's head section, `head=`, a saved model's own). "checkpoint" / "init": the
+    # family default stands in, started from a checkpoint's output layer (`from_base` without `head=`) or built new
+    # (`from_config` of a backbone config), until `bind_head` gives the head a trainer's arguments name. Not saved.
+    head_origin: str | None = None
 
     def _init_weights(self, module: nn.Module) -> None:
         if module is getattr(self, "head", None):
@@ -121,7 +129,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return backbone
 
     def _check_head_task(self, config: HeadsConfig) -> None:
-        """Refuse a head family that does not serve this model's task (e.g. a continuous head outside seq2seq)."""
+        """Refuse a head family that does not serve this model's task (e.g. a continuous head outside seq2seq). The
+        config's head section is read-only from here on (a deep copy of a config holds a plain one)."""
+        config.head = config.head
         name = config.head["family"]
         tasks = family(name).head.tasks
         if self.head_task not in tasks:
@@ -205,7 +215,6 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """The head's (loss, logits) for this forward's hidden states and labels (moved to the states' device), the
         statistics recorded inside `statistics_recorded`."""
         labels = None if labels is None else labels.to(hidden.device)
-        self.check_head_config()
         if labels is not None and self.training:
             self.check_warm_start()
         out = self.head(
@@ -258,9 +267,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` in `config.json`: every saved
         directory (Trainer checkpoints, a run's `output_dir`, `push_to_hub`) loads with
         `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True` where
-        hf_heads is not installed (see `hf_heads.modeling.export`). The head's options as they are now
-        (`sync_head_config`)."""
-        self.sync_head_config()
+        hf_heads is not installed (see `hf_heads.modeling.export`). A `config.head` replaced whole since the head was
+        built (`check_config_is_the_heads`) is refused."""
+        self.check_config_is_the_heads()
         export = importlib.import_module("hf_heads.modeling.export") if __name__.startswith("hf_heads.") else None
         if export is None or not export.model_class(self).__module__.startswith("hf_heads."):
             # exported code (transformers copies it, without export.py) or a user's subclass
@@ -273,48 +282,118 @@ class HeadsPreTrainedModel(PreTrainedModel):
         that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads
         (`save_pretrained` does the same, except the tokenizer; this one refuses a model whose code
         cannot be exported)."""
-        self.sync_head_config()
+        self.check_config_is_the_heads()
         export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
-    def sync_head_config(self) -> None:
-        """Write the head's options as they are now to `config.head` (and the modules of its components to
-        `config.components`): an option changed on the live head (`model.head.options.decode_k = 3`, validated there)
-        is saved with the model, as `save_pretrained` and `export_for_hub` do first. A `config.head` changed since
-        the head was built (or last saved) that is not the head's is refused: the saved model would not be the one in
-        memory."""
-        self.check_head_config()
-        head = self.head_section()
-        if head != self.config.head:
-            self.config.head = head
-            self.config.components = component_modules(head) or None
-        self.head.config_section = copy.deepcopy(head)  # not the config's dict: an edit of that one must show
-
     def head_section(self) -> dict:
-        """The head's options as they are now, as a `config.head` section (nested components, defaults included)."""
+        """The head's options as a `config.head` section (nested components, defaults included)."""
         options = self.head.options
         return head_dict({"family": options.family, **asdict(options)})
 
-    def check_head_config(self) -> None:
-        """Refuse a `config.head` changed since the head was built (or last saved) to something the head is not: the
-        head does not follow its config, so the model would not be what its config says — a forward would run the
-        old head, a save would write another model. Every forward checks it (one dict comparison; the head's options
-        are read only when the config differs from what the head was built from or last agreed with)."""
-        built = getattr(self.head, "config_section", None)  # None: a head unpickled from before it kept one
-        config = self.config.head
-        if built is None or config == built:
+    def _write_head_config(self) -> None:
+        """`config.head` (and `config.components`) from the head's options: how every change of the head ends."""
+        section = self.head_section()
+        self.config.head = section
+        self.config.components = component_modules(section) or None
+
+    def check_config_is_the_heads(self) -> None:
+        """Refuse a `config.head` replaced whole since the head was built or last changed (an edit in place is
+        refused where it is made: the section is read-only): the head does not follow its config, so a saved model
+        would not be the one in memory."""
+        config, head = dict(self.config.head), self.head_section()
+        if config == head:
             return
-        if config == self.head_section():  # set to what the head is now: the record for the next forwards' check
-            self.head.config_section = copy.deepcopy(config)
-            return
-        keys = sorted(k for k in {*config, *built} if config.get(k) != built.get(k))
-        changed = ", ".join(f"{k}: {built.get(k)!r} -> {config.get(k)!r}" for k in keys)
+        keys = sorted(k for k in {*config, *head} if config.get(k) != head.get(k))
+        changed = ", ".join(f"{k}: head {head.get(k)!r}, config {config.get(k)!r}" for k in keys)
         raise ValueError(
-            f"config.head was changed after the head was built ({changed}), but the head in memory was not: this "
-            "model is not the one its config describes, and saving it would write another. Set the change on the "
-            "head instead (`model.head.options.<option> = value`: validated, and saved with the model), or build the "
-            "model again from the changed config"
+            f"config.head was replaced, and the head in memory was not ({changed}): this model is not the one its "
+            "config describes; change the head with model.set_head_options(...), which writes config.head with it"
         )
+
+    def set_head_options(self, **changes) -> None:
+        """Change the head's options, validated, and `config.head` with them, in one step (as
+        `resize_token_embeddings` changes a module and its config together): `set_head_options(decode_k=3)`.
+        `family=` switches to another family, whose options start at their defaults (the checkpoint's output
+        transform kept) plus `changes`. Where the head's tensors stay as they are (the same family and tensor shapes)
+        they are kept; otherwise a new head is built and started from this one's output layer (`start_from`: W, tied
+        ones staying tied, b and the word counts; a head built new by `from_config` is built new again), its warm
+        start then calibrated as `from_base`'s (`HeadsTrainer`, or `hf_heads.training.prepare_head`). A refused
+        change (an invalid option, a family for another task, a head that cannot start from this one) raises
+        before anything changes."""
+        current = self.head_section()
+        name = changes.pop("family", current["family"])
+        if name == current["family"]:
+            section = {**current, **changes}
+        else:
+            try:
+                allowed = set(family(name).options.__dataclass_fields__)
+            except OptionError as err:
+                raise err.renamed("head.family") from None
+            kept = {k: current[k] for k in ("logit_multiplier", "logit_softcap") if k in current and k in allowed}
+            section = {"family": name, **kept, **changes}
+        options = head_options(section)  # an OptionError names head.<option>
+        self._check_head_family(options.family)
+        new = family(options.family).head(self.config.hidden_size, self.head.num_classes, options)
+        if type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head):
+            self.head.options = options  # the same tensors: the head keeps its trained ones
+        else:
+            self._check_head_can_start(new)
+            self._replace_head(new, start=self.head_origin != "init")
+        self._write_head_config()
+
+    def bind_head(self, section: dict, source: str = "the head flags") -> None:
+        """Make the head `section` names this model's (what `HeadsTrainer` does with its arguments' head flags): a
+        model whose default head stands in (`head_origin`) takes it (`set_head_options`: started from the
+        checkpoint's output layer, or built new); a model with a head of its own must already have that head (the
+        options its checkpoint sets aside, `same_head`), else the refusal names both: never silently one of them."""
+        wanted = head_dict(section)
+        if self.head_origin is not None:
+            self.set_head_options(**wanted)
+            self.head_origin = None
+            return
+        current = self.head_section()
+        if same_head(current, wanted):
+            return
+        keys = [k for k in sorted({*current, *wanted}) if k not in CHECKPOINT_OPTIONS]
+        keys = [k for k in keys if current.get(k) != wanted.get(k)]
+        differ = ", ".join(f"{k}: model {current.get(k)!r}, {source} {wanted.get(k)!r}" for k in keys)
+        raise ValueError(
+            f"{source} name another head than this model's own ({differ}); drop them to train the model's head, load "
+            "the model with head={...} (from_pretrained(path, head=...): its head tensors must fit) or change it with "
+            "model.set_head_options(...), or start from the base checkpoint"
+        )
+
+    def _check_head_family(self, name: str) -> None:
+        tasks = family(name).head.tasks
+        if self.head_task not in tasks:
+            raise OptionError("family", name, f"is not a head for {type(self).__name__} (its tasks: {tasks})",
+                              "head.family")  # fmt: skip
+
+    def _check_head_can_start(self, new) -> None:
+        """Refuse a new head that cannot take this one's output layer (a continuous head, or from one)."""
+        if not (self.head.has_output_matrix and new.has_output_matrix):
+            raise OptionError(
+                "family",
+                new.family,
+                f"cannot start from this model's {self.head.family} head (no (V, H) output layer to carry over): "
+                "build the model with this head instead (head=... of from_base / from_pretrained)",
+                "head.family",
+            )
+
+    def _replace_head(self, new, start: bool) -> None:
+        """Put `new` in the old head's place (its device and dtype; tied to the input embeddings where the config
+        ties them), started from the old one's output layer and word counts when `start`."""
+        old = self.head
+        new = new.to(device=old.weight.device, dtype=old.weight.dtype)
+        tied = bool(self.config.tie_word_embeddings)
+        if start:
+            new.start_from(None if tied else old.weight.detach(), None if old.bias is None else old.bias.detach())
+            if old.has_word_counts:
+                new.set_word_counts(old.word_counts)
+        self.head = new
+        if tied:
+            self._declare_tied_head()
 
     def head_needs_counts(self) -> bool:
         return self.head.needs_counts
@@ -371,7 +450,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         base = torch.log_softmax(self.head.copied_logits(hidden).float(), dim=-1)  # (N, V): the checkpoint's
         report = self.head.calibrate_to(hidden, base)
         self.head.warm_start_pending = False
-        self.sync_head_config()  # the fitted gain (an option of the head) into config.head
+        self._write_head_config()  # the fitted gain (an option of the head) into config.head
         return report
 
     def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:
@@ -381,6 +460,26 @@ class HeadsPreTrainedModel(PreTrainedModel):
         `target_parameters=["head.weight"]`."""
         peft = importlib.import_module("hf_heads.integrations.peft")
         peft.add_adapter(self, adapter_config, adapter_name)
+
+
+def wraps_a_checkpoint(from_base):
+    """Decorator of a model class's `from_base`: the model it returns without a `head=` has the family default
+    started from the checkpoint's output layer, unbound (`head_origin` "checkpoint": `bind_head` replaces it)."""
+    signature = inspect.signature(from_base)
+
+    @functools.wraps(from_base)
+    def wrapper(cls, *args, **kwargs):
+        model = from_base(cls, *args, **kwargs)
+        if signature.bind(cls, *args, **kwargs).arguments.get("head") is None:
+            model.head_origin = "checkpoint"
+        return model
+
+    return wrapper
+
+
+def _tensor_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of a module's parameters and buffers."""
+    return {name: tuple(t.shape) for name, t in [*module.named_parameters(), *module.named_buffers()]}
 
 
 def _is_base_checkpoint(name, kwargs: dict) -> bool:

@@ -12,7 +12,13 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from hf_heads.heads import make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, output_layer, refuse_hf_heads_checkpoint
+from hf_heads.modeling.base import (
+    HeadsPreTrainedModel,
+    backbone_of,
+    output_layer,
+    refuse_hf_heads_checkpoint,
+    wraps_a_checkpoint,
+)
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache, takes_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
@@ -76,6 +82,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         self.post_init()
 
     @classmethod
+    @wraps_a_checkpoint
     def from_base(
         cls,
         name_or_path: str | PreTrainedModel,
@@ -213,7 +220,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         base = torch.log_softmax(lm(input_ids=calibration_ids).logits.float(), dim=-1)  # (B, T, V)
         hidden = self.backbone(input_ids=calibration_ids).last_hidden_state  # (B, T, H)
         report = head.calibrate_to(hidden, base)
-        self.sync_head_config()  # the fitted gain (an option of the head) into config.head
+        self._write_head_config()  # the fitted gain (an option of the head) into config.head
         lm.train(was_training)
         logger.info("warm start calibrated on %d probe positions: %s", calibration_ids.numel(), report)
 
@@ -263,7 +270,6 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden = outputs.last_hidden_state  # (B, T, H)
-        self.check_head_config()  # before any use of the head: TRL's fused call and the logits alone too
         if shift_labels is None and labels is not None:
             shift_labels = F.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): position t predicts token t+1
         if fused_lm_head:

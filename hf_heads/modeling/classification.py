@@ -14,7 +14,14 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_heads.heads import make_head
-from hf_heads.modeling.base import HeadsPreTrainedModel, backbone_of, fresh, refuse_hf_heads_checkpoint, sharing
+from hf_heads.modeling.base import (
+    HeadsPreTrainedModel,
+    backbone_of,
+    fresh,
+    refuse_hf_heads_checkpoint,
+    sharing,
+    wraps_a_checkpoint,
+)
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, probe_ids
@@ -137,6 +144,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         self.post_init()
 
     @classmethod
+    @wraps_a_checkpoint
     def from_base(
         cls,
         name_or_path: str | PreTrainedModel,

@@ -14,7 +14,7 @@ from transformers import AutoConfig, EncoderDecoderConfig, GenerationConfig, Pre
 from transformers.configuration_utils import SubConfigSpec
 
 from hf_heads.heads import head_dict
-from hf_heads.heads.registry import component_modules, import_components, missing_component
+from hf_heads.heads.registry import component_modules, frozen_section, import_components, missing_component
 from hf_heads.validation import OptionError, check_choice, check_number
 
 POOLINGS = ("auto", "pooler", "first", "last", "mean")
@@ -54,7 +54,8 @@ class HeadsConfig(PretrainedConfig):
         head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse" | "continuous", **options}`
             (the options dataclass of each family: `hf_heads.heads.<family>`). Validated here, so a bad
             `config.json` is refused on load with a `ValueError` that names the field, the value and what is
-            allowed.
+            allowed. Read-only (`hf_heads.heads.registry.FrozenSection`): a built model changes its head and this
+            section together, with `model.set_head_options(...)`.
         tie_word_embeddings: share the head's weight with the backbone's input embeddings.
         pooling: sequence classification only: how a sequence becomes one vector. `pooler` (the backbone's
             pooled output, BERT-style), `first` (first token), `last` (last non-pad token, for decoder-only
@@ -115,6 +116,8 @@ class HeadsConfig(PretrainedConfig):
         return backbone_attribute(backbone, name)
 
     def __setattr__(self, key: str, value) -> None:
+        if key == "head":  # read-only in place: changed whole, or by the model with its head
+            value = frozen_section(value)
         backbone = self.__dict__.get("backbone")
         if not reads_through(key) or not isinstance(backbone, PretrainedConfig):
             super().__setattr__(key, value)

@@ -33,6 +33,7 @@ from hf_heads.modeling.base import (
     output_layer,
     refuse_hf_heads_checkpoint,
     sharing,
+    wraps_a_checkpoint,
 )
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
@@ -157,6 +158,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
 
     def __init__(self, config: HeadsConfig, backbone: nn.Module | None = None) -> None:
         super().__init__(config)
+        self._check_head_task(config)
         if not config.is_encoder_decoder:
             raise ValueError(
                 f"backbone.model_type={config.backbone.model_type!r} is not an encoder-decoder; "
@@ -187,6 +189,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         return shift_tokens_right(labels, self._token("pad_token_id"), self._token("decoder_start_token_id"))
 
     @classmethod
+    @wraps_a_checkpoint
     def from_base(
         cls,
         name_or_path: str | PreTrainedModel,

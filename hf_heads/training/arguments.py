@@ -14,7 +14,6 @@ from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_heads.components import REGISTRIES, parse_value
 from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
-from hf_heads.heads.defaults import set_run_head
 from hf_heads.heads.registry import COMPONENT, DEFAULT_FAMILY
 from hf_heads.validation import OptionError, check_number
 
@@ -212,9 +211,8 @@ def unknown_flags_hint(unknown: list[str]) -> str:
 
 @dataclass
 class _RunDefaults:
-    """Defaults that fit the run: a logging interval from `max_steps`, a warning for `--fp16` on a CPU, and the head
-    flags as the run's head (`hf_heads.heads.defaults`): the hf_heads model classes' `from_pretrained` of a base
-    checkpoint and `from_config` of a backbone config build the head these arguments name."""
+    """Defaults that fit the run: a logging interval from `max_steps` and a warning for `--fp16` on a CPU. (The head
+    flags change nothing until a trainer is given these arguments: `HeadsTrainer` binds their head to its model.)"""
 
     logging_steps: float | None = field(
         default=None,
@@ -247,14 +245,15 @@ class _RunDefaults:
                 "--fp16 on a CPU: the Trainer does not use fp16 autocast on CPU, so this run trains "
                 "in float32; use --bf16 for mixed precision on a CPU"
             )
-        set_run_head(self)
 
 
 @dataclass
 class HeadsTrainingArguments(HeadFlags, _RunDefaults, TrainingArguments):
     """`TrainingArguments` + head flags (and `logging_steps` defaulting to max_steps // 20). In place of
-    `TrainingArguments` in a script's `HfArgumentParser`, the head flags become the run's head: a model built after
-    parsing with `HeadsForCausalLM.from_pretrained(base, config=...)` or `from_config(config)` has that head."""
+    `TrainingArguments` in a script's `HfArgumentParser`: `HeadsTrainer(model=..., args=...)` binds the head the flags
+    name to its model (`HeadsPreTrainedModel.bind_head`): a model built with the default head
+    (`HeadsForCausalLM.from_pretrained(base, config=...)`, `from_config(config)`) takes it, a model with a head of its
+    own must have that head. Building the arguments changes nothing else."""
 
 
 @dataclass

@@ -1,5 +1,9 @@
 """`HeadsTrainer` / `HeadsSeq2SeqTrainer`: the transformers trainers plus what hf_heads heads need.
 
+- The head: the head flags of `HeadsTrainingArguments` name the head the trainer trains (`bind_arguments_head`):
+  a model built with the default head (`from_pretrained` of a base checkpoint or `from_config` of a backbone config,
+  as a transformers example script builds it) takes it, started from the checkpoint's output layer; a model with a
+  head of its own must have that head (refused otherwise, naming both); a model that is no hf_heads model is refused.
 - Word counts: a head whose norm scaling needs training counts (unigram, log-unigram, log-rank,
   uniform) gets them from the training set's labels before the first step, unless it has them.
 - Warm start: a head that `from_base` started from a checkpoint's output layer without the data to calibrate it
@@ -80,6 +84,22 @@ def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index
     return counts
 
 
+def bind_arguments_head(model, arguments) -> None:
+    """Give `model` the head that `arguments`' head flags name (`HeadsTrainingArguments`; nothing without head flags,
+    or for arguments that have none): `HeadsPreTrainedModel.bind_head` (a PEFT model's base model's). A model that is
+    no hf_heads model is refused: its output layer would train with the plain loss, the flags unused."""
+    if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
+        return
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not hasattr(inner, "bind_head"):
+        raise TypeError(
+            f"the head flags of the training arguments name a head, but the model is a {type(inner).__name__}, not an "
+            "hf_heads model: build it with HeadsForCausalLM / HeadsForSeq2SeqLM / HeadsForSequenceClassification "
+            "(from_pretrained of the same checkpoint), or drop the head flags"
+        )
+    inner.bind_head(arguments.head_config(), "the training arguments' head flags")
+
+
 CALIBRATION_ROWS = 8  # training rows the warm start is calibrated on (at most 256 labelled positions of them)
 
 
@@ -144,12 +164,20 @@ class _HeadsTrainerMixin:
     _train_nll_sums: torch.Tensor | None = None  # (2,): summed NLL and labelled positions of that step
 
     def __init__(self, *args, **kwargs):
+        model = kwargs.get("model", args[0] if args else None)
+        bind_arguments_head(model, kwargs.get("args", args[1] if len(args) > 1 else None))
         super().__init__(*args, **kwargs)
         if getattr(self.args, "label_smoothing_factor", 0.0):
             raise ValueError(
                 f"--label_smoothing_factor={self.args.label_smoothing_factor} smooths logits that hf_heads heads do "
                 "not return in training; use the head's own option (--head sparse --head_label_smoothing 0.1)"
             )
+
+    def call_model_init(self, trial=None):
+        """The Trainer's `model_init` call, its model then given the arguments' head (`bind_arguments_head`)."""
+        model = super().call_model_init(trial)
+        bind_arguments_head(model, self.args)
+        return model
 
     def _prepare_head(self) -> None:
         """Word counts and the warm start's calibration from the training set (`prepare_head`), the calibration rows
