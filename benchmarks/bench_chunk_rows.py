@@ -18,7 +18,7 @@ import time
 import torch
 from _timing import device_line
 
-from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses import Impl, output_loss
 
 
 def main() -> None:
@@ -46,8 +46,8 @@ def main() -> None:
 
     steps = {"three matmuls alone (the floor)": floor}
     for rows in args.rows:
-        steps[f"fused softmax, {rows} rows per chunk"] = lambda r=rows: fused_linear_cross_entropy(
-            h, w, b, y, chunk_size=r
+        steps[f"fused softmax, {rows} rows per chunk"] = lambda r=rows: output_loss(
+            h, w, b, y, impl=Impl(chunk_size=r)
         ).backward()
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     for step in steps.values():  # warm-up

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A margin head's word-norm column scale s (V,), side by side in one process: applied to a scaled (V, H) copy of
-W before the chunked loss (the old path) vs inside each chunk (`fused_linear_cross_entropy(column_scale=s)`, what
-`margin_cross_entropy` runs). Forward+backward of the output layer, the two alternating, median (min–max) of
+W before the chunked loss (the old path) vs inside each chunk (`chunked_loss(column_scale=s)`, what
+the margin scorer runs). Forward+backward of the output layer, the two alternating, median (min–max) of
 `--repeats` calls each after one warm-up.
 
     python benchmarks/bench_column_scale.py            # N=4096, H=512, V=50,000, CPU
@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses.fused_linear import chunked_loss
 
 
 def main() -> None:
@@ -32,8 +32,8 @@ def main() -> None:
     s = (torch.rand(args.vocab) + 0.5).requires_grad_()
     y = torch.randint(0, args.vocab, (args.tokens,))
     paths = {
-        "scaled copy of W, then the chunked loss": lambda: fused_linear_cross_entropy(h, w * s[:, None], b, y),
-        "column scale inside each chunk": lambda: fused_linear_cross_entropy(h, w, b, y, column_scale=s),
+        "scaled copy of W, then the chunked loss": lambda: chunked_loss(h, w * s[:, None], b, y),
+        "column scale inside each chunk": lambda: chunked_loss(h, w, b, y, column_scale=s),
     }
     times = {name: [] for name in paths}
     for step in paths.values():

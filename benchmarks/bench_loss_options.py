@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """What the peers' loss options cost against the plain chunked softmax step, side by side in one process: the z-loss
-(λ·lse² per row, its gradient inside the chunk kernel), class weights (a (V,) weight per target), both, `return_z_loss`
-(the rows' log-sum-exp handed back), `return_predictions` / `return_target_rank` (each row's argmax, and its label's
-rank, from the same pass: the token accuracy and the top-k accuracy, as `HeadsTrainer` logs them) and `return_entropy`
-with the confidence penalty's loss − 0.1·mean H (its gradient from a backward that recomputes the chunks). Forward +
-backward of the output layer (`fused_linear_cross_entropy`), the options taking turns in every round (alternating, so
-that drift of the machine hits each alike; each round starts at the next option), median (min–max) of the rounds, and
-the ratio to the plain step.
+(λ·lse² per row, its gradient inside the chunk kernel), class weights (a (V,) weight per target), both, the rows'
+log-sum-exp handed back (`returns=("z_loss", "lse")`), the same-pass predictions and ranks (`returns=("predictions",)`
+/ `("rank",)`: the token accuracy and the top-k accuracy, as `HeadsTrainer` logs them) and the confidence penalty
+(loss − 0.1·H, its gradient from a backward that recomputes the chunks). Forward + backward of the output layer
+(`output_loss` with a `CrossEntropy`), the options taking turns in every round (alternating, so that drift of the
+machine hits each alike; each round starts at the next option), median (min–max) of the rounds, and the ratio to the
+plain step.
 
     python benchmarks/bench_loss_options.py                                    # N=4096, H=512, V=50k, CPU, eager
     python benchmarks/bench_loss_options.py --kernel compiled
-    python benchmarks/bench_loss_options.py --only return_predictions --rounds 20     # one option and the plain step
+    python benchmarks/bench_loss_options.py --only predictions --rounds 20     # one option and the plain step
     python benchmarks/bench_loss_options.py --device cuda --autocast bf16 --tokens 8192 --hidden 2304 --vocab 256000
 """
 
@@ -22,17 +22,18 @@ import time
 import torch
 from _timing import autocast, bench_parser, device_line
 
-from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses import CrossEntropy, output_loss
 
+# name: (the cross-entropy's options, what `returns` asks for); class_weight True: the weights drawn in main
 OPTIONS = {
-    "plain softmax": {},
-    "z-loss 1e-4": {"z_loss": 1e-4},
-    "class weights": {"class_weight": True},
-    "z-loss + class weights": {"z_loss": 1e-4, "class_weight": True},
-    "z-loss, return_z_loss": {"z_loss": 1e-4, "return_z_loss": True},
-    "same-pass accuracy (return_predictions)": {"return_predictions": True},
-    "same-pass top-k accuracy (return_target_rank)": {"return_target_rank": True},
-    "confidence penalty (return_entropy, loss - 0.1 H)": {"return_entropy": True},
+    "plain softmax": ({}, ()),
+    "z-loss 1e-4": ({"z_loss": 1e-4}, ()),
+    "class weights": ({"class_weight": True}, ()),
+    "z-loss + class weights": ({"z_loss": 1e-4, "class_weight": True}, ()),
+    "z-loss, returns z_loss": ({"z_loss": 1e-4}, ("z_loss", "lse")),
+    "same-pass accuracy (returns predictions)": ({}, ("predictions",)),
+    "same-pass top-k accuracy (returns rank)": ({}, ("rank",)),
+    "confidence penalty 0.1 (loss - 0.1 H)": ({"confidence_penalty": 0.1}, ()),
 }
 
 
@@ -60,15 +61,12 @@ def main() -> None:
     weights = torch.rand(args.vocab, device=device) + 0.5
     cuda = device.startswith("cuda")
 
-    def step(options: dict) -> None:
-        kwargs = {**options, "class_weight": weights if options.get("class_weight") else None}
+    def step(options: tuple) -> None:
+        ce, returns = options
+        criterion = CrossEntropy(**{**ce, "class_weight": weights if ce.get("class_weight") else None})
         with autocast(device, args.autocast):
-            out = fused_linear_cross_entropy(h, w, b, y, **kwargs, kernel=args.kernel)
-        if kwargs.get("return_entropy"):  # the entropy's gradient: a backward that recomputes the chunks
-            (out.loss - 0.1 * out.entropy.mean()).backward()
-        else:
-            wrapped = any(kwargs.get(k) for k in ("return_z_loss", "return_predictions", "return_target_rank"))
-            (out.loss if wrapped else out).backward()
+            out = output_loss(h, w, b, y, criterion=criterion, returns=returns, impl=args.kernel)
+        (out.loss if returns else out).backward()  # the penalty's entropy: a backward that recomputes the chunks
         h.grad = w.grad = b.grad = None
 
     times = {name: [] for name in options_run}

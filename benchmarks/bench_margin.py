@@ -261,7 +261,8 @@ def make_step(method: str, inputs: tuple, device: str, amp: str | None = None):
             return F.linear_cross_entropy(h, w, y, linear_bias=b, options=torch.nn.LinearCrossEntropyOptions())
         if kind in PEERS:
             return PEERS[kind](h, w, b, y, row)
-        return margin_cross_entropy(h, w, b, y, **kw)
+        margin = {k: v for k, v in kw.items() if k != "kernel"}
+        return margin_cross_entropy(h, w, b, y, impl=kw.get("kernel"), **margin)
 
     def step():
         with autocast(device, step_amp):

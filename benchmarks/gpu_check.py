@@ -20,8 +20,9 @@ from unittest.mock import patch
 
 import torch
 
-from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses import CrossEntropy
 from hf_heads.losses.chunks import CHUNK_KERNELS, KERNEL_ENV
+from hf_heads.losses.fused_linear import chunked_loss
 from hf_heads.losses.kernels import adds_half_products_in_place, writes_half_products_in_float32
 
 # bf16 gradients against float32's (relative Frobenius error): 0.3-1%, and 2.3% with top-k, whose support moves with
@@ -40,6 +41,12 @@ OPTIONS = {
     "z-loss-weights-top-k": {"z_loss": 1e-3, "class_weight": True, "top_k": 20, "target": True},
     "predictions": {"predictions": True},  # same-pass argmax against the naive logits' argmax
 }
+
+
+def engine(h, w, b, y, *, top_k=None, label_smoothing=0.0, z_loss=0.0, class_weight=None, **rest):
+    """The chunked loss (`chunked_loss`, what the kernels serve) with the cross-entropy's options of OPTIONS."""
+    criterion = CrossEntropy(top_k=top_k, label_smoothing=label_smoothing, z_loss=z_loss, class_weight=class_weight)
+    return chunked_loss(h, w, b, y, criterion=criterion, **rest)
 
 
 def naive(h, w, b, y, t, top_k=None, label_smoothing=0.0, softcap=None, z_loss=0.0, class_weight=None):
@@ -122,7 +129,7 @@ def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) ->
         inputs = (h, b) if frozen else (h, w, b)
         kw = dict(target_logit=t if use_t else None, chunk_size=333, **opts)
         if precision == "float64":
-            loss = fused_linear_cross_entropy(h, w, b, y, **kw)
+            loss = engine(h, w, b, y, **kw)
             ref = naive(h, w, b, y, t if use_t else None, **opts)
             got = torch.autograd.grad(loss, inputs)
             want = torch.autograd.grad(ref, inputs)
@@ -131,7 +138,7 @@ def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) ->
             )
             detail = f"|Δloss| {abs(loss - ref).item():.1e}"
             if predictions:  # the kernel's own argmax (lowest index on a tie) and each label's rank in that order
-                out = fused_linear_cross_entropy(h, w, b, y, return_predictions=True, return_target_rank=True, **kw)
+                out = engine(h, w, b, y, returns=("rank",), **kw)
                 z = h @ w.T + b
                 z_y = z.gather(1, y[:, None])
                 lower = torch.arange(z.shape[1], device=z.device)[None] < y[:, None]
@@ -142,10 +149,10 @@ def check_kernel(a, kernel: str, options: dict, data: tuple, y: torch.Tensor) ->
                 detail += f", predictions {'equal' if same else 'DIFFER'}, ranks {'equal' if same_rank else 'DIFFER'}"
             results[precision] = (ok, detail)
         else:
-            full = fused_linear_cross_entropy(h, w, b, y, **kw)
+            full = engine(h, w, b, y, **kw)
             want = torch.autograd.grad(full, inputs)
             with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16):
-                loss = fused_linear_cross_entropy(h, w, b, y, **kw)
+                loss = engine(h, w, b, y, **kw)
             loss.backward()
             rel = abs(loss.item() - full.item()) / abs(full.item())
             finite = all(torch.isfinite(x.grad).all() for x in inputs)

@@ -13,6 +13,8 @@ error. The kinds and their bases:
                                                             correction (sampling paper); reference: `reference`
     noise            hf_heads.losses.noise.Noise            the noise distribution D the samples are drawn from
                                                             (sampling paper sec. 3.2, 4.1); reference: `reference`
+    criterion        hf_heads.losses.parts.Criterion        the criterion over a row's candidate logits (cross-entropy
+                                                            with its options, BCE, MSE); reference: `reference`
     continuous_loss  hf_heads.losses.continuous_losses.ContinuousLoss
                                                             a continuous-output loss (Kumar & Tsvetkov eq. 3, Bhat
                                                             et al. eq. 1); reference: `reference`
@@ -45,7 +47,7 @@ from typing import Any, ClassVar
 
 from hf_heads.validation import OptionError, check_number
 
-KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise", "continuous_loss", "kernel")
+KINDS = ("margin", "word_norm", "context_norm", "sampling_method", "noise", "criterion", "continuous_loss", "kernel")
 # kinds whose registry lives above this floor, registered through the same `register(kind)`: {kind: the decorator
 # its registry's module installs when it is imported} ("family": hf_heads.heads.registry, a head class and its options)
 KIND_HOOKS: dict[str, Callable[[type], type]] = {}

@@ -201,3 +201,45 @@ def family_heads(
         heads = {label: {"family": name, **options} for label, options in examples}
         out.update({k: v for k, v in heads.items() if counts or not head_options(v).needs_counts})
     return out
+
+
+# ----------------------------------------------------------------------------- calling the losses in tests
+
+
+def chunked(
+    hidden, weight, bias, target, *, top_k=None, label_smoothing=0.0, z_loss=0.0, class_weight=None,
+    confidence_penalty=0.0, criterion=None, return_z_loss=False, return_predictions=False, return_target_rank=False,
+    return_entropy=False, **rest,
+):  # fmt: skip
+    """`hf_heads.losses.fused_linear.chunked_loss` (the engine the chunk kernels serve) with the cross-entropy's
+    options and what it returns written flat, as the kernel tests sweep them: `criterion` a sigmoid criterion's name
+    ("bce", "mse"), else a `CrossEntropy` of the flat options; `return_*` the `returns` names."""
+    from hf_heads.losses.fused_linear import chunked_loss
+    from hf_heads.losses.parts import CrossEntropy, make_criterion
+
+    if criterion in (None, "ce"):
+        criterion = CrossEntropy(top_k=top_k, label_smoothing=label_smoothing, z_loss=z_loss,
+                                 class_weight=class_weight, confidence_penalty=confidence_penalty)  # fmt: skip
+    else:
+        extra = dict(top_k=top_k, label_smoothing=label_smoothing, z_loss=z_loss, class_weight=class_weight)
+        given = {k: v for k, v in extra.items() if v not in (None, 0.0)}
+        if given:  # what the engine refused before the criterion was a type: a TypeError of the criterion's now
+            raise TypeError(f"{sorted(given)} are options of cross-entropy, not of criterion {criterion!r}")
+        criterion = make_criterion(criterion)
+    returns = ("z_loss", "lse") * return_z_loss + ("predictions",) * return_predictions
+    returns += ("rank",) * return_target_rank + ("entropy",) * return_entropy
+    return chunked_loss(hidden, weight, bias, target, criterion=criterion, returns=returns, **rest)
+
+
+def with_impl(loss):
+    """A preset of hf_heads.losses called with the flat `chunk_size=` / `kernel=` / `loss_dtype=` of the tests,
+    given to it as `impl=Impl(...)`."""
+    import functools
+
+    from hf_heads.losses.parts import Impl
+
+    @functools.wraps(loss)
+    def call(*args, chunk_size=None, kernel=None, loss_dtype=None, **kwargs):
+        return loss(*args, impl=Impl(kernel, chunk_size, loss_dtype), **kwargs)
+
+    return call

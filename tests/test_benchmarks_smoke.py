@@ -79,8 +79,8 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
         ),
         pytest.param(
             "bench_loss_options.py",
-            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1", "--only", "return_predictions"],
-            "| same-pass accuracy (return_predictions) |",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1", "--only", "predictions"],
+            "| same-pass accuracy (returns predictions) |",
             marks=pytest.mark.slow,
         ),
         pytest.param(

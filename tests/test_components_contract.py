@@ -29,18 +29,23 @@ from typing import ClassVar
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import chunked, with_impl
 from extensions import COMPONENTS, EXTENSIONS, KERNELS
 from extensions import kernel as extension_kernel
 
 from hf_heads.components import REGISTRIES, component_config, register
 from hf_heads.heads.registry import component_modules
-from hf_heads.losses import CHUNK_KERNELS, fused_linear_cross_entropy, margin_cross_entropy, sampled_loss
+from hf_heads.losses import CHUNK_KERNELS, Impl, output_loss, presets
 from hf_heads.losses.chunks import ChunkKernel, register_kernel
 from hf_heads.losses.continuous_losses import ContinuousBatch, ContinuousLoss
 from hf_heads.losses.kernels import EagerKernel
 from hf_heads.losses.noise import Noise
+from hf_heads.losses.parts import Criterion, make_criterion
 from hf_heads.losses.sampled import SamplingMethod
 from hf_heads.losses.scorer import ContextNorm, Margin, Scorer, WordNorm
+
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
+sampled_loss = with_impl(presets.sampled_loss)
 
 SLOW_KERNELS = ("compiled", "triton", "triton-half")  # compiled per option set, or run interpreted: `make test-all`
 
@@ -211,7 +216,8 @@ def _sampled_reference(method: SamplingMethod, criterion, h, w, b, y, samples, p
             )
             log_kd_t = torch.log(K * probs[target])
             log_kd = torch.log(K * probs[others])
-        total = total + method.reference(criterion, s[n, target], s[n, others], log_kd_t, log_kd, K, V)
+        criterion_object = make_criterion(criterion)
+        total = total + method.reference(criterion_object, s[n, target], s[n, others], log_kd_t, log_kd, K, V)
         count += 1
     return total / count
 
@@ -247,6 +253,28 @@ def test_sampling_method_equals_its_per_position_reference(cls, criterion, remov
     assert torch.autograd.gradcheck(loss_of, (h, w, b), fast_mode=True)
     rows = sampled_loss(h, w, b, y, **options, reduction="none")
     assert rows.shape == y.shape and float(rows[2]) == 0.0
+
+
+# ----------------------------------------------------------------------------- criteria
+
+
+@pytest.mark.parametrize("cls, kernel", _cases("criterion", kernels=True))
+def test_criterion_over_every_class_equals_its_reference(cls, kernel):
+    """Every registered criterion (at its `example`) over `Full` candidates, in chunks with every kernel: its own
+    `reference` on the dense logits (the paper's equation), forward, backward, reduced over the counted rows, and
+    float64 gradcheck."""
+    criterion = example(cls)
+    h, w, b, y, _ = _data(3)
+    valid = y != -100
+    impl = Impl(kernel=extension_kernel(kernel or "eager"), chunk_size=4)
+    loss = output_loss(h, w, b, y, criterion=criterion, impl=impl)
+    expected = criterion.reference((h @ w.T + b)[valid], y[valid]).mean()
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-8)
+    for a, e in zip(torch.autograd.grad(loss, (h, w, b)), torch.autograd.grad(expected, (h, w, b)), strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-8)
+    assert torch.autograd.gradcheck(
+        lambda h_, w_, b_: output_loss(h_, w_, b_, y, criterion=criterion, impl=impl), (h, w, b), fast_mode=True
+    )
 
 
 # ----------------------------------------------------------------------------- noise distributions
@@ -342,7 +370,7 @@ def test_every_component_builds_from_its_config_value_and_names_its_parameters(k
 
 @pytest.mark.parametrize(
     "base, reference", [(Margin, "phi"), (WordNorm, "reference"), (ContextNorm, "reference"),
-                        (SamplingMethod, "reference"), (Noise, "reference")],
+                        (SamplingMethod, "reference"), (Noise, "reference"), (Criterion, "reference")],
 )  # fmt: skip
 def test_registering_a_component_without_its_reference_is_an_error(base, reference):
     @dataclasses.dataclass(frozen=True)
@@ -399,7 +427,7 @@ def test_a_chunk_kernel_is_a_component_and_a_head_records_where_its_kernel_comes
         assert component_modules({**head, "chunk_kernel": "eager"}) == component_modules({"family": "softmax"}) == {}
         h, y = torch.randn(10, 6, dtype=torch.float64), torch.randint(0, 13, (10,))
         w = torch.randn(13, 6, dtype=torch.float64)
-        mine = fused_linear_cross_entropy(h, w, None, y, chunk_size=4, kernel="user-eager")
+        mine = chunked(h, w, None, y, chunk_size=4, kernel="user-eager")
         torch.testing.assert_close(mine, F.cross_entropy(h @ w.T, y))
     finally:
         REGISTRIES["kernel"].pop("user-eager", None)

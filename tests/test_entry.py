@@ -1,203 +1,383 @@
-"""The one loss entry point, `output_loss(rows, loss, kernel=...)` (hf_heads.losses.entry): every `OutputLoss`
-computes what its loss function computes with the same options (forward and backward), and its dense naive form;
-the kernel is an explicit argument (the environment only when none is given); a loss that runs no kernel refuses
-one; the heads pass the kernel their `chunk_kernel` option names."""
+"""The one loss entry point, `output_loss(hidden, weight, bias, labels, *, scorer, candidates, criterion, reduction,
+ignore_index, num_items_in_batch, returns, impl)` (hf_heads.losses.entry):
+
+- every registered criterion over `Full` candidates equals its dense form written here from the equations (not from
+  the library), forward and backward, in every reduction, with ignored rows and `num_items_in_batch`, and passes
+  float64 gradcheck; the extras `returns` asks for (predictions, accuracy, ranks, log-sum-exp, z-loss, entropy) equal
+  their dense forms in every reduction;
+- every preset (hf_heads.losses.presets) is the entry with its parts filled in;
+- every field of the parts changes the loss for some input (or is refused), and the module form passes each of its
+  constructor arguments on;
+- the kernel is chosen in one place (`impl`; the environment only when none is given), and candidates that run no
+  kernel refuse one; the heads pass their `chunk_kernel` option where their loss runs one.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from hf_heads.components import REGISTRIES
 from hf_heads.heads import make_head
 from hf_heads.losses import (
     CHUNK_KERNELS,
-    CorrectedNLL,
-    LargeMarginLoss,
+    BinaryCrossEntropy,
+    Correction,
+    CrossEntropy,
+    Impl,
+    MeanSquaredError,
     OptionError,
-    OutputLoss,
-    OutputRows,
-    SampledCriterion,
-    SoftmaxLoss,
-    SparseSoftmaxLoss,
-    corrected_log_probs,
-    corrected_nll,
-    fused_linear_cross_entropy,
-    margin_cross_entropy,
-    margin_logits,
+    OutputLayerLoss,
+    Sampled,
+    Scorer,
     output_loss,
-    resolve_scorer,
-    sampled_loss,
-    sparse_linear_cross_entropy,
-    sparse_softmax_cross_entropy,
+    presets,
 )
 from hf_heads.losses.chunks import KERNEL_ENV
 from hf_heads.losses.kernels import EagerKernel
 
-V, H = 13, 6
-NOISE = torch.full((V,), 1 / V)
-SCORER = resolve_scorer(margin="arc", m=0.2, scale=4.0)
+V, H, N = 13, 6, 9
 
 
-def _dense_margin(h, w, b, y):
-    return F.cross_entropy(margin_logits(h, w, b, y, scorer=SCORER), y)
-
-
-def _dense_corrected(h, w, b, y):
-    scores = margin_logits(h, w, b, None, scorer=SCORER.without_margin())
-    log_p = corrected_log_probs(scores, criterion="bce", method="is", noise_probs=NOISE, num_samples=4)
-    return F.nll_loss(log_p, y)
-
-
-# every concrete OutputLoss: (the loss, its function called with the same options, its dense naive form or None)
-CASES = {
-    SoftmaxLoss: (
-        SoftmaxLoss(z_loss=0.0, label_smoothing=0.1, chunk_size=3),
-        lambda h, w, b, y, **kw: fused_linear_cross_entropy(h, w, b, y, label_smoothing=0.1, chunk_size=3, **kw),
-        lambda h, w, b, y: F.cross_entropy(h @ w.T + b, y, label_smoothing=0.1),
-    ),
-    SparseSoftmaxLoss: (
-        SparseSoftmaxLoss(k=4, chunk_size=3),
-        lambda h, w, b, y, **kw: sparse_linear_cross_entropy(h, w, b, y, 4, chunk_size=3, **kw),
-        lambda h, w, b, y: sparse_softmax_cross_entropy(h @ w.T + b, y, 4),
-    ),
-    LargeMarginLoss: (
-        LargeMarginLoss(scorer=SCORER, chunk_size=3),
-        lambda h, w, b, y, **kw: margin_cross_entropy(h, w, b, y, scorer=SCORER, chunk_size=3, **kw),
-        _dense_margin,
-    ),
-    SampledCriterion: (
-        SampledCriterion(criterion="ce", method="full", scorer=SCORER, chunk_size=3),
-        lambda h, w, b, y, **kw: sampled_loss(h, w, b, y, criterion="ce", method="full", scorer=SCORER, **kw),
-        _dense_margin,  # CE over every class (eq. 5) of the margin logits
-    ),
-    CorrectedNLL: (
-        CorrectedNLL(criterion="bce", method="is", num_samples=4, noise_probs=NOISE, scorer=SCORER),
-        lambda h, w, b, y, **kw: corrected_nll(
-            h, w, b, y, criterion="bce", method="is", num_samples=4, noise_probs=NOISE, scorer=SCORER, **kw
-        ),
-        _dense_corrected,
-    ),
-}
-
-
-def _concrete(cls: type) -> set[type]:
-    found = set()
-    for sub in cls.__subclasses__():
-        found |= _concrete(sub)
-        if not getattr(sub, "__abstractmethods__", None) and not sub.__name__.startswith("_"):
-            found.add(sub)
-    return found
-
-
-def _data(dtype=torch.float32, seed=0):
+def _data(seed: int = 0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    h = torch.randn(2, 4, H, generator=g, dtype=dtype).requires_grad_()
-    w = (torch.randn(V, H, generator=g, dtype=dtype) * 0.5).requires_grad_()
-    b = (torch.randn(V, generator=g, dtype=dtype) * 0.1).requires_grad_()
-    y = torch.randint(0, V, (2, 4), generator=g)
-    y[0, 1] = -100
+    h = torch.randn(N, H, generator=g, dtype=dtype).requires_grad_()
+    w = (torch.randn(V, H, generator=g, dtype=dtype) * 0.8).requires_grad_()
+    b = (torch.randn(V, generator=g, dtype=dtype) * 0.3).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=g)
+    y[2] = y[6] = -100
     return h, w, b, y
 
 
-def test_every_output_loss_has_a_case_here():
-    assert _concrete(OutputLoss) == set(CASES)
+# ----------------------------------------------------------------------------- dense forms, from the equations
+
+
+def dense_rows(criterion, z, y):
+    """The per-row training loss (N,) of `criterion` over the dense logits z (N, V) (0 on ignored rows), written from
+    the papers' equations with torch alone."""
+    valid = y != -100
+    yy = torch.where(valid, y, 0)
+    if isinstance(criterion, BinaryCrossEntropy):  # sampling paper eq. 3
+        onehot = F.one_hot(yy, V).to(z)
+        rows = -(onehot * F.logsigmoid(z) + (1 - onehot) * F.logsigmoid(-z)).sum(1)
+    elif isinstance(criterion, MeanSquaredError):  # eq. 1
+        rows = (torch.sigmoid(z) - F.one_hot(yy, V).to(z)).square().sum(1)
+    else:
+        c = criterion
+        support = z if c.top_k is None else z.topk(c.top_k, dim=1).values  # sparse-softmax eq. 5's support
+        lse = torch.logsumexp(support, 1)
+        nll = lse - z.gather(1, yy[:, None]).squeeze(1)
+        rows = (1 - c.label_smoothing) * nll + c.label_smoothing * (lse - support.mean(1)) + c.z_loss * lse.square()
+        p = torch.softmax(support, 1)
+        rows = rows + c.confidence_penalty * (p * torch.log_softmax(support, 1)).sum(1)
+        if c.class_weight is not None:
+            rows = rows * c.class_weight.to(z)[yy]
+    return torch.where(valid, rows, 0.0)
+
+
+def dense_reduce(criterion, rows, y, reduction, num_items_in_batch=None):
+    """`F.cross_entropy`'s reductions: the class-weighted mean divides by Σ a[y] (the Trainer's count instead when
+    given), the confidence penalty's entropy by the labelled rows."""
+    valid = y != -100
+    if reduction == "none":
+        return rows
+    if reduction == "sum":
+        return rows.sum()
+    if num_items_in_batch is not None:
+        return rows.sum() / num_items_in_batch
+    weight = getattr(criterion, "class_weight", None)
+    if weight is None or not isinstance(criterion, CrossEntropy) or criterion.confidence_penalty:
+        return rows.sum() / valid.sum()
+    return rows.sum() / weight.to(rows)[y[valid]].sum()
+
+
+CRITERIA = {
+    "ce": CrossEntropy(),
+    "ce-smoothing": CrossEntropy(label_smoothing=0.1),
+    "ce-top-k": CrossEntropy(top_k=4),
+    "ce-z-loss": CrossEntropy(z_loss=0.3),
+    "ce-penalty": CrossEntropy(confidence_penalty=0.4),
+    "ce-class-weight": CrossEntropy(class_weight=torch.linspace(0.2, 2.0, V, dtype=torch.float64)),
+    "ce-top-k-smoothing-z-loss": CrossEntropy(top_k=5, label_smoothing=0.2, z_loss=0.1),
+    "bce": BinaryCrossEntropy(),
+    "mse": MeanSquaredError(),
+}
+
+
+def test_every_registered_criterion_has_a_case():
+    assert {type(c) for c in CRITERIA.values()} == set(REGISTRIES["criterion"].values())
+
+
+@pytest.mark.parametrize("name", list(CRITERIA))
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none", "items"])
+def test_full_candidates_equal_the_dense_criterion(name, reduction):
+    criterion = CRITERIA[name]
+    h, w, b, y = _data()
+    items = 11 if reduction == "items" else None
+    red = "mean" if reduction == "items" else reduction
+    got = output_loss(
+        h, w, b, y, criterion=criterion, reduction=red, num_items_in_batch=items, impl=Impl(chunk_size=4)
+    )
+    # the penalty's entropy averages over the labelled rows whatever the class weights; the criteria here have none
+    want = dense_reduce(criterion, dense_rows(criterion, h @ w.T + b, y), y, red, items)
+    torch.testing.assert_close(got, want)
+    probe = torch.randn_like(got)
+    g_got = torch.autograd.grad((got * probe).sum(), (h, w, b))
+    g_want = torch.autograd.grad((want * probe).sum(), (h, w, b))
+    torch.testing.assert_close(g_got, g_want)
+    assert got.shape == (() if red != "none" else y.shape)
+
+
+@pytest.mark.parametrize("name", ["ce-top-k-smoothing-z-loss", "ce-penalty", "bce", "mse", "ce-class-weight"])
+def test_full_candidates_pass_gradcheck(name):
+    criterion = CRITERIA[name]
+    h, w, b, y = _data(1)
+    assert torch.autograd.gradcheck(
+        lambda h_, w_, b_: output_loss(h_, w_, b_, y, criterion=criterion, impl=Impl(chunk_size=4)), (h, w, b)
+    )
+
+
+def test_a_margin_scorer_is_eq_13_over_every_class():
+    """With a scorer (ArcFace, log-unigram word norm, max-norm) the loss is the cross-entropy of eq. 13's logits: the
+    target's φ(θ) = cos(θ + m), f(c) = log c_c, g = the batch's max ‖h‖ over labelled rows, written here."""
+    h, w, b, y = _data(2)
+    counts = torch.arange(1.0, V + 1, dtype=torch.float64) * 3
+    scorer = Scorer.from_options("arc", 0.3, word_norm="log-unigram", context_norm="max-norm").given(
+        word_counts=counts
+    )
+    got = output_loss(h, w, b, y, scorer=scorer, impl=Impl(chunk_size=4))
+    valid = y != -100
+    yy = torch.where(valid, y, 0)
+    cos = (h @ w.T) / (h.norm(dim=1)[:, None] * w.norm(dim=1)[None, :])
+    g = h[valid].norm(dim=1).max()
+    f = torch.log(counts)
+    logits = g * f[None, :] * cos
+    theta = torch.acos(cos.gather(1, yy[:, None]).squeeze(1).clamp(-1, 1))
+    target = g * f[yy] * torch.cos(theta + 0.3)
+    logits = logits.scatter(1, yy[:, None], target[:, None]) + b
+    want = F.cross_entropy(logits, y)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (h, w, b)), torch.autograd.grad(want, (h, w, b)))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("cls", list(CASES), ids=lambda c: c.__name__)
-def test_the_entry_point_computes_the_loss_functions_result_and_its_dense_form(cls, reduction):
-    loss, function, dense = CASES[cls]
+def test_the_extras_of_returns_equal_their_dense_forms(reduction):
+    """predictions (argmax, the lowest index on a tie) and token accuracy over the labelled rows, each label's rank
+    (the classes before it in the argmax order), each row's log-sum-exp, the z-loss term reduced as the loss, each
+    row's entropy — 0 / -1 / ignore_index on ignored rows — in every reduction, beside the same loss."""
+    h, w, b, y = _data(3)
+    criterion = CrossEntropy(z_loss=0.2)
+    out = output_loss(h, w, b, y, criterion=criterion, reduction=reduction, impl=Impl(chunk_size=4),
+                      returns=("predictions", "rank", "lse", "z_loss", "entropy"))  # fmt: skip
+    z = (h @ w.T + b).detach()
+    valid = y != -100
+    yy = torch.where(valid, y, 0)
+    lse = torch.logsumexp(z, 1)
+    pred = z.argmax(1)
+    own = z.gather(1, yy[:, None])
+    before = torch.arange(V)[None, :] < yy[:, None]
+    rank = torch.where(before, z >= own, z > own).sum(1)
+    p = torch.softmax(z, 1)
+    entropy = -(p * torch.log_softmax(z, 1)).sum(1)
+    assert torch.equal(out.predictions, torch.where(valid, pred, -100))
+    torch.testing.assert_close(out.token_accuracy, ((pred == y) & valid).sum() / valid.sum())
+    assert torch.equal(out.target_rank, torch.where(valid, rank, -1))
+    torch.testing.assert_close(out.lse, torch.where(valid, lse, 0.0))
+    torch.testing.assert_close(out.entropy.detach(), torch.where(valid, entropy, 0.0))
+    z_rows = torch.where(valid, 0.2 * lse.square(), 0.0)
+    torch.testing.assert_close(out.z_loss, dense_reduce(criterion, z_rows, y, reduction))
+    plain = output_loss(h, w, b, y, criterion=criterion, reduction=reduction, impl=Impl(chunk_size=4))
+    torch.testing.assert_close(out.loss, plain)
+    torch.testing.assert_close(out.accuracy_at(1), out.token_accuracy)
+
+
+def test_a_sigmoid_criterion_refuses_softmax_extras():
     h, w, b, y = _data()
-    got = output_loss(OutputRows(h, w, b, y, reduction=reduction, num_items_in_batch=5), loss)
-    want = function(h, w, b, y, reduction=reduction, num_items_in_batch=5)
-    torch.testing.assert_close(got, want)
-    grads = torch.autograd.grad(got.sum(), (h, w, b))
-    torch.testing.assert_close(grads, torch.autograd.grad(want.sum(), (h, w, b)))
-    if reduction == "mean":  # the dense form averages over the 7 counted rows
-        dense_loss = dense(h.reshape(-1, H), w, b, y.reshape(-1))
-        torch.testing.assert_close(got * 5 / 7, dense_loss, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("cls", list(CASES), ids=lambda c: c.__name__)
-def test_the_entry_point_passes_a_float64_gradcheck(cls):
-    loss, _, _ = CASES[cls]
-    h, w, b, y = _data(torch.float64, seed=1)
-    loss = dataclasses.replace(loss, **({"scorer": SCORER} if "scorer" in loss.options() else {}))
-    assert torch.autograd.gradcheck(lambda h, w, b: output_loss(OutputRows(h, w, b, y), loss), (h, w, b))
-
-
-def test_the_kernel_is_an_explicit_argument(monkeypatch):
-    """`kernel=` runs the kernel named (a `ChunkKernel` as it is) whatever HF_HEADS_CHUNK_KERNEL says; without it the
-    environment's; a loss that runs no kernel for its rows refuses one, naming why."""
-    ran = []
-
-    class Spy(EagerKernel):
-        def loss_and_grads(self, *args, **kwargs):
-            ran.append(self.name)
-            return super().loss_and_grads(*args, **kwargs)
-
-    h, w, b, y = _data()
-    rows = OutputRows(h, w, b, y)
-    monkeypatch.setenv(KERNEL_ENV, "fast")  # not a kernel: read only where no kernel is given
-    for loss in (CASES[SoftmaxLoss][0], CASES[LargeMarginLoss][0], CASES[SampledCriterion][0]):
-        ran.clear()
-        output_loss(rows, loss, kernel=Spy())
-        assert ran == ["eager"] * 3  # the 7 counted rows in chunks of 3, 3 and 1
-    with pytest.raises(OptionError, match="HF_HEADS_CHUNK_KERNEL='fast' is not a chunk kernel"):
-        output_loss(rows, CASES[SoftmaxLoss][0])
-    with pytest.raises(OptionError, match="kernel='eager' is not used by the corrected NLL"):
-        output_loss(rows, CASES[CorrectedNLL][0], kernel="eager")
-    sampling = SampledCriterion(criterion="ce", method="is", num_samples=4, noise_probs=NOISE)
-    assert not sampling.runs_kernel(rows) and CASES[SampledCriterion][0].runs_kernel(rows)
-    with pytest.raises(OptionError, match="kernel='eager' is for method='full'"):
-        output_loss(rows, sampling, kernel="eager")
-
-
-def test_rows_and_losses_are_checked_and_frozen():
-    h, w, b, y = _data()
-    with pytest.raises(OptionError, match="reduction='avg' is not allowed"):
-        OutputRows(h, w, b, y, reduction="avg")
-    with pytest.raises(TypeError, match="rows: expected an OutputRows, got tuple"):
-        output_loss((h, w, b, y), SoftmaxLoss())
-    with pytest.raises(TypeError, match="loss: expected an OutputLoss"):
-        output_loss(OutputRows(h, w, b, y), "softmax")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        SoftmaxLoss().z_loss = 1.0
+    with pytest.raises(OptionError, match=r"returns=\['lse'\] is for cross-entropy only, not criterion 'bce'"):
+        output_loss(h, w, b, y, criterion=BinaryCrossEntropy(), returns=("lse",))
     with pytest.raises(TypeError):
-        SoftmaxLoss(0.1)  # keyword arguments only
+        BinaryCrossEntropy(top_k=3)  # a cross-entropy option: not a field of the type
 
 
-def test_a_head_passes_the_kernel_its_option_names(monkeypatch):
-    """`OutputHead.kernel_for`: the head's `chunk_kernel` option, unless HF_HEADS_CHUNK_KERNEL names another; the
-    automatic choice without either; None for a loss that runs no kernel (a sampling method's K candidates). The
-    heads' losses receive it as `output_loss`'s argument (no ambient state)."""
-    monkeypatch.delenv(KERNEL_ENV, raising=False)
+# ----------------------------------------------------------------------------- sampled candidates and posteriors
+
+
+def test_sampled_candidates_equal_ce_is_written_from_eq_13():
+    """CE-IS over the target and K given samples: −s_y + log(exp(s_y)/(K·D(y)) + Σ_k exp(s_k)/(K·D(k))) (eq. 13, the
+    target kept among the candidates), per labelled row, averaged."""
+    h, w, b, y = _data(4)
+    noise = torch.softmax(torch.linspace(0, 2, V, dtype=torch.float64), 0)
+    samples = torch.tensor([0, 3, 3, 7, 12])
+    got = output_loss(h, w, b, y, candidates=Sampled("is", 5, noise, samples=samples))
+    s = h @ w.T + b
+    valid = y != -100
+    rows = []
+    for i in torch.nonzero(valid).squeeze(1).tolist():
+        t = s[i, y[i]]
+        terms = torch.cat([(t - torch.log(5 * noise[y[i]]))[None], s[i, samples] - torch.log(5 * noise[samples])])
+        rows.append(-t + torch.logsumexp(terms, 0))
+    want = torch.stack(rows).mean()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (h, w, b)), torch.autograd.grad(want, (h, w, b)))
+
+
+def test_a_posterior_scorer_gives_the_nll_of_the_corrected_distribution():
+    """A `Correction` as the scorer's posterior (BCE-MCS: log p̃ = s + log(K·D(c)), eq. 8): the NLL of
+    softmax(s + log(K·D)) over every class."""
+    h, w, b, y = _data(5)
+    noise = torch.softmax(torch.linspace(0, 1, V, dtype=torch.float64), 0)
+    scorer = Scorer().given(posterior=Correction("bce", "mcs", 4, noise))
+    got = output_loss(h, w, b, y, scorer=scorer, impl=Impl(chunk_size=3))
+    want = F.cross_entropy(h @ w.T + b + torch.log(4 * noise), y)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (h, w, b)), torch.autograd.grad(want, (h, w, b)))
+    with pytest.raises(ValueError, match="a scorer's posterior takes plain cross-entropy"):
+        output_loss(h, w, b, y, scorer=scorer, criterion=CrossEntropy(z_loss=0.1))
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def test_every_preset_is_the_entry_with_its_parts():
+    h, w, b, y = _data(6)
+    noise = torch.full((V,), 1 / V, dtype=torch.float64)
+    impl = Impl(chunk_size=4)
+    cases = [
+        (presets.fused_linear_cross_entropy(h, w, b, y, label_smoothing=0.1, z_loss=0.2, softcap=3.0, impl=impl),
+         output_loss(h, w, b, y, scorer=Scorer(softcap=3.0), criterion=CrossEntropy(label_smoothing=0.1, z_loss=0.2),
+                     impl=impl)),
+        (presets.sparse_linear_cross_entropy(h, w, b, y, 4, label_smoothing=0.1, impl=impl),
+         output_loss(h, w, b, y, criterion=CrossEntropy(top_k=4, label_smoothing=0.1), impl=impl)),
+        (presets.margin_cross_entropy(h, w, b, y, margin="cos", m=0.2, scale=4.0, impl=impl),
+         output_loss(h, w, b, y, scorer=Scorer.from_options("cos", 0.2, 4.0), impl=impl)),
+        (presets.sampled_loss(h, w, b, y, criterion="bce", method="full", impl=impl),
+         output_loss(h, w, b, y, criterion=BinaryCrossEntropy(), impl=impl)),
+        (presets.corrected_nll(h, w, b, y, criterion="ce", method="mcs", num_samples=3, noise_probs=noise, impl=impl),
+         output_loss(h, w, b, y, scorer=Scorer().given(posterior=Correction("ce", "mcs", 3, noise)), impl=impl)),
+    ]  # fmt: skip
+    for got, want in cases:
+        torch.testing.assert_close(got, want)
+    torch.manual_seed(0)
+    got = presets.sampled_loss(h, w, b, y, criterion="ce", method="nce", num_samples=4, noise_probs=noise)
+    torch.manual_seed(0)
+    want = output_loss(h, w, b, y, candidates=Sampled("nce", 4, noise))
+    torch.testing.assert_close(got, want)
+
+
+# ----------------------------------------------------------------------------- every field reaches the loss
+
+
+def test_every_field_of_the_cross_entropy_changes_the_loss():
+    """Flipping each field of `CrossEntropy` from its default changes the loss on some input (a field that the
+    criterion dropped on its way to the kernels would leave it equal)."""
+    h, w, b, y = _data(7)
+    base = output_loss(h, w, b, y, criterion=CrossEntropy())
+    flips = {"top_k": 3, "label_smoothing": 0.2, "z_loss": 0.5, "confidence_penalty": 0.5,
+             "class_weight": torch.linspace(0.1, 3.0, V, dtype=torch.float64)}  # fmt: skip
+    assert set(flips) == {f.name for f in dataclasses.fields(CrossEntropy)}
+    for name, value in flips.items():
+        got = output_loss(h, w, b, y, criterion=CrossEntropy(**{name: value}))
+        assert not torch.allclose(got, base), name
+
+
+def test_the_module_passes_every_constructor_argument_on():
+    """`OutputLayerLoss(...)` computes `output_loss` with the same arguments: each argument flipped from its default
+    changes its result as it changes the function's."""
+    h, w, b, y = _data(8)
+    noise = torch.full((V,), 1 / V, dtype=torch.float64)
+    flips = {
+        "scorer": Scorer(softcap=2.0), "candidates": Sampled("mcs", 4, noise, samples=torch.tensor([1, 2, 3, 4])),
+        "criterion": MeanSquaredError(), "reduction": "sum", "ignore_index": 5, "returns": ("predictions",),
+        "impl": Impl(kernel="eager", chunk_size=2),
+    }  # fmt: skip
+    import inspect
+
+    assert set(flips) == set(inspect.signature(OutputLayerLoss.__init__).parameters) - {"self"}
+    base = OutputLayerLoss()(h, w, b, y)
+    torch.testing.assert_close(base, output_loss(h, w, b, y))
+    for name, value in flips.items():
+        module = OutputLayerLoss(**{name: value})
+        labels = torch.where(y == -100, 5, y) if name == "ignore_index" else y  # padded with 5: 5 is ignored too
+        got = module(h, w, b, labels, 7)
+        want = output_loss(h, w, b, labels, num_items_in_batch=7, **{name: value})
+        got, want = (got.loss, want.loss) if name == "returns" else (got, want)
+        torch.testing.assert_close(got, want)
+        if name != "impl":  # how, not what: the same loss
+            assert name == "returns" or not torch.allclose(got.sum(), base.sum()), name
+        else:
+            torch.testing.assert_close(got, output_loss(h, w, b, y, num_items_in_batch=7))
+
+
+def test_the_parts_are_checked_by_type_and_returns_by_name():
+    h, w, b, y = _data()
+    with pytest.raises(OptionError, match="criterion='ce' must be a Criterion"):
+        output_loss(h, w, b, y, criterion="ce")
+    with pytest.raises(OptionError, match="candidates='Scorer' must be a Candidates"):
+        output_loss(h, w, b, y, candidates=Scorer())
+    with pytest.raises(OptionError, match="returns='logits' is not allowed; allowed: 'lse'"):
+        output_loss(h, w, b, y, returns=("logits",))
+    with pytest.raises(OptionError, match="num_samples=0 must be >= 1"):
+        Sampled("is", 0, torch.full((V,), 1 / V))
+    with pytest.raises(OptionError, match="method='full' draws no samples"):
+        Sampled("full", 3, torch.full((V,), 1 / V))
+
+
+# ----------------------------------------------------------------------------- the kernel: one place
+
+
+class Spy(EagerKernel):
+    """The eager kernel, counting the chunks it computes."""
+
+    name = "test-entry-spy"
+    calls: ClassVar[list] = []
+
+    def loss_and_grads(self, h, *args, **kwargs):
+        Spy.calls.append(h.shape[0])
+        return super().loss_and_grads(h, *args, **kwargs)
+
+
+def test_an_explicit_kernel_wins_over_the_environment_which_wins_over_the_automatic_choice(monkeypatch):
+    h, w, b, y = _data()
+    spy = dataclasses.dataclass(frozen=True)(Spy)()
+    Spy.calls.clear()
+    monkeypatch.setenv(KERNEL_ENV, "compiled")
+    output_loss(h, w, b, y, impl=Impl(kernel=spy, chunk_size=4))
+    assert Spy.calls == [4, 3]  # 7 labelled rows
+    monkeypatch.setenv(KERNEL_ENV, "no-such-kernel")
+    with pytest.raises(OptionError, match=f"{KERNEL_ENV}='no-such-kernel' is not a chunk kernel"):
+        output_loss(h, w, b, y)  # no kernel given: the environment's
+    output_loss(h, w, b, y, impl="eager")  # given: the environment is not read
+    with pytest.raises(OptionError, match="kernel='eager' is for the chunked passes of Full candidates"):
+        output_loss(h, w, b, y, candidates=Sampled("is", 3, torch.full((V,), 1 / V)), impl="eager")
+    assert "eager" in CHUNK_KERNELS
+
+
+def test_the_heads_pass_their_kernel_option_where_their_loss_runs_one(monkeypatch):
+    """The softmax, sparse and margin heads give `output_loss` the kernel their `chunk_kernel` option names; a
+    sampled head with a sampling method gives none (its K candidates run no kernel), and so does its eval loss (the
+    corrected NLL's chunks are eager)."""
+    from hf_heads.heads import discrete
+
     seen = []
-    real = output_loss
+    real = discrete.output_loss
 
-    def spy(rows, loss, *, kernel=None):
-        seen.append(None if kernel is None else kernel.name)
-        return real(rows, loss, kernel=kernel)
+    def spy(*args, impl=None, **kwargs):
+        seen.append(impl.kernel)
+        return real(*args, impl=impl, **kwargs)
 
-    monkeypatch.setattr("hf_heads.heads.discrete.output_loss", spy)
-    h, _, _, y = _data()
-    for family, options in (("softmax", {}), ("margin", {"margin": "cos", "m": 0.1}), ("sparse", {"k": 4})):
-        head = make_head(H, V, {"family": family, "chunk_kernel": "compiled", **options}).train()
-        rows = OutputRows(h, head.weight, head.bias, y)
-        assert head.kernel_for(SoftmaxLoss(), rows) is CHUNK_KERNELS["compiled"]
-        head.loss(h, y)
-        head.eval().loss(h, y)
-        assert seen[-2:] == ["compiled", "compiled"], family
-        monkeypatch.setenv(KERNEL_ENV, "eager")
-        head.loss(h, y)
-        assert seen[-1] == "eager"
-        monkeypatch.delenv(KERNEL_ENV)
-    plain = make_head(H, V, {"family": "softmax"})
-    assert plain.kernel_for(SoftmaxLoss(), OutputRows(h, plain.weight, plain.bias, y)).name == "eager"  # on a CPU
-    sampled = make_head(H, V, {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 4}).train()
-    sampled.set_word_counts(torch.ones(V))
-    sampled.loss(h, y)
-    assert seen[-1] is None
+    monkeypatch.setattr(discrete, "output_loss", spy)
+    hidden, labels = torch.randn(5, 6), torch.randint(0, 13, (5,))
+    for section in ({"family": "softmax"}, {"family": "sparse", "k": 4}, {"family": "margin", "margin": "arc"}):
+        seen.clear()
+        make_head(6, 13, {**section, "chunk_kernel": "compiled"}).train().loss(hidden, labels)
+        assert seen == ["compiled"], section
+    head = make_head(6, 13, {"family": "sampled", "criterion": "ce", "method": "is", "num_samples": 4,
+                             "noise": "uniform", "chunk_kernel": "compiled"})  # fmt: skip
+    seen.clear()
+    head.train().loss(hidden, labels)
+    head.eval().loss(hidden, labels)
+    assert seen == [None, None]

@@ -4,7 +4,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_llama_config
+from conftest import chunked, tiny_llama_config
 from test_run_clm import _lm_dataset
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsTrainer, HeadsTrainingArguments
@@ -44,16 +44,15 @@ def test_evaluate_without_compute_metrics_builds_no_logits(tmp_path, head):
 
 def test_fused_loss_without_gradients_is_the_same_loss():
     """Under no_grad the chunked loss computes the loss alone (no gradient matmuls): same value, every option."""
-    from hf_heads.losses import fused_linear_cross_entropy
 
     g = torch.Generator().manual_seed(0)
     h, w, b = torch.randn(40, 16, generator=g), torch.randn(50, 16, generator=g), torch.randn(50, generator=g)
     y = torch.randint(0, 50, (40,), generator=g)
     y[3] = -100
     for kwargs in ({}, {"top_k": 5}, {"label_smoothing": 0.1}, {"reduction": "sum"}, {"num_items_in_batch": 17}):
-        reference = fused_linear_cross_entropy(h.requires_grad_(), w, b, y, chunk_size=7, **kwargs)
+        reference = chunked(h.requires_grad_(), w, b, y, chunk_size=7, **kwargs)
         with torch.no_grad():
-            fast = fused_linear_cross_entropy(h, w, b, y, chunk_size=7, **kwargs)
+            fast = chunked(h, w, b, y, chunk_size=7, **kwargs)
         torch.testing.assert_close(fast, reference.detach())
 
 
@@ -127,7 +126,6 @@ def _on_a_stood_in_accelerator(monkeypatch) -> None:
 def test_loss_only_evaluation_leaves_ignored_rows_out(branch, kwargs, monkeypatch):
     """The fused loss without gradients (loss-only evaluation: one matmul per chunk) on either branch, with a third of
     the rows ignored (-100, their hidden states large): the naive loss over the labelled rows alone."""
-    from hf_heads.losses import fused_linear_cross_entropy
 
     g = torch.Generator().manual_seed(3)
     h, w, b = torch.randn(30, 8, generator=g), torch.randn(19, 8, generator=g), torch.randn(19, generator=g)
@@ -140,7 +138,7 @@ def test_loss_only_evaluation_leaves_ignored_rows_out(branch, kwargs, monkeypatc
     if branch == "accelerator":
         _on_a_stood_in_accelerator(monkeypatch)
     with torch.no_grad():
-        got = fused_linear_cross_entropy(h, w, b, y, chunk_size=7, **kwargs)
+        got = chunked(h, w, b, y, chunk_size=7, **kwargs)
     torch.testing.assert_close(got, want)
 
 

@@ -14,10 +14,11 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import chunked, with_impl
 from extensions import KERNELS, registered
 
 from hf_heads.heads import make_head
-from hf_heads.losses import fused_linear_cross_entropy, margin_cross_entropy, sampled_loss
+from hf_heads.losses import presets
 from hf_heads.losses.chunks import (
     CHUNK_KERNELS,
     KERNEL_ENV,
@@ -31,6 +32,9 @@ from hf_heads.losses.chunks import (
 from hf_heads.losses.kernels import CompiledKernel, EagerKernel
 from hf_heads.losses.triton_kernel import TritonKernel
 from hf_heads.validation import OptionError
+
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
+sampled_loss = with_impl(presets.sampled_loss)
 
 N, H, V = 11, 5, 17  # 11 rows in chunks of 4: 4 + 4 + 3
 OPTIONS = {
@@ -213,7 +217,7 @@ def test_the_scaled_copy_under_autocast_is_in_the_half_dtype_and_agrees_with_the
         monkeypatch.setattr(fused_linear, "_scale_by_copy", lambda *args, by_copy=by_copy: by_copy)
         products.clear()
         with torch.autocast("cpu", dtype=dtype):
-            loss = fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, softcap=3.0, chunk_size=4)
+            loss = chunked(h, w, b, y, target_logit=t, column_scale=s, softcap=3.0, chunk_size=4)
         assert set(products) == {(dtype, dtype)}, products
         results[by_copy] = (loss, *torch.autograd.grad(loss, (h, w, b, t, s)))
     for got, want in zip(results[True], results[False], strict=True):
@@ -271,9 +275,7 @@ def test_a_frozen_weight_gets_no_weight_product(kernel, options, monkeypatch):
     inputs = [x for x in (h, b, t, s) if x is not None]
     for reduction in ("mean", "none"):
         seen.clear()
-        loss = fused_linear_cross_entropy(
-            h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=4, **opts
-        ).sum()
+        loss = chunked(h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=4, **opts).sum()
         ref = naive(h, w, b, y, t, s, **opts) * (1 if reduction == "mean" else (y != -100).sum())
         for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
             torch.testing.assert_close(got, want)
@@ -319,7 +321,7 @@ def test_the_first_chunk_writes_the_weight_gradient_no_pass_zeroes_it(kernel, op
 
     monkeypatch.setattr(fused_linear.torch, "empty", nan_filled)
     with _Fills() as fills:
-        loss = fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts)
+        loss = chunked(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts)
     monkeypatch.setattr(fused_linear.torch, "empty", empty)
     ref = naive(h, w, b, y, t, s, **opts)
     inputs = (h, w, b)
@@ -354,7 +356,7 @@ def _check_against_the_reference(kernel, options, monkeypatch):
 
     def ours(*x, reduction="mean"):
         x = dict(zip(names, x, strict=True))
-        return fused_linear_cross_entropy(
+        return chunked(
             x["h"], x["w"], x["b"], y, target_logit=x.get("t"), column_scale=x.get("s"), reduction=reduction,
             chunk_size=4, **opts,
         )  # fmt: skip
@@ -428,7 +430,7 @@ def test_predictions_and_token_accuracy_come_from_the_training_pass(kernel, opti
 
     def run(reduction, predictions):
         h.grad = w.grad = b.grad = None
-        out = fused_linear_cross_entropy(
+        out = chunked(
             h, w, b, y, target_logit=t_or_none, column_scale=s, reduction=reduction, chunk_size=4,
             return_predictions=predictions, return_target_rank=predictions, **opts,
         )  # fmt: skip
@@ -483,7 +485,7 @@ def test_the_entropy_of_every_kernel_equals_the_naive_one_and_passes_gradcheck(k
 
     def ours(*x, reduction="mean", entropy=True):
         x = dict(zip(names, x, strict=True))
-        return fused_linear_cross_entropy(
+        return chunked(
             x["h"], x["w"], x["b"], y, target_logit=x.get("t"), column_scale=x.get("s"), reduction=reduction,
             chunk_size=4, return_entropy=entropy, **opts,
         )  # fmt: skip
@@ -512,16 +514,16 @@ def test_the_ranks_are_counted_only_when_asked_for():
     """`return_predictions` alone: the argmax, no ranks (the eager kernel's rank costs passes of its own);
     `accuracy_at` then says what it needs."""
     h, w, b, _, y = _data()
-    out = fused_linear_cross_entropy(h, w, b, y, return_predictions=True, chunk_size=4)
+    out = chunked(h, w, b, y, return_predictions=True, chunk_size=4)
     assert out.target_rank is None and out.predictions is not None
-    with pytest.raises(ValueError, match="accuracy_at needs the ranks: call with return_target_rank=True"):
+    with pytest.raises(ValueError, match=r"accuracy_at needs the ranks: call with returns=\('rank',\)"):
         out.accuracy_at(2)
 
 
 def test_the_entropy_is_for_cross_entropy_only():
     h, w, b, _, y = _data()
-    with pytest.raises(ValueError, match="return_entropy=True is for criterion='ce' only"):
-        fused_linear_cross_entropy(h, w, b, y, criterion="bce", return_entropy=True)
+    with pytest.raises(ValueError, match=r"returns=\['entropy'\] is for cross-entropy only, not criterion 'bce'"):
+        chunked(h, w, b, y, criterion="bce", return_entropy=True)
 
 
 @pytest.mark.parametrize(
@@ -541,7 +543,7 @@ def test_an_exact_tie_predicts_the_lowest_index_as_argmax_does(kernel, dtype, mo
     h = torch.stack([w[2] * 4, w[3] * 4, w[2] * 4, w[3] * 4])  # rows whose maximum is the tie
     y = torch.tensor([2, 5, 10, 3])
     h, w = h.to(dtype).requires_grad_(), w.to(dtype).requires_grad_()
-    out = fused_linear_cross_entropy(h, w, None, y, return_target_rank=True, chunk_size=4)
+    out = chunked(h, w, None, y, return_target_rank=True, chunk_size=4)
     assert out.predictions.tolist() == [2, 3, 2, 3]
     assert float(out.token_accuracy) == 0.5  # rows 0 and 3
     assert out.target_rank.tolist() == [0, 1, 1, 0]  # a label tied with a lower index ranks after it
@@ -564,7 +566,7 @@ def test_the_compiled_kernel_compiles_every_option_set_a_process_meets(monkeypat
     with caplog.at_level(logging.WARNING, logger="torch._dynamo"):
         for criterion, softcap, use_t, dtype, *top_k in variants:
             inputs = [x.to(dtype).requires_grad_() for x in (h, w, b, t)]
-            loss = fused_linear_cross_entropy(
+            loss = chunked(
                 *inputs[:3], y, target_logit=inputs[3] if use_t else None, softcap=softcap, criterion=criterion,
                 top_k=top_k[0] if top_k else None, chunk_size=4,
             )  # fmt: skip
@@ -573,19 +575,17 @@ def test_the_compiled_kernel_compiles_every_option_set_a_process_meets(monkeypat
     assert not [r.getMessage() for r in caplog.records if "recompile_limit" in r.getMessage()]
 
 
-def test_kernel_choice_by_name_head_option_environment_and_device(monkeypatch):
+def test_kernel_choice_by_name_environment_and_device(monkeypatch):
+    """An explicit kernel (a loss's `impl`, a head's option) is the call's; without one the environment's debugging
+    switch, else the device's automatic choice."""
     assert [chunk_kernel(k).name for k in ("eager", "compiled", "triton")] == ["eager", "compiled", "triton"]
     monkeypatch.delenv(KERNEL_ENV, raising=False)
     assert chunk_kernel(device=torch.device("cpu")).name == "eager"
     assert automatic_kernel(torch.device("cuda")) == "triton"  # triton imports here (the dev extra)
     monkeypatch.setattr("hf_heads.losses.triton_kernel.triton_available", lambda: False)
     assert automatic_kernel(torch.device("cuda")) == "eager"
-    assert chunk_kernel(device=torch.device("cpu"), chosen="compiled").name == "compiled"  # a head's option
-    monkeypatch.setenv(KERNEL_ENV, "eager")  # the environment overrides it
-    assert chunk_kernel(chosen="compiled").name == "eager"
-    monkeypatch.delenv(KERNEL_ENV)
-    with pytest.raises(OptionError, match="chunk_kernel='fast' is not a chunk kernel"):
-        chunk_kernel(device=torch.device("cpu"), chosen="fast")
+    monkeypatch.setenv(KERNEL_ENV, "compiled")  # the environment, where nothing is given
+    assert chunk_kernel().name == "compiled" and chunk_kernel("eager").name == "eager"
     monkeypatch.setenv(KERNEL_ENV, "fast")
     allowed = "allowed: eager, compiled, triton"
     with pytest.raises(OptionError, match=f"{KERNEL_ENV}='fast' is not a chunk kernel; {allowed}"):
@@ -611,14 +611,14 @@ def test_a_loss_functions_kernel_argument_beats_the_environment_and_the_heads_ch
     g = torch.Generator().manual_seed(0)
     h, w, y = torch.randn(7, 5, generator=g, requires_grad=True), torch.randn(11, 5, generator=g), torch.arange(7)
     monkeypatch.setenv(KERNEL_ENV, "fast")  # not a kernel: refused if the environment were read
-    loss = fused_linear_cross_entropy(h, w, None, y, chunk_size=3, kernel=Spy())
+    loss = chunked(h, w, None, y, chunk_size=3, kernel=Spy())
     margin = margin_cross_entropy(h, w, None, y, chunk_size=3, margin="cos", m=0.1, kernel="eager")
     assert ran == ["spy"] * 3  # three chunks of 3, 3 and 1 rows
     torch.testing.assert_close(loss, F.cross_entropy(h @ w.T, y))
     monkeypatch.delenv(KERNEL_ENV)
     torch.testing.assert_close(margin, margin_cross_entropy(h, w, None, y, chunk_size=3, margin="cos", m=0.1))
     noise = torch.full((11,), 1 / 11)
-    with pytest.raises(OptionError, match="kernel='eager' is for method='full'"):
+    with pytest.raises(OptionError, match="kernel='eager' is for the chunked passes of Full candidates"):
         sampled_loss(h, w, None, y, criterion="ce", method="is", num_samples=4, noise_probs=noise, kernel="eager")
 
 
@@ -667,7 +667,7 @@ def test_the_half_logits_kernel_keeps_each_chunks_logits_in_the_products_dtype(o
         use_kernel(kernel, monkeypatch)
         workspaces.clear()
         with torch.autocast("cpu", dtype=dtype):
-            loss = fused_linear_cross_entropy(
+            loss = chunked(
                 h, w, b, y, target_logit=t if use_t else None, column_scale=s if use_s else None, chunk_size=4, **opts
             )
         grads = torch.autograd.grad(loss, (h, w, b))
@@ -763,14 +763,14 @@ def test_half_precision_runs_the_products_in_half_and_the_softmax_in_float32(ker
     seen.clear()
     if setting == "autocast-bf16":
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, label_smoothing=0.1)
+            loss = chunked(h, w, b, y, chunk_size=16, label_smoothing=0.1)
     else:
-        loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, label_smoothing=0.1)
+        loss = chunked(h, w, b, y, chunk_size=16, label_smoothing=0.1)
     loss.backward()
     product = {"float32": torch.float32, "autocast-bf16": torch.bfloat16}.get(setting, dtype)
     assert seen and all(s == (product, product) for s in seen)
     assert loss.dtype == (torch.float32 if setting in ("float32", "autocast-bf16") else dtype)
-    smoothed = fused_linear_cross_entropy(h32, w32, b32, y, chunk_size=16, label_smoothing=0.1)
+    smoothed = chunked(h32, w32, b32, y, chunk_size=16, label_smoothing=0.1)
     assert abs(loss.item() - smoothed.item()) <= 0.02 * smoothed.item()
     assert h.grad.dtype == w.grad.dtype == b.grad.dtype == dtype
     assert all(torch.isfinite(x.grad).all() for x in (h, w, b))
@@ -811,7 +811,7 @@ def test_half_products_are_written_as_float32_logits_by_the_gemm_where_mm_can(ke
         h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
         s = s0.clone().requires_grad_() if options else None
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, column_scale=s)
+            loss = chunked(h, w, b, y, chunk_size=16, column_scale=s)
         loss.backward()
         monkeypatch.setattr(torch, "mm", mm)
         results[direct] = [loss, h.grad, w.grad, b.grad] + ([s.grad] if options else [])
@@ -853,7 +853,7 @@ def test_the_gradient_of_float32_logits_is_written_in_the_products_dtype(kernel,
         use_kernel(name, monkeypatch, max_block=128)
         h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, column_scale=s0, label_smoothing=smooth)
+            loss = chunked(h, w, b, y, chunk_size=16, column_scale=s0, label_smoothing=smooth)
         loss.backward()
         results[name] = [loss, h.grad, w.grad, b.grad]
         if name == "eager":
@@ -889,7 +889,7 @@ def test_the_bias_and_column_scale_are_applied_inside_the_kernels_math(kernel, o
     t = t if opts.pop("target", False) else None
     s = (torch.rand(V, dtype=torch.float64) + 0.5).requires_grad_() if opts.pop("scale", False) else None
     inputs = [x for x in (h, w, b, t, s) if x is not None]
-    loss = fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts)
+    loss = chunked(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts)
     ref = naive(h, w, b, y, t, s, **opts)
     torch.testing.assert_close(loss, ref)
     for got, want in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, inputs), strict=True):
@@ -897,9 +897,7 @@ def test_the_bias_and_column_scale_are_applied_inside_the_kernels_math(kernel, o
     assert seen and set(seen) == {(True, True)}, seen
     seen.clear()
     with torch.no_grad():  # the loss-only evaluation path (the compiled kernel's is the eager one's)
-        torch.testing.assert_close(
-            fused_linear_cross_entropy(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts), ref
-        )
+        torch.testing.assert_close(chunked(h, w, b, y, target_logit=t, column_scale=s, chunk_size=4, **opts), ref)
     assert kernel == "compiled" or set(seen) == {(True, True)}, seen
 
 
@@ -941,7 +939,7 @@ def test_half_products_go_into_the_float32_weight_gradient_inside_the_gemm_where
         h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
         s = s0.clone().requires_grad_() if options else None
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=16, column_scale=s)
+            loss = chunked(h, w, b, y, chunk_size=16, column_scale=s)
         loss.backward()
         monkeypatch.setattr(torch, "addmm", addmm)
         results[in_place] = [loss, h.grad, w.grad, b.grad] + ([s.grad] if options else [])
@@ -962,7 +960,7 @@ def test_a_tensor_num_items_in_batch_is_never_read_on_the_host(monkeypatch):
     `.item()` / `float()`, a host sync on a GPU), and the loss and gradients equal those of the same count as an
     int."""
     h, w, b, _, y = _data()
-    ref = fused_linear_cross_entropy(h, w, b, y, num_items_in_batch=25)
+    ref = chunked(h, w, b, y, num_items_in_batch=25)
     ref_grads = torch.autograd.grad(ref, (h, w, b))
 
     def refuse(*args):
@@ -970,7 +968,7 @@ def test_a_tensor_num_items_in_batch_is_never_read_on_the_host(monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, "item", refuse)
     monkeypatch.setattr(torch.Tensor, "__float__", refuse)
-    loss = fused_linear_cross_entropy(h, w, b, y, num_items_in_batch=torch.tensor(25))
+    loss = chunked(h, w, b, y, num_items_in_batch=torch.tensor(25))
     grads = torch.autograd.grad(loss, (h, w, b))
     monkeypatch.undo()
     torch.testing.assert_close(loss, ref)
@@ -1018,7 +1016,7 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
     y[7] = -100
 
     def run():
-        out = fused_linear_cross_entropy(
+        out = chunked(
             h, w, b, y, target_logit=t if use_t else None, reduction=reduction, chunk_size=4,
             num_items_in_batch=torch.tensor(9) if reduction == "mean" and "class_weight" not in opts else None,
             **opts,
@@ -1039,7 +1037,7 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
             torch.testing.assert_close(g, w_)
     y[0] = V
     with pytest.raises(RuntimeError, match="labels: a label is out of range; allowed 0 <= label < 17"):
-        fused_linear_cross_entropy(h, w, b, y)
+        chunked(h, w, b, y)
 
 
 @pytest.mark.parametrize("items", [None, torch.tensor(9)], ids=["rows counted", "tensor num_items_in_batch"])
@@ -1049,10 +1047,10 @@ def test_a_divisor_counted_on_the_device_divides_in_the_losss_dtype(items, monke
     from hf_heads.losses import _rows, fused_linear
 
     h, w, b, _, y = _data()
-    want = fused_linear_cross_entropy(h, w, b, y, chunk_size=4, num_items_in_batch=None if items is None else 9)
+    want = chunked(h, w, b, y, chunk_size=4, num_items_in_batch=None if items is None else 9)
     for module in (_rows, fused_linear):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
-    got = fused_linear_cross_entropy(h, w, b, y, chunk_size=4, num_items_in_batch=items)
+    got = chunked(h, w, b, y, chunk_size=4, num_items_in_batch=items)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, want, rtol=1e-14, atol=0)
 
@@ -1130,7 +1128,7 @@ def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradie
     h, w, b, t, y = _data()
     ref = naive(h, w, b, y, None)
     want = torch.autograd.grad(2.5 * ref, (h, w, b))
-    loss = fused_linear_cross_entropy(h, w, b, y, chunk_size=4)
+    loss = chunked(h, w, b, y, chunk_size=4)
     for _ in range(2):
         got = torch.autograd.grad(2.5 * loss, (h, w, b), retain_graph=True)
         for g, w_ in zip(got, want, strict=True):
@@ -1151,7 +1149,6 @@ def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradie
 def test_a_half_model_runs_the_margin_products_in_half(options, monkeypatch):
     """A margin loss on a bf16 model without autocast: the products run in bf16 (no float32 copy of W), the scorer's
     factors in float32; the loss is within 2% of the float32 model's and the gradients are bf16 and finite."""
-    from hf_heads.losses import margin_cross_entropy
 
     seen = spy_on_products(monkeypatch)
     g = torch.Generator().manual_seed(0)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import chunked
 from transformers import HfArgumentParser
 
 from hf_heads.heads import make_head
-from hf_heads.losses import fused_linear_cross_entropy
+from hf_heads.losses import BinaryCrossEntropy
 from hf_heads.training import HeadsTrainingArguments
 
 H, V = 6, 9
@@ -120,13 +121,13 @@ def test_balanced_class_weights_come_from_the_word_counts_and_need_them():
 def test_return_z_loss_gives_the_z_loss_term_and_each_rows_log_sum_exp():
     hidden, labels = _batch()
     w, b = torch.randn(V, H), torch.randn(V)
-    out = fused_linear_cross_entropy(hidden, w, b, labels, z_loss=0.1, return_z_loss=True)
+    out = chunked(hidden, w, b, labels, z_loss=0.1, return_z_loss=True)
     z = F.linear(hidden, w, b)
     lse = torch.where(labels != -100, z.logsumexp(-1), 0.0)
     torch.testing.assert_close(out.lse, lse)  # the labels' shape, 0 on the ignored row
     torch.testing.assert_close(out.z_loss, 0.1 * lse.square().sum() / (labels != -100).sum())
     torch.testing.assert_close(out.loss, F.cross_entropy(z.reshape(-1, V), labels.reshape(-1)) + out.z_loss)
-    rows = fused_linear_cross_entropy(hidden, w, b, labels, z_loss=0.1, reduction="none", return_z_loss=True)
+    rows = chunked(hidden, w, b, labels, z_loss=0.1, reduction="none", return_z_loss=True)
     torch.testing.assert_close(rows.z_loss, 0.1 * lse.square())
     assert rows.loss.shape == labels.shape
 
@@ -188,14 +189,14 @@ def test_the_functional_loss_refuses_bad_class_weights_and_options_outside_cross
     hidden, labels = _batch()
     w = torch.randn(V, H)
     with pytest.raises(ValueError, match=r"class_weight=\(4,\) must be a tensor of shape \(9,\)"):
-        fused_linear_cross_entropy(hidden, w, None, labels, class_weight=torch.ones(4))
+        chunked(hidden, w, None, labels, class_weight=torch.ones(4))
     with pytest.raises(ValueError, match=r"class_weight=nan every weight must be finite and >= 0"):
-        fused_linear_cross_entropy(hidden, w, None, labels, class_weight=torch.full((V,), float("nan")))
+        chunked(hidden, w, None, labels, class_weight=torch.full((V,), float("nan")))
     with pytest.raises(ValueError, match="cannot be combined with label_smoothing=0.1"):
-        fused_linear_cross_entropy(hidden, w, None, labels, class_weight=torch.ones(V), label_smoothing=0.1)
-    with pytest.raises(ValueError, match="z_loss=0.1 is for criterion='ce' only, not criterion='bce'"):
-        fused_linear_cross_entropy(hidden, w, None, labels, z_loss=0.1, criterion="bce")
-    out = fused_linear_cross_entropy(hidden, w, None, labels, class_weight=torch.zeros(V))  # Σ a[y] = 0: loss 0
+        chunked(hidden, w, None, labels, class_weight=torch.ones(V), label_smoothing=0.1)
+    with pytest.raises(TypeError, match="z_loss"):  # a cross-entropy option: no field of the BCE criterion
+        BinaryCrossEntropy(z_loss=0.1)
+    out = chunked(hidden, w, None, labels, class_weight=torch.zeros(V))  # Σ a[y] = 0: loss 0
     assert out == 0
 
 

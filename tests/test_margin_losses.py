@@ -8,25 +8,30 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import chunked, with_impl
 from references import reference_margin_logits
 
 from hf_heads.data import frequency_rank
 from hf_heads.losses import (
-    MarginCrossEntropy,
+    CrossEntropy,
+    Impl,
     OptionError,
+    OutputLayerLoss,
     Scorer,
     arc_phi,
-    fused_linear_cross_entropy,
     lsm_psi,
-    margin_cross_entropy,
     margin_logits,
-    sampled_loss,
+    output_loss,
+    presets,
     sparse_softmax_cross_entropy,
     validate_margin_options,
     vmf_nll,
 )
 from hf_heads.losses import noise as noise_module
 from hf_heads.losses._rows import frequency_ranks, reduce_rows, safe_exp, valid_rows
+
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
+sampled_loss = with_impl(presets.sampled_loss)
 
 N, H, V = 29, 6, 17
 
@@ -204,7 +209,7 @@ def test_torch_linear_cross_entropy_agrees():
     h, W, b, y, _ = _inputs(torch.float32)
     opts = torch.nn.LinearCrossEntropyOptions()
     ref = F.linear_cross_entropy(h, W, y, linear_bias=b, options=opts)
-    torch.testing.assert_close(fused_linear_cross_entropy(h, W, b, y), ref)
+    torch.testing.assert_close(chunked(h, W, b, y), ref)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, N, 1000])
@@ -313,7 +318,8 @@ def test_larger_margin_larger_loss():
 
 def test_module_wrapper_same_as_function():
     h, W, b, y, counts = _inputs()
-    mod = MarginCrossEntropy(margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum")
+    scorer = Scorer.from_options(margin="arc", m=0.2, word_norm="log-unigram").given(word_counts=counts)
+    mod = OutputLayerLoss(scorer=scorer, reduction="sum")
     ref = margin_cross_entropy(
         h, W, b, y, margin="arc", m=0.2, word_norm="log-unigram", word_counts=counts, reduction="sum"
     )
@@ -363,13 +369,15 @@ def test_top_k_with_a_margin_matches_the_sparse_loss_of_the_margin_logits(opts):
     paper over the logits of eq. 13."""
     h, W, b, y, _ = _inputs()
     y[4] = -100
-    ours = margin_cross_entropy(h, W, b, y, top_k=5, label_smoothing=0.1, chunk_size=6, **opts)
+    scorer, impl = Scorer.from_options(**opts), Impl(chunk_size=6)
+    ours = output_loss(h, W, b, y, scorer=scorer, criterion=CrossEntropy(top_k=5, label_smoothing=0.1), impl=impl)
     ref = sparse_softmax_cross_entropy(margin_logits(h, W, b, y, **opts), y, 5, label_smoothing=0.1)
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
     for a, c in zip(torch.autograd.grad(ours, (h, W, b)), torch.autograd.grad(ref, (h, W, b)), strict=True):
         torch.testing.assert_close(a, c, rtol=1e-8, atol=1e-10)
     assert torch.autograd.gradcheck(
-        lambda h_, W_, b_: margin_cross_entropy(h_, W_, b_, y, top_k=5, chunk_size=6, **opts), (h, W, b)
+        lambda h_, W_, b_: output_loss(h_, W_, b_, y, scorer=scorer, criterion=CrossEntropy(top_k=5), impl=impl),
+        (h, W, b),
     )
 
 
@@ -393,8 +401,6 @@ def test_spec_gives_the_same_numbers_as_the_keyword_arguments():
         margin_logits(h, W, b, None, scorer=spec, word_counts=counts),
         margin_logits(h, W, b, y, scorer=spec.without_margin(), word_counts=counts),
     )
-    module = MarginCrossEntropy(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm", word_counts=counts)
-    assert module.scorer == Scorer.from_options(margin="arc", m=0.3, word_norm="log-rank", context_norm="max-norm")
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.m = 0.5
 
@@ -473,7 +479,7 @@ def test_rows_and_reductions():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda h, W, b, y: fused_linear_cross_entropy(h, W, b, y, reduction="x"),
+        lambda h, W, b, y: chunked(h, W, b, y, reduction="x"),
         lambda h, W, b, y: margin_cross_entropy(h, W, b, y, reduction="x"),
         lambda h, W, b, y: sampled_loss(h, W, b, y, criterion="bce", method="full", reduction="x"),
         lambda h, W, b, y: sparse_softmax_cross_entropy(h @ W.T, y, 3, reduction="x"),

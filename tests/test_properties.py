@@ -6,18 +6,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import chunked, with_impl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hf_heads.components import REGISTRIES, component_config
-from hf_heads.losses import (
-    fused_linear_cross_entropy,
-    margin_cross_entropy,
-    sampled_loss,
-    sparse_softmax_cross_entropy,
-    syn_margin_loss,
-    vmf_nll,
-)
+from hf_heads.losses import presets, sparse_softmax_cross_entropy, syn_margin_loss, vmf_nll
+
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
+sampled_loss = with_impl(presets.sampled_loss)
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # from the registries (a component registered later is sampled too): every margin type with its example parameters,
@@ -89,8 +86,8 @@ def test_sparse_loss_finite_and_k_at_least_v_is_softmax(case, k, smoothing):
     z = hidden @ weight.T + bias
     loss = sparse_softmax_cross_entropy(z, target, k, label_smoothing=smoothing)
     assert torch.isfinite(loss)
-    chunked = fused_linear_cross_entropy(hidden, weight, bias, target, top_k=k, label_smoothing=smoothing)
-    torch.testing.assert_close(chunked, loss, rtol=1e-4, atol=1e-4 * max(1.0, float(loss.abs())))
+    fused = chunked(hidden, weight, bias, target, top_k=k, label_smoothing=smoothing)
+    torch.testing.assert_close(fused, loss, rtol=1e-4, atol=1e-4 * max(1.0, float(loss.abs())))
     if k >= z.shape[1]:
         ce = F.cross_entropy(z, target, label_smoothing=smoothing)
         torch.testing.assert_close(loss, ce, rtol=1e-5, atol=1e-5 * max(1.0, float(ce.abs())))
@@ -153,7 +150,7 @@ def test_importance_sampling_over_every_other_class_is_full_ce(seed, v, target_c
 
 LOSSES = {
     "margin": lambda h, w, b, y, **kw: margin_cross_entropy(h, w, b, y, margin="arc", m=0.2, **kw),
-    "sparse": lambda h, w, b, y, **kw: fused_linear_cross_entropy(h, w, b, y, top_k=3, **kw),
+    "sparse": lambda h, w, b, y, **kw: chunked(h, w, b, y, top_k=3, **kw),
     "sampled": lambda h, w, b, y, **kw: sampled_loss(
         h,
         w,
@@ -206,11 +203,11 @@ def test_half_precision_inputs_are_computed_in_float32(dtype, family):
 
     def loss(h, w, b, **kw):
         if family == "softmax":
-            return fused_linear_cross_entropy(h, w, b, target, **kw)
+            return chunked(h, w, b, target, **kw)
         if family == "margin":
             return margin_cross_entropy(h, w, b, target, margin="cos", m=0.2, scale=30.0, **kw)
         if family == "sparse":
-            return fused_linear_cross_entropy(h, w, b, target, top_k=5, label_smoothing=0.1, **kw)
+            return chunked(h, w, b, target, top_k=5, label_smoothing=0.1, **kw)
         if family == "sampled":
             return sampled_loss(
                 h,

@@ -4,23 +4,20 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import family_heads
+from conftest import chunked, family_heads, with_impl
 
-from hf_heads.losses import (
-    corrected_nll,
-    cosine_softmax_loss,
-    fused_linear_cross_entropy,
-    margin_cross_entropy,
-    sampled_loss,
-    sparse_linear_cross_entropy,
-    sparse_softmax_cross_entropy,
-)
+from hf_heads.losses import cosine_softmax_loss, presets, sparse_softmax_cross_entropy
+
+corrected_nll = with_impl(presets.corrected_nll)
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
+sampled_loss = with_impl(presets.sampled_loss)
+sparse_linear_cross_entropy = with_impl(presets.sparse_linear_cross_entropy)
 
 H, V = 6, 13
 LINEAR_LOSSES = {
-    "fused_linear_cross_entropy": lambda h, w, b, y, **kw: fused_linear_cross_entropy(h, w, b, y, **kw),
-    "fused, top-k": lambda h, w, b, y, **kw: fused_linear_cross_entropy(h, w, b, y, top_k=4, **kw),
-    "fused, bce": lambda h, w, b, y, **kw: fused_linear_cross_entropy(h, w, b, y, criterion="bce", **kw),
+    "fused_linear_cross_entropy": lambda h, w, b, y, **kw: chunked(h, w, b, y, **kw),
+    "fused, top-k": lambda h, w, b, y, **kw: chunked(h, w, b, y, top_k=4, **kw),
+    "fused, bce": lambda h, w, b, y, **kw: chunked(h, w, b, y, criterion="bce", **kw),
     "sparse_linear_cross_entropy": lambda h, w, b, y, **kw: sparse_linear_cross_entropy(h, w, b, y, 4, **kw),
     "margin_cross_entropy": lambda h, w, b, y, **kw: margin_cross_entropy(h, w, b, y, margin="arc", m=0.2, **kw),
     "sampled_loss": lambda h, w, b, y, **kw: sampled_loss(

@@ -7,23 +7,28 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import with_impl
 from references import reference_sampled_rows
 
 from hf_heads.losses import (
     METHODS,
     SAMPLING_METHODS,
+    BinaryCrossEntropy,
     OptionError,
-    SampledLoss,
+    OutputLayerLoss,
+    Sampled,
     SamplingMethod,
     Scorer,
     corrected_log_probs,
-    corrected_nll,
     margin_logits,
     noise_distribution,
-    sampled_loss,
+    presets,
     self_normalization,
     validate_sampled_options,
 )
+
+corrected_nll = with_impl(presets.corrected_nll)
+sampled_loss = with_impl(presets.sampled_loss)
 
 SAMPLED = [(c, m) for c in ("bce", "ce") for m in ("mcs", "is", "cps", "nce")]
 ALL = [("mse", "full"), ("bce", "full"), ("ce", "full"), *SAMPLED]
@@ -39,7 +44,7 @@ def _data(n=7, hidden=5, vocab=13, dtype=torch.float64, seed=0):
 
 
 def _noise(vocab=13):
-    return noise_distribution("unigram", vocab, counts=torch.arange(1.0, vocab + 1.0) ** 2, smoothing=0.75)
+    return noise_distribution("unigram:smoothing=0.75", vocab, counts=torch.arange(1.0, vocab + 1.0) ** 2)
 
 
 def reference(h, w, b, y, criterion, method, samples, d, transform=lambda s: s):
@@ -256,7 +261,7 @@ def test_noise_distributions():
     torch.testing.assert_close(logu.sum(), torch.tensor(1.0, dtype=torch.float64))
     by_id = noise_distribution("log-uniform", 4, ranks=torch.arange(4))
     assert bool((by_id[:-1] > by_id[1:]).all())
-    smoothed = noise_distribution("unigram", 4, counts=counts, smoothing=0.5, add=1.0)
+    smoothed = noise_distribution("unigram:smoothing=0.5,add=1", 4, counts=counts)
     torch.testing.assert_close(smoothed, (counts + 1).sqrt().double() / (counts + 1).sqrt().sum())
 
 
@@ -361,11 +366,11 @@ def test_labels_out_of_range():
 def test_module_wrapper_and_half_precision():
     h, w, b, y = _data(dtype=torch.float32)
     d = _noise()
-    module = SampledLoss("bce", "nce", 5, d)
     samples = torch.tensor([0, 1, 2, 3, 4])
+    module = OutputLayerLoss(candidates=Sampled("nce", 5, d, samples=samples), criterion=BinaryCrossEntropy())
     ref = sampled_loss(h, w, b, y, criterion="bce", method="nce", num_samples=5, noise_probs=d, samples=samples)
-    torch.testing.assert_close(module(h, w, b, y, samples=samples), ref)
-    low = module(h.bfloat16(), w.bfloat16(), b.bfloat16(), y, samples=samples)
+    torch.testing.assert_close(module(h, w, b, y), ref)
+    low = module(h.bfloat16(), w.bfloat16(), b.bfloat16(), y)
     assert low.dtype == torch.bfloat16 and torch.isfinite(low)  # torch's rule: a bf16 loss outside autocast
     torch.testing.assert_close(low.float(), ref, rtol=3e-2, atol=3e-2)
 
@@ -391,7 +396,7 @@ def test_correction_recovers_the_true_posterior(criterion, method):
     contexts, vocab, k = 4, 50, 10
     zipf = torch.log(1.0 / torch.arange(1, vocab + 1).double())
     p_true = torch.softmax(torch.randn(contexts, vocab).double() * 1.5 + zipf, 1)  # (X, V)
-    d = noise_distribution("unigram", vocab, counts=(p_true.mean(0) * 1e5).round(), smoothing=0.75, add=1.0)
+    d = noise_distribution("unigram:smoothing=0.75,add=1", vocab, counts=(p_true.mean(0) * 1e5).round())
     hidden = torch.eye(contexts, dtype=torch.float64).repeat_interleave(vocab, 0)  # one row per (x, c)
     target = torch.arange(vocab).repeat(contexts)
     w = torch.zeros(vocab, contexts, dtype=torch.float64, requires_grad=True)  # free logit table

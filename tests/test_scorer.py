@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import pytest
 import torch
+from conftest import with_impl
 
 from hf_heads.heads import make_head
 from hf_heads.losses import (
@@ -18,19 +19,20 @@ from hf_heads.losses import (
     CosFace,
     LSoftmax,
     Margin,
-    MarginCrossEntropy,
     NoMargin,
     OneParameterMargin,
     OptionError,
-    SampledLoss,
+    OutputLayerLoss,
     Scorer,
-    corrected_nll,
-    margin_cross_entropy,
     margin_logits,
     noise_distribution,
+    presets,
     register_margin,
-    sampled_loss,
 )
+
+corrected_nll = with_impl(presets.corrected_nll)
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
+sampled_loss = with_impl(presets.sampled_loss)
 
 N, H, V = 11, 5, 13
 
@@ -250,11 +252,7 @@ def test_keyword_options_give_the_numbers_of_the_scorer(options):
         expected = call(**options)
         assert torch.equal(call(scorer=scorer), expected)
     expected = margin_cross_entropy(h, w, b, y, **data, **options)
-    assert torch.equal(MarginCrossEntropy(scorer=scorer, word_counts=counts)(h, w, b, y), expected)
-    if "gain" not in options:  # the module's keyword options are those of MarginSpec's first five
-        assert torch.equal(MarginCrossEntropy(**options, word_counts=counts)(h, w, b, y), expected)
-    expected = sampled_loss(h, w, b, y, criterion="bce", method="full", **data, **options)
-    assert torch.equal(SampledLoss("bce", "full", scorer=scorer, word_counts=counts)(h, w, b, y), expected)
+    assert torch.equal(OutputLayerLoss(scorer=scorer.given(word_counts=counts))(h, w, b, y), expected)
 
 
 def test_a_scorer_and_keyword_options_do_not_mix():
@@ -300,12 +298,3 @@ def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather(
         norms, rows, w_pass = weight_rows(w, y, slot=WeightGradSlot())
         got = torch.autograd.grad((norms * g_n).sum() + (rows * g_r).sum() + other(w_pass), w)[0]
         torch.testing.assert_close(got, want + torch.autograd.grad(other(w), w)[0])
-
-
-def test_the_margin_module_takes_its_options_by_keyword():
-    """`MarginCrossEntropy` takes the scorer or its options by keyword only; a misspelt option is refused."""
-    assert MarginCrossEntropy(margin="arc", m=0.2).scorer == Scorer.from_options("arc", 0.2)
-    with pytest.raises(TypeError):
-        MarginCrossEntropy("arc", 0.2)
-    with pytest.raises(TypeError, match="unexpected margin option"):
-        MarginCrossEntropy(margn="arc")

@@ -4,16 +4,18 @@ chunked linear path, the head's truncated inference distribution, bad input."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_llama_config
+from conftest import tiny_llama_config, with_impl
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.losses import (
-    sparse_linear_cross_entropy,
+    presets,
     sparse_log_softmax,
     sparse_softmax,
     sparse_softmax_cross_entropy,
     truncate_to_top_k,
 )
+
+sparse_linear_cross_entropy = with_impl(presets.sparse_linear_cross_entropy)
 
 
 def reference(z, y, k, eps=0.0):

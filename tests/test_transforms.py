@@ -4,9 +4,12 @@ criterion and head: naive references forward and backward, float64 gradcheck, in
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import chunked, with_impl
 
 from hf_heads.heads import make_head
-from hf_heads.losses import OptionError, Scorer, fused_linear_cross_entropy, margin_cross_entropy, margin_logits
+from hf_heads.losses import OptionError, Scorer, margin_logits, presets
+
+margin_cross_entropy = with_impl(presets.margin_cross_entropy)
 
 SCALE, CAP = 0.6, 2.5
 
@@ -45,7 +48,7 @@ def test_fused_cross_entropy_with_transform_matches_naive(top_k, smoothing, redu
 
     def ours(h_, w_, b_):
         kw = dict(top_k=top_k, label_smoothing=smoothing, reduction=reduction, chunk_size=3)
-        return fused_linear_cross_entropy(h_, w_, b_, y, logit_multiplier=SCALE, softcap=CAP, **kw)
+        return chunked(h_, w_, b_, y, logit_multiplier=SCALE, softcap=CAP, **kw)
 
     z = capped(h @ w.T + b)
     if top_k is None:
@@ -122,7 +125,7 @@ def test_bad_transform_is_refused_with_its_field():
         Scorer.from_options(logit_multiplier=0.0)
     h, w, b, y = _data()
     with pytest.raises(OptionError, match="^logit_multiplier=0.0 must be > 0"):
-        fused_linear_cross_entropy(h, w, b, y, logit_multiplier=0.0)
+        chunked(h, w, b, y, logit_multiplier=0.0)
 
 
 def test_saved_and_exported_models_keep_the_transform(tmp_path):

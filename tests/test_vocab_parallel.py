@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
+from conftest import chunked
 from gloo import diff, finish, run_workers, worst_over_ranks
 
 WORLD = 2
@@ -154,7 +155,6 @@ def _ties(mesh) -> dict[str, list[float]]:
     15 and 4 (on the first), labels among them. The lowest class id wins a tie, as in `torch.argmax`."""
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from hf_heads.losses import fused_linear_cross_entropy
     from hf_heads.validation import OptionError
 
     gen = torch.Generator().manual_seed(5)
@@ -164,11 +164,11 @@ def _ties(mesh) -> dict[str, list[float]]:
     y = torch.randint(0, V, (N,), generator=gen)
     y[:4] = torch.tensor([15, 30, 4, 20])
     kw = dict(reduction="none", return_predictions=True, return_target_rank=True)
-    want = fused_linear_cross_entropy(h, w, None, y, **kw)
-    got = fused_linear_cross_entropy(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, **kw)
+    want = chunked(h, w, None, y, **kw)
+    got = chunked(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, **kw)
     assert int((want.target_rank[:4] > 0).sum()) > 0  # the copies' labels have their originals ahead
     try:  # its loss runs in eager PyTorch per process: a kernel named for it is refused, not ignored
-        fused_linear_cross_entropy(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, kernel="compiled")
+        chunked(h, distribute_tensor(w, mesh, [Shard(0)]), None, y, kernel="compiled")
         raise AssertionError("a chunk kernel named for a vocabulary-sharded weight was accepted")
     except OptionError as error:
         assert "kernel='compiled' is not used with a vocabulary-sharded weight" in str(error), error
@@ -234,7 +234,6 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
     chunks run once and are reduced apart) against one process with the whole W, and an unknown reduction refused."""
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from hf_heads.losses import fused_linear_cross_entropy
     from hf_heads.validation import OptionError
 
     gen = torch.Generator().manual_seed(9)
@@ -257,7 +256,7 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
         for reduction in ("mean", "sum", "none"):
 
             def loss(h_, t_, reduction=reduction, options=options):
-                out = fused_linear_cross_entropy(
+                out = chunked(
                     h_, w, b, y, target_logit=t_, column_scale=s, reduction=reduction, chunk_size=3, **options
                 )
                 return out if reduction != "none" else (out * torch.arange(1.0, n + 1, dtype=out.dtype)).sum()
@@ -265,16 +264,12 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
             torch.manual_seed(0)  # fast mode's random directions: the same on every process
             passed = torch.autograd.gradcheck(loss, (h, t), fast_mode=True, raise_exception=False)
             checks[f"gradcheck {name} {reduction}"] = [0.0, 0.0] if passed else [1.0, 1.0]
-            whole = fused_linear_cross_entropy(
-                h, w.full_tensor(), b, y, target_logit=t, column_scale=s, reduction=reduction, **options
-            )
+            whole = chunked(h, w.full_tensor(), b, y, target_logit=t, column_scale=s, reduction=reduction, **options)
             with torch.no_grad():  # without a gradient the chunks run once, reduced apart (`reduce_sharded`)
-                got = fused_linear_cross_entropy(
-                    h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=3, **options
-                )
+                got = chunked(h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=3, **options)
             checks[f"no gradient {name} {reduction}"] = diff(got, whole)
     try:  # the loss functions check the reduction themselves (a head's LossRows checks it before them)
-        fused_linear_cross_entropy(h, w, b, y, reduction="avg")
+        chunked(h, w, b, y, reduction="avg")
         refused = False
     except OptionError as error:
         refused = "reduction='avg'" in str(error)

@@ -26,9 +26,8 @@ import torch
 from torch import nn
 
 from hf_heads.heads.registry import head_options
-from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
-from hf_heads.losses.chunks import ChunkKernel, chunk_kernel, map_chunks, rows_per_chunk
-from hf_heads.losses.entry import OutputLoss
+from hf_heads.losses._rows import IGNORE_INDEX, LossRows
+from hf_heads.losses.chunks import map_chunks, rows_per_chunk
 
 # the built-in chunk kernels register on import; a head's `chunk_kernel` option names one (the code saved with a model
 # has no package __init__ that would import them: these lines carry them)
@@ -199,15 +198,6 @@ class OutputHead(nn.Module):
     ) -> LossRows:
         """The `LossRows` a family's hooks take (module docstring), with `loss`'s defaults."""
         return LossRows(num_items_in_batch, ignore_index, reduction)
-
-    def kernel_for(self, loss: OutputLoss, rows: OutputRows) -> ChunkKernel | None:
-        """The chunk kernel this head's loss `loss` runs on `rows`, given to `hf_heads.losses.output_loss`
-        explicitly: None where the loss runs none for these rows (`OutputLoss.runs_kernel`); else the one
-        HF_HEADS_CHUNK_KERNEL names when set, else the head's `chunk_kernel` option, else the device's automatic
-        choice (hf_heads.losses.chunks.chunk_kernel)."""
-        if not loss.runs_kernel(rows):
-            return None
-        return chunk_kernel(None, rows.hidden.device, chosen=getattr(self.options, "chunk_kernel", None))
 
     def loss_and_token_statistics(
         self,

@@ -12,10 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
-from hf_heads.losses._rows import LossRows, OutputRows, compute_dtype, mean_divisor
-from hf_heads.losses.entry import OutputLoss, output_loss
+from hf_heads.losses._rows import LossRows, compute_dtype
+from hf_heads.losses.entry import FULL, output_loss
+from hf_heads.losses.parts import Candidates, Criterion, Impl
+from hf_heads.losses.scorer import Scorer
 from hf_heads.losses.transforms import transform_logits
-from hf_heads.losses.vocab_parallel import whole_parameters
+from hf_heads.losses.vocab_parallel import vocab_shard, whole_parameters
 from hf_heads.validation import OptionError, check_number
 
 
@@ -37,7 +39,7 @@ class DiscreteHead(OutputHead):
         self.register_buffer("word_counts", torch.full((num_classes,), -1.0))
         self.register_buffer("context_norm_running", torch.tensor(-1.0))
         nn.init.normal_(self.weight, std=0.02)
-        weights = getattr(options, "class_weights", None)
+        weights = options.class_weights
         if isinstance(weights, list) and len(weights) != num_classes:
             allowed = f"must give one weight per class: {num_classes}"
             raise OptionError("head.class_weights", describe_weights(weights), allowed)
@@ -99,10 +101,9 @@ class DiscreteHead(OutputHead):
 
     @property
     def training_loss_is_nll(self) -> bool:
-        """Not with a z-loss or class weights (`SoftmaxHeadOptions`): the training loss is then no −log q(label)."""
+        """Not with a z-loss, class weights or a confidence penalty: the training loss is then no −log q(label)."""
         o = self.options
-        reweighted = getattr(o, "z_loss", 0.0) or getattr(o, "class_weights", None) is not None
-        reweighted = reweighted or getattr(o, "confidence_penalty", 0.0)
+        reweighted = o.z_loss or o.class_weights is not None or o.confidence_penalty
         return super().training_loss_is_nll and not reweighted
 
     def record_accuracy(self, enabled: bool = True, top_k: tuple[int, ...] | list[int] = ()) -> None:
@@ -138,37 +139,48 @@ class DiscreteHead(OutputHead):
             return super().loss_and_token_statistics(hidden, labels, **rows)
         return self._cross_entropy(hidden, labels, self.training, self.loss_rows(**rows), statistics=True)
 
-    def layer_loss(self, loss: OutputLoss, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows):
+    def layer_loss(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        rows: LossRows,
+        *,
+        scorer: Scorer | None = None,
+        candidates: Candidates | None = None,
+        criterion: Criterion | None = None,
+        returns: tuple[str, ...] = (),
+    ):
         """`hf_heads.losses.output_loss` of the output layer (W, b) on hidden (*, H) against labels (*), the rows
-        counted as `rows` says, run by the chunk kernel of `kernel_for` (the head's `chunk_kernel` option)."""
-        layer = OutputRows.of(hidden, self.weight, self.bias, labels, rows)
-        return output_loss(layer, loss, kernel=self.kernel_for(loss, layer))
+        counted as `rows` says, computed as the head's options say (`Impl`): the chunk kernel its `chunk_kernel`
+        option names (where the loss runs one: not for sampled candidates, a posterior's NLL or a vocabulary-sharded
+        W), its rows per chunk, the loss in the head's `loss_dtype`."""
+        o = self.options
+        candidates = FULL if candidates is None else candidates
+        runs_kernel = candidates.runs_kernel and vocab_shard(self.weight) is None
+        runs_kernel = runs_kernel and (scorer is None or scorer.posterior is None)
+        impl = Impl(o.chunk_kernel if runs_kernel else None, o.chunk_size, self.loss_dtype(hidden))
+        return output_loss(
+            hidden, self.weight, self.bias, labels, scorer=scorer, candidates=candidates, criterion=criterion,
+            reduction=rows.reduction, ignore_index=rows.ignore_index, num_items_in_batch=rows.num_items_in_batch,
+            returns=returns, impl=impl,
+        )  # fmt: skip
 
-    def _outputs(self, training: bool, statistics: bool) -> dict:
-        """The chunked loss's `return_*` arguments for a pass: the predictions under `record_accuracy` (training) or
-        for `statistics`, the ranks for `record_accuracy`'s top k, the entropy for the confidence penalty (training) or
-        for `statistics`."""
+    def _returns(self, training: bool, statistics: bool) -> tuple[str, ...]:
+        """What a pass asks the loss for beside itself: the predictions under `record_accuracy` (training) or for
+        `statistics`, the ranks for `record_accuracy`'s top k, the entropy for `statistics`."""
         counting = self._counting(training)
-        return dict(
-            return_predictions=counting or statistics,
-            return_target_rank=counting and bool(self.accuracy_top_k),
-            return_entropy=self._penalty(training) > 0 or statistics,
-        )
+        out = ("predictions",) if counting or statistics else ()
+        out += ("rank",) if counting and self.accuracy_top_k else ()
+        return out + (("entropy",) if statistics else ())
 
     def _counting(self, training: bool) -> bool:
         """Whether a pass counts its predictions into `accuracy_sums`: training passes under `record_accuracy`."""
         return training and self.accuracy_sums is not None
 
-    def _penalty(self, training: bool) -> float:
-        """The confidence penalty β of a pass: the option in training, 0 in evaluation."""
-        return getattr(self.options, "confidence_penalty", 0.0) if training else 0.0
-
     def _from_output(self, out, labels: torch.Tensor, rows: LossRows, training: bool, statistics: bool = False):
-        """The loss of a pass that asked the chunked loss for `_outputs` (a `LinearCrossEntropyOutput`; a tensor when
-        it asked for none): in training the labels it predicts added to `accuracy_sums` (`record_accuracy`), and the
-        confidence penalty −β·H subtracted (`confidence_penalty` β; H each target token's entropy, averaged as the
-        loss: per row for "none", summed for "sum", divided by `num_items_in_batch` or the labelled tokens for
-        "mean"). With `statistics`: (loss, `token_statistics` of the same pass)."""
+        """The loss of a pass that asked the loss for `_returns` (a `LossResult`; a tensor when it asked for none): in
+        training the labels it predicts added to `accuracy_sums` (`record_accuracy`). With `statistics`: (loss,
+        `token_statistics` of the same pass)."""
         if isinstance(out, torch.Tensor):
             return out
         if self._counting(training):
@@ -178,21 +190,11 @@ class DiscreteHead(OutputHead):
             if self.accuracy_top_k:  # the ranks (-1 on ignored rows), asked for only then: passes of their own (eager)
                 hits += [((out.target_rank < k) & counted).sum() for k in self.accuracy_top_k]
             self.accuracy_sums += torch.stack([*hits, counted.sum()]).to(self.accuracy_sums)
-        loss = out.loss
-        beta = self._penalty(training)
-        if beta and rows.reduction == "none":
-            loss = loss - beta * out.entropy.reshape(loss.shape)
-        elif beta:
-            total = out.entropy.sum()
-            if rows.reduction == "mean":  # the loss's own divisor
-                counted = (labels != rows.ignore_index).sum()
-                total = total / mean_divisor(rows.num_items_in_batch, counted, total.device)
-            loss = loss - beta * total.to(loss.dtype)
         if not statistics:
-            return loss
+            return out.loss
         target = labels.reshape(out.predictions.shape).to(out.predictions.device)
         hit = (out.predictions == target) & (target != rows.ignore_index)
-        return loss, {"entropy": out.entropy.detach(), "is_top1": hit}
+        return out.loss, {"entropy": out.entropy.detach(), "is_top1": hit}
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:
         """The dtype of the head's loss: float32 for a half model (float64 stays), as transformers' loss functions
@@ -202,7 +204,7 @@ class DiscreteHead(OutputHead):
     def class_weight(self) -> torch.Tensor | None:
         """(V,) the training loss's class weights (the `class_weights` option; `class_weight_tensor`), or None; built
         once per change of the option, the word counts or the device."""
-        weights = getattr(self.options, "class_weights", None)
+        weights = self.options.class_weights
         if weights is None:
             return None
         counts = self.counts() if weights == "balanced" else None

@@ -23,7 +23,8 @@ from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
 from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import LossRows, autocast_off
-from hf_heads.losses.margin import LargeMarginLoss, margin_logits
+from hf_heads.losses.margin import margin_logits
+from hf_heads.losses.parts import CrossEntropy
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import whole_parameters
@@ -253,14 +254,19 @@ class MarginHead(DiscreteHead):
         return self.criterion(hidden, labels, rows)
 
     def _scorer_arguments(self, training: bool) -> dict:
-        """The keyword arguments `scorer`, `word_counts` and `context_norm_value` of the losses and of
-        `margin_logits`: in training the scorer with its margin and max-norm's batch maximum, otherwise the scorer
-        without margin and the running maximum."""
+        """The keyword arguments `scorer`, `word_counts` and `context_norm_value` of `margin_logits`: in training the
+        scorer with its margin and max-norm's batch maximum, otherwise the scorer without margin and the running
+        maximum."""
         return dict(
             scorer=self.scorer(training),
             word_counts=self.counts(),
             context_norm_value=None if training else self.running_context_norm(),
         )
+
+    def loss_scorer(self, training: bool) -> Scorer:
+        """The scorer of a pass's loss with its data (`_scorer_arguments`)."""
+        arguments = self._scorer_arguments(training)
+        return arguments.pop("scorer").given(**arguments)
 
     def criterion(self, hidden, labels, rows: LossRows) -> torch.Tensor:
         """The training criterion once the running statistics are updated: cross-entropy of eq. 13 with margin."""
@@ -273,18 +279,19 @@ class MarginHead(DiscreteHead):
     same_pass_accuracy = True
 
     def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
-        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss and the class weights (and the
-        predictions, under `record_accuracy`: without the margin). `statistics`: (loss, the same pass's token
-        statistics)."""
-        loss = LargeMarginLoss(
-            chunk_size=self.options.chunk_size,
-            z_loss=self.options.z_loss if training else 0.0,
-            class_weight=self.class_weight() if training else None,
-            loss_dtype=self.loss_dtype(hidden),
-            **self._outputs(training, statistics),
-            **self._scorer_arguments(training),
-        )
-        out = self.layer_loss(loss, hidden, labels, rows)
+        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss, the class weights and the
+        confidence penalty (and the predictions, under `record_accuracy`: without the margin). `statistics`: (loss,
+        the same pass's token statistics)."""
+        o = self.options
+        criterion = CrossEntropy()
+        if training:
+            criterion = CrossEntropy(
+                z_loss=o.z_loss, confidence_penalty=o.confidence_penalty, class_weight=self.class_weight()
+            )
+        out = self.layer_loss(
+            hidden, labels, rows, scorer=self.loss_scorer(training), criterion=criterion,
+            returns=self._returns(training, statistics),
+        )  # fmt: skip
         return self._from_output(out, labels, rows, training, statistics)
 
     @property

@@ -20,12 +20,13 @@ from hf_heads.components import component_config, register
 from hf_heads.heads.margin import MarginHead, MarginHeadOptions
 from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
+from hf_heads.losses.margin import Full
 from hf_heads.losses.noise import NOISES, UnigramNoise, draw_samples, make_noise, noise_distribution
+from hf_heads.losses.parts import CRITERIA, Criterion, make_criterion
 from hf_heads.losses.sampled import (
-    CRITERIA,
     METHODS,
-    CorrectedNLL,
-    SampledCriterion,
+    Correction,
+    Sampled,
     SamplingMethod,
     corrected_log_probs,
     self_normalization,
@@ -60,7 +61,9 @@ class SampledHeadOptions(MarginHeadOptions):
         },
     }  # fmt: skip
 
-    criterion: str = field(default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}."})
+    criterion: str = field(
+        default="ce", metadata={"help": f"Training criterion: {', '.join(CRITERIA)}, or a registered one."}
+    )
     method: str | dict = field(
         default="full",
         metadata={
@@ -147,7 +150,15 @@ class SampledHeadOptions(MarginHeadOptions):
         renormalised in training, and their optimum is q ≈ p(c|x) (or a monotone map of it) ~ 1/V; starting from
         b = 0 gives q = 1/2 (or 1) for every class, and the first thousands of steps only pull the normaliser down
         (the usual NCE initialisation; the paper is silent)."""
-        return -math.log(num_classes) if self.criterion in ("bce", "mse") else 0.0
+        return 0.0 if self.loss_criterion.softmax else -math.log(num_classes)
+
+    @property
+    def loss_criterion(self) -> Criterion:
+        """The criterion object the `criterion` option names (hf_heads.losses.parts)."""
+        cached = self.__dict__.get("_criterion")
+        if cached is None:
+            cached = self.__dict__["_criterion"] = make_criterion(self.criterion)
+        return cached
 
     @property
     def sampler(self) -> SamplingMethod:
@@ -168,7 +179,7 @@ class SampledHeadOptions(MarginHeadOptions):
 
     def correction(self) -> dict:
         """Keyword arguments of `corrected_log_probs` (without the noise distribution)."""
-        return dict(criterion=self.criterion, method=self.method, num_samples=self.num_samples)
+        return dict(criterion=self.loss_criterion, method=self.sampler, num_samples=self.num_samples)
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The margin family's scores l of eq. 13 (`reference_scores`); in training each counted row's criterion from
@@ -187,7 +198,7 @@ class SampledHeadOptions(MarginHeadOptions):
             counts = batch.counts if self.component("noise").needs_counts else None
             noise = self.component("noise").reference(num_classes, counts, None)  # (V,) D
         log_d = None if noise is None else noise.log().to(plain.dtype)
-        corrected = self.sampler.correction(plain, self.criterion, log_d, self.num_samples, num_classes)
+        corrected = self.sampler.correction(plain, self.loss_criterion, log_d, self.num_samples, num_classes)
         logits = corrected.log_softmax(1) if self.normalize else corrected
         if not batch.training:
             return -corrected[valid].log_softmax(1).gather(1, y[:, None]).squeeze(1), logits
@@ -204,7 +215,7 @@ class SampledHeadOptions(MarginHeadOptions):
                 log_kd = torch.log(self.num_samples * noise[others]).to(t.dtype)
             rows.append(
                 self.sampler.reference(
-                    self.criterion, t[i], s[i, others], log_kd_t, log_kd, self.num_samples, num_classes
+                    self.loss_criterion, t[i], s[i, others], log_kd_t, log_kd, self.num_samples, num_classes
                 )
             )
         return torch.stack(rows) if rows else t.new_zeros(0), logits
@@ -236,7 +247,7 @@ class SampledHead(MarginHead):
     def training_loss_is_nll(self) -> bool:
         """CE full, CE-MCS and CE-NCE are −log of a softmax over the vocabulary or the candidates (eqs. 5, 9, 21);
         CE-IS and CE-CPS weight the denominator (1 / (K·D), α = C/K: eqs. 13, 17), BCE and MSE are not softmaxes."""
-        return self.options.criterion == "ce" and self.options.sampler.ce_is_softmax
+        return self.options.loss_criterion.softmax and self.options.sampler.ce_is_softmax
 
     def __init__(self, hidden_size: int, num_classes: int, options: SampledHeadOptions | dict | None = None) -> None:
         super().__init__(hidden_size, num_classes, options)
@@ -262,28 +273,22 @@ class SampledHead(MarginHead):
         return probs
 
     def criterion(self, hidden, labels, rows):
+        """The sampled criterion: the criterion over the target and K samples of the noise (`Sampled`), or over every
+        class for method "full" (`Full`), the margin on the target's logit."""
         o = self.options
         self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
-        loss = SampledCriterion(
-            **o.correction(),
-            noise_probs=self.noise_probs(),
-            remove_accidental_hits=o.remove_accidental_hits,
-            chunk_size=o.chunk_size,
-            loss_dtype=self.loss_dtype(hidden),
-            **self._scorer_arguments(True),
+        candidates = Full()
+        if o.samples:
+            candidates = Sampled(o.sampler, o.num_samples, self.noise_probs(), o.remove_accidental_hits)
+        return self.layer_loss(
+            hidden, labels, rows, scorer=self.loss_scorer(True), candidates=candidates, criterion=o.loss_criterion
         )
-        return self.layer_loss(loss, hidden, labels, rows)
 
     def eval_loss(self, hidden, labels, rows):
         """NLL of the corrected full-vocabulary posterior (no margin; max-norm uses the running value)."""
-        loss = CorrectedNLL(
-            **self.options.correction(),
-            noise_probs=self.noise_probs(),
-            chunk_size=self.options.chunk_size,
-            loss_dtype=self.loss_dtype(hidden),
-            **self._scorer_arguments(False),
-        )
-        return self.layer_loss(loss, hidden, labels, rows)
+        o = self.options
+        posterior = Correction(o.loss_criterion, o.sampler, o.num_samples, self.noise_probs())
+        return self.layer_loss(hidden, labels, rows, scorer=self.loss_scorer(False).given(posterior=posterior))
 
     def posterior(self, scores: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
         normalize = self.options.normalize if normalize is None else normalize
@@ -311,11 +316,11 @@ class SampledHead(MarginHead):
         the shift / s (scores are s·(W h + b)); with a soft-cap the shift is the same, exact only where the cap is
         linear (scores well below it): the cap then bounds what any bias can reach."""
         o = self.options
-        if self.bias is None or (o.criterion == "ce" and not o.sampler.ce_optimum_is_posterior):
+        if self.bias is None or (o.loss_criterion.softmax and not o.sampler.ce_optimum_is_posterior):
             return {}
         log_z = torch.logsumexp(self.scores(hidden), dim=1).mean()  # scalar
         offset = torch.zeros_like(self.bias, dtype=torch.float32)  # (V,) per-class offset of the correction
-        if o.samples or o.criterion == "ce":
+        if o.samples or o.loss_criterion.softmax:
             zeros = torch.zeros(1, self.num_classes, device=self.bias.device)
             offset = self.posterior(zeros, normalize=False)[0]
         self.bias.sub_(((log_z + offset) / o.logit_multiplier).to(self.bias.dtype))

@@ -15,7 +15,8 @@ from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
 from hf_heads.losses._rows import LossRows
-from hf_heads.losses.fused_linear import SoftmaxLoss
+from hf_heads.losses.parts import CrossEntropy
+from hf_heads.losses.scorer import Scorer
 from hf_heads.losses.transforms import check_transform, transform_logits
 from hf_heads.validation import OptionError, check_number
 
@@ -193,22 +194,25 @@ class SoftmaxHead(DiscreteHead):
 
     same_pass_accuracy = True
 
-    def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
-        """The chunked cross-entropy; in training with the label smoothing, z-loss and class weights (and the
-        predictions, under `record_accuracy`). `statistics`: (loss, the same pass's token statistics)."""
+    def loss_criterion(self, training: bool) -> CrossEntropy:
+        """The cross-entropy of a pass: over the row's top k (sparse); in training with the label smoothing, z-loss,
+        class weights and confidence penalty of the options, in evaluation the bare NLL."""
         o = self.options
-        loss = SoftmaxLoss(
-            top_k=self.top_k(False),
-            label_smoothing=o.label_smoothing if training else 0.0,
-            z_loss=o.z_loss if training else 0.0,
-            class_weight=self.class_weight() if training else None,
-            chunk_size=o.chunk_size,
-            logit_multiplier=o.logit_multiplier,
-            softcap=o.logit_softcap,
-            loss_dtype=self.loss_dtype(hidden),
-            **self._outputs(training, statistics),
-        )
-        out = self.layer_loss(loss, hidden, labels, rows)
+        if not training:
+            return CrossEntropy(top_k=self.top_k(False))
+        return CrossEntropy(
+            top_k=self.top_k(False), label_smoothing=o.label_smoothing, z_loss=o.z_loss,
+            confidence_penalty=o.confidence_penalty, class_weight=self.class_weight(),
+        )  # fmt: skip
+
+    def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
+        """The chunked cross-entropy of W h + b with the checkpoint's output transform (and the predictions, under
+        `record_accuracy`). `statistics`: (loss, the same pass's token statistics)."""
+        o = self.options
+        out = self.layer_loss(
+            hidden, labels, rows, scorer=Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap),
+            criterion=self.loss_criterion(training), returns=self._returns(training, statistics),
+        )  # fmt: skip
         return self._from_output(out, labels, rows, training, statistics)
 
     @property

@@ -1,32 +1,30 @@
-"""Pure-torch losses, one family per module: functions first, `nn.Module` wrappers second.
+"""Pure-torch losses, one family per module; one entry point for the loss of an output layer.
 
+- `entry`: `output_loss(hidden, weight, bias, labels, *, scorer, candidates, criterion, reduction, ignore_index,
+  num_items_in_batch, returns, impl)` and its module `OutputLayerLoss`: the three parts of `parts` — the scorer of
+  eq. 13 (margin paper; `scorer.Scorer`, the identity being W h + b), the candidates (`margin.Full`: every class, in
+  chunks; `sampled.Sampled`: the target and K shared noise samples) and the criterion (`parts.CrossEntropy` with its
+  top-k support, label smoothing, z-loss, class weights and confidence penalty; `BinaryCrossEntropy`;
+  `MeanSquaredError`) — and how (`parts.Impl`: the chunk kernel, rows per chunk, the returned dtype);
+- `presets`: the peer-style functions, `output_loss` with its parts filled in (`fused_linear_cross_entropy`,
+  `sparse_linear_cross_entropy`, `margin_cross_entropy`, `sampled_loss`, `corrected_nll`);
 - `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
-  (`ChunkKernel`, a component of kind "kernel" registered with `register("kernel")`; `chunk_kernel`;
-  `HF_HEADS_CHUNK_KERNEL` picks one: eager, compiled, triton, triton-half)
-- `fused_linear`: the chunked linear loss every discrete head shares (softmax cross-entropy with a replaced target
-  logit, top-k, label smoothing, soft-cap; the sampled family's full BCE / MSE), gradients in the forward pass
-- `kernels`: its `eager` and `compiled` chunk kernels; `triton_kernel`: the hand-written Triton one (GPU, or CPU
-  under `TRITON_INTERPRET=1`)
-- `scorer`: the scorer of eq. 13 (margin paper) every margin and sampled loss runs: one frozen `Scorer` (the margin,
-  word/context norm scaling f, g: eqs. 9-12, the warm-start gain, the checkpoint's output transform) and one
-  registered `Margin` class per margin type (φ of eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`)
-- `margin`: large-margin softmax for LMs (L-Softmax, ArcFace, CosFace: eqs. 5-8, 13-14) over a `Scorer`
-- `sampled`: sampling-based criteria (MCS, IS, CPS, NCE × CE/BCE: eqs. 7-21; full MSE/BCE/CE: eqs. 1, 3, 5) and
-  their posterior corrections (eqs. 2-22), one object per method in `SAMPLING_METHODS`
-- `noise`: the noise distributions D of the sampled criteria and the shared draw
-- `sparse`: sparse-softmax (softmax over the top-k logits, eq. 4) and its loss (eq. 5)
-- `vocab_parallel`: those losses when W is a DTensor sharded on its rows (tensor parallelism): each process's
-  rows, combined by collectives (`shard_vocabulary` shards a head)
-- `continuous`: continuous-output losses on a predicted embedding: the von Mises-Fisher NLL (Kumar & Tsvetkov
-  eq. 3, with their two regularised forms and the authors' released form), the margin loss with synthetic negatives
-  (Bhat et al. eq. 1), and cross-entropies over scaled cosines to the table (every row, or the batch's targets)
-- `entry`: the one entry point, `output_loss(rows, loss, kernel=...)`: an `OutputRows` (hidden, weight, bias,
-  labels and how the rows count), one frozen options dataclass per loss (`SoftmaxLoss`, `SparseSoftmaxLoss`,
-  `LargeMarginLoss`, `SampledCriterion`, `CorrectedNLL`) and the chunk kernel, explicit; what the heads call
+  (`ChunkKernel`, a component of kind "kernel"; `chunk_kernel`); `kernels`: the `eager` and `compiled` kernels;
+  `triton_kernel`: the hand-written Triton one (GPU, or CPU under `TRITON_INTERPRET=1`); `fused_linear`: the
+  chunked loss the kernels serve (`chunked_loss`), gradients in the forward pass;
+- `scorer`: the scorer of eq. 13: one frozen `Scorer` (the margin, word/context norm scaling f, g: eqs. 9-12, the
+  warm-start gain, the checkpoint's output transform) and one registered `Margin` class per margin type (φ of
+  eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`); `margin`: its dense logits and the `Full` candidates;
+- `sampled`: the sampling methods (MCS, IS, CPS, NCE; sampling paper eqs. 7-21), their posterior corrections
+  (eqs. 2-22, `Correction`) and the `Sampled` candidates; `noise`: the noise distributions D and the shared draw;
+- `sparse`: sparse-softmax on given logits (eqs. 4-5);
+- `vocab_parallel`: the losses when W is a DTensor sharded on its rows (tensor parallelism);
+- `continuous`, `continuous_losses`: continuous-output losses on a predicted embedding (Kumar & Tsvetkov eq. 3; Bhat
+  et al. eq. 1) and cross-entropies over scaled cosines to the table.
 
 Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks; `LossRows`, how a head's loss
-counts and reduces its rows) and `hf_heads.validation`
-(argument checks raising `OptionError`, which names the field, the value and what is allowed).
+counts and reduces its rows) and `hf_heads.validation` (argument checks raising `OptionError`, which names the
+field, the value and what is allowed).
 """
 
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
@@ -42,27 +40,36 @@ from hf_heads.losses.continuous import (
     syn_margin_loss,
     vmf_nll,
 )
-from hf_heads.losses.entry import OutputLoss, output_loss
-from hf_heads.losses.fused_linear import (
-    LinearCrossEntropyOutput,
-    SoftmaxLoss,
-    check_labels,
-    fused_linear_cross_entropy,
-)
+from hf_heads.losses.entry import OutputLayerLoss, output_loss
+from hf_heads.losses.fused_linear import check_labels
 from hf_heads.losses.kernels import CompiledKernel, EagerKernel  # registers the "eager" and "compiled" kernels
-from hf_heads.losses.margin import LargeMarginLoss, MarginCrossEntropy, margin_cross_entropy, margin_logits, target_phi
+from hf_heads.losses.margin import Full, margin_logits, target_phi
 from hf_heads.losses.noise import NOISES, Noise, draw_samples, frequency_ranks, noise_distribution
-from hf_heads.losses.sampled import (
+from hf_heads.losses.parts import (
     CRITERIA,
+    RETURNS,
+    BinaryCrossEntropy,
+    Candidates,
+    Criterion,
+    CrossEntropy,
+    Impl,
+    LossResult,
+    MeanSquaredError,
+)
+from hf_heads.losses.presets import (
+    corrected_nll,
+    fused_linear_cross_entropy,
+    margin_cross_entropy,
+    sampled_loss,
+    sparse_linear_cross_entropy,
+)
+from hf_heads.losses.sampled import (
     METHODS,
     SAMPLING_METHODS,
-    CorrectedNLL,
-    SampledCriterion,
-    SampledLoss,
+    Correction,
+    Sampled,
     SamplingMethod,
     corrected_log_probs,
-    corrected_nll,
-    sampled_loss,
     self_normalization,
     validate_sampled_options,
 )
@@ -91,8 +98,6 @@ from hf_heads.losses.scorer import (
 )
 from hf_heads.losses.sparse import (
     SparseSoftmaxCrossEntropy,
-    SparseSoftmaxLoss,
-    sparse_linear_cross_entropy,
     sparse_log_softmax,
     sparse_softmax,
     sparse_softmax_cross_entropy,
@@ -106,13 +111,20 @@ __all__ = [
     "IGNORE_INDEX",
     "LossRows",
     "OutputRows",
-    "OutputLoss",
     "output_loss",
-    "SoftmaxLoss",
-    "SparseSoftmaxLoss",
-    "LargeMarginLoss",
-    "SampledCriterion",
-    "CorrectedNLL",
+    "OutputLayerLoss",
+    "Candidates",
+    "Full",
+    "Sampled",
+    "Criterion",
+    "CrossEntropy",
+    "BinaryCrossEntropy",
+    "MeanSquaredError",
+    "CRITERIA",
+    "RETURNS",
+    "Impl",
+    "LossResult",
+    "Correction",
     "OptionError",
     "CHUNK_KERNELS",
     "ChunkKernel",
@@ -137,13 +149,11 @@ __all__ = [
     "sparse_softmax",
     "sparse_softmax_cross_entropy",
     "truncate_to_top_k",
-    "CRITERIA",
     "METHODS",
     "NOISES",
     "Noise",
     "SAMPLING_METHODS",
     "SamplingMethod",
-    "SampledLoss",
     "corrected_log_probs",
     "corrected_nll",
     "draw_samples",
@@ -163,7 +173,6 @@ __all__ = [
     "CosFace",
     "LSoftmax",
     "Margin",
-    "MarginCrossEntropy",
     "NoMargin",
     "Scorer",
     "arc_phi",
@@ -171,7 +180,6 @@ __all__ = [
     "context_norm_values",
     "fused_linear_cross_entropy",
     "shard_vocabulary",
-    "LinearCrossEntropyOutput",
     "lsm_psi",
     "margin_cross_entropy",
     "margin_logits",

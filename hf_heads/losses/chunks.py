@@ -17,10 +17,10 @@ The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss (logits
 logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient): a component of kind "kernel"
 (hf_heads.components), registered with `register("kernel")` like a margin, and listed by `CHUNK_KERNELS` ("eager",
 "compiled", "triton", "triton-half"); every one runs the same contract tests against the naive references
-(tests/test_kernels.py). A loss function's `kernel=` argument names the kernel of its call (`chunk_kernel(name)`);
-without one, `chunk_kernel(None, device)` picks `HF_HEADS_CHUNK_KERNEL` when set, else the automatic choice: "triton"
-on CUDA when triton imports, else "eager". A head passes its loss the kernel its `chunk_kernel` option names
-(`chunk_kernel(None, device, chosen=option)`, the environment still first), explicitly: no ambient state.
+(tests/test_kernels.py). The kernel is chosen in one place, the loss's `impl` (`output_loss(..., impl=...)`; a head
+passes its `chunk_kernel` option there): an explicit kernel is the call's; without one, `chunk_kernel(None, device)`
+picks `HF_HEADS_CHUNK_KERNEL` when set (a debugging switch), else the automatic choice: "triton" on CUDA when triton
+imports, else "eager".
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from hf_heads.components import REGISTRIES, Component, component_base, register
+from hf_heads.losses.parts import Criterion, CrossEntropy
 from hf_heads.validation import OptionError
 
 CHUNK_BYTES = 1 << 25  # a training chunk's (rows, V) float32 block: 32 MiB (2^23 logits) ...
@@ -110,16 +111,16 @@ def map_chunks(
 # ----------------------------------------------------------------------------- the kernel seam
 
 
-CRITERIA = ("ce", "bce", "mse")  # the per-chunk criteria over all V classes (ChunkOptions.criterion)
+CROSS_ENTROPY = CrossEntropy()
 
 
 class ChunkOptions(NamedTuple):
     """What a fused chunk computes besides plain softmax: the top k of the log-sum-exp (sparse), label smoothing, the
     soft-cap, a column scale s (V,) of the products (a margin head's word-norm scaling: z_ic = s_c · h_i · w_c + b_c,
-    applied to each chunk's block instead of to a scaled copy of W), and the criterion over the row's logits z:
-    "ce" softmax cross-entropy lse(z) − z_y; "bce" Σ_c softplus(z_c) − z_y (the sampling paper's full BCE, eq. 3:
-    −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c))); "mse" Σ_c (σ(z_c) − δ_cy)² (its full MSE, eq. 1). Top-k and label
-    smoothing are for "ce" only, as is `z_loss` λ: the gradient then also takes λ · lse_i² per row (PaLM's z-loss,
+    applied to each chunk's block instead of to a scaled copy of W), and the criterion over the row's logits z (a
+    `Criterion`, hf_heads.losses.parts): cross-entropy lse(z) − z_y, or a sigmoid criterion (the sampling paper's full
+    BCE, eq. 3, or MSE, eq. 1) through its `terms_`. Top-k and label smoothing are for cross-entropy only, as is
+    `z_loss` λ: the gradient then also takes λ · lse_i² per row (PaLM's z-loss,
     Liger-Kernel's `lse_square_scale`; lse over the row's support, its top k for sparse), weighted by the kernel's
     `z_weight` (default: the row weight). The kernel returns the criterion's losses without it; the caller adds
     λ · lse² from the log-sum-exp the kernel writes (`lse=`)."""
@@ -128,7 +129,7 @@ class ChunkOptions(NamedTuple):
     label_smoothing: float
     softcap: float | None
     column_scale: torch.Tensor | None = None
-    criterion: str = "ce"
+    criterion: Criterion = CROSS_ENTROPY
     z_loss: float = 0.0
 
     def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
@@ -258,17 +259,15 @@ def automatic_kernel(device: torch.device | None) -> str:
     return "eager"
 
 
-def chunk_kernel(
-    name: str | ChunkKernel | None = None, device: torch.device | None = None, *, chosen: str | None = None
-) -> ChunkKernel:
-    """The kernel called `name` (a `ChunkKernel` given as it is); None: `HF_HEADS_CHUNK_KERNEL` when set (the
-    operator's override, e.g. for a checkpoint whose head names a kernel this machine cannot run), else `chosen` (a
-    head's `chunk_kernel` option: `OutputHead.kernel_for`), else `automatic_kernel(device)`."""
+def chunk_kernel(name: str | ChunkKernel | None = None, device: torch.device | None = None) -> ChunkKernel:
+    """The kernel called `name` (a `ChunkKernel` given as it is: a loss's `kernel=` / `Impl(kernel=...)`, a head's
+    `chunk_kernel` option); None: `HF_HEADS_CHUNK_KERNEL` when set (a debugging switch: an explicit kernel wins), else
+    `automatic_kernel(device)`."""
     if isinstance(name, ChunkKernel):
         return name
     from_env = os.environ.get(KERNEL_ENV)
-    picked = name or from_env or chosen or automatic_kernel(device)
+    picked = name or from_env or automatic_kernel(device)
     if picked not in CHUNK_KERNELS:
-        field = "kernel" if name else (KERNEL_ENV if from_env else "chunk_kernel")
+        field = "kernel" if name else KERNEL_ENV
         raise OptionError(field, picked, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")
     return CHUNK_KERNELS[picked]

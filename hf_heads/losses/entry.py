@@ -1,76 +1,95 @@
-"""One entry point for the loss of an output layer: `output_loss(rows, loss, kernel=...)`.
+"""One entry point for the loss of an output layer: `output_loss`, and its module form `OutputLayerLoss`.
 
-`rows` is an `OutputRows` (hf_heads.losses._rows): the hidden states, the layer's weight and bias, the labels and how
-the rows count (`ignore_index`, `num_items_in_batch`, `reduction`). `loss` says which loss, with its own options in a
-frozen dataclass, one per loss of the papers:
+    output_loss(hidden, weight, bias, labels, *, scorer=Scorer(), candidates=Full(), criterion=CrossEntropy(),
+                reduction="mean", ignore_index=-100, num_items_in_batch=None, returns=(), impl=None)
 
-- `SoftmaxLoss`: softmax cross-entropy of W h + b (label smoothing, z-loss, class weights, the checkpoint's output
-  transform; the sampling paper's full BCE / MSE criteria, eqs. 1 and 3) — `fused_linear_cross_entropy`
-  (hf_heads.losses.fused_linear);
-- `SparseSoftmaxLoss`: the sparse-softmax loss over the top k logits (sparse-softmax paper, eq. 5) —
-  `sparse_linear_cross_entropy` (hf_heads.losses.sparse);
-- `LargeMarginLoss`: cross-entropy (eq. 4) of the large-margin logits of eq. 13 (margin paper), its `Scorer` holding
-  the margin and the norm scalings — `margin_cross_entropy` (hf_heads.losses.margin);
-- `SampledCriterion`: a sampling-based criterion (MCS, IS, CPS, NCE × CE / BCE, or the full criteria; sampling paper
-  eqs. 7-21) — `sampled_loss`; `CorrectedNLL`: the NLL of the corrected full-vocabulary posterior of a sampled
-  criterion (eqs. 2-22) — `corrected_nll` (both hf_heads.losses.sampled).
+The loss of the output layer (weight (V, H), bias (V,) or None) on hidden (*, H) against labels (*), as the three
+parts of hf_heads.losses.parts say: the `scorer` (margin paper eq. 13 and the checkpoint's output transform; the
+identity is W h + b), the `candidates` (`Full`: every class, in chunks; `Sampled`: the target and K shared noise
+samples, sampling paper eqs. 7-21) and the `criterion` (`CrossEntropy` with its top-k support, label smoothing,
+z-loss, class weights and confidence penalty; `BinaryCrossEntropy`; `MeanSquaredError`). The rows count as in
+`F.cross_entropy` and the Trainer: `ignore_index` rows count nothing; "none" returns one loss per label (the labels'
+shape), "sum" their sum, "mean" the sum divided by `num_items_in_batch` (exact gradient accumulation) or by the
+counted rows. One return type: the loss tensor, or a `LossResult` when `returns` names extras ("lse", "z_loss",
+"predictions", "rank", "entropy": from the same pass, no second product with W). `impl` says how, never what: the
+chunk kernel (a name, a `ChunkKernel`, or an `Impl` with the rows per chunk and the returned dtype); every kernel
+computes the same loss, and a kernel named for candidates that run none (`Sampled`) is refused.
 
-Each lives beside its function, in its family's module; this module holds their base class, `OutputLoss`, and
-imports none of them (a saved model's code carries only its family's loss module).
-
-`kernel` is the chunk kernel of the call, explicit: a name of `CHUNK_KERNELS` or a `ChunkKernel`; None lets the
-chunk engine choose (`HF_HEADS_CHUNK_KERNEL` when set, else the automatic choice of the device: `chunk_kernel`). A
-loss that runs no chunk kernel for these rows (`runs_kernel` False: a sampling method scoring its K candidates, a
-vocabulary-sharded weight, the corrected NLL) refuses one. The heads call this entry point with the kernel their
-`chunk_kernel` option names (`OutputHead.kernel_for`).
-
-The five loss functions stay, for a call with keyword arguments as in `F.cross_entropy`; each `OutputLoss` calls its
-function with its fields, so the two forms compute the same thing (tests/test_entry.py).
+The peer-style functions (`fused_linear_cross_entropy`, `margin_cross_entropy`, `sparse_linear_cross_entropy`,
+`sampled_loss`, `corrected_nll`: hf_heads.losses.presets) are this entry with their parts filled in.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
-
 import torch
+from torch import nn
 
 from hf_heads.losses._rows import OutputRows
-from hf_heads.losses.chunks import ChunkKernel
-from hf_heads.losses.vocab_parallel import vocab_shard
+from hf_heads.losses.margin import Full
+from hf_heads.losses.parts import RETURNS, Candidates, Criterion, CrossEntropy, Impl, LossResult, make_impl
+from hf_heads.losses.scorer import Scorer
+from hf_heads.validation import OptionError
 
-Kernel = str | ChunkKernel | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutputLoss(ABC):
-    """A loss of an output layer and its options (module docstring). `chunk_size`: rows per chunk (None: the chunk
-    engine's memory budget); `loss_dtype`: the dtype of the returned loss (None: torch's rule for
-    `F.cross_entropy(hidden @ weight.T + bias)`; the heads pass float32)."""
-
-    chunk_size: int | None = None
-    loss_dtype: torch.dtype | None = None
-
-    def options(self) -> dict:
-        """The loss function's keyword arguments these fields are."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def runs_kernel(self, rows: OutputRows) -> bool:
-        """Whether this loss runs a chunk kernel for `rows` (not for a vocabulary-sharded weight: its loss runs in
-        eager PyTorch on each process's rows)."""
-        return vocab_shard(rows.weight) is None
-
-    @abstractmethod
-    def __call__(self, rows: OutputRows, kernel: Kernel = None) -> torch.Tensor | tuple:
-        """The loss of `rows` with the chunk kernel `kernel` (`output_loss`)."""
+FULL = Full()
+CROSS_ENTROPY = CrossEntropy()
+IDENTITY = Scorer()
 
 
-def output_loss(rows: OutputRows, loss: OutputLoss, *, kernel: Kernel = None) -> torch.Tensor | tuple:
-    """The loss `loss` (an `OutputLoss`) of `rows` (an `OutputRows`), its chunks run by `kernel` (module docstring):
-    the loss (a scalar for "mean" / "sum", the labels' shape for "none"), or a `LinearCrossEntropyOutput` where
-    `loss` asks for predictions, ranks, entropies or the z-loss term."""
-    if not isinstance(rows, OutputRows):
-        raise TypeError(f"rows: expected an OutputRows, got {type(rows).__name__}")
-    if not isinstance(loss, OutputLoss):
-        raise TypeError(f"loss: expected an OutputLoss (SoftmaxLoss, LargeMarginLoss, ...), got {type(loss).__name__}")
-    return loss(rows, kernel)
+def output_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    *,
+    scorer: Scorer | None = None,
+    candidates: Candidates | None = None,
+    criterion: Criterion | None = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    returns: tuple[str, ...] = (),
+    impl: Impl | str | object | None = None,
+) -> torch.Tensor | LossResult:
+    """The loss of the output layer (module docstring): a tensor (a scalar for "mean" / "sum", the labels' shape for
+    "none"), or a `LossResult` when `returns` names extras."""
+    scorer = IDENTITY if scorer is None else scorer
+    candidates = FULL if candidates is None else candidates
+    criterion = CROSS_ENTROPY if criterion is None else criterion
+    for name, value, kind in (("scorer", scorer, Scorer), ("candidates", candidates, Candidates),
+                              ("criterion", criterion, Criterion)):  # fmt: skip
+        if not isinstance(value, kind):
+            shown = value if isinstance(value, str) else type(value).__name__
+            raise OptionError(name, shown, f"must be a {kind.__name__} (hf_heads.losses.parts)")
+    returns = tuple(returns)
+    for name in returns:
+        if name not in RETURNS:
+            raise OptionError("returns", name, f"is not allowed; allowed: {', '.join(map(repr, RETURNS))}")
+    rows = OutputRows(hidden, weight, bias, labels, ignore_index, num_items_in_batch, reduction)
+    return candidates.loss(rows, scorer, criterion, returns, make_impl(impl))
+
+
+class OutputLayerLoss(nn.Module):
+    """`output_loss` as a module: the parts, the reduction, `ignore_index`, `returns` and `impl` fixed at
+    construction, the tensors given at call time (`forward(hidden, weight, bias, labels, num_items_in_batch=None)`)."""
+
+    def __init__(
+        self,
+        *,
+        scorer: Scorer | None = None,
+        candidates: Candidates | None = None,
+        criterion: Criterion | None = None,
+        reduction: str = "mean",
+        ignore_index: int = -100,
+        returns: tuple[str, ...] = (),
+        impl: Impl | str | object | None = None,
+    ) -> None:
+        super().__init__()
+        self.scorer, self.candidates, self.criterion = scorer, candidates, criterion
+        self.reduction, self.ignore_index, self.returns, self.impl = reduction, ignore_index, tuple(returns), impl
+
+    def forward(self, hidden, weight, bias, labels, num_items_in_batch=None):
+        return output_loss(
+            hidden, weight, bias, labels, scorer=self.scorer, candidates=self.candidates, criterion=self.criterion,
+            reduction=self.reduction, ignore_index=self.ignore_index, num_items_in_batch=num_items_in_batch,
+            returns=self.returns, impl=self.impl,
+        )  # fmt: skip

@@ -36,9 +36,8 @@ weighted by the incoming gradient.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
@@ -55,7 +54,6 @@ from hf_heads.losses._rows import (
 from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import (
-    CRITERIA,
     ChunkKernel,
     ChunkOptions,
     Grads,
@@ -65,7 +63,7 @@ from hf_heads.losses.chunks import (
     refuse_kernel,
     rows_per_chunk,
 )
-from hf_heads.losses.entry import OutputLoss
+from hf_heads.losses.parts import Criterion, CrossEntropy, LossResult, make_criterion
 from hf_heads.losses.transforms import check_transform
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
@@ -76,7 +74,7 @@ from hf_heads.losses.vocab_parallel import (
     vocab_parallel_rows,
     vocab_shard,
 )
-from hf_heads.validation import OptionError, check_choice, check_number
+from hf_heads.validation import OptionError
 
 
 class WeightGradSlot:
@@ -118,7 +116,7 @@ def _run(
     gradient (autograd's `needs_input_grad`; None: all); when neither w nor s does (a frozen output layer: LoRA, linear
     probing) the (V, H) accumulator and its product are skipped, d w is None. Each row's entropy when `want_ent`; with
     `ent_weight` (N,) the gradients also take those of Σ_i ent_weight_i · H_i. `kernel`: the chunk kernel that does
-    each chunk's work (`fused_linear_cross_entropy` resolves it)."""
+    each chunk's work (`chunked_loss` resolves it)."""
     h_g, w_g = h.to(gemm), w.to(gemm)
     row_dtype = torch.promote_types(gemm, torch.float32)
     lse = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_lse or opts.z_loss > 0 else None
@@ -335,42 +333,41 @@ def _kept(losses: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
 
 
 @autocast_off
-def fused_linear_cross_entropy(
+def chunked_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     target: torch.Tensor,
     *,
+    criterion: Criterion | str | None = None,
     target_logit: torch.Tensor | None = None,
-    top_k: int | None = None,
-    label_smoothing: float = 0.0,
+    column_scale: torch.Tensor | None = None,
+    logit_multiplier: float = 1.0,
+    softcap: float | None = None,
     reduction: str = "mean",
     ignore_index: int = -100,
     num_items_in_batch: int | torch.Tensor | None = None,
     chunk_size: int | None = None,
-    logit_multiplier: float = 1.0,
-    softcap: float | None = None,
-    column_scale: torch.Tensor | None = None,
-    criterion: str = "ce",
     weight_grad: WeightGradSlot | None = None,
-    z_loss: float = 0.0,
-    class_weight: torch.Tensor | None = None,
-    return_z_loss: bool = False,
-    return_predictions: bool = False,
-    return_target_rank: bool = False,
-    return_entropy: bool = False,
+    returns: tuple[str, ...] = (),
     loss_dtype: torch.dtype | None = None,
     kernel: str | ChunkKernel | None = None,
-) -> torch.Tensor | LinearCrossEntropyOutput:
-    """Cross-entropy of `hidden @ weight.T + bias` (with an optional replaced target logit) in chunks.
+) -> torch.Tensor | LossResult:
+    """The chunked loss of `hidden @ weight.T + bias` (with an optional replaced target logit and column scale): what
+    the `Full` candidates of `hf_heads.losses.output_loss` run, and the chunk kernels' contract.
 
     Args:
         hidden: (N, H) (any leading shape is flattened).
         weight: (V, H); bias: (V,) or None.
         target: (N,) class ids, `ignore_index` rows contribute nothing.
+        criterion: a `Criterion` (hf_heads.losses.parts) or its name: `CrossEntropy` (its `top_k`: the log-sum-exp
+            over each row's k largest logits only (sparse softmax); `label_smoothing` as in `F.cross_entropy`, over the
+            top-k support with `top_k`; `z_loss` and `class_weight` below; `confidence_penalty` β: the loss minus β
+            times the entropy of each row's softmax, reduced as the loss), or the sampling paper's full criteria over
+            sigmoid outputs, `BinaryCrossEntropy` (eq. 3, Σ_c softplus(z_c) − z_y) and `MeanSquaredError` (eq. 1,
+            Σ_c (σ(z_c) − δ_cy)²), with the same chunks, kernels and gradients in the forward pass. None: plain
+            cross-entropy.
         target_logit: (N,) value that replaces z[i, target_i] (e.g. a margin logit), or None.
-        top_k: log-sum-exp over each row's k largest logits only (sparse softmax), or None.
-        label_smoothing: as in `F.cross_entropy` (over the top-k support when `top_k` is set).
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
         chunk_size: rows per chunk (default: the chunk engine's budget, 32 MiB of float32 logits, at least 512 rows).
         logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
@@ -379,35 +376,32 @@ def fused_linear_cross_entropy(
         column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
             head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied to each chunk's logits and gradient instead of
             to a scaled (V, H) copy of the weight; its gradient is computed too.
-        criterion: "ce" (softmax cross-entropy), or the sampling paper's full criteria over sigmoid outputs, "bce"
-            (eq. 3, Σ_c softplus(z_c) − z_y) and "mse" (eq. 1, Σ_c (σ(z_c) − δ_cy)²), with the same chunks,
-            kernels and gradients in the forward pass (no top_k or label_smoothing for them).
         weight_grad: a `WeightGradSlot` that learns which tensor is the gradient of `weight` this loss hands to
             autograd (the margin loss adds its norms' gradient into it in place), or None.
-        z_loss: λ ≥ 0: each row also adds λ · lse_i², lse_i the log-sum-exp of its logits (of its top k with
+        criterion.z_loss: λ ≥ 0: each row also adds λ · lse_i², lse_i the log-sum-exp of its logits (of its top k with
             `top_k`; after the replaced target logit and the soft-cap) — PaLM's auxiliary z-loss, Liger-Kernel's
             `lse_square_scale`, which keeps the softmax normaliser near 1 under bf16. Its gradient
             2λ · lse_i · p_ic is added inside every chunk kernel (no second pass over W). "mean" divides its sum by
             the number of non-ignored rows (or `num_items_in_batch`), whatever the class weights.
-        class_weight: (V,) a weight ≥ 0 per class, as `F.cross_entropy(weight=...)`: row i's cross-entropy is
+        criterion.class_weight: (V,) a weight ≥ 0 per class, as `F.cross_entropy(weight=...)`: row i's cross-entropy is
             multiplied by a[target_i]; "mean" divides by Σ_i a[target_i] over the non-ignored rows (torch's
             normalisation; 1 when that sum is 0) — or by `num_items_in_batch` when given: the Trainer's count of
             target tokens over the accumulated batch, so that gradient accumulation stays exact (torch's weighted
             mean of each micro-batch would not add up). Not with `label_smoothing` (refused: torch weights the
             smoothing term per class, which the chunk kernels do not compute).
-        return_z_loss: return a `LinearCrossEntropyOutput`: the loss (the z-loss included), the z-loss term alone
-            (reduced as the loss; no gradient) and each row's log-sum-exp in the shape of `target` (0 on ignored rows;
-            no gradient), e.g. to log them.
-        return_predictions: return a `LinearCrossEntropyOutput` with each row's predicted class and the token
-            accuracy, from the same pass as the loss (no second product with W): the argmax of the row's logits
-            with the target's own logit (bias, column scale, soft-cap; a replaced target logit — a margin — does
-            not take part), the lowest index winning a tie as `torch.argmax`; `ignore_index` on ignored rows.
-            `token_accuracy` is the fraction of the non-ignored rows whose prediction is their label.
-        return_target_rank: the predictions, and `target_rank`: each row's count of classes ranked before its label
+        returns: what to return beside the loss, as a `LossResult` (hf_heads.losses.parts.RETURNS):
+            "z_loss" / "lse": the z-loss term alone (reduced as the loss; no gradient) and each row's log-sum-exp in
+            the shape of `target` (0 on ignored rows; no gradient), e.g. to log them;
+            "predictions": each row's predicted class and the token accuracy, from the same pass as the loss (no
+            second product with W): the argmax of the row's logits with the target's own logit (bias, column
+            scale, soft-cap; a replaced target logit — a margin — does not take part), the lowest index winning a
+            tie as `torch.argmax`; `ignore_index` on ignored rows. `token_accuracy` is the fraction of the
+            non-ignored rows whose prediction is their label.
+            "rank": the predictions, and `target_rank`: each row's count of classes ranked before its label
             in that order (-1 on ignored rows), so that `accuracy_at(k)` is the top-k accuracy (the eager kernel
             counts them in passes of their own over each chunk's logits; the compiled and Triton kernels inside
             theirs).
-        return_entropy: return a `LinearCrossEntropyOutput` with each row's entropy H_i = lse_i − Σ_c p_ic z_ic of
+            "entropy": each row's entropy H_i = lse_i − Σ_c p_ic z_ic of
             the softmax the loss takes (over the top k with `top_k`; with the replaced target logit and the soft-cap),
             in the shape of the labels (0 on ignored rows), from the same pass as the loss and differentiable (an
             entropy bonus or penalty in RL or confidence-penalty training): its gradient d H_i / d z_ic =
@@ -425,20 +419,26 @@ def fused_linear_cross_entropy(
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
         for (B, T) labels, () for one row; 0 on ignored rows). Accumulated in float32 (float64 inputs stay float64
-        for gradcheck) and rounded once to `loss_dtype`. With `return_z_loss` or `return_predictions`, a
-        `LinearCrossEntropyOutput`.
+        for gradcheck) and rounded once to `loss_dtype`. With `returns`, a `LossResult`.
     """
     check_transform(logit_multiplier, softcap)
-    check_choice("criterion", criterion, CRITERIA)
-    check_number("z_loss", z_loss, minimum=0)
-    if criterion != "ce":
-        for field, value, off in (
-            ("top_k", top_k, None), ("label_smoothing", label_smoothing, 0.0), ("z_loss", z_loss, 0.0),
-            ("class_weight", None if class_weight is None else "a tensor", None),
-            ("return_z_loss", return_z_loss, False), ("return_entropy", return_entropy, False),
-        ):  # fmt: skip
-            if value != off:
-                raise OptionError(field, value, f"is for criterion='ce' only, not criterion={criterion!r}")
+    criterion = make_criterion(criterion)
+    top_k, label_smoothing, z_loss, class_weight, penalty = cross_entropy_options(criterion)
+    return_z_loss = "z_loss" in returns or "lse" in returns
+    return_predictions, return_target_rank = "predictions" in returns or "rank" in returns, "rank" in returns
+    return_entropy = "entropy" in returns
+    if not criterion.softmax and (return_z_loss or return_entropy):
+        wanted = [r for r in returns if r in ("z_loss", "lse", "entropy")]
+        raise OptionError("returns", wanted, f"is for cross-entropy only, not criterion {criterion.name!r}")
+    if penalty:  # the confidence penalty: the loss minus β · the rows' entropy, reduced as the loss
+        loss = chunked_loss(
+            hidden, weight, bias, target, criterion=dataclasses.replace(criterion, confidence_penalty=0.0),
+            target_logit=target_logit, column_scale=column_scale, logit_multiplier=logit_multiplier, softcap=softcap,
+            reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
+            chunk_size=chunk_size, weight_grad=weight_grad, returns=(*returns, "entropy"), loss_dtype=loss_dtype,
+            kernel=kernel,
+        )  # fmt: skip
+        return penalised(loss, penalty, target, reduction, ignore_index, num_items_in_batch, returns)
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
     shard = vocab_shard(weight)
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
@@ -478,9 +478,9 @@ def fused_linear_cross_entropy(
 
     want_pred = 2 if return_target_rank else int(return_predictions)  # the columns of `pred`: argmax (and rank)
     want_aux = return_z_loss or want_pred > 0 or return_entropy
-    want_lse = want_aux and criterion == "ce"  # BCE / MSE have no log-sum-exp
+    want_lse = want_aux and criterion.softmax  # a sigmoid criterion has no log-sum-exp
 
-    def output(loss, z_term, lse, pred, ent=None):  # the loss, or the `LinearCrossEntropyOutput` (labels' shape)
+    def output(loss, z_term, lse, pred, ent=None):  # the loss, or the `LossResult` (labels' shape)
         loss = loss.to(out_dtype)  # rounded once (a half dtype outside autocast); the gradient reaches the kernel
         if not want_aux:
             return loss
@@ -496,7 +496,7 @@ def fused_linear_cross_entropy(
             hits = pred[:, 0] == y if keep is None else (pred[:, 0] == y) & keep
             count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
             accuracy = hits.sum() / count
-        return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
+        return LossResult(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
 
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
         out = _FusedLinearCERows.apply(
@@ -546,33 +546,6 @@ def fused_linear_cross_entropy(
     return output(*out) if want_aux else output(out, None, None, None)
 
 
-class LinearCrossEntropyOutput(NamedTuple):
-    """What `fused_linear_cross_entropy(..., return_z_loss=True)` or `return_predictions=True` returns: the loss (the
-    z-loss included); the z-loss term alone, reduced as the loss (no gradient); each row's log-sum-exp in the shape of
-    the labels (0 on ignored rows; no gradient; None for BCE / MSE); with `return_predictions`, each row's predicted
-    class in the shape of the labels (`ignore_index` on ignored rows) and the token accuracy (a scalar tensor), and
-    with `return_target_rank` each label's rank among the row's classes in the argmax order (the number of classes with
-    a larger logit, or an equal one at a lower index; -1 on ignored rows), else None; with `return_entropy`, each row's
-    entropy in the shape of the labels (differentiable; 0 on ignored rows), else None."""
-
-    loss: torch.Tensor
-    z_loss: torch.Tensor
-    lse: torch.Tensor | None
-    predictions: torch.Tensor | None = None
-    token_accuracy: torch.Tensor | None = None
-    target_rank: torch.Tensor | None = None
-    entropy: torch.Tensor | None = None
-
-    def accuracy_at(self, k: int) -> torch.Tensor:
-        """The fraction of the non-ignored rows whose label is among their k most likely classes (top-k accuracy;
-        `accuracy_at(1)` is `token_accuracy`), from the same pass, as a scalar tensor (no host read)."""
-        if self.target_rank is None:
-            raise ValueError("accuracy_at needs the ranks: call with return_target_rank=True")
-        check_number("k", k, minimum=1, integer=True)
-        counted = self.target_rank >= 0
-        return ((self.target_rank < k) & counted).sum() / counted.sum().clamp_min(1)
-
-
 def sharded_loss(
     rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     shard: VocabShard,
@@ -584,7 +557,7 @@ def sharded_loss(
     top_k: int | None,
     label_smoothing: float,
     softcap: float | None,
-    criterion: str,
+    criterion: Criterion,
     z_loss: float,
     class_weight: torch.Tensor | None,
     return_z_loss: bool,
@@ -597,8 +570,8 @@ def sharded_loss(
     num_items_in_batch,
     chunk_size: int | None,
 ):
-    """`fused_linear_cross_entropy` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
-    `sharded_rows` (h, y, valid): the loss, or the `LinearCrossEntropyOutput` of `return_z_loss` /
+    """`chunked_loss` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
+    `sharded_rows` (h, y, valid): the loss, or the `LossResult` of `return_z_loss` /
     `return_predictions` / `return_target_rank` / `return_entropy`, with the same values as one process."""
     check_reduction(reduction)
     if class_weight is not None:
@@ -608,7 +581,7 @@ def sharded_loss(
     target_logit = None if target_logit is None else target_logit.reshape(-1)
     inputs = (h, shard.local, bias, column_scale, target_logit)
     wants_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
-    if wants_grad and criterion == "ce" and reduction != "none" and not return_entropy:
+    if wants_grad and criterion.softmax and reduction != "none" and not return_entropy:
         # a training step: the row weights of the reduction are known, so each chunk's gradient is computed in the
         # forward pass (no chunk recomputed in the backward)
         weights, z_weights = sharded_row_weights(
@@ -632,7 +605,7 @@ def sharded_loss(
     loss = loss.to(out_dtype)
     if not (return_z_loss or want_pred or return_entropy):
         return loss
-    lse_out = None if criterion != "ce" else reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
+    lse_out = None if not criterion.softmax else reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
     predictions = accuracy = rank = entropy = None
     if want_pred:
         predictions = torch.where(valid, pred[:, 0], ignore_index).reshape(shape)
@@ -641,7 +614,35 @@ def sharded_loss(
             rank = torch.where(valid, pred[:, 1], -1).reshape(shape)
     if return_entropy:  # differentiable: 0 on ignored rows
         entropy = reduce_rows(ent, valid, shape, "none", keep=valid).to(out_dtype)
-    return LinearCrossEntropyOutput(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, rank, entropy)
+    return LossResult(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, rank, entropy)
+
+
+def cross_entropy_options(criterion: Criterion) -> tuple[int | None, float, float, torch.Tensor | None, float]:
+    """(top_k, label_smoothing, z_loss, class_weight, confidence_penalty) of a cross-entropy criterion (the chunk
+    kernels' options), the neutral values for a sigmoid criterion."""
+    if isinstance(criterion, CrossEntropy):
+        c = criterion
+        return c.top_k, c.label_smoothing, c.z_loss, c.class_weight, c.confidence_penalty
+    return None, 0.0, 0.0, None, 0.0
+
+
+def penalised(out: LossResult, beta: float, target, reduction: str, ignore_index: int, num_items_in_batch, returns):
+    """The confidence penalty (Pereyra et al. 2017): the loss of `out` minus β times its rows' entropy H (the
+    `LossResult` asked with "entropy"), reduced as the loss: per row for "none", summed for "sum", divided by
+    `num_items_in_batch` or the labelled rows for "mean" (whatever the class weights); the loss, or `out` with it
+    when `returns` asks for extras (the entropy only where asked)."""
+    entropy = out.entropy
+    if reduction == "none":
+        loss = out.loss - beta * entropy.reshape(out.loss.shape)
+    else:
+        total = entropy.sum()
+        if reduction == "mean":
+            counted = (target != ignore_index).sum()
+            total = total / mean_divisor(num_items_in_batch, counted, total.device)
+        loss = out.loss - beta * total.to(out.loss.dtype)
+    if not returns:
+        return loss
+    return out._replace(loss=loss, entropy=entropy if "entropy" in returns else None)
 
 
 def _in_labels_shape(values: torch.Tensor, valid: torch.Tensor, keep, shape, fill: int) -> torch.Tensor:
@@ -678,31 +679,3 @@ def check_class_weight(class_weight: torch.Tensor, num_classes: int, label_smoot
         torch._assert_async(~bad.any(), "class_weight: every weight must be finite and >= 0")
     elif bool(bad.any()):
         raise OptionError("class_weight", float(class_weight[bad][0]), "every weight must be finite and >= 0")
-
-
-@dataclass(frozen=True, kw_only=True)
-class FusedOutputs(OutputLoss):
-    """The options every chunked cross-entropy shares (`fused_linear_cross_entropy` documents each): the z-loss, the
-    class weights, the criterion ("ce", or the full "bce" / "mse") and what the call returns beside the loss."""
-
-    label_smoothing: float = 0.0
-    z_loss: float = 0.0
-    class_weight: torch.Tensor | None = None
-    criterion: str = "ce"
-    return_z_loss: bool = False
-    return_predictions: bool = False
-    return_target_rank: bool = False
-    return_entropy: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class SoftmaxLoss(FusedOutputs):
-    """Softmax cross-entropy of `logit_multiplier · (W h + b)`, soft-capped by `softcap` when set (the checkpoint's
-    output transform), over each row's `top_k` largest logits when set."""
-
-    top_k: int | None = None
-    logit_multiplier: float = 1.0
-    softcap: float | None = None
-
-    def __call__(self, rows, kernel=None):
-        return fused_linear_cross_entropy(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)

@@ -221,22 +221,10 @@ class EagerKernel(ChunkKernel):
             loss = (1 - smooth) * loss + smooth * (lse - vals.mean(dim=1))
         return loss, vals, idx, lse
 
-    @staticmethod
-    def sigmoid_loss_(z, rows, y, criterion: str) -> torch.Tensor:
-        """z (n, V) becomes σ(z) in place; the losses (n,) of the full BCE, Σ_c softplus(z_c) − z_y, or MSE,
-        Σ_c σ(z_c)² − 2σ(z_y) + 1 (`ChunkOptions.criterion`)."""
-        if criterion == "bce":
-            loss = torch.nn.functional.softplus(z).sum(1) - z[rows, y]  # (n,)
-            z.sigmoid_()
-        else:
-            z.sigmoid_()
-            loss = torch.linalg.vector_norm(z, dim=1).square() - 2 * z[rows, y] + 1  # (n,)
-        return loss
-
     def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
         z, rows = self.logits(h, w, b, y, t, opts, pred=pred)
-        if opts.criterion != "ce":
-            return self.sigmoid_loss_(z, rows, y, opts.criterion)
+        if not opts.criterion.softmax:  # a sigmoid criterion (BCE, MSE): its terms over the buffer
+            return opts.criterion.terms_(z, rows, y)
         if self._selects(opts, z.shape[1]):
             loss, vals, _, row_lse = self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)
             if lse is not None:
@@ -252,7 +240,7 @@ class EagerKernel(ChunkKernel):
     def loss_and_grads(
         self, h, w, b, y, t, opts, row_weight, grads, lse=None, z_weight=None, pred=None, ent=None, ent_weight=None
     ):
-        sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion == "ce"
+        sparse = self._selects(opts, w.shape[0]) and t is None and opts.criterion.softmax
         path = self._sparse if sparse else self._dense
         return path(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
 
@@ -272,7 +260,7 @@ class EagerKernel(ChunkKernel):
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
-        z_loss = opts.z_loss > 0 and opts.criterion == "ce"
+        z_loss = opts.z_loss > 0 and opts.criterion.softmax
         if z_loss and lse is None:
             lse = z.new_empty(z.shape[0], dtype=torch.promote_types(z.dtype, torch.float32))
         rw = row_weight.to(z.dtype)
@@ -280,13 +268,9 @@ class EagerKernel(ChunkKernel):
         extra = z_loss or ent_weight is not None  # the row weights go into d z (an entropy term carries none)
         # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k);
         # with the z-loss, p_ic (r_i + 2λ u_i lse_i) - r_i ((1 - ε)[c = y_i] + ε / |support|)
-        if opts.criterion != "ce":  # d / d z_ic: BCE σ_ic − δ; MSE 2(σ_ic − δ)σ_ic(1 − σ_ic) (δ: [c = y_i])
-            loss = self.sigmoid_loss_(z, rows, y, opts.criterion)
-            slope_mse = torch.addcmul(z, z, z, value=-1.0) if opts.criterion == "mse" else None  # σ(1 − σ)
-            grad_z = z  # σ, over the logits buffer
-            grad_z[rows, y] -= 1.0
-            if slope_mse is not None:
-                grad_z.mul_(slope_mse).mul_(2.0)
+        if not opts.criterion.softmax:  # a sigmoid criterion: its d / d z over the logits buffer
+            loss = opts.criterion.terms_(z, rows, y)
+            grad_z = z
         elif self._selects(opts, z.shape[1]):
             loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
             if lse is not None:
@@ -323,7 +307,7 @@ class EagerKernel(ChunkKernel):
                     grad_z += ent_grad
             elif smooth:
                 grad_z -= smooth / z.shape[1]
-        if opts.criterion == "ce":
+        if opts.criterion.softmax:
             grad_z[rows, y] -= (1.0 - smooth) * rw if weighted else 1.0 - smooth
         if slope is not None:
             grad_z *= slope
@@ -401,14 +385,15 @@ def predict(z: torch.Tensor, y: torch.Tensor, rank: bool = True) -> torch.Tensor
 
 
 def _grad_logits(
-    z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, criterion: str = "ce",
+    z, y, t, row_weight, top_k: int | None, smooth: float, softcap: float | None, sigmoid_terms_=None,
     b=None, s=None, grad_dtype: torch.dtype | None = None, z_loss: float = 0.0, z_weight=None,
     want_pred: int = 0, want_ent: bool = False, ent_weight=None,
 ):  # fmt: skip
     """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,) applied
     first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by `row_weight` (the
     replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype), d loss / d t (n,) or None,
-    the rows' log-sum-exp (n,) or None for BCE / MSE, each row's argmax and target rank before the target's replacement
+    the rows' log-sum-exp (n,) or None for a sigmoid criterion (`sigmoid_terms_`: its `Criterion.terms_`; None:
+    cross-entropy), each row's argmax and target rank before the target's replacement
     (n, `want_pred` columns: 1 the argmax, 2 with the rank; `predict`), else None). With `z_weight` (n,) the gradient
     also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with `ent_weight` (n,) that of Σ_i
     ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None; `entropy_terms`). What
@@ -428,15 +413,9 @@ def _grad_logits(
     num = z.shape[1]
     rw = row_weight.to(z.dtype)
     lse = ent = None
-    if criterion != "ce":  # the full BCE / MSE (ChunkOptions)
-        sig = torch.sigmoid(z)
-        if criterion == "bce":
-            loss = torch.nn.functional.softplus(z).sum(1) - target_z
-        else:
-            loss = sig.square().sum(1) - 2 * sig[rows, y] + 1
-        grad_z = sig.index_put((rows, y), sig[rows, y] - 1.0)
-        if criterion == "mse":
-            grad_z = 2 * grad_z * sig * (1 - sig)
+    if sigmoid_terms_ is not None:  # a sigmoid criterion (the full BCE / MSE): its terms on a copy of the block
+        grad_z = z.clone()
+        loss = sigmoid_terms_(grad_z, rows, y)
         grad_z = grad_z * rw[:, None]
     else:  # p_ic (r_i + 2λ u_i lse_i) − r_i ((1 − ε)[c = y_i] + ε / |support|) over the support (u: the z-loss weight)
         if top_k is not None and top_k < num:
@@ -519,9 +498,10 @@ class CompiledKernel(EagerKernel):
         if CompiledKernel._compiled is None:
             CompiledKernel._compiled = _compile_isolated(_grad_logits, self.backend, self.recompile_limit)
         z = _raw_logits(h, w, None, grads.logits)  # (n, V) h wᵀ: the scale and bias are applied in the compiled math
-        z_loss = opts.z_loss > 0 and opts.criterion == "ce"
+        z_loss = opts.z_loss > 0 and opts.criterion.softmax
+        terms_ = None if opts.criterion.softmax else type(opts.criterion).terms_  # a static function: one graph each
         loss, grad_z, grad_t, row_lse, row_pred, row_ent = CompiledKernel._compiled(
-            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, opts.criterion, b, opts.column_scale,
+            z, y, t, row_weight, opts.top_k, opts.label_smoothing, opts.softcap, terms_, b, opts.column_scale,
             w.dtype if w.dtype in HALF_DTYPES and z.dtype != w.dtype else None,
             opts.z_loss if z_loss else 0.0, (row_weight if z_weight is None else z_weight) if z_loss else None,
             0 if pred is None else pred.shape[1], ent is not None, ent_weight,

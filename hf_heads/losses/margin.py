@@ -22,29 +22,43 @@ and the context norm g (eq. 10) are:
 
 The scorer (φ, f, g, the warm-start gain and the checkpoint's output transform) is one frozen `Scorer` of
 hf_heads.losses.scorer, where each margin type is one registered `Margin` class and where the choices made where
-the paper is silent are listed. The losses here take it as `scorer`, or its options as keyword arguments
-(`resolve_scorer` turns them into one). The margin is applied only when targets are given (training); inference
-logits never carry it.
+the paper is silent are listed. The margin is applied only when targets are given (training); inference logits never
+carry it.
+
+Here: `margin_logits`, the dense logits of eq. 13 (the inference logits without margin), and `Full`, the candidates
+of `hf_heads.losses.output_loss` that are every class: the criterion (cross-entropy with its options, or the full BCE
+/ MSE) over the logits of eq. 13 in chunks of rows, never the (N, V) logits at once — with the identity scorer the
+plain linear layer's chunked loss (hf_heads.losses.fused_linear), else the margin on the target's logit and the norm
+scalings as a row and a column scale of each chunk.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, linear_rows
+from hf_heads.losses._rows import (
+    autocast_off,
+    check_labels,
+    check_reduction,
+    compute_dtype,
+    linear_rows,
+    reduce_rows,
+    valid_rows,
+)
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
-from hf_heads.losses.chunks import ChunkKernel
+from hf_heads.losses.chunks import map_chunks, refuse_kernel, rows_per_chunk
 from hf_heads.losses.fused_linear import (
-    FusedOutputs,
-    LinearCrossEntropyOutput,
     WeightGradSlot,
     check_no_kernel,
-    fused_linear_cross_entropy,
+    chunked_loss,
+    cross_entropy_options,
+    penalised,
     sharded_loss,
 )
+from hf_heads.losses.parts import Candidates, CrossEntropy, Impl
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
     MARGINS,
@@ -61,7 +75,7 @@ from hf_heads.losses.scorer import (
     word_norm_values,
 )
 from hf_heads.losses.transforms import soft_cap
-from hf_heads.losses.vocab_parallel import margin_rows, vocab_shard
+from hf_heads.losses.vocab_parallel import margin_rows, vocab_parallel_rows, vocab_shard
 
 # The scorer's names are re-exported here, where they lived before hf_heads.losses.scorer.
 __all__ = [
@@ -69,12 +83,11 @@ __all__ = [
     "MARGINS",
     "NEEDS_COUNTS",
     "WORD_NORMS",
-    "MarginCrossEntropy",
+    "Full",
     "Scorer",
     "arc_phi",
     "context_norm_values",
     "lsm_psi",
-    "margin_cross_entropy",
     "margin_logits",
     "target_phi",
     "validate_margin_options",
@@ -114,7 +127,7 @@ def margin_logits(
     without it, the logits are the inference logits (no margin). The scorer is `scorer` (a `Scorer`), or the one
     of the keyword `scorer_options` (`Scorer.from_options`: margin, m, scale, word_norm, context_norm, gain,
     logit_multiplier, softcap). `word_counts` (V,) feed f, `context_norm_value`
-    replaces max-norm's batch maximum. Materialises (N, V): use `margin_cross_entropy` for training. Computed in
+    replaces max-norm's batch maximum. Materialises (N, V): use `output_loss` for training. Computed in
     float32 (float64 for float64 inputs, also under autocast) and returned in the dtype `hidden @ weight.T` would
     have outside autocast.
     """
@@ -140,146 +153,124 @@ def margin_logits(
     return logits.reshape(*lead, weight.shape[0]).to(out_dtype)
 
 
+# ----------------------------------------------------------------------------- every class: the chunked loss
+
+
+@dataclass(frozen=True)
+class Full(Candidates):
+    """Every class is a candidate: the criterion over the full (N, V) logits of eq. 13, in chunks of rows with the
+    gradient computed in the same pass (the chunk engine, hf_heads.losses.chunks; its kernel from `Impl`). With a
+    scorer's `posterior` (the sampled family's corrected posterior) the NLL of that distribution instead, its chunks
+    recomputed in the backward (eager PyTorch, no chunk kernel)."""
+
+    runs_kernel = True
+
+    def loss(self, rows, scorer, criterion, returns, impl: Impl):
+        if scorer.posterior is not None:
+            return _posterior_nll(rows, scorer, criterion, returns, impl)
+        return _full_loss(rows, scorer, criterion, returns, impl)
+
+
 @autocast_off
-def margin_cross_entropy(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    target: torch.Tensor,
-    *,
-    scorer: Scorer | None = None,
-    word_counts: torch.Tensor | None = None,
-    context_norm_value: float | torch.Tensor | None = None,
-    reduction: str = "mean",
-    ignore_index: int = -100,
-    num_items_in_batch: int | torch.Tensor | None = None,
-    chunk_size: int | None = None,
-    top_k: int | None = None,
-    label_smoothing: float = 0.0,
-    criterion: str = "ce",
-    z_loss: float = 0.0,
-    class_weight: torch.Tensor | None = None,
-    return_z_loss: bool = False,
-    return_predictions: bool = False,
-    return_target_rank: bool = False,
-    return_entropy: bool = False,
-    loss_dtype: torch.dtype | None = None,
-    kernel: str | ChunkKernel | None = None,
-    **scorer_options,
-) -> torch.Tensor | LinearCrossEntropyOutput:
-    """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, computed in chunks of tokens without materialising
-    the (N, V) logits. `z_loss` (λ · lse² of the margin logits, the target's φ included), `class_weight`,
-    `return_z_loss`, `return_predictions` and `return_target_rank` (without the margin; with max-norm, g of the batch)
-    and `return_entropy` (of the softmax over the margin logits) as in `fused_linear_cross_entropy`. The scorer and its
-    data as in `margin_logits` (`scorer`, or the keyword `scorer_options`: margin, m, scale, word_norm, context_norm,
-    gain); `reduction`, `ignore_index` as in `F.cross_entropy`; `num_items_in_batch` divides the sum instead of the
-    number of non-ignored tokens (exact gradient accumulation); `top_k`, `label_smoothing` as in
-    `fused_linear_cross_entropy`. With margin="none", scale=None and both norms no-mod this is
-    `F.cross_entropy(hidden @ weight.T + bias, target)`. `criterion` "bce" or "mse": the sampling paper's full BCE /
-    MSE over the same logits instead (`fused_linear_cross_entropy`). `loss_dtype`: None, torch's rule for hidden,
-    weight and bias (`fused_linear_cross_entropy`), whatever dtype the margin's factors have. `kernel`: the chunk
-    kernel, as in `fused_linear_cross_entropy`.
-    """
-    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
-    scorer = resolve_scorer(scorer, **scorer_options)
-    scorer.check_counts(word_counts, weight.shape[0])
+def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
+    """The chunked criterion of eq. 13's logits: the identity scorer's straight through the chunk engine
+    (`chunked_loss`), any other as a row scale a_i = g(i)/‖h_i‖, a column scale s_c = f(c)/‖W_c‖ and the target's
+    replaced logit (its margin) of each chunk (`Scorer.fused_factors`), W's gradient from the norms added into the
+    engine's in place (`WeightGradSlot`). With a vocabulary-sharded W, each process's rows (vocab_parallel)."""
+    hidden, weight, bias, target = rows.tensors()
+    out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
+    counting = dict(
+        reduction=rows.reduction, ignore_index=rows.ignore_index, num_items_in_batch=rows.num_items_in_batch
+    )
+    scorer.check_counts(scorer.word_counts, weight.shape[0])
+    penalty = cross_entropy_options(criterion)[4]
+    if penalty:  # the confidence penalty: the loss minus β · the rows' entropy, reduced as the loss
+        plain = dataclasses.replace(criterion, confidence_penalty=0.0)
+        out = _full_loss(rows, scorer, plain, (*returns, "entropy"), impl)
+        return penalised(out, penalty, target, rows.reduction, rows.ignore_index, rows.num_items_in_batch, returns)
     shard = vocab_shard(weight)
+    if shard is None and _is_linear(scorer):  # W h + b, the checkpoint's transform: the engine as it is
+        return chunked_loss(
+            hidden, weight, bias, target, criterion=criterion, logit_multiplier=scorer.logit_multiplier,
+            softcap=scorer.softcap, chunk_size=impl.chunk_size, returns=returns, loss_dtype=out_dtype,
+            kernel=impl.kernel, **counting,
+        )  # fmt: skip
+    top_k, smooth, z_loss, class_weight, _ = cross_entropy_options(criterion)
+    flags = dict(
+        return_z_loss="z_loss" in returns or "lse" in returns, return_predictions="predictions" in returns or
+        "rank" in returns, return_target_rank="rank" in returns, return_entropy="entropy" in returns,
+    )  # fmt: skip
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
-        check_no_kernel(kernel)
+        check_no_kernel(impl.kernel)
         h, s, t, b, y, valid = margin_rows(
-            scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index
+            scorer, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, rows.ignore_index
         )
         return sharded_loss(
             (h, y, valid), shard, b, target.shape, target_logit=t, column_scale=s, top_k=top_k,
-            label_smoothing=label_smoothing, softcap=scorer.softcap, criterion=criterion, z_loss=z_loss,
-            class_weight=class_weight, return_z_loss=return_z_loss, return_predictions=return_predictions,
-            return_target_rank=return_target_rank, return_entropy=return_entropy, out_dtype=out_dtype,
-            reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
-            chunk_size=chunk_size,
+            label_smoothing=smooth, softcap=scorer.softcap, criterion=criterion, z_loss=z_loss,
+            class_weight=class_weight, out_dtype=out_dtype, chunk_size=impl.chunk_size, **flags, **counting,
         )  # fmt: skip
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
-    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
-    # every row, the ignored ones with a stand-in class (no host read of which rows count; the fused loss drops them)
-    # W passed on through the norms' function, which adds their part of its gradient into the fused loss's
+    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, rows.ignore_index, rows.reduction, keep_dtype=True)
+    # every row, the ignored ones with a stand-in class (no host read of which rows count; the engine drops them)
+    # W passed on through the norms' function, which adds their part of its gradient into the engine's
     w_grad = WeightGradSlot()
     a, s, t, b, w = scorer.fused_factors(
-        h, w, b, torch.where(valid, y, 0), word_counts, context_norm_value, valid, w_grad
+        h, w, b, torch.where(valid, y, 0), scorer.word_counts, scorer.context_norm_value, valid, w_grad
     )
     h2 = h if a is None else h * a[:, None]  # (N, H); the column scale s (V,) is applied chunk by chunk
-    loss = fused_linear_cross_entropy(
-        h2,
-        w,
-        b,
-        y.reshape(target.shape),  # per-row results in the labels' shape
-        weight_grad=w_grad,
-        column_scale=s,
-        target_logit=t,
-        softcap=scorer.softcap,
-        top_k=top_k,
-        label_smoothing=label_smoothing,
-        criterion=criterion,
-        z_loss=z_loss,
-        class_weight=class_weight,
-        return_z_loss=return_z_loss,
-        return_predictions=return_predictions,
-        return_target_rank=return_target_rank,
-        return_entropy=return_entropy,
-        loss_dtype=out_dtype,
-        reduction=reduction,
-        ignore_index=ignore_index,
-        num_items_in_batch=num_items_in_batch,
-        chunk_size=chunk_size,
-        kernel=kernel,
+    return chunked_loss(
+        h2, w, b, y.reshape(target.shape), weight_grad=w_grad, column_scale=s, target_logit=t, softcap=scorer.softcap,
+        criterion=criterion, chunk_size=impl.chunk_size, returns=returns, loss_dtype=out_dtype, kernel=impl.kernel,
+        **counting,
+    )  # fmt: skip
+
+
+def _is_linear(scorer: Scorer) -> bool:
+    """Whether the scorer's logits are the linear layer's with the checkpoint's transform (no margin, norms, scale
+    or gain)."""
+    return scorer.without_margin() == Scorer(logit_multiplier=scorer.logit_multiplier, softcap=scorer.softcap) and (
+        not scorer.margin.changes_target
     )
-    return loss
 
 
-class MarginCrossEntropy(nn.Module):
-    """`margin_cross_entropy` as a module: the scorer at construction (`scorer`, or its keyword options, e.g.
-    `MarginCrossEntropy(margin="arc", m=0.2)`), tensors at call time."""
-
-    def __init__(
-        self,
-        *,
-        scorer: Scorer | None = None,
-        word_counts: torch.Tensor | None = None,
-        reduction: str = "mean",
-        ignore_index: int = -100,
-        chunk_size: int | None = None,
-        **scorer_options,
-    ) -> None:
-        super().__init__()
-        self.scorer = resolve_scorer(scorer, **scorer_options)
-        self.scorer.check_counts(word_counts)
-        self.reduction, self.ignore_index, self.chunk_size = reduction, ignore_index, chunk_size
-        self.register_buffer("word_counts", word_counts, persistent=False)
-
-    def forward(self, hidden, weight, bias, target, num_items_in_batch=None, context_norm_value=None):
-        return margin_cross_entropy(
-            hidden,
-            weight,
-            bias,
-            target,
-            scorer=self.scorer,
-            word_counts=self.word_counts,
-            context_norm_value=context_norm_value,
-            reduction=self.reduction,
-            ignore_index=self.ignore_index,
-            num_items_in_batch=num_items_in_batch,
-            chunk_size=self.chunk_size,
+@autocast_off
+def _posterior_nll(rows, scorer: Scorer, criterion, returns, impl: Impl):
+    """−log p(c_n|x_n) of the distribution softmax(posterior(l)) over every class, l the logits of eq. 13 without
+    margin (the sampled family's evaluation loss: exp of its mean is the perplexity), in chunks of rows recomputed in
+    the backward (activation checkpointing); plain cross-entropy only, nothing else returned, no chunk kernel."""
+    if not (isinstance(criterion, CrossEntropy) and criterion.plain) or returns:
+        raise ValueError(
+            "a scorer's posterior takes plain cross-entropy (the NLL of the corrected distribution) and returns the "
+            f"loss alone; got {criterion!r}, returns={returns}"
         )
+    refuse_kernel(impl.kernel, "is not used by the NLL of a posterior, whose chunks run in eager PyTorch")
+    hidden, weight, bias, target = rows.tensors()
+    out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
+    check_reduction(rows.reduction)
+    plain = scorer.without_margin().given(posterior=None)
+    plain.check_counts(scorer.word_counts, weight.shape[0])
+    shard = vocab_shard(weight)
+    if shard is not None:  # each process corrects its own classes' scores, normalised over all of them after
+        h, f, _, b, y, valid = margin_rows(
+            plain, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, rows.ignore_index
+        )
+        losses, _, _, _ = vocab_parallel_rows(
+            h, y, shard, b, column_scale=f, softcap=plain.softcap, chunk_size=impl.chunk_size,
+            transform=lambda z: scorer.posterior(z, shard.offset),
+        )  # fmt: skip
+        return reduce_rows(losses, valid, target.shape, rows.reduction, rows.num_items_in_batch, keep=valid).to(
+            out_dtype
+        )
+    h_all, y_all, valid = valid_rows(hidden, target, rows.ignore_index)
+    check_labels(y_all, weight.shape[0], rows.ignore_index)
+    h, y = h_all[valid], y_all[valid]
+    step = impl.chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
+    data = dict(word_counts=scorer.word_counts, context_norm_value=scorer.context_norm_value)
 
+    def nll(h_c, y_c, w_, b_):
+        logits = scorer.posterior(margin_logits(h_c, w_, b_, None, scorer=plain, **data))  # (n, V)
+        return -torch.log_softmax(logits, dim=-1).gather(1, y_c[:, None]).squeeze(1)
 
-@dataclass(frozen=True, kw_only=True)
-class LargeMarginLoss(FusedOutputs):
-    """Cross-entropy (eq. 4) of the large-margin logits of eq. 13: `scorer` (a `Scorer`: the margin φ, the scale, the
-    word and context norm scalings f, g; None: plain logits), `word_counts` (V,) for a word norm that reads them,
-    `context_norm_value` the max-norm's value (None: the batch's maximum). `top_k` as in `SoftmaxLoss`."""
-
-    scorer: Scorer | None = None
-    word_counts: torch.Tensor | None = None
-    context_norm_value: float | torch.Tensor | None = None
-    top_k: int | None = None
-
-    def __call__(self, rows, kernel=None):
-        return margin_cross_entropy(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)
+    per_row = map_chunks(nll, (h, y), (weight, bias), step, recompute=True)
+    return reduce_rows(per_row, valid, target.shape, rows.reduction, rows.num_items_in_batch).to(out_dtype)

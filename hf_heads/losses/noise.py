@@ -132,23 +132,10 @@ def noise_distribution(
     *,
     counts: torch.Tensor | None = None,
     ranks: torch.Tensor | None = None,
-    smoothing: float | None = None,
-    add: float | None = None,
 ) -> torch.Tensor:
     """D over `num_classes` classes, shape (C,), float64, summing to 1 (see the module docstring). `noise`: a config
-    value or a `Noise`; `smoothing` and `add` are the unigram noise's parameters given apart (the older form;
-    `noise="unigram"` alone is smoothing 1, add 0, as this function always had it)."""
-    if isinstance(noise, str) and noise == "unigram" and (smoothing is None or add is None):
-        noise = {"type": "unigram", "smoothing": 1.0 if smoothing is None else smoothing, "add": add or 0.0}
-    elif smoothing is not None or add is not None:
-        noise = {"type": noise, **({} if smoothing is None else {"smoothing": smoothing}),
-                 **({} if add is None else {"add": add})}  # fmt: skip
-    try:
-        component = make_noise(noise)
-    except OptionError as err:
-        if err.name.startswith("noise.") and err.field in ("smoothing", "add"):
-            raise OptionError(f"noise_{err.field}", err.value, err.allowed) from None
-        raise
+    value (a name, `{"type": name, **parameters}`, `"unigram:smoothing=0.5,add=1"`) or a `Noise`."""
+    component = make_noise(noise)
     check_number("num_classes", num_classes, minimum=2, integer=True)
     if counts is not None:
         counts = torch.as_tensor(counts, dtype=torch.float64)

@@ -34,10 +34,12 @@ Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation
 Each method is one registered component class (hf_heads.components, `register("sampling_method")`;
 `SAMPLING_METHODS`: `Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of both tables and its `reference`, its
 criteria written for one position from the equations: the term a candidate contributes to the CE denominator and
-to the BCE negatives (written with log(K·D(c)), K and C) and its posterior correction for each criterion.
-`sampled_loss` and `corrected_log_probs` apply them and write no per-method case of their own. A correction asks
-for `noise_probs` only where it uses D: CE-IS (eq. 14), BCE-IS (eq. 12), BCE-NCE (eq. 20) and the full criteria
-need none.
+to the BCE negatives (written with log(K·D(c)), K and C) and its posterior correction for each criterion. The
+criterion is a `Criterion` (hf_heads.losses.parts): a softmax one (CE) or a sigmoid one (BCE; MSE, which has no
+sampled form), which is all a method asks of it. `Sampled`, the candidates of `hf_heads.losses.output_loss` for a
+sampling method, and `Correction`, the posterior of a trained head (a `Scorer`'s `posterior`), apply them and write
+no per-method case of their own. A correction asks for `noise_probs` only where it uses D: CE-IS (eq. 14), BCE-IS
+(eq. 12), BCE-NCE (eq. 20) and the full criteria need none.
 
 Choices where the paper is silent (each is tested):
 - The CE criteria keep the target among the candidates of the denominator, with the same
@@ -65,38 +67,29 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from hf_heads.components import REGISTRIES, Component, component_base, make_component, register
 from hf_heads.losses._rows import (
     autocast_off,
-    check_labels,
     check_reduction,
     compute_dtype,
     counted_rows,
     gemm_dtype,
     linear_rows,
     reduce_rows,
-    valid_rows,
 )
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
-from hf_heads.losses.chunks import ChunkKernel, map_chunks, refuse_kernel, rows_per_chunk
-from hf_heads.losses.entry import OutputLoss
-from hf_heads.losses.margin import margin_cross_entropy, margin_logits
+from hf_heads.losses.chunks import refuse_kernel
 from hf_heads.losses.noise import check_noise_probs, draw_samples
-from hf_heads.losses.scorer import Scorer, resolve_scorer
+from hf_heads.losses.parts import Candidates, Criterion, make_criterion
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.losses.vocab_parallel import (
     margin_rows,
     same_samples,
     sharded_candidate_scores,
-    vocab_parallel_rows,
     vocab_shard,
 )
-from hf_heads.validation import OptionError, check_choice, check_number
-
-CRITERIA = ("ce", "bce", "mse")
-
+from hf_heads.validation import OptionError, check_number
 
 # ----------------------------------------------------------------------------- the methods
 
@@ -117,7 +110,13 @@ class SamplingMethod(Component, ABC):
     # whether the corrected scores can start at a checkpoint's posterior by a bias shift (`calibrate_bias`; CE-NCE's
     # σ-bounded output cannot represent it)
     ce_optimum_is_posterior: ClassVar[bool] = True
-    corrections_with_noise: ClassVar[tuple[str, ...]] = ()  # the criteria whose correction uses log D
+    # whether the correction of a softmax (CE) / a sigmoid (BCE) criterion uses log D
+    ce_correction_uses_noise: ClassVar[bool] = False
+    bce_correction_uses_noise: ClassVar[bool] = False
+
+    def correction_uses_noise(self, criterion: Criterion) -> bool:
+        """Whether the posterior correction of this method for `criterion` uses log D (the noise)."""
+        return self.ce_correction_uses_noise if criterion.softmax else self.bce_correction_uses_noise
 
     def ce_candidate(self, s: torch.Tensor, log_kd: torch.Tensor, num_samples: int, num_classes: int):
         """A candidate's term in the CE denominator log Σ exp(·) (the target is a candidate too)."""
@@ -135,13 +134,13 @@ class SamplingMethod(Component, ABC):
         """The weight of a sample's −log(1 − σ(z_k)), or None for 1."""
         return None
 
-    def correction(self, s, criterion: str, log_d, num_samples: int | None, num_classes: int) -> torch.Tensor:
+    def correction(self, s, criterion: Criterion, log_d, num_samples: int | None, num_classes: int) -> torch.Tensor:
         """log p̃(c|x) (before normalisation) from the trained scores s (*, C); log_d: log D (C,) or None."""
         raise NotImplementedError
 
     @abstractmethod
     def reference(
-        self, criterion: str, t: torch.Tensor, s: torch.Tensor, log_kd_t: torch.Tensor, log_kd: torch.Tensor,
+        self, criterion: Criterion, t: torch.Tensor, s: torch.Tensor, log_kd_t: torch.Tensor, log_kd: torch.Tensor,
         num_samples: int | None, num_classes: int,
     ) -> torch.Tensor:  # fmt: skip
         """The loss () of one position from its equation: the target's score t () and log(K·D) of it, the scores s
@@ -160,13 +159,11 @@ class Full(SamplingMethod):
     ce_is_softmax: ClassVar[bool] = True  # eq. 5
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
-        return s if criterion == "ce" else F.logsigmoid(s)
+        return s if criterion.softmax else F.logsigmoid(s)
 
     def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
-        if criterion == "mse":  # eq. 1
-            return (torch.sigmoid(t) - 1) ** 2 + (torch.sigmoid(s) ** 2).sum()
-        if criterion == "bce":  # eq. 3
-            return -torch.log(torch.sigmoid(t)) - torch.log(1 - torch.sigmoid(s)).sum()
+        if not criterion.softmax:  # eq. 1 (MSE) or eq. 3 (BCE): the criterion's own definition over every class
+            return criterion.reference(torch.cat([t[None], s])[None], torch.zeros(1, dtype=torch.long))[0]
         return -t + torch.log(torch.exp(t) + torch.exp(s).sum())  # eq. 5
 
 
@@ -178,13 +175,14 @@ class MCS(SamplingMethod):
 
     name: ClassVar[str] = "mcs"
     ce_is_softmax: ClassVar[bool] = True  # eq. 9: a softmax over the candidates
-    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+    ce_correction_uses_noise: ClassVar[bool] = True
+    bce_correction_uses_noise: ClassVar[bool] = True
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
-        return s + log_d if criterion == "ce" else s + (log_d + math.log(num_samples))
+        return s + log_d if criterion.softmax else s + (log_d + math.log(num_samples))
 
     def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
-        if criterion == "bce":  # eq. 7
+        if not criterion.softmax:  # eq. 7
             return -torch.log(torch.sigmoid(t)) - torch.log(1 - torch.sigmoid(s)).sum()
         return -t + torch.log(torch.exp(t) + torch.exp(s).sum())  # eq. 9, the target among the candidates
 
@@ -208,7 +206,7 @@ class IS(SamplingMethod):
 
     def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
         kd_t, kd = torch.exp(log_kd_t), torch.exp(log_kd)  # K·D(c)
-        if criterion == "bce":  # eq. 11
+        if not criterion.softmax:  # eq. 11
             return -torch.log(torch.sigmoid(t)) - (torch.log(1 - torch.sigmoid(s)) / kd).sum()
         return -t + torch.log(torch.exp(t) / kd_t + (torch.exp(s) / kd).sum())  # eq. 13
 
@@ -231,7 +229,8 @@ class CPS(SamplingMethod):
     (eq. 15) and enters the optimum (eq. 16)."""
 
     name: ClassVar[str] = "cps"
-    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+    ce_correction_uses_noise: ClassVar[bool] = True
+    bce_correction_uses_noise: ClassVar[bool] = True
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return s + math.log(num_classes / num_samples)
@@ -240,11 +239,11 @@ class CPS(SamplingMethod):
         return num_classes / num_samples
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
-        return s + log_d if criterion == "ce" else s + log_d + math.log(num_classes)
+        return s + log_d if criterion.softmax else s + log_d + math.log(num_classes)
 
     def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
         alpha = num_classes / num_samples
-        if criterion == "bce":  # eq. 15
+        if not criterion.softmax:  # eq. 15
             return -torch.log(torch.sigmoid(t)) - alpha * torch.log(1 - torch.sigmoid(s)).sum()
         return -t + torch.log(alpha * (torch.exp(t) + torch.exp(s).sum()))  # eq. 17
 
@@ -258,7 +257,7 @@ class NCE(SamplingMethod):
     name: ClassVar[str] = "nce"
     ce_is_softmax: ClassVar[bool] = True  # eq. 21: a softmax of σ(z) over the candidates
     ce_optimum_is_posterior: ClassVar[bool] = False
-    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce",)
+    ce_correction_uses_noise: ClassVar[bool] = True
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return torch.sigmoid(s - log_kd)
@@ -270,13 +269,13 @@ class NCE(SamplingMethod):
         return s - log_kd
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
-        if criterion == "ce":
+        if criterion.softmax:
             return torch.sigmoid(s - (log_d + math.log(num_samples))) + log_d
         return s
 
     def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
         z_t, z = t - log_kd_t, s - log_kd
-        if criterion == "bce":  # eq. 19
+        if not criterion.softmax:  # eq. 19
             return -torch.log(torch.sigmoid(z_t)) - torch.log(1 - torch.sigmoid(z)).sum()
         q_t, q = torch.sigmoid(z_t), torch.sigmoid(z)
         return -q_t + torch.log(torch.exp(q_t) + torch.exp(q).sum())  # eq. 21
@@ -298,17 +297,19 @@ def make_sampling_method(method: str | dict | SamplingMethod, field: str = "meth
 
 
 def validate_sampled_options(
-    criterion: str, method: str | dict | SamplingMethod, num_samples: int | None, num_classes: int | None
-) -> SamplingMethod:
-    """The sampling method of `method` (a config value or an object), after checking it with the criterion and K:
-    `OptionError` naming the field for an invalid criterion / method / K."""
-    check_choice("criterion", criterion, CRITERIA)
+    criterion: str | dict | Criterion, method: str | dict | SamplingMethod, num_samples: int | None,
+    num_classes: int | None,
+) -> SamplingMethod:  # fmt: skip
+    """The sampling method of `method` (a config value or an object), after checking it with the criterion (a
+    `Criterion` or its config value) and K: `OptionError` naming the field for an invalid criterion / method / K."""
+    criterion = make_criterion(criterion)
     sampler = make_sampling_method(method)
-    if criterion == "mse" and not isinstance(sampler, Full):
+    if not criterion.softmax and not criterion.sampled_form and not isinstance(sampler, Full):
         raise OptionError(
             "method",
             method,
-            "is not allowed: criterion='mse' has only method='full' (the paper defines no sampled MSE)",
+            f"is not allowed: criterion={criterion.name!r} has only method='full' (the paper defines no sampled "
+            f"{criterion.name.upper()})",
         )
     if not sampler.draws_samples:
         if not isinstance(sampler, Full):  # the criteria over every class are the fused kernels' (`full`)
@@ -326,35 +327,56 @@ def validate_sampled_options(
     return sampler
 
 
-@autocast_off
-def _correction_noise(sampler, criterion: str, method: str, noise_probs, num_classes: int) -> torch.Tensor | None:
-    """The noise probabilities D (C,), checked, when the posterior correction of `criterion` × `method` takes them,
+def _correction_noise(sampler, criterion: Criterion, noise_probs, num_classes: int) -> torch.Tensor | None:
+    """The noise probabilities D (C,), checked, when the posterior correction of `criterion` × the method takes them,
     else None."""
-    if criterion not in sampler.corrections_with_noise:
+    if not sampler.correction_uses_noise(criterion):
         return None
     if noise_probs is None:
-        raise ValueError(f"method={method!r} needs noise_probs for its correction")
+        raise ValueError(f"method={sampler.name!r} needs noise_probs for its correction")
     check_noise_probs(noise_probs, num_classes)
     return noise_probs
+
+
+@dataclass(frozen=True, eq=False)
+class Correction:
+    """The posterior of a model trained with `criterion` × `method` (module docstring table, eqs. 2-22): the map of
+    its scores s to log p̃(c|x) before normalisation, a `Scorer`'s `posterior` (the sampled family's evaluation loss
+    is the NLL of softmax(log p̃), `output_loss` with this posterior). Called on a block of scores (n, V_block) whose
+    first class is `offset` (a vocabulary shard's own classes), D (V,) given whole."""
+
+    criterion: Criterion
+    method: SamplingMethod
+    num_samples: int | None = None
+    noise_probs: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "criterion", make_criterion(self.criterion))
+        object.__setattr__(self, "method", make_sampling_method(self.method))
+
+    def __call__(self, scores: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        num_classes = self.noise_probs.shape[0] if self.noise_probs is not None else scores.shape[-1]
+        s = scores.to(compute_dtype(scores))
+        noise = _correction_noise(self.method, self.criterion, self.noise_probs, num_classes)
+        log_d = None
+        if noise is not None:
+            log_d = noise[offset : offset + scores.shape[-1]].to(device=s.device, dtype=s.dtype).log()
+        return self.method.correction(s, self.criterion, log_d, self.num_samples, num_classes)
 
 
 def corrected_log_probs(
     scores: torch.Tensor,
     *,
-    criterion: str,
-    method: str,
+    criterion: str | dict | Criterion,
+    method: str | dict | SamplingMethod,
     noise_probs: torch.Tensor | None = None,
     num_samples: int | None = None,
     normalize: bool = True,
 ) -> torch.Tensor:
     """log p(c|x) over the full vocabulary from the trained scores s (*, C) (table in the module
     docstring). `normalize=False` returns the unnormalised log p̃ of the paper's corrections."""
-    num_classes = scores.shape[-1]
-    sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
-    s = scores.to(compute_dtype(scores))
-    noise = _correction_noise(sampler, criterion, method, noise_probs, num_classes)
-    log_d = None if noise is None else noise.to(device=s.device, dtype=s.dtype).log()
-    out = sampler.correction(s, criterion, log_d, num_samples, num_classes)
+    validate_sampled_options(criterion, method, num_samples, scores.shape[-1])
+    out = Correction(criterion, method, num_samples, noise_probs)(scores)
     return torch.log_softmax(out, dim=-1) if normalize else out
 
 
@@ -377,7 +399,7 @@ def _log_kd(noise_probs: torch.Tensor, num_samples: int, like: torch.Tensor) -> 
 
 def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
     """Per-row loss of a sampling criterion from the target scores t (N,) and the sample scores s_k (N, K)."""
-    if criterion == "ce":
+    if criterion.softmax:
         u_t = sampler.ce_candidate(t, log_kd_t, num_samples, num_classes)  # (N,)
         u_k = sampler.ce_candidate(s_k, log_kd_k, num_samples, num_classes)  # (N, K)
         if hit is not None:
@@ -394,166 +416,76 @@ def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k
     return pos + neg.sum(1)
 
 
-@autocast_off
-def sampled_loss(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    target: torch.Tensor,
-    *,
-    criterion: str,
-    method: str,
-    num_samples: int | None = None,
-    noise_probs: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
-    samples: torch.Tensor | None = None,
-    remove_accidental_hits: bool = False,
-    scorer: Scorer | None = None,
-    word_counts: torch.Tensor | None = None,
-    context_norm_value: float | torch.Tensor | None = None,
-    reduction: str = "mean",
-    ignore_index: int = -100,
-    num_items_in_batch: int | torch.Tensor | None = None,
-    chunk_size: int | None = None,
-    loss_dtype: torch.dtype | None = None,
-    kernel: str | ChunkKernel | None = None,
-    **scorer_options,
-) -> torch.Tensor:
-    """The training criterion `criterion` × `method` (module docstring) of hidden (*, H) against
-    target (*) with output layer weight (C, H), bias (C,).
+@dataclass(frozen=True, eq=False)
+class Sampled(Candidates):
+    """The target and K classes drawn from the noise D (`noise_probs`, (C,)) once for the whole batch (with
+    `generator`, or given as `samples` (K,)), scored by the sampling `method` (module docstring: eqs. 7-21 for the
+    criterion, CE or BCE); `remove_accidental_hits` drops a sample equal to the row's target. No chunk kernel: the
+    K candidates' (N, K) scores are one small product (only the K rows of W are gathered)."""
 
-    K = `num_samples` classes are drawn from `noise_probs` (C,) once for the whole batch with
-    `generator` (or given as `samples` (K,)). The scorer s(c, x) and its data as in `margin_cross_entropy`
-    (`scorer`, or its keyword `scorer_options`: margin, m, scale, word_norm, context_norm, gain; the margin is
-    applied to the target logit). `reduction`, `ignore_index` and `num_items_in_batch` as in `F.cross_entropy` /
-    the transformers Trainer (sum divided by `num_items_in_batch`). Accumulated in float32 and returned in
-    `loss_dtype`, by default torch's rule for the loss of hidden, weight and bias (`fused_linear_cross_entropy`'s
-    `loss_dtype`: float32 under autocast, else their promoted dtype). `kernel`: the chunk kernel of the full
-    criteria (method "full", through the chunk engine, as in `fused_linear_cross_entropy`); the sampling methods
-    score their K candidates without it, and refuse one.
-    """
-    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
-    num_classes = weight.shape[0]
-    sampler = validate_sampled_options(criterion, method, num_samples, num_classes)
-    if sampler.draws_samples:
-        why = f"is for method='full' (through the chunk engine); method={method!r} scores its K candidates "
-        refuse_kernel(kernel, why + "without a chunk kernel: leave kernel unset")
-    check_reduction(reduction)
-    scorer = resolve_scorer(scorer, **scorer_options)
-    scorer.check_counts(word_counts, num_classes)
-    rows = dict(reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch)
-    if sampler.draws_samples:  # the K samples, shared by every position
-        if noise_probs is None:
-            raise ValueError(f"method={method!r} needs noise_probs (C,) to draw its samples from")
-        check_noise_probs(noise_probs, num_classes)
+    method: str | dict | SamplingMethod
+    num_samples: int
+    noise_probs: torch.Tensor
+    remove_accidental_hits: bool = False
+    samples: torch.Tensor | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", make_sampling_method(self.method))
+        if not self.method.draws_samples:
+            raise OptionError(
+                "method", self.method.name, "draws no samples: every class is a candidate, use candidates=Full()"
+            )
+        check_number("num_samples", self.num_samples, minimum=1, integer=True)
+
+    @autocast_off
+    def loss(self, rows, scorer, criterion, returns, impl):
+        refuse_kernel(impl.kernel, "is for the chunked passes of Full candidates; a sampling method scores its K "
+                      "candidates without a chunk kernel: leave it unset")  # fmt: skip
+        if returns:
+            raise OptionError("returns", list(returns), "is for Full candidates (a sampled criterion sees no softmax "
+                              "over every class)")  # fmt: skip
+        hidden, weight, bias, target = rows.tensors()
+        out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
+        num_classes, sampler, num_samples = weight.shape[0], self.method, self.num_samples
+        validate_sampled_options(criterion, sampler, num_samples, num_classes)
+        check_reduction(rows.reduction)
+        scorer.check_counts(scorer.word_counts, num_classes)
+        data = (scorer.word_counts, scorer.context_norm_value)
+        check_noise_probs(self.noise_probs, num_classes)
+        samples = self.samples  # the K samples, shared by every position
         if samples is None:
-            samples = draw_samples(noise_probs.to(weight.device), num_samples, generator)
+            samples = draw_samples(self.noise_probs.to(weight.device), num_samples, self.generator)
         elif samples.shape != (num_samples,):
             raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
-    shard = vocab_shard(weight) if sampler.draws_samples else None
-    if shard is not None:  # W a DTensor sharded on its rows: the K candidates' scores from the processes holding them
-        samples = same_samples(samples, shard)  # the first process's draw: the noise is drawn once
-        h, f, t, b, y, valid = margin_rows(
-            scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index, target_logit=True
-        )
-        s_k = sharded_candidate_scores(h, shard, b, f, samples, scorer.softcap)  # (N, K)
-        log_kd = _log_kd(noise_probs, num_samples, h)  # (C,)
-        hit = samples[None, :] == y[:, None] if remove_accidental_hits else None
-        per_row = _sampled_rows(
-            sampler, criterion, soft_cap(t, scorer.softcap), s_k, log_kd[y], log_kd[samples], hit, num_samples,
-            num_classes,
-        )  # fmt: skip
-        return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep=valid).to(out_dtype)
-    if not sampler.draws_samples:  # CE, BCE or MSE over all C classes: the fused chunks, gradients in the forward pass
-        return margin_cross_entropy(
-            hidden,
-            weight,
-            bias,
-            target,
-            scorer=scorer,
-            word_counts=word_counts,
-            context_norm_value=context_norm_value,
-            chunk_size=chunk_size,
-            criterion=criterion,
-            loss_dtype=out_dtype,
-            kernel=kernel,
-            **rows,
-        )
-    # W in its dtype (a half model: no float32 copy of W; the K candidate rows gathered), the rows in float32
-    h_all, w, b, y_all, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
-    gemm = gemm_dtype(h_all, w)  # the candidates' product: the autocast or half dtype, else float32 / float64
-    h_all = h_all.to(compute_dtype(h_all, w))
-    h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
-    h2, f, t, b = scorer.scaled_rows(h, w, b, y, word_counts, context_norm_value, keep)  # (N, H), (C,), (N,), (C,)
-    log_kd = _log_kd(noise_probs, num_samples, h)  # (C,)
-    s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
-    hit = samples[None, :] == y[:, None] if remove_accidental_hits else None  # (N, K) accidental hits
-    per_row = _sampled_rows(sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes)
-    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch, keep).to(out_dtype)
-
-
-@autocast_off
-def corrected_nll(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    target: torch.Tensor,
-    *,
-    criterion: str,
-    method: str,
-    noise_probs: torch.Tensor | None = None,
-    num_samples: int | None = None,
-    reduction: str = "mean",
-    ignore_index: int = -100,
-    num_items_in_batch: int | torch.Tensor | None = None,
-    chunk_size: int | None = None,
-    scorer: Scorer | None = None,
-    word_counts: torch.Tensor | None = None,
-    context_norm_value: float | torch.Tensor | None = None,
-    loss_dtype: torch.dtype | None = None,
-    **scorer_options,
-) -> torch.Tensor:
-    """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior (the evaluation loss:
-    exp of its mean is the perplexity), in chunks of rows; no margin (inference logits). The scorer as in
-    `margin_logits`: `scorer`, or its keyword `scorer_options`, its margin dropped. Computed in float32 and returned
-    in `loss_dtype`, by default torch's rule (as `sampled_loss`)."""
-    out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
-    check_reduction(reduction)
-    scorer = resolve_scorer(scorer, **scorer_options).without_margin()
-    scorer.check_counts(word_counts, weight.shape[0])
-    shard = vocab_shard(weight)
-    if shard is not None:  # W a DTensor sharded on its rows: each process corrects its own classes' scores
-        sampler = validate_sampled_options(criterion, method, num_samples, weight.shape[0])
-        noise = shard.rows(_correction_noise(sampler, criterion, method, noise_probs, weight.shape[0]))  # (V_r,)
-        log_d = None if noise is None else noise.to(compute_dtype(shard.local)).log()
-
-        def correct(z):  # (n, V_r): log p̃ of this process's classes, normalised over all of them after
-            return sampler.correction(
-                z, criterion, None if log_d is None else log_d.to(z), num_samples, weight.shape[0]
+        counting = (rows.reduction, rows.num_items_in_batch)
+        shard = vocab_shard(weight)
+        if shard is not None:  # W a DTensor sharded on its rows: each candidate's score from the process holding it
+            samples = same_samples(samples, shard)  # the first process's draw: the noise is drawn once
+            h, f, t, b, y, valid = margin_rows(
+                scorer, hidden, shard, bias, target, *data, rows.ignore_index, target_logit=True
             )
-
-        h, f, _, b, y, valid = margin_rows(
-            scorer, hidden, shard, bias, target, word_counts, context_norm_value, ignore_index
+            s_k = sharded_candidate_scores(h, shard, b, f, samples, scorer.softcap)  # (N, K)
+            log_kd = _log_kd(self.noise_probs, num_samples, h)  # (C,)
+            hit = samples[None, :] == y[:, None] if self.remove_accidental_hits else None
+            per_row = _sampled_rows(
+                sampler, criterion, soft_cap(t, scorer.softcap), s_k, log_kd[y], log_kd[samples], hit, num_samples,
+                num_classes,
+            )  # fmt: skip
+            return reduce_rows(per_row, valid, target.shape, *counting[:1], counting[1], keep=valid).to(out_dtype)
+        # W in its dtype (a half model: no float32 copy of W; the K candidate rows gathered), the rows in float32
+        h_all, w, b, y_all, valid = linear_rows(
+            hidden, weight, bias, target, rows.ignore_index, rows.reduction, keep_dtype=True
         )
-        losses, _, _, _ = vocab_parallel_rows(
-            h, y, shard, b, column_scale=f, softcap=scorer.softcap, chunk_size=chunk_size, transform=correct
-        )
-        return reduce_rows(losses, valid, target.shape, reduction, num_items_in_batch, keep=valid).to(out_dtype)
-    h_all, y_all, valid = valid_rows(hidden, target, ignore_index)
-    check_labels(y_all, weight.shape[0], ignore_index)
-    h, y = h_all[valid], y_all[valid]
-    step = chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
-    data = dict(word_counts=word_counts, context_norm_value=context_norm_value)
-
-    def rows(h_c, y_c, w_, b_):
-        scores = margin_logits(h_c, w_, b_, None, scorer=scorer, **data)  # (n, C)
-        logp = corrected_log_probs(
-            scores, criterion=criterion, method=method, noise_probs=noise_probs, num_samples=num_samples
-        )
-        return -logp.gather(1, y_c[:, None]).squeeze(1)
-
-    per_row = map_chunks(rows, (h, y), (weight, bias), step, recompute=True)
-    return reduce_rows(per_row, valid, target.shape, reduction, num_items_in_batch).to(out_dtype)
+        gemm = gemm_dtype(h_all, w)  # the candidates' product: the autocast or half dtype, else float32 / float64
+        h_all = h_all.to(compute_dtype(h_all, w))
+        h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
+        h2, f, t, b = scorer.scaled_rows(h, w, b, y, *data, keep)  # (N, H), (C,), (N,), (C,)
+        log_kd = _log_kd(self.noise_probs, num_samples, h)  # (C,)
+        s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
+        hit = samples[None, :] == y[:, None] if self.remove_accidental_hits else None  # (N, K) accidental hits
+        per_row = _sampled_rows(sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes)
+        return reduce_rows(per_row, valid, target.shape, *counting, keep).to(out_dtype)
 
 
 def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:
@@ -561,96 +493,3 @@ def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:
     scores are self-normalised)."""
     log_z = torch.logsumexp(log_scores.reshape(-1, log_scores.shape[-1]).float(), dim=-1)
     return float(log_z.mean()), float(log_z.std()) if log_z.numel() > 1 else 0.0
-
-
-class SampledLoss(nn.Module):
-    """`nn.Module` form of `sampled_loss` with the options fixed at construction."""
-
-    def __init__(
-        self,
-        criterion: str,
-        method: str,
-        num_samples: int | None = None,
-        noise_probs: torch.Tensor | None = None,
-        *,
-        remove_accidental_hits: bool = False,
-        reduction: str = "mean",
-        ignore_index: int = -100,
-        **scorer_kwargs,
-    ) -> None:
-        """`scorer_kwargs`: `scorer` or its keyword options, `word_counts`, `context_norm_value`, `chunk_size`
-        (as in `sampled_loss`)."""
-        super().__init__()
-        validate_sampled_options(criterion, method, num_samples, None if noise_probs is None else noise_probs.numel())
-        self.criterion, self.method, self.num_samples = criterion, method, num_samples
-        self.remove_accidental_hits = remove_accidental_hits
-        self.reduction, self.ignore_index = reduction, ignore_index
-        self.scorer_kwargs = scorer_kwargs
-        self.register_buffer("noise_probs", noise_probs, persistent=False)
-
-    def forward(self, hidden, weight, bias, target, num_items_in_batch=None, generator=None, samples=None):
-        return sampled_loss(
-            hidden,
-            weight,
-            bias,
-            target,
-            criterion=self.criterion,
-            method=self.method,
-            num_samples=self.num_samples,
-            noise_probs=self.noise_probs,
-            generator=generator,
-            samples=samples,
-            remove_accidental_hits=self.remove_accidental_hits,
-            reduction=self.reduction,
-            ignore_index=self.ignore_index,
-            num_items_in_batch=num_items_in_batch,
-            **self.scorer_kwargs,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class SampledOptions(OutputLoss):
-    """The criterion, the sampling method and its K, the noise distribution D (C,) and the scorer of a sampled
-    criterion (`sampled_loss` documents each)."""
-
-    criterion: str
-    method: str | dict | SamplingMethod
-    num_samples: int | None = None
-    noise_probs: torch.Tensor | None = None
-    scorer: Scorer | None = None
-    word_counts: torch.Tensor | None = None
-    context_norm_value: float | torch.Tensor | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class SampledCriterion(SampledOptions):
-    """The training criterion `criterion` × `method` (eqs. 7-21; eqs. 1, 3, 5 for method "full"); the K samples drawn
-    once for the batch from `noise_probs` with `generator` (or given as `samples` (K,)); `remove_accidental_hits`
-    drops a sample equal to the row's target."""
-
-    generator: torch.Generator | None = None
-    samples: torch.Tensor | None = None
-    remove_accidental_hits: bool = False
-
-    def runs_kernel(self, rows):
-        """Method "full" only (the fused chunks); a sampling method scores its K candidates without a kernel."""
-        return not make_sampling_method(self.method).draws_samples and super().runs_kernel(rows)
-
-    def __call__(self, rows, kernel=None):
-        return sampled_loss(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CorrectedNLL(SampledOptions):
-    """−log p(c|x) of the corrected, normalised full-vocabulary posterior of the criterion × method (eqs. 2-22): the
-    sampled family's evaluation loss, without the margin. It runs no chunk kernel (its chunks are recomputed under
-    activation checkpointing)."""
-
-    def runs_kernel(self, rows):
-        return False
-
-    def __call__(self, rows, kernel=None):
-        refuse_kernel(
-            kernel, "is not used by the corrected NLL, whose chunks run in eager PyTorch: leave kernel unset"
-        )
-        return corrected_nll(*rows.tensors(), **self.options(), **rows.counting.kwargs())

@@ -555,7 +555,14 @@ def weight_rows(
 @dataclass(frozen=True)
 class Scorer:
     """Eq. 13's scorer with the checkpoint's output transform (module docstring), validated on construction (an
-    invalid scorer never exists). `Scorer.from_options` builds one from option values (margin given by name)."""
+    invalid scorer never exists). `Scorer.from_options` builds one from option values (margin given by name). The
+    identity, `Scorer()`, is the plain linear layer W h + b.
+
+    Its data, given per call (`given`) and not compared: `word_counts` (V,), what a word norm that needs counts
+    reads; `context_norm_value`, a fixed g for a batch context norm (the heads' running max-norm at evaluation);
+    `posterior`, a map of the scores to the logits of the model's distribution, applied after the transform (the
+    sampled family's corrected posterior, sampling paper eqs. 2-22: a function of the (n, V) scores and the column
+    offset of their block; the `Full` candidates then run its chunks in eager PyTorch)."""
 
     margin: Margin = NoMargin()
     scale: float | None = None
@@ -564,6 +571,9 @@ class Scorer:
     gain: float = 1.0
     logit_multiplier: float = 1.0
     softcap: float | None = None
+    word_counts: torch.Tensor | None = dataclasses.field(default=None, compare=False, repr=False)
+    context_norm_value: float | torch.Tensor | None = dataclasses.field(default=None, compare=False, repr=False)
+    posterior: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.margin, Margin):
@@ -608,6 +618,19 @@ class Scorer:
         """The same scorer with no margin (the inference logits)."""
         return dataclasses.replace(self, margin=NoMargin())
 
+    def given(self, **data) -> Scorer:
+        """The same scorer with its data (`word_counts`, `context_norm_value`, `posterior`) set (the class
+        docstring)."""
+        unknown = set(data) - {"word_counts", "context_norm_value", "posterior"}
+        if unknown:
+            raise TypeError(f"Scorer.given takes word_counts, context_norm_value and posterior, not {sorted(unknown)}")
+        return dataclasses.replace(self, **data)
+
+    @property
+    def identity(self) -> bool:
+        """Whether l(c, i) = W_c · h_i + b_c as it is (no margin, norms, gain, transform or posterior)."""
+        return self == Scorer() and self.posterior is None
+
     @property
     def needs_counts(self) -> bool:
         """Whether the word norm f needs the training word counts."""
@@ -648,7 +671,7 @@ class Scorer:
         weight_grad: WeightGradSlot | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """`factors` (a, s, t, b), then W as the fused loss should take it: with `weight_grad` (a `WeightGradSlot`,
-        given to `fused_linear_cross_entropy` too) a view of W whose gradient from that loss also takes the norms'
+        given to `chunked_loss` too) a view of W whose gradient from that loss also takes the norms'
         and target rows' part in place (no second (V, H) buffer); without it W itself."""
         compute = compute_dtype(hidden, weight)
         hidden = hidden.to(compute)  # (N, H)

@@ -13,19 +13,19 @@ with Ω_k the k largest logits of the row. Choices where the paper is silent (ea
   gradient pushes its logit up and the top-k logits down.
 - Label smoothing ε (the paper's seq2seq runs use 0.1) mixes eq. 5 with the uniform distribution
   over Ω_k: (1 − ε)·L_sparse + ε·(log Σ_{Ω_k} exp z − mean_{Ω_k} z).
-- `sparse_linear_cross_entropy` runs on chunks of rows with the gradients computed chunk by
-  chunk (hf_heads.losses.fused_linear) and never materialises the (N, V) logits.
+
+Here: eqs. 4-5 on given logits (`sparse_softmax`, `sparse_log_softmax`, `sparse_softmax_cross_entropy` and its module
+`SparseSoftmaxCrossEntropy`, `truncate_to_top_k`). Of an output layer, without the (N, V) logits: eq. 5 is the
+`CrossEntropy(top_k=k)` criterion of `hf_heads.losses.output_loss` (chunked; `sparse_linear_cross_entropy` in
+hf_heads.losses.presets).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, loss_dtype, reduce_rows
-from hf_heads.losses.fused_linear import FusedOutputs, fused_linear_cross_entropy
 from hf_heads.validation import OptionError, check_number
 
 
@@ -90,20 +90,6 @@ def sparse_softmax_cross_entropy(
     return reduce_rows(loss, valid, target.shape, reduction, num_items_in_batch).to(loss_dtype(z))
 
 
-def sparse_linear_cross_entropy(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    target: torch.Tensor,
-    k: int,
-    **kwargs,
-) -> torch.Tensor:
-    """Eq. 5 of `hidden @ weight.T + bias` without materialising the (N, V) logits (chunked,
-    gradients chunk by chunk). kwargs as in `fused_linear_cross_entropy`."""
-    check_k(k)
-    return fused_linear_cross_entropy(hidden, weight, bias, target, top_k=k, **kwargs)
-
-
 class SparseSoftmaxCrossEntropy(nn.Module):
     """`nn.Module` form of `sparse_softmax_cross_entropy`."""
 
@@ -122,16 +108,3 @@ class SparseSoftmaxCrossEntropy(nn.Module):
             label_smoothing=self.label_smoothing,
             num_items_in_batch=num_items_in_batch,
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class SparseSoftmaxLoss(FusedOutputs):
-    """The sparse-softmax loss (eq. 5): the log-sum-exp over the row's `k` largest logits (the target kept beside
-    them), label smoothing over that support; the output transform as in `SoftmaxLoss`."""
-
-    k: int
-    logit_multiplier: float = 1.0
-    softcap: float | None = None
-
-    def __call__(self, rows, kernel=None):
-        return sparse_linear_cross_entropy(*rows.tensors(), **self.options(), **rows.counting.kwargs(), kernel=kernel)

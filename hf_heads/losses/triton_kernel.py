@@ -40,7 +40,7 @@ import torch
 
 from hf_heads.components import register
 from hf_heads.losses._rows import HALF_DTYPES, full_precision
-from hf_heads.losses.chunks import CRITERIA, KERNEL_ENV, ChunkOptions, Grads
+from hf_heads.losses.chunks import ChunkOptions, Grads
 from hf_heads.losses.kernels import EagerKernel, _linear_grads, _raw_logits
 from hf_heads.validation import OptionError
 
@@ -133,16 +133,16 @@ class TritonKernel(EagerKernel):
             object.__delattr__(self, "max_block")
 
     def _compare_with_eager(self, device, h, w, b, t, y) -> None:
-        from hf_heads.losses.fused_linear import fused_linear_cross_entropy
+        from hf_heads.losses.fused_linear import chunked_loss
+        from hf_heads.losses.parts import CrossEntropy
 
-        for options in ({}, {"target": t, "softcap": 5.0, "label_smoothing": 0.1}):
+        for options in ({}, {"target": t, "softcap": 5.0, "criterion": CrossEntropy(label_smoothing=0.1)}):
             results = {}
             for name, kernel in (("eager", "eager"), (self.name, self)):  # this instance: its lowered tile width
                 inputs = [x.to(device).requires_grad_() for x in (h, w, b, options.get("target", t))]
-                loss = fused_linear_cross_entropy(
+                loss = chunked_loss(
                     *inputs[:3], y.to(device), target_logit=inputs[3] if "target" in options else None,
-                    softcap=options.get("softcap"), label_smoothing=options.get("label_smoothing", 0.0),
-                    chunk_size=4, kernel=kernel,
+                    softcap=options.get("softcap"), criterion=options.get("criterion"), chunk_size=4, kernel=kernel,
                 )  # fmt: skip
                 grads = torch.autograd.grad(loss, inputs, allow_unused=True)
                 results[name] = [loss, *(x for x in grads if x is not None)]
@@ -151,7 +151,7 @@ class TritonKernel(EagerKernel):
                     raise RuntimeError(
                         f"the {self.name} chunk kernel disagrees with the eager one on {device} (options "
                         f"{sorted(options)}): max difference {float((got - want).detach().abs().max()):.3g}; "
-                        f"run with {KERNEL_ENV}=eager"
+                        "use the eager kernel: model.set_head_options(chunk_kernel='eager'), or kernel='eager'"
                     )
 
     def _launch(
@@ -170,11 +170,11 @@ class TritonKernel(EagerKernel):
         s = opts.column_scale
         flags = dict(HAS_T=t is not None, SOFTCAP=opts.softcap is not None, GRAD=row_weight is not None)
         flags.update(HAS_B=b is not None, HAS_S=s is not None)
-        flags["CRITERION"] = CRITERIA.index(opts.criterion)  # 0 ce, 1 bce, 2 mse
-        z_loss = opts.z_loss > 0 and opts.criterion == "ce" and row_weight is not None
+        flags["CRITERION"] = opts.criterion.code  # the program's criterion (hf_heads.losses.parts)
+        z_loss = opts.z_loss > 0 and opts.criterion.softmax and row_weight is not None
         flags.update(Z_LOSS=z_loss, HAS_LSE=lse is not None, PRED=pred is not None)
         flags["RANK"] = pred is not None and pred.shape[1] > 1
-        ent_grad = ent_weight is not None and row_weight is not None and opts.criterion == "ce"
+        ent_grad = ent_weight is not None and row_weight is not None and opts.criterion.softmax
         if ent_grad and ent is None:
             ent = torch.empty(n, dtype=compute, device=z.device)  # pass 1 computes it for pass 2
         flags.update(ENT=ent is not None, ENT_GRAD=ent_grad)

@@ -60,7 +60,8 @@ from hf_heads.losses._rows import (
     reduce_rows,
     valid_rows,
 )
-from hf_heads.losses.chunks import rows_per_chunk
+from hf_heads.losses.chunks import CROSS_ENTROPY, rows_per_chunk
+from hf_heads.losses.parts import Criterion
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.validation import OptionError
 
@@ -300,17 +301,18 @@ def _target_rank(z: torch.Tensor, y: torch.Tensor, own: torch.Tensor, shard: Voc
 
 
 def _chunk_losses(
-    h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: int, criterion: str, transform,
-    want_ent: bool = False,
+    h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: int, criterion: Criterion,
+    transform, want_ent: bool = False,
 ):  # fmt: skip
     """(loss (n,), lse (n,), predictions (n, want_pred): the argmax and, for 2, the target's rank (`_target_rank`),
     entropy (n,) or an empty tensor) of rows h (n, H) (already through `copy_in`) with labels y (n,) (global ids),
     against this process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit (before the soft-cap)
     or None. The predictions and ranks read the logits before the target's is replaced (without a margin, as the
-    one-process kernels), the entropy the support the loss takes (`want_ent`, "ce" only). `criterion`: "ce", or the
-    full "bce" / "mse" of the sampling paper (eqs. 3, 1; their lse is 0). `transform`: a function of this process's
-    logits (n, V_r) applied before the softmax (the sampled family's posterior correction, column by column), or
-    None."""
+    one-process kernels), the entropy the support the loss takes (`want_ent`, cross-entropy only). `criterion`: a
+    `Criterion`; a sigmoid one (the full BCE / MSE of the sampling paper, eqs. 3, 1; their lse is 0) sums its
+    per-class terms over the processes, Σ_c negative(z_c) + positive(z_y) − negative(z_y). `transform`: a function
+    of this process's logits (n, V_r) applied before the softmax (the sampled family's posterior correction, column
+    by column), or None."""
     z = h @ w.T  # (n, V_r) in the compute dtype
     if s is not None:
         z = z * s
@@ -336,11 +338,9 @@ def _chunk_losses(
         z_y = reduce_sum(torch.where(inside, t, 0.0), shard)
     else:
         z_y = own  # (n,)
-    if criterion == "bce":  # Σ_c softplus(z_c) − z_y
-        return reduce_sum(torch.nn.functional.softplus(z).sum(1), shard) - z_y, torch.zeros_like(z_y), pred, ent
-    if criterion == "mse":  # Σ_c σ(z_c)² − 2σ(z_y) + 1
-        squares = reduce_sum(torch.sigmoid(z).square().sum(1), shard)
-        return squares - 2 * torch.sigmoid(z_y) + 1, torch.zeros_like(z_y), pred, ent
+    if not criterion.softmax:  # Σ_c negative(z_c) over every process's classes, the target's term corrected
+        total = reduce_sum(criterion.negative(z).sum(1), shard)
+        return total + criterion.positive(z_y) - criterion.negative(z_y), torch.zeros_like(z_y), pred, ent
     support = shard.num_classes
     kept = z
     if top_k is not None and top_k < shard.num_classes:
@@ -511,7 +511,7 @@ def vocab_parallel_rows(
     softcap: float | None = None,
     want_pred: int = 0,
     chunk_size: int | None = None,
-    criterion: str = "ce",
+    criterion: Criterion = CROSS_ENTROPY,
     transform=None,
     want_ent: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

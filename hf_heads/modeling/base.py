@@ -227,6 +227,17 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self._record_statistics(hidden, labels)
         return out
 
+    def generate(self, *args, **kwargs):
+        """`GenerationMixin.generate`, first refusing a beam width the head's distribution cannot serve (a sparse
+        head gives every token outside its top decode_k probability 0: wider beams would continue with them)."""
+        self.check_generation(kwargs)
+        return super().generate(*args, **kwargs)
+
+    def check_generation(self, kwargs: dict) -> None:
+        """The head's refusal of a `generate` call's beam width (`OutputHead.check_generation`)."""
+        config = kwargs.get("generation_config") or self.generation_config
+        self.head.check_generation(int(kwargs.get("num_beams") or getattr(config, "num_beams", None) or 1))
+
     def _wants_logits(self, labels) -> bool:
         return labels is None or not (self.training or self._skip_logits)
 

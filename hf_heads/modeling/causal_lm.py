@@ -158,6 +158,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         its own (mamba, mamba2, falcon_mamba, rwkv, xlstm, minimax) generates through that class: its cache and
         generation hooks, this model's backbone and head (`recurrent_generator`)."""
         if stateful_generation(self.config.backbone):
+            self.check_generation(kwargs)
             return self.recurrent_generator().generate(*args, **kwargs)
         if not takes_cache(self.backbone):  # no cache to keep (openai-gpt): every step reads the whole sequence, as
             kwargs["use_cache"] = False  # the backbone's own class does (a cache would cut the input to new tokens)

@@ -242,7 +242,7 @@ MUTANTS: list[Mutant] = [
     m("resume-refused-by-output-dir", "cli/resume.py", "and not overwrite and not resume:", "and not overwrite:",
       selection(f"{CLI}::test_a_run_resumes_or_overwrites_only_when_asked"),
       "resuming into the run's own output_dir refused"),
-    m("same-head-compares-calibration", "cli/resume.py", "return strip(a) == strip(b)", "return a == b",
+    m("same-head-compares-calibration", "heads/registry.py", "return strip(a) == strip(b)", "return a == b",
       selection("tests/test_legacy_checkpoints.py::test_run_scripts_compare_a_legacy_head_section_with_todays_flags"),
       "a checkpoint's calibrated gain makes its head differ from the flags'"),
     # ---------------------------------------------------------------- cli/runs.py

@@ -22,7 +22,8 @@ class TemperedIS(SamplingMethod):
 
     name: ClassVar[str] = "toy-tempered-is"
     example: ClassVar[dict] = {"power": 0.5}
-    corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+    ce_correction_uses_noise: ClassVar[bool] = True
+    bce_correction_uses_noise: ClassVar[bool] = True
 
     power: float = 1.0
 
@@ -39,12 +40,12 @@ class TemperedIS(SamplingMethod):
         return torch.exp(-self.power * log_kd)
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
-        if criterion == "ce":
+        if criterion.softmax:  # cross-entropy; else BCE
             return s + (1 - self.power) * log_d
         return s + (1 - self.power) * (log_d + torch.log(torch.tensor(float(num_samples), dtype=s.dtype)))
 
     def reference(self, criterion, t, s, log_kd_t, log_kd, num_samples, num_classes):
         w_t, w = torch.exp(-self.power * log_kd_t), torch.exp(-self.power * log_kd)  # (K·D)^−power
-        if criterion == "bce":
+        if not criterion.softmax:
             return -torch.log(torch.sigmoid(t)) - (w * torch.log(1 - torch.sigmoid(s))).sum()
         return -t + torch.log(w_t * torch.exp(t) + (w * torch.exp(s)).sum())
