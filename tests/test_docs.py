@@ -6,9 +6,15 @@
   order, one namespace per page, in a temporary directory; a block after `<!-- docs-test: slow -->` runs only in the
   slow test; a block after `<!-- docs-test: skip REASON -->` is not run and must say why. The run_scripts command
   lines of the guides and the README are parsed by each script's own argument parser (flags and head options).
-- The built site (one build per module, about 30 s): shapes in docstrings keep their stars, no table is rendered as
-  code, the search index ranks the guides above the API reference and holds no result file, and, where chromium is
-  installed, the site's search lists a guide or the options page first for the queries `make docs` checks.
+- The built site (one build per test session, about 30 s, its tests on one xdist worker: the `site` group): every
+  signature of the API pages is the imported object's (a function renamed or removed in the code but still on a page
+  fails the build, one whose parameters changed shows them), shapes in docstrings keep their stars, no table is
+  rendered as code, the search index ranks the guides above the API reference and holds no result file; and in
+  Debian's headless chromium (`make test` installs it; without it these two tests skip, unless
+  HF_HEADS_REQUIRE_BROWSER=1, which `make test` sets, makes that a failure) the pages `make docs` checks render
+  (equations as MathML, `margin_cross_entropy` with its signature) and the site's search lists a guide or the
+  options page first for its queries.
+- Every dotted `hf_heads.` name the guides, the API pages and the README write in backticks imports.
 """
 
 from __future__ import annotations
@@ -58,11 +64,15 @@ def run_page(name: str, tmp_path: Path, include_slow: bool) -> dict:
     return namespace
 
 
-@pytest.fixture(scope="module")
+# The tests of the built site run on one xdist worker (`--dist loadgroup`, pyproject.toml), which builds it once.
+SITE = pytest.mark.xdist_group("site")
+
+
+@pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
-    """The site built once per module by `mkdocs build --strict` (about 30 s); a warning fails every test using it.
-    The tests on the built site are slow (`make test-all`); `make docs` builds it the same way and checks its search in
-    a browser."""
+    """The site built once per test session by `mkdocs build --strict` (about 30 s), as `make docs` builds it; a
+    warning (a broken link, a name a page renders that does not import, a public name without a docstring) fails
+    every test using it."""
     out = tmp_path_factory.mktemp("site") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     mkdocs = Path(sys.executable).with_name("mkdocs")
@@ -73,7 +83,7 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.slow
+@SITE
 def test_site_builds_strict(site):
     """`mkdocs build --strict` into a temporary directory: no warning at all."""
     page = (site / "api" / "losses.html").read_text(encoding="utf-8")
@@ -82,12 +92,68 @@ def test_site_builds_strict(site):
     assert "--word_norm" in options and "--num_samples" in options
 
 
+@SITE
+def test_api_pages_show_the_signatures_of_the_code(site):
+    """Every function, method and class an API page renders imports, and its rendered signature has the imported
+    object's parameters, order and literal defaults (docs/screenshot.py's `signature_mismatches`)."""
+    screenshot = _docs_module("screenshot")
+    checked, failures = [], []
+    for page in sorted((site / "api").glob("*.html")):
+        page_checked, page_failures = screenshot.signature_mismatches(page.read_text(encoding="utf-8"))
+        checked += page_checked
+        failures += [f"{page.name}: {f}" for f in page_failures]
+    assert not failures, "\n".join(failures)
+    assert {"hf_heads.losses.margin_cross_entropy", "hf_heads.HeadsForCausalLM.from_base"} <= set(checked)
+    assert len(checked) > 200, len(checked)
+
+
+SIGNATURE_PAGE = """
+<h3 id="hf_heads.losses.margin_cross_entropy" class="doc doc-heading">
+<code class="doc-symbol doc-symbol-heading doc-symbol-function"></code> <span>margin_cross_entropy</span></h3>
+<div class="doc-signature highlight"><pre><code><span class="nf">margin_cross_entropy</span>(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    target: Tensor,
+    *,
+{keywords}
+) -&gt; Tensor</code></pre></div>
+"""
+
+
+def test_the_signature_check_catches_a_stale_or_renamed_api():
+    """What `signature_mismatches` compares with the imported function: the live signature passes, a parameter the
+    function does not have (or lacks), a changed default and a function that does not import fail."""
+    import inspect
+
+    from hf_heads.losses import margin_cross_entropy
+
+    screenshot = _docs_module("screenshot")
+    keywords = [
+        f"    {p.name}{'' if p.default is p.empty else ' = ' + repr(p.default)},"
+        if p.kind is p.KEYWORD_ONLY
+        else f"    **{p.name},"
+        for p in list(inspect.signature(margin_cross_entropy).parameters.values())[4:]
+    ]
+    live = SIGNATURE_PAGE.format(keywords="\n".join(keywords))
+    assert screenshot.signature_mismatches(live) == (["hf_heads.losses.margin_cross_entropy"], [])
+    stale = live.replace("    scorer = None,", '    scorer = None,\n    margin: str = "none",')
+    [failure] = screenshot.signature_mismatches(stale)[1]
+    assert "rendered (hidden, weight, bias, target, *, scorer, margin, word_counts," in failure, failure
+    assert "ignore_index = -1 rendered" in screenshot.signature_mismatches(live.replace("= -100", "= -1"))[1][0]
+    renamed = live.replace("margin_cross_entropy", "margin_crossentropy")
+    assert "does not import" in screenshot.signature_mismatches(renamed)[1][0]
+    assert screenshot.signature_mismatches(live, ("hf_heads.losses.margin_logits",))[1] == [
+        "hf_heads.losses.margin_logits: not rendered"
+    ]
+
+
 # an emphasis tag right inside a shape: "(<em>, H) against labels (</em>)" is what `(*, H) ... (*)` renders to when
 # Markdown takes the stars for emphasis
 EMPHASISED_SHAPE = re.compile(r"\(</?em>\s*[,)]|,\s*</?em>\)")
 
 
-@pytest.mark.slow
+@SITE
 def test_shapes_keep_their_stars_on_the_api_pages(site):
     pages = sorted((site / "api").glob("*.html"))
     found = [
@@ -118,7 +184,7 @@ def tables_in_code(html_text: str) -> list[str]:
     return found
 
 
-@pytest.mark.slow
+@SITE
 def test_no_measured_table_is_rendered_as_code(site):
     """Every table of the site, the results quoted in fenced blocks included (docs/hooks.py), is an HTML table."""
     found = [
@@ -145,7 +211,7 @@ def _docs_module(name: str):
         sys.path.remove(str(DOCS))
 
 
-@pytest.mark.slow
+@SITE
 def test_search_ranks_guides_and_leaves_the_results_out(site):
     """The search index (mkdocs-material) boosts the guides and the options page above the API reference and holds no
     result file (docs/results/ but its README); docs/hooks.py sets each page's `search` front matter."""
@@ -159,17 +225,56 @@ def test_search_ranks_guides_and_leaves_the_results_out(site):
     assert api and all(pages[g] > 100 * b for g in guides & set(pages) for b in api.values()), (api, guides)
 
 
-@pytest.mark.slow
+def _chromium() -> str:
+    """Debian's chromium; without it the browser tests skip, or fail where HF_HEADS_REQUIRE_BROWSER=1 (`make test`)."""
+    binary = shutil.which("chromium")
+    if binary:
+        return binary
+    reason = "chromium is not installed (`make test` and `make docs` install Debian's: apt-get install chromium)"
+    if os.environ.get("HF_HEADS_REQUIRE_BROWSER") == "1":
+        pytest.fail(reason + ", and HF_HEADS_REQUIRE_BROWSER=1 requires the browser checks")
+    pytest.skip(reason)
+
+
+@SITE
+def test_pages_render_in_a_browser(site):
+    """What `make docs` checks in headless chromium, without the screenshots: the getting-started page, and the losses
+    page with its equations as MathML and `margin_cross_entropy` with the signature the imported function has."""
+    screenshot = _docs_module("screenshot")
+    binary = _chromium()
+    with screenshot.serve(site) as url:
+        failures = screenshot.check_pages(binary, url, None)
+    assert not failures, failures
+
+
+@SITE
 def test_search_lists_a_guide_first_in_a_browser(site):
     """What `make docs` checks in headless chromium: "ArcFace", "label_smoothing" and "sampled translation" typed
     into the site's search list a guide or the options page first."""
     screenshot = _docs_module("screenshot")
-    binary = shutil.which("chromium")
-    if not binary:
-        pytest.skip("no chromium (make docs installs it)")
+    binary = _chromium()
     with screenshot.serve(site) as url:
         failures = screenshot.check_searches(binary, url, None, screenshot.guide_pages())
     assert not failures, failures
+
+
+# a dotted name of the package in a code span: `hf_heads.losses.output_loss(rows, loss)`, `hf_heads.metrics`
+DOTTED_NAME = re.compile(r"`(hf_heads(?:\.[A-Za-z_]\w*)+)")
+
+
+def test_the_docs_name_only_importable_api():
+    """Every `hf_heads.` dotted name the guides, the API pages and the README write in a code span imports (a module,
+    or an attribute of one): a renamed or removed name fails here, not on the site."""
+    screenshot = _docs_module("screenshot")
+    pages = [*GUIDES, *sorted((DOCS / "api").glob("*.md")), ROOT / "README.md"]
+    missing = []
+    for path in pages:
+        for name in sorted(set(DOTTED_NAME.findall(path.read_text(encoding="utf-8")))):
+            try:
+                screenshot.live_object(name)
+            except (ImportError, AttributeError) as err:
+                missing.append(f"{path.relative_to(ROOT)}: `{name}` ({type(err).__name__}: {err})")
+    assert not missing, "\n".join(missing)
 
 
 def test_a_guide_names_the_flag_of_arcface():
