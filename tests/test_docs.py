@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import os
 import re
@@ -108,42 +109,39 @@ def test_api_pages_show_the_signatures_of_the_code(site):
 
 
 SIGNATURE_PAGE = """
-<h3 id="hf_heads.losses.margin_cross_entropy" class="doc doc-heading">
-<code class="doc-symbol doc-symbol-heading doc-symbol-function"></code> <span>margin_cross_entropy</span></h3>
-<div class="doc-signature highlight"><pre><code><span class="nf">margin_cross_entropy</span>(
-    hidden: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    target: Tensor,
-    *,
-{keywords}
+<h3 id="hf_heads.losses.{name}" class="doc doc-heading">
+<code class="doc-symbol doc-symbol-heading doc-symbol-function"></code> <span>{name}</span></h3>
+<div class="doc-signature highlight"><pre><code><span class="nf">{name}</span>(
+{parameters}
 ) -&gt; Tensor</code></pre></div>
 """
 
 
 def test_the_signature_check_catches_a_stale_or_renamed_api():
-    """What `signature_mismatches` compares with the imported function: the live signature passes, a parameter the
-    function does not have (or lacks), a changed default and a function that does not import fail."""
-    import inspect
-
+    """What `signature_mismatches` compares: the imported `margin_cross_entropy`'s signature, written as mkdocstrings
+    writes it, passes; with a parameter the function does not have, with another default, or under a name that does
+    not import, it fails (built from the live signature, so a change of the function does not break this test)."""
     from hf_heads.losses import margin_cross_entropy
 
     screenshot = _docs_module("screenshot")
-    keywords = [
-        f"    {p.name}{'' if p.default is p.empty else ' = ' + repr(p.default)},"
-        if p.kind is p.KEYWORD_ONLY
-        else f"    **{p.name},"
-        for p in list(inspect.signature(margin_cross_entropy).parameters.values())[4:]
-    ]
-    live = SIGNATURE_PAGE.format(keywords="\n".join(keywords))
-    assert screenshot.signature_mismatches(live) == (["hf_heads.losses.margin_cross_entropy"], [])
-    stale = live.replace("    scorer = None,", '    scorer = None,\n    margin: str = "none",')
-    [failure] = screenshot.signature_mismatches(stale)[1]
-    assert "rendered (hidden, weight, bias, target, *, scorer, margin, word_counts," in failure, failure
-    assert "ignore_index = -1 rendered" in screenshot.signature_mismatches(live.replace("= -100", "= -1"))[1][0]
-    renamed = live.replace("margin_cross_entropy", "margin_crossentropy")
-    assert "does not import" in screenshot.signature_mismatches(renamed)[1][0]
-    assert screenshot.signature_mismatches(live, ("hf_heads.losses.margin_logits",))[1] == [
+    params = screenshot.live_parameters(margin_cross_entropy, method=False)
+    lines = [f"    {n}{'' if d is inspect.Parameter.empty else ' = ' + repr(d)}," for n, d in params]
+
+    def page(lines: list[str], name: str = "margin_cross_entropy") -> str:
+        return SIGNATURE_PAGE.format(name=name, parameters="\n".join(lines))
+
+    assert screenshot.signature_mismatches(page(lines)) == (["hf_heads.losses.margin_cross_entropy"], [])
+    [failure] = screenshot.signature_mismatches(page([lines[0], '    margin: str = "none",', *lines[1:]]))[1]
+    assert f"rendered ({params[0][0]}, margin, {params[1][0]}," in failure, failure
+    assert f"imported ({params[0][0]}, {params[1][0]}," in failure, failure
+    other = {int: lambda v: v + 1, float: lambda v: v + 1.0, str: lambda v: v + "x"}
+    i, (name, default) = next((i, p) for i, p in enumerate(params) if type(p[1]) in other)
+    changed = other[type(default)](default)
+    [failure] = screenshot.signature_mismatches(page([*lines[:i], f"    {name} = {changed!r},", *lines[i + 1 :]]))[1]
+    assert failure.endswith(f"{name} = {changed!r} rendered, {default!r} imported"), failure
+    [failure] = screenshot.signature_mismatches(page(lines, "margin_crossentropy"))[1]
+    assert "hf_heads.losses.margin_crossentropy: rendered, but does not import" in failure, failure
+    assert screenshot.signature_mismatches(page(lines), ("hf_heads.losses.margin_logits",))[1] == [
         "hf_heads.losses.margin_logits: not rendered"
     ]
 
