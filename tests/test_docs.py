@@ -6,19 +6,19 @@
   order, one namespace per page, in a temporary directory; a block after `<!-- docs-test: slow -->` runs only in the
   slow test; a block after `<!-- docs-test: skip REASON -->` is not run and must say why. The run_scripts command
   lines of the guides and the README are parsed by each script's own argument parser (flags and head options).
-- The built site (one build per test session, about 30 s, its tests on one xdist worker: the `site` group): every
-  signature of the API pages is the imported object's (a function renamed or removed in the code but still on a page
-  fails the build, one whose parameters changed shows them), shapes in docstrings keep their stars, no table is
-  rendered as code, the search index ranks the guides above the API reference and holds no result file; and in
-  Debian's headless chromium (`make test` installs it; without it these two tests skip, unless
-  HF_HEADS_REQUIRE_BROWSER=1, which `make test` sets, makes that a failure) the pages `make docs` checks render
-  (equations as MathML, `margin_cross_entropy` with its signature) and the site's search lists a guide or the
-  options page first for its queries.
+- The built site (one build per test session, about 30 s, shared by the xdist workers): every signature of the API
+  pages is the imported object's (a function renamed or removed in the code but still on a page fails the build, one
+  whose parameters changed shows them), shapes in docstrings keep their stars, no table is rendered as code, the search
+  index ranks the guides above the API reference and holds no result file; and in Debian's headless chromium
+  (`make test` installs it; without it these two tests skip, unless HF_HEADS_REQUIRE_BROWSER=1, which `make test`
+  sets, makes that a failure) the pages `make docs` checks render (equations as MathML, `margin_cross_entropy` with
+  its signature) and the site's search lists a guide or the options page first for its queries.
 - Every dotted `hf_heads.` name the guides, the API pages and the README write in backticks imports.
 """
 
 from __future__ import annotations
 
+import fcntl
 import html
 import inspect
 import json
@@ -65,26 +65,31 @@ def run_page(name: str, tmp_path: Path, include_slow: bool) -> dict:
     return namespace
 
 
-# The tests of the built site run on one xdist worker (`--dist loadgroup`, pyproject.toml), which builds it once.
-SITE = pytest.mark.xdist_group("site")
-
-
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
     """The site built once per test session by `mkdocs build --strict` (about 30 s), as `make docs` builds it; a
     warning (a broken link, a name a page renders that does not import, a public name without a docstring) fails
-    every test using it."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    mkdocs = Path(sys.executable).with_name("mkdocs")
-    command = [str(mkdocs), "build", "--strict", "--site-dir", str(out)]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    warnings = [line for line in result.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
-    assert result.returncode == 0 and not warnings, "\n".join(warnings) or result.stderr[-3000:]
+    every test using it. The xdist workers of a run share the build: the first to need it builds it under a lock
+    in the run's temporary directory, the others wait for it and read it (and its failure)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each worker's
+    out, record = shared / "site", shared / "site-build.json"
+    with open(shared / "site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+            mkdocs = Path(sys.executable).with_name("mkdocs")
+            command = [str(mkdocs), "build", "--strict", "--site-dir", str(out)]
+            result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            warnings = [line for line in result.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
+            failure = ("\n".join(warnings) or result.stderr[-3000:]) if result.returncode or warnings else ""
+            record.write_text(json.dumps({"failure": failure}), encoding="utf-8")
+        failure = json.loads(record.read_text(encoding="utf-8"))["failure"]
+    assert not failure, failure
     return out
 
 
-@SITE
 def test_site_builds_strict(site):
     """`mkdocs build --strict` into a temporary directory: no warning at all."""
     page = (site / "api" / "losses.html").read_text(encoding="utf-8")
@@ -93,7 +98,6 @@ def test_site_builds_strict(site):
     assert "--word_norm" in options and "--num_samples" in options
 
 
-@SITE
 def test_api_pages_show_the_signatures_of_the_code(site):
     """Every function, method and class an API page renders imports, and its rendered signature has the imported
     object's parameters, order and literal defaults (docs/screenshot.py's `signature_mismatches`)."""
@@ -151,7 +155,6 @@ def test_the_signature_check_catches_a_stale_or_renamed_api():
 EMPHASISED_SHAPE = re.compile(r"\(</?em>\s*[,)]|,\s*</?em>\)")
 
 
-@SITE
 def test_shapes_keep_their_stars_on_the_api_pages(site):
     pages = sorted((site / "api").glob("*.html"))
     found = [
@@ -182,7 +185,6 @@ def tables_in_code(html_text: str) -> list[str]:
     return found
 
 
-@SITE
 def test_no_measured_table_is_rendered_as_code(site):
     """Every table of the site, the results quoted in fenced blocks included (docs/hooks.py), is an HTML table."""
     found = [
@@ -209,7 +211,6 @@ def _docs_module(name: str):
         sys.path.remove(str(DOCS))
 
 
-@SITE
 def test_search_ranks_guides_and_leaves_the_results_out(site):
     """The search index (mkdocs-material) boosts the guides and the options page above the API reference and holds no
     result file (docs/results/ but its README); docs/hooks.py sets each page's `search` front matter."""
@@ -234,7 +235,6 @@ def _chromium() -> str:
     pytest.skip(reason)
 
 
-@SITE
 def test_pages_render_in_a_browser(site):
     """What `make docs` checks in headless chromium, without the screenshots: the getting-started page, and the losses
     page with its equations as MathML and `margin_cross_entropy` with the signature the imported function has."""
@@ -245,7 +245,6 @@ def test_pages_render_in_a_browser(site):
     assert not failures, failures
 
 
-@SITE
 def test_search_lists_a_guide_first_in_a_browser(site):
     """What `make docs` checks in headless chromium: "ArcFace", "label_smoothing" and "sampled translation" typed
     into the site's search list a guide or the options page first."""
