@@ -5,11 +5,16 @@ headless chromium, checks the rendered DOM (`--dump-dom`) and saves screenshots 
 outside the tracked tree; `make docs-screenshots` writes the committed ones, `--out docs/screenshots`):
 
 - `getting-started.html` -> getting-started.png
-- `api/losses.html` -> api-losses.png; its DOM must hold the `margin_cross_entropy` signature and
-  equations rendered as MathML, a fraction among them (docs/hooks.py renders `$...$` at build time: no network).
+- `api/losses.html` -> api-losses.png; its DOM must hold `margin_cross_entropy` with the signature the function has
+  (`signature_mismatches`: the parameters, their order and literal defaults read from the imported function, so an
+  honest change of the signature shows on the page and passes, a renamed or removed function fails) and equations
+  rendered as MathML, a fraction among them (docs/hooks.py renders `$...$` at build time: no network).
 - search: each query of SEARCHES typed into the site's search (`index.html?q=...`, mkdocs-material's search running
   its lunr index in a web worker, driven over the DevTools protocol on a pipe: `--dump-dom` does not wait for the
   worker) must list a guide or the head options page first -> search-<query>.png.
+
+The same checks run in the default test suite (tests/test_docs.py), on a site built once per test session, without
+the screenshots; `signature_mismatches` also holds every signature of the API pages to the imported object's there.
 
 Usage: python docs/screenshot.py [--site site] [--out build/screenshots] [--chromium chromium]
 """
@@ -17,9 +22,12 @@ Usage: python docs/screenshot.py [--site site] [--out build/screenshots] [--chro
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import contextlib
 import html
+import importlib
+import inspect
 import json
 import os
 import re
@@ -37,18 +45,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 HOST = "127.0.0.1"  # loopback only
 PAGES = {
-    # page: (screenshot name, window size, strings its rendered DOM must contain, strings its text must contain)
+    # page: (screenshot name, window size, strings its rendered DOM must contain, strings its text must contain,
+    #        the API objects it must render with the signature the imported object has)
     "getting-started.html": (
         "getting-started.png",
         "1440,1100",
         (),
         ("Getting started", "HeadsForCausalLM.from_base("),
+        (),
     ),
     "api/losses.html": (
         "api-losses.png",
         "1440,1100",
-        ('id="hf_heads.losses.margin_cross_entropy"', "<math", "</mfrac>"),
-        ("margin_cross_entropy(\n    hidden: Tensor,", 'margin: str = "none"', "ignore_index: int = -100"),
+        ("<math", "</mfrac>"),
+        (),
+        ("hf_heads.losses.margin_cross_entropy",),
     ),
 }
 
@@ -125,6 +136,154 @@ def guide_pages(mkdocs_yml: Path = ROOT / "mkdocs.yml") -> set[str]:
     with open(mkdocs_yml, encoding="utf-8") as f:
         nav = yaml_load(f)["nav"]
     return {p.removesuffix(".md") + ".html" for p in [*files(nav, False), *SEARCH_FIRST_ALLOWED]}
+
+
+# ------------------------------------------------------------------------------------------------------ signatures
+
+# a mkdocstrings heading (`<h3 id="hf_heads.losses.margin_cross_entropy" class="doc doc-heading">`), its kind, and the
+# signature block that follows it
+_HEADING = re.compile(
+    r'<h\d id="(?P<id>[\w.]+)" class="doc doc-heading">\s*<code class="doc-symbol doc-symbol-heading '
+    r'doc-symbol-(?P<kind>\w+)">.*?</h\d>\s*(?:<div class="doc-signature highlight">(?P<signature>.*?)</div>)?',
+    re.S,
+)
+SIGNED_KINDS = ("function", "method", "class")
+_LITERALS = (type(None), bool, int, float, str)
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def _top_level(text: str, separator: str) -> list[str]:
+    """`text` split at each `separator` outside brackets and string literals."""
+    parts, depth, quote, start = [], 0, None, 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = None if ch == quote else quote
+        elif depth == 0 and text.startswith(separator, i):
+            parts.append(text[start:i])
+            start = i + len(separator)
+            i = start
+            continue
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        i += 1
+    return [*parts, text[start:]]
+
+
+def rendered_parameters(signature: str, name: str) -> list[tuple[str, str | None]] | None:
+    """(the name with its stars, or a bare `*` / `/`; the default as written, or None) of each parameter of a rendered
+    signature (its text, `name(a: int, *, b: str = "x") -> T`); None when it does not start with `name(`."""
+    if not signature.lstrip().startswith(name + "("):
+        return None
+    start = signature.index("(") + 1
+    inside = _top_level(signature[start:], ")")[0]
+    out = []
+    for part in (p.strip() for p in _top_level(inside, ",")):
+        if part:
+            head, *default = _top_level(part, "=")
+            out.append((re.match(r"/|\*{0,2}\w*", head.strip()).group(0), default[0].strip() if default else None))
+    return out
+
+
+def live_object(path: str):
+    """The object a dotted path names (`hf_heads.losses.margin_cross_entropy`, `hf_heads.losses.Scorer.logits`): the
+    longest importable module of the path, then attributes; AttributeError or ImportError when there is none."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError as err:
+            prefixes = {".".join(parts[:j]) for j in range(2, i + 1)}
+            if err.name not in prefixes:  # hf_heads itself, or a module of the path failing to import another
+                raise
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+def live_parameters(obj, method: bool) -> list[tuple[str, object]]:
+    """(the name with its stars, or a bare `*` / `/`; the default, or `inspect.Parameter.empty`) of each parameter of
+    `inspect.signature(obj)` as mkdocstrings writes them: a method without its `self`, a class as its `__init__`."""
+    params = list(inspect.signature(obj).parameters.values())
+    if method and params and params[0].name == "self":
+        params = params[1:]
+    out: list[tuple[str, object]] = []
+    for i, p in enumerate(params):
+        before = params[i - 1].kind if i else None
+        if before is p.POSITIONAL_ONLY and p.kind is not p.POSITIONAL_ONLY:
+            out.append(("/", p.empty))
+        if p.kind is p.KEYWORD_ONLY and before not in (p.KEYWORD_ONLY, p.VAR_POSITIONAL):
+            out.append(("*", p.empty))
+        out.append(({p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name, p.default))
+    if params and params[-1].kind is params[-1].POSITIONAL_ONLY:
+        out.append(("/", inspect.Parameter.empty))
+    return out
+
+
+def _outside_fields(cls: type) -> bool:
+    """Whether `cls` takes arguments that code outside hf_heads defines: the `__init__` of a base outside hf_heads (a
+    NamedTuple's, made by `collections`), the fields of a dataclass outside hf_heads (transformers' TrainingArguments
+    and PreTrainedConfig). The rendered signature then shows only those the source of hf_heads declares, or none."""
+    init_owner = next((c for c in cls.__mro__ if "__init__" in vars(c)), object)
+    outside = [c for c in cls.__mro__[1:] if not c.__module__.startswith("hf_heads")]
+    return not init_owner.__module__.startswith("hf_heads") or any("__dataclass_fields__" in vars(c) for c in outside)
+
+
+def _in_order(names: list[str], within: list[str]) -> bool:
+    rest = iter(within)
+    return all(name in rest for name in names)
+
+
+def signature_mismatches(page_html: str, ids: tuple[str, ...] | None = None) -> tuple[list[str], list[str]]:
+    """(the objects checked, a failure for each mismatch) of the functions, methods and classes an API page renders
+    (or only `ids`, each of which it must render): the rendered signature lists the parameters the imported object
+    has, in its order, with its defaults where both write a literal; an object the page renders that does not import
+    (renamed, removed) fails too. A class whose arguments come from code outside hf_heads (`_outside_fields`) may
+    leave those out, in order."""
+    found = {m.group("id"): m for m in _HEADING.finditer(page_html)}
+    failures = [f"{path}: not rendered" for path in ids or () if path not in found]
+    checked = []
+    for path, m in found.items():
+        if (ids is not None and path not in ids) or m.group("kind") not in SIGNED_KINDS:
+            continue
+        checked.append(path)
+        rendered = rendered_parameters(_text(m.group("signature") or ""), path.rsplit(".", 1)[1])
+        try:
+            obj = live_object(path)
+            live = live_parameters(obj, m.group("kind") == "method")
+        except (ImportError, AttributeError) as err:
+            failures.append(f"{path}: rendered, but does not import ({type(err).__name__}: {err})")
+            continue
+        partial = inspect.isclass(obj) and _outside_fields(obj)
+        if rendered is None and not partial:
+            failures.append(f"{path}: no signature rendered")
+            continue
+        names, live_names = [n for n, _ in rendered or []], [n for n, _ in live]
+        if names != live_names and not (partial and _in_order(names, live_names)):
+            failures.append(f"{path}: rendered ({', '.join(names)}), imported ({', '.join(live_names)})")
+            continue
+        defaults = dict(live)
+        for name, written in rendered or []:
+            value = defaults[name]
+            if written is None or not isinstance(value, _LITERALS):
+                continue
+            try:
+                shown = ast.literal_eval(written)
+            except (ValueError, SyntaxError):
+                continue  # a name (IGNORE_INDEX) or an expression: the source's spelling of the default
+            if shown != value or type(shown) is not type(value):
+                failures.append(f"{path}: {name} = {written} rendered, {value!r} imported")
+    return checked, failures
 
 
 class Browser:
@@ -235,6 +394,28 @@ def check_searches(binary: str, url: str, out: Path | None, allowed: set[str]) -
     return failures
 
 
+def check_pages(binary: str, url: str, out: Path | None) -> list[str]:
+    """Load each page of PAGES from the site at `url` and check its rendered DOM; a failure for each page that lacks
+    a string or an API object's signature; screenshots to `out`."""
+    failures = []
+    with tempfile.TemporaryDirectory() as profile:
+        for page, (name, size, in_dom, in_text, signatures) in PAGES.items():
+            dom = chromium(binary, profile, "--dump-dom", url + page).stdout
+            text = _text(dom)
+            missing = [s for s in in_dom if s not in dom] + [s for s in in_text if s not in text]
+            if missing:
+                failures.append(f"{page}: the rendered page lacks {missing}")
+            mismatches = signature_mismatches(dom, signatures)[1] if signatures else []
+            failures += [f"{page}: {m}" for m in mismatches]
+            line = f"{page}: {'ok' if not missing and not mismatches else 'FAILED'}"
+            if out is not None:
+                shot = out / name
+                chromium(binary, profile, f"--window-size={size}", f"--screenshot={shot}", url + page)
+                line += f", screenshot {shot}"
+            print(line)
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", type=Path, default=Path("site"))
@@ -242,17 +423,8 @@ def main() -> int:
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    failures = []
-    with serve(args.site) as url, tempfile.TemporaryDirectory() as profile:
-        for page, (name, size, in_dom, in_text) in PAGES.items():
-            dom = chromium(args.chromium, profile, "--dump-dom", url + page).stdout
-            text = html.unescape(re.sub(r"<[^>]+>", "", dom))
-            missing = [s for s in in_dom if s not in dom] + [s for s in in_text if s not in text]
-            if missing:
-                failures.append(f"{page}: the rendered page lacks {missing}")
-            shot = args.out / name
-            chromium(args.chromium, profile, f"--window-size={size}", f"--screenshot={shot}", url + page)
-            print(f"{page}: {'ok' if not missing else 'FAILED'}, screenshot {shot}")
+    with serve(args.site) as url:
+        failures = check_pages(args.chromium, url, args.out)
         failures += check_searches(args.chromium, url, args.out, guide_pages())
     for failure in failures:
         print(failure, file=sys.stderr)

@@ -6,14 +6,21 @@
   order, one namespace per page, in a temporary directory; a block after `<!-- docs-test: slow -->` runs only in the
   slow test; a block after `<!-- docs-test: skip REASON -->` is not run and must say why. The run_scripts command
   lines of the guides and the README are parsed by each script's own argument parser (flags and head options).
-- The built site (one build per module, about 30 s): shapes in docstrings keep their stars, no table is rendered as
-  code, the search index ranks the guides above the API reference and holds no result file, and, where chromium is
-  installed, the site's search lists a guide or the options page first for the queries `make docs` checks.
+- The built site (one build per test session, about 30 s, shared by the xdist workers): every signature of the API
+  pages is the imported object's (a function renamed or removed in the code but still on a page fails the build, one
+  whose parameters changed shows them), shapes in docstrings keep their stars, no table is rendered as code, the search
+  index ranks the guides above the API reference and holds no result file; and in Debian's headless chromium
+  (`make test` installs it; without it these two tests skip, unless HF_HEADS_REQUIRE_BROWSER=1, which `make test`
+  sets, makes that a failure) the pages `make docs` checks render (equations as MathML, `margin_cross_entropy` with
+  its signature) and the site's search lists a guide or the options page first for its queries.
+- Every dotted `hf_heads.` name the guides, the API pages and the README write in backticks imports.
 """
 
 from __future__ import annotations
 
+import fcntl
 import html
+import inspect
 import json
 import os
 import re
@@ -58,22 +65,31 @@ def run_page(name: str, tmp_path: Path, include_slow: bool) -> dict:
     return namespace
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
-    """The site built once per module by `mkdocs build --strict` (about 30 s); a warning fails every test using it.
-    The tests on the built site are slow (`make test-all`); `make docs` builds it the same way and checks its search in
-    a browser."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    mkdocs = Path(sys.executable).with_name("mkdocs")
-    command = [str(mkdocs), "build", "--strict", "--site-dir", str(out)]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    warnings = [line for line in result.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
-    assert result.returncode == 0 and not warnings, "\n".join(warnings) or result.stderr[-3000:]
+    """The site built once per test session by `mkdocs build --strict` (about 30 s), as `make docs` builds it; a
+    warning (a broken link, a name a page renders that does not import, a public name without a docstring) fails
+    every test using it. The xdist workers of a run share the build: the first to need it builds it under a lock
+    in the run's temporary directory, the others wait for it and read it (and its failure)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each worker's
+    out, record = shared / "site", shared / "site-build.json"
+    with open(shared / "site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+            mkdocs = Path(sys.executable).with_name("mkdocs")
+            command = [str(mkdocs), "build", "--strict", "--site-dir", str(out)]
+            result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            warnings = [line for line in result.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
+            failure = ("\n".join(warnings) or result.stderr[-3000:]) if result.returncode or warnings else ""
+            record.write_text(json.dumps({"failure": failure}), encoding="utf-8")
+        failure = json.loads(record.read_text(encoding="utf-8"))["failure"]
+    assert not failure, failure
     return out
 
 
-@pytest.mark.slow
 def test_site_builds_strict(site):
     """`mkdocs build --strict` into a temporary directory: no warning at all."""
     page = (site / "api" / "losses.html").read_text(encoding="utf-8")
@@ -82,12 +98,63 @@ def test_site_builds_strict(site):
     assert "--word_norm" in options and "--num_samples" in options
 
 
+def test_api_pages_show_the_signatures_of_the_code(site):
+    """Every function, method and class an API page renders imports, and its rendered signature has the imported
+    object's parameters, order and literal defaults (docs/screenshot.py's `signature_mismatches`)."""
+    screenshot = _docs_module("screenshot")
+    checked, failures = [], []
+    for page in sorted((site / "api").glob("*.html")):
+        page_checked, page_failures = screenshot.signature_mismatches(page.read_text(encoding="utf-8"))
+        checked += page_checked
+        failures += [f"{page.name}: {f}" for f in page_failures]
+    assert not failures, "\n".join(failures)
+    assert {"hf_heads.losses.margin_cross_entropy", "hf_heads.HeadsForCausalLM.from_base"} <= set(checked)
+    assert len(checked) > 200, len(checked)
+
+
+SIGNATURE_PAGE = """
+<h3 id="hf_heads.losses.{name}" class="doc doc-heading">
+<code class="doc-symbol doc-symbol-heading doc-symbol-function"></code> <span>{name}</span></h3>
+<div class="doc-signature highlight"><pre><code><span class="nf">{name}</span>(
+{parameters}
+) -&gt; Tensor</code></pre></div>
+"""
+
+
+def test_the_signature_check_catches_a_stale_or_renamed_api():
+    """What `signature_mismatches` compares: the imported `margin_cross_entropy`'s signature, written as mkdocstrings
+    writes it, passes; with a parameter the function does not have, with another default, or under a name that does
+    not import, it fails (built from the live signature, so a change of the function does not break this test)."""
+    from hf_heads.losses import margin_cross_entropy
+
+    screenshot = _docs_module("screenshot")
+    params = screenshot.live_parameters(margin_cross_entropy, method=False)
+    lines = [f"    {n}{'' if d is inspect.Parameter.empty else ' = ' + repr(d)}," for n, d in params]
+
+    def page(lines: list[str], name: str = "margin_cross_entropy") -> str:
+        return SIGNATURE_PAGE.format(name=name, parameters="\n".join(lines))
+
+    assert screenshot.signature_mismatches(page(lines)) == (["hf_heads.losses.margin_cross_entropy"], [])
+    [failure] = screenshot.signature_mismatches(page([lines[0], '    margin: str = "none",', *lines[1:]]))[1]
+    assert f"rendered ({params[0][0]}, margin, {params[1][0]}," in failure, failure
+    assert f"imported ({params[0][0]}, {params[1][0]}," in failure, failure
+    other = {int: lambda v: v + 1, float: lambda v: v + 1.0, str: lambda v: v + "x"}
+    i, (name, default) = next((i, p) for i, p in enumerate(params) if type(p[1]) in other)
+    changed = other[type(default)](default)
+    [failure] = screenshot.signature_mismatches(page([*lines[:i], f"    {name} = {changed!r},", *lines[i + 1 :]]))[1]
+    assert failure.endswith(f"{name} = {changed!r} rendered, {default!r} imported"), failure
+    [failure] = screenshot.signature_mismatches(page(lines, "margin_crossentropy"))[1]
+    assert "hf_heads.losses.margin_crossentropy: rendered, but does not import" in failure, failure
+    assert screenshot.signature_mismatches(page(lines), ("hf_heads.losses.margin_logits",))[1] == [
+        "hf_heads.losses.margin_logits: not rendered"
+    ]
+
+
 # an emphasis tag right inside a shape: "(<em>, H) against labels (</em>)" is what `(*, H) ... (*)` renders to when
 # Markdown takes the stars for emphasis
 EMPHASISED_SHAPE = re.compile(r"\(</?em>\s*[,)]|,\s*</?em>\)")
 
 
-@pytest.mark.slow
 def test_shapes_keep_their_stars_on_the_api_pages(site):
     pages = sorted((site / "api").glob("*.html"))
     found = [
@@ -118,7 +185,6 @@ def tables_in_code(html_text: str) -> list[str]:
     return found
 
 
-@pytest.mark.slow
 def test_no_measured_table_is_rendered_as_code(site):
     """Every table of the site, the results quoted in fenced blocks included (docs/hooks.py), is an HTML table."""
     found = [
@@ -145,7 +211,6 @@ def _docs_module(name: str):
         sys.path.remove(str(DOCS))
 
 
-@pytest.mark.slow
 def test_search_ranks_guides_and_leaves_the_results_out(site):
     """The search index (mkdocs-material) boosts the guides and the options page above the API reference and holds no
     result file (docs/results/ but its README); docs/hooks.py sets each page's `search` front matter."""
@@ -159,17 +224,54 @@ def test_search_ranks_guides_and_leaves_the_results_out(site):
     assert api and all(pages[g] > 100 * b for g in guides & set(pages) for b in api.values()), (api, guides)
 
 
-@pytest.mark.slow
+def _chromium() -> str:
+    """Debian's chromium; without it the browser tests skip, or fail where HF_HEADS_REQUIRE_BROWSER=1 (`make test`)."""
+    binary = shutil.which("chromium")
+    if binary:
+        return binary
+    reason = "chromium is not installed (`make test` and `make docs` install Debian's: apt-get install chromium)"
+    if os.environ.get("HF_HEADS_REQUIRE_BROWSER") == "1":
+        pytest.fail(reason + ", and HF_HEADS_REQUIRE_BROWSER=1 requires the browser checks")
+    pytest.skip(reason)
+
+
+def test_pages_render_in_a_browser(site):
+    """What `make docs` checks in headless chromium, without the screenshots: the getting-started page, and the losses
+    page with its equations as MathML and `margin_cross_entropy` with the signature the imported function has."""
+    screenshot = _docs_module("screenshot")
+    binary = _chromium()
+    with screenshot.serve(site) as url:
+        failures = screenshot.check_pages(binary, url, None)
+    assert not failures, failures
+
+
 def test_search_lists_a_guide_first_in_a_browser(site):
     """What `make docs` checks in headless chromium: "ArcFace", "label_smoothing" and "sampled translation" typed
     into the site's search list a guide or the options page first."""
     screenshot = _docs_module("screenshot")
-    binary = shutil.which("chromium")
-    if not binary:
-        pytest.skip("no chromium (make docs installs it)")
+    binary = _chromium()
     with screenshot.serve(site) as url:
         failures = screenshot.check_searches(binary, url, None, screenshot.guide_pages())
     assert not failures, failures
+
+
+# a dotted name of the package in a code span: `hf_heads.losses.output_loss(rows, loss)`, `hf_heads.metrics`
+DOTTED_NAME = re.compile(r"`(hf_heads(?:\.[A-Za-z_]\w*)+)")
+
+
+def test_the_docs_name_only_importable_api():
+    """Every `hf_heads.` dotted name the guides, the API pages and the README write in a code span imports (a module,
+    or an attribute of one): a renamed or removed name fails here, not on the site."""
+    screenshot = _docs_module("screenshot")
+    pages = [*GUIDES, *sorted((DOCS / "api").glob("*.md")), ROOT / "README.md"]
+    missing = []
+    for path in pages:
+        for name in sorted(set(DOTTED_NAME.findall(path.read_text(encoding="utf-8")))):
+            try:
+                screenshot.live_object(name)
+            except (ImportError, AttributeError) as err:
+                missing.append(f"{path.relative_to(ROOT)}: `{name}` ({type(err).__name__}: {err})")
+    assert not missing, "\n".join(missing)
 
 
 def test_a_guide_names_the_flag_of_arcface():
