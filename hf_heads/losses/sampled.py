@@ -31,6 +31,10 @@ Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation
     bce cps        s + log(C·D(c))          eq. 16 (αK = C)
     bce nce        s                        eq. 20
 
+A correction of the form s + o(c) (`SamplingMethod.additive_corrections`: every one above but log σ(s) and
+σ(z) + log D(c)) is a linear output layer's with o(c) in its bias, which is how a sampled head exports to its base
+architecture (hf_heads.modeling.base_export); the σ-based ones are not.
+
 Each method is one registered component class (hf_heads.components, `register("sampling_method")`;
 `SAMPLING_METHODS`: `Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of both tables and its `reference`, its
 criteria written for one position from the equations: the term a candidate contributes to the CE denominator and
@@ -118,6 +122,10 @@ class SamplingMethod(Component, ABC):
     # σ-bounded output cannot represent it)
     ce_optimum_is_posterior: ClassVar[bool] = True
     corrections_with_noise: ClassVar[tuple[str, ...]] = ()  # the criteria whose correction uses log D
+    # the criteria whose correction is s + o(c), an offset per class whatever the score (`correction` of zero scores
+    # gives o): a linear output layer with o in its bias then has the corrected posterior (hf_heads.modeling
+    # .base_export); the σ-based corrections (log σ(s), σ(z) + log D) are not of that form
+    additive_corrections: ClassVar[tuple[str, ...]] = ()
 
     def ce_candidate(self, s: torch.Tensor, log_kd: torch.Tensor, num_samples: int, num_classes: int):
         """A candidate's term in the CE denominator log Σ exp(·) (the target is a candidate too)."""
@@ -158,6 +166,7 @@ class Full(SamplingMethod):
     name: ClassVar[str] = "full"
     draws_samples: ClassVar[bool] = False
     ce_is_softmax: ClassVar[bool] = True  # eq. 5
+    additive_corrections: ClassVar[tuple[str, ...]] = ("ce",)  # eq. 6: s; eqs. 2, 4: log σ(s)
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s if criterion == "ce" else F.logsigmoid(s)
@@ -179,6 +188,7 @@ class MCS(SamplingMethod):
     name: ClassVar[str] = "mcs"
     ce_is_softmax: ClassVar[bool] = True  # eq. 9: a softmax over the candidates
     corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+    additive_corrections: ClassVar[tuple[str, ...]] = ("ce", "bce")  # eqs. 8, 10
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s + log_d if criterion == "ce" else s + (log_d + math.log(num_samples))
@@ -196,6 +206,7 @@ class IS(SamplingMethod):
     s − log(K·D) inside the log-sum-exp); corrections s (eqs. 12, 14)."""
 
     name: ClassVar[str] = "is"
+    additive_corrections: ClassVar[tuple[str, ...]] = ("ce", "bce")  # eqs. 12, 14: s
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return s - log_kd
@@ -232,6 +243,7 @@ class CPS(SamplingMethod):
 
     name: ClassVar[str] = "cps"
     corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce", "bce")
+    additive_corrections: ClassVar[tuple[str, ...]] = ("ce", "bce")  # eqs. 16, 18
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return s + math.log(num_classes / num_samples)
@@ -259,6 +271,7 @@ class NCE(SamplingMethod):
     ce_is_softmax: ClassVar[bool] = True  # eq. 21: a softmax of σ(z) over the candidates
     ce_optimum_is_posterior: ClassVar[bool] = False
     corrections_with_noise: ClassVar[tuple[str, ...]] = ("ce",)
+    additive_corrections: ClassVar[tuple[str, ...]] = ("bce",)  # eq. 20: s; eq. 22: σ(z) + log D(c)
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return torch.sigmoid(s - log_kd)
