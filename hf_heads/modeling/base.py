@@ -300,6 +300,13 @@ class HeadsPreTrainedModel(PreTrainedModel):
         export = importlib.import_module("hf_heads.modeling.base_export")  # not needed by exported code
         return export.export_base(self, directory, tokenizer=tokenizer, verify=verify)
 
+    def export_gguf(self, path, tokenizer=None, dtype: str = "f16", verify: bool = True):
+        """Write `to_base()` of a Llama-family model as a GGUF file for llama.cpp (`dtype` "f16" or "f32"), with the
+        tokenizer's vocabulary (hf_heads.modeling.gguf_export). `verify`: read it back with transformers and compare.
+        Returns the path."""
+        export = importlib.import_module("hf_heads.modeling.gguf_export")  # not needed by exported code
+        return export.export_gguf(self, path, tokenizer=tokenizer, dtype=dtype, verify=verify)
+
     def head_section(self) -> dict:
         """The head's options as a `config.head` section (nested components, defaults included)."""
         options = self.head.options
