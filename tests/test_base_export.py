@@ -409,3 +409,73 @@ def test_from_base_then_to_base_is_the_checkpoint(task, key):
         for beams in (1,) if key in NO_BEAM_SEARCH else (1, 2):
             kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=beams)
             assert torch.equal(base.generate(**prompt, **kw), original.generate(**prompt, **kw)), beams
+
+
+# ---------------------------------------------------------------- the run scripts' flag and the command
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    from hf_heads.data import load_lm_text
+
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(load_lm_text("bible-web")["train"]["text"][:200]) + "\n", encoding="utf-8")
+    return path
+
+
+def _run_clm_flags(text_file, out, *head: str) -> list[str]:
+    return [
+        "--train_file", str(text_file), "--output_dir", str(out / "run"), "--export_base_dir", str(out / "base"),
+        "--do_train", "--max_steps", "2", "--save_strategy", "no", "--block_size", "32",
+        "--per_device_train_batch_size", "4", "--report_to", "none", "--seed", "0", *head,
+    ]  # fmt: skip
+
+
+def test_a_run_script_writes_the_export_to_the_base_architecture(text_file, tmp_path, monkeypatch, capsys):
+    import logging
+    import runpy
+    import sys
+
+    from conftest import SCRIPTS
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    flags = _run_clm_flags(text_file, tmp_path, "--head", "margin", "--margin", "cos:m=0.1", "--word_norm",
+                           "log-unigram", "--head_options", "bias=false")  # fmt: skip
+    monkeypatch.setattr(sys, "argv", [str(SCRIPTS / "run_clm.py"), *flags])
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    monkeypatch.setattr(logging.root, "handlers", [])  # the script's basicConfig handler dies with the test
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    runpy.run_path(str(SCRIPTS / "run_clm.py"), run_name="__main__")
+    assert f"base-architecture export written to {tmp_path / 'base'}" in capsys.readouterr().out
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base").eval()
+    model = HeadsForCausalLM.from_pretrained(tmp_path / "run").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "base")
+    x = tokenizer("In the beginning God created", return_tensors="pt").input_ids
+    assert_same_distribution(model, base, {"input_ids": x}, generate=False)
+
+
+def test_a_run_scripts_export_refusal_is_one_line(text_file, tmp_path, script_error):
+    code, err = script_error("run_clm.py", *_run_clm_flags(text_file, tmp_path, "--head", "sparse", "--k", "3",
+                                                            "--head_options", "bias=false"))  # fmt: skip
+    assert code == 2 and err.strip().splitlines()[-1].startswith("error: --export_base_dir: the sparse head keeps")
+    assert (tmp_path / "run" / "model.safetensors").is_file()  # the run itself was written first
+
+
+def test_the_export_command(tmp_path, capsys):
+    from gguf import GGUFReader
+
+    from hf_heads.cli.errors import main_wrapper
+    from hf_heads.cli.export_base import main
+
+    model, inputs = causal_model("llama", CAUSAL["margin-arc-log-unigram-z-loss"])
+    model.save_pretrained(tmp_path / "model")
+    main([str(tmp_path / "model"), str(tmp_path / "base"), "--gguf", str(tmp_path / "m.gguf"), "--gguf_dtype", "f32"])
+    out = capsys.readouterr().out
+    assert "base-architecture export written to" in out and "GGUF (f32) written to" in out
+    assert_same_distribution(model, LlamaForCausalLM.from_pretrained(tmp_path / "base"), inputs, generate=False)
+    assert "output.weight" in {t.name for t in GGUFReader(tmp_path / "m.gguf").tensors}
+    sparse, _ = causal_model("llama", REFUSED["sparse"][0])
+    sparse.save_pretrained(tmp_path / "sparse")
+    with pytest.raises(SystemExit) as info:
+        main_wrapper(lambda: main([str(tmp_path / "sparse"), str(tmp_path / "refused")]))
+    assert info.value.code == 2 and "error: the sparse head keeps" in capsys.readouterr().err
