@@ -359,6 +359,14 @@ def test_export_base_loads_without_hf_heads_or_remote_code(tmp_path):
         torch.testing.assert_close(torch.log_softmax(got["output"].float(), -1), want, rtol=0, atol=1e-5, msg=name)
 
 
+def test_export_base_never_overwrites_an_hf_heads_model(tmp_path):
+    model, _ = causal_model("llama", CAUSAL["softmax"])
+    model.save_pretrained(tmp_path / "run")
+    with pytest.raises(ValueError, match="holds an hf_heads model"):
+        model.export_base(tmp_path / "run")
+    assert HeadsForCausalLM.from_pretrained(tmp_path / "run").config.model_type == "hf_heads"
+
+
 def test_export_base_writes_the_tokenizer_and_the_generation_config(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerFast
@@ -479,3 +487,26 @@ def test_the_export_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main_wrapper(lambda: main([str(tmp_path / "sparse"), str(tmp_path / "refused")]))
     assert info.value.code == 2 and "error: the sparse head keeps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("multiplier, cap", [(0.5, None), (2.0, 3.0)])
+def test_a_sampled_heads_offset_lies_inside_the_logit_multiplier(multiplier, cap):
+    """s + o(c) with s = multiplier·(W h + b): the bias takes o / multiplier (CE-MCS, log-uniform noise: o = log D(c));
+    under a soft-cap the offset cannot go inside and is refused."""
+    from hf_heads.heads import make_head
+    from hf_heads.losses.transforms import transform_logits
+
+    section = {**SAMPLED, "criterion": "ce", "method": "mcs", "noise": "log-uniform", "logit_multiplier": multiplier,
+               "logit_softcap": cap}  # fmt: skip
+    head = make_head(6, 13, section).eval()
+    head.set_word_counts(_counts(13))
+    with torch.no_grad():
+        head.bias.normal_()
+    if cap is not None:
+        with pytest.raises(ValueError, match="after the checkpoint's soft-cap"):
+            head.linear_form()
+        return
+    weight, bias = head.linear_form()
+    h = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
+    z = transform_logits(h @ weight.T + bias, multiplier)
+    torch.testing.assert_close(torch.log_softmax(z, -1), torch.log_softmax(head.logits(h), -1), rtol=0, atol=1e-5)

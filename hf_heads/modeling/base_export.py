@@ -82,9 +82,14 @@ def export_base(model, directory: str | Path, tokenizer=None, verify: bool = Tru
     a model card (README.md) naming the head that trained it; no hf_heads code, no `auto_map`. `verify`: also load
     the directory back with `AutoModelFor….from_pretrained` and compare its logits with the in-memory base model's.
     Returns the directory."""
+    directory = Path(directory)
+    saved = directory / "config.json"
+    if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")).get("model_type") == "hf_heads":
+        raise ValueError(
+            f"{directory} holds an hf_heads model, which the export would overwrite: export into another directory"
+        )
     export = _BaseExport(model)
     base = export.build(verify)
-    directory = Path(directory)
     base.save_pretrained(directory)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
@@ -221,7 +226,6 @@ class _BaseExport:
         if tied and not keep_tie and set(ties) == {weight_name}:
             config.tie_word_embeddings = False  # the flag ties the output layer alone: untie it
             base = self.meta_base(config)
-            ties = base.get_expanded_tied_weights_keys(all_submodels=True)
         weight, bias = self.fold_transform(weight, bias, head_transform, self.transform(config))
         tensors = self.body_tensors(base)
         if keep_tie:
