@@ -5,13 +5,14 @@ greedy and beam tokens; the tokenizer reads back from the file and encodes as it
 
 import pytest
 import torch
-from conftest import tiny_gpt2_config, tiny_llama_config
+from conftest import tiny_gpt2_config
 from gguf import GGUFReader
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GPT2LMHeadModel,
+    LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
@@ -38,8 +39,13 @@ def tokenizer():
 
 
 def llama_model(head: dict, tie: bool = False):
+    """A tiny Llama with grouped-query attention (4 query heads, 2 key / value heads: the query and key projections
+    are permuted with their own head counts)."""
     torch.manual_seed(0)
-    lm = LlamaForCausalLM(tiny_llama_config(vocab_size=VOCAB, tie_word_embeddings=tie)).eval()
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64, bos_token_id=2,
+                         eos_token_id=3, pad_token_id=1, tie_word_embeddings=tie, rope_theta=500.0)  # fmt: skip
+    lm = LlamaForCausalLM(config).eval()
     counts = torch.arange(VOCAB, 0, -1, dtype=torch.float32)
     return HeadsForCausalLM.from_base(lm, head=head, word_counts=counts, calibrate=False).eval()
 
