@@ -108,3 +108,29 @@ def test_gguf_without_a_tokenizer_and_refusals(tmp_path):
     scaled.config.backbone.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
     with pytest.raises(ValueError, match="RoPE scaling 'linear'"):
         scaled.export_gguf(tmp_path / "rope.gguf")
+
+
+def test_llama_cpp_runs_the_file(tokenizer, tmp_path):
+    """llama.cpp itself (llama-cpp-python, where it is installed; not a dependency: it compiles llama.cpp) loads the
+    file, tokenizes as the tokenizer does, and gives the exported model's log-probabilities (f32 file, f32 KV cache:
+    1e-4) and greedy tokens."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    model = llama_model(MARGIN)
+    path = model.export_gguf(tmp_path / "model-f32.gguf", tokenizer=tokenizer, dtype="f32")
+    ids = tokenizer(TEXT).input_ids[:10]
+    with torch.no_grad():
+        want = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)  # (10, V)
+    greedy = model.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False, pad_token_id=1)[0, 10:].tolist()
+    f32 = 0  # GGML_TYPE_F32: a float32 KV cache (llama.cpp's default float16 cache rounds the attention)
+    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=64, n_threads=1, verbose=False, type_k=f32,
+                          type_v=f32, flash_attn=False)  # fmt: skip
+    assert llm.tokenize(TEXT.encode(), add_bos=False, special=False) == tokenizer(TEXT).input_ids
+    llm.eval(ids)
+    got = torch.log_softmax(torch.tensor(llm.scores[: len(ids)], dtype=torch.float64), -1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    tokens = []
+    for token in llm.generate(ids, top_k=1, temp=0.0, reset=True):
+        tokens.append(token)
+        if len(tokens) == len(greedy):
+            break
+    assert tokens == greedy
