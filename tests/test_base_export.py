@@ -307,6 +307,25 @@ def test_a_base_class_with_tensors_the_model_lacks_is_refused():
         model.to_base()
 
 
+def test_an_encoder_decoder_pair_exports_from_its_checkpoint_not_from_bare_encoders():
+    """A transformers EncoderDecoderModel wrapped by from_base (its decoder's causal LM up to the projection) goes
+    back to an EncoderDecoderModel; a BERT2BERT pair built from bare encoders has no prediction head to go back to."""
+    from transformers import EncoderDecoderModel
+
+    config = tiny_enc_dec_config("bert2bert", vocab_size=SEQ_VOCAB, no_dropout=True)
+    torch.manual_seed(0)
+    model = HeadsForSeq2SeqLM.from_base(EncoderDecoderModel(config=config).eval(), head={"family": "softmax"})
+    x, mask, y = seq2seq_batch(vocab_size=SEQ_VOCAB)
+    _trained(model, {"input_ids": x, "attention_mask": mask}, y)
+    base = model.to_base()
+    assert type(base) is EncoderDecoderModel
+    decoder = model.prepare_decoder_input_ids_from_labels(y.clamp_min(4))
+    assert_same_distribution(model, base, {"input_ids": x, "attention_mask": mask, "decoder_input_ids": decoder})
+    bare = HeadsForSeq2SeqLM(HeadsConfig(backbone=config.to_dict(), head={"family": "softmax"})).eval()
+    with pytest.raises(ValueError, match="not EncoderDecoderModel's body .*BERT2BERT"):
+        bare.to_base()
+
+
 def test_the_base_models_soft_cap_must_be_the_heads():
     torch.manual_seed(0)
     backbone = build("gemma2", "causal_lm").config.to_dict()

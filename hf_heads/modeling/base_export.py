@@ -282,8 +282,10 @@ class _BaseExport:
         if unplaced:
             raise ValueError(
                 f"{type(base).__name__} has no place for the backbone's {', '.join(unplaced[:4])}"
-                f"{', ...' if len(unplaced) > 4 else ''} (an adapter? merge it first: merge_and_unload()): the "
-                f"hf_heads backbone is not {type(base).__name__}'s body"
+                f"{', ...' if len(unplaced) > 4 else ''}: the hf_heads backbone is not {type(base).__name__}'s body "
+                "(an adapter not merged: merge_and_unload() first; or a body the base class builds otherwise, as a "
+                "BERT2BERT decoder built from a bare encoder, without the causal LM's prediction head). Nearest exact "
+                f"choice: {SERVED_AS_IT_IS}"
             )
         tensors = {}
         for name, tensor in body_tensors.items():
