@@ -7,7 +7,8 @@ component registered by a user's package is run with no edit here:
 1. the training loss (train mode), the evaluation loss and the inference logits (eval mode) equal the family's
    naive reference (`HeadOptions.reference`: its papers' equations on the full (N, V) logits, from its components'
    own references), and so do the gradients of the training loss with respect to the hidden states and every head
-   parameter;
+   parameter; the plain output layer of `linear_form()` (what the export to the base architecture writes) gives that
+   inference distribution, or its refusal names the nearest exact choice;
 2. float64 gradcheck of the training loss (mean, and weighted per-row losses) w.r.t. hidden states and parameters;
 3. reductions: none / sum / mean / `num_items_in_batch` agree and "none" has the labels' shape, ignored rows
    (holding 1e6) change nothing and get a zero gradient, another `ignore_index` works, and a training batch with
@@ -45,6 +46,7 @@ from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForS
 from hf_heads.components import REGISTRIES, component_config
 from hf_heads.heads import FAMILIES, head_dict, head_options, make_head
 from hf_heads.heads.options import COMPONENT, ReferenceBatch
+from hf_heads.losses.transforms import transform_logits
 from hf_heads.modeling import export
 from hf_heads.validation import OptionError
 
@@ -252,6 +254,27 @@ def test_losses_logits_and_gradients_equal_the_naive_reference(case):
     torch.testing.assert_close(eval_loss.double(), rows.mean(), **tol)
     if head.uses_embedding_table:  # the table is stored L2-normalised
         torch.testing.assert_close(head.state_dict()["embeddings"].norm(dim=1), torch.ones(13))
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_linear_form_gives_the_inference_distribution_or_names_the_nearest_choice(case):
+    """softmax(transform(h W'ᵀ + b')) of the head's `linear_form()` (W', b'; `transform` the head's output transform,
+    which the base architecture applies) is the reference's inference distribution; or `linear_form` refuses with a
+    ValueError naming the nearest exact choice."""
+    head, table = _head(case)
+    head.eval()
+    try:
+        weight, bias = head.linear_form()  # (V, H), (V,) or None
+    except ValueError as err:
+        assert "Nearest exact choice" in str(err), str(err)
+        return
+    hidden, labels = _batch()
+    h = hidden.double().reshape(-1, 6)  # (N, H)
+    z = h @ weight.double().T + (0.0 if bias is None else bias.double())  # (N, V)
+    options = head.options
+    z = transform_logits(z, getattr(options, "logit_multiplier", 1.0), getattr(options, "logit_softcap", None))
+    _, expected, _ = _reference(case, head, h, labels.reshape(-1), table, training=False)
+    torch.testing.assert_close(torch.log_softmax(z, -1), torch.log_softmax(expected, -1), rtol=1e-5, atol=1e-6)
 
 
 MAX_NORM_CASES = [

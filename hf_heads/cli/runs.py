@@ -44,6 +44,16 @@ class RunArguments:
             "help": "Offline stand-in for --push_to_hub: write exactly what would be pushed into this directory."
         },
     )
+    export_base_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Also write the trained model as its base architecture (e.g. LlamaForCausalLM) into this "
+            "directory: the backbone and an output layer with the head's inference distribution, the tokenizer and "
+            "a model card, no hf_heads code (model.export_base). A head that does not fold (sparse, max-norm, the "
+            "σ-based sampled corrections, ...) or an output bias the architecture has no place for ends the run with "
+            "the reason, after everything else is written."
+        },
+    )
 
 
 def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
@@ -168,8 +178,9 @@ def finish_run(
     task: tuple[str, str] | None = None,
 ) -> None:
     """End-of-run artefacts on the main process: loss-curve plot (each loss labelled by what it is), model card
-    (with `model-index`), `run_summary.json`, the offline Hub export (`--hub_export_dir`, with its own card)
-    and `--push_to_hub` (which keeps this card: the Trainer would replace it with a generic one)."""
+    (with `model-index`), `run_summary.json`, the offline Hub export (`--hub_export_dir`, with its own card),
+    `--push_to_hub` (which keeps this card: the Trainer would replace it with a generic one) and, last, the export to
+    the base architecture (`--export_base_dir`; a refusal is a `UsageError` naming its reason)."""
     if not trainer.is_world_process_zero():
         return
     out = Path(training_args.output_dir)
@@ -199,3 +210,9 @@ def finish_run(
         trainer.create_model_card = lambda *args, **kwargs: None  # keep README.md: the hf_heads card
         trainer.push_to_hub()
     print(f"model, card and plots written to {out}")
+    if run_args.export_base_dir:
+        try:
+            base = model.export_base(run_args.export_base_dir, tokenizer=tokenizer)
+        except ValueError as err:
+            raise UsageError(f"--export_base_dir: {str(err).splitlines()[0]}") from err
+        print(f"base-architecture export written to {base}")

@@ -5,6 +5,8 @@ continuous). `forward`, `loss` and `logits` live here once; a family overrides a
 - `eval_loss(hidden, labels, rows)`: the evaluation loss (eval mode; default: the training criterion), and
   `eval_loss_is_nll`, whether it is the NLL of the inference distribution (then exp(eval_loss) is a perplexity);
 - `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
+- `linear_form()`: the plain output layer (W', b') with the same distribution, or a refusal naming why there is none
+  (what `to_base` writes into the base architecture, hf_heads.modeling.base_export);
 - `diagnostics()`: statistics logged next to the loss;
 - `needs_counts` (on the options): whether training word counts are needed;
 - `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), `copied_logits`
@@ -36,6 +38,11 @@ from hf_heads.losses.triton_kernel import TritonKernel  # noqa: F401
 from hf_heads.losses.vocab_parallel import whole_parameters
 
 TASKS = ("causal-lm", "seq2seq", "classification")
+# the exact choice left where a head's distribution does not fold into a base architecture (`linear_form`)
+SERVED_AS_IT_IS = (
+    "the hf_heads model itself serves it exactly (save_pretrained / export_for_hub: it loads with "
+    "trust_remote_code=True where hf_heads is not installed)"
+)
 
 
 class OutputHead(nn.Module):
@@ -87,6 +94,19 @@ class OutputHead(nn.Module):
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (*, V) of hidden (*, H) whose softmax is the model's p(c | x); never with a training margin."""
         raise NotImplementedError
+
+    def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(W' (V, H), b' (V,) or None): a plain output layer whose distribution is the head's inference
+        distribution, softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the
+        checkpoint's output transform (hf_heads.losses.transforms: the base architecture applies it itself). The
+        inference logits may differ from transform(W' h + b') by an amount the same for every class (a
+        renormalisation, a constant offset), which no softmax sees. `to_base` writes (W', b') as the base model's
+        output layer (hf_heads.modeling.base_export). A head whose distribution no linear layer gives raises
+        `ValueError` naming why and the nearest exact choice; default: refused."""
+        raise ValueError(
+            f"the {self.family} head's inference distribution is not the softmax of a linear layer (it defines no "
+            f"linear_form): the base architecture cannot hold it; {SERVED_AS_IT_IS}"
+        )
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.components import REGISTRIES, component_config, make_component, register
-from hf_heads.heads.base import OutputHead
+from hf_heads.heads.base import SERVED_AS_IT_IS, OutputHead
 from hf_heads.heads.options import COMPONENT, HeadOptions, ReferenceBatch
 from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
 from hf_heads.losses.continuous import nearest_neighbour_diagnostics
@@ -444,6 +444,29 @@ class ContinuousHead(OutputHead):
         scores = pred @ self._table().to(pred.dtype).T  # (*, V)
         candidates = self._candidates()
         return scores if candidates is None else scores.masked_fill(~candidates, float("-inf"))
+
+    @torch.no_grad()
+    def linear_form(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The vMF scores û·Eᵀ with û = P h + p are E P h + E p: W' = E P (V, H), b' = E p (V,), −inf outside the
+        output vocabulary (`output_vocabulary="targets"`); float32. Refused for the cosine scores s·cos(û, E_c) of the
+        other losses (they divide by ‖û‖) and with `projection_layer_norm` (a LayerNorm of û). (`tie_decoder_inputs`
+        changes the decoder's inputs, not this layer: `to_base` refuses it, `embeds_decoder_inputs`.)"""
+        o = self.options
+        why = None
+        if o.component("loss").cosine_scores:
+            why = f"its {o.component('loss').name} scores s·cos(û, E_c) divide by ‖û‖, which no linear layer does"
+        elif o.projection_layer_norm:
+            why = "projection_layer_norm normalises û = P h + p (a LayerNorm), which no linear layer does"
+        if why is not None:
+            raise ValueError(
+                f"the continuous head's distribution is not a linear output layer's: {why}. Nearest exact choice: "
+                f"none in the base architecture; {SERVED_AS_IT_IS}"
+            )
+        table = self._table().float()  # (V, d)
+        weight = table @ self.proj.weight.float()  # (V, H)
+        bias = table @ self.proj.bias.float()  # (V,)
+        candidates = self._candidates()
+        return weight, bias if candidates is None else bias.masked_fill(~candidates, float("-inf"))
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

@@ -18,6 +18,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import component_config, register
+from hf_heads.heads.base import SERVED_AS_IT_IS
 from hf_heads.heads.discrete import DiscreteHead, loss_extras
 from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
@@ -25,7 +26,7 @@ from hf_heads.heads.softmax import SoftmaxHeadOptions
 from hf_heads.losses._rows import LossRows, autocast_off
 from hf_heads.losses.margin import margin_logits
 from hf_heads.losses.parts import CrossEntropy
-from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin
+from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin, word_norm_values
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
@@ -320,6 +321,31 @@ class MarginHead(DiscreteHead):
     def posterior(self, scores: torch.Tensor) -> torch.Tensor:
         """Inference logits from the scores (the margin family: the scores themselves)."""
         return scores
+
+    @torch.no_grad()
+    def linear_form(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 13 without margin, l(c, i) = g(i)·f(c)·cos θ_ic + b_c, with the context norm no-mod (g(i) = gain·‖h_i‖)
+        is g(i)·f(c)·W_c·h_i / (‖W_c‖·‖h_i‖) + b_c = (gain·f(c)/‖W_c‖)·W_c·h_i + b_c: W's rows scaled by
+        gain·f(c)/‖W_c‖ (1 with f no-mod and gain 1; f from the word norm and the word counts), the bias as it is;
+        computed in float32 (float64 stays). Refused where g is not ‖h_i‖ (max-norm's running max, any other context
+        norm, the face-recognition `scale`): the logit then divides by ‖h_i‖, which no linear layer does."""
+        scorer = self.scorer(False)
+        if scorer.scale is not None or not scorer.context_norm.identity:
+            g = f"scale={scorer.scale}" if scorer.scale is not None else f"context_norm={scorer.context_norm.name!r}"
+            raise ValueError(
+                f"the {self.family} head's {g} scores g·f(c)·cos θ + b_c with g a constant at inference (eq. 13; "
+                "max-norm: its running max ‖h‖), i.e. g·f(c)·W_c·h / (‖W_c‖·‖h‖) + b_c: the logits divide by ‖h‖, "
+                "which no linear output layer on h does, so the base architecture cannot hold this distribution. "
+                "Nearest exact "
+                f"choice: none in the base architecture; {SERVED_AS_IT_IS}"
+            )
+        weight = self.weight if self.weight.dtype == torch.float64 else self.weight.float()  # (V, H)
+        norms = torch.linalg.vector_norm(weight, dim=1).clamp_min(1e-12)  # (V,), clamped as the scorer does
+        f = word_norm_values(weight, scorer.word_norm, self.counts(), norms)  # (V,) or None (f = ‖W_c‖)
+        if f is None and scorer.gain == 1.0:
+            return weight, self.bias  # eq. 13 as written is W h + b
+        rows = scorer.gain * (1.0 if f is None else f / norms)  # (V,) or a number
+        return weight * (rows[:, None] if torch.is_tensor(rows) else rows), self.bias  # (V, H)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         o = self.options

@@ -17,6 +17,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import component_config, register
+from hf_heads.heads.base import SERVED_AS_IT_IS
 from hf_heads.heads.margin import MarginHead, MarginHeadOptions
 from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
@@ -295,6 +296,38 @@ class SampledHead(MarginHead):
         return corrected_log_probs(
             scores, **self.options.correction(), noise_probs=self.noise_probs(), normalize=normalize
         ).to(scores.dtype)
+
+    @torch.no_grad()
+    def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The margin family's (W', b') (eq. 13 without margin, refused with max-norm) with the correction's per-class
+        offset o(c) in the bias: the corrected posterior is log_softmax(s + o(c)) for the corrections of the form
+        s + o(c) (`SamplingMethod.correction_is_additive`: s + log D(c), eqs. 10, 18; s + log K·D(c), eq. 8;
+        s + log C·D(c), eq. 16; s, eqs. 6, 12, 14, 20), and s = multiplier·(W' h + b'), so b' + o / multiplier;
+        an offset the same for every class (uniform noise, or none) changes nothing and is left out. Refused: the
+        σ-based corrections (log σ(s) of full BCE / MSE, eqs. 2, 4; σ(z) + log D(c) of CE-NCE, eq. 22), non-linear
+        in s, and a per-class offset under the checkpoint's soft-cap (added after cap·tanh(·), outside any layer)."""
+        o = self.options
+        if not o.sampler.correction_is_additive(o.loss_criterion):
+            raise ValueError(
+                f"the sampled head's {o.criterion}-{o.sampler.name} posterior correction is not the score plus a "
+                "per-class offset (full BCE / MSE: log σ(s), eqs. 2, 4; CE-NCE: σ(z) + log D(c), eq. 22): it is "
+                "non-linear in the score, so no linear output layer gives this distribution. Nearest exact choice: "
+                f"none in the base architecture; {SERVED_AS_IT_IS}"
+            )
+        weight, bias = super().linear_form()  # (V, H), (V,) or None
+        offset = self.posterior(weight.new_zeros(1, self.num_classes), normalize=False)[0]  # (V,) o(c)
+        if bool((offset == offset[0]).all()):
+            return weight, bias  # the same for every class: no change to the distribution
+        if o.logit_softcap is not None:
+            raise ValueError(
+                f"the sampled head's {o.criterion}-{o.sampler.name} correction adds a per-class offset (log D(c) of "
+                f"the {o.component('noise').name} noise) after the checkpoint's soft-cap cap·tanh(·) "
+                f"(logit_softcap={o.logit_softcap}), outside any output layer: the base architecture, which caps its "
+                f"layer's logits last, cannot hold this distribution. Nearest exact choice: none in the base "
+                f"architecture; {SERVED_AS_IT_IS}"
+            )
+        shift = offset / o.logit_multiplier  # (V,): s + o = multiplier·(W' h + b' + o / multiplier)
+        return weight, shift if bias is None else bias.to(shift.dtype) + shift
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         o = self.options

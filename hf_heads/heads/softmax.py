@@ -232,6 +232,11 @@ class SoftmaxHead(DiscreteHead):
         z = F.linear(hidden, self.weight, self.bias)
         return transform_logits(z, self.options.logit_multiplier, self.options.logit_softcap).to(self.weight.dtype)
 
+    def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(W, b) themselves: the inference logits are transform(W h + b). Label smoothing, the z-loss, class
+        weights and the confidence penalty change the training loss only, never the inference distribution."""
+        return self.weight, self.bias
+
     @property
     def training_loss_is_eval_loss(self) -> bool:
         """Without label smoothing, z-loss or class weights the training cross-entropy is the eval loss (sparse:

@@ -84,6 +84,23 @@ class SparseHead(SoftmaxHead):
     def inference_logits(self, hidden):
         return truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))
 
+    def linear_form(self):
+        """Refused unless decode_k >= V (then eq. 4 is the softmax): which logits survive depends on each row's
+        ranking, which no linear layer reproduces. The refusal names the nearest exact choice, the softmax layer with
+        generation's `top_k`, and what it does not give."""
+        k = self.options.inference_k
+        if k >= self.num_classes:
+            return super().linear_form()
+        raise ValueError(
+            f"the sparse head keeps each row's top decode_k={k} logits and gives every other class probability 0 "
+            "(sparse-softmax eq. 4): which classes survive depends on the row's ranking, so no linear output layer "
+            "gives this distribution. Nearest exact choice: the same output layer as a plain softmax with "
+            f"generation's top_k={k} (model.set_head_options(family='softmax'); model.generation_config.top_k = {k}; "
+            "then export_base): greedy decoding and sampling (do_sample=True, no other warper) pick the same "
+            "tokens; it does not give the same scores (log-probabilities, perplexity: the full softmax's) nor the "
+            "same beam search (transformers applies top_k only when sampling)"
+        )
+
     @property
     def logits_note(self) -> str:
         return f"the logits of the top {self.options.inference_k} classes (the others get -inf)"

@@ -31,6 +31,10 @@ Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation
     bce cps        s + log(C·D(c))          eq. 16 (αK = C)
     bce nce        s                        eq. 20
 
+A correction of the form s + o(c) (`SamplingMethod.correction_is_additive`: every one above but log σ(s) and
+σ(z) + log D(c)) is a linear output layer's with o(c) in its bias, which is how a sampled head exports to its base
+architecture (hf_heads.modeling.base_export); the σ-based ones are not.
+
 Each method is one registered component class (hf_heads.components, `register("sampling_method")`;
 `SAMPLING_METHODS`: `Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of both tables and its `reference`, its
 criteria written for one position from the equations: the term a candidate contributes to the CE denominator and
@@ -113,10 +117,19 @@ class SamplingMethod(Component, ABC):
     # whether the correction of a softmax (CE) / a sigmoid (BCE) criterion uses log D
     ce_correction_uses_noise: ClassVar[bool] = False
     bce_correction_uses_noise: ClassVar[bool] = False
+    # whether the correction of a softmax (CE) / sigmoid (BCE) criterion is s + o(c), an offset per class whatever
+    # the score (`correction` of zero scores gives o): a linear output layer with o in its bias then has the
+    # corrected posterior (hf_heads.modeling.base_export); the σ-based ones (log σ(s), σ(z) + log D) are not
+    ce_correction_is_additive: ClassVar[bool] = False
+    bce_correction_is_additive: ClassVar[bool] = False
 
     def correction_uses_noise(self, criterion: Criterion) -> bool:
         """Whether the posterior correction of this method for `criterion` uses log D (the noise)."""
         return self.ce_correction_uses_noise if criterion.softmax else self.bce_correction_uses_noise
+
+    def correction_is_additive(self, criterion: Criterion) -> bool:
+        """Whether the posterior correction of this method for `criterion` is the score plus a per-class offset."""
+        return self.ce_correction_is_additive if criterion.softmax else self.bce_correction_is_additive
 
     def ce_candidate(self, s: torch.Tensor, log_kd: torch.Tensor, num_samples: int, num_classes: int):
         """A candidate's term in the CE denominator log Σ exp(·) (the target is a candidate too)."""
@@ -157,6 +170,7 @@ class Full(SamplingMethod):
     name: ClassVar[str] = "full"
     draws_samples: ClassVar[bool] = False
     ce_is_softmax: ClassVar[bool] = True  # eq. 5
+    ce_correction_is_additive: ClassVar[bool] = True  # eq. 6: s (BCE / MSE: log σ(s), eqs. 2, 4)
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s if criterion.softmax else F.logsigmoid(s)
@@ -177,6 +191,8 @@ class MCS(SamplingMethod):
     ce_is_softmax: ClassVar[bool] = True  # eq. 9: a softmax over the candidates
     ce_correction_uses_noise: ClassVar[bool] = True
     bce_correction_uses_noise: ClassVar[bool] = True
+    ce_correction_is_additive: ClassVar[bool] = True  # eq. 10
+    bce_correction_is_additive: ClassVar[bool] = True  # eq. 8
 
     def correction(self, s, criterion, log_d, num_samples, num_classes):
         return s + log_d if criterion.softmax else s + (log_d + math.log(num_samples))
@@ -194,6 +210,8 @@ class IS(SamplingMethod):
     s − log(K·D) inside the log-sum-exp); corrections s (eqs. 12, 14)."""
 
     name: ClassVar[str] = "is"
+    ce_correction_is_additive: ClassVar[bool] = True  # eq. 14: s
+    bce_correction_is_additive: ClassVar[bool] = True  # eq. 12: s
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return s - log_kd
@@ -231,6 +249,8 @@ class CPS(SamplingMethod):
     name: ClassVar[str] = "cps"
     ce_correction_uses_noise: ClassVar[bool] = True
     bce_correction_uses_noise: ClassVar[bool] = True
+    ce_correction_is_additive: ClassVar[bool] = True  # eq. 18
+    bce_correction_is_additive: ClassVar[bool] = True  # eq. 16
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return s + math.log(num_classes / num_samples)
@@ -258,6 +278,7 @@ class NCE(SamplingMethod):
     ce_is_softmax: ClassVar[bool] = True  # eq. 21: a softmax of σ(z) over the candidates
     ce_optimum_is_posterior: ClassVar[bool] = False
     ce_correction_uses_noise: ClassVar[bool] = True
+    bce_correction_is_additive: ClassVar[bool] = True  # eq. 20: s (CE's eq. 22, σ(z) + log D(c), is not)
 
     def ce_candidate(self, s, log_kd, num_samples, num_classes):
         return torch.sigmoid(s - log_kd)

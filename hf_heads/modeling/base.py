@@ -297,6 +297,27 @@ class HeadsPreTrainedModel(PreTrainedModel):
         export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
+    def to_base(self, verify: bool = True) -> PreTrainedModel:
+        """The base transformers model (`LlamaForCausalLM`, `BartForConditionalGeneration`,
+        `BertForSequenceClassification`, ...) with this model's backbone (its tensors, shared) and an output layer
+        whose logits give this model's inference distribution; `ValueError` naming why and the nearest exact choice
+        where the head does not fold into it (hf_heads.modeling.base_export). `verify`: checked on a probe input."""
+        return importlib.import_module("hf_heads.modeling.base_export").to_base(self, verify=verify)
+
+    def export_base(self, directory, tokenizer=None, verify: bool = True):
+        """Save `to_base()` to `directory` with the tokenizer and a model card naming the head, and no hf_heads code:
+        `AutoModelFor….from_pretrained(directory)` loads it without hf_heads or `trust_remote_code`. `verify`: also
+        load it back and compare. Returns the directory (a `Path`)."""
+        export = importlib.import_module("hf_heads.modeling.base_export")  # not needed by exported code
+        return export.export_base(self, directory, tokenizer=tokenizer, verify=verify)
+
+    def export_gguf(self, path, tokenizer=None, dtype: str = "f16", verify: bool = True):
+        """Write `to_base()` of a Llama-family model as a GGUF file for llama.cpp (`dtype` "f16" or "f32"), with the
+        tokenizer's vocabulary (hf_heads.modeling.gguf_export). `verify`: read it back with transformers and compare.
+        Returns the path."""
+        export = importlib.import_module("hf_heads.modeling.gguf_export")  # not needed by exported code
+        return export.export_gguf(self, path, tokenizer=tokenizer, dtype=dtype, verify=verify)
+
     def head_section(self) -> dict:
         """The head's options as a `config.head` section (nested components, defaults included)."""
         options = self.head.options
@@ -517,41 +538,6 @@ def fresh(model: nn.Module) -> nn.Module:
     for module in model.modules():
         module.__dict__.pop("_is_hf_initialized", None)
     return model
-
-
-def backbone_of(lm: PreTrainedModel) -> PreTrainedModel:
-    """The backbone inside a task model (`*ForCausalLM`, `*ForConditionalGeneration`) that returns its final hidden
-    states: `lm.base_model`, or, for task models that have no separate base model (`T5ForConditionalGeneration`'s
-    `base_model` is the task model itself), an `AutoModel` of the same config whose parameters and buffers are
-    the task model's own (shared, not copied)."""
-    base = lm.base_model
-    if base is not lm:
-        return base
-    bodies = [child for child in lm.children() if isinstance(child, PreTrainedModel)]
-    if len(bodies) == 1 and getattr(bodies[0].config, "is_encoder_decoder", False) == lm.config.is_encoder_decoder:
-        return bodies[0]  # a body under another name than base_model_prefix (Llama4ForCausalLM.model)
-    return sharing(AutoModel, lm)
-
-
-def sharing(auto_class, lm: PreTrainedModel) -> PreTrainedModel:
-    """`auto_class.from_config(lm.config)` built without allocating, holding `lm`'s own parameters and buffers under
-    the same names (shared, not copied; `lm` is left as it is). Raises when it has a tensor `lm` lacks."""
-    with torch.device("meta"):
-        model = auto_class.from_config(lm.config, dtype=lm.dtype)
-    own = dict(lm.named_parameters(remove_duplicate=False)) | dict(lm.named_buffers(remove_duplicate=False))
-    tensors = list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
-    for name, tensor in tensors:
-        if name not in own:
-            raise ValueError(
-                f"cannot wrap {type(lm).__name__}: its {type(model).__name__} has {name!r}, which {type(lm).__name__} "
-                "lacks"
-            )
-        module_name, _, leaf = name.rpartition(".")
-        module = model.get_submodule(module_name) if module_name else model
-        (module._parameters if isinstance(tensor, nn.Parameter) else module._buffers)[leaf] = own[name]
-    for module in model.modules():  # trained weights: the wrapping model's post_init must not initialise them again
-        module._is_hf_initialized = True
-    return model.train(lm.training)
 
 
 def output_layer(lm: PreTrainedModel, hidden_size: int, name) -> nn.Module:

@@ -14,11 +14,11 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import (
     HeadsPreTrainedModel,
-    backbone_of,
     output_layer,
     refuse_hf_heads_checkpoint,
     wraps_a_checkpoint,
 )
+from hf_heads.modeling.bodies import backbone_of
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache, takes_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal

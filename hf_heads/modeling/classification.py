@@ -16,12 +16,11 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 from hf_heads.heads import make_head
 from hf_heads.modeling.base import (
     HeadsPreTrainedModel,
-    backbone_of,
     fresh,
     refuse_hf_heads_checkpoint,
-    sharing,
     wraps_a_checkpoint,
 )
+from hf_heads.modeling.bodies import backbone_of, final_projection, sharing
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, probe_ids
@@ -76,25 +75,6 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
     weights = mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
-
-
-def final_projection(classifier: PreTrainedModel) -> str:
-    """The module name of a sequence classifier's final (C, H) projection: the last `nn.Linear` with C outputs
-    outside its base model (BERT `classifier`, RoBERTa / ELECTRA `classifier.out_proj`, GPT-2 / Llama `score`, ...)."""
-    base = classifier.base_model_prefix
-    found = [
-        name
-        for name, module in classifier.named_modules()
-        if isinstance(module, nn.Linear)
-        and module.out_features == classifier.config.num_labels
-        and not (name == base or name.startswith(f"{base}."))
-    ]
-    if not found:
-        raise ValueError(
-            f"{type(classifier).__name__} has no final (num_labels={classifier.config.num_labels}, H) projection "
-            "outside its base model: hf_heads cannot take its classifier over"
-        )
-    return found[-1]
 
 
 def classifier_stem(classifier: PreTrainedModel, name: str) -> tuple[PreTrainedModel, nn.Linear]:

@@ -28,13 +28,12 @@ from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from hf_heads.heads import family, head_dict, make_head
 from hf_heads.modeling.base import (
     HeadsPreTrainedModel,
-    backbone_of,
     fresh,
     output_layer,
     refuse_hf_heads_checkpoint,
-    sharing,
     wraps_a_checkpoint,
 )
+from hf_heads.modeling.bodies import backbone_of, sharing
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, input_embeddings

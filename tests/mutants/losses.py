@@ -36,6 +36,12 @@ COMPONENTS = ["tests/test_components_contract.py"]
 TOY_COMPONENTS = ["tests/test_toy_components.py"]
 LEGACY = ["tests/test_legacy_checkpoints.py", "tests/test_registry.py"]
 TRANSFORMS = ["tests/test_transforms.py", *CONTRACT_HEADS]
+LINEAR_FORM = [
+    "tests/test_contract.py::test_linear_form_gives_the_inference_distribution_or_names_the_nearest_choice",
+    "tests/test_base_export.py::test_a_sampled_heads_offset_lies_inside_the_logit_multiplier",
+    "tests/test_base_export.py::test_a_distribution_no_linear_layer_gives_is_refused_naming_why",
+    "tests/test_base_export.py::test_causal_lm_folds_into_llama",
+]
 
 
 # fmt: off
@@ -230,6 +236,29 @@ MUTANTS = [
        "if True:", FUSED, "reduction='none' loses the positions of ignored rows"),
     _m("softcap-without-cap-factor", "losses/transforms.py", "torch.tanh(z / softcap) * softcap",
        "torch.tanh(z / softcap)", TRANSFORMS, "soft-cap without its cap factor"),
+    # ---------------------------------------------------------------- linear_form: the export to the base architecture
+    _m("linear-form-margin-without-gain", "heads/margin.py",
+       "        rows = scorer.gain * (1.0 if f is None else f / norms)",
+       "        rows = 1.0 if f is None else f / norms", LINEAR_FORM,
+       "a margin head's exported layer leaves out the warm-start gain"),
+    _m("linear-form-margin-rows-not-normalised", "heads/margin.py",
+       "        rows = scorer.gain * (1.0 if f is None else f / norms)",
+       "        rows = scorer.gain * (1.0 if f is None else f)", LINEAR_FORM,
+       "a norm-scaled margin head's exported rows are f(c)·W_c instead of f(c)·W_c / ‖W_c‖"),
+    _m("linear-form-sampled-offset-times-multiplier", "heads/sampled.py",
+       "        shift = offset / o.logit_multiplier", "        shift = offset * o.logit_multiplier", LINEAR_FORM,
+       "a sampled head's correction offset goes into the bias multiplied by the logit multiplier, not divided"),
+    _m("linear-form-sampled-offset-dropped", "heads/sampled.py",
+       "        if bool((offset == offset[0]).all()):", "        if True:", LINEAR_FORM,
+       "a sampled head's per-class correction (log D(c)) is left out of the exported bias"),
+    _m("linear-form-ce-nce-additive", "losses/sampled.py",
+       '    ce_correction_uses_noise: ClassVar[bool] = True\n    bce_correction_is_additive',
+       '    ce_correction_uses_noise: ClassVar[bool] = True\n    ce_correction_is_additive: ClassVar[bool] = True\n'
+       '    bce_correction_is_additive', LINEAR_FORM,
+       "CE-NCE's σ(z) + log D(c) is exported as if it were the score plus an offset"),
+    _m("linear-form-continuous-bias-dropped", "heads/continuous.py",
+       "        bias = table @ self.proj.bias.float()  # (V,)", "        bias = torch.zeros(table.shape[0])",
+       LINEAR_FORM, "a vMF head's exported bias leaves out E p"),
     # ---------------------------------------------------------------- continuous output
     _m("vmf-cosine-sign", "losses/continuous.py", "- lambda2 * (pred * target_emb).sum(-1) + lambda1 * kappa",
        "+ lambda2 * (pred * target_emb).sum(-1) + lambda1 * kappa", CONTINUOUS, "vMF pushes away from the target"),

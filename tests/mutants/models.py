@@ -72,6 +72,14 @@ SAVED = selection(
     "tests/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits[head0]",
 )
 
+# the export to the base architecture: each family on Llama, the bias of BART, the tie of GPT-2, the refusals
+BASE_EXPORT = selection(
+    "tests/test_base_export.py::test_seq2seq_folds_into_bart_with_its_final_logits_bias",
+    "tests/test_base_export.py::test_causal_lm_folds_into_gpt2_tied_only_where_w_is_the_embedding",
+    "tests/test_base_export.py::test_a_distribution_no_linear_layer_gives_is_refused_naming_why",
+    "tests/test_base_export.py::test_a_model_built_from_a_config_folds_the_architectures_scale",
+)
+
 # fmt: off
 MUTANTS: list[Mutant] = [
     # ---------------------------------------------------------------- base.py: the shared model plumbing
@@ -265,6 +273,28 @@ MUTANTS: list[Mutant] = [
       "                pass\n",
       selection("tests/test_components.py::test_a_saved_directory_carries_the_code_of_its_task_and_family_only"),
       "every saved directory carries every task's and family's modules again"),
+    # ---------------------------------------------------------------- the export to the base architecture, GGUF
+    m("base-export-final-logits-bias-zero", "modeling/base_export.py",
+      '            return {"final_logits_bias": row.to(device=self._device(), dtype=dtype)}',
+      '            return {"final_logits_bias": torch.zeros_like(row).to(device=self._device(), dtype=dtype)}',
+      BASE_EXPORT, "the exported BART / Marian model's final_logits_bias is zero, not the head's b'"),
+    m("base-export-always-tied", "modeling/base_export.py", "        keep_tie = (\n            tied\n            and",
+      "        keep_tie = tied or (\n            tied\n            and", BASE_EXPORT,
+      "a norm-scaled output layer stays tied to the input embeddings (the export loses the scaled rows)"),
+    m("base-export-bias-dropped-silently", "modeling/base_export.py",
+      "            if not finite or not bool((bias == bias.reshape(-1)[0]).all()):",
+      "            if False:", BASE_EXPORT,
+      "a bias the architecture has no place for is dropped instead of refused"),
+    m("base-export-multiplier-not-folded", "modeling/base_export.py",
+      '        if head["logit_multiplier"] == base["logit_multiplier"]:', "        if True:", BASE_EXPORT,
+      "a head without the architecture's logit scale is exported with the architecture's scale on top"),
+    m("gguf-key-permuted-with-query-heads", "modeling/gguf_export.py",
+      "            array = permute_for_ggml(array, config.num_key_value_heads)",
+      "            array = permute_for_ggml(array, config.num_attention_heads)",
+      selection("tests/test_gguf_export.py"), "the key projection of a grouped-query model is permuted wrongly"),
+    m("run-export-base-dir-ignored", "cli/runs.py", "    if run_args.export_base_dir:", "    if False:",
+      selection("tests/test_base_export.py::test_a_run_script_writes_the_export_to_the_base_architecture"),
+      "--export_base_dir is accepted and nothing is written"),
     # ---------------------------------------------------------------- TRL's statistics from the loss pass
     m("same-pass-statistics-off", "heads/softmax.py", "        return self.top_k(False) is None\n",
       "        return False\n", SAME_PASS,
