@@ -27,7 +27,6 @@ from hf_heads.losses._rows import LossRows, autocast_off
 from hf_heads.losses.margin import margin_logits
 from hf_heads.losses.parts import CrossEntropy
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin, word_norm_values
-from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
 
@@ -171,27 +170,30 @@ class MarginHeadOptions(SoftmaxHeadOptions):
 
     def reference_scores(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(l (N, V) without margin, l with the margin on each counted row's target) of eq. 13, transformed."""
-        scorer = self.scorer()
+        word_norm, context_norm, margin = (self.component(k) for k in ("word_norm", "context_norm", "margin"))
         h, weight, bias = batch.hidden, batch.params["weight"], batch.params.get("bias")
         valid = batch.valid
         cos = (h @ weight.T) / (h.norm(dim=1)[:, None] * weight.norm(dim=1)[None, :])  # (N, V)
         if self.scale is not None:
             g, f = torch.full_like(cos[:, 0], self.scale), torch.ones_like(cos[0])
         else:
-            g = scorer.context_norm.reference(h, valid)  # (N,)
-            if not batch.training and batch.running is not None and scorer.context_norm.batch_dependent:
+            g = context_norm.reference(h, valid)  # (N,)
+            if not batch.training and batch.running is not None and context_norm.batch_dependent:
                 g = batch.running.to(h.dtype).expand(h.shape[0])
-            f = scorer.word_norm.reference(weight, batch.counts if scorer.word_norm.needs_counts else None)  # (V,)
+            f = word_norm.reference(weight, batch.counts if word_norm.needs_counts else None)  # (V,)
         g = g * self.warm_start_gain
         plain = g[:, None] * f[None, :] * cos  # (N, V)
         rows, y = torch.nonzero(valid).squeeze(1), batch.labels[valid]
         theta = torch.acos(cos[rows, y].clamp(-1, 1))
-        target = g[rows] * f[y] * scorer.margin.phi(theta) if scorer.margin.changes_target else plain[rows, y]
+        target = g[rows] * f[y] * margin.phi(theta) if margin.changes_target else plain[rows, y]
         with_margin = plain.index_put((rows, y), target)
         if bias is not None:
             plain, with_margin = plain + bias, with_margin + bias
-        transform = [self.logit_multiplier, self.logit_softcap]
-        return transform_logits(plain, *transform), transform_logits(with_margin, *transform)
+        plain, with_margin = plain * self.logit_multiplier, with_margin * self.logit_multiplier
+        if self.logit_softcap is not None:  # cap · tanh(multiplier · l / cap)
+            cap = self.logit_softcap
+            plain, with_margin = cap * torch.tanh(plain / cap), cap * torch.tanh(with_margin / cap)
+        return plain, with_margin
 
     def describe(self) -> str:
         scorer = self.scorer()

@@ -22,7 +22,7 @@ from hf_heads.heads.margin import MarginHead, MarginHeadOptions
 from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
 from hf_heads.losses.margin import Full
-from hf_heads.losses.noise import NOISES, UnigramNoise, draw_samples, make_noise, noise_distribution
+from hf_heads.losses.noise import NOISES, UnigramNoise, make_noise, noise_distribution
 from hf_heads.losses.parts import CRITERIA, Criterion, make_criterion
 from hf_heads.losses.sampled import (
     METHODS,
@@ -187,7 +187,7 @@ class SampledHeadOptions(MarginHeadOptions):
         its sampling method's `reference` (the loss of one position from the paper's equation) with the target's
         score t (with the margin) and the other candidates' plain scores: every other class for a method without
         samples, else the K samples drawn once for the batch from D (the noise's `reference`, drawn as the head
-        draws them, `draw_samples`), less those equal to the target with `remove_accidental_hits`, with
+        draws them: K i.i.d. with replacement), less those equal to the target with `remove_accidental_hits`, with
         log(K·D(c)). In evaluation the NLL of the corrected posterior log_softmax(correction(l)) (the method's
         `correction`, eqs. 2-22, which tests/test_sampled_losses.py holds to the paper); the inference logits are
         that posterior (not renormalised with `normalize=False`)."""
@@ -203,7 +203,9 @@ class SampledHeadOptions(MarginHeadOptions):
         logits = corrected.log_softmax(1) if self.normalize else corrected
         if not batch.training:
             return -corrected[valid].log_softmax(1).gather(1, y[:, None]).squeeze(1), logits
-        samples = None if noise is None else draw_samples(noise, self.num_samples).tolist()
+        samples = None  # the K draws of the batch, i.i.d. with replacement
+        if noise is not None:
+            samples = torch.multinomial(noise.float(), self.num_samples, replacement=True).tolist()
         t, s = with_margin[valid].gather(1, y[:, None]).squeeze(1), plain[valid]  # (n,), (n, V)
         rows = []
         for i, yi in enumerate(y.tolist()):

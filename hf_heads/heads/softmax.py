@@ -142,7 +142,9 @@ class SoftmaxHeadOptions(HeadOptions):
         the inference logits `reference_inference(z)`."""
         weight, bias = batch.params["weight"], batch.params.get("bias")
         z = batch.hidden @ weight.T + (0.0 if bias is None else bias)  # (N, V)
-        z = transform_logits(z, self.logit_multiplier, self.logit_softcap)
+        z = z * self.logit_multiplier
+        if self.logit_softcap is not None:
+            z = self.logit_softcap * torch.tanh(z / self.logit_softcap)
         return self.reference_loss(z, batch), self.reference_inference(z)
 
     def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:

@@ -65,7 +65,8 @@ class ContinuousLoss(Component, ABC):
         """(n,) the same losses computed naively from the definition (the contract suite's reference)."""
 
 
-def _unit(x: torch.Tensor) -> torch.Tensor:
+def _naive_unit(x: torch.Tensor) -> torch.Tensor:
+    """x / ‖x‖ (the references only)."""
     return x / x.norm(dim=-1, keepdim=True)
 
 
@@ -149,7 +150,7 @@ class _MarginLoss(ContinuousLoss):
         )
 
     def reference(self, batch: ContinuousBatch) -> torch.Tensor:
-        u_hat, u = _unit(batch.pred), batch.table[batch.ids]  # (n, d)
+        u_hat, u = _naive_unit(batch.pred), batch.table[batch.ids]  # (n, d)
         positive = (u_hat * u).sum(-1)
         draws = self.draws(batch)
         out = []
@@ -177,7 +178,7 @@ class SynMarginProjection(_MarginLoss):
     negative: ClassVar[str] = "projection"
 
     def negatives(self, u_hat, u, batch, i, draws):
-        return _unit(u_hat - (u_hat @ u) * u)[None]
+        return _naive_unit(u_hat - (u_hat @ u) * u)[None]
 
 
 @register("continuous_loss")
@@ -191,7 +192,7 @@ class SynMarginDifference(_MarginLoss):
     exact_gradient: ClassVar[bool] = False  # u' moves with û but is detached (d u'/d û ⟂̸ û, unlike SMP's)
 
     def negatives(self, u_hat, u, batch, i, draws):
-        return _unit(u_hat - u)[None]
+        return _naive_unit(u_hat - u)[None]
 
 
 @register("continuous_loss")
@@ -231,7 +232,7 @@ class MarginMostInformative(_MarginLoss):
     negative: ClassVar[str] = "most-informative"
 
     def negatives(self, u_hat, u, batch, i, draws):
-        direction = _unit(u_hat - u)
+        direction = _naive_unit(u_hat - u)
         others = [c for c in range(batch.table.shape[0]) if c != int(batch.ids[i])]  # the target's own row excluded
         return batch.table[max(others, key=lambda c: float(direction @ batch.table[c]))][None]  # first of a tie
 
@@ -260,7 +261,7 @@ class CosineSoftmax(ContinuousLoss):
             rows = [
                 c for c in range(batch.table.shape[0]) if batch.candidates is None or batch.candidates[c] or c == y
             ]
-            logits = [batch.scale * (_unit(batch.pred[i]) @ batch.table[c]) for c in rows]
+            logits = [batch.scale * (_naive_unit(batch.pred[i]) @ batch.table[c]) for c in rows]
             out.append(_naive_cross_entropy(logits, rows.index(y)))
         return torch.stack(out)
 
@@ -302,15 +303,16 @@ class InBatchSoftmax(ContinuousLoss):
     def reference(self, batch: ContinuousBatch) -> torch.Tensor:
         words = sorted(set(batch.ids.tolist()))
         extra: list[int] = []
-        pool = self._pool(batch)
-        if pool is not None:  # drawn as `rows` draws them (the contract suite seeds both alike)
-            extra = pool[torch.randint(0, pool.numel(), (self.num_sampled,))].tolist()
+        vocab = range(batch.table.shape[0])
+        pool = [c for c in vocab if batch.candidates is None or batch.candidates[c]]  # the output vocabulary
+        if self.num_sampled:  # drawn as `rows` draws them (the contract suite seeds both alike)
+            extra = [pool[j] for j in torch.randint(0, len(pool), (self.num_sampled,)).tolist()]
         out = []
         for i, y in enumerate(batch.ids.tolist()):
-            u_hat = _unit(batch.pred[i])
+            u_hat = _naive_unit(batch.pred[i])
             logits = [batch.scale * (u_hat @ batch.table[c]) for c in words]
             logits += [
-                batch.scale * (u_hat @ batch.table[c]) + math.log(pool.numel() / self.num_sampled)
+                batch.scale * (u_hat @ batch.table[c]) + math.log(len(pool) / self.num_sampled)
                 for c in extra
                 if c not in words  # an accidental hit is dropped
             ]

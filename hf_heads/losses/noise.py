@@ -24,6 +24,7 @@ its own samples from its own torch generator; transformers seeds every process w
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -81,11 +82,21 @@ class LogUniformNoise(Noise):
                     "needs the frequency rank: pass counts (word_counts), or ranks=torch.arange(C) if the token "
                     "ids are already sorted by frequency",
                 )
-            ranks = frequency_ranks(counts)
+            ids = torch.arange(num_classes)
+            ahead = (counts[None, :] > counts[:, None]) | ((counts[None, :] == counts[:, None]) & (ids < ids[:, None]))
+            ranks = ahead.sum(1)  # (C,) the classes counted more often, or as often with a smaller id
         r = torch.as_tensor(ranks, dtype=torch.float64)
         if r.shape != (num_classes,):
             raise ValueError(f"ranks has shape {tuple(r.shape)}, expected ({num_classes},)")
         return torch.log1p(1.0 / (r + 1.0)) / torch.log(torch.tensor(num_classes + 1.0, dtype=torch.float64))
+
+    def distribution(self, num_classes, counts, ranks):
+        if ranks is None and counts is None:
+            return self.reference(num_classes, counts, ranks)  # its refusal
+        r = torch.as_tensor(frequency_ranks(counts) if ranks is None else ranks, dtype=torch.float64)  # one sort
+        if r.shape != (num_classes,):
+            raise ValueError(f"ranks has shape {tuple(r.shape)}, expected ({num_classes},)")
+        return (torch.log(r + 2.0) - torch.log(r + 1.0)) / math.log(num_classes + 1.0)
 
 
 @register("noise")

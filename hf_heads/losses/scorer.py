@@ -331,7 +331,10 @@ class LogRankWordNorm(WordNorm):
         norms, vocab = weight.norm(dim=1), weight.shape[0]
         top, bottom = norms[int(counts.argmax())], norms[int(counts.argmin())]
         v = (torch.exp(top) - torch.exp(bottom)) / vocab  # eq. 11
-        return torch.log(torch.exp(top) - v * frequency_ranks(counts).to(norms.dtype))
+        ids = torch.arange(vocab)
+        ahead = (counts[None, :] > counts[:, None]) | ((counts[None, :] == counts[:, None]) & (ids < ids[:, None]))
+        rank = ahead.sum(1)  # (V,) the classes counted more often, or as often with a smaller id (0 = most frequent)
+        return torch.log(torch.exp(top) - v * rank.to(norms.dtype))
 
     def values(self, weight, counts, norms):
         top, bottom = _amax_amin(counts, norms)
