@@ -17,6 +17,7 @@ from transformers import initialization as init
 from hf_heads.heads import CHECKPOINT_OPTIONS, family, head_dict, head_options
 from hf_heads.heads.registry import component_modules, same_head
 from hf_heads.modeling.configuration import HeadsConfig
+from hf_heads.modeling.inputs import unwrapped_head
 from hf_heads.validation import OptionError
 
 
@@ -236,7 +237,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def check_generation(self, kwargs: dict) -> None:
         """The head's refusal of a `generate` call's beam width (`OutputHead.check_generation`)."""
         config = kwargs.get("generation_config") or self.generation_config
-        self.head.check_generation(int(kwargs.get("num_beams") or getattr(config, "num_beams", None) or 1))
+        num_beams = int(kwargs.get("num_beams") or getattr(config, "num_beams", None) or 1)
+        unwrapped_head(self.head).check_generation(num_beams)
 
     def _wants_logits(self, labels) -> bool:
         return labels is None or not (self.training or self._skip_logits)

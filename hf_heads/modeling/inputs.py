@@ -36,11 +36,15 @@ def input_embeddings(module: nn.Module) -> nn.Module | None:
         return None
 
 
+def unwrapped_head(head: nn.Module) -> nn.Module:
+    """A model's head, also when PEFT wrapped it (`target_parameters=["head.weight"]` puts a wrapper whose
+    `get_base_layer()` is the head in its place)."""
+    return head.get_base_layer() if hasattr(head, "get_base_layer") else head
+
+
 def head_classes(head: nn.Module) -> int:
-    """The number of classes of a model's head, also when PEFT wrapped it (`target_parameters=["head.weight"]` puts
-    a wrapper whose `get_base_layer()` is the head in its place)."""
-    base = head.get_base_layer() if hasattr(head, "get_base_layer") else head
-    return base.num_classes
+    """The number of classes of a model's head (`unwrapped_head`)."""
+    return unwrapped_head(head).num_classes
 
 
 def _this_forward_checks(model: nn.Module, device: torch.device) -> bool:
