@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -159,7 +160,7 @@ def test_save_pretrained_push_to_hub_pushes_the_code(tmp_path, monkeypatch):
         (causal_lm, {"family": "softmax"}, "NLL of the word", "eq. 5"),
         (causal_lm, {"family": "margin", "margin": "cos", "m": 0.1}, "NLL of the word, no margin", "eq. 5"),
         (causal_lm, {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 8}, "corrected", "eq"),
-        (causal_lm, {"family": "sparse", "k": 5}, "sparse-softmax loss, eq. 5, top-5; not an NLL", "NLL of"),
+        (causal_lm, {"family": "sparse", "k": 5}, "NLL of the word under the top-5 distribution, eq. 4", "eq. 5"),
         (
             seq2seq,
             {"family": "continuous", "loss": "vmf", "embedding_dim": 8},
@@ -265,11 +266,19 @@ def test_model_index_lists_only_standard_metrics():
     sparse = model_index_results(seq2seq({"family": "sparse", "k": 5}), metrics, "d", "translation", "T")
     values = {m["name"]: (m["type"], m["value"]) for m in sparse[0]["metrics"]}
     assert values == {
+        "validation perplexity": ("perplexity", 7.39),  # exp of the NLL of its truncated distribution
         "validation BLEU (0-100)": ("bleu", 12.5),
         "validation BLEU-4 (0-100)": ("bleu", 3.0),
         "validation ROUGE-1 (0-100)": ("rouge", 45.6),
     }
     assert [m["name"] for m in sparse[1]["metrics"]] == ["test BLEU (0-100)"]
+    # a sparse head's eval loss is its distribution's NLL: a finite perplexity is listed, an infinite one is not
+    lm = causal_lm({"family": "sparse", "k": 5})
+    listed = model_index_results(lm, metrics, "d", "text-generation", "LM")[0]["metrics"]
+    assert ("perplexity", 7.39) in {(m["type"], m["value"]) for m in listed}
+    infinite = {**metrics, "eval_loss": math.inf, "eval_perplexity": math.inf}
+    listed = model_index_results(lm, infinite, "d", "text-generation", "LM")[0]["metrics"]
+    assert "perplexity" not in {m["type"] for m in listed}
     margin = model_index_results(causal_lm({"family": "margin"}), metrics, "d", "text-generation", "LM")
     assert ("perplexity", 7.39) in {(m["type"], m["value"]) for m in margin[0]["metrics"]}
     clf = {
@@ -375,7 +384,7 @@ def test_finish_run_export_card_and_push_keep_the_hf_heads_card(tmp_path):
     assert trainer.pushed.startswith("---") and "hf_heads `sparse` head" in trainer.pushed
     for directory in (out, hub):
         text = (directory / "README.md").read_text()
-        assert 'from_pretrained("out", trust_remote_code=True)' in text and "eq. 5" in text
+        assert 'from_pretrained("out", trust_remote_code=True)' in text and "eq. 4" in text
         assert (directory / "loss_curves.png").is_file()
 
 

@@ -2,6 +2,7 @@
 real bundled corpora, their Hub exports, and their bad-input paths."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -91,7 +92,12 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
     assert summary["head"]["family"] == "sparse" and summary["head"]["k"] == 10
     for key in ("eval_bleu", "eval_bleu_1", "eval_bleu_4", "predict_bleu", "eval_loss"):
         assert key in summary and summary[key] >= 0, key
-    assert "eval_perplexity" not in summary  # sparse eval loss is eq. 5, not an NLL
+    # the eval loss is the NLL of the truncated distribution (+inf once a label falls outside the top k): its
+    # perplexity is logged as it is, with eq. 5's loss and the share of labels inside the top k beside it
+    loss = summary["eval_loss"]
+    assert summary["eval_perplexity"] == (math.inf if loss == math.inf else pytest.approx(math.exp(loss)))
+    assert 0 <= summary["eval_in_top_k"] <= 1 and math.isfinite(summary["eval_sparse_loss"])
+    assert (summary["eval_loss"] == math.inf) == (summary["eval_in_top_k"] < 1)
     losses = [e["loss"] for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
     assert losses[-1] < losses[0]
     rows = [json.loads(line) for line in (out / "generated_predictions.jsonl").read_text().splitlines()]

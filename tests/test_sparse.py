@@ -109,8 +109,8 @@ def test_sparse_head_decodes_with_the_truncated_distribution(tmp_path):
 
 @pytest.mark.parametrize("family", ["softmax", "sparse"])
 def test_head_label_smoothing_in_training_only(family):
-    """Softmax: F.cross_entropy's label smoothing; sparse: smoothing over the top-k support. Eval losses are the
-    unsmoothed ones (NLL for softmax, eq. 5 for sparse)."""
+    """Softmax: F.cross_entropy's label smoothing; sparse: smoothing over the top-k support. Eval losses are the NLL
+    of the inference distribution, unsmoothed (sparse: eq. 4's, +inf for a label outside the top k)."""
     from hf_heads.heads import make_head
 
     torch.manual_seed(0)
@@ -120,10 +120,13 @@ def test_head_label_smoothing_in_training_only(family):
     if family == "softmax":
         smooth, plain = F.cross_entropy(z, y, label_smoothing=0.1), F.cross_entropy(z, y)
     else:
-        smooth, plain = (
-            sparse_softmax_cross_entropy(z, y, 4, label_smoothing=0.1),
-            sparse_softmax_cross_entropy(z, y, 4),
-        )
+        smooth = sparse_softmax_cross_entropy(z, y, 4, label_smoothing=0.1)
+        top = z.topk(4, dim=1)
+        kept = [i for i in range(5) if int(y[i]) in top.indices[i].tolist()]
+        assert 0 < len(kept) < 4  # some labels inside the top 4, some outside
+        plain = torch.tensor(float("inf"))
+        finite = [float((top.values[i].logsumexp(0) - z[i, y[i]]).detach()) for i in kept]
+        torch.testing.assert_close(head.eval().loss(h[kept], y[kept]), torch.tensor(finite).mean())
     torch.testing.assert_close(head.train().loss(h, y), smooth)
     torch.testing.assert_close(head.eval().loss(h, y), plain)
     with pytest.raises(ValueError, match="head.label_smoothing=0.1 is only available for the softmax and sparse"):
@@ -165,9 +168,18 @@ def test_decode_k_truncates_the_inference_distribution_and_round_trips(tmp_path)
     model.eval()
     logits = model(input_ids=ids).logits
     assert bool((torch.isfinite(logits).sum(-1) == 5).all())
+    # the eval loss is the NLL of that distribution: +inf where a label falls outside its row's top 5
+    nll = -logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (2, 8)
+    assert bool(torch.isinf(nll).any()) and bool(torch.isfinite(nll).any())
+    torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, nll.mean())
+    inside = torch.isfinite(nll)
+    labels = torch.where(torch.cat([torch.zeros(2, 1, dtype=torch.bool), inside], 1), ids, -100)
+    torch.testing.assert_close(model(input_ids=ids, labels=labels).loss, nll[inside].mean())
     hidden = model.backbone(input_ids=ids).last_hidden_state
     expected = sparse_linear_cross_entropy(hidden[:, :-1], model.head.weight, model.head.bias, ids[:, 1:], 20)
-    torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, expected)
+    model.head.train()  # the training loss: eq. 5 over the top k = 20 (the backbone stays in eval mode)
+    torch.testing.assert_close(model.head(hidden[:, :-1], ids[:, 1:])[0], expected)
+    model.head.eval()
     model.save_pretrained(tmp_path)
     again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
     assert again.config.head["decode_k"] == 5

@@ -7,7 +7,10 @@ continuous). `forward`, `loss` and `logits` live here once; a family overrides a
 - `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
 - `linear_form()`: the plain output layer (W', b') with the same distribution, or a refusal naming why there is none
   (what `to_base` writes into the base architecture, hf_heads.modeling.base_export);
-- `diagnostics()`: statistics logged next to the loss;
+- `diagnostics()`: statistics logged next to the loss; `eval_sum_names`, the sums an evaluation records beside its
+  loss (`record_eval_sums`, `take_eval_sums`: `HeadsTrainer` logs each sum over the counted rows as
+  `eval_<name>`), and `support_is_truncated`, whether the inference distribution gives some classes probability 0
+  (its NLL is then infinite wherever a label is one of them);
 - `needs_counts` (on the options): whether training word counts are needed;
 - `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), `copied_logits`
   the logits of that copied layer (checked against the checkpoint's), and
@@ -58,6 +61,9 @@ class OutputHead(nn.Module):
     logits_note: ClassVar[str] = "the model scores"  # what the inference logits are (model cards)
     loss_in_nats: ClassVar[bool] = True  # whether the losses are log-likelihoods (plots' unit)
     has_unnormalized_scores: ClassVar[bool] = False  # whether `unnormalized_log_scores` exists (sampled heads)
+    support_is_truncated: ClassVar[bool] = False
+    eval_sum_names: ClassVar[tuple[str, ...]] = ()
+    eval_sums: torch.Tensor | None = None  # (len(eval_sum_names) + 1,): the sums, then the counted rows
     # True from `start_from` of a head that `needs_calibration` until `calibrate_to` ran: the models refuse to train it
     warm_start_pending: bool = False
 
@@ -107,6 +113,22 @@ class OutputHead(nn.Module):
             f"the {self.family} head's inference distribution is not the softmax of a linear layer (it defines no "
             f"linear_form): the base architecture cannot hold it; {SERVED_AS_IT_IS}"
         )
+
+    def record_eval_sums(self, enabled: bool = True) -> None:
+        """From now on every evaluation pass adds its `eval_sum_names` sums and its counted rows to `eval_sums`, on the
+        device, with no host read (`take_eval_sums` reads them); `enabled=False` stops it."""
+        names = self.eval_sum_names
+        self.eval_sums = None
+        if enabled and names:
+            device = next((p.device for p in self.parameters()), torch.device("cpu"))
+            self.eval_sums = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
+
+    def take_eval_sums(self) -> torch.Tensor | None:
+        """The sums of the evaluation passes since the last call (then zeroed), or None when not recorded."""
+        if self.eval_sums is None:
+            return None
+        sums, self.eval_sums = self.eval_sums, torch.zeros_like(self.eval_sums)
+        return sums
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

@@ -3,21 +3,30 @@ distribution keep only the k largest logits of each row.
 
 Training and evaluation use eq. 5 (chunked, hf_heads.losses.fused_linear with `top_k`); the inference logits are
 -inf outside each row's top `decode_k` (default k), so softmax of them is eq. 4 and greedy / beam search decode
-with the truncated distribution. Its perplexity is infinite whenever a target falls outside the top k, which is
-why the eval loss is eq. 5 rather than that NLL (`eval_loss_is_nll = False`)."""
+with the truncated distribution. The eval loss is that distribution's NLL, so exp(eval_loss) is the model's
+perplexity — infinite as soon as one label falls outside its row's top decode_k (probability 0); an evaluation also
+records eq. 5's loss over the top k and the share of labels inside the top decode_k (`eval_sparse_loss`,
+`eval_in_top_k` in `HeadsTrainer`'s metrics). A head with k (or decode_k) >= the number of classes is the plain
+softmax there: its construction warns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import torch
 
 from hf_heads.components import register
 from hf_heads.heads.discrete import loss_extras
+from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.softmax import SoftmaxHead, SoftmaxHeadOptions
+from hf_heads.losses.parts import CrossEntropy
+from hf_heads.losses.scorer import Scorer
 from hf_heads.losses.sparse import truncate_to_top_k
 from hf_heads.validation import OptionError, check_number
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,9 +64,21 @@ class SparseHeadOptions(SoftmaxHeadOptions):
         return f"sparse k={self.k}" + (f" decode_k={self.decode_k}" if self.decode_k is not None else "")
 
     def reference_support(self, z: torch.Tensor) -> torch.Tensor:
-        """Each row's k largest logits (eq. 5: the log-sum-exp over them minus the target's logit, in training and
-        evaluation alike; its smoothing and entropy over them too)."""
+        """Each row's k largest logits (eq. 5 in training: the log-sum-exp over them minus the target's logit; its
+        smoothing and entropy over them too)."""
         return z.topk(min(self.k, z.shape[1]), dim=1).values
+
+    def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:
+        """Training: the softmax family's loss over `reference_support` (eq. 5). Evaluation: the NLL of eq. 4 over the
+        top decode_k, the log-sum-exp of the row's decode_k largest logits minus the target's, +inf for a target not
+        among them (probability 0)."""
+        if batch.training:
+            return super().reference_loss(z, batch)
+        y, zv = batch.labels[batch.valid], z[batch.valid]  # (n,), (n, V)
+        top = zv.topk(min(self.inference_k, zv.shape[1]), dim=1)
+        inside = (top.indices == y[:, None]).any(1)  # (n,)
+        nll = top.values.logsumexp(1) - zv.gather(1, y[:, None]).squeeze(1)
+        return torch.where(inside, nll, torch.full_like(nll, float("inf")))
 
     def reference_inference(self, z: torch.Tensor) -> torch.Tensor:
         """The top `decode_k` logits of each row, −inf elsewhere (eq. 4's support)."""
@@ -76,7 +97,23 @@ class SparseHead(SoftmaxHead):
         "Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021 "
         "(softmax over the top-k logits)"
     )
-    eval_loss_is_nll = False
+    support_is_truncated = True
+    eval_sum_names = ("sparse_loss", "in_top_k")
+
+    def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
+        super().__init__(hidden_size, num_classes, options)
+        self.warn_if_softmax()
+
+    def warn_if_softmax(self) -> None:
+        """Warn where k or decode_k is at least the number of classes: eq. 5 or eq. 4 is then the plain softmax."""
+        o, classes = self.options, self.num_classes
+        kept = [f"{name}={value}" for name, value in (("k", o.k), ("decode_k", o.inference_k)) if value >= classes]
+        if kept:
+            logger.warning(
+                "sparse head with %s over %d classes keeps every logit, so it is the plain softmax there (eqs. 4-5 "
+                "with k >= the number of classes): choose values below %d, or the softmax family",
+                " and ".join(kept), classes, classes,
+            )  # fmt: skip
 
     def top_k(self, inference: bool) -> int:
         return self.options.inference_k if inference else self.options.k
@@ -105,9 +142,40 @@ class SparseHead(SoftmaxHead):
     def logits_note(self) -> str:
         return f"the logits of the top {self.options.inference_k} classes (the others get -inf)"
 
+    @property
+    def training_loss_is_eval_loss(self) -> bool:
+        """Never: the training loss is eq. 5 (finite for a label outside the top k), the eval loss eq. 4's NLL."""
+        return False
+
+    def eval_loss(self, hidden, labels, rows):
+        """The NLL of the inference distribution (eq. 4 over the top decode_k): lse of the row's top decode_k − z_y
+        where the label is among them, +inf where it is not (probability 0), so that exp(eval_loss) is the model's
+        perplexity, as a script's perplexity line assumes. Under `record_eval_sums` each pass adds eq. 5's loss over
+        the top k (the training criterion without its extras: finite everywhere) and the labels inside the top
+        decode_k to `eval_sums`."""
+        o = self.options
+        each, k = replace(rows, reduction="none"), o.inference_k
+        scorer = Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap)
+        out = self.layer_loss(hidden, labels, each, scorer=scorer, criterion=CrossEntropy(top_k=k), returns=("rank",))
+        loss, rank = out.loss.reshape(-1), out.target_rank.reshape(-1)  # (N,) each; rank -1 on ignored rows
+        counted, inside = rank >= 0, (rank >= 0) & (rank < k)
+        nll = loss.masked_fill(counted & ~inside, float("inf"))  # (N,)
+        if self.eval_sums is not None:
+            sparse = (
+                loss
+                if k == o.k
+                else self.layer_loss(hidden, labels, each, scorer=scorer, criterion=CrossEntropy(top_k=o.k)).reshape(
+                    -1
+                )
+            )
+            sums = torch.stack([torch.where(counted, sparse, 0.0).sum(), inside.sum(), counted.sum()])
+            self.eval_sums += sums.to(self.eval_sums)
+        return rows.reduce(nll, labels)
+
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         name = f"sparse-softmax loss, eq. 5, top-{self.options.k}"
-        return f"{name}{loss_extras(self.options)}", f"{name}; not an NLL, no perplexity"
+        k = self.options.inference_k
+        return f"{name}{loss_extras(self.options)}", f"NLL of the {target} under the top-{k} distribution, eq. 4"
 
     def check_generation(self, num_beams: int) -> None:
         if num_beams > self.options.inference_k:

@@ -2,9 +2,10 @@
 
 What a card says is what holds for the model it describes:
 - the losses are named by what they are: the head says whether its eval loss is an NLL
-  (`head.eval_loss_is_nll`); sparse heads report the sparse-softmax loss (eq. 5), continuous heads their
-  training loss, classifiers a loss per example, language models a loss per token;
-- `model-index` lists only metrics with a standard meaning (perplexity when the eval loss is a language
+  (`head.eval_loss_is_nll`; a sparse head's is the NLL of its truncated distribution, infinite where a label falls
+  outside its top decode_k), continuous heads their training loss, classifiers a loss per example, language models a
+  loss per token;
+- `model-index` lists only metrics with a standard meaning (a finite perplexity when the eval loss is a language
   model's NLL; accuracy, F1, BLEU, ROUGE), never a loss;
 - every score is on one 0-100 scale (sacreBLEU's; ROUGE, accuracy and F1 are multiplied by 100);
 - "how to load" says `trust_remote_code=True` only for a directory that carries the model code
@@ -15,6 +16,7 @@ What a card says is what holds for the model it describes:
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -133,7 +135,7 @@ def model_index_results(model, metrics: dict, dataset: str, task_type: str, task
             if not key.startswith(prefix) or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             name = key.removeprefix(prefix)
-            if name == "perplexity" and perplexity:
+            if name == "perplexity" and perplexity and math.isfinite(value):
                 values.append({"type": "perplexity", "value": round(float(value), 4), "name": f"{split} perplexity"})
             elif standard := _standard_score(name):
                 kind, display, factor = standard

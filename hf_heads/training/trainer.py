@@ -13,8 +13,9 @@
   `head/context_norm_running`; for sampled heads `head/self_norm_logz_mean`, `.../std`).
 - Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
   so `eval_loss` is a real cross-entropy, and for language models (causal LM, seq2seq)
-  `eval_perplexity = exp(eval_loss)` is logged too (not for sparse heads, whose eval loss is the sparse-softmax
-  paper's eq. 5, nor for classifiers, whose eval loss is per example, not per token).
+  `eval_perplexity = exp(eval_loss)` is logged too (not for classifiers, whose eval loss is per example, not per
+  token). A sparse head's is the NLL of its truncated distribution (infinite where a label falls outside the top
+  decode_k), with `eval_sparse_loss` (eq. 5 over the top k) and `eval_in_top_k` (the labels inside) beside it.
 - What the training loss is: `loss` stays the Trainer's (the mean training criterion of the logging window, what the
   optimiser minimises); beside it `train_criterion` names that criterion (the head's `loss_names`), and where it is
   not the eval loss while the eval loss is an NLL (margin, sampled, label-smoothed heads) `train_nll` is the NLL of
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 
 import torch
 from transformers import Seq2SeqTrainer, Trainer
 
 from hf_heads.losses._rows import safe_exp
+from hf_heads.modeling.inputs import unwrapped_head
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +62,17 @@ def is_language_model(model) -> bool:
 
 def logs_train_nll(head) -> bool:
     """Whether `train_nll` is logged beside the training loss: the eval loss is the NLL of the inference distribution
-    and the training criterion is something else (a margin, a sampled criterion, label smoothing). Sparse heads: their
-    distribution is truncated to the top k, so the NLL is infinite wherever the label falls outside it; continuous
-    heads: their training loss is their eval loss already."""
-    return head.eval_loss_is_nll and not head.training_loss_is_eval_loss
+    and the training criterion is something else (a margin, a sampled criterion, label smoothing). Not for a head whose
+    distribution gives some classes probability 0 (sparse: the NLL is infinite wherever the label falls outside the
+    top k; its evaluation reports how often, `eval_in_top_k`); continuous heads: their training loss is their eval
+    loss already."""
+    return head.eval_loss_is_nll and not head.training_loss_is_eval_loss and not head.support_is_truncated
 
 
 def perplexity(loss: float) -> float:
-    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78)."""
-    return safe_exp(loss)
+    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78); an infinite NLL (a label
+    the distribution gives probability 0) gives an infinite perplexity."""
+    return math.inf if loss == math.inf else safe_exp(loss)
 
 
 def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index: int = -100) -> torch.Tensor:
@@ -230,16 +235,31 @@ class _HeadsTrainerMixin:
         return out
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, **kwargs):
-        """The Trainer's loop, plus `{prefix}_accuracy@k` for each k of `eval_accuracy_top_k` (summed over every
-        process's labelled positions)."""
+        """The Trainer's loop, plus `{prefix}_accuracy@k` for each k of `eval_accuracy_top_k` and `{prefix}_<name>`
+        for each of the head's `eval_sum_names` (a sparse head: `sparse_loss`, `in_top_k`), each summed over every
+        process's labelled positions."""
         ks = getattr(self.args, "eval_accuracy_top_k", None) or []
         self._accuracy_counts = torch.zeros(len(ks) + 1, dtype=torch.float64, device=self.args.device)
-        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, **kwargs)
+        head = getattr(self.accelerator.unwrap_model(self.model), "head", None)
+        head = None if head is None else unwrapped_head(head)
+        names = getattr(head, "eval_sum_names", ())
+        if names:
+            head.record_eval_sums()
+        try:
+            output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, **kwargs)
+            sums = head.take_eval_sums() if names else None
+        finally:
+            if names:
+                head.record_eval_sums(False)
+        prefix = kwargs.get("metric_key_prefix", "eval")
         if ks:
             counts = self.accelerator.reduce(self._accuracy_counts, reduction="sum").tolist()
-            prefix = kwargs.get("metric_key_prefix", "eval")
             for k, hits in zip(ks, counts[:-1], strict=True):
                 output.metrics[f"{prefix}_accuracy@{k}"] = hits / max(counts[-1], 1.0)
+        if sums is not None:
+            *values, counted = self.accelerator.reduce(sums, reduction="sum").tolist()
+            for name, value in zip(names, values, strict=True):
+                output.metrics[f"{prefix}_{name}"] = value / max(counted, 1.0)
         return output
 
     def training_step(self, model, inputs, *args, **kwargs):
