@@ -106,9 +106,11 @@ def script_error(monkeypatch, capsys):
 # ---------------------------------------------------------------- tiny backbones and batches shared by the model tests
 
 
-def tiny_enc_dec_config(kind: str = "bart", vocab_size: int = 50, no_dropout: bool = False):
+def tiny_enc_dec_config(kind: str = "bart", vocab_size: int = 50, no_dropout: bool = False, **sizes):
     """A tiny encoder-decoder backbone config: `bart`, `t5`, `marian` or `bert2bert` (an EncoderDecoderConfig of two
-    BERTs); `no_dropout` sets every dropout probability to 0 (train-mode losses then depend on the weights only)."""
+    BERTs); `no_dropout` sets every dropout probability to 0 (train-mode losses then depend on the weights only);
+    `sizes` replaces BART's / Marian's sizes (d_model, encoder_layers, decoder_ffn_dim, ...; init_std follows
+    d_model ** -0.5 unless given)."""
     from transformers import BartConfig, BertConfig, EncoderDecoderConfig, MarianConfig, T5Config
 
     small = dict(vocab_size=vocab_size, pad_token_id=1, eos_token_id=3)
@@ -125,6 +127,10 @@ def tiny_enc_dec_config(kind: str = "bart", vocab_size: int = 50, no_dropout: bo
         # (hf_heads.cli.backbones) use: with 0.02 the cross-attention starts too small to carry the source
         init_std=32**-0.5,
     )
+    if sizes:
+        if kind not in ("bart", "marian"):
+            raise ValueError(f"sizes={sizes!r} are for kind 'bart' or 'marian', not {kind!r}")
+        layers = {**layers, "init_std": sizes.get("d_model", layers["d_model"]) ** -0.5, **sizes}
     quiet = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0) if no_dropout else {}
     if kind == "bart":
         return BartConfig(

@@ -73,7 +73,12 @@ class SampledHeadOptions(MarginHeadOptions):
         },
     )
     num_samples: int | None = field(
-        default=None, metadata={"help": "K noise samples per batch, shared by all positions (1 <= K < V)."}
+        default=None,
+        metadata={
+            "help": "K noise samples per batch, shared by all positions (1 <= K < V); the batch does not average the "
+            "draw out, so K·D(c) should be about 0.8 or more for the classes to tell apart (choosing-a-head.md: how "
+            "many samples)."
+        },
     )
     noise: str | dict = field(
         default="log-uniform",
