@@ -54,7 +54,8 @@ def diff(got: torch.Tensor, want: torch.Tensor) -> list[float]:
     delta = torch.where(got == want, 0.0, (got - want).abs())  # the sparse head's -inf logits match as equal
     abs_diff = float(delta.max()) if got.numel() else 0.0
     want = want[want.isfinite()]
-    return [abs_diff, abs_diff / max(float(want.abs().max()), 1e-30)]
+    scale = float(want.abs().max()) if want.numel() else 0.0  # an all-infinite want (a sparse eval loss): no scale
+    return [abs_diff, abs_diff / max(scale, 1e-30)]
 
 
 def worst_over_ranks(checks: dict[str, list[float]]) -> dict[str, list[float]]:
