@@ -38,9 +38,9 @@ from hf_heads.cli.runs import (
     start_run,
     train_block,
 )
-from hf_heads.data import LM_CORPORA, build_word_tokenizer, is_word_tokenizer, load_lm_text
+from hf_heads.data import LM_CORPORA, build_word_tokenizer, is_word_tokenizer, label_counts, load_lm_text
 from hf_heads.heads import head_options
-from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, label_counts
+from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
 from hf_heads.training.plots import plot_word_vectors
 from hf_heads.training.trainer import perplexity
 

@@ -266,3 +266,72 @@ def test_the_trainer_refuses_head_flags_that_disagree_with_the_models_own_head(b
     _, _, none = _args(tmp_path, ["--model_name_or_path", path])  # no head flags: the model's own head, whatever
     HeadsTrainer(model=model, args=none, train_dataset=data, data_collator=default_data_collator)
     assert model.config.head["k"] == 5
+
+
+WORDS = "the a king queen man woman city river house tree stone light dark water fire road".split()
+
+
+@pytest.mark.parametrize("table", ["file", "word2vec-targets"])
+def test_translation_script_flow_starts_a_continuous_head_from_flags(tmp_path, table):
+    """run_translation.py with the one-line swap and `--head continuous`: the trainer gives the head its embedding
+    table over the script's tokenizer (a table file named by `--embedding_name`, or `word2vec-targets` trained on the
+    training targets), `embedding_dim` the table's; it trains, saves and reloads to the same logits, and the saved
+    directory evaluates with labels where hf_heads is not installed."""
+    from export_check import export_job, load_without_hf_heads
+
+    from hf_heads.data import build_word_tokenizer, save_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)], add_eos=True)
+    tok.save_pretrained(tmp_path / "bart")
+    torch.manual_seed(0)
+    bart = BartConfig(
+        vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.eos_token_id, forced_eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    name = table
+    if table == "file":  # d = 6, every word but "fire" and "road"
+        name = str(save_table(tmp_path / "table.npz", WORDS[:-2], torch.randn(len(WORDS) - 2, 6).numpy()))
+    argv = ["--model_name_or_path", str(tmp_path / "bart"), "--head", "continuous", "--loss", "vmf"]
+    argv += ["--embedding_name", name, "--word2vec_dim", "6"]
+    model_args, _, training_args = _args(tmp_path, argv, HeadsSeq2SeqTrainingArguments)
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+    model = HeadsForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, config=config)
+    g = torch.Generator().manual_seed(5)
+    words = torch.randint(4, len(tok), (16, 6), generator=g)
+    eos = torch.full((16, 1), tok.eos_token_id)
+    data = Dataset.from_dict(
+        {"input_ids": torch.cat([words, eos], 1).tolist(), "labels": torch.cat([words.flip(1), eos], 1).tolist()}
+    )
+    trainer = HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data, processing_class=tok)
+    assert model.config.head["family"] == "continuous" and model.config.head["embedding_dim"] == 6
+    assert bool((model.head.embeddings.norm(dim=1) > 0).all())  # a row for every token: the table is attached
+    trainer.train()
+    trainer.save_model()
+    model.eval()
+    again = HeadsForSeq2SeqLM.from_pretrained(training_args.output_dir).eval()
+    x, y = torch.tensor(data["input_ids"][:2]), torch.tensor(data["labels"][:2])
+    with torch.no_grad():
+        logits = model(input_ids=x, labels=y).logits
+        assert torch.equal(again(input_ids=x, labels=y).logits, logits)
+    job = export_job(training_args.output_dir, "AutoModelForSeq2SeqLM", {"input_ids": x}, labels=y)
+    (got,) = load_without_hf_heads([job], tmp_path / "check")
+    with torch.no_grad():
+        torch.testing.assert_close(got["output"], again(input_ids=x).logits)  # decoder inputs from input_ids, as BART
+    assert torch.isfinite(torch.as_tensor(got["eval_loss"])) and got["grads_finite"]
+
+
+def test_a_continuous_head_from_flags_needs_the_tokenizer(base, tmp_path):
+    """Without the tokenizer the table cannot be built: the trainer says what to pass instead of failing later."""
+    path, _, ids = base
+    bart = BartConfig(vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                      decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)  # fmt: skip
+    BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    argv = ["--model_name_or_path", str(tmp_path / "bart"), "--head", "continuous"]
+    _, _, training_args = _args(tmp_path, argv, HeadsSeq2SeqTrainingArguments)
+    model = HeadsForSeq2SeqLM.from_pretrained(str(tmp_path / "bart"))
+    with pytest.raises(ValueError, match=r"processing_class=tokenizer"):
+        HeadsSeq2SeqTrainer(model=model, args=training_args)
+    assert model.config.head["family"] == "softmax"  # refused before anything changed

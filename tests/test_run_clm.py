@@ -15,9 +15,8 @@ from reopen_check import assert_reopens
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.cli.errors import UsageError
 from hf_heads.cli.resume import resolve_checkpoint
-from hf_heads.data import load_lm_text
+from hf_heads.data import label_counts, load_lm_text
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
-from hf_heads.training.trainer import label_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_CLM = str(ROOT / "run_scripts" / "run_clm.py")

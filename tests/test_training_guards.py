@@ -5,12 +5,12 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_llama_config
+from conftest import seq2seq_batch, tiny_enc_dec_config, tiny_llama_config
 from datasets import Dataset
 from test_run_clm import _lm_dataset
 
-from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsTrainer, HeadsTrainingArguments
-from hf_heads.training.trainer import label_counts
+from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsTrainer, HeadsTrainingArguments
+from hf_heads.data import label_counts
 
 
 def test_label_counts_of_a_dataset_longer_than_one_batch():
@@ -39,12 +39,30 @@ def _trainer(tmp_path, head: dict) -> HeadsTrainer:
 
 
 def test_perplexity_is_logged_for_an_nll_eval_loss_only(tmp_path):
-    """exp(eval_loss) is a perplexity when the eval loss is the NLL of the inference distribution (softmax), not for a
-    sparse head, whose eval loss is the sparse-softmax loss (eq. 5)."""
+    """exp(eval_loss) is a perplexity when the eval loss is the NLL of the inference distribution (softmax; sparse:
+    the NLL of its truncated distribution, eq. 4), not for a continuous head, whose eval loss is its vMF / margin
+    training loss over embeddings."""
     softmax = _trainer(tmp_path / "softmax", {"family": "softmax"}).evaluate()
     assert softmax["eval_perplexity"] == pytest.approx(math.exp(softmax["eval_loss"]))
     sparse = _trainer(tmp_path / "sparse", {"family": "sparse", "k": 3}).evaluate()
-    assert "eval_loss" in sparse and not any(key.endswith("perplexity") for key in sparse)
+    assert sparse["eval_perplexity"] == (
+        math.inf if sparse["eval_loss"] == math.inf else pytest.approx(math.exp(sparse["eval_loss"]))
+    )
+    torch.manual_seed(0)
+    head = {"family": "continuous", "loss": "vmf", "embedding_dim": 8}
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config(), head=head))
+    model.head.set_embedding_table(torch.randn(50, 8, generator=torch.Generator().manual_seed(1)))
+    x, mask, y = seq2seq_batch()
+    data = Dataset.from_dict({"input_ids": x.tolist(), "attention_mask": mask.tolist(), "labels": y.tolist()})
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path / "continuous"),
+        per_device_eval_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    continuous = HeadsTrainer(model=model, args=args, eval_dataset=data).evaluate()
+    assert "eval_loss" in continuous and not any(key.endswith("perplexity") for key in continuous)
 
 
 def test_predict_reports_accuracy_at_k_under_its_own_prefix(tmp_path):

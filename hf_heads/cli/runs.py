@@ -19,7 +19,8 @@ from transformers import HfArgumentParser, set_seed
 from hf_heads.cli.backbones import card_base_model
 from hf_heads.cli.errors import UsageError
 from hf_heads.cli.resume import check_output_dir, resolve_checkpoint, resolve_head
-from hf_heads.training import label_counts, plot_loss_curves, write_model_card
+from hf_heads.data import label_counts
+from hf_heads.training import plot_loss_curves, write_model_card
 from hf_heads.training.arguments import unknown_flags_hint
 
 

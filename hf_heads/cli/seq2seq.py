@@ -29,11 +29,12 @@ from hf_heads.cli.runs import (
     train_block,
     truncate_splits,
 )
-from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered, train_word2vec_table
+from hf_heads.data import build_word_tokenizer, map_uncovered
 from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.heads import family
 from hf_heads.metrics import generation_metrics
-from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments, label_counts
+from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
+from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
 from hf_heads.validation import OptionError
 
 logger = logging.getLogger(__name__)
@@ -177,43 +178,22 @@ def build_tokenizer(model_args: ModelArguments, raw: datasets.DatasetDict):
     return load_tokenizer(model_args)
 
 
-TARGET_TABLE_FILE = "target_word2vec.npz"  # embedding_name=word2vec-targets: the table trained for the run
+def run_table(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model_dir: str, seed: int):
+    """For a continuous head: (head with embedding_dim, table (V, d), covered (V,)) for the run
+    (hf_heads.training.tables): its `embedding_name`, or `word2vec-targets` trained on the training targets as the
+    tokenizer splits them (a trained model's own file when `model_dir` has one); refusals as one line."""
 
+    def sentences():
+        if "train" not in raw:
+            return None
+        ids = tok(text_target=[t or "" for t in raw["train"]["target"]], add_special_tokens=False)["input_ids"]
+        return target_sentences(tok, ids)
 
-def target_table_file(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model_dir: str, seed: int) -> str:
-    """embedding_name=word2vec-targets: the table file, trained with gensim on the training targets as the tokenizer
-    splits them (d = `word2vec_dim`, skip-gram, one worker, `seed`) into `output_dir`; a trained model's own
-    file when `model_dir` has one. Any other name is returned as it is."""
-    name = head["embedding_name"]
-    if name != "word2vec-targets":
-        return name
-    saved = Path(model_dir) / TARGET_TABLE_FILE
-    if saved.is_file():
-        return str(saved)
-    if "train" not in raw:
-        raise UsageError(
-            "--embedding_name word2vec-targets trains the table on the training targets: give a train split"
-        )
-    specials = set(tok.all_special_tokens)
-    ids = tok(text_target=[t or "" for t in raw["train"]["target"]], add_special_tokens=False)["input_ids"]
-    sentences = [[w for w in tok.convert_ids_to_tokens(row) if w not in specials] for row in ids]
-    path = Path(output_dir) / TARGET_TABLE_FILE
-    logger.info("training a %d-d word2vec table on %d target sentences -> %s", head["word2vec_dim"],
-                len(sentences), path)  # fmt: skip
-    return str(train_word2vec_table(sentences, path, dim=head["word2vec_dim"], seed=seed))
-
-
-def continuous_table(head: dict, tok, table_name: str | None = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """For a continuous head: (head with embedding_dim, table (V, d), covered (V,)) from the pretrained table
-    (`table_name`: the file or name to read, default the head's `embedding_name`)."""
-    table, covered = embedding_table(tok, table_name or head["embedding_name"])
-    if head.get("embedding_dim") not in (None, table.shape[1]):
-        raise UsageError(
-            f"head embedding_dim={head['embedding_dim']} but {head['embedding_name']} has d={table.shape[1]}"
-        )
-    if not bool(covered.any()):
-        raise UsageError(f"no token of the target vocabulary is in {head['embedding_name']}: nothing to predict")
-    return {**head, "embedding_dim": table.shape[1]}, table, covered
+    try:
+        source = table_source(head, sentences, output_dir, seed, model_dir=model_dir)
+        return continuous_table(head, tok, source)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _override_config(config, overrides: str) -> None:
@@ -306,29 +286,6 @@ def tokenize_splits(raw: datasets.DatasetDict, tok, data: DataArguments, covered
     return tokenized
 
 
-def attach_table(model, table, train_dataset) -> None:
-    """The continuous head's pretrained table; `--center_embeddings frequency` counts the training targets, and
-    `--output_vocabulary targets` takes the distinct training labels as the output vocabulary."""
-    counts = None
-    if model.head.options.center_embeddings == "frequency":
-        if train_dataset is None:
-            raise UsageError(
-                "--center_embeddings frequency counts the training targets: give a training split (--do_train with "
-                "--dataset_name or --train_file), or --model_name_or_path of a trained hf_heads model"
-            )
-        counts = label_counts(train_dataset, model.head.num_classes)
-    model.head.set_embedding_table(table, counts=counts)
-    if model.head.options.output_vocabulary == "targets":
-        if train_dataset is None:
-            raise UsageError(
-                "--output_vocabulary targets takes the words of the training targets: give a training split, or "
-                "--model_name_or_path of a trained hf_heads model"
-            )
-        ids = torch.tensor(sorted({i for row in train_dataset["labels"] for i in row if i >= 0}))
-        model.head.set_output_vocabulary(ids)
-        logger.info("continuous head: output vocabulary of %d target words (of %d)", len(ids), model.head.num_classes)
-
-
 def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     model_args, data_args, run_args, training_args = parse_args(
         (ModelArguments, DataArguments, RunArguments, HeadsSeq2SeqTrainingArguments), argv
@@ -350,10 +307,9 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         tok = build_tokenizer(model_args, raw)
     covered = None
     if family(head["family"]).head.uses_embedding_table:  # targets are table rows: words outside it -> <unk>
-        source = target_table_file(
+        head, table, covered = run_table(
             head, tok, raw, training_args.output_dir, model_args.model_name_or_path, training_args.seed
         )
-        head, table, covered = continuous_table(head, tok, source)
     model = build_model(model_args, head, tok, run_args.change_head)
     check_vocab(tok, model)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
@@ -365,7 +321,12 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
     with training_args.main_process_first(desc="tokenize"):
         tokenized = tokenize_splits(raw, tok, data_args, covered)
     if covered is not None and not trained:
-        attach_table(model, table, tokenized.get("train"))
+        try:
+            attach_table(model, table, tokenized.get("train"))
+        except ValueError as err:
+            raise UsageError(
+                f"{err}: --do_train with --dataset_name or --train_file, or a trained hf_heads model"
+            ) from None
     collator = DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)
     compute = generation_metrics(tok, task.metrics) if training_args.predict_with_generate else None
     trainer = HeadsSeq2SeqTrainer(

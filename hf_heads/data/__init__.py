@@ -30,6 +30,7 @@ from hf_heads.data.tokenization import (
     build_word_tokenizer,
     frequency_rank,
     is_word_tokenizer,
+    label_counts,
     word_counts,
 )
 
@@ -59,5 +60,6 @@ __all__ = [
     "minilm_path",
     "smollm2_path",
     "split_dataset",
+    "label_counts",
     "word_counts",
 ]

@@ -97,6 +97,20 @@ def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
+def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index: int = -100) -> torch.Tensor:
+    """(num_classes,) counts of the label ids in `dataset[column]` (ignored positions skipped)."""
+    if column not in dataset.column_names:
+        raise ValueError(f"the training dataset has no {column!r} column (columns: {dataset.column_names})")
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    for batch in dataset.iter(batch_size=1000):
+        values = torch.as_tensor([v for row in batch[column] for v in (row if isinstance(row, list) else [row])])
+        values = values[values != ignore_index]
+        if values.numel() and (int(values.min()) < 0 or int(values.max()) >= num_classes):
+            raise ValueError(f"{column}: found {int(values.max())}, allowed 0 <= label < {num_classes}")
+        counts += torch.bincount(values, minlength=num_classes).double()
+    return counts
+
+
 def word_counts(dataset, tokenizer, column: str = "text", *, batch_size: int = 1000) -> torch.Tensor:
     """(V,) int64 counts of every token id of `tokenizer` over `dataset[column]`.
 

@@ -360,7 +360,7 @@ class ContinuousHead(OutputHead):
     def set_embedding_table(self, table: torch.Tensor, counts: torch.Tensor | None = None) -> None:
         """Attach the pretrained table (V, d): rows are L2-normalised, centred as `center_embeddings` says (then
         normalised again) and frozen. `counts` (V,): the training targets' counts, required by `frequency` (e.g.
-        `hf_heads.training.label_counts(train_dataset, V)`) and refused otherwise."""
+        `hf_heads.data.label_counts(train_dataset, V)`) and refused otherwise."""
         table = torch.as_tensor(table, dtype=torch.float32)
         check_embedding_table(table, self.num_classes, self.options.embedding_dim)
         table = F.normalize(table, dim=1)  # (V, d)
@@ -369,7 +369,7 @@ class ContinuousHead(OutputHead):
             if counts is None:
                 raise ValueError(
                     "head.center_embeddings='frequency' weights the mean row by the training targets' counts: call "
-                    "set_embedding_table(table, counts=...) with the (V,) counts (hf_heads.training.label_counts)"
+                    "set_embedding_table(table, counts=...) with the (V,) counts (hf_heads.data.label_counts)"
                 )
             counts = torch.as_tensor(counts, dtype=torch.float64)
             if counts.shape != (self.num_classes,) or not bool(torch.isfinite(counts).all()):

@@ -351,8 +351,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         `family=` switches to another family, whose options start at their defaults (the checkpoint's output
         transform kept) plus `changes`. Where the head's tensors stay as they are (the same family and tensor shapes)
         they are kept; otherwise a new head is built and started from this one's output layer (`start_from`: W, tied
-        ones staying tied, b and the word counts; a head built new by `from_config` is built new again), its warm
-        start then calibrated as `from_base`'s (`HeadsTrainer`, or `hf_heads.training.prepare_head`). A refused
+        ones staying tied, b and the word counts; a head built new by `from_config` is built new again, and so is a
+        head without an output layer, continuous, that replaces the default head), its warm start then calibrated as
+        `from_base`'s (`HeadsTrainer`, or `hf_heads.training.prepare_head`). A refused
         change (an invalid option, a family for another task, a head that cannot start from this one) raises
         before anything changes."""
         current = self.head_section()
@@ -371,6 +372,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         new = family(options.family).head(self.config.hidden_size, self.head.num_classes, options)
         if type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head):
             self.head.options = options  # the same tensors: the head keeps its trained ones
+        elif self.head_origin is not None and not new.has_output_matrix:
+            self._replace_head(new, start=False)  # for the default head: a head without a (V, H) layer is built new
         else:
             self._check_head_can_start(new)
             self._replace_head(new, start=self.head_origin != "init")
@@ -420,6 +423,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         ties them), started from the old one's output layer and word counts when `start`."""
         old = self.head
         new = new.to(device=old.weight.device, dtype=old.weight.dtype)
+        if not new.has_output_matrix and self.config.tie_word_embeddings:  # nothing left to tie (as from_base's)
+            self.config.tie_word_embeddings = False
+            self.__dict__.pop("_tied_weights_keys", None)  # the tie _declare_tied_head declared
         tied = bool(self.config.tie_word_embeddings)
         if start:
             new.start_from(None if tied else old.weight.detach(), None if old.bias is None else old.bias.detach())

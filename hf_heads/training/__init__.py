@@ -2,7 +2,7 @@
 
 from hf_heads.training.arguments import HeadFlags, HeadsSeq2SeqTrainingArguments, HeadsTrainingArguments
 from hf_heads.training.cards import plot_loss_curves, write_model_card
-from hf_heads.training.trainer import HeadsSeq2SeqTrainer, HeadsTrainer, label_counts, prepare_head
+from hf_heads.training.trainer import HeadsSeq2SeqTrainer, HeadsTrainer, prepare_head
 
 __all__ = [
     "HeadFlags",
@@ -10,7 +10,6 @@ __all__ = [
     "HeadsSeq2SeqTrainingArguments",
     "HeadsTrainer",
     "HeadsTrainingArguments",
-    "label_counts",
     "plot_loss_curves",
     "prepare_head",
     "write_model_card",

@@ -36,8 +36,11 @@ import math
 import torch
 from transformers import Seq2SeqTrainer, Trainer
 
+from hf_heads.data import label_counts
+from hf_heads.heads import family
 from hf_heads.losses._rows import safe_exp
 from hf_heads.modeling.inputs import unwrapped_head
+from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -75,24 +78,13 @@ def perplexity(loss: float) -> float:
     return math.inf if loss == math.inf else safe_exp(loss)
 
 
-def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index: int = -100) -> torch.Tensor:
-    """(num_classes,) counts of the label ids in `dataset[column]` (ignored positions skipped)."""
-    if column not in dataset.column_names:
-        raise ValueError(f"the training dataset has no {column!r} column (columns: {dataset.column_names})")
-    counts = torch.zeros(num_classes, dtype=torch.float64)
-    for batch in dataset.iter(batch_size=1000):
-        values = torch.as_tensor([v for row in batch[column] for v in (row if isinstance(row, list) else [row])])
-        values = values[values != ignore_index]
-        if values.numel() and (int(values.min()) < 0 or int(values.max()) >= num_classes):
-            raise ValueError(f"{column}: found {int(values.max())}, allowed 0 <= label < {num_classes}")
-        counts += torch.bincount(values, minlength=num_classes).double()
-    return counts
-
-
-def bind_arguments_head(model, arguments) -> None:
+def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) -> None:
     """Give `model` the head that `arguments`' head flags name (`HeadsTrainingArguments`; nothing without head flags,
     or for arguments that have none): `HeadsPreTrainedModel.bind_head` (a PEFT model's base model's). A model that is
-    no hf_heads model is refused: its output layer would train with the plain loss, the flags unused."""
+    no hf_heads model is refused: its output layer would train with the plain loss, the flags unused. A continuous
+    head that replaces the default one gets its embedding table over `tokenizer`'s vocabulary
+    (hf_heads.training.tables: `embedding_name`, or `word2vec-targets` trained on `train_dataset`'s labels), its
+    `embedding_dim` the table's."""
     if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
         return
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -102,7 +94,33 @@ def bind_arguments_head(model, arguments) -> None:
             "hf_heads model: build it with HeadsForCausalLM / HeadsForSeq2SeqLM / HeadsForSequenceClassification "
             "(from_pretrained of the same checkpoint), or drop the head flags"
         )
-    inner.bind_head(arguments.head_config(), "the training arguments' head flags")
+    section, table = arguments.head_config(), None
+    if inner.head_origin is not None and family(section["family"]).head.uses_embedding_table:
+        section, table = _flags_table(section, inner, arguments, tokenizer, train_dataset)
+    inner.bind_head(section, "the training arguments' head flags")
+    if table is not None:
+        attach_table(inner, table, train_dataset)
+
+
+def _flags_table(section: dict, model, arguments, tokenizer, train_dataset) -> tuple[dict, torch.Tensor]:
+    """(the section with `embedding_dim`, the table (V, d)) of a continuous head named by flags (`continuous_table`
+    over the tokenizer's vocabulary, its rows past the tokenizer's ids seeded random ones, as uncovered tokens')."""
+    if tokenizer is None or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise ValueError(
+            "the continuous head the head flags name predicts rows of an embedding table over the tokenizer's "
+            "vocabulary: give the trainer the tokenizer (processing_class=tokenizer, as transformers' example scripts "
+            "do)"
+        )
+
+    def sentences():
+        return None if train_dataset is None else target_sentences(tokenizer, train_dataset["labels"])
+
+    source = table_source(section, sentences, arguments.output_dir, arguments.seed)
+    section, table, covered = continuous_table(section, tokenizer, source, num_classes=model.head.num_classes)
+    logger.info(
+        "continuous head: %d of %d tokens of the vocabulary are in %s", int(covered.sum()), len(covered), source
+    )
+    return section, table
 
 
 CALIBRATION_ROWS = 8  # training rows the warm start is calibrated on (at most 256 labelled positions of them)
@@ -170,7 +188,8 @@ class _HeadsTrainerMixin:
 
     def __init__(self, *args, **kwargs):
         model = kwargs.get("model", args[0] if args else None)
-        bind_arguments_head(model, kwargs.get("args", args[1] if len(args) > 1 else None))
+        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        bind_arguments_head(model, arguments, kwargs.get("processing_class"), kwargs.get("train_dataset"))
         super().__init__(*args, **kwargs)
         if getattr(self.args, "label_smoothing_factor", 0.0):
             raise ValueError(
@@ -181,7 +200,7 @@ class _HeadsTrainerMixin:
     def call_model_init(self, trial=None):
         """The Trainer's `model_init` call, its model then given the arguments' head (`bind_arguments_head`)."""
         model = super().call_model_init(trial)
-        bind_arguments_head(model, self.args)
+        bind_arguments_head(model, self.args, self.processing_class, self.train_dataset)
         return model
 
     def _prepare_head(self) -> None:

@@ -1,0 +1,95 @@
+"""The continuous head's embedding table for a training run (Kumar & Tsvetkov 2019, sec. 3: the decoder predicts a
+row of a fixed pretrained table). The run scripts and `HeadsTrainer` (the one-line swap of docs/own-script.md) both
+use it:
+
+- `table_source`: the table the head's `embedding_name` names — a packaged table or a file as it is, or
+  `word2vec-targets`, a table trained with gensim on the training targets as the tokenizer splits them (`d` =
+  `word2vec_dim`), written to the run's output directory (a trained model's own file when it has one);
+- `continuous_table`: the (V, d) table and the tokens it covers for the tokenizer's vocabulary, and the head section
+  with `embedding_dim` = d (the head is built from it);
+- `attach_table`: the table set on the head, with the training targets' counts where `center_embeddings="frequency"`
+  and the distinct training targets as the output vocabulary where `output_vocabulary="targets"`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from hf_heads.data import embedding_table, label_counts, train_word2vec_table
+
+logger = logging.getLogger(__name__)
+
+TARGET_TABLE_FILE = "target_word2vec.npz"  # embedding_name=word2vec-targets: the table trained for the run
+TRAINED_ON_TARGETS = "word2vec-targets"
+
+
+def target_sentences(tokenizer, label_rows) -> list[list[str]]:
+    """The training targets as token strings (what word2vec trains on): each row of ids without its special tokens
+    and ignored positions (-100)."""
+    specials = set(tokenizer.all_special_ids)
+    return [tokenizer.convert_ids_to_tokens([i for i in row if i >= 0 and i not in specials]) for row in label_rows]
+
+
+def table_source(section: dict, sentences, output_dir: str | Path, seed: int, model_dir: str | Path | None = None):
+    """The table file or name to read for the head `section`: its `embedding_name` as it is, or for
+    `word2vec-targets` the table trained on `sentences` (token lists, or a callable giving them, called only when a
+    table is trained) into `output_dir` — a trained model's own file in `model_dir` when it has one."""
+    name = section["embedding_name"]
+    if name != TRAINED_ON_TARGETS:
+        return name
+    if model_dir is not None and (Path(model_dir) / TARGET_TABLE_FILE).is_file():
+        return str(Path(model_dir) / TARGET_TABLE_FILE)
+    sentences = sentences() if callable(sentences) else sentences
+    if sentences is None:
+        raise ValueError(
+            f"embedding_name={TRAINED_ON_TARGETS!r} trains the table on the training targets: give a training set"
+        )
+    path = Path(output_dir) / TARGET_TABLE_FILE
+    logger.info("training a %d-d word2vec table on %d target sentences -> %s", section["word2vec_dim"],
+                len(sentences), path)  # fmt: skip
+    return str(train_word2vec_table(sentences, path, dim=section["word2vec_dim"], seed=seed))
+
+
+def continuous_table(
+    section: dict, tokenizer, source: str | None = None, num_classes: int | None = None
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """(the head section with `embedding_dim`, the table (V, d), the tokens it covers (V,) bool) for the tokenizer's
+    vocabulary from `source` (a file or name; default the section's `embedding_name`). `num_classes`: the model's
+    vocabulary when it has more ids than the tokenizer (a vocabulary padded to a multiple): those rows are seeded
+    random ones, as an uncovered token's. Refused: a section whose `embedding_dim` is not the table's d, a tokenizer
+    with more ids than `num_classes`, and a table that covers no token."""
+    name = source or section["embedding_name"]
+    table, covered = embedding_table(tokenizer, name)
+    extra = 0 if num_classes is None else num_classes - table.shape[0]
+    if extra < 0:
+        raise ValueError(f"the tokenizer has {table.shape[0]} ids, the model's vocabulary {num_classes}")
+    if extra:
+        rows = torch.randn(extra, table.shape[1], generator=torch.Generator().manual_seed(table.shape[0]))
+        table, covered = torch.cat([table, rows]), torch.cat([covered, torch.zeros(extra, dtype=torch.bool)])
+    if section.get("embedding_dim") not in (None, table.shape[1]):
+        raise ValueError(f"head embedding_dim={section['embedding_dim']} but {name} has d={table.shape[1]}")
+    if not bool(covered.any()):
+        raise ValueError(f"no token of the target vocabulary is in {name}: nothing to predict")
+    return {**section, "embedding_dim": table.shape[1]}, table, covered
+
+
+def attach_table(model, table: torch.Tensor, train_dataset, column: str = "labels") -> None:
+    """Set `table` on the model's continuous head: with the training targets' counts where `center_embeddings` is
+    "frequency", and their distinct ids as the output vocabulary where `output_vocabulary` is "targets" (both need
+    `train_dataset`)."""
+    options = model.head.options
+    counts = None
+    if options.center_embeddings == "frequency":
+        if train_dataset is None:
+            raise ValueError("head.center_embeddings='frequency' counts the training targets: give a training set")
+        counts = label_counts(train_dataset, model.head.num_classes, column=column)
+    model.head.set_embedding_table(table, counts=counts)
+    if options.output_vocabulary == "targets":
+        if train_dataset is None:
+            raise ValueError("head.output_vocabulary='targets' takes the training targets' words: give a training set")
+        ids = torch.tensor(sorted({i for row in train_dataset[column] for i in row if i >= 0}))
+        model.head.set_output_vocabulary(ids)
+        logger.info("continuous head: output vocabulary of %d target words (of %d)", len(ids), model.head.num_classes)
