@@ -36,7 +36,7 @@ DEMO_ARGS := --model_name_or_path tiny-gpt2 --dataset_name bible-web --do_train 
 	--per_device_train_batch_size 16 --learning_rate 1e-3 --warmup_steps 20 --logging_steps 20 --eval_strategy steps \
 	--eval_steps 100 --save_strategy no --report_to none --seed 0 --overwrite_output_dir --disable_tqdm true
 
-.PHONY: install system-data browser demo test test-all test-latest test-min gpu-wheels lock lint mutate bench reproduce \
+.PHONY: install system-data browser demo test test-all test-latest test-min gpu-wheels lock lint mutate mutate-sample bench reproduce \
 	docs docs-screenshots clean
 
 install: $(STAMP) system-data
@@ -160,6 +160,13 @@ lint: install
 # every package and file (docs/results/mutation.md).
 mutate: install
 	$(PY) tests/mutate.py --rev HEAD --out docs/results/mutation.md
+
+# Sampled operator-based mutation testing beside the hand-written list: mutmut's operators over every file of the
+# package, a sample per package drawn from a seed chosen at run time, each mutant against the tests that run its lines
+# (a per-test coverage map of the default suite, cached in build/mutation-sample/), about an hour on 2 cores; writes
+# docs/results/mutation_sample.md (and .json) with every survivor's diff and its triage (tests/mutants/sampled_triage.py).
+mutate-sample: install
+	$(PY) tests/mutate_sample.py --rev HEAD
 
 bench: install
 	$(PY) benchmarks/bench_margin.py

@@ -166,6 +166,11 @@ def run_mutant(
                 return {"status": "stale", "detail": f"{text.count(mutant.old)} matches in {mutant.path}", "s": 0.0}
             path.write_text(text.replace(mutant.old, mutant.new))
         code, output, seconds = _pytest(dest, tests, timeout, fork)
+    return outcome(code, output, seconds, timeout)
+
+
+def outcome(code: int, output: str, seconds: float, timeout: float) -> dict:
+    """A test run's exit code and output as a mutant's result: killed (a test failed), survived, timeout or error."""
     if code == 0:
         return {"status": "survived", "detail": "", "s": seconds}
     # exit 2 where pytest-xdist stopped at the first failure (-x): killed as well (its summary counts the failure)
