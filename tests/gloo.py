@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -14,11 +15,15 @@ from pathlib import Path
 import torch
 
 
-def run_workers(script: str, world: int, tmp_path: Path, timeout: float) -> dict:
+def run_workers(script: str, world: int, tmp_path: Path, timeout: float, extra: list[str] = ()) -> dict:
     """Start `world` workers of `script`, wait for them (killed past `timeout` s) and return rank 0's JSON; a worker
-    that fails or runs too long fails the test with the end of every worker's log."""
+    that fails or runs too long fails the test with the end of every worker's log. `extra`: more arguments to each
+    worker; a worker that sets up its own process group (env://) finds MASTER_ADDR / MASTER_PORT set."""
     out = tmp_path / "result.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with socket.socket() as s:  # a free port for env:// rendezvous
+        s.bind(("127.0.0.1", 0))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
     init = tmp_path / "store"
     start = time.perf_counter()
     logs = [tmp_path / f"rank{rank}.log" for rank in range(world)]  # files, not pipes: a full pipe would block
@@ -26,7 +31,7 @@ def run_workers(script: str, world: int, tmp_path: Path, timeout: float) -> dict
     try:
         for rank, log in enumerate(logs):
             with log.open("w") as f:
-                cmd = [sys.executable, script, str(rank), str(world), str(init), str(out)]
+                cmd = [sys.executable, script, str(rank), str(world), str(init), str(out), *extra]
                 procs.append(subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT))
         for proc in procs:
             proc.wait(timeout=max(1.0, timeout - (time.perf_counter() - start)))

@@ -33,6 +33,7 @@ class DiscreteHead(OutputHead):
     def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
         super().__init__(hidden_size, num_classes, options)
         options = self.options  # the options object, also where a head section or nothing was given
+        self._num_classes = num_classes  # `num_classes`: never read from W (see there)
         self.weight = nn.Parameter(torch.empty(num_classes, hidden_size))
         initial = options.initial_bias(num_classes)
         self.bias = nn.Parameter(torch.full((num_classes,), initial)) if options.bias else None
@@ -46,7 +47,10 @@ class DiscreteHead(OutputHead):
 
     @property
     def num_classes(self) -> int:
-        return self.weight.shape[0]
+        """V, as the head was built: not read from W, which DeepSpeed ZeRO-3 leaves an empty (0,) partition outside
+        the head's forward and gathers whole when it is read during another module's forward (the models check the
+        labels against V in their own forward, before the head's)."""
+        return self._num_classes
 
     def reset_parameters(self, init=nn.init) -> None:
         init.normal_(self.weight, mean=0.0, std=0.02)

@@ -11,13 +11,14 @@ from dataclasses import asdict
 
 import torch
 from torch import nn
-from transformers import AutoModel, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 
 from hf_heads.heads import CHECKPOINT_OPTIONS, family, head_dict, head_options
 from hf_heads.heads.registry import component_modules, same_head
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.inputs import unwrapped_head
+from hf_heads.modeling.zero3 import new_backbone
 from hf_heads.validation import OptionError
 
 
@@ -126,7 +127,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def _wrap_backbone(self, config: HeadsConfig, backbone: PreTrainedModel | None) -> PreTrainedModel:
         if backbone is None:
-            backbone = fresh(AutoModel.from_config(config.backbone))
+            backbone = fresh(new_backbone(config.backbone))
         return backbone
 
     def _check_head_task(self, config: HeadsConfig) -> None:

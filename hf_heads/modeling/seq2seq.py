@@ -38,6 +38,7 @@ from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, input_embeddings
 from hf_heads.modeling.parity import check_same_distribution, output_transform, probe_ids, with_transform
+from hf_heads.modeling.zero3 import new_backbone
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -83,12 +84,12 @@ class EncoderDecoderBackbone(nn.Module):
             raise ValueError("backbone.decoder must have is_decoder=true and add_cross_attention=true")
         self.config = config
         self.decoder_stem = decoder_stem
-        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
+        self.encoder = encoder if encoder is not None else new_backbone(config.encoder)
         if decoder is None:
             decoder = (
-                fresh(AutoModelForCausalLM.from_config(config.decoder))
+                fresh(new_backbone(config.decoder, AutoModelForCausalLM))
                 if decoder_stem
-                else AutoModel.from_config(config.decoder)
+                else new_backbone(config.decoder)
             )
         self.decoder = cut_decoder(decoder, decoder_stem) if decoder_stem else decoder
 

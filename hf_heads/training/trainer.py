@@ -40,6 +40,7 @@ from hf_heads.data import label_counts
 from hf_heads.heads import family
 from hf_heads.losses._rows import safe_exp
 from hf_heads.modeling.inputs import unwrapped_head
+from hf_heads.modeling.zero3 import gathered
 from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
 
 logger = logging.getLogger(__name__)
@@ -164,15 +165,17 @@ def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str
 
 @contextlib.contextmanager
 def _gathered(model, head):
-    """FSDP2 (`fully_shard`): the head's parameters gathered while `diagnostics()` runs outside the forward (every
-    rank calls `log()`, so the all-gather is collective); a no-op otherwise."""
+    """The head's parameters gathered while `diagnostics()` runs outside the forward (every rank calls `log()`, so the
+    all-gather is collective): FSDP2 (`fully_shard`) through the FSDP module that owns them, DeepSpeed ZeRO-3 through
+    `deepspeed.zero.GatheredParameters` (hf_heads.modeling.zero3); a no-op otherwise."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # a torch build without distributed
         FSDPModule = ()  # noqa: N806
     owner = head if isinstance(head, FSDPModule) else model if isinstance(model, FSDPModule) else None
     if owner is None:
-        yield
+        with gathered(head.parameters(recurse=False)):
+            yield
         return
     owner.unshard()
     try:
