@@ -224,6 +224,8 @@ class ContinuousHeadOptions(HeadOptions):
             raise OptionError("learn_logit_scale", True, f"is for {_losses_with('learns_scale', loss)}")
         check_choice("center_embeddings", self.center_embeddings, CENTERINGS)
         check_number("logit_scale", self.logit_scale, exclusive_minimum=0)
+        if not loss.cosine_scores and self.logit_scale != type(self).__dataclass_fields__["logit_scale"].default:
+            raise OptionError("logit_scale", self.logit_scale, f"is for {_losses_with('cosine_scores', loss)}")
         if self.learn_logit_scale and self.logit_scale > MAX_LOGIT_SCALE:
             raise OptionError("logit_scale", self.logit_scale, f"must be <= {MAX_LOGIT_SCALE} when learned")
         if self.embedding_dim is not None:

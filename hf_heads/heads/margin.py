@@ -115,6 +115,10 @@ class MarginHeadOptions(SoftmaxHeadOptions):
             raise OptionError("context_norm_momentum", self.context_norm_momentum, "must be <= 1")
         check_number("warm_start_gain", self.warm_start_gain, exclusive_minimum=0)
         self.scorer()  # eq. 13's scorer, built once here: its construction checks margin, m, scale and the norms
+        default = type(self).__dataclass_fields__["context_norm_momentum"].default
+        if self.context_norm_momentum != default and not self.batch_context_norm:
+            allowed = "is the momentum of a batch context norm's running value (context_norm='max-norm')"
+            raise OptionError("context_norm_momentum", self.context_norm_momentum, allowed)
 
     @property
     def norm_scaled(self) -> bool:
