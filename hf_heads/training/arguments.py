@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_heads.components import REGISTRIES, parse_value
+from hf_heads.components import REGISTRIES, component_config, make_component, parse_value
 from hf_heads.heads import CHECKPOINT_OPTIONS, FAMILIES, head_dict
 from hf_heads.heads.registry import COMPONENT, DEFAULT_FAMILY
 from hf_heads.validation import OptionError, check_number
@@ -138,9 +138,14 @@ class HeadFlags(_head_flags_class()):
             name, eq, text = item.partition("=")
             if not eq or not name.strip():
                 raise OptionError("--head_options", item, "must be written name=value")
-            if name.strip() in section:
-                raise OptionError("--head_options", item, f"sets {name.strip()}, which a flag sets already")
-            section[name.strip()] = parse_value(text)
+            option, value = name.strip(), parse_value(text)
+            if option in section:  # the same value two ways is that value; two values are refused, naming both
+                if _same_value(option, section[option], value):
+                    continue
+                flag = "--head" if option == "family" else f"--{option_flag(option)}"
+                allowed = f"sets {option}, which {flag} {section[option]} sets already"
+                raise OptionError("--head_options", item, allowed)
+            section[option] = value
         try:
             return head_dict(section)
         except OptionError as err:
@@ -152,6 +157,19 @@ class HeadFlags(_head_flags_class()):
             if not parameter and err.allowed.startswith("is not allowed") and _names_a_component(option):
                 renamed = OptionError(err.field, err.value, f"{err.allowed}; {OWN_COMPONENTS}", flag)
             raise renamed from None
+
+
+def _same_value(option: str, a, b) -> bool:
+    """Whether a flag's value and an `--head_options` value of `option` are the same (a component by its config)."""
+    kind = _component_options().get(option)
+    if kind is not None:
+        try:
+            return component_config(make_component(kind, a, field=option)) == component_config(
+                make_component(kind, b, field=option)
+            )
+        except OptionError:
+            return False
+    return type(a) is type(b) and a == b or (isinstance(a, float) and isinstance(b, int) and a == b)
 
 
 OWN_COMPONENTS = "a component or family of your own is registered in your module: add --head_modules your.module"
