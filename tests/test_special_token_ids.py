@@ -211,3 +211,22 @@ def test_scoring_a_seq2seq_model_refuses_another_eos_also_from_the_command_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("error: ") and "eos_token_id is 3 but the model config's is 6" in err[-1]
     assert not (tmp_path / "out.jsonl").exists()
+
+
+# ----------------------------------------------------------------------------------------- the seq2seq scripts
+
+
+@pytest.mark.parametrize("override", ["eos_token_id=7", "pad_token_id=7"])
+def test_seq2seq_script_refuses_a_config_eos_or_pad_unlike_the_tokenizers(tmp_path, script_error, override):
+    """A seq2seq run whose model generates with another EOS / pad than its tokenizer's (here a built-in backbone with
+    `--config_overrides`) is refused before training, in one line: its targets end with the tokenizer's EOS while
+    `generate()` stops at the config's, and its predictions are decoded without the tokenizer's special tokens while
+    `generate()` pads them with the config's pad (which would be read as a word)."""
+    name = override.partition("=")[0]
+    common = ["--output_dir", tmp_path / "o", "--do_train", "--max_steps", "1", "--max_train_samples", "20"]
+    code, stderr = script_error(
+        "run_translation.py", *common, "--model_name_or_path", "tiny-bart", "--config_overrides", override
+    )
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1, stderr[-3000:]
+    assert f"the tokenizer's {name} is" in lines[0] and f"generates with {name}=7" in lines[0], lines[0]
