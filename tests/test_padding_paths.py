@@ -151,6 +151,25 @@ def test_a_batch_of_padding_only_has_loss_zero_and_zero_gradients(task, label):
     assert not recorded[0]["mask"].any()
 
 
+@pytest.mark.parametrize("label", list(family_heads("causal-lm")))
+def test_trl_fused_forward_and_shift_labels_with_ignored_rows_and_padding_only(label):
+    """The causal LM's other label inputs: TRL's `fused_lm_head=True` forward and `shift_labels=` give the loss of
+    `labels=` on a batch with ignored rows (that of the batch without them), mark no ignored position, and give 0 on
+    a batch of padding only."""
+    model = _model("causal-lm", _head("causal-lm", label)).train()
+    batch = _batch("causal-lm")
+    shift = torch.nn.functional.pad(batch["labels"], (0, 1), value=-100)[:, 1:]  # position t predicts token t+1
+    by_shift = {**batch, "labels": None, "shift_labels": shift}
+    expected = _loss(model, _rows(batch, [0, 2]))
+    torch.testing.assert_close(_loss(model, batch, fused_lm_head=True), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(_loss(model, by_shift), expected, rtol=1e-5, atol=1e-6)
+    torch.manual_seed(1)
+    assert torch.equal(model(**batch, fused_lm_head=True).label_mask, shift != -100)
+    padding = _padding_only(batch)
+    assert float(_loss(model, padding, fused_lm_head=True).detach()) == 0.0
+    assert float(_loss(model, {**by_shift, "shift_labels": torch.full_like(shift, -100)}).detach()) == 0.0
+
+
 def test_max_norm_running_value_ignores_the_ignored_rows():
     """A max-norm margin head updates its running max ‖h‖ from the labelled positions only: with the row of the
     largest ‖h‖ ignored, the running value is that of the batch without the row."""
