@@ -141,6 +141,23 @@ def check_vocab(tokenizer, model) -> None:
         )
 
 
+def check_generation_ids(tokenizer, model) -> None:
+    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config, built
+    from the backbone config): the targets end with the tokenizer's EOS while `generate()` stops at the config's, and
+    the predictions are decoded without the tokenizer's special tokens while `generate()` pads them with the
+    config's pad (e.g. `--config_overrides eos_token_id=...`, or `--tokenizer_name` of another model)."""
+    config = model.generation_config
+    for name in ("eos_token_id", "pad_token_id"):
+        mine, theirs = getattr(tokenizer, name, None), getattr(config, name, None)
+        allowed = theirs if isinstance(theirs, list | tuple) else [theirs]
+        if mine is not None and theirs is not None and mine not in allowed:
+            raise UsageError(
+                f"the tokenizer's {name} is {mine} but the model generates with {name}={theirs}: the model would "
+                "learn one and generate with the other; use the model's own tokenizer (or set the backbone's "
+                f"{name} to the tokenizer's)"
+            )
+
+
 def peak_rss_mib() -> float:
     """Peak resident memory of this process so far (MiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -20,6 +20,7 @@ from hf_heads.cli.errors import UsageError, load_hub_dataset, loading_model
 from hf_heads.cli.resume import load_trained, saved_head
 from hf_heads.cli.runs import (
     RunArguments,
+    check_generation_ids,
     check_vocab,
     ensure_word_counts,
     finish_run,
@@ -312,6 +313,7 @@ def main(task: Seq2SeqTask, argv: list[str] | None = None) -> None:
         )
     model = build_model(model_args, head, tok, run_args.change_head)
     check_vocab(tok, model)
+    check_generation_ids(tok, model)
     logger.info("head %s, %d parameters, vocabulary %d", head, model.num_parameters(), len(tok))
     try:
         model.head.check_generation(training_args.generation_num_beams or 1)

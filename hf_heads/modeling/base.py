@@ -486,6 +486,11 @@ class HeadsPreTrainedModel(PreTrainedModel):
             raise ValueError(f"calibrate_warm_start needs labels among the inputs (got {sorted(inputs)})")
         hidden, labels = captured[0]
         hidden = hidden.reshape(-1, hidden.shape[-1])[labels.reshape(-1) != -100]  # (N, H) labelled positions
+        if hidden.shape[0] == 0:  # a fit on no position would set the gain / bias shift to a bound or NaN
+            raise ValueError(
+                "calibrate_warm_start: every label of the batch is -100 (padding only), so there is no position to "
+                "calibrate the warm start on; give rows with labelled tokens"
+            )
         if hidden.shape[0] > 256:
             hidden = hidden[torch.linspace(0, hidden.shape[0] - 1, 256, device=hidden.device).long()]
         base = torch.log_softmax(self.head.copied_logits(hidden).float(), dim=-1)  # (N, V): the checkpoint's

@@ -268,10 +268,19 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         else:
             hidden = outputs.last_hidden_state  # (B, T, H)
             mask = attention_mask
-            if mask is None:
+            if mask is None:  # the padding is where input_ids holds the config's pad id (as GPT-2's classifier)
                 pad = self.config.backbone_token_id("pad_token_id")
+                if pad is None and hidden.shape[0] > 1 and self.pooling != "first":
+                    raise ValueError(
+                        f"pooling={self.pooling!r} of a batch of {hidden.shape[0]} without attention_mask needs the "
+                        "padding id, and the backbone config has no pad_token_id: pass attention_mask, or set "
+                        "model.config.pad_token_id to the tokenizer's (as transformers' *ForSequenceClassification "
+                        "refuses the same call)"
+                    )
                 mask = (
-                    (input_ids != pad) if (input_ids is not None and pad is not None) else torch.ones(hidden.shape[:2])
+                    (input_ids != pad)
+                    if (input_ids is not None and pad is not None)
+                    else torch.ones(hidden.shape[:2], device=hidden.device)
                 )
             pooled = pool(hidden, mask, self.pooling)
         pooled = self.dropout(pooled)

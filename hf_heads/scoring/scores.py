@@ -35,6 +35,8 @@ Sequences:
 - seq2seq: the target `tokens + [EOS]` is scored given the source (encoded with the tokenizer's own special
   tokens, as the training scripts encode sources) and the decoder's start token `decoder_start_token_id`, which
   plays the role of BOS (a seq2seq decoder always starts from it: `add_bos=False` is refused there).
+- BOS / EOS are the tokenizer's (what training encoded), else the backbone config's; a tokenizer whose BOS / EOS
+  differs from the config's (which `generate()` and, for the decoder start, the labels' shift use) is refused.
 
 Batches are padded on the right with an attention mask: no real token ever attends to padding and the default
 position ids 0..T-1 are the unpadded ones, so a text scores the same alone or in any batch (up to float rounding).
@@ -157,9 +159,19 @@ def _max_positions(config) -> int | None:
 
 
 def _special_id(tokenizer, model, name: str) -> int | None:
-    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the backbone config."""
+    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the backbone config; refused when both are set and
+    differ: training encoded the tokenizer's id, `generate()` starts and stops with the config's, so a score with
+    either would not be the model's."""
     value = getattr(tokenizer, name, None)
-    return value if value is not None else model.config.backbone_token_id(name)
+    config = model.config.backbone_token_id(name)
+    allowed = config if isinstance(config, list | tuple) else [config]  # a list: several EOS ids (Llama 3)
+    if value is not None and config is not None and value not in allowed:
+        raise ValueError(
+            f"the tokenizer's {name} is {value} but the model config's is {config}: the model generates with the "
+            "config's, so a score with the tokenizer's would not be the model's: score with the tokenizer the model "
+            "was trained with"
+        )
+    return value if value is not None else config
 
 
 # ---------------------------------------------------------------------------------------------- encoding
