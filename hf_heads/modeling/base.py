@@ -21,6 +21,8 @@ from hf_heads.modeling.inputs import unwrapped_head
 from hf_heads.modeling.zero3 import new_backbone
 from hf_heads.validation import OptionError
 
+DERIVED_OPTIONS = ("embedding_dim",)  # options a head takes from its data when unset (a continuous head's table)
+
 
 class HeadsPreTrainedModel(PreTrainedModel):
     """Base class: a backbone from `AutoModel` (never monkey-patched) plus an hf_heads head."""
@@ -391,6 +393,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
             self.head_origin = None
             return
         current = self.head_section()
+        for name in DERIVED_OPTIONS:  # unset in the section: the model's own, taken from its data
+            if wanted.get(name) is None and current.get(name) is not None and wanted["family"] == current["family"]:
+                wanted[name] = current[name]
         if same_head(current, wanted):
             return
         keys = [k for k in sorted({*current, *wanted}) if k not in CHECKPOINT_OPTIONS]
