@@ -646,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", type=Path, help="re-run the survivors of this JSON against their triage tests")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from --json (new triage)")
     args = parser.parse_args(argv)
+    args.rev = _rev(args.rev) or args.rev  # the commit, once: the draw, the coverage map and the copies all take it
 
     if args.list:
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)

@@ -341,7 +341,7 @@ MUTANTS: list[Mutant] = [
     m("automatic-kernel-without-its-dependency", "losses/chunks.py",
       "if device.type in kernel.automatic_on and kernel.available(device):",
       "if device.type in kernel.automatic_on:",
-      selection("tests/test_kernels.py::test_kernel_choice_by_name_head_option_environment_and_device"),
+      selection("tests/test_kernels.py::test_kernel_choice_by_name_environment_and_device"),
       "CUDA tensors get the triton kernel where the triton package does not import"),
     m("explicit-kernel-ignored", "losses/fused_linear.py",
       "    kernel = chunk_kernel(kernel, h.device)",

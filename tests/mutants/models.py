@@ -66,7 +66,6 @@ SAVED = selection(
     "tests/test_cards.py::test_code_modules_follow_the_imports",
     "tests/test_peft.py::test_lora_on_the_head_alone_adapts_no_backbone_module",
     "tests/test_cards.py::test_save_pretrained_push_to_hub_pushes_the_code",
-    "tests/test_old_paths.py::test_integrations_trl_reexports_the_trainer_beside_heads_trainer",
     "tests/test_reliability.py::test_checkpoint_missing_word_counts_or_embedding_table_is_refused",
     "tests/test_contract.py::test_save_and_from_pretrained_give_the_same_model[causal-lm-llama-sparse-smoothed-decode-3]",
     "tests/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits[head0]",
