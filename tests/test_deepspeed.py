@@ -35,6 +35,7 @@ import pytest
 import torch
 from conftest import family_heads
 from gloo import diff, finish, run_workers, worst_over_ranks
+from test_fsdp import _batch, _reference_loss, _shards  # the same global batch, split and reference
 
 from hf_heads.heads import head_options
 
@@ -129,32 +130,6 @@ def _trainer_worker(rank: int, world: int, out_file: str) -> None:
     assert is_partitioned(trainer.model.head.weight)  # W lived in two partitions
     if rank == 0:
         Path(out_file).write_text(json.dumps({"losses": [e["loss"] for e in logged], "logged": sorted(logged[0])}))
-
-
-def _batch():
-    """The fixed global batch: 4 right-padded sequences, split 2 + 2 over the ranks with 20 + 14 targets."""
-    gen = torch.Generator().manual_seed(7)
-    ids = torch.randint(4, 61, (4, 12), generator=gen)
-    lengths = torch.tensor([12, 10, 9, 7])
-    mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
-    ids = ids.masked_fill(mask == 0, 1)
-    labels = ids.masked_fill(mask == 0, -100)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def _shards(batch: dict, world: int) -> list[dict]:
-    return [{k: v[r * 2 : r * 2 + 2] for k, v in batch.items()} for r in range(world)]
-
-
-def _reference_loss(ref, batch: dict, targets: int, reference: str, world: int, backward: bool) -> torch.Tensor:
-    total = 0.0
-    for part in [batch] if reference == "global" else _shards(batch, world):
-        torch.manual_seed(1234)  # the sampled head's noise samples
-        loss = ref(**part, num_items_in_batch=targets).loss
-        if backward:
-            loss.backward()
-        total = total + loss.detach()
-    return total
 
 
 def _config(stage: int) -> dict:
