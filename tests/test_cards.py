@@ -247,6 +247,24 @@ def test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1(tmp_
     assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_speed_vs_perplexity_figure_is_a_720_by_480_png_with_a_point_per_run(tmp_path, monkeypatch):
+    """compare_runs.py's speed / perplexity figure: one labelled point per run, saved as a 720 x 480 pixel PNG (6 x 4
+    inches at 120 dpi)."""
+    import struct
+
+    from hf_heads.training.plots import plot_speed_vs_perplexity
+
+    figures = _drawn(monkeypatch)
+    runs = [("softmax", 1200.0, 35.0), ("sampled", 3400.0, 41.5)]
+    path = plot_speed_vs_perplexity(runs, tmp_path / "s.png")
+    png = path.read_bytes()
+    assert png[:4] == b"\x89PNG" and png[12:16] == b"IHDR"
+    assert struct.unpack(">II", png[16:24]) == (720, 480)
+    ax = figures[-1].axes[0]
+    assert [tuple(c.get_offsets()[0]) for c in ax.collections] == [(1200.0, 35.0), (3400.0, 41.5)]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["softmax", "sampled"]
+
+
 # ---------------------------------------------------------------- model-index and tables
 
 

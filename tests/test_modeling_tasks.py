@@ -92,6 +92,24 @@ def test_seq2seq_sparse_beam_search_uses_truncated_distribution():
         assert int(torch.isfinite(step).sum(-1).max()) <= 3
 
 
+def test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for():
+    """from_base of a transformers EncoderDecoderModel (BERT2BERT) with `head=`: the model's config and head are that
+    head's (a sparse head: its k kept, saved, and its refusal of wider beams in generate)."""
+    from transformers import EncoderDecoderModel
+
+    from hf_heads.heads.sparse import SparseHead
+    from hf_heads.validation import OptionError
+
+    torch.manual_seed(0)
+    pair = EncoderDecoderModel(config=tiny_enc_dec_config("bert2bert", no_dropout=True)).eval()
+    model = HeadsForSeq2SeqLM.from_base(pair, head={"family": "sparse", "k": 5})
+    assert model.config.head["family"] == "sparse" and model.config.head["k"] == 5
+    assert isinstance(model.head, SparseHead) and model.head.options.k == 5
+    x, mask, _ = seq2seq_batch()
+    with pytest.raises(OptionError, match="num_beams=6 must be <= decode_k=5"):
+        model.generate(input_ids=x, attention_mask=mask, max_new_tokens=2, num_beams=6)
+
+
 def test_seq2seq_refuses_decoder_only_backbone():
     with pytest.raises(ValueError, match="not an encoder-decoder"):
         HeadsForSeq2SeqLM(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2)))

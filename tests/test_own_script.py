@@ -244,6 +244,15 @@ def test_first_step_loss_of_every_family_is_near_the_checkpoints(base, checkpoin
     assert first <= START_FACTOR * checkpoint_loss, f"{name}: first loss {first:.3f} vs {checkpoint_loss:.3f}"
 
 
+def test_head_flags_help_says_what_each_option_does():
+    """`--help` of a script parsing the training arguments explains a head option by its own text (the confidence
+    penalty: the loss it trains)."""
+    parser = HfArgumentParser(HeadsTrainingArguments)
+    (action,) = [a for a in parser._actions if "--confidence_penalty" in a.option_strings]
+    assert action.help.startswith("Coefficient β of the confidence penalty (Pereyra et al. 2017")
+    assert "the training loss becomes cross-entropy − β·H, H the entropy of each target token" in action.help
+
+
 def test_the_trainer_refuses_head_flags_that_disagree_with_the_models_own_head(base, tmp_path):
     """A model with a head of its own (a saved hf_heads model reopened, or `head=` given) and head flags: the same head
     trains (the checkpoint's own options aside), another one is refused naming both sides and the model is left as it
@@ -321,6 +330,41 @@ def test_translation_script_flow_starts_a_continuous_head_from_flags(tmp_path, t
     with torch.no_grad():
         torch.testing.assert_close(got["output"], again(input_ids=x).logits)  # decoder inputs from input_ids, as BART
     assert torch.isfinite(torch.as_tensor(got["eval_loss"])) and got["grads_finite"]
+
+
+def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set(tmp_path):
+    """`--center_embeddings frequency --output_vocabulary targets` with the one-line swap: the trainer centres the
+    head's table on the training targets' count-weighted mean row and restricts its output vocabulary to the distinct
+    training targets (the same table, uncentred, is what `--center_embeddings none` attaches)."""
+    from hf_heads.data import build_word_tokenizer, label_counts, save_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)], add_eos=True)
+    tok.save_pretrained(tmp_path / "bart")
+    torch.manual_seed(0)
+    bart = BartConfig(
+        vocab_size=len(tok), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.eos_token_id, forced_eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    table = save_table(tmp_path / "table.npz", WORDS, torch.randn(len(WORDS), 6).numpy())
+    g = torch.Generator().manual_seed(5)
+    words = torch.randint(4, 4 + len(WORDS) // 2, (8, 5), generator=g)  # the first half of the words only
+    data = Dataset.from_dict({"input_ids": words.tolist(), "labels": words.flip(1).tolist()})
+    heads = {}
+    for centring, vocabulary in (("none", "all"), ("frequency", "targets")):
+        argv = ["--model_name_or_path", str(tmp_path / "bart"), "--head", "continuous", "--loss", "vmf"]
+        argv += ["--embedding_name", str(table), "--center_embeddings", centring, "--output_vocabulary", vocabulary]
+        _, _, training_args = _args(tmp_path, argv, HeadsSeq2SeqTrainingArguments)
+        model = HeadsForSeq2SeqLM.from_pretrained(str(tmp_path / "bart"))
+        HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data, processing_class=tok)
+        heads[centring] = model.head
+    plain, head = heads["none"].embeddings, heads["frequency"]
+    counts = label_counts(data, len(tok)).to(torch.float64)
+    expected = torch.nn.functional.normalize(plain - (counts / counts.sum()).float() @ plain, dim=1)
+    torch.testing.assert_close(head.embeddings, expected)
+    assert head.output_mask.nonzero().flatten().tolist() == sorted(set(words.flatten().tolist()))
 
 
 def test_a_continuous_head_from_flags_needs_the_tokenizer(base, tmp_path):

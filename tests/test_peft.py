@@ -210,3 +210,15 @@ def test_lora_on_the_head_alone_adapts_no_backbone_module():
     native = _causal(FAMILIES["softmax"])
     native.add_adapter(peft.LoraConfig(task_type="CAUSAL_LM", r=4, target_parameters=["head.weight"]))
     assert _adapted(native) == ["head"]
+
+
+def test_generate_with_lora_on_the_head_keeps_the_heads_beam_refusal():
+    """A sparse head whose weight PEFT wrapped (`target_parameters=["head.weight"]`) still refuses, by name, a beam
+    wider than its top k in `generate`, and generates within it."""
+    from hf_heads.validation import OptionError
+
+    model = _lora_on_head(_causal({"family": "sparse", "k": 4})).eval()
+    ids = torch.randint(4, V, (1, 5), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(OptionError, match=r"num_beams=5 must be <= decode_k=4"):
+        model.generate(input_ids=ids, max_new_tokens=2, num_beams=5, pad_token_id=1)
+    assert model.generate(input_ids=ids, max_new_tokens=2, num_beams=4, pad_token_id=1).shape == (1, 7)

@@ -20,8 +20,12 @@ QUIET = ["--report_to", "none", "--seed", "0", "--save_strategy", "no", "--disab
 
 
 def run(script: str, *args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run a script; every line it logs is written (a log call whose arguments do not fit its format makes logging
+    print "--- Logging error ---" to stderr in place of the line)."""
     cmd = (launcher or [sys.executable]) + [str(SCRIPTS / script), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    assert "Logging error" not in proc.stderr, proc.stderr[-4000:]
+    return proc
 
 
 def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
