@@ -154,6 +154,36 @@ def test_tie_word_embeddings_ties_a_built_in_backbones_head(tie):
     assert model.config.tie_word_embeddings == tie and model.head.weight.shape == (len(tok), 128)
 
 
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-bart", "tiny-marian", "tiny-t5", "tiny-bert"])
+def test_each_setting_of_a_built_in_backbone_reaches_its_config(name):
+    """Every setting a built-in backbone is declared with is a field of its architecture's config and holds the
+    declared value (a misspelt key would be kept as an unused attribute and the model built with the default)."""
+    from transformers import CONFIG_MAPPING
+
+    from hf_heads.cli.backbones import TINY_BACKBONES, TINY_ENCODERS, TINY_SEQ2SEQ, tiny_backbone_config
+
+    spec = dict({**TINY_BACKBONES, **TINY_SEQ2SEQ, **TINY_ENCODERS}[name])
+    config = tiny_backbone_config(name, build_word_tokenizer(["the king spoke"]))
+    defaults = CONFIG_MAPPING[spec.pop("model_type")]()
+    for key, value in spec.items():
+        assert hasattr(defaults, key), f"{name}: {key} is not a field of {type(defaults).__name__}"
+        assert getattr(config, key) == value, (name, key)
+
+
+def test_built_in_causal_backbones_have_a_512_token_context():
+    """tiny-gpt2 (make demo's and README's backbone) and tiny-llama hold 512 positions: the same texts and
+    --block_size values fit whichever of the two a run uses."""
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+    from hf_heads.cli.backbones import tiny_backbone_config
+
+    tok = build_word_tokenizer(["the king spoke to the people"])
+    for name in ("tiny-gpt2", "tiny-llama"):
+        config = tiny_backbone_config(name, tok)
+        assert config.max_position_embeddings == 512, name
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_backbone_config("tiny-gpt2", tok), head=SOFTMAX))
+    assert model.backbone.wpe.num_embeddings == 512  # its table of learned positions
+
+
 # ------------------------------------------------------------------------------------------- errors name the flags
 
 
@@ -207,3 +237,21 @@ def test_an_option_error_raised_later_names_the_flag_that_gave_it(monkeypatch, c
 
     line = _error_line(monkeypatch, capsys, ["--head", "sampled", "--num_samples=50"], too_many_samples)
     assert line == "error: --num_samples=50 must be < the number of classes (10)"
+
+
+@pytest.mark.parametrize("given", [["--source_column", "es"], ["--target_column", "en"]])
+def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch, capsys, tmp_path, given):
+    """A seq2seq run given --source_column without --target_column (or the reverse) stops before loading a model
+    with one line that says the two flags go together."""
+    from hf_heads.cli.seq2seq import main
+
+    monkeypatch.setattr(logging.root, "handlers", [])  # start_run's basicConfig handler dies with the test
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    (tmp_path / "train.csv").write_text("es,en\nel rey,the king\n")
+    argv = ["--output_dir", str(tmp_path / "out"), "--train_file", str(tmp_path / "train.csv"), *given]
+    try:
+        line = _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]  # after datasets' bars
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    assert line == "error: --source_column and --target_column go together: give both or neither"

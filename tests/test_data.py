@@ -1,5 +1,7 @@
 """The real corpora load offline with the documented sizes, deterministic splits and clear errors."""
 
+import gzip
+
 import pytest
 import torch
 from datasets import DatasetDict
@@ -78,6 +80,21 @@ def test_split_helper_is_deterministic():
     assert sorted([*a["train"]["x"], *a["validation"]["x"], *a["test"]["x"]]) == list(range(100))
 
 
+def test_split_helper_shuffles_before_holding_rows_out():
+    """The held-out splits are drawn from the whole corpus (shuffled with the seed), not its tail: a corpus stored in
+    order (book by book, category by category) gives validation and test rows from all over it."""
+    from datasets import Dataset
+
+    ds = Dataset.from_dict({"x": list(range(100))})
+    split = data.split_dataset(ds, 10, 10)
+    assert len(split["test"]) == 10 and len(split["validation"]) == 10
+    assert set(split["test"]["x"]) != set(range(90, 100)), split["test"]["x"]
+    assert set(split["validation"]["x"]) != set(range(80, 90)), split["validation"]["x"]
+    assert min(split["test"]["x"]) < 50 < max(split["test"]["x"]), split["test"]["x"]
+    other = data.split_dataset(ds, 10, 10, seed=7)
+    assert other["test"]["x"] != split["test"]["x"]  # the seed chooses the rows
+
+
 def test_glove():
     words, matrix = data.load_glove("6B-50d")
     assert matrix.shape == (400000, 50) and str(matrix.dtype) == "float32"
@@ -85,7 +102,8 @@ def test_glove():
 
 
 def test_unknown_corpus_names_listed():
-    with pytest.raises(ValueError, match="bible-es-en, ding-de-en"):
+    """A corpus name a loader does not know is refused naming the argument, the value and the known names."""
+    with pytest.raises(ValueError, match="^name='wmt14' is not a known corpus; known: bible-es-en, ding-de-en$"):
         data.load_translation("wmt14")
     with pytest.raises(ValueError, match="name='cnn'"):
         data.load_summarization("cnn")
@@ -295,3 +313,79 @@ def test_osis_markup_and_footnotes_are_removed():
     note = '<note type="x">Or, <hi type="italic">when</hi> God began</note>'
     verse = f'<verse osisID="Gen.1.1">In the beginning{note}, God created the heavens .</verse>'
     assert clean_osis(verse) == "In the beginning, God created the heavens."
+
+
+def _b64(n: int) -> str:
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    digits = ""
+    while True:
+        digits, n = alphabet[n % 64] + digits, n // 64
+        if not n:
+            return digits
+
+
+DING_ENTRIES = [
+    ("Das Haus ist sehr alt. /das haʊs/ <n>", "The house is very old."),
+    ("Wo ist der Bahnhof bitte?", "Where is the station, please?"),
+    ("Haus", "house"),  # a word, not a sentence: left out
+    ("Er kommt morgen nach Hause!", "He is coming home tomorrow!"),
+]
+
+
+@pytest.fixture
+def ding(monkeypatch, tmp_path):
+    """A Ding dictionary in dictd format (gzip data + base64 index) with `DING_ENTRIES`, and an empty corpus cache;
+    no three-way split (the dictionary is too small for 500 + 500 held-out rows)."""
+    body, index = b"", ["00-database-info\tA\tB"]
+    for german, english in DING_ENTRIES:
+        entry = f"{german}\n{english}\n".encode()
+        index.append(f"{german.split()[0]}\t{_b64(len(body))}\t{_b64(len(entry))}")
+        body += entry
+    (tmp_path / "ding.dict.dz").write_bytes(gzip.compress(body))
+    (tmp_path / "ding.index").write_text("\n".join(index) + "\n", encoding="utf-8")
+    monkeypatch.setattr(corpora, "DING_DICT", tmp_path / "ding.dict.dz")
+    monkeypatch.setattr(corpora, "DING_INDEX", tmp_path / "ding.index")
+    monkeypatch.setattr(corpora, "split_dataset", lambda ds, validation, test: DatasetDict(train=ds))
+    monkeypatch.setenv("HF_HEADS_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_ding_pairs_are_german_and_english_sentences(ding):
+    """ding-de-en's rows are `{"de": German sentence, "en": its English}`, the layout run_translation reads with
+    --source_lang de --target_lang en; pronunciation and part of speech are stripped, single words left out."""
+    pairs = data.load_translation("ding-de-en")["train"]["translation"]
+    assert pairs == [
+        {"de": "Das Haus ist sehr alt.", "en": "The house is very old."},
+        {"de": "Wo ist der Bahnhof bitte?", "en": "Where is the station, please?"},
+        {"de": "Er kommt morgen nach Hause!", "en": "He is coming home tomorrow!"},
+    ]
+
+
+def test_a_corpus_built_into_an_empty_cache_is_returned_then_reloaded(ding):
+    """The first load of a corpus builds it, saves it under $HF_HEADS_CACHE and returns it; the next load reads the
+    saved copy and gives the same rows without rebuilding."""
+    first = data.load_translation("ding-de-en")
+    assert len(first["train"]) == 3 and len(list(ding.glob("ding-de-en-*/dataset_dict.json"))) == 1
+    corpora.DING_DICT.unlink()  # a rebuild would now fail
+    again = data.load_translation("ding-de-en")
+    assert again["train"]["translation"] == first["train"]["translation"]
+
+
+def test_wordnet_lexname_labels_are_wordnets_lexicographer_files(monkeypatch, tmp_path):
+    """A gloss's label is named after its WordNet lexicographer file, spelled as WordNet spells it: the unique
+    beginners (entity, abstraction, ...) are noun.Tops (file 03), an animal noun.animal (05), a verb of bodily care
+    verb.body (29), a relational adjective adj.pert (01), an adverb adv.all (02)."""
+    files = {"noun": ("03", "05"), "verb": ("29",), "adj": ("01",), "adv": ("02",)}
+    for pos, wanted in files.items():  # the first synset of each file of the real WordNet (Debian wordnet-base)
+        lines = (corpora.WORDNET_DIR / f"data.{pos}").read_text(encoding="utf-8", errors="replace").splitlines()
+        synsets = [line for line in lines if not line.startswith("  ")]
+        kept = [next(line for line in synsets if line.split()[1] == lex) for lex in wanted]
+        (tmp_path / f"data.{pos}").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    monkeypatch.setattr(corpora, "WORDNET_DIR", tmp_path)
+    monkeypatch.setattr(corpora, "split_dataset", lambda ds, validation, test: DatasetDict(train=ds))
+    built = corpora._build_wordnet()["train"]
+    names = built.features["label"].names
+    assert len(names) == 45 and len(set(names)) == 45
+    labels = [names[label] for label in built["label"]]
+    assert labels == ["noun.Tops", "noun.animal", "verb.body", "adj.pert", "adv.all"]
+    assert built["text"][0].startswith("that which is perceived or known or inferred")  # entity

@@ -63,3 +63,13 @@ def test_lazy_names_resolve_to_the_training_classes(report):
 
 def test_unknown_attribute_raises_attribute_error(report):
     assert report["missing"] == "module 'hf_heads' has no attribute 'NoSuchThing'"
+
+
+def test_version_is_the_installed_distributions():
+    """`hf_heads.__version__` is the version pip installed (the package metadata of pyproject.toml), so a bug report
+    quoting it names the release that ran."""
+    import importlib.metadata
+
+    import hf_heads
+
+    assert hf_heads.__version__ == importlib.metadata.version("hf_heads")

@@ -140,6 +140,17 @@ def test_seq2seq_t5_backbone_without_position_limit(tok_s2s):
     _close(scores[1], _reference_seq2seq(model, tok_s2s, long_text, SOURCES[1]).sum())
 
 
+def test_chunk_size_one_is_accepted_and_scores_as_the_default(tok_lm):
+    """chunk_size=1 (one token per chunk, the least memory) is a valid chunk size: it gives the scores of the
+    default chunking; 0 is refused."""
+    model = _causal(FAMILIES["softmax"])
+    one = token_log_probs(model, tok_lm, TEXTS, chunk_size=1)
+    for row, default in zip(one, token_log_probs(model, tok_lm, TEXTS), strict=True):
+        _close(row, default)
+    with pytest.raises(ValueError, match="chunk_size=0 must be an integer >= 1"):
+        token_log_probs(model, tok_lm, TEXTS, chunk_size=0)
+
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "bart", "bert2bert"])
 def test_alone_equals_batched_whatever_the_padding_side(kind):
     seq2seq = kind in ("bart", "bert2bert")
@@ -399,6 +410,16 @@ def test_cli_score_writes_the_sentence_log_probs(saved, tmp_path, capsys):
     _close(torch.tensor([r["log_prob"] for r in _lines(out)], dtype=torch.float64), expected)
     assert main(args) == 2
     assert "is a seq2seq model: give --sources" in capsys.readouterr().err
+
+
+def test_cli_help_lists_each_command_with_what_it_does(capsys):
+    """`python -m hf_heads.scoring --help` lists the score and rescore commands, each with its one-line help."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    listing = " ".join(capsys.readouterr().out.split())
+    assert "score Log-probability of each line of a text file." in listing, listing
+    assert "rescore Rerank n-best lists with the model's log-probabilities." in listing, listing
 
 
 def test_cli_score_bad_input_one_line_and_exit_2(saved, tmp_path, capsys):
