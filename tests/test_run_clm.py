@@ -90,10 +90,16 @@ def test_run_clm_margin_end_to_end(text_files, tmp_path):
         p.name for p in hub.iterdir()
     }
     job = export_job(hub, "AutoModelForCausalLM", text="In the beginning God")  # a prompt: no </s> appended
-    (got,) = load_without_hf_heads([job], tmp_path / "export-check")
+    ids = torch.tensor([[5, 9, 14, 3, 22, 7]])  # and a forward with labels there: the evaluation a user runs
+    labelled = export_job(hub, "AutoModelForCausalLM", {"input_ids": ids}, labels=ids)
+    got, with_labels = load_without_hf_heads([job, labelled], tmp_path / "export-check")
     model = HeadsForCausalLM.from_pretrained(out).eval()
     assert float(model.head.context_norm_running) > 0 and bool((model.head.word_counts >= 0).all())
     torch.testing.assert_close(got["output"], model(**got["inputs"]).logits)
+    with torch.no_grad():
+        want = model(input_ids=ids, labels=ids).loss
+    torch.testing.assert_close(torch.as_tensor(with_labels["eval_loss"]).float(), want.float())
+    assert with_labels["grads_finite"]
 
     # the run directory reopens: evaluated as it is (no training, no head flags), and trained further
     data = (
