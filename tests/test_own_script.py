@@ -280,6 +280,23 @@ def test_the_trainer_refuses_head_flags_that_disagree_with_the_models_own_head(b
 WORDS = "the a king queen man woman city river house tree stone light dark water fire road".split()
 
 
+def _word_bart(path, d_model: int):
+    """A word tokenizer over WORDS and a one-layer BART on its ids, both saved at `path`; returns the tokenizer."""
+    from hf_heads.data import build_word_tokenizer
+
+    tok = build_word_tokenizer([" ".join(WORDS)], add_eos=True)
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    bart = BartConfig(
+        vocab_size=len(tok), d_model=d_model, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=64, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.eos_token_id, forced_eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    BartForConditionalGeneration(bart).save_pretrained(path)
+    return tok
+
+
 @pytest.mark.parametrize("table", ["file", "word2vec-targets"])
 def test_translation_script_flow_starts_a_continuous_head_from_flags(tmp_path, table):
     """run_translation.py with the one-line swap and `--head continuous`: the trainer gives the head its embedding
@@ -288,18 +305,9 @@ def test_translation_script_flow_starts_a_continuous_head_from_flags(tmp_path, t
     directory evaluates with labels where hf_heads is not installed."""
     from export_check import export_job, load_without_hf_heads
 
-    from hf_heads.data import build_word_tokenizer, save_table
+    from hf_heads.data import save_table
 
-    tok = build_word_tokenizer([" ".join(WORDS)], add_eos=True)
-    tok.save_pretrained(tmp_path / "bart")
-    torch.manual_seed(0)
-    bart = BartConfig(
-        vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        decoder_start_token_id=tok.eos_token_id, forced_eos_token_id=tok.eos_token_id,
-    )  # fmt: skip
-    BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    tok = _word_bart(tmp_path / "bart", d_model=32)
     name = table
     if table == "file":  # d = 6, every word but "fire" and "road"
         name = str(save_table(tmp_path / "table.npz", WORDS[:-2], torch.randn(len(WORDS) - 2, 6).numpy()))
@@ -336,18 +344,9 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
     """`--center_embeddings frequency --output_vocabulary targets` with the one-line swap: the trainer centres the
     head's table on the training targets' count-weighted mean row and restricts its output vocabulary to the distinct
     training targets (the same table, uncentred, is what `--center_embeddings none` attaches)."""
-    from hf_heads.data import build_word_tokenizer, label_counts, save_table
+    from hf_heads.data import label_counts, save_table
 
-    tok = build_word_tokenizer([" ".join(WORDS)], add_eos=True)
-    tok.save_pretrained(tmp_path / "bart")
-    torch.manual_seed(0)
-    bart = BartConfig(
-        vocab_size=len(tok), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
-        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        decoder_start_token_id=tok.eos_token_id, forced_eos_token_id=tok.eos_token_id,
-    )  # fmt: skip
-    BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    tok = _word_bart(tmp_path / "bart", d_model=16)
     table = save_table(tmp_path / "table.npz", WORDS, torch.randn(len(WORDS), 6).numpy())
     g = torch.Generator().manual_seed(5)
     words = torch.randint(4, 4 + len(WORDS) // 2, (8, 5), generator=g)  # the first half of the words only
