@@ -108,6 +108,25 @@ def test_the_trainers_deepspeed_zero3_run_saves_an_ordinary_checkpoint(tmp_path,
         torch.testing.assert_close(param, trained[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_a_model_built_directly_under_a_zero3_config_builds_its_backbone_whole(monkeypatch):
+    """`HeadsForCausalLM(config)` while a ZeRO-3 config is active (what the Trainer's `deepspeed=` arguments set up,
+    as for transformers' own task classes called directly) builds its backbone whole; built through
+    `AutoModel.from_config` alone it would be partitioned and the model's init would index a (0,) embedding."""
+    pytest.importorskip("deepspeed")
+    from conftest import tiny_llama_config
+    from transformers.integrations import HfDeepSpeedConfig
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    active = HfDeepSpeedConfig({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
+    try:
+        model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    finally:
+        del active
+    assert model.backbone.embed_tokens.weight.shape == (61, 32)
+
+
 # ------------------------------------------------------------------------------------------------- worker
 
 

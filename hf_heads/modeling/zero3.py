@@ -10,8 +10,8 @@ forward reads the head's parameters: the head's V is a number recorded when it i
 because a parameter read during another module's forward is gathered whole by DeepSpeed for the rest of that forward
 (an "external parameter" of the module), which would hold W during the whole backbone.
 
-What runs outside every forward and reads the head's tensors gathers them with `gathered` (the trainer's diagnostics;
-`from_base` copying the output layer of a checkpoint that transformers loaded partitioned). Without DeepSpeed (or
+What runs outside every forward and reads the head's tensors gathers them with `gathered` (the trainer's
+diagnostics); `from_base` of a checkpoint that transformers loaded partitioned is not handled. Without DeepSpeed (or
 with ZeRO-1 / ZeRO-2, which partition the optimizer state and the gradients, not the parameters) it does nothing.
 """
 
@@ -30,18 +30,17 @@ def is_partitioned(tensor: torch.Tensor | None) -> bool:
 
 
 @contextlib.contextmanager
-def gathered(params: Iterable[torch.Tensor | None], modifier_rank: int | None = None) -> Iterator[None]:
+def gathered(params: Iterable[torch.Tensor | None]) -> Iterator[None]:
     """Inside: the ZeRO-3 partitioned tensors among `params` gathered whole on this process
-    (`deepspeed.zero.GatheredParameters`, a collective: every process must enter), partitioned again on exit, then
-    holding what process `modifier_rank` wrote into them when it is given (else changes are dropped). A no-op for the
-    others (None, unpartitioned tensors, a DTensor)."""
+    (`deepspeed.zero.GatheredParameters`, a collective: every process must enter), partitioned again on exit (changes
+    made inside are dropped: it is for reading). A no-op for the others (None, unpartitioned tensors, a DTensor)."""
     partitioned = [p for p in params if is_partitioned(p)]
     if not partitioned:
         yield
         return
     import deepspeed
 
-    with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=modifier_rank):
+    with deepspeed.zero.GatheredParameters(partitioned):
         yield
 
 

@@ -310,5 +310,10 @@ MUTANTS: list[Mutant] = [
       "ignored positions count as top-1 hits in TRL's mean_token_accuracy"),
     m("same-pass-entropy-not-detached", "heads/discrete.py", '"entropy": out.entropy.detach()',
       '"entropy": out.entropy', SAME_PASS, "TRL's entropy carries a gradient into the model"),
+    m("zero3-backbone-partitioned-in-a-direct-build", "modeling/zero3.py",
+      "    with built_whole():\n        return auto_class.from_config(config)",
+      "    return auto_class.from_config(config)",
+      selection("tests/test_deepspeed.py::test_a_model_built_directly_under_a_zero3_config_builds_its_backbone_whole"),
+      "a model built directly under a ZeRO-3 config partitions its backbone and fails in its own init"),
 ]
 # fmt: on
