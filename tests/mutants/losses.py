@@ -396,5 +396,14 @@ MUTANTS = [
        "the sampled family's reference keeps the samples equal to the target"),
     _m("reference-continuous-uncentred", "heads/continuous.py", "        if self.center_embeddings != \"none\":",
        "        if False:", CONTRACT_HEADS, "the continuous family's reference does not centre the table"),
+    _m("sparse-module-drops-label-smoothing", "losses/sparse.py",
+       "            label_smoothing=self.label_smoothing,", "            label_smoothing=0.0,",
+       ["tests/test_loss_part_flips.py"],
+       "SparseSoftmaxCrossEntropy does not pass its label_smoothing on to its function"),
+    _m("posterior-correction-ignores-noise", "losses/sampled.py",
+       "            log_d = noise[offset : offset + scores.shape[-1]]",
+       "            log_d = torch.ones_like(noise)[offset : offset + scores.shape[-1]]",
+       ["tests/test_loss_part_flips.py"],
+       "a Correction reads a uniform noise whatever its noise_probs (eqs. 10, 22 lose log D(c))"),
 ]
 # fmt: on
