@@ -1,30 +1,21 @@
 """Pure-torch losses, one family per module; one entry point for the loss of an output layer.
 
-- `entry`: `output_loss(hidden, weight, bias, labels, *, scorer, candidates, criterion, reduction, ignore_index,
-  num_items_in_batch, returns, impl)` and its module `OutputLayerLoss`: the three parts of `parts` — the scorer of
-  eq. 13 (margin paper; `scorer.Scorer`, the identity being W h + b), the candidates (`margin.Full`: every class, in
-  chunks; `sampled.Sampled`: the target and K shared noise samples) and the criterion (`parts.CrossEntropy` with its
-  top-k support, label smoothing, z-loss, class weights and confidence penalty; `BinaryCrossEntropy`;
-  `MeanSquaredError`) — and how (`parts.Impl`: the chunk kernel, rows per chunk, the returned dtype);
-- `presets`: the peer-style functions, `output_loss` with its parts filled in (`fused_linear_cross_entropy`,
-  `sparse_linear_cross_entropy`, `margin_cross_entropy`, `sampled_loss`, `corrected_nll`);
-- `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
-  (`ChunkKernel`, a component of kind "kernel"; `chunk_kernel`); `kernels`: the `eager` and `compiled` kernels;
-  `triton_kernel`: the hand-written Triton one (GPU, or CPU under `TRITON_INTERPRET=1`); `fused_linear`: the
-  chunked loss the kernels serve (`chunked_loss`), gradients in the forward pass;
-- `scorer`: the scorer of eq. 13: one frozen `Scorer` (the margin, word/context norm scaling f, g: eqs. 9-12, the
-  warm-start gain, the checkpoint's output transform) and one registered `Margin` class per margin type (φ of
-  eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`); `margin`: its dense logits and the `Full` candidates;
-- `sampled`: the sampling methods (MCS, IS, CPS, NCE; sampling paper eqs. 7-21), their posterior corrections
-  (eqs. 2-22, `Correction`) and the `Sampled` candidates; `noise`: the noise distributions D and the shared draw;
+- `entry`: `output_loss` and its module `OutputLayerLoss`, over the three parts of `parts`: the scorer of eq. 13
+  (margin paper), the candidates (`Full` or `Sampled`) and the criterion, and how (`Impl`);
+- `presets`: the peer-style functions, `output_loss` with its parts filled in;
+- `chunks`: the chunk engine and its kernel seam; `kernels`, `triton_kernel`: the kernels; `fused_linear`: the chunked
+  loss they serve, gradients in the forward pass;
+- `scorer`: the scorer of eq. 13 (margin φ of eq. 14, norm scaling f, g of eqs. 9-12); `margin`: its dense logits and
+  the `Full` candidates;
+- `sampled`: the sampling methods (sampling paper eqs. 7-21), their posterior corrections (eqs. 2-22) and the `Sampled`
+  candidates; `noise`: the noise distributions D and the shared draw;
 - `sparse`: sparse-softmax on given logits (eqs. 4-5);
 - `vocab_parallel`: the losses when W is a DTensor sharded on its rows (tensor parallelism);
-- `continuous`, `continuous_losses`: continuous-output losses on a predicted embedding (Kumar & Tsvetkov eq. 3; Bhat
-  et al. eq. 1) and cross-entropies over scaled cosines to the table.
+- `continuous`, `continuous_losses`: continuous-output losses on a predicted embedding (Kumar & Tsvetkov eq. 3; Bhat et
+  al. eq. 1) and cross-entropies over scaled cosines to the table.
 
-Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks; `LossRows`, how a head's loss
-counts and reduces its rows) and `hf_heads.validation` (argument checks raising `OptionError`, which names the
-field, the value and what is allowed).
+Shared by all: `_rows` (compute dtype, ignored rows, reductions) and `hf_heads.validation` (checks raising
+`OptionError`, which names the field, the value and what is allowed).
 """
 
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows

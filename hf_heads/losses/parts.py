@@ -1,20 +1,15 @@
 """The parts of an output layer's loss as types, what `hf_heads.losses.output_loss` takes one of each:
 
 - the scorer, l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c (margin paper, eq. 13) with the checkpoint's output
-  transform: `hf_heads.losses.scorer.Scorer` (the identity, `Scorer()`, is the plain linear layer W h + b);
-- the candidates, the classes a row's criterion runs over: `Candidates`, with `Full` (every class, in chunks of rows
-  through the chunk engine; hf_heads.losses.margin) and `Sampled` (the target and K classes drawn once per batch from
-  a noise distribution D, with the sampling method's correction; hf_heads.losses.sampled). NCE is a sampling method
-  (sampling paper eqs. 19-22, for CE and for BCE), not a criterion of its own;
-- the criterion over the row's candidate logits z: `Criterion`, a registered component (kind "criterion",
-  hf_heads.components) — `CrossEntropy` (softmax: −log p_y over the row's support, its top k with `top_k` (sparse-
-  softmax paper eq. 5), with label smoothing, PaLM's z-loss λ · lse², class weights and the confidence penalty
-  −β · H), `BinaryCrossEntropy` (sampling paper eq. 3: Σ_c softplus(z_c) − z_y) and `MeanSquaredError` (eq. 1:
-  Σ_c (σ(z_c) − δ_cy)²). Each defines `reference`, its naive dense per-row loss from the equations (what the
-  contract suite compares every implementation with).
+  transform: `hf_heads.losses.scorer.Scorer`;
+- the candidates, the classes a row's criterion runs over: `Candidates`, with `Full` (every class, in chunks of rows;
+  hf_heads.losses.margin) and `Sampled` (the target and K classes drawn once per batch; hf_heads.losses.sampled). NCE
+  is a sampling method (sampling paper eqs. 19-22), not a criterion of its own;
+- the criterion over the row's candidate logits z: `Criterion`, a registered component — `CrossEntropy`,
+  `BinaryCrossEntropy` (sampling paper eq. 3) and `MeanSquaredError` (eq. 1), each with its naive dense `reference`.
 
-Besides them: `Impl`, how the loss is computed (the chunk kernel, rows per chunk, the returned dtype), and
-`LossResult`, what `output_loss` returns when `returns` asks for more than the loss.
+Besides them: `Impl`, how the loss is computed, and `LossResult`, what `output_loss` returns when `returns` asks for
+more than the loss.
 """
 
 from __future__ import annotations
@@ -218,11 +213,10 @@ class Candidates(ABC):
 
 @dataclass(frozen=True)
 class Impl:
-    """How a loss is computed, not what it is: `kernel`, the chunk kernel of a chunked pass (a name of
-    `CHUNK_KERNELS`, a `ChunkKernel`, or None: the automatic choice, or `HF_HEADS_CHUNK_KERNEL` when set — a
-    debugging switch that an explicit kernel overrides); `chunk_size`, rows per chunk (None: from the memory budget);
-    `loss_dtype`, the dtype of the returned loss (None: torch's rule for `F.cross_entropy(hidden @ weight.T + bias)`;
-    the heads pass float32)."""
+    """How a loss is computed, not what it is: `kernel`, the chunk kernel of a chunked pass (a name of `CHUNK_KERNELS`,
+    a `ChunkKernel`, or None: the automatic choice, or `HF_HEADS_CHUNK_KERNEL` when set); `chunk_size`, rows per chunk
+    (None: from the memory budget); `loss_dtype`, the dtype of the returned loss (None: torch's rule for
+    `F.cross_entropy(hidden @ weight.T + bias)`)."""
 
     kernel: object = None
     chunk_size: int | None = None

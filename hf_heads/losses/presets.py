@@ -1,19 +1,6 @@
 """The peer-style loss functions, each `hf_heads.losses.output_loss` with its parts filled in: keyword arguments as in
 `F.cross_entropy` and the fused linear cross-entropy of Liger-Kernel and torch, for a call without building parts.
-
-- `fused_linear_cross_entropy`: softmax cross-entropy of W h + b (label smoothing, PaLM's z-loss, class weights, a
-  final soft-cap) — `criterion=CrossEntropy(...)`, the identity scorer with the soft-cap;
-- `sparse_linear_cross_entropy`: the sparse-softmax loss over the top k logits (sparse-softmax paper, eq. 5) —
-  `criterion=CrossEntropy(top_k=k)`;
-- `margin_cross_entropy`: cross-entropy (eq. 4) of the large-margin logits of eq. 13 (margin paper) — the `scorer`
-  (or its options as keywords: margin, m, scale, word_norm, context_norm, gain, logit_multiplier, softcap);
-- `sampled_loss`: a sampling criterion (MCS, IS, CPS, NCE × CE / BCE; sampling paper eqs. 7-21), or a full one
-  (method "full": eqs. 1, 3, 5) — `candidates=Sampled(...)` (or `Full()`), `criterion` by name;
-- `corrected_nll`: the NLL of the corrected full-vocabulary posterior of a sampled criterion (eqs. 2-22) — the
-  scorer's `posterior` a `Correction`.
-
-`impl`, in every one: the chunk kernel (a name, a `ChunkKernel`) or an `Impl` (kernel, rows per chunk, the returned
-dtype), as in `output_loss`.
+`impl`, in every one: the chunk kernel (a name, a `ChunkKernel`) or an `Impl`, as in `output_loss`.
 """
 
 from __future__ import annotations
@@ -95,10 +82,9 @@ def margin_cross_entropy(
     **scorer_options,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, in chunks of rows: the scorer `scorer`, or the one
-    of the keyword `scorer_options` (margin, m, scale, word_norm, context_norm, gain, logit_multiplier, softcap:
-    `Scorer.from_options`); `word_counts` (V,) for a word norm that needs them, `context_norm_value` a fixed g of a
-    batch context norm. With margin "none", scale None and both norms no-mod this is
-    `F.cross_entropy(hidden @ weight.T + bias, target)`."""
+    of the keyword `scorer_options` (`Scorer.from_options`); `word_counts` (V,) for a word norm that needs them,
+    `context_norm_value` a fixed g of a batch context norm. With the identity scorer this is `F.cross_entropy(hidden @
+    weight.T + bias, target)`."""
     scorer = resolve_scorer(scorer, **scorer_options).given(
         word_counts=word_counts, context_norm_value=context_norm_value
     )
