@@ -37,16 +37,11 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head: a missing head
-        tensor (the continuous head's embedding table, the word counts, the output weights) would otherwise be
-        left uninitialised. `head=` (a head section) loads the checkpoint with another head, e.g. a softmax model
-        fine-tuned further with sparse-softmax; every head tensor of the checkpoint must load into it.
-
-        A base transformers checkpoint (its config, or `config=`, is not an hf_heads config) is wrapped with
-        `from_base`, so the class is a drop-in for its `AutoModelFor…` in a script: `from_pretrained(name,
-        config=config, revision=..., dtype=...)` keeps the checkpoint's weights and starts the head from its output
-        layer. The head is `head=`, else the family default (softmax), which stands in until a trainer binds the head
-        its arguments name (`bind_head`)."""
+        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head (a missing head tensor
+        would be left uninitialised). `head=` (a head section) loads the checkpoint with another head, every head
+        tensor of the checkpoint loading into it. A base transformers checkpoint is wrapped with `from_base`, so the
+        class is a drop-in for its `AutoModelFor…`; the head is `head=`, else the family default, which stands in until
+        a trainer binds the head its arguments name (`bind_head`)."""
         name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         if _is_base_checkpoint(name, kwargs):
             return cls._from_base_checkpoint(name, *args[1:], **kwargs)
@@ -94,10 +89,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_config(cls, config, **kwargs):
         """A new model of a config, as `AutoModelFor….from_config(config)`: an hf_heads config as it is, or a backbone
-        config (GPT-2, BART, BERT, ...) with the default head (softmax, unbound: a trainer binds the head its
-        arguments name, built new, `bind_head`), tied to the input embeddings where the backbone config ties its
-        output layer. `trust_remote_code` is accepted and ignored (the code is hf_heads'); other keywords go to
-        `PreTrainedModel._from_config` (`dtype`, `attn_implementation`)."""
+        config with the default head (unbound, `bind_head`), tied where the backbone config ties its output layer.
+        `trust_remote_code` is ignored (the code is hf_heads'); other keywords go to `PreTrainedModel._from_config`."""
         kwargs.pop("trust_remote_code", None)
         if getattr(config, "model_type", None) == HeadsConfig.model_type:
             return cls._from_config(config, **kwargs)
@@ -118,9 +111,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return HeadsConfig(backbone=backbone.to_dict(), head=head, tie_word_embeddings=tie)
 
     head_task = ""  # the task of the model class, one of hf_heads.heads.base.TASKS
-    # None: the head was given (a config's head section, `head=`, a saved model's own). "checkpoint" / "init": the
-    # family default stands in, started from a checkpoint's output layer (`from_base` without `head=`) or built new
-    # (`from_config` of a backbone config), until `bind_head` gives the head a trainer's arguments name. Not saved.
+    # None: the head was given. "checkpoint" / "init": the family default stands in (started from a checkpoint's
+    # output layer, or built new) until `bind_head` gives the head a trainer's arguments name. Not saved.
     head_origin: str | None = None
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -173,10 +165,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @contextlib.contextmanager
     def logits_skipped(self, statistics: bool = False):
-        """Within this context a forward pass given labels returns the loss and no logits, in eval mode too (the
-        eval loss and perplexity never need the (B, T, V) logits; `HeadsTrainer` uses it for loss-only
-        evaluation). With `statistics=True` it also records statistics as `statistics_recorded` does and yields
-        their list."""
+        """Within this context a forward pass given labels returns the loss and no logits, in eval mode too (loss-only
+        evaluation never needs the (B, T, V) logits). With `statistics=True` it also records statistics as
+        `statistics_recorded` does and yields their list."""
         previous, self._skip_logits = self._skip_logits, True
         try:
             with self.statistics_recorded(statistics) as recorded:
@@ -189,11 +180,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self, enabled: bool = True, *, normalized: bool = True, loss: bool = True, chunk_size: int | None = None
     ):
         """Within this context each forward pass given labels appends the head's per-position statistics of the
-        inference distribution (`OutputHead.statistics`: log-prob and rank of the label, entropy; plus `mask`, the
-        labelled positions), computed in chunks from the hidden states, to the list the context yields.
-        `normalized=False`: the log-prob is the label's unnormalised log-score (heads trained to be self-normalised);
-        `loss=False`: the forward computes no loss (scoring needs the statistics alone); `chunk_size`: rows per chunk
-        of logits (default: the chunk engine's memory budget)."""
+        inference distribution (`OutputHead.statistics`, plus `mask`, the labelled positions), computed in chunks, to
+        the list the context yields. `normalized=False`: the label's unnormalised log-score; `loss=False`: no loss is
+        computed; `chunk_size`: rows per chunk of logits (default: the chunk engine's memory budget)."""
         previous = self._statistics, self._statistics_options, self._loss_skipped
         self._statistics = [] if enabled else None
         self._statistics_options = dict(normalized=normalized, chunk_size=chunk_size)
@@ -253,10 +242,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.backbone.set_input_embeddings(value)
 
     def get_output_embeddings(self) -> nn.Module | None:
-        """The head, when it holds a (V, H) output matrix (`head.weight`, the input embeddings' own tensor when tied);
-        None for a head without one (continuous). accelerate's FSDP2 preparation reads it to put a tied embedding
-        and its output layer in one FSDP group. It is no `nn.Linear`: `set_output_embeddings` refuses to replace
-        it."""
+        """The head, when it holds a (V, H) output matrix (the input embeddings' own tensor when tied); None for a head
+        without one (continuous). accelerate's FSDP2 preparation reads it to put a tied embedding and its output layer
+        in one FSDP group. It is no `nn.Linear`: `set_output_embeddings` refuses to replace it."""
         head = getattr(self, "head", None)
         return head if head is not None and head.has_output_matrix else None
 
@@ -280,11 +268,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.head.set_word_counts(counts)
 
     def save_pretrained(self, save_directory, is_main_process: bool = True, **kwargs):
-        """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` in `config.json`: every saved
-        directory (Trainer checkpoints, a run's `output_dir`, `push_to_hub`) loads with
-        `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True` where
-        hf_heads is not installed (see `hf_heads.modeling.export`). A `config.head` replaced whole since the head was
-        built (`check_config_is_the_heads`) is refused."""
+        """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` in `config.json`: every saved directory
+        loads with `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True`
+        without it (hf_heads.modeling.export). A `config.head` replaced whole since the head was built is refused."""
         self.check_config_is_the_heads()
         export = importlib.import_module("hf_heads.modeling.export") if __name__.startswith("hf_heads.") else None
         if export is None or not export.model_class(self).__module__.startswith("hf_heads."):
@@ -294,19 +280,17 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return export.save_with_code(self, save_directory, save, is_main_process=is_main_process, **kwargs)
 
     def export_for_hub(self, directory, tokenizer=None, **save_kwargs):
-        """Write weights, config with `auto_map`, the custom code and the tokenizer to `directory`, so
-        that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads
-        (`save_pretrained` does the same, except the tokenizer; this one refuses a model whose code
-        cannot be exported)."""
+        """Write weights, config with `auto_map`, the custom code and the tokenizer to `directory`, so that
+        `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads."""
         self.check_config_is_the_heads()
         export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
     def to_base(self, verify: bool = True) -> PreTrainedModel:
-        """The base transformers model (`LlamaForCausalLM`, `BartForConditionalGeneration`,
-        `BertForSequenceClassification`, ...) with this model's backbone (its tensors, shared) and an output layer
-        whose logits give this model's inference distribution; `ValueError` naming why and the nearest exact choice
-        where the head does not fold into it (hf_heads.modeling.base_export). `verify`: checked on a probe input."""
+        """The base transformers model (`LlamaForCausalLM`, `BartForConditionalGeneration`, ...) with this model's
+        backbone (its tensors, shared) and an output layer whose logits give this model's inference distribution;
+        `ValueError` naming why where the head does not fold into it (hf_heads.modeling.base_export). `verify`: checked
+        on a probe."""
         return importlib.import_module("hf_heads.modeling.base_export").to_base(self, verify=verify)
 
     def export_base(self, directory, tokenizer=None, verify: bool = True):
@@ -349,16 +333,12 @@ class HeadsPreTrainedModel(PreTrainedModel):
         )
 
     def set_head_options(self, **changes) -> None:
-        """Change the head's options, validated, and `config.head` with them, in one step (as
-        `resize_token_embeddings` changes a module and its config together): `set_head_options(decode_k=3)`.
-        `family=` switches to another family, whose options start at their defaults (the checkpoint's output
-        transform kept) plus `changes`. Where the head's tensors stay as they are (the same family and tensor shapes)
-        they are kept; otherwise a new head is built and started from this one's output layer (`start_from`: W, tied
-        ones staying tied, b and the word counts; a head built new by `from_config` is built new again, and so is a
-        head without an output layer, continuous, that replaces the default head), its warm start then calibrated as
-        `from_base`'s (`HeadsTrainer`, or `hf_heads.training.prepare_head`). A refused
-        change (an invalid option, a family for another task, a head that cannot start from this one) raises
-        before anything changes."""
+        """Change the head's options, validated, and `config.head` with them, in one step:
+        `set_head_options(decode_k=3)`. `family=` switches to another family, whose options start at their defaults
+        (the checkpoint's output transform kept) plus `changes`. The head's tensors are kept where the family and
+        shapes stay; otherwise a new head is built and started from this one's output layer (W, tied ones staying tied,
+        b and the word counts), its warm start then calibrated as `from_base`'s. A refused change raises before
+        anything changes."""
         current = self.head_section()
         name = changes.pop("family", current["family"])
         if name == current["family"]:
@@ -384,9 +364,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def bind_head(self, section: dict, source: str = "the head flags") -> None:
         """Make the head `section` names this model's (what `HeadsTrainer` does with its arguments' head flags): a
-        model whose default head stands in (`head_origin`) takes it (`set_head_options`: started from the
-        checkpoint's output layer, or built new); a model with a head of its own must already have that head (the
-        options its checkpoint sets aside, `same_head`), else the refusal names both: never silently one of them."""
+        model whose default head stands in (`head_origin`) takes it; a model with a head of its own must already have
+        that head, else the refusal names both: never silently one of them."""
         wanted = head_dict(section)
         if self.head_origin is not None:
             self.set_head_options(**wanted)
@@ -445,10 +424,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return self.head.needs_counts
 
     def check_warm_start(self) -> None:
-        """Refuse to train a head whose warm start is still to be calibrated: `from_base` copied the checkpoint's
-        output layer into a head whose distribution is then not the checkpoint's (norm-scaled margin heads, max-norm,
-        sampled heads with a bias) and had no data to calibrate it on (no `word_counts`); its first losses would be
-        far above the checkpoint's. The error names the line that calibrates it."""
+        """Refuse to train a head whose warm start is still to be calibrated (`from_base` had no data for it, e.g. no
+        `word_counts`): its first losses would be far above the checkpoint's. The error names the line that calibrates
+        it."""
         head = self.head
         if getattr(head, "warm_start_pending", False):
             raise ValueError(
@@ -469,11 +447,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def calibrate_warm_start(self, **inputs) -> dict[str, float]:
-        """Calibrate the head's warm start (`OutputHead.calibrate_to`) on the labelled positions of one batch of
-        model inputs (`input_ids`, `attention_mask`, `labels`, ...): the target distribution there is the copied
-        output layer's (`copied_logits`), i.e. the checkpoint's, so `from_base`'s start is finished without the
-        checkpoint. At most 256 positions, evenly spaced, are used. Word counts, where the head needs them, must be
-        set first. Returns what was fitted."""
+        """Calibrate the head's warm start (`OutputHead.calibrate_to`) on the labelled positions (at most 256, evenly
+        spaced) of one batch of model inputs, the target distribution being the copied output layer's, i.e. the
+        checkpoint's. Word counts, where the head needs them, must be set first. Returns what was fitted."""
         captured = []
 
         def capture(module, args, kwargs):
@@ -505,10 +481,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return report
 
     def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:
-        """transformers' `add_adapter` (PEFT), with PEFT's default `target_modules` of the backbone filled in when
-        the config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`), the
-        adapter injected by PEFT itself (see hf_heads.integrations.peft). LoRA on the head:
-        `target_parameters=["head.weight"]`."""
+        """transformers' `add_adapter` (PEFT), with PEFT's default `target_modules` of the backbone filled in when the
+        config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`); see
+        hf_heads.integrations.peft. LoRA on the head: `target_parameters=["head.weight"]`."""
         peft = importlib.import_module("hf_heads.integrations.peft")
         peft.add_adapter(self, adapter_config, adapter_name)
 
@@ -575,9 +550,8 @@ def output_layer(lm: PreTrainedModel, hidden_size: int, name) -> nn.Module:
 
 
 def refuse_hf_heads_checkpoint(name_or_path, cls_name: str, **from_pretrained_kwargs) -> None:
-    """`from_base` wraps a base transformers checkpoint; an hf_heads model (a trained run's output_dir, or a
-    loaded hf_heads model) already has its head: refuse it, saying how to load it, instead of failing deep inside
-    (it has no `get_output_embeddings()`) or wrapping a head around a head."""
+    """`from_base` wraps a base transformers checkpoint; refuse an hf_heads model (it already has its head), saying how
+    to load it, instead of failing deep inside or wrapping a head around a head."""
     if isinstance(name_or_path, PreTrainedModel):
         config = name_or_path.config
     else:

@@ -1,13 +1,11 @@
 """Export to the base architecture: `to_base(model)` is the transformers model of the backbone's own type
-(`LlamaForCausalLM`, `GPT2LMHeadModel`, `BartForConditionalGeneration`, `BertForSequenceClassification`, ...) with the
-trained backbone and an output layer whose logits give the hf_heads model's inference distribution; `export_base(model,
-directory, tokenizer=None)` saves it with the tokenizer and a model card naming the head that trained it, and no
-hf_heads code: `AutoModelFor….from_pretrained(directory)` loads it without hf_heads and without `trust_remote_code`.
+(`LlamaForCausalLM`, `BartForConditionalGeneration`, `BertForSequenceClassification`, ...) with the trained backbone
+and an output layer whose logits give the hf_heads model's inference distribution; `export_base(model, directory,
+tokenizer=None)` saves it with a model card naming the head, and no hf_heads code.
 
 The output layer is the head's `linear_form()` (hf_heads.heads.base): (W' (V, H), b' (V,) or None) with
 softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the checkpoint's output transform
-(hf_heads.losses.transforms), which the base architecture applies itself (its config keeps it: Gemma's
-`final_logit_softcapping`, Cohere's `logit_scale`, T5's rescale of the decoder states). What folds:
+(hf_heads.losses.transforms), which the base architecture applies itself. What folds:
 
 | head | W' | b' |
 |---|---|---|
@@ -16,27 +14,17 @@ softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `trans
 | sampled, a correction s + o(c) (eqs. 6, 8, 10, 12, 14, 16, 18, 20) | the margin family's | b + o / multiplier |
 | continuous, vMF scores û·Eᵀ (û = P h + p) | E P | E p (−inf outside the output vocabulary) |
 
-and what is refused, each with its reason and the nearest exact choice (the heads' `linear_form`): max-norm and the
-face-recognition `scale` (the logits divide by ‖h‖), sparse top-k (the support depends on the row's ranking: the same
-layer with generation's `top_k` gives the same greedy and sampled tokens, not the scores), the σ-based corrections of
-the sampled family (full BCE / MSE, CE-NCE), a per-class correction under a soft-cap, the continuous head's cosine
-scores and LayerNorm, and a head that embeds the decoder inputs itself.
+Every other head is refused, with its reason and the nearest exact choice (the heads' `linear_form`).
 
-Where b' goes: the output layer's own bias (`nn.Linear.bias`: BERT's classifier), or the architecture's
-`final_logits_bias` (BART, Marian, mBART, Pegasus). An architecture with neither (GPT-2, Llama, T5) takes a b' the same
-for every class (dropped: it does not change the distribution) and refuses any other. A tied output layer stays tied
-when W' is the input embedding matrix; otherwise it is untied (`tie_word_embeddings=False` where that ties nothing
-else; where the flag also ties the encoder's and decoder's embeddings (BART, T5) the output layer is saved apart, and
-transformers keeps the two apart when it loads them). A multiplier of the base architecture that differs from the
-head's (a model built from a config rather than by `from_base`, an untied T5-style rescale) is folded into W' and b'.
+b' goes to the output layer's own bias or the architecture's `final_logits_bias` (BART, Marian, mBART, Pegasus); an
+architecture with neither (GPT-2, Llama, T5) takes only a b' the same for every class (dropped: it does not change the
+distribution). A tied output layer stays tied when W' is the input embedding matrix; otherwise it is untied. A
+multiplier of the base architecture that differs from the head's is folded into W' and b'.
 
-The body is the backbone's own tensors (shared, not copied, as `from_base` shares a loaded checkpoint's), placed under
-the base class's names (the inverse of `backbone_of`: the tensors of the base model's body are the base model's). A
-base class with a tensor the hf_heads model does not hold (a prediction transform before its output layer, a
-classifier's dense layer) or without a place for one of the backbone's is refused, naming them; a classifier whose
-input is not the head's (another pooling) is refused naming `pooling`. Every export is checked on a probe input: the
-base model's log-probabilities equal the hf_heads model's within 1e-5 (float32; 3e-2 in half precision), and
-`export_base` loads the saved directory back and compares again.
+The body is the backbone's own tensors (shared, not copied) under the base class's names; a base class with a tensor
+the hf_heads model does not hold, or without a place for one of the backbone's, is refused, naming them. Every export
+is checked on a probe input: the base model's log-probabilities equal the hf_heads model's within 1e-5 (float32; 3e-2
+in half precision), and `export_base` loads the saved directory back and compares again.
 """
 
 from __future__ import annotations
@@ -78,10 +66,9 @@ def to_base(model, verify: bool = True) -> PreTrainedModel:
 
 
 def export_base(model, directory: str | Path, tokenizer=None, verify: bool = True) -> Path:
-    """Save `to_base(model)` to `directory` with the hf_heads model's generation config, the tokenizer (if given) and
-    a model card (README.md) naming the head that trained it; no hf_heads code, no `auto_map`. `verify`: also load
-    the directory back with `AutoModelFor….from_pretrained` and compare its logits with the in-memory base model's.
-    Returns the directory."""
+    """Save `to_base(model)` to `directory` with the hf_heads model's generation config, the tokenizer (if given) and a
+    model card naming the head that trained it; no hf_heads code. `verify`: also load the directory back with
+    `AutoModelFor….from_pretrained` and compare. Returns the directory."""
     directory = Path(directory)
     saved = directory / "config.json"
     if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")).get("model_type") == "hf_heads":

@@ -1,21 +1,12 @@
 """Per-token losses without logits, for trainers that ask a causal LM for them (TRL's `SFTTrainer`).
 
-TRL (>= 1.16) computes its SFT loss from `model(..., labels=labels, fused_lm_head=True)`, which returns per-token
-`log_probs` (the loss is −Σ log_probs / number of tokens), `entropy`, `is_top1` and `label_mask`
-(`trl.trainer.utils.FusedCausalLMOutput`). It installs that call by replacing `model.forward` with a plain
-cross-entropy over `get_output_embeddings()`. An hf_heads model keeps its own forward instead
-(`HeadsForCausalLM.__setattr__`) and answers the call with `token_loss_output`:
-
-- `log_probs` = −(the head's per-token loss): the training criterion in train mode (margin, sampled, sparse,
-  label smoothing: whatever the head trains with), the eval loss in eval mode. So TRL's loss is the head's own
-  mean loss, exactly `model(input_ids, labels=labels).loss`. For the softmax head it is the log-probability TRL
-  computes; for the other families it is −(their criterion), which is what TRL then minimises.
-- `entropy` and `is_top1` (TRL's `mean_token_accuracy`) describe the inference distribution (no margin; sampled
-  heads corrected), without gradient (`OutputHead.loss_and_token_statistics`). A softmax head (and a margin head in
-  eval mode) scores that distribution in its loss pass and takes both from it: the chunk kernels' argmax and entropy,
-  no second product with W. The others (sparse, margin in training, sampled) add a pass over the output layer in
-  chunks of rows (`OutputHead.statistics`); for sampled heads that is one pass over the full vocabulary per step,
-  which costs part of their speed-up.
+TRL computes its SFT loss from `model(..., labels=labels, fused_lm_head=True)`, which returns per-token `log_probs`,
+`entropy`, `is_top1` and `label_mask`, and installs that call by replacing `model.forward` with a plain cross-entropy.
+An hf_heads model keeps its own forward (`HeadsForCausalLM.__setattr__`) and answers with `token_loss_output`:
+`log_probs` = −(the head's per-token loss, the training criterion in train mode), so TRL's loss is exactly
+`model(input_ids, labels=labels).loss`; `entropy` and `is_top1` describe the inference distribution, without gradient.
+A softmax head takes both from its loss pass; the others add a pass over the output layer in chunks of rows (for
+sampled heads a pass over the full vocabulary per step, which costs part of their speed-up).
 """
 
 from __future__ import annotations
