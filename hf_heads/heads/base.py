@@ -1,23 +1,9 @@
-"""`OutputHead`: the template every head family fills in (hf_heads.heads.softmax, sparse, margin, sampled,
-continuous). `forward`, `loss` and `logits` live here once; a family overrides a few hooks:
-
-- `training_loss(hidden, labels, rows)`: the training criterion (train mode);
-- `eval_loss(hidden, labels, rows)`: the evaluation loss (eval mode; default: the training criterion), and
-  `eval_loss_is_nll`, whether it is the NLL of the inference distribution (then exp(eval_loss) is a perplexity);
-- `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
-- `linear_form()`: the plain output layer (W', b') with the same distribution, or a refusal naming why there is none
-  (what `to_base` writes into the base architecture, hf_heads.modeling.base_export);
-- `diagnostics()`: statistics logged next to the loss; `eval_sum_names`, the sums an evaluation records beside its
-  loss (`record_eval_sums`, `take_eval_sums`: `HeadsTrainer` logs each sum over the counted rows as
-  `eval_<name>`), and `support_is_truncated`, whether the inference distribution gives some classes probability 0
-  (its NLL is then infinite wherever a label is one of them);
-- `needs_counts` (on the options): whether training word counts are needed;
-- `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), `copied_logits`
-  the logits of that copied layer (checked against the checkpoint's), and
-  `needs_calibration` / `calibrate_to(...)` when copying it is not enough to keep the checkpoint's distribution;
-- `reset_parameters(init)`: weight init (`PreTrainedModel._init_weights` calls it);
-- class attributes the models and cards read: `paper`, `tasks`, `has_output_matrix` (a (V, H) weight that can be
-  tied to the input embeddings), `uses_embedding_table`.
+"""`OutputHead`: the template every head family fills in (hf_heads.heads.softmax, sparse, margin, sampled, continuous).
+`forward`, `loss` and `logits` live here once; a family overrides a few hooks: `training_loss`, `eval_loss` (with
+`eval_loss_is_nll`), `inference_logits`, `linear_form`, `diagnostics` (with `eval_sum_names` and
+`support_is_truncated`), `start_from` / `copied_logits` / `needs_calibration` / `calibrate_to` (the start from a
+checkpoint's output layer), `reset_parameters`, and the class attributes the models and cards read: `paper`, `tasks`,
+`has_output_matrix` (a (V, H) weight that can be tied to the input embeddings), `uses_embedding_table`.
 
 `rows` is a `LossRows` (hf_heads.losses._rows): `num_items_in_batch`, `ignore_index` and `reduction`, as in
 `F.cross_entropy` and the Trainer; a loss function takes them as `**rows.kwargs()`.
@@ -102,12 +88,10 @@ class OutputHead(nn.Module):
         raise NotImplementedError
 
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(W' (V, H), b' (V,) or None): a plain output layer whose distribution is the head's inference
-        distribution, softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the
-        checkpoint's output transform (hf_heads.losses.transforms: the base architecture applies it itself). The
-        inference logits may differ from transform(W' h + b') by an amount the same for every class (a
-        renormalisation, a constant offset), which no softmax sees. `to_base` writes (W', b') as the base model's
-        output layer (hf_heads.modeling.base_export). A head whose distribution no linear layer gives raises
+        """(W' (V, H), b' (V,) or None): a plain output layer whose distribution is the head's inference distribution,
+        softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the checkpoint's output
+        transform (the base architecture applies it itself); a difference the same for every class is allowed. What
+        `to_base` writes as the base model's output layer. A head whose distribution no linear layer gives raises
         `ValueError` naming why and the nearest exact choice; default: refused."""
         raise ValueError(
             f"the {self.family} head's inference distribution is not the softmax of a linear layer (it defines no "
@@ -144,8 +128,7 @@ class OutputHead(nn.Module):
 
     def copied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The logits of the checkpoint's output layer as `start_from` copied it, with its output transform: what
-        `from_base` compares with the checkpoint's own logits (hf_heads.modeling.parity) before returning a model.
-        Default: the inference logits."""
+        `from_base` compares with the checkpoint's own logits. Default: the inference logits."""
         return self.inference_logits(hidden)
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
@@ -187,9 +170,8 @@ class OutputHead(nn.Module):
 
     @property
     def training_loss_is_eval_loss(self) -> bool:
-        """Whether the training criterion is the evaluation loss itself (the same quantity, up to dropout), so that a
-        training loss and an evaluation loss measure the same thing (else the trainer logs the NLL of training batches
-        beside the training loss, where the eval loss is an NLL). Default: False."""
+        """Whether the training criterion is the evaluation loss itself (up to dropout); else the trainer logs the NLL
+        of training batches beside the training loss, where the eval loss is an NLL. Default: False."""
         return False
 
     @property
@@ -252,11 +234,9 @@ class OutputHead(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(`loss(hidden, labels, ...)`, {"entropy", "is_top1"}): per label (its shape; 0 / False where ignored) the
         entropy of the inference distribution and whether the label is its argmax (the lowest index winning a tie),
-        without gradient — TRL's `entropy` and `mean_token_accuracy`. Here from `statistics`, a second pass over the
-        output layer after the loss; heads whose loss pass scores the inference distribution take both from that
-        pass instead (`DiscreteHead.pass_is_inference_distribution`): the argmax of the logits the kernel computes
-        (float32 accumulation), where `statistics` ranks the inference logits rounded to the head's dtype, so a bf16
-        head's top-1 hits can differ where its rounding makes ties."""
+        without gradient (TRL's `entropy` and `mean_token_accuracy`). From `statistics`, a second pass, unless the loss
+        pass scores the inference distribution (`DiscreteHead.pass_is_inference_distribution`): then from the kernel's
+        float32 argmax, so a bf16 head's top-1 hits can differ from `statistics`' where rounding makes ties."""
         loss = self.loss(
             hidden, labels, num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction
         )
@@ -282,15 +262,12 @@ class OutputHead(nn.Module):
         chunk_size: int | None = None,
     ) -> dict:
         """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), shaped like
-        the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0, e.g.
-        outside a sparse head's top k), `entropy` −Σ p log p, and `rank`, the label's place in the order
-        `torch.argmax` picks from: the number of classes more probable than the label plus those exactly as probable
-        with a lower index (a tie goes to the lowest index, as in argmax; ties are common in bf16). So rank 0 is the
-        argmax, the label is in the top k when rank < k, and rank is V where p(label) = 0 (never in a top k).
-        `normalized=False` (heads with `has_unnormalized_scores`): `log_prob` is the label's unnormalised log-score
-        instead. `chunk_size`: rows per chunk (default: the chunk engine's memory budget). Computed without gradient
-        by the chunk engine (hf_heads.losses.chunks), one (chunk, V) block of logits at a time, never the (N, V)
-        logits; float64 for a float64 head, else float32."""
+        the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0),
+        `entropy` −Σ p log p, and `rank`: the number of classes more probable than the label plus those exactly as
+        probable with a lower index (ties go to the lowest index, as in argmax; they are common in bf16), so rank 0 is
+        the argmax and rank is V where p(label) = 0. `normalized=False`: `log_prob` is the label's unnormalised
+        log-score. Computed without gradient in chunks of `chunk_size` rows (default: the memory budget), never the (N,
+        V) logits; float64 for a float64 head, else float32."""
         with whole_parameters(self):  # a vocabulary-sharded W gathered once, not per chunk
             return self._statistics(hidden, labels, ignore_index, normalized, chunk_size)
 
@@ -334,14 +311,12 @@ class OutputHead(nn.Module):
         chunk_size: int | None = None,
         **loss_kwargs,
     ) -> tuple[torch.Tensor | None, torch.Tensor | dict[str, torch.Tensor] | None]:
-        """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`.
-        With `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`,
-        computed in chunks without the logits (`chunk_size` rows at a time; `normalized=False`: with the unnormalised
-        log-score of the label); otherwise `normalized=False` makes the logits `unnormalized_log_scores`.
-        `compute_loss=False` skips the loss. `token_statistics=True` (labels required): (loss,
-        `loss_and_token_statistics`'s per-label entropy and top-1 hit), from the loss's own pass where it can. The
-        models call the head through this method, so module hooks (FSDP's
-        unsharding, PEFT's adapted weight) run around the loss, the logits and the statistics too."""
+        """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`. With
+        `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`, computed in
+        chunks without the logits; otherwise `normalized=False` makes the logits `unnormalized_log_scores`.
+        `compute_loss=False` skips the loss. `token_statistics=True`: (loss, `loss_and_token_statistics`'s per-label
+        statistics). The models call the head through this method, so module hooks (FSDP's unsharding, PEFT's adapted
+        weight) run."""
         if token_statistics:
             if labels is None:
                 raise ValueError("token_statistics=True needs labels")

@@ -1,36 +1,23 @@
-"""The continuous output layer (Bhat et al. 2019 §2; Kumar & Tsvetkov 2019): û = W_o h + b_o (H -> d), trained
-against the frozen, L2-normalised pretrained embedding u = E[y] of the target word.
+"""The continuous output layer (Bhat et al. 2019 §2; Kumar & Tsvetkov 2019): û = W_o h + b_o (H -> d), trained against
+the frozen, L2-normalised pretrained embedding u = E[y] of the target word. The table E (V, d) is a buffer saved with
+the weights, so a saved model decodes after `from_pretrained`.
 
-The table E (V, d) is a buffer saved with the weights, so a saved model decodes after `from_pretrained`.
+Centring (`center_embeddings`, not in the papers): when the frequent target words share one direction (GloVe 6B-50d),
+vMF and the syn-margin losses, which see only the angle to the target, learn that direction and the model stays at
+chance (docs/results/seq2seq_recipes). `frequency` subtracts the mean of the unit rows weighted by the training
+targets' counts, `mean` the unweighted mean; the rows are normalised again. Default `none`: the papers'.
 
-Centring (`center_embeddings`, not in the papers): with GloVe 6B-50d the frequent target words share one direction
-(the token-weighted mean of the unit rows over the Bible translation targets has norm 0.71; the 20 common words of
-the copy test have mean pairwise cosine 0.78). vMF and the syn-margin losses, which see only the angle to the
-target, then learn that shared direction, ‖û‖ grows and the model stays at chance: copy-6-of-20 words 4.7% token
-accuracy for vMF (94% once the table is centred), translation 0.01 BLEU (1.2-1.6 with `frequency`, 0.02 with `mean`;
-docs/results/seq2seq_recipes). `frequency` subtracts the mean of the unit rows weighted by the training targets'
-counts, `mean` the unweighted mean; the rows are normalised again. Default `none`: the papers' setting (they use
-300-d fastText vectors, not available here; how strongly those share a direction was not measured).
+Inference "logits" (*, V) are û·Eᵀ for vMF heads (the vMF log-density up to a per-row constant) and s · cos(û, E_c) for
+the other losses (s = `logit_scale`), so greedy search is nearest-neighbour decoding and beam search ranks hypotheses
+by these scores. For `cosine-softmax` they are the logits the head was trained with.
 
-Inference "logits" (*, V) are û·Eᵀ for vMF heads (the vMF log-density log C_m(‖û‖) + ûᵀE_c up to the per-row
-constant) and s · cos(û, E_c) for the other losses (s = `logit_scale`, learned with `learn_logit_scale`), so greedy
-search is nearest-neighbour decoding and beam search ranks hypotheses by these scores (log-softmax of them, as for
-any logits). For `cosine-softmax` they are the logits the head was trained with, so their softmax is its p(c | x).
+Output vocabulary (`output_vocabulary="targets"`): a (V,) mask buffer `output_mask` of the words seen as training
+targets (plus `</s>` and `<unk>`); decoding scores only these rows, `cosine-softmax` uses them as its candidates and
+`in-batch-softmax` draws its extra negatives from them. With a shared source+target vocabulary the nearest neighbour
+would otherwise often be a source-language word, or the random row of a word the table lacks.
 
-Losses that learn (not in the papers; hf_heads.losses.continuous has their equations): `cosine-softmax`, the
-cross-entropy over s·cos(û, E_c) to every row, and `in-batch-softmax`, the same over the batch's distinct target
-words (plus its `num_sampled` uniform draws with the sampled-softmax correction). Each loss's parameters are its own
-(hf_heads.losses.continuous_losses: `"loss": {"type": "vmf", "lambda1": 0.1}`, `--loss vmf:lambda1=0.1`).
-
-Output vocabulary (`output_vocabulary="targets"`): a (V,) mask buffer `output_mask`, saved with the weights, of the
-words seen as training targets (those the table covers, plus `</s>` and `<unk>`: uncovered target words are mapped
-to `<unk>`); `set_output_vocabulary(ids)` sets it. Decoding (greedy and beam) scores only these rows (-inf
-elsewhere), `cosine-softmax` uses them as its candidates, and `in-batch-softmax` draws its extra negatives from them.
-With a shared source+target vocabulary the nearest neighbour would otherwise often be a source-language word, or the
-random row of a word the table lacks.
-
-From the authors' released vMF code (Sachin19/seq2seq-con): the vMF loss's `form="released"` (its `_nllvmf`) and
-the option `projection_layer_norm` (a LayerNorm after the projection H -> d).
+From the authors' released vMF code (Sachin19/seq2seq-con): the vMF loss's `form="released"` and the option
+`projection_layer_norm` (a LayerNorm after the projection H -> d).
 """
 
 from __future__ import annotations
@@ -178,11 +165,9 @@ class ContinuousHeadOptions(HeadOptions):
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section of the older flat form, with the loss's parameters beside its name (`loss_margin`,
-        `num_negatives`, `vmf_lambda1`, `vmf_lambda2`, `vmf_form`, `num_sampled`), as the nested form (`{"loss":
-        {"type": "vmf", "lambda1": 0.1, "lambda2": 1.0, "form": "nll"}}`). A flat option the loss has no parameter
-        for never had an effect: dropped at the value every older config stored, refused otherwise (as before for
-        `num_sampled` and `vmf_form`; `loss_margin` beside vMF, say, was ignored and is now refused)."""
+        """A head section of the older flat form (`loss_margin`, `num_negatives`, `vmf_lambda1`, `vmf_lambda2`,
+        `vmf_form`, `num_sampled`) as the nested form (`{"loss": {"type": "vmf", "lambda1": 0.1}}`). A flat option the
+        loss has no parameter for is dropped at the value every older config stored and refused otherwise."""
         flat = {key: head[key] for key in cls._FLAT_LOSS_PARAMETERS if key in head}
         if not flat:
             return head
@@ -232,12 +217,10 @@ class ContinuousHeadOptions(HeadOptions):
             check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table given (`batch.table`) with unit
-        rows, less its mean row (`center_embeddings`: plain, or weighted by `batch.counts`) and normalised again;
-        each counted row's loss (training and evaluation alike) is the loss's own `reference` (its definition)
-        over û, the target ids, E, the scale s (exp(log s) clamped at 100 when learned) and the output vocabulary;
-        the inference logits are s · cos(û, E_c) (û·E_c for a loss without `cosine_scores`, vMF), −inf outside the
-        output vocabulary."""
+        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table given with unit rows, centred as
+        `center_embeddings` says and normalised again; each counted row's loss is the loss's own `reference` over û,
+        the target ids, E, the scale s (exp(log s) clamped at 100 when learned) and the output vocabulary; the
+        inference logits are s · cos(û, E_c) (û·E_c for vMF), −inf outside the output vocabulary."""
         p = batch.params
         pred = batch.hidden @ p["proj.weight"].T + p["proj.bias"]  # (N, d)
         if self.projection_layer_norm:
@@ -450,9 +433,8 @@ class ContinuousHead(OutputHead):
     @torch.no_grad()
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The vMF scores û·Eᵀ with û = P h + p are E P h + E p: W' = E P (V, H), b' = E p (V,), −inf outside the
-        output vocabulary (`output_vocabulary="targets"`); float32. Refused for the cosine scores s·cos(û, E_c) of the
-        other losses (they divide by ‖û‖) and with `projection_layer_norm` (a LayerNorm of û). (`tie_decoder_inputs`
-        changes the decoder's inputs, not this layer: `to_base` refuses it, `embeds_decoder_inputs`.)"""
+        output vocabulary; float32. Refused for the cosine scores of the other losses (they divide by ‖û‖) and with
+        `projection_layer_norm`."""
         o = self.options
         why = None
         if o.component("loss").cosine_scores:

@@ -47,9 +47,8 @@ class DiscreteHead(OutputHead):
 
     @property
     def num_classes(self) -> int:
-        """V, as the head was built: not read from W, which DeepSpeed ZeRO-3 leaves an empty (0,) partition outside
-        the head's forward and gathers whole when it is read during another module's forward (the models check the
-        labels against V in their own forward, before the head's)."""
+        """V, as the head was built: not read from W, which DeepSpeed ZeRO-3 leaves an empty partition outside the
+        head's forward and gathers whole when read during another module's forward (hf_heads.modeling.zero3)."""
         return self._num_classes
 
     def reset_parameters(self, init=nn.init) -> None:
@@ -111,10 +110,9 @@ class DiscreteHead(OutputHead):
         return super().training_loss_is_nll and not reweighted
 
     def record_accuracy(self, enabled: bool = True, top_k: tuple[int, ...] | list[int] = ()) -> None:
-        """From now on every training pass of a `same_pass_accuracy` head counts the labels it predicts — the argmax
-        of its training logits without the target's margin (max-norm: the batch's maximum), the lowest index winning
-        a tie — and, for each k of `top_k`, the labels among its k most likely classes, into `accuracy_sums`, on the
-        device, with no host read (`take_accuracy` reads them)."""
+        """From now on every training pass of a `same_pass_accuracy` head counts the labels it predicts (the argmax of
+        its training logits without the margin, the lowest index winning a tie) and, for each k of `top_k`, the labels
+        among its k most likely classes, into `accuracy_sums`, on the device (`take_accuracy` reads them)."""
         for k in top_k:
             check_number("top_k", k, minimum=1, integer=True)
         self.accuracy_sums = None
@@ -123,9 +121,8 @@ class DiscreteHead(OutputHead):
             self.accuracy_sums = torch.zeros(len(top_k) + 2, dtype=torch.float64, device=self.weight.device)
 
     def take_accuracy(self) -> torch.Tensor | None:
-        """The [correct, correct within each k of `record_accuracy`'s top_k, counted] labels of the training passes
-        since the last call (then zeroed), or None when not recorded (`HeadsTrainer` logs the ratios as
-        `train_accuracy` and `train_accuracy@k`)."""
+        """The [correct, correct within each k of top_k, counted] labels of the training passes since the last call
+        (then zeroed), or None when not recorded."""
         if self.accuracy_sums is None:
             return None
         sums, self.accuracy_sums = self.accuracy_sums, torch.zeros_like(self.accuracy_sums)
@@ -154,10 +151,9 @@ class DiscreteHead(OutputHead):
         criterion: Criterion | None = None,
         returns: tuple[str, ...] = (),
     ):
-        """`hf_heads.losses.output_loss` of the output layer (W, b) on hidden (*, H) against labels (*), the rows
-        counted as `rows` says, computed as the head's options say (`Impl`): the chunk kernel its `chunk_kernel`
-        option names (where the loss runs one: not for sampled candidates, a posterior's NLL or a vocabulary-sharded
-        W), its rows per chunk, the loss in the head's `loss_dtype`."""
+        """`hf_heads.losses.output_loss` of the output layer (W, b) on hidden (*, H) against labels (*), computed as
+        the head's options say (`Impl`): its `chunk_kernel` (where the loss runs one), its rows per chunk, its
+        `loss_dtype`."""
         o = self.options
         candidates = FULL if candidates is None else candidates
         runs_kernel = candidates.runs_kernel and vocab_shard(self.weight) is None
@@ -182,9 +178,8 @@ class DiscreteHead(OutputHead):
         return training and self.accuracy_sums is not None
 
     def _from_output(self, out, labels: torch.Tensor, rows: LossRows, training: bool, statistics: bool = False):
-        """The loss of a pass that asked the loss for `_returns` (a `LossResult`; a tensor when it asked for none): in
-        training the labels it predicts added to `accuracy_sums` (`record_accuracy`). With `statistics`: (loss,
-        `token_statistics` of the same pass)."""
+        """The loss of a pass that asked for `_returns`, its predictions added to `accuracy_sums` in training under
+        `record_accuracy`. With `statistics`: (loss, `token_statistics` of the same pass)."""
         if isinstance(out, torch.Tensor):
             return out
         if self._counting(training):

@@ -1,15 +1,14 @@
 """The head-family registry. A family is its loss module (hf_heads.losses) and its head module
 (hf_heads.heads.<family>): an options dataclass and a head class that names its family and its options class,
-registered with the decorator every component takes, `register("family")` (hf_heads.components.register):
+registered with `register("family")` (hf_heads.components.register):
 
     @register("family")
     class TemperatureHead(SoftmaxHead):
         family = "temperature"
         options_class = TemperatureHeadOptions
 
-Everything that depends on the family reads this registry or asks the head: `make_head`, `HeadsConfig`
-validation (`head_dict`), the run scripts' flags (generated from the options dataclasses), model cards (the
-head's `paper` and descriptions), and the Hub export (which follows the imports of `hf_heads.heads`).
+Everything that depends on the family reads this registry or asks the head: `make_head`, `HeadsConfig` validation, the
+run scripts' flags, model cards and the Hub export.
 """
 
 from __future__ import annotations
@@ -70,10 +69,9 @@ KIND_HOOKS["family"] = register_head
 
 
 def register_family(name: str, options: type, head: type) -> None:
-    """Register a family under `name` (the `family` key of a head section): what `register("family")` does with a
-    head class's `family` and `options_class`. The head class of a reloaded module replaces its former self;
-    another class under a taken name is refused, naming both (hf_heads.components.check_free); an option named
-    `family` (the head section's key for the family) is refused."""
+    """Register a family under `name` (the `family` key of a head section). The head class of a reloaded module
+    replaces its former self; another class under a taken name is refused, naming both; an option named `family` is
+    refused."""
     check_free({k: v.head for k, v in FAMILIES.items()}, name, head, "head family")
     if "family" in {f.name for f in fields(options)}:
         raise TypeError(f"head family {name!r}: {options.__name__} has an option named 'family', the head section's "
@@ -246,10 +244,9 @@ def component_modules(head: dict | None) -> dict[str, str]:
 
 
 def import_components(components: dict | None) -> None:
-    """Import the modules a config records for its components (`component_modules`), so that their registration
-    runs before the head section is resolved. A module that does not import is a `ValueError` naming the option,
-    the module and the ways out; `__main__` (a component defined in a script) is left to the caller, which must have
-    run its registration. The flat copy saved with a model imports the copies it carries itself."""
+    """Import the modules a config records for its components (`component_modules`), so that their registration runs
+    before the head section is resolved. A module that does not import is a `ValueError` naming the option, the module
+    and the ways out; `__main__` (a component defined in a script) is left to the caller."""
     if components is None:
         return
     if not isinstance(components, dict) or not all(isinstance(v, str) for v in components.values()):

@@ -148,12 +148,10 @@ class SoftmaxHeadOptions(HeadOptions):
         return self.reference_loss(z, batch), self.reference_inference(z)
 
     def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:
-        """(n,) from the logits z (N, V) the loss takes: in training each counted row's cross-entropy over
-        `reference_support(z)` (every logit; sparse: its top k, eq. 5) with label smoothing over the same support
-        (F.cross_entropy's: (1 − ε)·NLL + ε·(lse − mean of the support)), + λ · lse² (z-loss), − β · H (confidence
-        penalty: H the entropy of the support's softmax); in evaluation the bare NLL over the support. Class weights
-        reweight the mean, not a row (torch's normalisation, held to F.cross_entropy(weight=) in
-        tests/test_loss_options.py): their training reference is refused."""
+        """(n,) from the logits z (N, V): in training each counted row's cross-entropy over `reference_support(z)` with
+        label smoothing over the same support ((1 − ε)·NLL + ε·(lse − mean of the support)), + λ · lse² (z-loss), − β ·
+        H (confidence penalty); in evaluation the bare NLL over the support. Class weights reweight the mean, not a row
+        (torch's normalisation): their training reference is refused."""
         if batch.training and self.class_weights is not None:
             raise NotImplementedError("the family reference has no class weights: they reweight the mean, not a row")
         valid = batch.valid
