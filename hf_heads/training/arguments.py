@@ -192,10 +192,9 @@ def _names_a_component(option: str) -> bool:
 
 
 def unknown_flags_hint(unknown: list[str]) -> str:
-    """What to write instead of command-line arguments no parser took, for the head: a component's parameter goes
-    into the component's flag (`--margin combined:m1=1.2`), a family's option without a flag of its own (one of a
-    family from `--head_modules`) into `--head_options name=value`; else how the head takes what it has no flag for.
-    Read after parsing, so the families and components of `--head_modules` are registered."""
+    """What to write instead of command-line arguments no parser took: a component's parameter goes into the
+    component's flag (`--margin combined:m1=1.2`), a family's option without a flag of its own into `--head_options
+    name=value`. Read after parsing, so the families and components of `--head_modules` are registered."""
     hints = []
     for arg in unknown:
         name = arg[2:].partition("=")[0] if arg.startswith("--") else None
@@ -267,11 +266,9 @@ class _RunDefaults:
 
 @dataclass
 class HeadsTrainingArguments(HeadFlags, _RunDefaults, TrainingArguments):
-    """`TrainingArguments` + head flags (and `logging_steps` defaulting to max_steps // 20). In place of
-    `TrainingArguments` in a script's `HfArgumentParser`: `HeadsTrainer(model=..., args=...)` binds the head the flags
-    name to its model (`HeadsPreTrainedModel.bind_head`): a model built with the default head
-    (`HeadsForCausalLM.from_pretrained(base, config=...)`, `from_config(config)`) takes it, a model with a head of its
-    own must have that head. Building the arguments changes nothing else."""
+    """`TrainingArguments` + head flags (and `logging_steps` defaulting to max_steps // 20). `HeadsTrainer(model=...,
+    args=...)` binds the head the flags name to its model (`HeadsPreTrainedModel.bind_head`); building the arguments
+    changes nothing else."""
 
 
 @dataclass

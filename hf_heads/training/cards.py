@@ -1,16 +1,9 @@
 """Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves).
 
-What a card says is what holds for the model it describes:
-- the losses are named by what they are: the head says whether its eval loss is an NLL
-  (`head.eval_loss_is_nll`; a sparse head's is the NLL of its truncated distribution, infinite where a label falls
-  outside its top decode_k), continuous heads their training loss, classifiers a loss per example, language models a
-  loss per token;
-- `model-index` lists only metrics with a standard meaning (a finite perplexity when the eval loss is a language
-  model's NLL; accuracy, F1, BLEU, ROUGE), never a loss;
-- every score is on one 0-100 scale (sacreBLEU's; ROUGE, accuracy and F1 are multiplied by 100);
-- "how to load" says `trust_remote_code=True` only for a directory that carries the model code
-  (`hf_heads.modeling.export.has_code`), and seq2seq cards show `generate()` (transformers 5 has no
-  translation / summarization / text2text-generation pipelines).
+What a card says is what holds for the model it describes: losses are named by what they are (the head's `loss_names`);
+`model-index` lists only metrics with a standard meaning, never a loss; every score is on one 0-100 scale
+(sacreBLEU's); "how to load" says `trust_remote_code=True` only for a directory that carries the model code, and
+seq2seq cards show `generate()` (transformers 5 has no translation / summarization pipelines).
 """
 
 from __future__ import annotations
@@ -291,12 +284,10 @@ def write_model_card(
     repo_id: str | None = None,
     built_from_config: bool = False,
 ) -> Path:
-    """Fill `model_card_template.md` and write `README.md` into `output_dir`; the loading instructions depend on
-    whether `output_dir` holds a saved model with its code (`hf_heads.modeling.export.has_code`).
-
-    `base_model` is the Hub id or local directory the model started from (a Hub id goes into the card's metadata);
-    with `built_from_config=True` it is the name of a backbone built from a config (random initialisation, no
-    metadata), and with no `base_model` the card says the model was built from a config."""
+    """Fill `model_card_template.md` and write `README.md` into `output_dir`. `base_model` is the Hub id or local
+    directory the model started from (a Hub id goes into the card's metadata); with `built_from_config=True` it names a
+    backbone built from a config (no metadata), and with no `base_model` the card says the model was built from a
+    config."""
     from hf_heads.modeling.export import has_code
 
     output_dir = Path(output_dir)

@@ -1,14 +1,7 @@
-"""The continuous head's embedding table for a training run (Kumar & Tsvetkov 2019, sec. 3: the decoder predicts a
-row of a fixed pretrained table). The run scripts and `HeadsTrainer` (the one-line swap of docs/own-script.md) both
-use it:
-
-- `table_source`: the table the head's `embedding_name` names — a packaged table or a file as it is, or
-  `word2vec-targets`, a table trained with gensim on the training targets as the tokenizer splits them (`d` =
-  `word2vec_dim`), written to the run's output directory (a trained model's own file when it has one);
-- `continuous_table`: the (V, d) table and the tokens it covers for the tokenizer's vocabulary, and the head section
-  with `embedding_dim` = d (the head is built from it);
-- `attach_table`: the table set on the head, with the training targets' counts where `center_embeddings="frequency"`
-  and the distinct training targets as the output vocabulary where `output_vocabulary="targets"`.
+"""The continuous head's embedding table for a training run (Kumar & Tsvetkov 2019, sec. 3: the decoder predicts a row
+of a fixed pretrained table), used by the run scripts and `HeadsTrainer`: `table_source` (the table the head's
+`embedding_name` names, or `word2vec-targets`, trained with gensim on the training targets), `continuous_table` (the
+(V, d) table for the tokenizer's vocabulary) and `attach_table` (the table set on the head).
 """
 
 from __future__ import annotations
@@ -57,10 +50,10 @@ def continuous_table(
     section: dict, tokenizer, source: str | None = None, num_classes: int | None = None
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """(the head section with `embedding_dim`, the table (V, d), the tokens it covers (V,) bool) for the tokenizer's
-    vocabulary from `source` (a file or name; default the section's `embedding_name`). `num_classes`: the model's
-    vocabulary when it has more ids than the tokenizer (a vocabulary padded to a multiple): those rows are seeded
-    random ones, as an uncovered token's. Refused: a section whose `embedding_dim` is not the table's d, a tokenizer
-    with more ids than `num_classes`, and a table that covers no token."""
+    vocabulary from `source` (default the section's `embedding_name`). `num_classes`: the model's vocabulary when it
+    has more ids than the tokenizer: those rows are seeded random ones, as an uncovered token's. Refused: an
+    `embedding_dim` that is not the table's d, a tokenizer with more ids than `num_classes`, a table that covers no
+    token."""
     name = source or section["embedding_name"]
     table, covered = embedding_table(tokenizer, name)
     extra = 0 if num_classes is None else num_classes - table.shape[0]
