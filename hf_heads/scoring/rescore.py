@@ -5,13 +5,9 @@ score; here the combination is log-linear with a word bonus:
 
     combined = score + lm_weight · lm_score + length_penalty · num_words
 
-(`num_words`: whitespace-separated words of the hypothesis; a positive `length_penalty` favours longer hypotheses,
-offsetting the LM's preference for short ones). LM scores come from `hf_heads.scoring.sentence_log_probs`, e.g.
-normalised or not (table 4) for a sampled head.
-
-An n-best list is a list of records `{"id": ..., "hypotheses": [{"text": str, "score": float}, ...]}`, with
-`"reference": str` for tuning and `"source": str` where a seq2seq model scores the hypotheses (the CLI reads them
-from JSON Lines, one record per line). Extra fields are kept.
+(`num_words`: whitespace-separated words; a positive `length_penalty` offsets the LM's preference for short
+hypotheses). An n-best list is a list of records `{"id": ..., "hypotheses": [{"text": str, "score": float}, ...]}`,
+with `"reference"` for tuning and `"source"` where a seq2seq model scores the hypotheses. Extra fields are kept.
 """
 
 from __future__ import annotations
