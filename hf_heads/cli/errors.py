@@ -105,11 +105,9 @@ def _given(flag: str, argv: Iterable[str]) -> bool:
 
 
 def flag_error(err: OptionError, argv: Iterable[str]) -> OptionError:
-    """`err` as a run script's user should read it when the option came from a command-line flag: named by the flag
-    (an error named `--flag` by `HeadFlags.head_config`, or named `option` / `head.option` while `--flag` is in
-    `argv`), the options its message lists shown as the flags that set them (`allowed: chunk_size, ...` becomes
-    `flags: --loss_chunk_size, ...`, options that are no flag left out) and `option=` written as `--flag=` where
-    the two differ. Any other error (an option from a config file or a checkpoint) is returned as it is."""
+    """`err` as a run script's user should read it when the option came from a command-line flag: named by the flag,
+    the options its message lists shown as the flags that set them (`allowed: chunk_size` becomes `flags:
+    --loss_chunk_size`). Any other error (an option from a config file or a checkpoint) is returned as it is."""
     flags = _head_flags()
     option = err.field.removeprefix("head.")
     flag = flags.get(option)
@@ -142,11 +140,10 @@ def _close_process_group() -> None:
 
 
 def main_wrapper(main) -> None:
-    """Run `main()`, then close the run's process group if it has one (only after success: a rank that failed may
-    leave the others inside a collective); a `UsageError`/`ValueError` from bad input (an invalid head option given
-    by a flag named by its flag, `flag_error`), or an `OSError` of
-    transformers / huggingface_hub for a model it cannot find, prints one line and exits with status 2 (set
-    HF_HEADS_TRACEBACK=1 to see the traceback instead)."""
+    """Run `main()`, then close the run's process group if it has one (only after success: a failed rank may leave the
+    others inside a collective); a `UsageError` / `ValueError` from bad input (`flag_error`), or an `OSError` of
+    transformers / huggingface_hub for a model it cannot find, prints one line and exits with status 2
+    (HF_HEADS_TRACEBACK=1 shows the traceback instead)."""
     try:
         main()
         _close_process_group()

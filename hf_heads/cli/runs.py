@@ -142,10 +142,9 @@ def check_vocab(tokenizer, model) -> None:
 
 
 def check_generation_ids(tokenizer, model) -> None:
-    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config, built
-    from the backbone config): the targets end with the tokenizer's EOS while `generate()` stops at the config's, and
-    the predictions are decoded without the tokenizer's special tokens while `generate()` pads them with the
-    config's pad (e.g. `--config_overrides eos_token_id=...`, or `--tokenizer_name` of another model)."""
+    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config): the
+    targets end with the tokenizer's EOS while `generate()` stops at the config's, and decoded predictions would keep
+    the config's pad."""
     config = model.generation_config
     for name in ("eos_token_id", "pad_token_id"):
         mine, theirs = getattr(tokenizer, name, None), getattr(config, name, None)
@@ -195,10 +194,10 @@ def finish_run(
     plots: list[str] | tuple[str, ...] = (),
     task: tuple[str, str] | None = None,
 ) -> None:
-    """End-of-run artefacts on the main process: loss-curve plot (each loss labelled by what it is), model card
-    (with `model-index`), `run_summary.json`, the offline Hub export (`--hub_export_dir`, with its own card),
-    `--push_to_hub` (which keeps this card: the Trainer would replace it with a generic one) and, last, the export to
-    the base architecture (`--export_base_dir`; a refusal is a `UsageError` naming its reason)."""
+    """End-of-run artefacts on the main process: loss-curve plot, model card, `run_summary.json`, the offline Hub
+    export (`--hub_export_dir`), `--push_to_hub` (keeping this card: the Trainer would replace it with a generic one)
+    and, last, the export to the base architecture (`--export_base_dir`; a refusal is a `UsageError` naming its
+    reason)."""
     if not trainer.is_world_process_zero():
         return
     out = Path(training_args.output_dir)

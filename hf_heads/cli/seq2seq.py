@@ -198,9 +198,8 @@ def run_table(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model
 
 
 def _override_config(config, overrides: str) -> None:
-    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error.
-    Not `PretrainedConfig.update_from_string` (transformers' run_clm.py): its errors do not name the key
-    ("invalid literal for int()"), and it cannot set a field whose value is None."""
+    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error. Not
+    `PretrainedConfig.update_from_string`: its errors do not name the key, and it cannot set a field that is None."""
     for item in overrides.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or not hasattr(config, key):
