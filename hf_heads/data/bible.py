@@ -1,15 +1,12 @@
-"""Spanish–English Bible, verse-aligned, from the SWORD modules of Debian's `sword-text-web`
-(World English Bible, 2015 edition) and `sword-text-sparv` (Reina-Valera 1909). Both texts are in
-the public domain, so the aligned verses are bundled with hf_heads (`bundled/bible_es_en.tsv.xz`)
-and this module is only needed to rebuild that file:
+"""Spanish–English Bible, verse-aligned, from the SWORD modules of Debian's `sword-text-web` (World English
+Bible, 2015) and `sword-text-sparv` (Reina-Valera 1909), both public domain. The aligned verses are bundled with
+hf_heads (`bundled/bible_es_en.tsv.xz`); this module only rebuilds that file:
 
     apt-get install sword-text-web sword-text-sparv && pip install pysword
     python -m hf_heads.data.bible hf_heads/data/bundled/bible_es_en.tsv.xz
 
-The two modules use different versifications (WEB: NRSVA, RV1909: KJV), so verses are paired
-by (book, chapter, verse) inside each chapter both modules have. Footnotes (`<note>…</note>`)
-are removed before the markup, because pysword's `clean=True` glues the words on both sides of
-a footnote together.
+The two versifications differ, so verses are paired by (book, chapter, verse) inside each chapter both modules have.
+Footnotes are removed before the markup, because pysword's `clean=True` glues the words around them together.
 """
 
 from __future__ import annotations

