@@ -89,16 +89,10 @@ _REPORTS = {"bleu": ("sacrebleu", _report_bleu), "rouge": ("rouge", _report_roug
 
 
 def generation_metrics(tokenizer, names: Sequence[str] = GENERATION_METRICS) -> Callable:
-    """compute_metrics for seq2seq with `predict_with_generate`: decodes predictions and labels
-    (-100 replaced by the pad id) and reports, per name:
-
-    * "bleu": `bleu`, `brevity_penalty`, `length_ratio` of sacreBLEU (module `sacrebleu`, 0-100; not the 0-1
-      `bleu` module) and `bleu_1`..`bleu_4`, cumulative BLEU-n;
-    * "rouge": `rouge1`, `rouge2`, `rougeL`, `rougeLsum`, the mean per-example F-measure with stemming
-      (module `rouge` with `use_aggregator=False, use_stemmer=True`);
-
-    and always `distinct`: the share of distinct predictions (1.0 = every output differs; a model that writes
-    one constant headline for every article scores 1/N however good its ROUGE looks)."""
+    """compute_metrics for seq2seq with `predict_with_generate`: decodes predictions and labels (-100 replaced by the
+    pad id) and reports, per name, "bleu" (sacreBLEU 0-100 with its brevity penalty, length ratio and cumulative
+    `bleu_1`..`bleu_4`) or "rouge" (the mean per-example F-measure with stemming), and always `distinct`, the share of
+    distinct predictions (a model that writes one constant output scores 1/N however good its ROUGE looks)."""
     for name in names:
         check_choice("generation metric", name, GENERATION_METRICS)
     reports = [(load_metric(_REPORTS[name][0]), _REPORTS[name][1]) for name in names]
