@@ -1,22 +1,15 @@
 """PEFT adapters on hf_heads models.
 
-- **Default targets.** PEFT picks LoRA's default `target_modules` by `config.model_type`; an hf_heads model's
-  model_type is `hf_heads` whatever its backbone, so PEFT alone answers "Please specify `target_modules`".
-  `with_backbone_targets(peft_config, model)` fills them with PEFT's own default for the backbone's model_type
-  (e.g. `q_proj`, `v_proj` for Llama), restricted to modules under `backbone.` so the head is never matched by a
-  name. `model.add_adapter(config)` (transformers' PEFT integration) and `HeadsSFTTrainer(peft_config=...)` do it for
-  you; with `peft.get_peft_model` call it yourself (three lines in README).
-- **`model.add_adapter(config)`** injects the adapter through PEFT itself (`peft.inject_adapter_in_model`), as
-  transformers does, but without transformers' PEFT version gate: transformers 5.24 asks for PEFT >= 0.22, which is
-  not published, so its own `add_adapter` refuses every PEFT release. transformers' other adapter methods
-  (`set_adapter`, `disable_adapters`, saving an adapter-only checkpoint) keep their gate; `peft.get_peft_model` with
-  `with_backbone_targets` works on every supported release.
-- **LoRA on the head**: `LoraConfig(target_parameters=["head.weight"])` (PEFT's LoRA on a parameter). PEFT then
-  replaces `head.weight` by W + (α/r)·B·A inside the head's forward, so every criterion (chunked softmax, margin,
-  sampled candidates, sparse top-k) trains the low-rank update on the (V, H) weight it reads — the (N, V) logits are
-  never built. `target_modules=["head"]` is refused by PEFT itself (a head is not an `nn.Linear`); the continuous
-  head has no (V, H) output weight (`refuse_head_lora`).
-- **`modules_to_save=["head"]`**: the whole head is trained and saved with the adapter.
+- Default targets: PEFT picks LoRA's default `target_modules` by `config.model_type`, which is `hf_heads` whatever the
+  backbone. `with_backbone_targets(peft_config, model)` fills them with PEFT's default for the backbone's model_type,
+  restricted to modules under `backbone.` so the head is never matched by a name. `model.add_adapter(config)` and
+  `HeadsSFTTrainer(peft_config=...)` do it for you.
+- `model.add_adapter(config)` injects the adapter through PEFT itself, as transformers does, but without transformers'
+  PEFT version gate (transformers 5.24 asks for a PEFT release that is not published).
+- LoRA on the head: `LoraConfig(target_parameters=["head.weight"])`. PEFT replaces `head.weight` by W + (α/r)·B·A
+  inside the head's forward, so every criterion trains the update on the (V, H) weight it reads, never the (N, V)
+  logits. The continuous head has no (V, H) output weight (`refuse_head_lora`).
+- `modules_to_save=["head"]`: the whole head is trained and saved with the adapter.
 """
 
 from __future__ import annotations
