@@ -37,10 +37,9 @@ class ContinuousBatch:
 @component_base("continuous_loss")
 @dataclass(frozen=True)
 class ContinuousLoss(Component, ABC):
-    """Base of the continuous losses. `title`: how cards and logs name the loss; `cosine_scores`: decoding ranks the
-    vocabulary by s·cos(û, E_c) (False: by û·E_c, the vMF log-density up to a per-row constant); `learns_scale`: it
-    trains with s, so `learn_logit_scale` may learn it; `exact_gradient`: False where a term depends on û without a
-    gradient (a detached synthetic negative), so a numerical gradient differs."""
+    """Base of the continuous losses. `title`: the loss's name in cards and logs; `cosine_scores`: decoding by s·cos(û,
+    E_c) (else by û·E_c); `learns_scale`: `learn_logit_scale` may learn s; `exact_gradient`: False where a term depends
+    on û without a gradient (a detached synthetic negative), so a numerical gradient differs."""
 
     title: ClassVar[str] = ""
     cosine_scores: ClassVar[bool] = True
@@ -114,8 +113,7 @@ class VMF(ContinuousLoss):
 
 @dataclass(frozen=True)
 class _MarginLoss(ContinuousLoss):
-    """max(0, λ + u'ᵀû − uᵀû) on unit vectors (Bhat et al. eq. 1), λ = `margin`; the subclass chooses the negative
-    u'."""
+    """max(0, λ + u'ᵀû − uᵀû) on unit vectors (Bhat et al. eq. 1), λ = `margin`; the subclass chooses u'."""
 
     negative: ClassVar[str] = ""
     example: ClassVar[dict] = {"margin": 0.3}
@@ -260,8 +258,8 @@ class CosineSoftmax(ContinuousLoss):
 @register("continuous_loss")
 @dataclass(frozen=True)
 class InBatchSoftmax(ContinuousLoss):
-    """Cross-entropy over s·cos(û, E_c) to the batch's distinct target words, plus `num_sampled` uniform draws
-    from the output vocabulary with the sampled-softmax correction + log(M/K) (accidental hits dropped)."""
+    """Cross-entropy over s·cos(û, E_c) to the batch's distinct targets, plus `num_sampled` uniform draws (+
+    log(M/K))."""
 
     name: ClassVar[str] = "in-batch-softmax"
     title: ClassVar[str] = "cross-entropy over s·cos(û, E) to the batch's target words"

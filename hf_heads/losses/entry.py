@@ -61,8 +61,7 @@ def output_loss(
 
 
 class OutputLayerLoss(nn.Module):
-    """`output_loss` as a module: the parts, the reduction, `ignore_index`, `returns` and `impl` fixed at
-    construction, the tensors given at call time (`forward(hidden, weight, bias, labels, num_items_in_batch=None)`)."""
+    """`output_loss` as a module: the parts, reduction, `ignore_index`, `returns` and `impl` fixed at construction."""
 
     def __init__(
         self,

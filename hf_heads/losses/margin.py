@@ -81,8 +81,7 @@ __all__ = [
 
 
 def target_phi(cos: torch.Tensor, margin: str | dict | Margin, m: float | None = None) -> torch.Tensor:
-    """φ(θ_{y,i}) for the target class (eq. 14): the gradient-safe φ (`Margin.safe_phi`) of the margin `margin` (a
-    registered name with the flat `m`, `{"type": name, **parameters}`, or a `Margin`)."""
+    """φ(θ_{y,i}) for the target class (eq. 14): the gradient-safe φ (`Margin.safe_phi`) of the margin `margin`."""
     return make_margin(margin, m).safe_phi(cos)
 
 
@@ -106,13 +105,11 @@ def margin_logits(
     ignore_index: int = -100,
     **scorer_options,
 ) -> torch.Tensor:
-    """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,).
-
-    With `target` (*,) the target class gets φ of eq. 14 (rows equal to `ignore_index` get no margin); without it, the
-    inference logits (no margin). The scorer is `scorer`, or the one of the keyword `scorer_options`
-    (`Scorer.from_options`). `word_counts` (V,) feed f, `context_norm_value` replaces max-norm's batch maximum.
-    Materialises (N, V): use `output_loss` for training. Computed in float32 (float64 for float64 inputs) and returned
-    in the dtype `hidden @ weight.T` would have outside autocast."""
+    """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,); with `target` (*,) the
+    target class gets φ of eq. 14 (not on `ignore_index` rows), without it these are the inference logits. The scorer
+    is `scorer`, or the one of `scorer_options`; `word_counts` (V,) feed f, `context_norm_value` replaces max-norm's
+    batch maximum. Materialises (N, V): use `output_loss` for training. Computed in float32, returned in the dtype
+    `hidden @ weight.T` would have."""
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
     lead = hidden.shape[:-1]
@@ -140,10 +137,9 @@ def margin_logits(
 
 @dataclass(frozen=True)
 class Full(Candidates):
-    """Every class is a candidate: the criterion over the full (N, V) logits of eq. 13, in chunks of rows with the
-    gradient computed in the same pass (the chunk engine, hf_heads.losses.chunks; its kernel from `Impl`). With a
-    scorer's `posterior` (the sampled family's corrected posterior) the NLL of that distribution instead, its chunks
-    recomputed in the backward (eager PyTorch, no chunk kernel)."""
+    """Every class is a candidate: the criterion over the (N, V) logits of eq. 13 in chunks of rows, the gradient in
+    the same pass. With a scorer's `posterior` the NLL of that distribution instead, its chunks recomputed in the
+    backward."""
 
     runs_kernel = True
 
@@ -208,8 +204,7 @@ def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
 
 
 def _is_linear(scorer: Scorer) -> bool:
-    """Whether the scorer's logits are the linear layer's with the checkpoint's transform (no margin, norms, scale
-    or gain)."""
+    """Whether the scorer's logits are the linear layer's with the checkpoint's transform."""
     return scorer.without_margin() == Scorer(logit_multiplier=scorer.logit_multiplier, softcap=scorer.softcap) and (
         not scorer.margin.changes_target
     )

@@ -139,8 +139,8 @@ def noise_distribution(
     counts: torch.Tensor | None = None,
     ranks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """D over `num_classes` classes, shape (C,), float64, summing to 1 (see the module docstring). `noise`: a config
-    value (a name, `{"type": name, **parameters}`, `"unigram:smoothing=0.5,add=1"`) or a `Noise`."""
+    """D over `num_classes` classes, shape (C,), float64, summing to 1. `noise`: a config value (a name, a dict,
+    `"unigram:smoothing=0.5,add=1"`) or a `Noise`."""
     component = make_noise(noise)
     check_number("num_classes", num_classes, minimum=2, integer=True)
     if counts is not None:

@@ -91,10 +91,8 @@ from hf_heads.validation import OptionError, check_number
 @dataclass(frozen=True)
 class SamplingMethod(Component, ABC):
     """One sampling method, a registered component: its candidate terms, its posterior corrections (module docstring
-    tables) and `reference`, its criteria for one position from the paper's equations (the contract's reference).
-
-    Arguments: s are scores of candidates (any shape), `log_kd` log(K·D(c)) of their classes (same shape), K the number
-    of samples and C the number of classes. The defaults are the identity terms of MCS."""
+    tables) and `reference`, its criteria for one position from the paper's equations. Arguments: s are scores of
+    candidates (any shape), `log_kd` log(K·D(c)) of their classes, K the number of samples, C the number of classes."""
 
     name: ClassVar[str] = ""
     draws_samples: ClassVar[bool] = True  # False: every class is a candidate (no noise)
@@ -144,16 +142,16 @@ class SamplingMethod(Component, ABC):
         self, criterion: Criterion, t: torch.Tensor, s: torch.Tensor, log_kd_t: torch.Tensor, log_kd: torch.Tensor,
         num_samples: int | None, num_classes: int,
     ) -> torch.Tensor:  # fmt: skip
-        """The loss () of one position from its equation: the target's score t () and log(K·D) of it, the scores s
-        (M,) of the other candidates and their log(K·D) (M,): the K samples (accidental hits already dropped where
-        they are removed), or every other class for `full` (log(K·D) then undefined, given as zeros)."""
+        """The loss () of one position from its equation: the target's score t () and its log(K·D), the other
+        candidates' scores s (M,) and log(K·D) (M,): the K samples (hits dropped where removed), or every other class
+        for `full`."""
 
 
 @register("sampling_method")
 @dataclass(frozen=True)
 class Full(SamplingMethod):
-    """No sampling: MSE (eq. 1), BCE (eq. 3) and CE (eq. 5) over every class; p = σ(s) (eqs. 2, 4), softmax(s)
-    (eq. 6)."""
+    """No sampling: MSE (eq. 1), BCE (eq. 3) and CE (eq. 5) over every class; p = σ(s) (eqs. 2, 4), softmax(s) (eq.
+    6)."""
 
     name: ClassVar[str] = "full"
     draws_samples: ClassVar[bool] = False
@@ -223,11 +221,9 @@ class CPS(SamplingMethod):
     """Compensated partial summation: each sample weighted by α = C / K: BCE eq. 15, CE eq. 17 (s + log α); corrections
     s + log(C·D(c)) (eq. 16, αK = C) and s + log D(c) (eq. 18).
 
-    CE-CPS is CE-MCS plus the constant log α (α is one number for the run, sec. 3.2.3; the target's candidate term
-    carries α too): same gradient, same correction (eq. 18 = eq. 10), so from the same samples it trains the same
-    model. The paper's tables report the two differently, which its eqs. 9 and 17 cannot cause
-    (docs/results/sampled_lm). α matters only in BCE-CPS, where it weights the negatives (eq. 15) and enters the
-    optimum (eq. 16)."""
+    CE-CPS is CE-MCS plus the constant log α (α is one number for the run, sec. 3.2.3): same gradient, same correction
+    (eq. 18 = eq. 10), so from the same samples it trains the same model, although the paper's tables report the two
+    differently (docs/results/sampled_lm). α matters only in BCE-CPS (eqs. 15-16)."""
 
     name: ClassVar[str] = "cps"
     ce_correction_uses_noise: ClassVar[bool] = True
@@ -303,8 +299,7 @@ def validate_sampled_options(
     criterion: str | dict | Criterion, method: str | dict | SamplingMethod, num_samples: int | None,
     num_classes: int | None,
 ) -> SamplingMethod:  # fmt: skip
-    """The sampling method of `method` (a config value or an object), after checking it with the criterion (a
-    `Criterion` or its config value) and K: `OptionError` naming the field for an invalid criterion / method / K."""
+    """The sampling method of `method`, after checking it with the criterion and K (`OptionError` naming the field)."""
     criterion = make_criterion(criterion)
     sampler = make_sampling_method(method)
     if not criterion.softmax and not criterion.sampled_form and not isinstance(sampler, Full):
@@ -331,8 +326,7 @@ def validate_sampled_options(
 
 
 def _correction_noise(sampler, criterion: Criterion, noise_probs, num_classes: int) -> torch.Tensor | None:
-    """The noise probabilities D (C,), checked, when the posterior correction of `criterion` × the method takes them,
-    else None."""
+    """D (C,), checked, when the posterior correction of `criterion` × the method uses it, else None."""
     if not sampler.correction_uses_noise(criterion):
         return None
     if noise_probs is None:
@@ -343,9 +337,8 @@ def _correction_noise(sampler, criterion: Criterion, noise_probs, num_classes: i
 
 @dataclass(frozen=True, eq=False)
 class Correction:
-    """The posterior of a model trained with `criterion` × `method` (module docstring table, eqs. 2-22): the map of its
-    scores s to log p̃(c|x) before normalisation, a `Scorer`'s `posterior`. Called on a block of scores (n, V_block)
-    whose first class is `offset`, D (V,) given whole."""
+    """The posterior of a model trained with `criterion` × `method` (eqs. 2-22), a `Scorer`'s `posterior`: its scores s
+    (n, V_block), the first class `offset`, to log p̃(c|x) before normalisation, D (V,) given whole."""
 
     criterion: Criterion
     method: SamplingMethod
@@ -375,8 +368,8 @@ def corrected_log_probs(
     num_samples: int | None = None,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """log p(c|x) over the full vocabulary from the trained scores s (*, C) (table in the module
-    docstring). `normalize=False` returns the unnormalised log p̃ of the paper's corrections."""
+    """log p(c|x) over the full vocabulary from the trained scores s (*, C) (module docstring table); `normalize=False`
+    returns the unnormalised log p̃."""
     validate_sampled_options(criterion, method, num_samples, scores.shape[-1])
     out = Correction(criterion, method, num_samples, noise_probs)(scores)
     return torch.log_softmax(out, dim=-1) if normalize else out
@@ -386,9 +379,8 @@ def corrected_log_probs(
 
 
 def _candidate_scores(h, weight, bias, f, cands, softcap, gemm: torch.dtype):
-    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,): the product
-    in `gemm` (a half dtype accumulates in float32; only the K candidate rows of W are gathered), the rest in h's
-    dtype."""
+    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,), the product in
+    `gemm` with only the K candidate rows of W gathered."""
     w = weight[cands] if f is None else weight[cands] * f[cands, None]  # (K, H)
     out = (h.to(gemm) @ w.to(gemm).T).to(h.dtype)  # (N, K)
     return soft_cap(out if bias is None else out + bias[cands], softcap)
@@ -420,9 +412,9 @@ def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k
 
 @dataclass(frozen=True, eq=False)
 class Sampled(Candidates):
-    """The target and K classes drawn from the noise D (`noise_probs`, (C,)) once for the whole batch (with
-    `generator`, or given as `samples` (K,)), scored by the sampling `method` (eqs. 7-21); `remove_accidental_hits`
-    drops a sample equal to the row's target. No chunk kernel: the (N, K) scores are one small product."""
+    """The target and K classes drawn from the noise D (`noise_probs`, (C,)) once per batch (or given as `samples`
+    (K,)), scored by the sampling `method` (eqs. 7-21); `remove_accidental_hits` drops a sample equal to the row's
+    target."""
 
     method: str | dict | SamplingMethod
     num_samples: int
@@ -490,7 +482,6 @@ class Sampled(Candidates):
 
 
 def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:
-    """Mean and std over rows of log Σ_c p̃(c|x) for unnormalised log-scores (*, C) (0 when the
-    scores are self-normalised)."""
+    """Mean and std over rows of log Σ_c p̃(c|x) for log-scores (*, C) (0 when self-normalised)."""
     log_z = torch.logsumexp(log_scores.reshape(-1, log_scores.shape[-1]).float(), dim=-1)
     return float(log_z.mean()), float(log_z.std()) if log_z.numel() > 1 else 0.0

@@ -61,9 +61,9 @@ _ACOS_EPS = 1e-7  # the default `safe_phi` keeps cos θ this far inside (−1, 1
 @component_base("margin")
 @dataclass(frozen=True)
 class Margin(Component, ABC):
-    """φ of the target class (eq. 14): one registered component class per margin type, its parameters its dataclass
-    fields. A subclass sets `name`, defines `phi` (the definition from θ: its reference) and, where φ(acos(cos θ)) is
-    not gradient-safe, `safe_phi`; it extends `check` for its parameters' rules."""
+    """φ of the target class (eq. 14), one registered component class per margin type, its parameters its fields. A
+    subclass defines `phi` (the definition, its reference) and, where φ(acos(cos θ)) is not gradient-safe,
+    `safe_phi`."""
 
     changes_target: ClassVar[bool] = True  # False: φ = cos, the target logit is computed like every other
 
@@ -111,9 +111,9 @@ def margin_type(name: str) -> type[Margin]:
 
 
 def make_margin(margin: str | dict | Margin = "none", m: float | None = None) -> Margin:
-    """The margin of a config value (a name, `{"type": name, **parameters}`, or a `Margin`), with the flat `m` of
-    the older option form given apart (None or 0: not given). An `m` the type does not have is refused unless it is
-    0 (it has no effect), and so is an `m` given twice with two values."""
+    """The margin of a config value (a name, `{"type": name, **parameters}`, or a `Margin`), with the older form's
+    flat `m` given apart (None or 0: not given); an `m` the type does not have, or given twice with two values, is
+    refused."""
     given = m not in (None, 0, 0.0)
     if isinstance(margin, Margin):
         if given:
@@ -344,9 +344,8 @@ class LogUnigramWordNorm(WordNorm):
 @component_base("context_norm")
 @dataclass(frozen=True)
 class ContextNorm(Component, ABC):
-    """g(i), the norm of context vector h_i in eq. 13 (eq. 10): one registered component class per context norm.
-    `batch_dependent` norms are replaced outside training by a running value of their batch statistic (the heads keep
-    it, `batch_value` feeds it), so a prediction does not depend on the rest of its batch."""
+    """g(i), the norm of context vector h_i in eq. 13 (eq. 10), one registered component class per context norm. A
+    `batch_dependent` norm is replaced outside training by a running value of its `batch_value`."""
 
     identity: ClassVar[bool] = False  # True: g(i) = ‖h_i‖ (no-mod)
     batch_dependent: ClassVar[bool] = False
@@ -457,9 +456,8 @@ def context_norm_values(
     context_norm_value: float | torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    """g(i) for every row (eq. 10), shape (N,); None for no-mod (g = ‖h_i‖, left implicit). A batch-dependent norm
-    (max-norm) takes `context_norm_value` when given (the running value outside training); `valid` (N,) marks the
-    rows its statistic is over (None: all)."""
+    """g(i) for every row (eq. 10), shape (N,); None for no-mod. A batch-dependent norm takes `context_norm_value` when
+    given (the running value outside training); `valid` (N,) marks the rows its statistic is over (None: all)."""
     norm = make_context_norm(context_norm)
     if norm.identity:
         return None
@@ -470,9 +468,9 @@ def context_norm_values(
 
 
 class _WeightRows(torch.autograd.Function):
-    """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H) with one (V, H) gradient buffer for both (autograd
-    would allocate one per backward, then add them). Given a `WeightGradSlot`, also W itself (a view) for the fused
-    loss, whose (V, H) gradient then takes the norms' and rows' parts in place."""
+    """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H) with one (V, H) gradient buffer for both. Given a
+    `WeightGradSlot`, also W (a view) for the fused loss, whose gradient then takes the norms' and rows' parts in
+    place."""
 
     @staticmethod
     def forward(ctx, weight, target, dtype, slot):
@@ -513,8 +511,7 @@ def weight_rows(
     slot: WeightGradSlot | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(‖W_c‖ (V,), W[target] (N, H) or None, W for the fused loss or None) in `dtype` (default: the weight's),
-    differentiable in `weight` with one (V, H) gradient buffer (`_WeightRows`); a half-precision weight is not
-    copied."""
+    differentiable in `weight` with one (V, H) gradient buffer (`_WeightRows`)."""
     return _WeightRows.apply(weight, target, dtype or weight.dtype, slot)
 
 
@@ -523,8 +520,8 @@ def weight_rows(
 
 @dataclass(frozen=True)
 class Scorer:
-    """Eq. 13's scorer with the checkpoint's output transform (module docstring), validated on construction.
-    `Scorer.from_options` builds one from option values; `Scorer()` is the plain linear layer W h + b.
+    """Eq. 13's scorer with the checkpoint's output transform (module docstring), validated on construction; `Scorer()`
+    is the plain linear layer W h + b.
 
     Its data, given per call (`given`) and not compared: `word_counts` (V,); `context_norm_value`, a fixed g for a
     batch context norm; `posterior`, a map of the (n, V) scores and their column offset to the logits of the model's
@@ -616,9 +613,9 @@ class Scorer:
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,) so
         that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H), weight (V,
-        H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), no target logit of its own, no
-        bias. The soft-cap is the caller's. `valid` (N,): the rows that count (None: all). Computed in float32 (float64
-        for float64 inputs); a half-precision W is never copied to float32."""
+        H), bias (V,) or None and target (N,) or None; None stands for ones (a, s), no target logit of its own, no
+        bias. The soft-cap is the caller's. `valid` (N,): the rows that count. Computed in float32 (float64 for float64
+        inputs)."""
         return self.fused_factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)[:4]
 
     def fused_factors(
@@ -675,8 +672,8 @@ class Scorer:
         valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
         """(a·h (N, H), s (V,) or None, the soft-capped target logit (N,), b (V,) or None) for a criterion over
-        candidate classes: the logit of class c is cap(a_i · s_c · (h_i · W_c) + b_c) (`factors`), the target's
-        the returned one, margin applied."""
+        candidate classes: the logit of class c is cap(a_i · s_c · (h_i · W_c) + b_c), the target's the returned
+        one."""
         a, s, t, bias = self.factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)
         h = hidden if a is None else hidden * a[:, None]  # (N, H)
         if t is None:
@@ -731,7 +728,6 @@ def validate_margin_options(
     *,
     counts_required: bool = True,
 ) -> None:
-    """Raise `OptionError` naming the field for any invalid option or combination of margin options, and
-    `ValueError` for word counts of the wrong shape or with negative / non-finite entries."""
+    """Raise `OptionError` naming the field for any invalid margin option, `ValueError` for bad counts."""
     scorer = Scorer.from_options(margin, m, scale, word_norm, context_norm)
     check_word_counts(scorer.word_norm, word_counts, vocab_size, counts_required and scorer.needs_counts)
