@@ -60,15 +60,14 @@ TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}  # max |Δ log p| on the
 
 def to_base(model, verify: bool = True) -> PreTrainedModel:
     """The base transformers model of an hf_heads model (module docstring), in eval mode, its body holding the
-    backbone's tensors. `verify`: check its log-probabilities against the hf_heads model's on a probe input (refused,
-    `ValueError`, beyond the tolerance). Raises `ValueError` naming why for a model that does not fold."""
+    backbone's tensors. `verify`: compare log-probabilities on a probe input. `ValueError` naming why for a model that
+    does not fold."""
     return _BaseExport(model).build(verify)
 
 
 def export_base(model, directory: str | Path, tokenizer=None, verify: bool = True) -> Path:
-    """Save `to_base(model)` to `directory` with the hf_heads model's generation config, the tokenizer (if given) and a
-    model card naming the head that trained it; no hf_heads code. `verify`: also load the directory back with
-    `AutoModelFor….from_pretrained` and compare. Returns the directory."""
+    """Save `to_base(model)` to `directory` with the generation config, the tokenizer (if given) and a model card
+    naming the head; no hf_heads code. `verify`: load it back and compare. Returns the directory."""
     directory = Path(directory)
     saved = directory / "config.json"
     if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")).get("model_type") == "hf_heads":
@@ -238,9 +237,8 @@ class _BaseExport:
         return base
 
     def fold_transform(self, weight, bias, head: dict, base: dict):
-        """(W', b') for the base architecture's output transform `base` where it differs from the head's `head`: a
-        different multiplier is folded into W' and b' (multiplier·(W h + b) = base multiplier·(W'' h + b'')); a
-        different soft-cap is refused."""
+        """(W', b') for the base architecture's output transform `base` where it differs from the head's: a different
+        multiplier is folded into W' and b'; a different soft-cap is refused."""
         if head["logit_softcap"] != base["logit_softcap"]:
             raise ValueError(
                 f"the base architecture caps its logits with logit_softcap={base['logit_softcap']!r} (its config), "
@@ -282,9 +280,8 @@ class _BaseExport:
         return tensors
 
     def bias_tensors(self, base: PreTrainedModel, out_name: str, bias: torch.Tensor | None) -> dict:
-        """{name: tensor} of the base model's output bias (every name holding the output layer's bias, or
-        `final_logits_bias`) set to b'; a b' the base architecture has no place for is refused unless it is the same
-        for every class (then dropped: it does not change the distribution)."""
+        """{name: tensor} of the base model's output bias set to b'; a b' the architecture has no place for is refused
+        unless it is the same for every class (then dropped)."""
         dtype = self.model.dtype
         layer = base.get_submodule(out_name)
         names = _tensor_names(base)

@@ -90,21 +90,19 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         verify: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForCausalLM:
-        """Wrap a pretrained causal LM: reuse its backbone weights and start the head from its output layer (weight,
-        and bias where it has one), keeping its weight tying. `name_or_path` is a Hub id, a local directory or a loaded
-        `*ForCausalLM` (whose modules are then shared); `from_pretrained_kwargs` go to
-        `AutoModelForCausalLM.from_pretrained` (e.g. `gguf_file=`, `dtype=`).
+        """Wrap a pretrained causal LM (a Hub id, a local directory or a loaded `*ForCausalLM`, whose modules are then
+        shared): its backbone, and the head started from its output layer, keeping its weight tying;
+        `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained` (e.g. `gguf_file=`, `dtype=`).
 
-        Heads whose inference distribution cannot equal the checkpoint's by copying its output layer (norm-scaled
-        margin heads, sampled criteria) get a calibrated start (`MarginHead.calibrate_to`) on probe positions:
-        `calibration_ids` (B, T), or by default 4 sequences of 32 tokens that the checkpoint samples itself (seeded;
-        the global RNG is left untouched). Those that need word counts are calibrated here only when `word_counts` is
-        given; otherwise the head is left `warm_start_pending` and `HeadsTrainer` calibrates it on training rows.
-        `calibrate=False` keeps the copied output layer as it is.
+        Heads whose distribution copying the output layer cannot keep (norm-scaled margins, sampled criteria) are
+        calibrated (`MarginHead.calibrate_to`) on `calibration_ids` (B, T), or by default 4 sequences of 32 tokens the
+        checkpoint samples itself (seeded; the global RNG untouched). Those needing word counts are calibrated only
+        with `word_counts`, else left `warm_start_pending` for `HeadsTrainer`. `calibrate=False` keeps the copied
+        output layer as it is.
 
-        The checkpoint's output transform becomes the head's `logit_multiplier` / `logit_softcap`; with `verify` the
-        copied output layer is checked on a probe input against the checkpoint's logits, and an architecture hf_heads
-        does not reproduce is refused (hf_heads.modeling.parity), never returned changed."""
+        The checkpoint's output transform becomes `logit_multiplier` / `logit_softcap`; `verify` compares the copied
+        layer's logits with the checkpoint's on a probe, refusing an architecture hf_heads does not reproduce
+        (hf_heads.modeling.parity)."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
@@ -229,12 +227,10 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> CausalLMOutputWithPast | TokenLossOutput:
         """Args as in transformers' `*ForCausalLM.forward`; `num_items_in_batch` makes gradient accumulation exact.
-
-        `fused_lm_head=True` (TRL's `SFTTrainer` protocol, hf_heads.training.trl) returns a `TokenLossOutput` of
-        per-token quantities instead of logits; `shift_labels=` (a keyword, kept out of the signature so that the
-        Trainer's label names stay `labels`) are labels already shifted, as TRL passes them under context parallelism.
-        The generation cache is taken as `cache` or `past_key_values`. Token ids and labels outside the vocabulary are
-        refused with a `ValueError`."""
+        `fused_lm_head=True` (TRL's protocol, hf_heads.training.trl) returns a `TokenLossOutput` instead of logits;
+        `shift_labels=` (a keyword, so the Trainer's label names stay `labels`) are labels already shifted, as TRL
+        passes them under context parallelism. Token ids and labels outside the vocabulary are refused with a
+        `ValueError`."""
         kwargs.pop("return_dict", None)
         cache = take_cache(kwargs)
         shift_labels = kwargs.pop("shift_labels", None)

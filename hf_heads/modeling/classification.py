@@ -138,16 +138,15 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
     ) -> HeadsForSequenceClassification:
         """Wrap a pretrained model (a Hub id, a local directory or a loaded model, whose modules are then shared).
 
-        - A fine-tuned sequence classifier (`keep_classifier=None` decides by the checkpoint's `architectures`): its
-          labels and its classifier (pooler, dense+tanh, ...) are kept and its final projection becomes the head, so
-          the wrapped model predicts what the checkpoint predicts (checked with `verify`).
-        - Any other checkpoint (or `keep_classifier=False`): its backbone plus a new head over the labels (give
-          `id2label` or `num_labels`); `pooling` and `classifier_dropout` as in `HeadsConfig`.
+        - A fine-tuned sequence classifier (`keep_classifier=None` decides by its `architectures`): its labels and
+          classifier are kept and its final projection becomes the head, so the model predicts what the checkpoint
+          predicts (`verify`).
+        - Any other checkpoint (or `keep_classifier=False`): its backbone plus a new head over the labels (`id2label`
+          or `num_labels`); `pooling` and `classifier_dropout` as in `HeadsConfig`.
 
-        `config=` is read as `AutoModelForSequenceClassification.from_pretrained(name, config=config)` reads it. A
-        `problem_type` other than single-label classification is refused: a head trains one class per example.
-        `calibrate=False`: the head trains from the copied output layer as it is; otherwise a head whose copy does not
-        keep the checkpoint's distribution is calibrated on the first training rows by `HeadsTrainer`."""
+        `config=` is read as `AutoModelForSequenceClassification.from_pretrained` reads it; a `problem_type` other than
+        single-label classification is refused (a head trains one class per example). `calibrate` as in
+        `HeadsForCausalLM.from_base`."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         num_labels, id2label, label2id, problem_type = labels_of_config(
             from_pretrained_kwargs.get("config"), num_labels, id2label

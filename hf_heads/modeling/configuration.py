@@ -49,35 +49,25 @@ class HeadsConfig(PretrainedConfig):
 
     Args:
         backbone: the wrapped backbone's config (a `PretrainedConfig` or its dict, with `model_type`).
-        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse" | "continuous", **options}`
-            (the options dataclass of each family: `hf_heads.heads.<family>`). Validated here: a bad `config.json` is
-            refused on load with a `ValueError` naming the field, the value and what is allowed. Read-only: a built
-            model changes its head and this section together, with `model.set_head_options(...)`.
+        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse" | "continuous", **options}`,
+            validated here (a bad `config.json` is refused on load naming the field, the value and what is allowed) and
+            read-only: a built model changes its head and this section together, with `model.set_head_options(...)`.
         tie_word_embeddings: share the head's weight with the backbone's input embeddings.
-        pooling: sequence classification only: `pooler` (the backbone's pooled output), `first` (first token), `last`
-            (last non-pad token), `mean` (over non-pad tokens), or `auto`: `pooler` when the backbone returns one, else
-            `first` for encoders and `last` for decoders.
+        pooling: sequence classification only: `pooler`, `first`, `last` (last non-pad token), `mean`, or `auto`
+            (`pooler` when the backbone returns one, else `first` for encoders and `last` for decoders).
         classifier_dropout: sequence classification only: dropout before the head (default: the
             backbone's `classifier_dropout` or `hidden_dropout_prob`, else 0).
-        classifier_stem: sequence classification of a fine-tuned classifier checkpoint only: the module name of its
-            final (C, H) projection, replaced by the identity so the head takes its place (its own pooling is kept).
-        components: filled in here: `{head option: module}` for each component of the head defined outside hf_heads
-            (e.g. `{"margin": "my_pkg.margins"}`). Loading imports these modules before it reads the head section, and
-            saving copies them next to the model's code, so the model loads in a fresh process.
-        decoder_stem: seq2seq with an `EncoderDecoderConfig` backbone wrapped from an `EncoderDecoderModel` checkpoint
-            only: the module name, inside the decoder's `AutoModelForCausalLM`, of its final (V, H) projection,
-            replaced by the identity (what the decoder computes before it, such as BERT's dense + LayerNorm, is kept).
+        classifier_stem: a fine-tuned classifier checkpoint's final (C, H) projection, replaced by the head.
+        components: filled in here: `{head option: module}` for each component defined outside hf_heads, imported
+            before the head section is read and saved next to the model's code.
+        decoder_stem: an `EncoderDecoderModel` checkpoint's decoder's final (V, H) projection, replaced by the head
+            (what the decoder computes before it, such as BERT's dense + LayerNorm, is kept).
 
-    Read through to the backbone's config (no copy is kept, so the backbone's current value is always the answer):
-
-    - every special token id `*_token_id`: the backbone's top-level value, else its decoder's, else None;
-    - `max_position_embeddings`: the backbone's; for an `EncoderDecoderConfig` the smaller of its encoder's and
-      decoder's; absent where the backbone has no such limit (T5's relative positions);
-    - `vocab_size` and `hidden_size` (read-only: the head's tensors have that size) and `is_encoder_decoder`.
-
-    Setting a read-through attribute sets the backbone config's, which is what `save_pretrained` writes. A generation
-    parameter the backbone's config class does not keep is refused with a `ValueError` pointing to
-    `model.generation_config` (setting it to None is a no-op)."""
+    Read through to the backbone's config (no copy is kept): every special token id `*_token_id` (the backbone's, else
+    its decoder's, else None), `max_position_embeddings` (for an `EncoderDecoderConfig` the smaller of its encoder's
+    and decoder's; absent where the backbone has no limit), `vocab_size`, `hidden_size` and `is_encoder_decoder`.
+    Setting one sets the backbone config's, which is what `save_pretrained` writes; a generation parameter the
+    backbone's config class does not keep is refused, pointing to `model.generation_config` (None is a no-op)."""
 
     model_type = "hf_heads"
     sub_configs_defaults = {"backbone": SubConfigSpec(config_class=AutoConfig, model_type="gpt2")}

@@ -82,9 +82,8 @@ def _code_sources(
     components: dict | None = None, model_class_name: str | None = None, family: str | None = None
 ) -> dict[str, str]:
     """module -> source with rewritten imports, for the closure of the model classes' hf_heads imports and of the
-    modules of the config's `components`. With `model_class_name` and `family`, only that class's task module and that
-    family's module start the closure (a directory carries the code its model runs). `RuntimeError` when an import
-    cannot be rewritten, or a component comes from a script (`__main__`), whose code cannot be carried."""
+    config's `components` modules (with `model_class_name` and `family`: only what that model runs). `RuntimeError` for
+    an import that cannot be rewritten, or a component from a script (`__main__`)."""
     users = sorted(set((components or {}).values()))
     for option, module in (components or {}).items():
         if module == "__main__":
@@ -126,8 +125,7 @@ def write_code(
     model_class_name: str | None = None,
     family: str | None = None,
 ) -> list[str]:
-    """Copy the model code (and the modules of the config's `components`) into `directory` as flat modules with
-    relative imports (only what `model_class_name` with a head of `family` runs, when given); returns the file
+    """Copy the model code (and the config's `components` modules) into `directory` as flat modules; returns the
     names."""
     sources = _code_sources(components, model_class_name, family)  # every source first: nothing written on an error
     directory = Path(directory)
@@ -169,9 +167,8 @@ def model_class(model) -> type:
 def save_with_code(
     model, directory: str | Path, save: Callable, *, strict: bool = False, is_main_process: bool = True, **kwargs
 ):
-    """`save(directory, is_main_process=..., **kwargs)` (`PreTrainedModel.save_pretrained` of the model) with
-    `auto_map` in the config, then the code next to it. A model whose code cannot be exported is saved without
-    them, with a warning (it then loads with `import hf_heads` only), or, with `strict`, refused (`ValueError`)."""
+    """`save(directory, ...)` with `auto_map` in the config, then the code next to it. A model whose code cannot be
+    exported is saved without them, with a warning, or, with `strict`, refused (`ValueError`)."""
     name = model_class(model).__name__
     components = getattr(model.config, "components", None)
     family = (getattr(model.config, "head", None) or {}).get("family")

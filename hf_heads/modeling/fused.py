@@ -19,14 +19,9 @@ from transformers.utils import ModelOutput
 
 @dataclass
 class TokenLossOutput(ModelOutput):
-    """The fields of TRL's `FusedCausalLMOutput` (every per-token field (B, T) and 0 where the label is -100).
-
-    loss: Σ per-token loss / `num_items_in_batch` (or the number of labelled tokens).
-    log_probs: −(the head's per-token loss).
-    entropy: entropy of the inference distribution (no gradient).
-    is_top1: whether the label is the inference distribution's argmax, the lowest index winning a tie.
-    label_mask: whether the label is not -100.
-    """
+    """The fields of TRL's `FusedCausalLMOutput`, every per-token field (B, T) and 0 where the label is -100: `loss` (Σ
+    per-token loss / `num_items_in_batch`), `log_probs` (−(the head's per-token loss)), `entropy` and `is_top1` of the
+    inference distribution (no gradient; ties to the lowest index), `label_mask`."""
 
     loss: torch.Tensor | None = None
     log_probs: torch.Tensor | None = None

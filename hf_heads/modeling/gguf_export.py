@@ -25,9 +25,8 @@ TOLERANCE = {"f32": 1e-5, "f16": HALF_TOLERANCE}  # max |Δ log p| of the file r
 
 def export_gguf(model, path: str | Path, tokenizer=None, dtype: str = "f16", verify: bool = True) -> Path:
     """Write `model` (an hf_heads model, exported with `to_base()` first, or a `LlamaForCausalLM`) to the GGUF file
-    `path` with `tokenizer`'s vocabulary (llama.cpp needs one to run text); `dtype`: "f16" or "f32". `verify`: read the
-    file back with transformers and compare log-probabilities on a probe input. Refuses (`ValueError`) what llama.cpp's
-    Llama graph does not run. Returns the path."""
+    `path` with `tokenizer`'s vocabulary; `dtype`: "f16" or "f32". `verify`: read it back with transformers and compare
+    on a probe. Refuses (`ValueError`) what llama.cpp's Llama graph does not run. Returns the path."""
     import gguf
 
     if dtype not in DTYPES:
@@ -152,9 +151,8 @@ def gguf_tensors(base, dtype: str):
 
 
 def add_vocabulary(writer, tokenizer, vocab_size: int) -> None:
-    """The tokenizer's vocabulary as `tokenizer.ggml.*` (token list, types, merges, special ids, chat template), padded
-    with unused tokens to the model's vocabulary size; a byte-level BPE tokenizer is `gpt2`, a SentencePiece one
-    `llama` (`gguf.vocab`); other kinds are refused."""
+    """The tokenizer's vocabulary as `tokenizer.ggml.*`, padded to the model's vocabulary size; a byte-level BPE
+    tokenizer is `gpt2`, a SentencePiece one `llama`; other kinds are refused."""
     import gguf
 
     with tempfile.TemporaryDirectory() as directory:

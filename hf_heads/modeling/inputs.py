@@ -63,9 +63,8 @@ def check_token_ids(
     num_classes: int | None = None,
     classifier: bool = False,
 ) -> None:
-    """Refuse token ids outside their embedding (`ids`: {input name: (ids or None, rows of its embedding or None)})
-    and labels outside 0 <= label < `num_classes` other than -100 (ignored). `classifier`: the labels are class
-    ids of a sequence classifier (the error then speaks of num_labels)."""
+    """Refuse token ids outside their embedding (`ids`: {input name: (ids or None, rows or None)}) and labels outside 0
+    <= label < `num_classes` other than -100; `classifier`: the error speaks of num_labels."""
     named = [(name, t, size) for name, (t, size) in ids.items() if t is not None and size is not None]
     if labels is not None and num_classes is not None:
         named.append(("labels", labels, num_classes))

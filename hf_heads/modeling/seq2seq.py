@@ -193,16 +193,11 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         **from_pretrained_kwargs,
     ) -> HeadsForSeq2SeqLM:
         """Wrap a pretrained `AutoModelForSeq2SeqLM` (a Hub id, a local directory or a loaded model, whose modules are
-        then shared): reuse its encoder-decoder and start the head from its output layer (and its `final_logits_bias`).
-        A transformers `EncoderDecoderModel` checkpoint is wrapped too: its encoder, and its decoder's causal LM up to
-        the final projection (`HeadsConfig.decoder_stem`), the head started from that projection.
-
-        The checkpoint's output transform (T5's d_model^-0.5 rescale) becomes the head's `logit_multiplier`; with
-        `verify` the copied output layer is checked on a probe input against the checkpoint's logits, and an
-        architecture hf_heads does not reproduce is refused (hf_heads.modeling.parity). A continuous head starts from
-        its embedding table. `calibrate=False`: the head trains from the copied output layer as it is; otherwise a head
-        whose copy does not keep the checkpoint's distribution is calibrated on the first training rows by
-        `HeadsTrainer`."""
+        then shared), the head started from its output layer (and `final_logits_bias`); a transformers
+        `EncoderDecoderModel` checkpoint too (`HeadsConfig.decoder_stem`). The output transform (T5's d_model^-0.5)
+        becomes `logit_multiplier`; `verify` compares the copied layer's logits with the checkpoint's
+        (hf_heads.modeling.parity). A continuous head starts from its embedding table. `calibrate` as in
+        `HeadsForCausalLM.from_base`."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
@@ -233,9 +228,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
     def _from_encoder_decoder_model(
         cls, lm: EncoderDecoderModel, name: str, head: dict | None, verify: bool
     ) -> HeadsForSeq2SeqLM:
-        """`from_base` of a transformers `EncoderDecoderModel`: its encoder (shared), its decoder's causal LM (shared
-        parameters; the caller's model is left as it is) cut before the final projection, the head from that
-        projection."""
+        """`from_base` of a transformers `EncoderDecoderModel`: its encoder and its decoder's causal LM (shared) cut
+        before the final projection, the head from that projection."""
         if getattr(lm, "enc_to_dec_proj", None) is not None:
             proj = lm.enc_to_dec_proj
             raise ValueError(

@@ -24,9 +24,8 @@ def is_partitioned(tensor: torch.Tensor | None) -> bool:
 
 @contextlib.contextmanager
 def gathered(params: Iterable[torch.Tensor | None]) -> Iterator[None]:
-    """Inside: the ZeRO-3 partitioned tensors among `params` gathered whole on this process
-    (`deepspeed.zero.GatheredParameters`, a collective: every process must enter), partitioned again on exit (changes
-    made inside are dropped: it is for reading). A no-op for the others (None, unpartitioned tensors, a DTensor)."""
+    """Inside: the ZeRO-3 partitioned tensors among `params` gathered whole (a collective: every process must enter),
+    for reading (changes are dropped). A no-op for other tensors."""
     partitioned = [p for p in params if is_partitioned(p)]
     if not partitioned:
         yield
