@@ -54,8 +54,7 @@ class OutputHead(nn.Module):
     warm_start_pending: bool = False
 
     def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
-        """`options`: this family's options object, or its head section as a dict (`family` optional), or None
-        for the defaults. `hf_heads.heads.make_head` builds the head of any family from a head section."""
+        """`options`: the family's options object, its head section as a dict, or None for the defaults."""
         super().__init__()
         if not self.family:
             raise TypeError(f"{type(self).__name__} is a base class: build heads with hf_heads.heads.make_head(...)")
@@ -74,13 +73,12 @@ class OutputHead(nn.Module):
     # ------------------------------------------------------------------ hooks
 
     def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
-        """The family's training criterion of hidden (*, H) against labels (*) (train mode), its rows counted and
-        reduced as `rows` says."""
+        """The training criterion of hidden (*, H) against labels (*), rows counted as `rows` says."""
         raise NotImplementedError
 
     def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
-        """The evaluation loss (eval mode); default: the training criterion. When `eval_loss_is_nll`, it is the NLL
-        of the inference distribution, so exp(eval_loss) is a perplexity."""
+        """The evaluation loss; default: the training criterion. With `eval_loss_is_nll`, exp(eval_loss) is a
+        perplexity."""
         return self.training_loss(hidden, labels, rows)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -88,19 +86,18 @@ class OutputHead(nn.Module):
         raise NotImplementedError
 
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(W' (V, H), b' (V,) or None): a plain output layer whose distribution is the head's inference distribution,
-        softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the checkpoint's output
-        transform (the base architecture applies it itself); a difference the same for every class is allowed. What
-        `to_base` writes as the base model's output layer. A head whose distribution no linear layer gives raises
-        `ValueError` naming why and the nearest exact choice; default: refused."""
+        """(W' (V, H), b' (V,) or None) with softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h,
+        `transform` the checkpoint's output transform: what `to_base` writes as the base model's output layer. A head
+        whose distribution no linear layer gives raises `ValueError` naming why and the nearest exact choice (the
+        default)."""
         raise ValueError(
             f"the {self.family} head's inference distribution is not the softmax of a linear layer (it defines no "
             f"linear_form): the base architecture cannot hold it; {SERVED_AS_IT_IS}"
         )
 
     def record_eval_sums(self, enabled: bool = True) -> None:
-        """From now on every evaluation pass adds its `eval_sum_names` sums and its counted rows to `eval_sums`, on the
-        device, with no host read (`take_eval_sums` reads them); `enabled=False` stops it."""
+        """From now on every evaluation pass adds its `eval_sum_names` sums and counted rows to `eval_sums`, on the
+        device."""
         names = self.eval_sum_names
         self.eval_sums = None
         if enabled and names:
@@ -120,8 +117,8 @@ class OutputHead(nn.Module):
         return {}
 
     def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) log-scores of the model's distribution before renormalisation, for heads trained to be
-        self-normalised (`has_unnormalized_scores`; the sampling paper's table 4 rescoring)."""
+        """(*, V) log-scores before renormalisation, for self-normalised heads (the sampling paper's table 4
+        rescoring)."""
         raise ValueError(
             f"the {self.family} head has no unnormalised scores: its logits are not trained to be self-normalised"
         )
@@ -132,8 +129,8 @@ class OutputHead(nn.Module):
         return self.inference_logits(hidden)
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
-        """Copy a checkpoint's output layer: weight (V, H) (None when it is tied to the input embeddings, which the
-        head then shares already) and bias (V,) or None (a zero bias)."""
+        """Copy a checkpoint's output layer: weight (V, H) (None when tied: the head shares it already) and bias (V,)
+        or None."""
         raise ValueError(f"a {self.family} head cannot start from a checkpoint's output layer")
 
     def reset_parameters(self, init=nn.init) -> None:
@@ -141,15 +138,15 @@ class OutputHead(nn.Module):
 
     @property
     def needs_calibration(self) -> bool:
-        """Whether copying a checkpoint's output layer (`start_from`) leaves the head's distribution different from
-        the checkpoint's, so that `from_base` calls `calibrate_to`; default: False."""
+        """Whether `start_from` leaves the distribution unlike the checkpoint's, so `from_base` calls
+        `calibrate_to`."""
         return False
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
-        """Move the head towards a checkpoint's distribution: hidden (N, H) are probe positions' final hidden states,
-        base_log_probs (N, V) the checkpoint's log-probabilities there. Returns what was fitted (for logs); default:
-        nothing to do."""
+        """Move the head towards a checkpoint's distribution: hidden (N, H) the probe positions' final hidden states,
+        base_log_probs (N, V) the checkpoint's log-probabilities there. Returns what was fitted; default: nothing to
+        do."""
         return {}
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
@@ -157,8 +154,7 @@ class OutputHead(nn.Module):
         return "training criterion", f"{self.family} head's eval loss"
 
     def check_scorable(self) -> None:
-        """Refuse (ValueError) to score texts while a score would depend on something other than the text (e.g. a
-        max-norm head before its running max ‖h‖ exists); default: always scorable."""
+        """Refuse (ValueError) to score texts while a score would depend on something other than the text."""
 
     def check_generation(self, num_beams: int) -> None:
         """Refuse (`OptionError` on field `num_beams`) a beam width that the head's distribution cannot serve."""
@@ -176,8 +172,8 @@ class OutputHead(nn.Module):
 
     @property
     def training_loss_is_nll(self) -> bool:
-        """Whether the per-token training loss is −log q(label) for a distribution q over classes (or over the
-        sampled candidates): then exp(−loss) is a probability (TRL's DFT loss weights each token by it)."""
+        """Whether the per-token training loss is −log q(label) for a distribution q, so exp(−loss) is a probability
+        (TRL's DFT)."""
         return self.loss_in_nats
 
     @property
@@ -209,8 +205,7 @@ class OutputHead(nn.Module):
         ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
     ) -> torch.Tensor:
-        """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
-        eval mode."""
+        """Loss of hidden (*, H) against labels (*): the training criterion in train mode, else the evaluation loss."""
         rows = LossRows(num_items_in_batch, ignore_index, reduction)
         if self.training:
             return self.training_loss(hidden, labels, rows)
@@ -232,11 +227,10 @@ class OutputHead(nn.Module):
         ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(`loss(hidden, labels, ...)`, {"entropy", "is_top1"}): per label (its shape; 0 / False where ignored) the
-        entropy of the inference distribution and whether the label is its argmax (the lowest index winning a tie),
-        without gradient (TRL's `entropy` and `mean_token_accuracy`). From `statistics`, a second pass, unless the loss
-        pass scores the inference distribution (`DiscreteHead.pass_is_inference_distribution`): then from the kernel's
-        float32 argmax, so a bf16 head's top-1 hits can differ from `statistics`' where rounding makes ties."""
+        """(`loss(hidden, labels, ...)`, {"entropy", "is_top1"}): per label (0 / False where ignored) the entropy of
+        the inference distribution and whether the label is its argmax (ties to the lowest index), without gradient.
+        From `statistics`, or from the loss pass where it scores the inference distribution (then a bf16 head's top-1
+        hits can differ where rounding makes ties)."""
         loss = self.loss(
             hidden, labels, num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction
         )
@@ -246,8 +240,8 @@ class OutputHead(nn.Module):
         return loss, {"entropy": stats["entropy"], "is_top1": is_top1}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Inference logits (*, V) in the head's dtype; they never carry a training margin. With a vocabulary-sharded
-        W, computed from its whole tensor (`whole_parameters`)."""
+        """Inference logits (*, V) in the head's dtype, never with a training margin (a vocabulary-sharded W read
+        whole)."""
         with whole_parameters(self):
             return self.inference_logits(hidden)
 
@@ -261,13 +255,11 @@ class OutputHead(nn.Module):
         normalized: bool = True,
         chunk_size: int | None = None,
     ) -> dict:
-        """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), shaped like
-        the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0),
-        `entropy` −Σ p log p, and `rank`: the number of classes more probable than the label plus those exactly as
-        probable with a lower index (ties go to the lowest index, as in argmax; they are common in bf16), so rank 0 is
-        the argmax and rank is V where p(label) = 0. `normalized=False`: `log_prob` is the label's unnormalised
-        log-score. Computed without gradient in chunks of `chunk_size` rows (default: the memory budget), never the (N,
-        V) logits; float64 for a float64 head, else float32."""
+        """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), 0 where the
+        label is `ignore_index`: `log_prob` log p(label), `entropy` −Σ p log p, and `rank`: the classes more probable
+        than the label plus those as probable with a lower index (argmax's tie rule; ties are common in bf16), V where
+        p(label) = 0. `normalized=False`: the unnormalised log-score. Without gradient, in chunks of `chunk_size` rows,
+        never the (N, V) logits; float64 for a float64 head, else float32."""
         with whole_parameters(self):  # a vocabulary-sharded W gathered once, not per chunk
             return self._statistics(hidden, labels, ignore_index, normalized, chunk_size)
 
@@ -311,12 +303,11 @@ class OutputHead(nn.Module):
         chunk_size: int | None = None,
         **loss_kwargs,
     ) -> tuple[torch.Tensor | None, torch.Tensor | dict[str, torch.Tensor] | None]:
-        """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`. With
-        `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`, computed in
-        chunks without the logits; otherwise `normalized=False` makes the logits `unnormalized_log_scores`.
-        `compute_loss=False` skips the loss. `token_statistics=True`: (loss, `loss_and_token_statistics`'s per-label
-        statistics). The models call the head through this method, so module hooks (FSDP's unsharding, PEFT's adapted
-        weight) run."""
+        """(loss or None, logits or None); logits are skipped while training with labels unless `return_logits`.
+        With `statistics=True` the second element is `statistics(hidden, labels)`; otherwise `normalized=False`
+        gives `unnormalized_log_scores`. `compute_loss=False` skips the loss; `token_statistics=True`: (loss,
+        `loss_and_token_statistics`). The models call the head through this method, so module hooks (FSDP, PEFT)
+        run."""
         if token_statistics:
             if labels is None:
                 raise ValueError("token_statistics=True needs labels")

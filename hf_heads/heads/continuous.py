@@ -72,9 +72,9 @@ def _losses_with(attribute: str, loss) -> str:
 
 @dataclass
 class ContinuousHeadOptions(HeadOptions):
-    """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a
-    d-dim embedding, trained against a frozen, L2-normalised pretrained table E (V, d) stored with the
-    weights; decoding ranks the vocabulary by û·Eᵀ (nearest neighbour)."""
+    """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a d-dim
+    embedding, trained against a frozen unit table E (V, d); decoding ranks the vocabulary by û·Eᵀ (nearest
+    neighbour)."""
 
     examples: ClassVar[dict[str, dict]] = {
         "continuous": {"loss": "vmf", "embedding_dim": 4, "tie_decoder_inputs": True},
@@ -165,9 +165,8 @@ class ContinuousHeadOptions(HeadOptions):
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section of the older flat form (`loss_margin`, `num_negatives`, `vmf_lambda1`, `vmf_lambda2`,
-        `vmf_form`, `num_sampled`) as the nested form (`{"loss": {"type": "vmf", "lambda1": 0.1}}`). A flat option the
-        loss has no parameter for is dropped at the value every older config stored and refused otherwise."""
+        """A head section of the older flat form (`loss_margin`, `vmf_lambda1`, ...) as the nested form; a flat option
+        the loss has no parameter for is dropped at the value older configs stored and refused otherwise."""
         flat = {key: head[key] for key in cls._FLAT_LOSS_PARAMETERS if key in head}
         if not flat:
             return head
@@ -217,10 +216,10 @@ class ContinuousHeadOptions(HeadOptions):
             check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table given with unit rows, centred as
-        `center_embeddings` says and normalised again; each counted row's loss is the loss's own `reference` over û,
-        the target ids, E, the scale s (exp(log s) clamped at 100 when learned) and the output vocabulary; the
-        inference logits are s · cos(û, E_c) (û·E_c for vMF), −inf outside the output vocabulary."""
+        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table with unit rows, centred as
+        `center_embeddings` says; each counted row's loss is the loss's own `reference` over û, the targets, E, the
+        scale s and the output vocabulary; the inference logits s · cos(û, E_c) (û·E_c for vMF), −inf outside the
+        vocabulary."""
         p = batch.params
         pred = batch.hidden @ p["proj.weight"].T + p["proj.bias"]  # (N, d)
         if self.projection_layer_norm:
@@ -315,8 +314,8 @@ class ContinuousHead(OutputHead):
         return self.options.logit_scale
 
     def set_output_vocabulary(self, ids: torch.Tensor) -> None:
-        """The output vocabulary (`output_vocabulary="targets"`): `ids` (M,) word ids, or a (V,) bool mask, e.g. the
-        distinct training labels (what the run scripts pass). At least two words."""
+        """The output vocabulary: `ids` (M,) word ids or a (V,) bool mask, e.g. the distinct training labels; at least
+        two."""
         if self.options.output_vocabulary != "targets":
             raise ValueError(
                 f"head.output_vocabulary={self.options.output_vocabulary!r}: set output_vocabulary='targets' to "
@@ -343,9 +342,8 @@ class ContinuousHead(OutputHead):
         return self.output_mask if self.options.output_vocabulary == "targets" else None
 
     def set_embedding_table(self, table: torch.Tensor, counts: torch.Tensor | None = None) -> None:
-        """Attach the pretrained table (V, d): rows are L2-normalised, centred as `center_embeddings` says (then
-        normalised again) and frozen. `counts` (V,): the training targets' counts, required by `frequency` (e.g.
-        `hf_heads.data.label_counts(train_dataset, V)`) and refused otherwise."""
+        """Attach the pretrained table (V, d): rows L2-normalised, centred as `center_embeddings` says and frozen.
+        `counts` (V,): the training targets' counts, required by `frequency` and refused otherwise."""
         table = torch.as_tensor(table, dtype=torch.float32)
         check_embedding_table(table, self.num_classes, self.options.embedding_dim)
         table = F.normalize(table, dim=1)  # (V, d)
@@ -394,16 +392,15 @@ class ContinuousHead(OutputHead):
 
     @autocast_off
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        """û (*, d) in float32 (float64 for a float64 head): the projection runs in the head's dtype with autocast
-        off (through the module, so its hooks run), and is upcast for the losses."""
+        """û (*, d) in float32 (float64 for a float64 head): the projection runs in the head's dtype, autocast off."""
         out = self.proj(hidden.to(self.proj.weight.dtype))
         if self.options.projection_layer_norm:
             out = self.proj_norm(out)
         return out.to(compute_dtype(self.proj.weight))
 
     def training_loss(self, hidden, labels, rows):
-        """Loss of hidden (*, H) against word ids (*); ignored positions contribute nothing. `mean` divides the
-        sum by `num_items_in_batch` when given (exact gradient accumulation), else by the valid positions."""
+        """Loss of hidden (*, H) against word ids (*); "mean" divides by `num_items_in_batch`, else by the valid
+        positions."""
         table = self._table()
         flat_h, flat_y, valid = valid_rows(hidden, labels, rows.ignore_index)
         check_labels(flat_y, self.num_classes, rows.ignore_index)
@@ -417,8 +414,7 @@ class ContinuousHead(OutputHead):
         return reduce_rows(losses, valid, labels.shape, rows.reduction, rows.num_items_in_batch)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E) (the other losses); -inf outside the output
-        vocabulary (`output_vocabulary="targets"`)."""
+        """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E); -inf outside the output vocabulary."""
         return self._scores(hidden).to(self.proj.weight.dtype)
 
     @autocast_off
@@ -432,9 +428,8 @@ class ContinuousHead(OutputHead):
 
     @torch.no_grad()
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The vMF scores û·Eᵀ with û = P h + p are E P h + E p: W' = E P (V, H), b' = E p (V,), −inf outside the
-        output vocabulary; float32. Refused for the cosine scores of the other losses (they divide by ‖û‖) and with
-        `projection_layer_norm`."""
+        """vMF's û·Eᵀ with û = P h + p: W' = E P (V, H), b' = E p (V,), −inf outside the output vocabulary; float32.
+        Refused for the cosine scores (they divide by ‖û‖) and with `projection_layer_norm`."""
         o = self.options
         why = None
         if o.component("loss").cosine_scores:
@@ -454,8 +449,8 @@ class ContinuousHead(OutputHead):
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
-        """Table 2 of Bhat et al. on the last training batch: accuracy@1/2/5/10 of the nearest neighbour,
-        similarity to the nearest neighbour (correct / wrong) and to the target (wrong), and mean ‖û‖."""
+        """Bhat et al.'s table 2 on the last training batch (nearest-neighbour accuracy@k and similarities) and mean
+        ‖û‖."""
         last = getattr(self, "_last", None)
         if last is None or last[0].shape[0] == 0:
             return {}

@@ -90,8 +90,7 @@ class MarginHeadOptions(SoftmaxHeadOptions):
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section of the older flat form with `margin` a name and `m` beside it, as the nested form
-        (`{"margin": {"type": "arc", "m": 0.2}}`); a section without `m` is returned as it is."""
+        """A head section of the older flat form (`margin` a name, `m` beside it) as the nested form."""
         if "m" not in head:
             return head
         head = dict(head)
@@ -142,9 +141,8 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         return self.batch_context_norm
 
     def scorer(self, with_margin: bool = True) -> Scorer:
-        """Eq. 13's scorer of these options with the checkpoint's output transform (hf_heads.losses.scorer), with
-        the margin (training) or without it (`with_margin=False`: evaluation and inference). Built on first use and
-        kept (the options are read-only)."""
+        """Eq. 13's scorer of these options with the output transform, with the margin (training) or without it
+        (`with_margin=False`); built on first use and kept."""
         scorers = self.__dict__.get("_scorers")
         if scorers is None:
             train = Scorer.from_options(
@@ -218,8 +216,7 @@ class MarginHead(DiscreteHead):
     # ------------------------------------------------------------------ max-norm
 
     def check_scorable(self) -> None:
-        """A max-norm head scores texts with its running max ‖h‖; before one exists a score would depend on the rest
-        of its batch."""
+        """A max-norm head scores with its running max ‖h‖; before one exists a score would depend on its batch."""
         if self.options.batch_context_norm and self.running_context_norm() is None:
             raise ValueError(
                 "head.context_norm='max-norm' has no running max ‖h‖ yet (it is set by training or by from_base's "
@@ -248,8 +245,7 @@ class MarginHead(DiscreteHead):
     # ------------------------------------------------------------------ hooks
 
     def scorer(self, with_margin: bool = True) -> Scorer:
-        """The head's scorer (`MarginHeadOptions.scorer`: built once, not at every call), with or without the
-        margin."""
+        """The head's scorer (`MarginHeadOptions.scorer`), with or without the margin."""
         return self.options.scorer(with_margin)
 
     def training_loss(self, hidden, labels, rows):
@@ -257,9 +253,8 @@ class MarginHead(DiscreteHead):
         return self.criterion(hidden, labels, rows)
 
     def _scorer_arguments(self, training: bool) -> dict:
-        """The keyword arguments `scorer`, `word_counts` and `context_norm_value` of `margin_logits`: in training the
-        scorer with its margin and max-norm's batch maximum, otherwise the scorer without margin and the running
-        maximum."""
+        """`scorer`, `word_counts` and `context_norm_value` of `margin_logits`: with the margin and max-norm's batch
+        maximum in training, else without the margin and with the running maximum."""
         return dict(
             scorer=self.scorer(training),
             word_counts=self.counts(),
@@ -282,8 +277,7 @@ class MarginHead(DiscreteHead):
     same_pass_accuracy = True
 
     def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
-        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss, the class weights and the
-        confidence penalty (and the predictions, under `record_accuracy`: without the margin). `statistics`: (loss,
+        """Eq. 4 over the logits of eq. 13 (in training with the margin and the options' extras). `statistics`: (loss,
         the same pass's token statistics)."""
         o = self.options
         criterion = CrossEntropy()
@@ -311,8 +305,8 @@ class MarginHead(DiscreteHead):
         return self.posterior(self.scores(hidden))
 
     def scores(self, hidden: torch.Tensor, gain: float | None = None) -> torch.Tensor:
-        """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64); `gain`: with that
-        `warm_start_gain` instead of the options' (the calibration's search)."""
+        """l(c, i) of eq. 13 without margin, (*, V) in float32; `gain` replaces `warm_start_gain` (the calibration's
+        search)."""
         hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
         arguments = self._scorer_arguments(False)
         if gain is not None:
@@ -357,18 +351,15 @@ class MarginHead(DiscreteHead):
 
     @property
     def needs_calibration(self) -> bool:
-        """Whether copying a checkpoint's output layer leaves this head's distribution different from the
-        checkpoint's, so that `calibrate_to` has something to do (norm scalings, max-norm)."""
+        """Whether `calibrate_to` has something to do (norm scalings, max-norm)."""
         return self.options.norm_scaled or self.options.batch_context_norm
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
-        """Start as close to a checkpoint's distribution as the family allows (`from_base` calls this once, on probe
-        positions, right after copying the output layer): hidden (N, H) the probe's final hidden states, base_log_probs
-        (N, V) the checkpoint's log-probabilities there. max-norm's running value is set to the probe's max ‖h‖;
-        sampled heads shift their bias (`calibrate_bias`); norm-scaled heads fit `warm_start_gain` by golden-section
-        search on log gain, minimising KL(checkpoint ‖ head) over the probe. The margin never enters. Returns what was
-        set."""
+        """Start as close to a checkpoint's distribution as the family allows (`from_base`, once, on probe positions):
+        hidden (N, H) the probe's final hidden states, base_log_probs (N, V) the checkpoint's log-probabilities.
+        max-norm's running value becomes the probe's max ‖h‖; sampled heads shift their bias; norm-scaled heads fit
+        `warm_start_gain` by golden-section search minimising KL(checkpoint ‖ head). Returns what was set."""
         o = self.options
         h = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
         target = base_log_probs.reshape(-1, base_log_probs.shape[-1]).float()  # (N, V)

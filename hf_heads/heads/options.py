@@ -27,8 +27,7 @@ CHECKPOINT_OPTIONS = ("warm_start_gain", "logit_multiplier", "logit_softcap")
 
 @dataclass(frozen=True)
 class ReferenceBatch:
-    """The dense inputs of a family's naive reference (`HeadOptions.reference`): float64 in the contract suite
-    (tests/test_contract.py), which compares every head with its family's reference."""
+    """The dense inputs of a family's naive reference (`HeadOptions.reference`), float64 in the contract suite."""
 
     hidden: torch.Tensor  # (N, H) every row
     labels: torch.Tensor  # (N,) class ids, `ignore_index` on the rows that do not count
@@ -75,9 +74,8 @@ class HeadOptions:
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section (without `family`) of an older form, as this version writes it (default: as it is).
-        `hf_heads.heads.registry.head_options` applies it before it reads the section, so older configs and flags
-        keep working; the family's `flat_options` are the older keys it accepts."""
+        """A head section (without `family`) of an older form, as this version writes it (default: as it is); the
+        family's `flat_options` are the older keys it accepts."""
         return head
 
     def __setattr__(self, name: str, value) -> None:
@@ -92,8 +90,7 @@ class HeadOptions:
         super().__setattr__(name, value)
 
     def component(self, option: str):
-        """The component object an option names (e.g. `component("word_norm")`; None for an optional component not
-        chosen), built once (the heads ask for it at every step)."""
+        """The component object an option names (None for an optional one not chosen), built once."""
         cache = self.__dict__.setdefault("_components", {})
         if option not in cache:
             kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)
@@ -105,17 +102,15 @@ class HeadOptions:
         """Raise `OptionError` for an invalid value or combination (subclasses call `super().check()` first)."""
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the loss (n,) of each counted row, training criterion or evaluation loss as `batch.training` says; the
-        inference logits (N, V) of every row), computed naively on the dense (N, V) logits from the family's equations
-        and its components' references: what the contract suite compares the head with. A row's loss may draw from
-        torch's global generator as the head's does (the suite seeds both alike). Every family defines it; a subclass
-        family inherits its parent's until it writes its own."""
+        """(the loss (n,) of each counted row, training or evaluation as `batch.training` says; the inference logits
+        (N, V)), computed naively on the dense logits from the family's equations: what the contract suite compares
+        the head with. A row's loss may draw from torch's global generator as the head's does (the suite seeds both
+        alike)."""
         raise NotImplementedError
 
     @property
     def loss_depends_on_batch(self) -> bool:
-        """Whether a row's training loss depends on the other rows of its batch (a batch statistic, as max-norm's g:
-        then a batch split over processes or micro-batches trains differently from the whole batch)."""
+        """Whether a row's training loss depends on its batch (max-norm's g): a split batch then trains differently."""
         return False
 
     def counts_reason(self) -> str:

@@ -39,8 +39,8 @@ _DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-norma
 
 @dataclass
 class SampledHeadOptions(MarginHeadOptions):
-    """Sampling-based training criteria with the posterior correction (sampling paper, eqs. 1-22); the margin
-    options of the margin family compose with them (margin on the target logit)."""
+    """Sampling-based criteria with the posterior correction (sampling paper, eqs. 1-22); the margin options
+    compose."""
 
     examples: ClassVar[dict[str, dict]] = {
         "sampled": {"criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
@@ -184,12 +184,11 @@ class SampledHeadOptions(MarginHeadOptions):
         return dict(criterion=self.loss_criterion, method=self.sampler, num_samples=self.num_samples)
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The margin family's scores l of eq. 13 (`reference_scores`); in training each counted row's criterion from
-        its sampling method's `reference`, with the target's score (with the margin) and the other candidates' plain
-        scores: every other class for a method without samples, else the K samples drawn for the batch from the noise's
-        `reference` (K i.i.d. with replacement; accidental hits dropped with `remove_accidental_hits`). In evaluation
-        the NLL of the corrected posterior log_softmax(correction(l)) (eqs. 2-22); the inference logits are that
-        posterior."""
+        """The margin family's scores l of eq. 13; in training each counted row's criterion from its method's
+        `reference` with the target's score (with the margin) and the other candidates': every other class, or the K
+        samples drawn for the batch from the noise's `reference` (accidental hits dropped with
+        `remove_accidental_hits`). In evaluation the NLL of log_softmax(correction(l)) (eqs. 2-22); the inference
+        logits are that posterior."""
         plain, with_margin = self.reference_scores(batch)  # (N, V) each
         valid, num_classes = batch.valid, plain.shape[1]
         y = batch.labels[valid]
@@ -241,8 +240,7 @@ class SampledHead(MarginHead):
     same_pass_accuracy = False  # its criteria score the target and K samples, not every class
 
     def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) corrected log-scores log p̃(c|x) without the renormalisation over V (`corrected_log_probs` with
-        normalize=False; the sampling paper's table 4 'without renormalisation')."""
+        """(*, V) corrected log-scores log p̃(c|x) without renormalisation (the sampling paper's table 4)."""
         return self.posterior(self.scores(hidden), normalize=False)
 
     @property
@@ -275,8 +273,8 @@ class SampledHead(MarginHead):
         return probs
 
     def criterion(self, hidden, labels, rows):
-        """The sampled criterion: the criterion over the target and K samples of the noise (`Sampled`), or over every
-        class for method "full" (`Full`), the margin on the target's logit."""
+        """The criterion over the target and K noise samples (`Sampled`), or every class for "full", margin on the
+        target."""
         o = self.options
         self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
         candidates = Full()
@@ -300,11 +298,9 @@ class SampledHead(MarginHead):
 
     @torch.no_grad()
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The margin family's (W', b') with the correction's per-class offset o(c) in the bias: for the corrections
-        s + o(c) (`SamplingMethod.correction_is_additive`: eqs. 6, 8, 10, 12, 14, 16, 18, 20), with s =
-        multiplier·(W' h + b'), b' + o / multiplier; an offset the same for every class is left out. Refused: the
-        σ-based corrections (eqs. 2, 4, 22), non-linear in s, and a per-class offset under the checkpoint's soft-cap
-        (added after the cap, outside any layer)."""
+        """The margin family's (W', b') with the correction's per-class offset o(c) in the bias, b' + o / multiplier,
+        for the corrections s + o(c) (eqs. 6, 8, 10, 12, 14, 16, 18, 20). Refused: the σ-based corrections (eqs. 2,
+        4, 22) and a per-class offset under the soft-cap (added after the cap, outside any layer)."""
         o = self.options
         if not o.sampler.correction_is_additive(o.loss_criterion):
             raise ValueError(
@@ -340,11 +336,10 @@ class SampledHead(MarginHead):
 
     @torch.no_grad()
     def calibrate_bias(self, hidden: torch.Tensor) -> dict[str, float]:
-        """The bias is shifted by −log Z (mean log-normaliser of the checkpoint's logits over the probe) minus the
-        per-class offset of the criterion's correction, so the corrected scores start at the checkpoint's log p(c|x),
-        the optimum of every criterion but CE-NCE (σ-bounded: left as copied). For full BCE/MSE log σ(s) ≈ s for the
-        small probabilities of a large vocabulary, so the same shift applies. With a logit scale s the bias moves by
-        the shift / s; under a soft-cap the shift is exact only where the cap is linear."""
+        """Shift the bias by −log Z (the checkpoint's mean log-normaliser over the probe) minus the correction's
+        per-class offset, so the corrected scores start at the checkpoint's log p(c|x), every criterion's optimum but
+        CE-NCE's (σ-bounded: left as copied; full BCE/MSE: log σ(s) ≈ s). With a logit scale s the shift is divided by
+        s."""
         o = self.options
         if self.bias is None or (o.loss_criterion.softmax and not o.sampler.ce_optimum_is_posterior):
             return {}
@@ -358,8 +353,7 @@ class SampledHead(MarginHead):
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
-        """Also the self-normalisation of the corrected scores on the last training batch (mean / std over
-        positions of log Σ_c p̃(c|x); 0 means self-normalised)."""
+        """Also the mean / std of log Σ_c p̃(c|x) on the last training batch (0: self-normalised)."""
         out = super().diagnostics()
         last = getattr(self, "_last_hidden", None)
         if last is not None and last.shape[0]:

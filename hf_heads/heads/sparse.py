@@ -63,14 +63,12 @@ class SparseHeadOptions(SoftmaxHeadOptions):
         return f"sparse k={self.k}" + (f" decode_k={self.decode_k}" if self.decode_k is not None else "")
 
     def reference_support(self, z: torch.Tensor) -> torch.Tensor:
-        """Each row's k largest logits (eq. 5 in training: the log-sum-exp over them minus the target's logit; its
-        smoothing and entropy over them too)."""
+        """Each row's k largest logits (eq. 5's support)."""
         return z.topk(min(self.k, z.shape[1]), dim=1).values
 
     def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:
         """Training: the softmax family's loss over `reference_support` (eq. 5). Evaluation: the NLL of eq. 4 over the
-        top decode_k, the log-sum-exp of the row's decode_k largest logits minus the target's, +inf for a target not
-        among them (probability 0)."""
+        top decode_k, +inf for a target not among them."""
         if batch.training:
             return super().reference_loss(z, batch)
         y, zv = batch.labels[batch.valid], z[batch.valid]  # (n,), (n, V)
@@ -146,9 +144,8 @@ class SparseHead(SoftmaxHead):
         return False
 
     def eval_loss(self, hidden, labels, rows):
-        """The NLL of the inference distribution (eq. 4 over the top decode_k): lse of the row's top decode_k − z_y
-        where the label is among them, +inf where it is not, so that exp(eval_loss) is the model's perplexity. Under
-        `record_eval_sums` each pass adds eq. 5's loss over the top k and the labels inside the top decode_k."""
+        """The NLL of eq. 4 over the top decode_k (+inf for a label outside it), so exp(eval_loss) is the perplexity;
+        under `record_eval_sums` each pass adds eq. 5's loss and the labels inside the top decode_k."""
         o = self.options
         each, k = replace(rows, reduction="none"), o.inference_k
         scorer = Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap)
