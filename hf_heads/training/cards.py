@@ -44,8 +44,7 @@ def _is_lm(model) -> bool:
 
 
 def loss_labels(model) -> dict[str, str]:
-    """What the training and evaluation losses of `model` are: `train_label`, `eval_label` (curve legends and
-    the card) and `ylabel` (the unit). The head names its losses (`loss_names`)."""
+    """`train_label`, `eval_label` (legends and card) and `ylabel` of `model`'s losses, as its head names them."""
     unit = "token" if _is_lm(model) else "example"
     train, evaluation = model.head.loss_names("word" if unit == "token" else "class")
     ylabel = f"loss (nats / {unit})" if model.head.loss_in_nats else f"loss / {unit}"
@@ -62,9 +61,8 @@ def plot_loss_curves(
     eval_label: str | None = None,
     ylabel: str | None = None,
 ) -> Path:
-    """Training and evaluation loss against the step, saved as PNG. The curves are labelled by what they are
-    (`loss_labels(model)`, or the labels given). A single logged value is drawn as a marker; a log with no
-    loss at all gives a figure that says so in its title."""
+    """Training and evaluation loss against the step, saved as PNG, each curve labelled by what it is
+    (`loss_labels`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,8 +116,8 @@ def _strip_split(key: str) -> str:
 
 
 def model_index_results(model, metrics: dict, dataset: str, task_type: str, task_name: str) -> list[dict]:
-    """`model-index` results: per split, the metrics with a standard meaning (perplexity only when the eval loss
-    is a language model's NLL; accuracy, F1, BLEU, ROUGE on 0-100), never a loss, runtime or count."""
+    """`model-index` results per split: only metrics with a standard meaning (perplexity where the eval loss is a
+    language model's NLL; accuracy, F1, BLEU, ROUGE on 0-100), never a loss."""
     perplexity = _is_lm(model) and bool(getattr(getattr(model, "head", None), "eval_loss_is_nll", False))
     results = []
     for prefix, split in SPLITS:
@@ -284,10 +282,8 @@ def write_model_card(
     repo_id: str | None = None,
     built_from_config: bool = False,
 ) -> Path:
-    """Fill `model_card_template.md` and write `README.md` into `output_dir`. `base_model` is the Hub id or local
-    directory the model started from (a Hub id goes into the card's metadata); with `built_from_config=True` it names a
-    backbone built from a config (no metadata), and with no `base_model` the card says the model was built from a
-    config."""
+    """Fill `model_card_template.md` and write `README.md` into `output_dir`. `base_model`: the Hub id (into the card's
+    metadata) or directory the model started from, or with `built_from_config=True` a backbone built from a config."""
     from hf_heads.modeling.export import has_code
 
     output_dir = Path(output_dir)

@@ -36,8 +36,7 @@ LANGUAGE_MODEL_TASKS = ("causal-lm", "seq2seq")
 
 
 def is_language_model(model) -> bool:
-    """Whether the model's losses are per token of a language model, so that exp(eval NLL) is a perplexity: an hf_heads
-    causal LM or seq2seq model, or a transformers causal / seq2seq LM; not a classifier."""
+    """Whether exp(eval NLL) is a perplexity: a causal or seq2seq language model, hf_heads' or transformers'."""
     task = getattr(model, "head_task", None)
     if task:
         return task in LANGUAGE_MODEL_TASKS
@@ -51,23 +50,21 @@ def is_language_model(model) -> bool:
 
 
 def logs_train_nll(head) -> bool:
-    """Whether `train_nll` is logged: the eval loss is the NLL of the inference distribution and the training criterion
-    is something else. Not for a head whose distribution gives some classes probability 0 (sparse: the NLL would be
-    infinite), nor continuous heads (their training loss is their eval loss)."""
+    """Whether `train_nll` is logged: the eval loss is an NLL and the training criterion something else. Not for sparse
+    heads (the NLL would be infinite) nor continuous ones (their training loss is their eval loss)."""
     return head.eval_loss_is_nll and not head.training_loss_is_eval_loss and not head.support_is_truncated
 
 
 def perplexity(loss: float) -> float:
-    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78); an infinite NLL (a label
-    the distribution gives probability 0) gives an infinite perplexity."""
+    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78); infinite for an infinite
+    NLL."""
     return math.inf if loss == math.inf else safe_exp(loss)
 
 
 def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) -> None:
-    """Give `model` the head that `arguments`' head flags name (`HeadsPreTrainedModel.bind_head`; a PEFT model's base
-    model's). A model that is no hf_heads model is refused: its output layer would train with the plain loss, the flags
-    unused. A continuous head that replaces the default one gets its embedding table over `tokenizer`'s vocabulary
-    (hf_heads.training.tables)."""
+    """Give `model` (or a PEFT model's base) the head `arguments`' flags name (`HeadsPreTrainedModel.bind_head`). A
+    model that is no hf_heads model is refused (the flags would go unused). A continuous head that replaces the default
+    one gets its embedding table over `tokenizer`'s vocabulary (hf_heads.training.tables)."""
     if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
         return
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -86,8 +83,8 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) ->
 
 
 def _flags_table(section: dict, model, arguments, tokenizer, train_dataset) -> tuple[dict, torch.Tensor]:
-    """(the section with `embedding_dim`, the table (V, d)) of a continuous head named by flags (`continuous_table`
-    over the tokenizer's vocabulary, its rows past the tokenizer's ids seeded random ones, as uncovered tokens')."""
+    """(the section with `embedding_dim`, the table (V, d)) of a continuous head named by flags
+    (`continuous_table`)."""
     if tokenizer is None or not hasattr(tokenizer, "convert_ids_to_tokens"):
         raise ValueError(
             "the continuous head the head flags name predicts rows of an embedding table over the tokenizer's "
@@ -110,10 +107,9 @@ CALIBRATION_ROWS = 8  # training rows the warm start is calibrated on (at most 2
 
 
 def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str = "labels", prepare_inputs=None):
-    """What a head needs from the training data before its first step (`HeadsTrainer` calls it in `train()`): word
-    counts of `train_dataset[counts_column]` when the head needs them and has none, then the calibration of a pending
-    warm start on the first `CALIBRATION_ROWS` rows, collated by `data_collator` (the global random state is left as it
-    was). `prepare_inputs` moves a collated batch to the model's device."""
+    """What a head needs before its first step (`HeadsTrainer.train()`): word counts of `train_dataset[counts_column]`,
+    then the calibration of a pending warm start on the first `CALIBRATION_ROWS` rows collated by `data_collator` (the
+    global random state is kept). `prepare_inputs` moves a batch to the model's device."""
     head = getattr(model, "head", None)
     if head is None:
         return
@@ -184,8 +180,7 @@ class _HeadsTrainerMixin:
         return model
 
     def _prepare_head(self) -> None:
-        """Word counts and the warm start's calibration from the training set (`prepare_head`), the calibration rows
-        taken as the training loop sees them (the Trainer's unused columns removed, its collator)."""
+        """`prepare_head` with the rows as the training loop sees them (unused columns removed, its collator)."""
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
         head = getattr(model, "head", None)
         if head is None:
@@ -233,9 +228,8 @@ class _HeadsTrainerMixin:
         return out
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, **kwargs):
-        """The Trainer's loop, plus `{prefix}_accuracy@k` for each k of `eval_accuracy_top_k` and `{prefix}_<name>`
-        for each of the head's `eval_sum_names` (a sparse head: `sparse_loss`, `in_top_k`), each summed over every
-        process's labelled positions."""
+        """The Trainer's loop, plus `{prefix}_accuracy@k` and the head's `eval_sum_names`, summed over every
+        process."""
         ks = getattr(self.args, "eval_accuracy_top_k", None) or []
         self._accuracy_counts = torch.zeros(len(ks) + 1, dtype=torch.float64, device=self.args.device)
         head = getattr(self.accelerator.unwrap_model(self.model), "head", None)
@@ -261,8 +255,7 @@ class _HeadsTrainerMixin:
         return output
 
     def training_step(self, model, inputs, *args, **kwargs):
-        """The Trainer's step; in the first step of each logging window of a head that `logs_train_nll`, the training
-        forward also records its inference distribution's statistics (no gradient), from which `log` reports
+        """The Trainer's step; the first of each logging window also records the statistics `log` reports as
         `train_nll`."""
         inner = self.accelerator.unwrap_model(model)
         head = getattr(inner, "head", None)
@@ -305,9 +298,8 @@ class _HeadsTrainerMixin:
         return ordered
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        """The Trainer's `log`, plus: the head's diagnostics and what the training loss is (`train_criterion`,
-        `train_nll`) next to a training `loss`; `{prefix}perplexity` = exp(eval loss) for a language model whose
-        eval loss is an NLL."""
+        """The Trainer's `log`, plus the head's diagnostics, `train_criterion` and `train_nll` next to a training
+        `loss`, and `{prefix}perplexity` for a language model whose eval loss is an NLL."""
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:
