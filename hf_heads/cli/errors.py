@@ -39,8 +39,8 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 def load_hub_dataset(name: str, config_name: str | None, builtin: Iterable[str], flag: str = "--dataset_name"):
-    """`datasets.load_dataset(name, config_name)` for a `--dataset_name` that is not a built-in corpus; a name
-    the Hub cannot give (offline, or no such dataset) is one `UsageError` line listing the built-in corpora."""
+    """`datasets.load_dataset(name, config_name)`; a name the Hub cannot give is one `UsageError` listing the
+    built-ins."""
     try:
         return datasets.load_dataset(name, config_name)
     except (ConnectionError, DatasetNotFoundError) as err:
@@ -60,8 +60,8 @@ def load_hub_dataset(name: str, config_name: str | None, builtin: Iterable[str],
 
 @contextmanager
 def loading_model(flag: str, name: str, builtin: Iterable[str]) -> Iterator[None]:
-    """Around `from_pretrained` of `name` (given by `flag`): the `OSError` transformers raises for a model it cannot
-    find (a Hub id offline, a misspelt directory) becomes one `UsageError` line that says what works offline."""
+    """Around `from_pretrained` of `name` (given by `flag`): a model transformers cannot find becomes one `UsageError`
+    line that says what works offline."""
     try:
         yield
     except OSError as err:
@@ -93,8 +93,7 @@ def _is_hub_error(err: BaseException) -> bool:
 
 
 def _head_flags() -> dict[str, str]:
-    """{head option: the command-line flag that sets it} (`chunk_size` -> `--loss_chunk_size`); options that are not
-    flags are left out."""
+    """{head option: the flag that sets it} (`chunk_size` -> `--loss_chunk_size`)."""
     from hf_heads.training.arguments import FLAG_TO_OPTION
 
     return {option: f"--{flag}" for flag, option in FLAG_TO_OPTION.items()}
@@ -130,9 +129,8 @@ def flag_error(err: OptionError, argv: Iterable[str]) -> OptionError:
 
 
 def _close_process_group() -> None:
-    """Destroy the default process group of a distributed run (`accelerate launch --num_processes N`) once `main`
-    has returned on this rank: left to interpreter shutdown, gloo's worker threads can abort the process (SIGABRT,
-    "terminate called without an active exception") after a successful run, failing the launch."""
+    """Destroy a distributed run's default process group once `main` returned: left to interpreter shutdown, gloo's
+    worker threads can abort a successful run (SIGABRT)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -140,10 +138,9 @@ def _close_process_group() -> None:
 
 
 def main_wrapper(main) -> None:
-    """Run `main()`, then close the run's process group if it has one (only after success: a failed rank may leave the
-    others inside a collective); a `UsageError` / `ValueError` from bad input (`flag_error`), or an `OSError` of
-    transformers / huggingface_hub for a model it cannot find, prints one line and exits with status 2
-    (HF_HEADS_TRACEBACK=1 shows the traceback instead)."""
+    """Run `main()`, then close the process group (after success only: a failed rank may leave others inside a
+    collective); bad input (`UsageError`, `ValueError`, a model the Hub cannot give) prints one line and exits with
+    status 2 (HF_HEADS_TRACEBACK=1 shows the traceback)."""
     try:
         main()
         _close_process_group()

@@ -78,8 +78,8 @@ def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
 
 
 def start_run(model_args, run_args: RunArguments, training_args) -> tuple[dict, str | None]:
-    """(head section, checkpoint to resume from or None) of a run, after the checks every script makes first: the head
-    (`resolve_head`, `--change_head`), the output directory, the checkpoint's head; then logging and the seed."""
+    """(head section, checkpoint or None) of a run, after the checks every script makes first; then logging and the
+    seed."""
     head = resolve_head(
         model_args.model_name_or_path,
         training_args.head_config(),
@@ -107,9 +107,8 @@ def load_local_files(train: str | None, validation: str | None, test: str | None
 
 
 def ensure_word_counts(model, train_dataset) -> None:
-    """Before evaluating without training: a head whose norm scaling or noise needs word counts and has none
-    (a model built here, not a trained hf_heads model, which saves them) gets the training split's label counts,
-    as `HeadsTrainer` collects them before training; with no training split, a `UsageError` names the flags."""
+    """Before evaluating without training: a head that needs word counts and has none gets the training split's label
+    counts, as `HeadsTrainer` would; with no training split, a `UsageError` names the flags."""
     head_module = getattr(model, "head", None)
     if head_module is None or not model.head_needs_counts() or head_module.has_word_counts:
         return
@@ -142,9 +141,8 @@ def check_vocab(tokenizer, model) -> None:
 
 
 def check_generation_ids(tokenizer, model) -> None:
-    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config): the
-    targets end with the tokenizer's EOS while `generate()` stops at the config's, and decoded predictions would keep
-    the config's pad."""
+    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config): targets
+    would end with another EOS than the one `generate()` stops at."""
     config = model.generation_config
     for name in ("eos_token_id", "pad_token_id"):
         mine, theirs = getattr(tokenizer, name, None), getattr(config, name, None)
@@ -194,10 +192,8 @@ def finish_run(
     plots: list[str] | tuple[str, ...] = (),
     task: tuple[str, str] | None = None,
 ) -> None:
-    """End-of-run artefacts on the main process: loss-curve plot, model card, `run_summary.json`, the offline Hub
-    export (`--hub_export_dir`), `--push_to_hub` (keeping this card: the Trainer would replace it with a generic one)
-    and, last, the export to the base architecture (`--export_base_dir`; a refusal is a `UsageError` naming its
-    reason)."""
+    """End-of-run artefacts on the main process: loss plot, model card, `run_summary.json`, the Hub export,
+    `--push_to_hub` (keeping this card) and, last, `--export_base_dir` (a refusal is a `UsageError`)."""
     if not trainer.is_world_process_zero():
         return
     out = Path(training_args.output_dir)
