@@ -62,10 +62,9 @@ def token_log_probs(
     where: Where | None = None,
     source_where: Where | None = None,
 ) -> list[torch.Tensor]:
-    """Log-probability of every scored token of each text: a list of float64 tensors (n_i,), one per text. `model`: a
-    `HeadsForCausalLM` or `HeadsForSeq2SeqLM`; `sources` (seq2seq only, required there): one source text per text.
-    `normalize`: see the module docstring. `chunk_size`: scored positions per (chunk, V) block of logits (default: 2^23
-    logits, at least 512 positions). `where` / `source_where`: how an error names text / source i."""
+    """Log-probability of every scored token of each text: a list of float64 tensors (n_i,). `sources`: seq2seq only,
+    one per text; `normalize`: module docstring; `chunk_size`: positions per (chunk, V) block of logits (default 2^23
+    logits, at least 512 positions); `where` / `source_where`: how an error names text / source i."""
     return _score(
         model, tokenizer, texts, sources, normalize, batch_size, add_bos, add_eos, chunk_size, progress, where,
         source_where,
@@ -73,8 +72,8 @@ def token_log_probs(
 
 
 def sentence_log_probs(model, tokenizer, texts: Sequence[str], **options) -> torch.Tensor:
-    """(len(texts),) float64: the sum of each text's token log-probabilities (`token_log_probs`, whose keyword
-    `options` it takes). -inf where a sparse head gives a token probability 0."""
+    """(len(texts),) float64 sums of `token_log_probs` (whose `options` it takes); -inf where a token has
+    probability 0."""
     rows = token_log_probs(model, tokenizer, texts, **options)
     return torch.stack([row.sum() for row in rows]) if rows else torch.zeros(0, dtype=torch.float64)
 
@@ -133,9 +132,7 @@ def _max_positions(config) -> int | None:
 
 
 def _special_id(tokenizer, model, name: str) -> int | None:
-    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the backbone config; refused when both are set and
-    differ: training encoded the tokenizer's id, `generate()` uses the config's, so neither score would be the
-    model's."""
+    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the config; refused when both are set and differ."""
     value = getattr(tokenizer, name, None)
     config = model.config.backbone_token_id(name)
     allowed = config if isinstance(config, list | tuple) else [config]  # a list: several EOS ids (Llama 3)
@@ -292,8 +289,7 @@ def _padded(rows: list[list[int]], value: int, device) -> tuple[torch.Tensor, to
 
 
 def _score_batch(model, batch: list[_Example], pad: int, normalize: bool, chunk_size: int | None):
-    """The model's own forward with its statistics recorded (no loss, no logits): log p(target) per scored
-    position, computed by the head in chunks of rows (one (chunk, V) block of logits at a time)."""
+    """The model's own forward with its statistics recorded: log p(target) per scored position, in chunks of rows."""
     device = model.get_input_embeddings().weight.device
     inputs, mask = _padded([e.inputs for e in batch], pad, device)  # (B, T)
     targets, _ = _padded([e.targets for e in batch], -100, device)  # (B, T), -100 past each row's end
