@@ -45,10 +45,8 @@ def _open(path: str, versification: str):
 
 
 def extract_verses() -> list[tuple[str, int, int, str, str]]:
-    """All verses of the WEB with the RV1909 verse of the same reference ('' where it has none).
-
-    Returns rows (book, chapter, verse, english, spanish) in canonical order.
-    """
+    """Rows (book, chapter, verse, english, spanish) of every WEB verse in canonical order ('' where RV1909 has
+    none)."""
     web, rv = _open(WEB_PATH, "nrsva"), _open(RV_PATH, "kjv")
     rv_books = {b.osis_name: b for part in rv.get_structure().get_books().values() for b in part}
     rows: list[tuple[str, int, int, str, str]] = []

@@ -119,11 +119,8 @@ def _chapter_split(key: str) -> str:
 
 
 def load_translation(name: str = "bible-es-en") -> DatasetDict:
-    """Sentence pairs in the `{"translation": {src: ..., "en": ...}}` layout of transformers' run_translation.
-
-    - `bible-es-en`: ≈31k verse pairs (Reina-Valera 1909 → World English Bible), length ratio 0.4–2.5.
-    - `ding-de-en`: 11,830 German sentences of the Ding dictionary with their English translation.
-    """
+    """Sentence pairs in run_translation's `{"translation": {src: ..., "en": ...}}` layout: `bible-es-en` or
+    `ding-de-en`."""
     _check_name("name", name, TRANSLATION_CORPORA)
     if name == "bible-es-en":
         return _cached(name, _build_bible_translation)
@@ -223,10 +220,8 @@ def load_question_generation(name: str = "faq", lang: str = "en") -> DatasetDict
 
 
 def load_classification(name: str = "wordnet-lexnames") -> DatasetDict:
-    """`text` → `label` (a `ClassLabel`, so `features["label"].names` are the class names): `wordnet-lexnames` (45
-    lexicographer files), `bbc-news` (5 topics), `bible-books` (the 66 books both Bibles carry) or `wordnet-hypernyms`
-    (288 direct hypernyms with at least 30 single-parent hyponyms: more than 100 classes, the sparse-softmax paper's
-    regime)."""
+    """`text` → `label` (a `ClassLabel`): `wordnet-lexnames`, `bbc-news`, `bible-books` or `wordnet-hypernyms` (288
+    classes: more than 100, the sparse-softmax paper's regime)."""
     _check_name("name", name, CLASSIFICATION_CORPORA)
     builders = {
         "wordnet-lexnames": _build_wordnet,
@@ -261,9 +256,8 @@ WORDNET_MIN_HYPONYMS = 30
 
 
 def _build_wordnet_hypernyms() -> DatasetDict:
-    """Noun synsets with exactly one hypernym (`@` or instance `@i` pointer) whose hypernym has at least
-    `WORDNET_MIN_HYPONYMS` such hyponyms; text = the hyponym's gloss, label = the hypernym's first lemma
-    (`lemma.offset` where two kept hypernyms share a lemma, e.g. the two senses of `city`)."""
+    """Noun synsets with exactly one hypernym whose hypernym has at least `WORDNET_MIN_HYPONYMS` such hyponyms; text =
+    the gloss, label = the hypernym's first lemma (`lemma.offset` where two kept hypernyms share a lemma)."""
     path = _require_file(WORDNET_DIR / "data.noun", "wordnet-base")
     lemma, rows = {}, []
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -350,8 +344,7 @@ def _build_bbc_lm() -> DatasetDict:
 
 
 def load_glove(name: str = "6B-50d"):
-    """GloVe 6B 50-d (400,000 lower-case words): returns `(words, matrix)` with `matrix` a
-    float32 numpy array of shape (400000, 50), row i the vector of `words[i]`."""
+    """GloVe 6B 50-d: `(words, matrix)`, matrix float32 (400000, 50), row i the vector of `words[i]`."""
     import numpy as np
     import pandas as pd
 

@@ -56,10 +56,9 @@ def load_word_vectors(name: str) -> tuple[list[str], np.ndarray]:
 
 
 def embedding_table(tokenizer, name: str = "glove-6B-50d", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(table (V, d) float32, covered (V,) bool) for the vocabulary of `tokenizer`: row i is the pretrained vector of
-    token i when the table has it. Special tokens and uncovered tokens get fixed random vectors (seeded): `</s>` must
-    stay predictable, and an uncovered id keeps a row so ids stay aligned (map such targets to `<unk>`,
-    `map_uncovered`). Rows are normalised by the head, not here."""
+    """(table (V, d) float32, covered (V,) bool) for `tokenizer`'s vocabulary; special and uncovered tokens get
+    seeded random rows, so `</s>` stays predictable and ids stay aligned (map uncovered targets to `<unk>`,
+    `map_uncovered`)."""
     words, matrix = load_word_vectors(name)
     index = {w: i for i, w in enumerate(words)}
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
@@ -91,8 +90,7 @@ def save_table(path: str | Path, words: list[str], vectors: np.ndarray) -> Path:
 
 
 def _stable_hash(text: str) -> int:
-    """gensim seeds each word's start vector with hashfxn(word + seed); Python's `hash` of a str changes between
-    processes, this one does not."""
+    """gensim seeds word vectors with hashfxn(word + seed); Python's `hash` of a str changes between processes."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=4).digest(), "little")
 
 
@@ -107,9 +105,8 @@ def train_word2vec_table(
     seed: int = 0,
     workers: int = 1,
 ) -> Path:
-    """Train skip-gram word2vec (Mikolov et al. 2013; gensim's `Word2Vec(sg=1)`) on tokenized `sentences` and save it
-    as an .npz table at `path` (needs the optional extra `tables`). With `workers=1` and a fixed `seed` the table is
-    the same in every process."""
+    """Train skip-gram word2vec (Mikolov et al. 2013; gensim `Word2Vec(sg=1)`) on `sentences` and save it as an .npz
+    table (extra `tables`); with `workers=1` and a fixed `seed` the table is the same in every process."""
     try:
         from gensim.models import Word2Vec
     except ImportError as err:
