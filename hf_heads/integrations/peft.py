@@ -39,10 +39,8 @@ def backbone_target_modules(model) -> str:
 
 
 def with_backbone_targets(peft_config: PeftConfig, model) -> PeftConfig:
-    """`peft_config` with `target_modules` set to the backbone's PEFT default (`backbone_target_modules`) when it
-    names neither `target_modules` nor `target_parameters` (with `target_parameters` alone, e.g. LoRA on the head
-    only, PEFT adapts just those); returned as is otherwise. Also refuses LoRA on the weight of a head that has
-    none."""
+    """`peft_config` with `target_modules` set to the backbone's PEFT default when it names neither `target_modules`
+    nor `target_parameters`; as is otherwise. Refuses LoRA on the weight of a head that has none."""
     refuse_head_lora(peft_config, model)
     if getattr(peft_config, "target_modules", True) is not None or getattr(peft_config, "target_parameters", None):
         return peft_config
