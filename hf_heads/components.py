@@ -40,9 +40,8 @@ _BASES: dict[str, type] = {}  # kind -> its base class (set by `component_base`)
 
 
 class Component:
-    """Base of every component (a frozen dataclass subclass of a kind's base). `name` is the option value;
-    `example` the parameters the contract suite runs it with (default: its defaults, which may be trivial such as
-    m = 0); `check` validates the parameters (`__post_init__` calls it)."""
+    """Base of every component. `name` is the option value; `example` the parameters the contract suite runs it with;
+    `check` validates the parameters (`__post_init__` calls it)."""
 
     kind: ClassVar[str] = ""
     name: ClassVar[str] = ""
@@ -80,9 +79,8 @@ def annotation_types(cls: type, name: str) -> set[str]:
 
 
 def coerce(cls: type, name: str, value):
-    """`value` for field `name` of the dataclass `cls` (a component, or a head family's options), with an integral
-    float turned into an int for an `int` field (a JSON or command-line round trip gives 2.0); refuses a value of
-    the wrong type (a bool for a number, a number for a bool, a non-string) or a number that is not finite."""
+    """`value` for field `name` of the dataclass `cls`, an integral float made an int for an `int` field (a JSON or
+    command-line round trip gives 2.0); refuses a value of the wrong type or a number that is not finite."""
     kinds = annotation_types(cls, name)
     if value is None and "None" in kinds:
         return None
@@ -132,11 +130,9 @@ def component_base(kind: str, requires: str = REFERENCE):
 
 
 def register(kind: str):
-    """Class decorator: register the component class `cls` (a dataclass subclass of the kind's base with a `name` and
-    its reference defined) under `cls.name`. The class of a reloaded module takes the place of its old one
-    (`same_class`); another class under a taken name is refused, naming both, and so is a parameter named as a config
-    key (`RESERVED_PARAMETERS`). `register("family")` registers a head family
-    (hf_heads.heads.registry.register_head)."""
+    """Class decorator: register the component class `cls` (with a `name` and its reference defined) under `cls.name`.
+    A reloaded module's class replaces its old one (`same_class`); another class under a taken name, or a parameter
+    named as a config key, is refused. `register("family")` registers a head family (registry.register_head)."""
     if kind in KIND_HOOKS:
         return KIND_HOOKS[kind]
     if kind not in KINDS:
@@ -216,9 +212,8 @@ def parse_flag(text: str) -> str | dict:
 
 
 def make_component(kind: str, value, *, field: str | None = None, **extra):
-    """The component instance of a config value: an instance of the kind's base (as it is), a name, a dict `{"type":
-    name, **parameters}`, or a command-line string (`parse_flag`). `extra`: parameters given apart (the flat `m`),
-    added where the component has them. Errors name `field` (default: the kind) or `field.parameter`."""
+    """The component of a config value: an instance (as it is), a name, `{"type": name, **parameters}` or a
+    command-line string; `extra`: parameters given apart (the flat `m`). Errors name `field` or `field.parameter`."""
     base = _BASES[kind]
     field = field or kind
     if isinstance(value, base):
