@@ -1,21 +1,10 @@
 """Pure-torch losses, one family per module; one entry point for the loss of an output layer.
 
-- `entry`: `output_loss` and its module `OutputLayerLoss`, over the three parts of `parts`: the scorer of eq. 13
-  (margin paper), the candidates (`Full` or `Sampled`) and the criterion, and how (`Impl`);
-- `presets`: the peer-style functions, `output_loss` with its parts filled in;
-- `chunks`: the chunk engine and its kernel seam; `kernels`, `triton_kernel`: the kernels; `fused_linear`: the chunked
-  loss they serve, gradients in the forward pass;
-- `scorer`: the scorer of eq. 13 (margin φ of eq. 14, norm scaling f, g of eqs. 9-12); `margin`: its dense logits and
-  the `Full` candidates;
-- `sampled`: the sampling methods (sampling paper eqs. 7-21), their posterior corrections (eqs. 2-22) and the `Sampled`
-  candidates; `noise`: the noise distributions D and the shared draw;
-- `sparse`: sparse-softmax on given logits (eqs. 4-5);
-- `vocab_parallel`: the losses when W is a DTensor sharded on its rows (tensor parallelism);
-- `continuous`, `continuous_losses`: continuous-output losses on a predicted embedding (Kumar & Tsvetkov eq. 3; Bhat et
-  al. eq. 1) and cross-entropies over scaled cosines to the table.
-
-Shared by all: `_rows` (compute dtype, ignored rows, reductions) and `hf_heads.validation` (checks raising
-`OptionError`, which names the field, the value and what is allowed).
+`entry` (`output_loss` over the parts of `parts`) and `presets` (the peer-style functions); the chunk engine (`chunks`,
+`kernels`, `triton_kernel`, `fused_linear`); the margin paper's scorer of eq. 13 (`scorer`, `margin`); the sampling
+paper's criteria, corrections and noise (`sampled`, `noise`); sparse-softmax (`sparse`, eqs. 4-5); the
+vocabulary-parallel losses (`vocab_parallel`); the continuous-output losses (`continuous`, `continuous_losses`: Kumar &
+Tsvetkov eq. 3, Bhat et al. eq. 1). Shared by all: `_rows` and `hf_heads.validation`.
 """
 
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows

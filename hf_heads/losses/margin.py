@@ -3,18 +3,11 @@
 Paper: Huo, Gao, Wang, Schlüter, Ney, "Investigation of Large-Margin Softmax in Neural Language Modeling", Interspeech
 2020 (shared/papers/large_margin_softmax_lm.md).
 
-The logit of class c at position i is (eq. 13)
-
-    l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c
-
-with φ_c = cos for every non-target class and, for the target y, the margin of eq. 14 (eqs. 5–8); f is the word-vector
-norm (eqs. 9, 11–12), g the context norm (eq. 10). `scale=s` is the face-recognition setting of eqs. 5–6 / table 1: ‖W‖
-= 1, ‖h‖ = s (f and g then stay `no-mod`). The scorer is one frozen `Scorer` of hf_heads.losses.scorer, whose docstring
-lists the choices made where the paper is silent.
-
-Here: `margin_logits`, the dense logits of eq. 13, and `Full`, the candidates of `hf_heads.losses.output_loss` that are
-every class: the criterion over the logits of eq. 13 in chunks of rows, never the (N, V) logits at once (the margin on
-the target's logit and the norm scalings as a row and a column scale of each chunk).
+The logit of class c at position i is l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c (eq. 13), φ_c = cos but for the
+target's margin (eqs. 5–8, 14), f the word-vector norm (eqs. 9, 11–12), g the context norm (eq. 10); `scale=s` is the
+face-recognition setting ‖W‖ = 1, ‖h‖ = s (eqs. 5–6). The scorer and the choices where the paper is silent:
+hf_heads.losses.scorer. Here: `margin_logits`, the dense logits, and `Full`, the candidates that are every class,
+chunked, never the (N, V) logits at once.
 """
 
 from __future__ import annotations

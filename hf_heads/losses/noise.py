@@ -3,19 +3,14 @@
 Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for Neural Language
 Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md, sec. 3.2, 4.1).
 
-Each noise is a registered component class:
-
 - `uniform`: D(c) = 1 / C.
-- `log-uniform`: the Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r (0 = most frequent),
-  as TensorFlow's `log_uniform_candidate_sampler`. The rank comes from the word counts, never silently from the token
-  id: pass `ranks=torch.arange(C)` explicitly when ids are ranks.
-- `unigram`: D(c) ∝ (count_c + add)^α with α = `smoothing` (the paper's table 4 uses a smoothed empirical unigram). A
-  class with D(c) = 0 makes the IS/NCE weights and the MCS/CPS corrections infinite, so zero counts are refused unless
-  `add > 0`.
+- `log-uniform`: D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r (0 = most frequent), as
+  TensorFlow's `log_uniform_candidate_sampler`; the rank comes from the counts, never silently from the token id.
+- `unigram`: D(c) ∝ (count_c + add)^α, α = `smoothing` (the paper's table 4). D(c) = 0 would make the IS/NCE weights
+  and MCS/CPS corrections infinite, so zero counts are refused unless `add > 0`.
 
-Samples: K classes drawn once per batch WITH replacement (i.i.d. from D) and shared by every position, which is what
-the paper's derivations assume (the expected number of copies of c among the samples is K·D(c), sec. 3.2.5). Each
-process draws from its own torch generator; the Trainer seeds them alike, so they draw the same samples.
+Samples: K classes drawn once per batch with replacement (i.i.d. from D) and shared by every position, as the paper's
+derivations assume (the expected number of copies of c is K·D(c), sec. 3.2.5).
 """
 
 from __future__ import annotations
