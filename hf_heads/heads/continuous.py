@@ -1,23 +1,15 @@
 """The continuous output layer (Bhat et al. 2019 §2; Kumar & Tsvetkov 2019): û = W_o h + b_o (H -> d), trained against
-the frozen, L2-normalised pretrained embedding u = E[y] of the target word. The table E (V, d) is a buffer saved with
-the weights, so a saved model decodes after `from_pretrained`.
+the frozen, L2-normalised pretrained embedding u = E[y] of the target word; the table E (V, d) is a buffer saved with
+the weights.
 
 Centring (`center_embeddings`, not in the papers): when the frequent target words share one direction (GloVe 6B-50d),
-vMF and the syn-margin losses, which see only the angle to the target, learn that direction and the model stays at
-chance (docs/results/seq2seq_recipes). `frequency` subtracts the mean of the unit rows weighted by the training
-targets' counts, `mean` the unweighted mean; the rows are normalised again. Default `none`: the papers'.
+the angle-only losses learn that direction and the model stays at chance (docs/results/seq2seq_recipes); `frequency` /
+`mean` subtract the count-weighted / plain mean unit row. Default `none`: the papers'.
 
-Inference "logits" (*, V) are û·Eᵀ for vMF heads (the vMF log-density up to a per-row constant) and s · cos(û, E_c) for
-the other losses (s = `logit_scale`), so greedy search is nearest-neighbour decoding and beam search ranks hypotheses
-by these scores. For `cosine-softmax` they are the logits the head was trained with.
-
-Output vocabulary (`output_vocabulary="targets"`): a (V,) mask buffer `output_mask` of the words seen as training
-targets (plus `</s>` and `<unk>`); decoding scores only these rows, `cosine-softmax` uses them as its candidates and
-`in-batch-softmax` draws its extra negatives from them. With a shared source+target vocabulary the nearest neighbour
-would otherwise often be a source-language word, or the random row of a word the table lacks.
-
-From the authors' released vMF code (Sachin19/seq2seq-con): the vMF loss's `form="released"` and the option
-`projection_layer_norm` (a LayerNorm after the projection H -> d).
+Inference "logits" (*, V) are û·Eᵀ for vMF heads and s · cos(û, E_c) otherwise, so greedy search is nearest-neighbour
+decoding. `output_vocabulary="targets"` restricts decoding (and the softmax losses' candidates) to the words seen as
+training targets: with a shared source+target vocabulary the nearest neighbour would otherwise often be a
+source-language word, or the random row of a word the table lacks.
 """
 
 from __future__ import annotations
