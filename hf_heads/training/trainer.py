@@ -1,16 +1,8 @@
-"""`HeadsTrainer` / `HeadsSeq2SeqTrainer`: the transformers trainers plus what hf_heads heads need (docs/training.md).
-
-- The head: the head flags of `HeadsTrainingArguments` name the head the trainer trains (`bind_arguments_head`).
-- Word counts and warm start: a head that needs training counts gets them from the training set's labels, and a warm
-  start `from_base` left pending is calibrated on the first training rows, before the first step (`prepare_head`).
-- Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, ...).
-- Evaluation: models in eval mode return the NLL of their inference distribution (no margin), so `eval_loss` is a real
-  cross-entropy, and language models log `eval_perplexity = exp(eval_loss)` (not classifiers, whose loss is per
-  example).
-- What the training loss is: `loss` stays the Trainer's; beside it `train_criterion` names the criterion, and where it
-  is not the eval loss while the eval loss is an NLL, `train_nll` is the NLL of the inference distribution on the
-  window's first training batch, comparable with `eval_loss`. `train_accuracy` (and `train_accuracy@k`) come from the
-  loss's own pass, no second product with W.
+"""`HeadsTrainer` / `HeadsSeq2SeqTrainer`: the transformers trainers plus what hf_heads heads need (docs/training.md):
+the head the arguments' flags name (`bind_arguments_head`); word counts and a pending warm start's calibration from the
+training set before the first step (`prepare_head`); head diagnostics in the logs; `eval_perplexity` for language
+models (the eval loss is the NLL of the inference distribution); `train_criterion`, and `train_nll` where the training
+criterion is not that NLL, comparable with `eval_loss`; `train_accuracy` from the loss's own pass.
 """
 
 from __future__ import annotations
