@@ -1,14 +1,10 @@
 """Perplexity, as the Hub's `evaluate.load("perplexity")` computes it, or from NLLs the trainer already has (an
 `evaluate` module shipped with hf_heads: loads offline).
 
-Default configuration: the arguments, defaults, keys and computation of huggingface/evaluate's module, except that
-`model_id` may also be an hf_heads checkpoint (then the head's inference distribution is scored, as `generate()` sees
-it), the module itself needs no network, and evaluate's `assert` checks raise ValueError naming the field. `references`
-is accepted (and ignored) only so the `"nll"` configuration can share the signature.
-
-Configuration `"nll"`: no model is run; `predictions` is the summed NLL (nats) of each sequence and `references` its
-token count. Returns the same two keys plus `perplexity` = exp(sum NLL / sum tokens), the token-weighted corpus
-perplexity that language-modelling papers report, and `nll_per_token`.
+Default configuration: evaluate's arguments, keys and computation, but `model_id` may be an hf_heads checkpoint (its
+inference distribution is scored) and evaluate's `assert` checks raise ValueError. Configuration `"nll"`: `predictions`
+are summed NLLs (nats) per sequence, `references` their token counts; it also returns `perplexity` = exp(sum NLL / sum
+tokens), the token-weighted corpus perplexity, and `nll_per_token`.
 """
 
 import math
