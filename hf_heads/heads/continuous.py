@@ -9,7 +9,8 @@ the angle-only losses learn that direction and the model stays at chance (docs/r
 Inference "logits" (*, V) are û·Eᵀ for vMF heads and s · cos(û, E_c) otherwise, so greedy search is nearest-neighbour
 decoding. `output_vocabulary="targets"` restricts decoding (and the softmax losses' candidates) to the words seen as
 training targets: with a shared source+target vocabulary the nearest neighbour would otherwise often be a
-source-language word, or the random row of a word the table lacks.
+source-language word, or the random row of a word the table lacks. `projection_layer_norm` (a LayerNorm after the
+projection) comes from the authors' released code (Sachin19/seq2seq-con).
 """
 
 from __future__ import annotations
