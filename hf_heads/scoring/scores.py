@@ -1,27 +1,19 @@
 """Sentence and token log-probabilities under an hf_heads model's inference distribution, for rescoring.
 
 The score of a text is Σ_t log p(y_t | y_<t [, source]) with p the distribution the head's inference logits define,
-computed by the model's own forward with its statistics recorded (`statistics_recorded(loss=False)`): one (chunk, V)
-block of logits exists at a time, never the (B, T, V) logits of a batch.
+computed by the model's own forward with its statistics recorded: one (chunk, V) block of logits at a time.
 
-Per family (what a score means):
-- softmax: log_softmax of W h + b (with the checkpoint's output transform).
-- margin (margin paper, eq. 13): the scores without the margin of eq. 14; max-norm heads use their running max ‖h‖ and
-  are refused before one exists (the score would depend on the rest of the batch).
-- sampled (sampling paper, eqs. 2-22): the corrected posterior, renormalised over the vocabulary with `normalize=True`
-  (the paper's tables 2-3); `normalize=False` returns the corrected log-score log p̃(c|x) itself (table 4, "WERs
-  without explicit normalization"), meaningful for self-normalising criteria.
-- sparse (sparse-softmax paper, eq. 4): log of the truncated distribution, -inf for a text with a token outside its
-  row's top `decode_k`: exactly what `generate()` decodes with.
-- continuous (Bhat et al. 2019): log_softmax of the decoding scores (not the vMF density of the training loss).
+Per family: softmax, log_softmax of W h + b (with the output transform); margin (margin paper, eq. 13), the scores
+without the margin of eq. 14 (max-norm heads need their running max ‖h‖); sampled (sampling paper, eqs. 2-22), the
+corrected posterior, renormalised with `normalize=True` (tables 2-3) or the corrected log-score log p̃(c|x) itself with
+`normalize=False` (table 4, meaningful for self-normalising criteria); sparse (sparse-softmax paper, eq. 4), log of the
+truncated distribution (-inf for a token outside the top `decode_k`, as `generate()` decodes); continuous, log_softmax
+of the decoding scores (not the vMF density). `normalize=False` is refused for the other families: their raw logits
+carry an arbitrary per-position offset.
 
-`normalize=False` is refused for the other families: their raw logits carry an arbitrary per-position offset (a sparse
-head's is not a probability of anything), and a normalised score under another name would mislead.
-
-Sequences: a causal LM scores `[BOS] + tokens + [EOS]`, every token after the first (`add_bos` / `add_eos`); a seq2seq
-model scores `tokens + [EOS]` given the source and the decoder start token. BOS / EOS are the tokenizer's, else the
-backbone config's; a tokenizer whose BOS / EOS differs from the config's is refused. Batches are padded on the right,
-so a text scores the same alone or in any batch. A text longer than the model's context is refused, not truncated: a
+Sequences: a causal LM scores `[BOS] + tokens + [EOS]` after the first token (`add_bos` / `add_eos`), a seq2seq model
+`tokens + [EOS]` given the source. BOS / EOS are the tokenizer's, else the config's (a disagreement is refused). Right
+padding makes a text score the same in any batch. A text longer than the model's context is refused, not truncated: a
 truncated score would silently be the score of another text.
 """
 
