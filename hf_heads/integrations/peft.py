@@ -1,15 +1,12 @@
 """PEFT adapters on hf_heads models.
 
-- Default targets: PEFT picks LoRA's default `target_modules` by `config.model_type`, which is `hf_heads` whatever the
-  backbone. `with_backbone_targets(peft_config, model)` fills them with PEFT's default for the backbone's model_type,
-  restricted to modules under `backbone.` so the head is never matched by a name. `model.add_adapter(config)` and
-  `HeadsSFTTrainer(peft_config=...)` do it for you.
-- `model.add_adapter(config)` injects the adapter through PEFT itself, as transformers does, but without transformers'
-  PEFT version gate (transformers 5.24 asks for a PEFT release that is not published).
-- LoRA on the head: `LoraConfig(target_parameters=["head.weight"])`. PEFT replaces `head.weight` by W + (α/r)·B·A
-  inside the head's forward, so every criterion trains the update on the (V, H) weight it reads, never the (N, V)
-  logits. The continuous head has no (V, H) output weight (`refuse_head_lora`).
-- `modules_to_save=["head"]`: the whole head is trained and saved with the adapter.
+- Default targets: PEFT picks LoRA's default `target_modules` by `config.model_type`, `hf_heads` whatever the backbone;
+  `with_backbone_targets` fills them with PEFT's default for the backbone, restricted to `backbone.` so the head is
+  never matched by name (`model.add_adapter` and `HeadsSFTTrainer(peft_config=...)` call it).
+- `model.add_adapter(config)` injects through PEFT itself, without transformers' PEFT version gate (transformers 5.24
+  asks for a PEFT release that is not published).
+- LoRA on the head: `LoraConfig(target_parameters=["head.weight"])` trains W + (α/r)·B·A inside the head's forward, so
+  every criterion reads it without the (N, V) logits; `modules_to_save=["head"]` trains and saves the whole head.
 """
 
 from __future__ import annotations
