@@ -1,11 +1,10 @@
 """Export to the base architecture: `to_base(model)` is the transformers model of the backbone's own type
-(`LlamaForCausalLM`, `BartForConditionalGeneration`, `BertForSequenceClassification`, ...) with the trained backbone
-and an output layer whose logits give the hf_heads model's inference distribution; `export_base(model, directory,
-tokenizer=None)` saves it with a model card naming the head, and no hf_heads code.
+(`LlamaForCausalLM`, `BartForConditionalGeneration`, ...) with the trained backbone and an output layer whose logits
+give the hf_heads model's inference distribution; `export_base` saves it with a model card, and no hf_heads code.
 
-The output layer is the head's `linear_form()` (hf_heads.heads.base): (W' (V, H), b' (V,) or None) with
-softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the checkpoint's output transform
-(hf_heads.losses.transforms), which the base architecture applies itself. What folds:
+The output layer is the head's `linear_form()`: (W' (V, H), b' (V,) or None) with softmax(inference_logits(h)) =
+softmax(transform(W' h + b')), `transform` the checkpoint's output transform, which the base architecture applies
+itself. What folds (every other head is refused with its reason and the nearest exact choice):
 
 | head | W' | b' |
 |---|---|---|
@@ -14,17 +13,10 @@ softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `trans
 | sampled, a correction s + o(c) (eqs. 6, 8, 10, 12, 14, 16, 18, 20) | the margin family's | b + o / multiplier |
 | continuous, vMF scores û·Eᵀ (û = P h + p) | E P | E p (−inf outside the output vocabulary) |
 
-Every other head is refused, with its reason and the nearest exact choice (the heads' `linear_form`).
-
-b' goes to the output layer's own bias or the architecture's `final_logits_bias` (BART, Marian, mBART, Pegasus); an
-architecture with neither (GPT-2, Llama, T5) takes only a b' the same for every class (dropped: it does not change the
-distribution). A tied output layer stays tied when W' is the input embedding matrix; otherwise it is untied. A
-multiplier of the base architecture that differs from the head's is folded into W' and b'.
-
-The body is the backbone's own tensors (shared, not copied) under the base class's names; a base class with a tensor
-the hf_heads model does not hold, or without a place for one of the backbone's, is refused, naming them. Every export
-is checked on a probe input: the base model's log-probabilities equal the hf_heads model's within 1e-5 (float32; 3e-2
-in half precision), and `export_base` loads the saved directory back and compares again.
+b' goes to the output layer's bias or `final_logits_bias`; an architecture with neither (GPT-2, Llama, T5) takes only a
+b' the same for every class (dropped). A tied output layer stays tied when W' is the embedding matrix. A differing base
+multiplier is folded into W' and b'. The body is the backbone's tensors (shared) under the base class's names. Every
+export is checked on a probe input: log-probabilities equal within 1e-5 (float32; 3e-2 in half precision).
 """
 
 from __future__ import annotations
