@@ -1,8 +1,6 @@
-"""How a run script reports bad input: `UsageError` (one line, exit status 2, never a traceback), a model or dataset
-that transformers / huggingface_hub / datasets cannot find (a Hub id offline, a misspelt name) as one line that says
-what works offline, an invalid head option that came from a command-line flag under the flag's name
-(`flag_error`: `--loss_chunk_size`, not `chunk_size`), and `main_wrapper`, which runs a script's `main` with these
-rules."""
+"""How a run script reports bad input: one line, exit status 2, never a traceback (`UsageError`, `main_wrapper`); a
+model or dataset the Hub cannot give says what works offline; a head option from a flag is named by the flag.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The steps every run script shares around its own task code: the arguments (`RunArguments`, `parse_args`), the start
-of a run (`start_run`: its head, output directory, checkpoint, logging and seed), local
-files and split limits, word counts for an evaluation-only run, the vocabulary check, the train block, and the
-end-of-run artefacts (`finish_run`: loss plot, model card, run summary, Hub export, push)."""
+"""The steps every run script shares around its own task code: arguments, the start of a run (`start_run`), local files
+and split limits, word counts, the vocabulary check, the train block and the end-of-run artefacts (`finish_run`).
+"""
 
 from __future__ import annotations
 
