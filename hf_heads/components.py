@@ -1,9 +1,8 @@
 """Components: one kind of plugin for every point of a head that varies.
 
-A component is a frozen dataclass registered with `register(kind)`: its fields are its parameters (validated once in
-`check`), its class variable `name` is the value a config or a flag gives, and it defines its kind's reference, the
-naive dense computation the contract suite compares the library with (registering a class whose reference is still
-abstract is an error). The kinds and their bases:
+A component is a frozen dataclass registered with `register(kind)`: its fields are its parameters (validated in
+`check`), its class variable `name` the value a config or a flag gives, and it defines its kind's reference, the naive
+dense computation the contract suite compares the library with. The kinds and their bases:
 
     margin           hf_heads.losses.scorer.Margin          φ of the target (margin paper eq. 14); reference `phi`
     word_norm        hf_heads.losses.scorer.WordNorm        f(c) (eq. 9)
@@ -14,10 +13,8 @@ abstract is an error). The kinds and their bases:
     continuous_loss  hf_heads.losses.continuous_losses.ContinuousLoss  (Kumar & Tsvetkov eq. 3, Bhat et al. eq. 1)
     kernel           hf_heads.losses.chunks.ChunkKernel     the per-chunk work of the fused loss
 
-In a config a component is its name when it has no parameters, else `{"type": name, **parameters}`
-(`component_config`); on the command line also `--margin arc-cos:m1=0.2,m2=0.1` (`make_component` reads all three). A
-config records the module a component was defined in, so a user's own loads, saves and goes to the Hub as a built-in
-one does. The ground floor with `hf_heads.validation`: this module imports nothing else from hf_heads.
+A config writes a component as its name, or `{"type": name, **parameters}`; a flag also as `arc-cos:m1=0.2,m2=0.1`.
+This module imports nothing from hf_heads but `hf_heads.validation`.
 """
 
 from __future__ import annotations
