@@ -1,14 +1,12 @@
-"""The head-family registry. A family is its loss module (hf_heads.losses) and its head module
-(hf_heads.heads.<family>): an options dataclass and a head class that names its family and its options class,
-registered with `register("family")` (hf_heads.components.register):
+"""The head-family registry: a family is an options dataclass and a head class that names its family and its options
+class, registered with `register("family")`:
 
     @register("family")
     class TemperatureHead(SoftmaxHead):
         family = "temperature"
         options_class = TemperatureHeadOptions
 
-Everything that depends on the family reads this registry or asks the head: `make_head`, `HeadsConfig` validation, the
-run scripts' flags, model cards and the Hub export.
+`make_head`, `HeadsConfig` validation, the run scripts' flags, model cards and the Hub export all read this registry.
 """
 
 from __future__ import annotations
