@@ -4,9 +4,8 @@ trained output back to the class posterior p(c|x).
 Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for Neural Language
 Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md).
 
-s(c, x) is the scorer's logit (hf_heads.losses.scorer). The model output q of each criterion is: CE: q = s (unbounded);
-BCE and MSE: q = σ(s) (bounded in (0, 1), sec. 3.1, 3.2.5); NCE: q = exp(s) > 0, so q / (q + K·D(c)) = σ(s − log
-K·D(c)) (eqs. 19, 21).
+s(c, x) is the scorer's logit; the model output is q = s for CE, σ(s) for BCE and MSE (sec. 3.1, 3.2.5), and
+exp(s) for NCE, so q / (q + K·D(c)) = σ(s − log K·D(c)) (eqs. 19, 21).
 
 Criteria, per position n with target c_n and K shared samples c̃_k ~ D (losses = −F / N):
 
