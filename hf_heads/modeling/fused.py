@@ -1,12 +1,10 @@
 """Per-token losses without logits, for trainers that ask a causal LM for them (TRL's `SFTTrainer`).
 
-TRL computes its SFT loss from `model(..., labels=labels, fused_lm_head=True)`, which returns per-token `log_probs`,
-`entropy`, `is_top1` and `label_mask`, and installs that call by replacing `model.forward` with a plain cross-entropy.
-An hf_heads model keeps its own forward (`HeadsForCausalLM.__setattr__`) and answers with `token_loss_output`:
-`log_probs` = −(the head's per-token loss, the training criterion in train mode), so TRL's loss is exactly
-`model(input_ids, labels=labels).loss`; `entropy` and `is_top1` describe the inference distribution, without gradient.
-A softmax head takes both from its loss pass; the others add a pass over the output layer in chunks of rows (for
-sampled heads a pass over the full vocabulary per step, which costs part of their speed-up).
+TRL computes its SFT loss from `model(..., labels=labels, fused_lm_head=True)` and installs that call by replacing
+`model.forward` with a plain cross-entropy. An hf_heads model keeps its own forward (`HeadsForCausalLM.__setattr__`)
+and answers with `token_loss_output`: `log_probs` = −(the head's per-token loss), so TRL's loss is exactly
+`model(input_ids, labels=labels).loss`; `entropy` and `is_top1` describe the inference distribution (a second pass over
+the output layer unless the loss pass scores it, which costs sampled heads part of their speed-up).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A GGUF file for llama.cpp: `export_gguf(model, path, tokenizer=None, dtype="f16")` writes the export to the base
-architecture (hf_heads.modeling.base_export) of a Llama-family model as one GGUF file, with the `gguf` package's
-writer, in float16 (`f16`: 2-D weights in float16, norms in float32, as llama.cpp's converter writes them) or float32.
-transformers reads it back with the same logits within the rounding of the chosen type.
-
-As llama.cpp's `convert_hf_to_gguf.py`: the `llama.*` hyperparameters, the tensors under GGUF's names, the query and
-key projections permuted to GGML's interleaved RoPE layout, no `output.weight` for a tied output layer, and the
-tokenizer's vocabulary. Not done: quantised types (llama.cpp's `llama-quantize` makes them from the f16 file), RoPE
-scaling and projection biases (refused), and the pre-tokenizer detection (`tokenizer.ggml.pre` is `default`).
+architecture of a Llama-family model as one GGUF file (the `gguf` package's writer), in float16 (2-D weights; norms in
+float32, as llama.cpp's converter writes them) or float32, as llama.cpp's `convert_hf_to_gguf.py` does (RoPE layout
+permuted, no `output.weight` when tied, the tokenizer's vocabulary). Not done: quantised types (made from the f16 file
+by `llama-quantize`), RoPE scaling and projection biases (refused), pre-tokenizer detection (`default`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""`from_base` returns exactly the model it loaded: the checkpoint's output transform read from its config, and a probe
-that compares the wrapped model's log-probabilities with the checkpoint's before the model is returned. Output
-transforms (hf_heads.losses.transforms) that transformers architectures apply after their backbone, and the config
-fields they are read from:
+"""`from_base` returns exactly the model it loaded: the checkpoint's output transform (hf_heads.losses.transforms) is
+read from its config, and a probe compares the wrapped model's log-probabilities with the checkpoint's:
 
 | architectures | config field | head option |
 |---|---|---|
