@@ -1,13 +1,11 @@
 """N-best rescoring with a language model's scores, and a grid search of the combination weights on a dev set.
 
-The second-pass rescoring of the sampling paper (sec. 4, tables 3-4) adds an LM score to each hypothesis' first-pass
-score; here the combination is log-linear with a word bonus:
+The second-pass rescoring of the sampling paper (sec. 4, tables 3-4), here log-linear with a word bonus:
 
     combined = score + lm_weight · lm_score + length_penalty · num_words
 
-(`num_words`: whitespace-separated words; a positive `length_penalty` offsets the LM's preference for short
-hypotheses). An n-best list is a list of records `{"id": ..., "hypotheses": [{"text": str, "score": float}, ...]}`,
-with `"reference"` for tuning and `"source"` where a seq2seq model scores the hypotheses. Extra fields are kept.
+(a positive `length_penalty` offsets the LM's preference for short hypotheses). An n-best list is a list of records
+`{"id", "hypotheses": [{"text", "score"}], "reference"?, "source"?}`; extra fields are kept.
 """
 
 from __future__ import annotations
