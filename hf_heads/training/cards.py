@@ -1,9 +1,6 @@
-"""Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves).
-
-What a card says is what holds for the model it describes: losses are named by what they are (the head's `loss_names`);
-`model-index` lists only metrics with a standard meaning, never a loss; every score is on one 0-100 scale
-(sacreBLEU's); "how to load" says `trust_remote_code=True` only for a directory that carries the model code, and
-seq2seq cards show `generate()` (transformers 5 has no translation / summarization pipelines).
+"""Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves). A card says what
+holds for its model: losses named by what they are, only standard metrics in `model-index` (never a loss), every score
+on sacreBLEU's 0-100 scale, `trust_remote_code=True` only where the directory carries the code.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """TRL's `SFTTrainer` on hf_heads causal LMs (needs the `trl` extra: `pip install hf_heads[trl]`).
 
-A plain `trl.SFTTrainer(model=hf_heads_model, ...)` trains with the head's own criterion: TRL computes its loss from
-`model(..., fused_lm_head=True)`, which an hf_heads model answers itself (hf_heads.modeling.fused). SFT options that
-need the full logits in training (`label_smoothing_factor`, `compute_loss_func`) are refused when the model is called.
-`HeadsSFTTrainer` is `SFTTrainer` plus what `HeadsTrainer` adds (word counts of the tokens the SFT loss trains on, head
-diagnostics and perplexity) and checks of the SFT options against the head: `loss_type="dft"` weights each token's loss
-ℓ by exp(−ℓ), refused for a criterion whose exp(−ℓ) is not a probability.
+A plain `trl.SFTTrainer(model=hf_heads_model, ...)` trains with the head's own criterion (hf_heads.modeling.fused); SFT
+options that need the full logits (`label_smoothing_factor`, `compute_loss_func`) are refused when the model is called.
+`HeadsSFTTrainer` adds what `HeadsTrainer` adds (word counts of the trained tokens, diagnostics, perplexity) and
+refuses `loss_type="dft"` (which weights a token's loss ℓ by exp(−ℓ)) where exp(−ℓ) is not a probability.
 """
 
 from __future__ import annotations
