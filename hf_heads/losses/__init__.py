@@ -1,10 +1,11 @@
 """Pure-torch losses, one family per module; one entry point for the loss of an output layer.
 
 `entry` (`output_loss` over the parts of `parts`) and `presets` (the peer-style functions); the chunk engine (`chunks`,
-`kernels`, `triton_kernel`, `fused_linear`); the margin paper's scorer of eq. 13 (`scorer`, `margin`); the sampling
-paper's criteria, corrections and noise (`sampled`, `noise`); sparse-softmax (`sparse`, eqs. 4-5); the
-vocabulary-parallel losses (`vocab_parallel`); the continuous-output losses (`continuous`, `continuous_losses`: Kumar &
-Tsvetkov eq. 3, Bhat et al. eq. 1). Shared by all: `_rows` and `hf_heads.validation`.
+`kernels`, `triton_kernel`, `fused_linear`); the margin paper's scorer of eq. 13 with φ of eq. 14 and f, g of eqs. 9-12
+(`scorer`, `margin`); the sampling paper's criteria (eqs. 7-21), posterior corrections (eqs. 2-22) and noise
+(`sampled`, `noise`); sparse-softmax (`sparse`, eqs. 4-5); the vocabulary-parallel losses (`vocab_parallel`); the
+continuous-output losses (`continuous`, `continuous_losses`: Kumar & Tsvetkov eq. 3, Bhat et al. eq. 1). Shared by all:
+`_rows` and `hf_heads.validation`.
 """
 
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows

@@ -113,7 +113,7 @@ def sampled_loss(
     impl=None,
     **scorer_options,
 ) -> torch.Tensor:
-    """The training criterion `criterion` × `method` (sampling paper): K = `num_samples` classes drawn from
+    """The training criterion `criterion` × `method` (sampling paper eqs. 7-21): K = `num_samples` classes drawn from
     `noise_probs` (C,) once per batch (or given as `samples` (K,)); method "full" is the criterion over every class
     (eqs. 1, 3, 5). The scorer as in `margin_cross_entropy`, its margin on the target's logit."""
     scorer = resolve_scorer(scorer, **scorer_options).given(word_counts=word_counts)
@@ -150,8 +150,8 @@ def corrected_nll(
     impl=None,
     **scorer_options,
 ) -> torch.Tensor:
-    """−log p(c_n|x_n) of the corrected, normalised posterior of `criterion` × `method` (a sampled head's evaluation
-    loss), no margin, in chunks of rows; the scorer as in `margin_cross_entropy`."""
+    """−log p(c_n|x_n) of the corrected, normalised posterior of `criterion` × `method` (sampling paper eqs. 2-22: a
+    sampled head's evaluation loss), no margin, in chunks of rows; the scorer as in `margin_cross_entropy`."""
     validate_sampled_options(criterion, method, num_samples, weight.shape[0])
     posterior = Correction(make_criterion(criterion), make_sampling_method(method), num_samples, noise_probs)
     scorer = resolve_scorer(scorer, **scorer_options).without_margin()
