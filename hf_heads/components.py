@@ -1,39 +1,20 @@
 """Components: one kind of plugin for every point of a head that varies.
 
-A component is a frozen dataclass registered with one decorator, `register(kind)`: its fields are its parameters
-(any number, validated once in `check`), its class variable `name` is the value a config or a flag gives, and it
-defines its kind's reference: the naive dense computation the contract suite (tests/test_components_contract.py)
-compares the library with, whatever the component. Registering a class whose reference is still abstract is an
-error. The kinds and their bases:
+A component is a frozen dataclass registered with `register(kind)`: its fields are its parameters (validated in
+`check`), its class variable `name` the value a config or a flag gives, and it defines its kind's reference, the naive
+dense computation the contract suite compares the library with. The kinds and their bases:
 
-    margin           hf_heads.losses.scorer.Margin          φ of the target (margin paper eq. 14); reference: `phi`
-    word_norm        hf_heads.losses.scorer.WordNorm        f(c) (eq. 9); reference: `reference`
-    context_norm     hf_heads.losses.scorer.ContextNorm     g(i) (eq. 10); reference: `reference`
-    sampling_method  hf_heads.losses.sampled.SamplingMethod a criterion's candidate terms and its posterior
-                                                            correction (sampling paper); reference: `reference`
-    noise            hf_heads.losses.noise.Noise            the noise distribution D the samples are drawn from
-                                                            (sampling paper sec. 3.2, 4.1); reference: `reference`
-    criterion        hf_heads.losses.parts.Criterion        the criterion over a row's candidate logits (cross-entropy
-                                                            with its options, BCE, MSE); reference: `reference`
-    continuous_loss  hf_heads.losses.continuous_losses.ContinuousLoss
-                                                            a continuous-output loss (Kumar & Tsvetkov eq. 3, Bhat
-                                                            et al. eq. 1); reference: `reference`
-    kernel           hf_heads.losses.chunks.ChunkKernel     the per-chunk work of the fused loss (eager, compiled,
-                                                            triton); `available(device)`, `loss`, `loss_and_grads`;
-                                                            reference: its family's naive dense loss
-                                                            (tests/test_kernels.py)
+    margin           hf_heads.losses.scorer.Margin          φ of the target (margin paper eq. 14); reference `phi`
+    word_norm        hf_heads.losses.scorer.WordNorm        f(c) (eq. 9)
+    context_norm     hf_heads.losses.scorer.ContextNorm     g(i) (eq. 10)
+    sampling_method  hf_heads.losses.sampled.SamplingMethod candidate terms and posterior correction (sampling paper)
+    noise            hf_heads.losses.noise.Noise            the noise distribution D (sampling paper sec. 3.2, 4.1)
+    criterion        hf_heads.losses.parts.Criterion        the criterion over a row's candidate logits
+    continuous_loss  hf_heads.losses.continuous_losses.ContinuousLoss  (Kumar & Tsvetkov eq. 3, Bhat et al. eq. 1)
+    kernel           hf_heads.losses.chunks.ChunkKernel     the per-chunk work of the fused loss
 
-In a config a component is written as its name when it has no parameters, else as a dict with its type and its
-parameters (`component_config`):
-
-    "word_norm": "log-unigram"
-    "margin": {"type": "arc-cos", "m1": 0.2, "m2": 0.1}
-
-Both forms, and on the command line the short form `--margin arc-cos:m1=0.2,m2=0.1` (or a JSON object), are read by
-`make_component`. A config records the module a component was defined in (hf_heads.heads.registry), so one written
-in a user's own package loads, saves and goes to the Hub as a built-in one does.
-
-The ground floor with `hf_heads.validation`: this module imports nothing else from hf_heads.
+A config writes a component as its name, or `{"type": name, **parameters}`; a flag also as `arc-cos:m1=0.2,m2=0.1`.
+This module imports nothing from hf_heads but `hf_heads.validation`.
 """
 
 from __future__ import annotations
@@ -56,9 +37,8 @@ _BASES: dict[str, type] = {}  # kind -> its base class (set by `component_base`)
 
 
 class Component:
-    """Base of every component (a frozen dataclass subclass of a kind's base). `name` is the option value;
-    `example` the parameters the contract suite runs it with (default: its defaults, which may be trivial such as
-    m = 0); `check` validates the parameters (`__post_init__` calls it)."""
+    """Base of every component. `name` is the option value; `example` the parameters the contract suite runs it with;
+    `check` validates the parameters (`__post_init__` calls it)."""
 
     kind: ClassVar[str] = ""
     name: ClassVar[str] = ""
@@ -96,9 +76,8 @@ def annotation_types(cls: type, name: str) -> set[str]:
 
 
 def coerce(cls: type, name: str, value):
-    """`value` for field `name` of the dataclass `cls` (a component, or a head family's options), with an integral
-    float turned into an int for an `int` field (a JSON or command-line round trip gives 2.0); refuses a value of
-    the wrong type (a bool for a number, a number for a bool, a non-string) or a number that is not finite."""
+    """`value` for field `name` of the dataclass `cls`, an integral float made an int for an `int` field (a JSON or
+    command-line round trip gives 2.0); refuses a value of the wrong type or a number that is not finite."""
     kinds = annotation_types(cls, name)
     if value is None and "None" in kinds:
         return None
@@ -148,12 +127,9 @@ def component_base(kind: str, requires: str = REFERENCE):
 
 
 def register(kind: str):
-    """Class decorator: register the component class `cls` (a dataclass subclass of the kind's base with a `name`
-    and its reference defined) under `cls.name`, so a config or a flag names it. A class is known by its module and
-    qualified name (`same_class`): the class of a reloaded module (`importlib.reload`) takes the place of its old
-    one; another class under a taken name is refused, naming both. A parameter named as a config key
-    (`RESERVED_PARAMETERS`) is refused. `register("family")` registers a head family instead: a head class with its
-    options class (hf_heads.heads.registry.register_head)."""
+    """Class decorator: register the component class `cls` (with a `name` and its reference defined) under `cls.name`.
+    A reloaded module's class replaces its old one (`same_class`); another class under a taken name, or a parameter
+    named as a config key, is refused. `register("family")` registers a head family (registry.register_head)."""
     if kind in KIND_HOOKS:
         return KIND_HOOKS[kind]
     if kind not in KINDS:
@@ -197,8 +173,8 @@ def same_class(a: type, b: type) -> bool:
 
 
 def check_free(registry: dict, name: str, cls: type, kind: str) -> None:
-    """Refuse (`ValueError`) to register `cls` under `name` where another class holds it (`same_class`: a reloaded
-    module's class replaces its former self; a class of another module, or another class, never does silently)."""
+    """Refuse (`ValueError`) to register `cls` under `name` where another class (not a reloaded module's former self)
+    holds it."""
     taken = registry.get(name)
     if taken is not None and not same_class(taken, cls):
         raise ValueError(
@@ -233,10 +209,8 @@ def parse_flag(text: str) -> str | dict:
 
 
 def make_component(kind: str, value, *, field: str | None = None, **extra):
-    """The component instance of a config value: an instance of the kind's base (returned as it is), a name, a
-    dict `{"type": name, **parameters}`, or a command-line string (`parse_flag`). `extra`: parameters given apart
-    (the flat `m` of older configs), added where the component has them. Errors name `field` (default: the kind)
-    or `field.parameter`."""
+    """The component of a config value: an instance (as it is), a name, `{"type": name, **parameters}` or a
+    command-line string; `extra`: parameters given apart (the flat `m`). Errors name `field` or `field.parameter`."""
     base = _BASES[kind]
     field = field or kind
     if isinstance(value, base):

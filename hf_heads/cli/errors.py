@@ -1,8 +1,6 @@
-"""How a run script reports bad input: `UsageError` (one line, exit status 2, never a traceback), a model or dataset
-that transformers / huggingface_hub / datasets cannot find (a Hub id offline, a misspelt name) as one line that says
-what works offline, an invalid head option that came from a command-line flag under the flag's name
-(`flag_error`: `--loss_chunk_size`, not `chunk_size`), and `main_wrapper`, which runs a script's `main` with these
-rules."""
+"""How a run script reports bad input: one line, exit status 2, never a traceback (`UsageError`, `main_wrapper`); a
+model or dataset the Hub cannot give says what works offline; a head option from a flag is named by the flag.
+"""
 
 from __future__ import annotations
 
@@ -39,8 +37,8 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 def load_hub_dataset(name: str, config_name: str | None, builtin: Iterable[str], flag: str = "--dataset_name"):
-    """`datasets.load_dataset(name, config_name)` for a `--dataset_name` that is not a built-in corpus; a name
-    the Hub cannot give (offline, or no such dataset) is one `UsageError` line listing the built-in corpora."""
+    """`datasets.load_dataset(name, config_name)`; a name the Hub cannot give is one `UsageError` listing the
+    built-ins."""
     try:
         return datasets.load_dataset(name, config_name)
     except (ConnectionError, DatasetNotFoundError) as err:
@@ -60,8 +58,8 @@ def load_hub_dataset(name: str, config_name: str | None, builtin: Iterable[str],
 
 @contextmanager
 def loading_model(flag: str, name: str, builtin: Iterable[str]) -> Iterator[None]:
-    """Around `from_pretrained` of `name` (given by `flag`): the `OSError` transformers raises for a model it cannot
-    find (a Hub id offline, a misspelt directory) becomes one `UsageError` line that says what works offline."""
+    """Around `from_pretrained` of `name` (given by `flag`): a model transformers cannot find becomes one `UsageError`
+    line that says what works offline."""
     try:
         yield
     except OSError as err:
@@ -93,8 +91,7 @@ def _is_hub_error(err: BaseException) -> bool:
 
 
 def _head_flags() -> dict[str, str]:
-    """{head option: the command-line flag that sets it} (`chunk_size` -> `--loss_chunk_size`); options that are not
-    flags are left out."""
+    """{head option: the flag that sets it} (`chunk_size` -> `--loss_chunk_size`)."""
     from hf_heads.training.arguments import FLAG_TO_OPTION
 
     return {option: f"--{flag}" for flag, option in FLAG_TO_OPTION.items()}
@@ -105,11 +102,9 @@ def _given(flag: str, argv: Iterable[str]) -> bool:
 
 
 def flag_error(err: OptionError, argv: Iterable[str]) -> OptionError:
-    """`err` as a run script's user should read it when the option came from a command-line flag: named by the flag
-    (an error named `--flag` by `HeadFlags.head_config`, or named `option` / `head.option` while `--flag` is in
-    `argv`), the options its message lists shown as the flags that set them (`allowed: chunk_size, ...` becomes
-    `flags: --loss_chunk_size, ...`, options that are no flag left out) and `option=` written as `--flag=` where
-    the two differ. Any other error (an option from a config file or a checkpoint) is returned as it is."""
+    """`err` as a run script's user should read it when the option came from a command-line flag: named by the flag,
+    the options its message lists shown as the flags that set them (`allowed: chunk_size` becomes `flags:
+    --loss_chunk_size`). Any other error (an option from a config file or a checkpoint) is returned as it is."""
     flags = _head_flags()
     option = err.field.removeprefix("head.")
     flag = flags.get(option)
@@ -132,9 +127,8 @@ def flag_error(err: OptionError, argv: Iterable[str]) -> OptionError:
 
 
 def _close_process_group() -> None:
-    """Destroy the default process group of a distributed run (`accelerate launch --num_processes N`) once `main`
-    has returned on this rank: left to interpreter shutdown, gloo's worker threads can abort the process (SIGABRT,
-    "terminate called without an active exception") after a successful run, failing the launch."""
+    """Destroy a distributed run's default process group once `main` returned: left to interpreter shutdown, gloo's
+    worker threads can abort a successful run (SIGABRT)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -142,11 +136,9 @@ def _close_process_group() -> None:
 
 
 def main_wrapper(main) -> None:
-    """Run `main()`, then close the run's process group if it has one (only after success: a rank that failed may
-    leave the others inside a collective); a `UsageError`/`ValueError` from bad input (an invalid head option given
-    by a flag named by its flag, `flag_error`), or an `OSError` of
-    transformers / huggingface_hub for a model it cannot find, prints one line and exits with status 2 (set
-    HF_HEADS_TRACEBACK=1 to see the traceback instead)."""
+    """Run `main()`, then close the process group (after success only: a failed rank may leave others inside a
+    collective); bad input (`UsageError`, `ValueError`, a model the Hub cannot give) prints one line and exits with
+    status 2 (HF_HEADS_TRACEBACK=1 shows the traceback)."""
     try:
         main()
         _close_process_group()

@@ -54,9 +54,8 @@ def saved_head(name_or_path: str) -> dict | None:
 
 
 def resolve_head(name_or_path: str, requested: dict, flags_given: bool, change_head: bool = False) -> dict:
-    """The head a run uses: the flags' head, or, when `--model_name_or_path` is an hf_heads model (to evaluate
-    or continue training it), its saved head; head flags that ask for a different head are refused unless
-    `--change_head` asks to continue the model with the flags' head."""
+    """The head a run uses: the flags', or an hf_heads model's saved head; flags asking for another head are refused
+    unless `--change_head`."""
     saved = saved_head(name_or_path)
     if change_head and (saved is None or not flags_given):
         raise UsageError(
@@ -76,7 +75,7 @@ def resolve_head(name_or_path: str, requested: dict, flags_given: bool, change_h
 
 def load_trained(model_class, name_or_path: str, head: dict, change_head: bool):
     """A trained hf_heads model, with `head` in place of its own when `change_head` (its head tensors must all
-    load into the new head: `HeadsPreTrainedModel.from_pretrained` refuses otherwise)."""
+    load)."""
     if not change_head:
         return model_class.from_pretrained(name_or_path)
     try:

@@ -1,7 +1,6 @@
-"""The steps every run script shares around its own task code: the arguments (`RunArguments`, `parse_args`), the start
-of a run (`start_run`: its head, output directory, checkpoint, logging and seed), local
-files and split limits, word counts for an evaluation-only run, the vocabulary check, the train block, and the
-end-of-run artefacts (`finish_run`: loss plot, model card, run summary, Hub export, push)."""
+"""The steps every run script shares around its own task code: arguments, the start of a run (`start_run`), local files
+and split limits, word counts, the vocabulary check, the train block and the end-of-run artefacts (`finish_run`).
+"""
 
 from __future__ import annotations
 
@@ -78,8 +77,8 @@ def parse_args(dataclass_types: tuple, argv: list[str] | None = None):
 
 
 def start_run(model_args, run_args: RunArguments, training_args) -> tuple[dict, str | None]:
-    """(head section, checkpoint to resume from or None) of a run, after the checks every script makes first: the head
-    (`resolve_head`, `--change_head`), the output directory, the checkpoint's head; then logging and the seed."""
+    """(head section, checkpoint or None) of a run, after the checks every script makes first; then logging and the
+    seed."""
     head = resolve_head(
         model_args.model_name_or_path,
         training_args.head_config(),
@@ -107,9 +106,8 @@ def load_local_files(train: str | None, validation: str | None, test: str | None
 
 
 def ensure_word_counts(model, train_dataset) -> None:
-    """Before evaluating without training: a head whose norm scaling or noise needs word counts and has none
-    (a model built here, not a trained hf_heads model, which saves them) gets the training split's label counts,
-    as `HeadsTrainer` collects them before training; with no training split, a `UsageError` names the flags."""
+    """Before evaluating without training: a head that needs word counts and has none gets the training split's label
+    counts, as `HeadsTrainer` would; with no training split, a `UsageError` names the flags."""
     head_module = getattr(model, "head", None)
     if head_module is None or not model.head_needs_counts() or head_module.has_word_counts:
         return
@@ -142,10 +140,8 @@ def check_vocab(tokenizer, model) -> None:
 
 
 def check_generation_ids(tokenizer, model) -> None:
-    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config, built
-    from the backbone config): the targets end with the tokenizer's EOS while `generate()` stops at the config's, and
-    the predictions are decoded without the tokenizer's special tokens while `generate()` pads them with the
-    config's pad (e.g. `--config_overrides eos_token_id=...`, or `--tokenizer_name` of another model)."""
+    """Refuse a tokenizer whose EOS / pad id is not the one the model generates with (its generation config): targets
+    would end with another EOS than the one `generate()` stops at."""
     config = model.generation_config
     for name in ("eos_token_id", "pad_token_id"):
         mine, theirs = getattr(tokenizer, name, None), getattr(config, name, None)
@@ -195,10 +191,8 @@ def finish_run(
     plots: list[str] | tuple[str, ...] = (),
     task: tuple[str, str] | None = None,
 ) -> None:
-    """End-of-run artefacts on the main process: loss-curve plot (each loss labelled by what it is), model card
-    (with `model-index`), `run_summary.json`, the offline Hub export (`--hub_export_dir`, with its own card),
-    `--push_to_hub` (which keeps this card: the Trainer would replace it with a generic one) and, last, the export to
-    the base architecture (`--export_base_dir`; a refusal is a `UsageError` naming its reason)."""
+    """End-of-run artefacts on the main process: loss plot, model card, `run_summary.json`, the Hub export,
+    `--push_to_hub` (keeping this card) and, last, `--export_base_dir` (a refusal is a `UsageError`)."""
     if not trainer.is_world_process_zero():
         return
     out = Path(training_args.output_dir)

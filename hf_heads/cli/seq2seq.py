@@ -180,9 +180,8 @@ def build_tokenizer(model_args: ModelArguments, raw: datasets.DatasetDict):
 
 
 def run_table(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model_dir: str, seed: int):
-    """For a continuous head: (head with embedding_dim, table (V, d), covered (V,)) for the run
-    (hf_heads.training.tables): its `embedding_name`, or `word2vec-targets` trained on the training targets as the
-    tokenizer splits them (a trained model's own file when `model_dir` has one); refusals as one line."""
+    """A continuous head's (head with embedding_dim, table (V, d), covered (V,)) for the run
+    (hf_heads.training.tables)."""
 
     def sentences():
         if "train" not in raw:
@@ -198,9 +197,8 @@ def run_table(head: dict, tok, raw: datasets.DatasetDict, output_dir: str, model
 
 
 def _override_config(config, overrides: str) -> None:
-    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error.
-    Not `PretrainedConfig.update_from_string` (transformers' run_clm.py): its errors do not name the key
-    ("invalid literal for int()"), and it cannot set a field whose value is None."""
+    """`key=value,...` onto `config` (values parsed as the existing attribute's type); unknown keys are an error. Not
+    `PretrainedConfig.update_from_string`: its errors do not name the key, and it cannot set a field that is None."""
     for item in overrides.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or not hasattr(config, key):
@@ -254,17 +252,15 @@ def build_model(model_args: ModelArguments, head: dict, tok, change_head: bool =
 
 
 def scored_texts(tok, texts: list[str], max_length: int) -> list[str]:
-    """Texts as the generation metrics score references: encoded as labels (truncated) and decoded without the
-    special tokens. Every head scores against these (reference labels never pass through a head's vocabulary
-    mapping), so BLEU of a continuous and of a softmax run compare on the same references."""
+    """Texts as the generation metrics score references: encoded as labels (truncated), decoded without special tokens,
+    so every head (continuous or softmax) is scored against the same references."""
     ids = tok(text_target=[t or "" for t in texts], max_length=max_length, truncation=True)["input_ids"]
     return [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)]
 
 
 def tokenize_splits(raw: datasets.DatasetDict, tok, data: DataArguments, covered: torch.Tensor | None):
-    """input_ids / attention_mask / labels of every split. A continuous head (`covered` (V,): the words its table
-    has) trains on targets whose uncovered words are `<unk>`; only the training split's labels are mapped, so the
-    validation and test labels, hence the references the metrics decode from them, are the same for every head."""
+    """input_ids / attention_mask / labels of every split; a continuous head's uncovered target words become `<unk>` in
+    the training split only, so evaluation references are the same for every head."""
 
     def preprocess(batch: dict) -> dict:
         sources = [data.source_prefix + (s or "") for s in batch["source"]]

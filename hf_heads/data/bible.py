@@ -1,15 +1,12 @@
-"""Spanish–English Bible, verse-aligned, from the SWORD modules of Debian's `sword-text-web`
-(World English Bible, 2015 edition) and `sword-text-sparv` (Reina-Valera 1909). Both texts are in
-the public domain, so the aligned verses are bundled with hf_heads (`bundled/bible_es_en.tsv.xz`)
-and this module is only needed to rebuild that file:
+"""Spanish–English Bible, verse-aligned, from the SWORD modules of Debian's `sword-text-web` (World English
+Bible, 2015) and `sword-text-sparv` (Reina-Valera 1909), both public domain. The aligned verses are bundled with
+hf_heads (`bundled/bible_es_en.tsv.xz`); this module only rebuilds that file:
 
     apt-get install sword-text-web sword-text-sparv && pip install pysword
     python -m hf_heads.data.bible hf_heads/data/bundled/bible_es_en.tsv.xz
 
-The two modules use different versifications (WEB: NRSVA, RV1909: KJV), so verses are paired
-by (book, chapter, verse) inside each chapter both modules have. Footnotes (`<note>…</note>`)
-are removed before the markup, because pysword's `clean=True` glues the words on both sides of
-a footnote together.
+The two versifications differ, so verses are paired by (book, chapter, verse) inside each chapter both modules have.
+Footnotes are removed before the markup, because pysword's `clean=True` glues the words around them together.
 """
 
 from __future__ import annotations
@@ -48,10 +45,8 @@ def _open(path: str, versification: str):
 
 
 def extract_verses() -> list[tuple[str, int, int, str, str]]:
-    """All verses of the WEB with the RV1909 verse of the same reference ('' where it has none).
-
-    Returns rows (book, chapter, verse, english, spanish) in canonical order.
-    """
+    """Rows (book, chapter, verse, english, spanish) of every WEB verse in canonical order ('' where RV1909 has
+    none)."""
     web, rv = _open(WEB_PATH, "nrsva"), _open(RV_PATH, "kjv")
     rv_books = {b.osis_name: b for part in rv.get_structure().get_books().values() for b in part}
     rows: list[tuple[str, int, int, str, str]] = []

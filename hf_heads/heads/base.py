@@ -1,23 +1,9 @@
-"""`OutputHead`: the template every head family fills in (hf_heads.heads.softmax, sparse, margin, sampled,
-continuous). `forward`, `loss` and `logits` live here once; a family overrides a few hooks:
-
-- `training_loss(hidden, labels, rows)`: the training criterion (train mode);
-- `eval_loss(hidden, labels, rows)`: the evaluation loss (eval mode; default: the training criterion), and
-  `eval_loss_is_nll`, whether it is the NLL of the inference distribution (then exp(eval_loss) is a perplexity);
-- `inference_logits(hidden)`: logits whose softmax is the model's p(c | x);
-- `linear_form()`: the plain output layer (W', b') with the same distribution, or a refusal naming why there is none
-  (what `to_base` writes into the base architecture, hf_heads.modeling.base_export);
-- `diagnostics()`: statistics logged next to the loss; `eval_sum_names`, the sums an evaluation records beside its
-  loss (`record_eval_sums`, `take_eval_sums`: `HeadsTrainer` logs each sum over the counted rows as
-  `eval_<name>`), and `support_is_truncated`, whether the inference distribution gives some classes probability 0
-  (its NLL is then infinite wherever a label is one of them);
-- `needs_counts` (on the options): whether training word counts are needed;
-- `start_from(weight, bias)`: how the head starts from a checkpoint's output layer (`from_base`), `copied_logits`
-  the logits of that copied layer (checked against the checkpoint's), and
-  `needs_calibration` / `calibrate_to(...)` when copying it is not enough to keep the checkpoint's distribution;
-- `reset_parameters(init)`: weight init (`PreTrainedModel._init_weights` calls it);
-- class attributes the models and cards read: `paper`, `tasks`, `has_output_matrix` (a (V, H) weight that can be
-  tied to the input embeddings), `uses_embedding_table`.
+"""`OutputHead`: the template every head family fills in (hf_heads.heads.softmax, sparse, margin, sampled, continuous).
+`forward`, `loss` and `logits` live here once; a family overrides a few hooks: `training_loss`, `eval_loss` (with
+`eval_loss_is_nll`), `inference_logits`, `linear_form`, `diagnostics` (with `eval_sum_names` and
+`support_is_truncated`), `start_from` / `copied_logits` / `needs_calibration` / `calibrate_to` (the start from a
+checkpoint's output layer), `reset_parameters`, and the class attributes the models and cards read: `paper`, `tasks`,
+`has_output_matrix` (a (V, H) weight that can be tied to the input embeddings), `uses_embedding_table`.
 
 `rows` is a `LossRows` (hf_heads.losses._rows): `num_items_in_batch`, `ignore_index` and `reduction`, as in
 `F.cross_entropy` and the Trainer; a loss function takes them as `**rows.kwargs()`.
@@ -68,8 +54,7 @@ class OutputHead(nn.Module):
     warm_start_pending: bool = False
 
     def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
-        """`options`: this family's options object, or its head section as a dict (`family` optional), or None
-        for the defaults. `hf_heads.heads.make_head` builds the head of any family from a head section."""
+        """`options`: the family's options object, its head section as a dict, or None for the defaults."""
         super().__init__()
         if not self.family:
             raise TypeError(f"{type(self).__name__} is a base class: build heads with hf_heads.heads.make_head(...)")
@@ -88,13 +73,12 @@ class OutputHead(nn.Module):
     # ------------------------------------------------------------------ hooks
 
     def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
-        """The family's training criterion of hidden (*, H) against labels (*) (train mode), its rows counted and
-        reduced as `rows` says."""
+        """The training criterion of hidden (*, H) against labels (*), rows counted as `rows` says."""
         raise NotImplementedError
 
     def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
-        """The evaluation loss (eval mode); default: the training criterion. When `eval_loss_is_nll`, it is the NLL
-        of the inference distribution, so exp(eval_loss) is a perplexity."""
+        """The evaluation loss; default: the training criterion. With `eval_loss_is_nll`, exp(eval_loss) is a
+        perplexity."""
         return self.training_loss(hidden, labels, rows)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -102,21 +86,18 @@ class OutputHead(nn.Module):
         raise NotImplementedError
 
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(W' (V, H), b' (V,) or None): a plain output layer whose distribution is the head's inference
-        distribution, softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the
-        checkpoint's output transform (hf_heads.losses.transforms: the base architecture applies it itself). The
-        inference logits may differ from transform(W' h + b') by an amount the same for every class (a
-        renormalisation, a constant offset), which no softmax sees. `to_base` writes (W', b') as the base model's
-        output layer (hf_heads.modeling.base_export). A head whose distribution no linear layer gives raises
-        `ValueError` naming why and the nearest exact choice; default: refused."""
+        """(W' (V, H), b' (V,) or None) with softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h,
+        `transform` the checkpoint's output transform: what `to_base` writes as the base model's output layer. A head
+        whose distribution no linear layer gives raises `ValueError` naming why and the nearest exact choice (the
+        default)."""
         raise ValueError(
             f"the {self.family} head's inference distribution is not the softmax of a linear layer (it defines no "
             f"linear_form): the base architecture cannot hold it; {SERVED_AS_IT_IS}"
         )
 
     def record_eval_sums(self, enabled: bool = True) -> None:
-        """From now on every evaluation pass adds its `eval_sum_names` sums and its counted rows to `eval_sums`, on the
-        device, with no host read (`take_eval_sums` reads them); `enabled=False` stops it."""
+        """From now on every evaluation pass adds its `eval_sum_names` sums and counted rows to `eval_sums`, on the
+        device."""
         names = self.eval_sum_names
         self.eval_sums = None
         if enabled and names:
@@ -136,21 +117,20 @@ class OutputHead(nn.Module):
         return {}
 
     def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) log-scores of the model's distribution before renormalisation, for heads trained to be
-        self-normalised (`has_unnormalized_scores`; the sampling paper's table 4 rescoring)."""
+        """(*, V) log-scores before renormalisation, for self-normalised heads (the sampling paper's table 4
+        rescoring)."""
         raise ValueError(
             f"the {self.family} head has no unnormalised scores: its logits are not trained to be self-normalised"
         )
 
     def copied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The logits of the checkpoint's output layer as `start_from` copied it, with its output transform: what
-        `from_base` compares with the checkpoint's own logits (hf_heads.modeling.parity) before returning a model.
-        Default: the inference logits."""
+        `from_base` compares with the checkpoint's own logits. Default: the inference logits."""
         return self.inference_logits(hidden)
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
-        """Copy a checkpoint's output layer: weight (V, H) (None when it is tied to the input embeddings, which the
-        head then shares already) and bias (V,) or None (a zero bias)."""
+        """Copy a checkpoint's output layer: weight (V, H) (None when tied: the head shares it already) and bias (V,)
+        or None."""
         raise ValueError(f"a {self.family} head cannot start from a checkpoint's output layer")
 
     def reset_parameters(self, init=nn.init) -> None:
@@ -158,15 +138,15 @@ class OutputHead(nn.Module):
 
     @property
     def needs_calibration(self) -> bool:
-        """Whether copying a checkpoint's output layer (`start_from`) leaves the head's distribution different from
-        the checkpoint's, so that `from_base` calls `calibrate_to`; default: False."""
+        """Whether `start_from` leaves the distribution unlike the checkpoint's, so `from_base` calls
+        `calibrate_to`."""
         return False
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
-        """Move the head towards a checkpoint's distribution: hidden (N, H) are probe positions' final hidden states,
-        base_log_probs (N, V) the checkpoint's log-probabilities there. Returns what was fitted (for logs); default:
-        nothing to do."""
+        """Move the head towards a checkpoint's distribution: hidden (N, H) the probe positions' final hidden states,
+        base_log_probs (N, V) the checkpoint's log-probabilities there. Returns what was fitted; default: nothing to
+        do."""
         return {}
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
@@ -174,8 +154,7 @@ class OutputHead(nn.Module):
         return "training criterion", f"{self.family} head's eval loss"
 
     def check_scorable(self) -> None:
-        """Refuse (ValueError) to score texts while a score would depend on something other than the text (e.g. a
-        max-norm head before its running max ‖h‖ exists); default: always scorable."""
+        """Refuse (ValueError) to score texts while a score would depend on something other than the text."""
 
     def check_generation(self, num_beams: int) -> None:
         """Refuse (`OptionError` on field `num_beams`) a beam width that the head's distribution cannot serve."""
@@ -187,15 +166,14 @@ class OutputHead(nn.Module):
 
     @property
     def training_loss_is_eval_loss(self) -> bool:
-        """Whether the training criterion is the evaluation loss itself (the same quantity, up to dropout), so that a
-        training loss and an evaluation loss measure the same thing (else the trainer logs the NLL of training batches
-        beside the training loss, where the eval loss is an NLL). Default: False."""
+        """Whether the training criterion is the evaluation loss itself (up to dropout); else the trainer logs the NLL
+        of training batches beside the training loss, where the eval loss is an NLL. Default: False."""
         return False
 
     @property
     def training_loss_is_nll(self) -> bool:
-        """Whether the per-token training loss is −log q(label) for a distribution q over classes (or over the
-        sampled candidates): then exp(−loss) is a probability (TRL's DFT loss weights each token by it)."""
+        """Whether the per-token training loss is −log q(label) for a distribution q, so exp(−loss) is a probability
+        (TRL's DFT)."""
         return self.loss_in_nats
 
     @property
@@ -227,8 +205,7 @@ class OutputHead(nn.Module):
         ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
     ) -> torch.Tensor:
-        """Loss of hidden (*, H) against labels (*): the training criterion in train mode, the evaluation loss in
-        eval mode."""
+        """Loss of hidden (*, H) against labels (*): the training criterion in train mode, else the evaluation loss."""
         rows = LossRows(num_items_in_batch, ignore_index, reduction)
         if self.training:
             return self.training_loss(hidden, labels, rows)
@@ -250,13 +227,10 @@ class OutputHead(nn.Module):
         ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(`loss(hidden, labels, ...)`, {"entropy", "is_top1"}): per label (its shape; 0 / False where ignored) the
-        entropy of the inference distribution and whether the label is its argmax (the lowest index winning a tie),
-        without gradient — TRL's `entropy` and `mean_token_accuracy`. Here from `statistics`, a second pass over the
-        output layer after the loss; heads whose loss pass scores the inference distribution take both from that
-        pass instead (`DiscreteHead.pass_is_inference_distribution`): the argmax of the logits the kernel computes
-        (float32 accumulation), where `statistics` ranks the inference logits rounded to the head's dtype, so a bf16
-        head's top-1 hits can differ where its rounding makes ties."""
+        """(`loss(hidden, labels, ...)`, {"entropy", "is_top1"}): per label (0 / False where ignored) the entropy of
+        the inference distribution and whether the label is its argmax (ties to the lowest index), without gradient.
+        From `statistics`, or from the loss pass where it scores the inference distribution (then a bf16 head's top-1
+        hits can differ where rounding makes ties)."""
         loss = self.loss(
             hidden, labels, num_items_in_batch=num_items_in_batch, ignore_index=ignore_index, reduction=reduction
         )
@@ -266,8 +240,8 @@ class OutputHead(nn.Module):
         return loss, {"entropy": stats["entropy"], "is_top1": is_top1}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Inference logits (*, V) in the head's dtype; they never carry a training margin. With a vocabulary-sharded
-        W, computed from its whole tensor (`whole_parameters`)."""
+        """Inference logits (*, V) in the head's dtype, never with a training margin (a vocabulary-sharded W read
+        whole)."""
         with whole_parameters(self):
             return self.inference_logits(hidden)
 
@@ -281,16 +255,11 @@ class OutputHead(nn.Module):
         normalized: bool = True,
         chunk_size: int | None = None,
     ) -> dict:
-        """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), shaped like
-        the labels and 0 where the label is `ignore_index`: `log_prob` log p(label) (-inf where p(label) = 0, e.g.
-        outside a sparse head's top k), `entropy` −Σ p log p, and `rank`, the label's place in the order
-        `torch.argmax` picks from: the number of classes more probable than the label plus those exactly as probable
-        with a lower index (a tie goes to the lowest index, as in argmax; ties are common in bf16). So rank 0 is the
-        argmax, the label is in the top k when rank < k, and rank is V where p(label) = 0 (never in a top k).
-        `normalized=False` (heads with `has_unnormalized_scores`): `log_prob` is the label's unnormalised log-score
-        instead. `chunk_size`: rows per chunk (default: the chunk engine's memory budget). Computed without gradient
-        by the chunk engine (hf_heads.losses.chunks), one (chunk, V) block of logits at a time, never the (N, V)
-        logits; float64 for a float64 head, else float32."""
+        """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), 0 where the
+        label is `ignore_index`: `log_prob` log p(label), `entropy` −Σ p log p, and `rank`: the classes more probable
+        than the label plus those as probable with a lower index (argmax's tie rule; ties are common in bf16), V where
+        p(label) = 0. `normalized=False`: the unnormalised log-score. Without gradient, in chunks of `chunk_size` rows,
+        never the (N, V) logits; float64 for a float64 head, else float32."""
         with whole_parameters(self):  # a vocabulary-sharded W gathered once, not per chunk
             return self._statistics(hidden, labels, ignore_index, normalized, chunk_size)
 
@@ -334,14 +303,11 @@ class OutputHead(nn.Module):
         chunk_size: int | None = None,
         **loss_kwargs,
     ) -> tuple[torch.Tensor | None, torch.Tensor | dict[str, torch.Tensor] | None]:
-        """(loss or None, logits or None). Logits are skipped while training with labels unless `return_logits`.
-        With `statistics=True` (labels required) the second element is instead `statistics(hidden, labels)`,
-        computed in chunks without the logits (`chunk_size` rows at a time; `normalized=False`: with the unnormalised
-        log-score of the label); otherwise `normalized=False` makes the logits `unnormalized_log_scores`.
-        `compute_loss=False` skips the loss. `token_statistics=True` (labels required): (loss,
-        `loss_and_token_statistics`'s per-label entropy and top-1 hit), from the loss's own pass where it can. The
-        models call the head through this method, so module hooks (FSDP's
-        unsharding, PEFT's adapted weight) run around the loss, the logits and the statistics too."""
+        """(loss or None, logits or None); logits are skipped while training with labels unless `return_logits`.
+        With `statistics=True` the second element is `statistics(hidden, labels)`; otherwise `normalized=False`
+        gives `unnormalized_log_scores`. `compute_loss=False` skips the loss; `token_statistics=True`: (loss,
+        `loss_and_token_statistics`). The models call the head through this method, so module hooks (FSDP, PEFT)
+        run."""
         if token_statistics:
             if labels is None:
                 raise ValueError("token_statistics=True needs labels")

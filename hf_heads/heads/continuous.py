@@ -1,36 +1,16 @@
-"""The continuous output layer (Bhat et al. 2019 §2; Kumar & Tsvetkov 2019): û = W_o h + b_o (H -> d), trained
-against the frozen, L2-normalised pretrained embedding u = E[y] of the target word.
+"""The continuous output layer (Bhat et al. 2019 §2; Kumar & Tsvetkov 2019): û = W_o h + b_o (H -> d), trained against
+the frozen, L2-normalised pretrained embedding u = E[y] of the target word; the table E (V, d) is a buffer saved with
+the weights.
 
-The table E (V, d) is a buffer saved with the weights, so a saved model decodes after `from_pretrained`.
+Centring (`center_embeddings`, not in the papers): when the frequent target words share one direction (GloVe 6B-50d),
+the angle-only losses learn that direction and the model stays at chance (docs/results/seq2seq_recipes); `frequency` /
+`mean` subtract the count-weighted / plain mean unit row. Default `none`: the papers'.
 
-Centring (`center_embeddings`, not in the papers): with GloVe 6B-50d the frequent target words share one direction
-(the token-weighted mean of the unit rows over the Bible translation targets has norm 0.71; the 20 common words of
-the copy test have mean pairwise cosine 0.78). vMF and the syn-margin losses, which see only the angle to the
-target, then learn that shared direction, ‖û‖ grows and the model stays at chance: copy-6-of-20 words 4.7% token
-accuracy for vMF (94% once the table is centred), translation 0.01 BLEU (1.2-1.6 with `frequency`, 0.02 with `mean`;
-docs/results/seq2seq_recipes). `frequency` subtracts the mean of the unit rows weighted by the training targets'
-counts, `mean` the unweighted mean; the rows are normalised again. Default `none`: the papers' setting (they use
-300-d fastText vectors, not available here; how strongly those share a direction was not measured).
-
-Inference "logits" (*, V) are û·Eᵀ for vMF heads (the vMF log-density log C_m(‖û‖) + ûᵀE_c up to the per-row
-constant) and s · cos(û, E_c) for the other losses (s = `logit_scale`, learned with `learn_logit_scale`), so greedy
-search is nearest-neighbour decoding and beam search ranks hypotheses by these scores (log-softmax of them, as for
-any logits). For `cosine-softmax` they are the logits the head was trained with, so their softmax is its p(c | x).
-
-Losses that learn (not in the papers; hf_heads.losses.continuous has their equations): `cosine-softmax`, the
-cross-entropy over s·cos(û, E_c) to every row, and `in-batch-softmax`, the same over the batch's distinct target
-words (plus its `num_sampled` uniform draws with the sampled-softmax correction). Each loss's parameters are its own
-(hf_heads.losses.continuous_losses: `"loss": {"type": "vmf", "lambda1": 0.1}`, `--loss vmf:lambda1=0.1`).
-
-Output vocabulary (`output_vocabulary="targets"`): a (V,) mask buffer `output_mask`, saved with the weights, of the
-words seen as training targets (those the table covers, plus `</s>` and `<unk>`: uncovered target words are mapped
-to `<unk>`); `set_output_vocabulary(ids)` sets it. Decoding (greedy and beam) scores only these rows (-inf
-elsewhere), `cosine-softmax` uses them as its candidates, and `in-batch-softmax` draws its extra negatives from them.
-With a shared source+target vocabulary the nearest neighbour would otherwise often be a source-language word, or the
-random row of a word the table lacks.
-
-From the authors' released vMF code (Sachin19/seq2seq-con): the vMF loss's `form="released"` (its `_nllvmf`) and
-the option `projection_layer_norm` (a LayerNorm after the projection H -> d).
+Inference "logits" (*, V) are û·Eᵀ for vMF heads and s · cos(û, E_c) otherwise, so greedy search is nearest-neighbour
+decoding. `output_vocabulary="targets"` restricts decoding (and the softmax losses' candidates) to the words seen as
+training targets: with a shared source+target vocabulary the nearest neighbour would otherwise often be a
+source-language word, or the random row of a word the table lacks. `projection_layer_norm` (a LayerNorm after the
+projection) comes from the authors' released code (Sachin19/seq2seq-con).
 """
 
 from __future__ import annotations
@@ -85,9 +65,9 @@ def _losses_with(attribute: str, loss) -> str:
 
 @dataclass
 class ContinuousHeadOptions(HeadOptions):
-    """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a
-    d-dim embedding, trained against a frozen, L2-normalised pretrained table E (V, d) stored with the
-    weights; decoding ranks the vocabulary by û·Eᵀ (nearest neighbour)."""
+    """Continuous output (Bhat et al. 2019; Kumar & Tsvetkov 2019): a linear map from the decoder state to a d-dim
+    embedding, trained against a frozen unit table E (V, d); decoding ranks the vocabulary by û·Eᵀ (nearest
+    neighbour)."""
 
     examples: ClassVar[dict[str, dict]] = {
         "continuous": {"loss": "vmf", "embedding_dim": 4, "tie_decoder_inputs": True},
@@ -178,11 +158,8 @@ class ContinuousHeadOptions(HeadOptions):
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section of the older flat form, with the loss's parameters beside its name (`loss_margin`,
-        `num_negatives`, `vmf_lambda1`, `vmf_lambda2`, `vmf_form`, `num_sampled`), as the nested form (`{"loss":
-        {"type": "vmf", "lambda1": 0.1, "lambda2": 1.0, "form": "nll"}}`). A flat option the loss has no parameter
-        for never had an effect: dropped at the value every older config stored, refused otherwise (as before for
-        `num_sampled` and `vmf_form`; `loss_margin` beside vMF, say, was ignored and is now refused)."""
+        """A head section of the older flat form (`loss_margin`, `vmf_lambda1`, ...) as the nested form; a flat option
+        the loss has no parameter for is dropped at the value older configs stored and refused otherwise."""
         flat = {key: head[key] for key in cls._FLAT_LOSS_PARAMETERS if key in head}
         if not flat:
             return head
@@ -232,12 +209,10 @@ class ContinuousHeadOptions(HeadOptions):
             check_number("embedding_dim", self.embedding_dim, minimum=2, integer=True)
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table given (`batch.table`) with unit
-        rows, less its mean row (`center_embeddings`: plain, or weighted by `batch.counts`) and normalised again;
-        each counted row's loss (training and evaluation alike) is the loss's own `reference` (its definition)
-        over û, the target ids, E, the scale s (exp(log s) clamped at 100 when learned) and the output vocabulary;
-        the inference logits are s · cos(û, E_c) (û·E_c for a loss without `cosine_scores`, vMF), −inf outside the
-        output vocabulary."""
+        """û = P h + p (then the LayerNorm with `projection_layer_norm`); E the table with unit rows, centred as
+        `center_embeddings` says; each counted row's loss is the loss's own `reference` over û, the targets, E, the
+        scale s and the output vocabulary; the inference logits s · cos(û, E_c) (û·E_c for vMF), −inf outside the
+        vocabulary."""
         p = batch.params
         pred = batch.hidden @ p["proj.weight"].T + p["proj.bias"]  # (N, d)
         if self.projection_layer_norm:
@@ -332,8 +307,8 @@ class ContinuousHead(OutputHead):
         return self.options.logit_scale
 
     def set_output_vocabulary(self, ids: torch.Tensor) -> None:
-        """The output vocabulary (`output_vocabulary="targets"`): `ids` (M,) word ids, or a (V,) bool mask, e.g. the
-        distinct training labels (what the run scripts pass). At least two words."""
+        """The output vocabulary: `ids` (M,) word ids or a (V,) bool mask, e.g. the distinct training labels; at least
+        two."""
         if self.options.output_vocabulary != "targets":
             raise ValueError(
                 f"head.output_vocabulary={self.options.output_vocabulary!r}: set output_vocabulary='targets' to "
@@ -360,9 +335,8 @@ class ContinuousHead(OutputHead):
         return self.output_mask if self.options.output_vocabulary == "targets" else None
 
     def set_embedding_table(self, table: torch.Tensor, counts: torch.Tensor | None = None) -> None:
-        """Attach the pretrained table (V, d): rows are L2-normalised, centred as `center_embeddings` says (then
-        normalised again) and frozen. `counts` (V,): the training targets' counts, required by `frequency` (e.g.
-        `hf_heads.data.label_counts(train_dataset, V)`) and refused otherwise."""
+        """Attach the pretrained table (V, d): rows L2-normalised, centred as `center_embeddings` says and frozen.
+        `counts` (V,): the training targets' counts, required by `frequency` and refused otherwise."""
         table = torch.as_tensor(table, dtype=torch.float32)
         check_embedding_table(table, self.num_classes, self.options.embedding_dim)
         table = F.normalize(table, dim=1)  # (V, d)
@@ -411,16 +385,15 @@ class ContinuousHead(OutputHead):
 
     @autocast_off
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        """û (*, d) in float32 (float64 for a float64 head): the projection runs in the head's dtype with autocast
-        off (through the module, so its hooks run), and is upcast for the losses."""
+        """û (*, d) in float32 (float64 for a float64 head): the projection runs in the head's dtype, autocast off."""
         out = self.proj(hidden.to(self.proj.weight.dtype))
         if self.options.projection_layer_norm:
             out = self.proj_norm(out)
         return out.to(compute_dtype(self.proj.weight))
 
     def training_loss(self, hidden, labels, rows):
-        """Loss of hidden (*, H) against word ids (*); ignored positions contribute nothing. `mean` divides the
-        sum by `num_items_in_batch` when given (exact gradient accumulation), else by the valid positions."""
+        """Loss of hidden (*, H) against word ids (*); "mean" divides by `num_items_in_batch`, else by the valid
+        positions."""
         table = self._table()
         flat_h, flat_y, valid = valid_rows(hidden, labels, rows.ignore_index)
         check_labels(flat_y, self.num_classes, rows.ignore_index)
@@ -434,8 +407,7 @@ class ContinuousHead(OutputHead):
         return reduce_rows(losses, valid, labels.shape, rows.reduction, rows.num_items_in_batch)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E) (the other losses); -inf outside the output
-        vocabulary (`output_vocabulary="targets"`)."""
+        """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E); -inf outside the output vocabulary."""
         return self._scores(hidden).to(self.proj.weight.dtype)
 
     @autocast_off
@@ -449,10 +421,8 @@ class ContinuousHead(OutputHead):
 
     @torch.no_grad()
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The vMF scores û·Eᵀ with û = P h + p are E P h + E p: W' = E P (V, H), b' = E p (V,), −inf outside the
-        output vocabulary (`output_vocabulary="targets"`); float32. Refused for the cosine scores s·cos(û, E_c) of the
-        other losses (they divide by ‖û‖) and with `projection_layer_norm` (a LayerNorm of û). (`tie_decoder_inputs`
-        changes the decoder's inputs, not this layer: `to_base` refuses it, `embeds_decoder_inputs`.)"""
+        """vMF's û·Eᵀ with û = P h + p: W' = E P (V, H), b' = E p (V,), −inf outside the output vocabulary; float32.
+        Refused for the cosine scores (they divide by ‖û‖) and with `projection_layer_norm`."""
         o = self.options
         why = None
         if o.component("loss").cosine_scores:
@@ -472,8 +442,8 @@ class ContinuousHead(OutputHead):
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
-        """Table 2 of Bhat et al. on the last training batch: accuracy@1/2/5/10 of the nearest neighbour,
-        similarity to the nearest neighbour (correct / wrong) and to the target (wrong), and mean ‖û‖."""
+        """Bhat et al.'s table 2 on the last training batch (nearest-neighbour accuracy@k and similarities) and mean
+        ‖û‖."""
         last = getattr(self, "_last", None)
         if last is None or last[0].shape[0] == 0:
             return {}

@@ -47,9 +47,8 @@ class DiscreteHead(OutputHead):
 
     @property
     def num_classes(self) -> int:
-        """V, as the head was built: not read from W, which DeepSpeed ZeRO-3 leaves an empty (0,) partition outside
-        the head's forward and gathers whole when it is read during another module's forward (the models check the
-        labels against V in their own forward, before the head's)."""
+        """V, as built: not read from W, which ZeRO-3 leaves an empty partition outside the head's forward
+        (modeling.zero3)."""
         return self._num_classes
 
     def reset_parameters(self, init=nn.init) -> None:
@@ -58,8 +57,8 @@ class DiscreteHead(OutputHead):
             init.constant_(self.bias, self.options.initial_bias(self.num_classes))
 
     def start_from(self, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
-        """Copy the checkpoint's output layer; a head that `needs_calibration` is then `warm_start_pending` until
-        `calibrate_to` runs."""
+        """Copy the checkpoint's output layer; `warm_start_pending` until `calibrate_to` where it
+        `needs_calibration`."""
         self.warm_start_pending = self.needs_calibration
         with torch.no_grad():
             if weight is not None:
@@ -68,8 +67,7 @@ class DiscreteHead(OutputHead):
                 self.bias.copy_(bias.reshape(-1) if bias is not None else torch.zeros_like(self.bias))
 
     def copied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """transform(W h + b): the checkpoint's output layer with its logit scale and soft-cap, whatever the family's
-        criterion, norm scaling or truncation does with it."""
+        """transform(W h + b): the checkpoint's output layer with its logit scale and soft-cap."""
         o = self.options
         return transform_logits(F.linear(hidden, self.weight, self.bias), o.logit_multiplier, o.logit_softcap)
 
@@ -83,8 +81,7 @@ class DiscreteHead(OutputHead):
 
     @property
     def has_word_counts(self) -> bool:
-        """Whether word counts were set (the buffer starts at −1, "not set"). Read on the host once per change of
-        the buffer (its storage and version: `set_word_counts`, `load_state_dict`, a move), not at every step."""
+        """Whether word counts were set (the buffer starts at −1), read on the host once per change of the buffer."""
         key = (self.word_counts.data_ptr(), self.word_counts._version)
         known = self.__dict__.get("_counts_known")
         if known is None or known[0] != key:
@@ -111,10 +108,9 @@ class DiscreteHead(OutputHead):
         return super().training_loss_is_nll and not reweighted
 
     def record_accuracy(self, enabled: bool = True, top_k: tuple[int, ...] | list[int] = ()) -> None:
-        """From now on every training pass of a `same_pass_accuracy` head counts the labels it predicts — the argmax
-        of its training logits without the target's margin (max-norm: the batch's maximum), the lowest index winning
-        a tie — and, for each k of `top_k`, the labels among its k most likely classes, into `accuracy_sums`, on the
-        device, with no host read (`take_accuracy` reads them)."""
+        """From now on every training pass of a `same_pass_accuracy` head counts, into `accuracy_sums` on the device,
+        the labels it predicts (the argmax without the margin) and, for each k of `top_k`, those among its k most
+        likely classes."""
         for k in top_k:
             check_number("top_k", k, minimum=1, integer=True)
         self.accuracy_sums = None
@@ -123,9 +119,7 @@ class DiscreteHead(OutputHead):
             self.accuracy_sums = torch.zeros(len(top_k) + 2, dtype=torch.float64, device=self.weight.device)
 
     def take_accuracy(self) -> torch.Tensor | None:
-        """The [correct, correct within each k of `record_accuracy`'s top_k, counted] labels of the training passes
-        since the last call (then zeroed), or None when not recorded (`HeadsTrainer` logs the ratios as
-        `train_accuracy` and `train_accuracy@k`)."""
+        """[correct, correct within each k, counted] labels of the training passes since the last call, or None."""
         if self.accuracy_sums is None:
             return None
         sums, self.accuracy_sums = self.accuracy_sums, torch.zeros_like(self.accuracy_sums)
@@ -133,9 +127,9 @@ class DiscreteHead(OutputHead):
 
     @property
     def pass_is_inference_distribution(self) -> bool:
-        """Whether a loss pass in the current mode scores the inference distribution, so that its own predictions and
-        entropies are `loss_and_token_statistics` (no second pass over W). Heads that say so compute `loss` as
-        `_cross_entropy(hidden, labels, self.training, rows)`."""
+        """Whether a loss pass in the current mode scores the inference distribution, so its predictions and entropies
+        serve `loss_and_token_statistics` (such heads compute `loss` as `_cross_entropy(hidden, labels, self.training,
+        rows)`)."""
         return False
 
     def loss_and_token_statistics(self, hidden, labels, **rows):
@@ -154,10 +148,8 @@ class DiscreteHead(OutputHead):
         criterion: Criterion | None = None,
         returns: tuple[str, ...] = (),
     ):
-        """`hf_heads.losses.output_loss` of the output layer (W, b) on hidden (*, H) against labels (*), the rows
-        counted as `rows` says, computed as the head's options say (`Impl`): the chunk kernel its `chunk_kernel`
-        option names (where the loss runs one: not for sampled candidates, a posterior's NLL or a vocabulary-sharded
-        W), its rows per chunk, the loss in the head's `loss_dtype`."""
+        """`hf_heads.losses.output_loss` of (W, b) on hidden (*, H) against labels (*), with the head's `Impl`
+        options."""
         o = self.options
         candidates = FULL if candidates is None else candidates
         runs_kernel = candidates.runs_kernel and vocab_shard(self.weight) is None
@@ -170,8 +162,8 @@ class DiscreteHead(OutputHead):
         )  # fmt: skip
 
     def _returns(self, training: bool, statistics: bool) -> tuple[str, ...]:
-        """What a pass asks the loss for beside itself: the predictions under `record_accuracy` (training) or for
-        `statistics`, the ranks for `record_accuracy`'s top k, the entropy for `statistics`."""
+        """What a pass asks the loss for: predictions and ranks under `record_accuracy`, predictions and entropy for
+        statistics."""
         counting = self._counting(training)
         out = ("predictions",) if counting or statistics else ()
         out += ("rank",) if counting and self.accuracy_top_k else ()
@@ -182,9 +174,8 @@ class DiscreteHead(OutputHead):
         return training and self.accuracy_sums is not None
 
     def _from_output(self, out, labels: torch.Tensor, rows: LossRows, training: bool, statistics: bool = False):
-        """The loss of a pass that asked the loss for `_returns` (a `LossResult`; a tensor when it asked for none): in
-        training the labels it predicts added to `accuracy_sums` (`record_accuracy`). With `statistics`: (loss,
-        `token_statistics` of the same pass)."""
+        """The loss of a pass that asked for `_returns`, its predictions added to `accuracy_sums` in training under
+        `record_accuracy`. With `statistics`: (loss, `token_statistics` of the same pass)."""
         if isinstance(out, torch.Tensor):
             return out
         if self._counting(training):
@@ -201,13 +192,12 @@ class DiscreteHead(OutputHead):
         return out.loss, {"entropy": out.entropy.detach(), "is_top1": hit}
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:
-        """The dtype of the head's loss: float32 for a half model (float64 stays), as transformers' loss functions
-        upcast the logits; the functional losses follow `F.cross_entropy`'s rule instead (`loss_dtype` there)."""
+        """float32 for a half model (float64 stays), as transformers' loss functions upcast the logits."""
         return compute_dtype(hidden, self.weight)
 
     def class_weight(self) -> torch.Tensor | None:
-        """(V,) the training loss's class weights (the `class_weights` option; `class_weight_tensor`), or None; built
-        once per change of the option, the word counts or the device."""
+        """(V,) the class weights of the `class_weights` option, or None; rebuilt when the option, counts or device
+        change."""
         weights = self.options.class_weights
         if weights is None:
             return None
@@ -246,9 +236,8 @@ def describe_weights(value) -> str:
 
 
 def class_weight_tensor(options, counts: torch.Tensor | None, num_classes: int, like: torch.Tensor):
-    """(V,) the class weights that `options.class_weights` names, as a float32 tensor on the device of `like`, or None:
-    a list as given (its length checked against V), 'balanced' n / (C·count_c) over the C classes with a count > 0
-    (0 for the others: never a training target)."""
+    """(V,) float32 class weights that `options.class_weights` names, on `like`'s device, or None: a list as given, or
+    'balanced' n / (C·count_c) over the C classes with a count > 0 (0 for the others)."""
     weights = options.class_weights
     if weights is None:
         return None

@@ -1,11 +1,10 @@
 """The margin family: large-margin softmax for language models (Huo et al., Interspeech 2020, eqs. 5-14;
 hf_heads.losses.margin): L-Softmax, ArcFace, CosFace on the target logit, word- and context-vector norm scaling.
 
-Training: the chunked cross-entropy of eq. 13 with the margin of eq. 14 on the target. Evaluation and inference:
-l(c, i) of eq. 13 without the margin (norm scaling kept: it is part of the model), so `exp(eval_loss)` is the
-model's perplexity. max-norm uses the batch maximum in training and a running maximum (momentum
-`context_norm_momentum`, saved as `context_norm_running`) at evaluation and inference, so a prediction does not
-depend on the rest of its batch.
+Training: the chunked cross-entropy of eq. 13 with the margin of eq. 14 on the target. Evaluation and inference: eq. 13
+without the margin (norm scaling kept: it is part of the model), so `exp(eval_loss)` is the model's perplexity.
+max-norm uses the batch maximum in training and a running maximum (`context_norm_momentum`, saved as
+`context_norm_running`) outside it, so a prediction does not depend on the rest of its batch.
 """
 
 from __future__ import annotations
@@ -91,8 +90,7 @@ class MarginHeadOptions(SoftmaxHeadOptions):
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section of the older flat form with `margin` a name and `m` beside it, as the nested form
-        (`{"margin": {"type": "arc", "m": 0.2}}`); a section without `m` is returned as it is."""
+        """A head section of the older flat form (`margin` a name, `m` beside it) as the nested form."""
         if "m" not in head:
             return head
         head = dict(head)
@@ -143,9 +141,8 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         return self.batch_context_norm
 
     def scorer(self, with_margin: bool = True) -> Scorer:
-        """Eq. 13's scorer of these options with the checkpoint's output transform (hf_heads.losses.scorer), with
-        the margin (training) or without it (`with_margin=False`: evaluation and inference). Built on first use and
-        kept (the options are read-only)."""
+        """Eq. 13's scorer of these options with the output transform, with the margin (training) or without it
+        (`with_margin=False`); built on first use and kept."""
         scorers = self.__dict__.get("_scorers")
         if scorers is None:
             train = Scorer.from_options(
@@ -162,13 +159,10 @@ class MarginHeadOptions(SoftmaxHeadOptions):
         return scorers[0] if with_margin else scorers[1]
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 13 on the dense logits, from the components' own references: l(c, i) = g(i)·f(c)·cos θ_ic + b_c, with
-        g the context norm's `reference` (in evaluation a batch-dependent one is `batch.running` when given, the
-        head's running value) and f the word norm's (`scale` s: g = s, f = 1), g times `warm_start_gain`; in
-        training the target's entry is g(i)·f(y)·φ(θ) + b_y with φ the margin's definition `phi` (eq. 14) and θ from
-        acos; then the checkpoint's transform cap · tanh(multiplier · l / cap). The loss is the softmax family's
-        over those logits (cross-entropy, z-loss, confidence penalty; the bare NLL without margin in evaluation);
-        the inference logits are l without margin."""
+        """Eq. 13 on the dense logits from the components' own references: l(c, i) = g(i)·f(c)·cos θ_ic + b_c (`scale`
+        s: g = s, f = 1; in evaluation a batch-dependent g is `batch.running` when given), g times `warm_start_gain`;
+        in training the target's entry is g(i)·f(y)·φ(θ) + b_y with the margin's `phi` (eq. 14); then the checkpoint's
+        transform. The loss is the softmax family's over those logits; the inference logits are l without margin."""
         plain, with_margin = self.reference_scores(batch)
         return self.reference_loss(with_margin if batch.training else plain, batch), plain
 
@@ -222,8 +216,7 @@ class MarginHead(DiscreteHead):
     # ------------------------------------------------------------------ max-norm
 
     def check_scorable(self) -> None:
-        """A max-norm head scores texts with its running max ‖h‖; before one exists a score would depend on the rest
-        of its batch."""
+        """A max-norm head scores with its running max ‖h‖; before one exists a score would depend on its batch."""
         if self.options.batch_context_norm and self.running_context_norm() is None:
             raise ValueError(
                 "head.context_norm='max-norm' has no running max ‖h‖ yet (it is set by training or by from_base's "
@@ -252,8 +245,7 @@ class MarginHead(DiscreteHead):
     # ------------------------------------------------------------------ hooks
 
     def scorer(self, with_margin: bool = True) -> Scorer:
-        """The head's scorer (`MarginHeadOptions.scorer`: built once, not at every call), with or without the
-        margin."""
+        """The head's scorer (`MarginHeadOptions.scorer`), with or without the margin."""
         return self.options.scorer(with_margin)
 
     def training_loss(self, hidden, labels, rows):
@@ -261,9 +253,8 @@ class MarginHead(DiscreteHead):
         return self.criterion(hidden, labels, rows)
 
     def _scorer_arguments(self, training: bool) -> dict:
-        """The keyword arguments `scorer`, `word_counts` and `context_norm_value` of `margin_logits`: in training the
-        scorer with its margin and max-norm's batch maximum, otherwise the scorer without margin and the running
-        maximum."""
+        """`scorer`, `word_counts` and `context_norm_value` of `margin_logits`: with the margin and max-norm's batch
+        maximum in training, else without the margin and with the running maximum."""
         return dict(
             scorer=self.scorer(training),
             word_counts=self.counts(),
@@ -286,8 +277,7 @@ class MarginHead(DiscreteHead):
     same_pass_accuracy = True
 
     def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
-        """Eq. 4 over the logits of eq. 13; in training with the margin, the z-loss, the class weights and the
-        confidence penalty (and the predictions, under `record_accuracy`: without the margin). `statistics`: (loss,
+        """Eq. 4 over the logits of eq. 13 (in training with the margin and the options' extras). `statistics`: (loss,
         the same pass's token statistics)."""
         o = self.options
         criterion = CrossEntropy()
@@ -315,8 +305,8 @@ class MarginHead(DiscreteHead):
         return self.posterior(self.scores(hidden))
 
     def scores(self, hidden: torch.Tensor, gain: float | None = None) -> torch.Tensor:
-        """l(c, i) of eq. 13 without margin, (*, V) in float32 (float64 stays float64); `gain`: with that
-        `warm_start_gain` instead of the options' (the calibration's search)."""
+        """l(c, i) of eq. 13 without margin, (*, V) in float32; `gain` replaces `warm_start_gain` (the calibration's
+        search)."""
         hidden = hidden if hidden.dtype == torch.float64 else hidden.float()
         arguments = self._scorer_arguments(False)
         if gain is not None:
@@ -330,11 +320,10 @@ class MarginHead(DiscreteHead):
 
     @torch.no_grad()
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 13 without margin, l(c, i) = g(i)·f(c)·cos θ_ic + b_c, with the context norm no-mod (g(i) = gain·‖h_i‖)
-        is g(i)·f(c)·W_c·h_i / (‖W_c‖·‖h_i‖) + b_c = (gain·f(c)/‖W_c‖)·W_c·h_i + b_c: W's rows scaled by
-        gain·f(c)/‖W_c‖ (1 with f no-mod and gain 1; f from the word norm and the word counts), the bias as it is;
-        computed in float32 (float64 stays). Refused where g is not ‖h_i‖ (max-norm's running max, any other context
-        norm, the face-recognition `scale`): the logit then divides by ‖h_i‖, which no linear layer does."""
+        """Eq. 13 without margin with the context norm no-mod (g(i) = gain·‖h_i‖) is (gain·f(c)/‖W_c‖)·W_c·h_i + b_c:
+        W's rows scaled by gain·f(c)/‖W_c‖, the bias as it is; float32 (float64 stays). Refused where g is not ‖h_i‖
+        (max-norm, any other context norm, the face-recognition `scale`): the logit then divides by ‖h_i‖, which no
+        linear layer does."""
         scorer = self.scorer(False)
         if scorer.scale is not None or not scorer.context_norm.identity:
             g = f"scale={scorer.scale}" if scorer.scale is not None else f"context_norm={scorer.context_norm.name!r}"
@@ -362,23 +351,15 @@ class MarginHead(DiscreteHead):
 
     @property
     def needs_calibration(self) -> bool:
-        """Whether copying a checkpoint's output layer leaves this head's distribution different from the
-        checkpoint's, so that `calibrate_to` has something to do (norm scalings, max-norm)."""
+        """Whether `calibrate_to` has something to do (norm scalings, max-norm)."""
         return self.options.norm_scaled or self.options.batch_context_norm
 
     @torch.no_grad()
     def calibrate_to(self, hidden: torch.Tensor, base_log_probs: torch.Tensor) -> dict[str, float]:
-        """Start as close to a checkpoint's distribution as the family allows (`from_base` calls this once, on
-        probe positions, right after copying the checkpoint's output layer). hidden (N, H) are the probe's final
-        hidden states and base_log_probs (N, V) the checkpoint's log-probabilities there.
-
-        - max-norm: the running max-norm is set to the probe's max ‖h‖ (inference no longer depends on the batch);
-        - `calibrate_bias` (sampled heads: a bias shift);
-        - norm-scaled heads (word_norm or context_norm not no-mod, `scale` unset): `warm_start_gain` is fitted
-          (golden-section search on log gain, each gain's scorer built beside the options) to minimise
-          KL(checkpoint ‖ head) over the probe, then set as the head's options once (`dataclasses.replace`; the
-          model writes `config.head` after it).
-        The margin itself never enters (inference logits carry none). Returns what was set."""
+        """Start as close to a checkpoint's distribution as the family allows (`from_base`, once, on probe positions):
+        hidden (N, H) the probe's final hidden states, base_log_probs (N, V) the checkpoint's log-probabilities.
+        max-norm's running value becomes the probe's max ‖h‖; sampled heads shift their bias; norm-scaled heads fit
+        `warm_start_gain` by golden-section search minimising KL(checkpoint ‖ head). Returns what was set."""
         o = self.options
         h = hidden.reshape(-1, hidden.shape[-1]).float()  # (N, H)
         target = base_log_probs.reshape(-1, base_log_probs.shape[-1]).float()  # (N, V)

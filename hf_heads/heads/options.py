@@ -1,15 +1,9 @@
-"""`HeadOptions`: the base of every family's options dataclass (a head section of `HeadsConfig` without its
-`family` key). An options object validates itself on construction and is read-only once built (a head's options
-change through `model.set_head_options(...)`, which changes the head and `config.head` together, or
-`dataclasses.replace` for a new object), so an invalid one never exists:
-
-- `__post_init__` coerces what a JSON or command-line round trip changes (an integral float for an `int` field,
-  e.g. `--num_samples 8.0`; `m` of an L-Softmax margin) and refuses a value of the wrong type;
-- then `check()` (each family extends it) raises `OptionError` (hf_heads.validation) carrying the field, the
-  value and what is allowed. The error shows the bare field name; `hf_heads.heads.registry.head_options` shows it
-  as `head.<field>` (config) and the run scripts as `--<flag>`.
-
-Every field carries help text in its metadata: the run scripts' flags are generated from it.
+"""`HeadOptions`: the base of every family's options dataclass (a head section of `HeadsConfig` without its `family`
+key). An options object validates itself on construction and is read-only once built (it changes through
+`model.set_head_options(...)` or `dataclasses.replace`), so an invalid one never exists: `__post_init__` coerces what a
+JSON or command-line round trip changes (an integral float for an `int` field) and refuses a value of the wrong type,
+then `check()` raises `OptionError` carrying the field, the value and what is allowed. Every field carries help text in
+its metadata: the run scripts' flags are generated from it.
 """
 
 from __future__ import annotations
@@ -33,8 +27,7 @@ CHECKPOINT_OPTIONS = ("warm_start_gain", "logit_multiplier", "logit_softcap")
 
 @dataclass(frozen=True)
 class ReferenceBatch:
-    """The dense inputs of a family's naive reference (`HeadOptions.reference`): float64 in the contract suite
-    (tests/test_contract.py), which compares every head with its family's reference."""
+    """The dense inputs of a family's naive reference (`HeadOptions.reference`), float64 in the contract suite."""
 
     hidden: torch.Tensor  # (N, H) every row
     labels: torch.Tensor  # (N,) class ids, `ignore_index` on the rows that do not count
@@ -59,14 +52,10 @@ class HeadOptions:
     needs_counts: ClassVar[bool] = False  # whether training word counts are required (see `counts_reason`)
     # older option names `migrate` still reads (flags too): {name: (type, help)}
     flat_options: ClassVar[dict[str, tuple[type, str]]] = {}
-    # {label: head section without `family`}: small settings of the family, what the test suite runs every task,
-    # stack and integration with (tests/conftest.py `family_heads`): the first, labelled with the family's name, is
-    # its representative; others try its other components. Each family sets its own (registering: its
-    # defaults when it sets none); a setting needing word counts says so through `needs_counts`.
+    # {label: head section without `family`}: small settings the test suite runs every task and integration with
+    # (tests/conftest.py `family_heads`); the first, labelled with the family's name, is its representative
     examples: ClassVar[dict[str, dict]] = {}
-    # {label: head section without `family`}: more settings of the family's own options that the contract suite
-    # (tests/test_contract.py) holds to `reference` beside `examples` (label smoothing, z-loss, ...); its components
-    # are swept in from the registries there. A family's own (registering: none when it sets none).
+    # {label: head section without `family`}: more settings the contract suite holds to `reference` beside `examples`
     contract_examples: ClassVar[dict[str, dict]] = {}
 
     def __post_init__(self) -> None:
@@ -85,15 +74,13 @@ class HeadOptions:
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """A head section (without `family`) of an older form, as this version writes it (default: as it is).
-        `hf_heads.heads.registry.head_options` applies it before it reads the section, so older configs and flags
-        keep working; the family's `flat_options` are the older keys it accepts."""
+        """A head section (without `family`) of an older form, as this version writes it (default: as it is); the
+        family's `flat_options` are the older keys it accepts."""
         return head
 
     def __setattr__(self, name: str, value) -> None:
-        """Read-only once built: a head's options are one of its states, and `config.head` another; changing one
-        alone would leave the model unlike its config. `model.set_head_options(name=value)` validates the change,
-        rebuilds the head where its tensors change and writes `config.head`, in one step."""
+        """Read-only once built: changing the options alone would leave the model unlike its config;
+        `model.set_head_options(name=value)` changes both in one step."""
         if self.__dict__.get("_built"):
             raise AttributeError(
                 f"head options are read-only ({type(self).__name__}.{name}): change them on the model with "
@@ -103,8 +90,7 @@ class HeadOptions:
         super().__setattr__(name, value)
 
     def component(self, option: str):
-        """The component object an option names (e.g. `component("word_norm")`; None for an optional component not
-        chosen), built once (the heads ask for it at every step)."""
+        """The component object an option names (None for an optional one not chosen), built once."""
         cache = self.__dict__.setdefault("_components", {})
         if option not in cache:
             kind = next(f.metadata[COMPONENT] for f in fields(self) if f.name == option)
@@ -116,19 +102,15 @@ class HeadOptions:
         """Raise `OptionError` for an invalid value or combination (subclasses call `super().check()` first)."""
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the loss (n,) of each counted row — the training criterion when `batch.training`, else the evaluation
-        loss —, the inference logits (N, V) of every row), computed naively on the dense (N, V) logits from the
-        family's equations and its components' own references: what the contract suite compares the head's loss,
-        gradients and logits with. A row's loss may draw from torch's global generator as the head's loss does
-        (samples, negatives): the suite seeds it alike before both. Every family defines it (`register("family")`
-        refuses one that does not); a family that subclasses another inherits its parent's, which holds it to its
-        parent's loss until it writes its own."""
+        """(the loss (n,) of each counted row, training or evaluation as `batch.training` says; the inference logits
+        (N, V)), computed naively on the dense logits from the family's equations: what the contract suite compares
+        the head with. A row's loss may draw from torch's global generator as the head's does (the suite seeds both
+        alike)."""
         raise NotImplementedError
 
     @property
     def loss_depends_on_batch(self) -> bool:
-        """Whether a row's training loss depends on the other rows of its batch (a batch statistic, as max-norm's g:
-        then a batch split over processes or micro-batches trains differently from the whole batch)."""
+        """Whether a row's training loss depends on its batch (max-norm's g): a split batch then trains differently."""
         return False
 
     def counts_reason(self) -> str:

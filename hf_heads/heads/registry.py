@@ -1,15 +1,12 @@
-"""The head-family registry. A family is its loss module (hf_heads.losses) and its head module
-(hf_heads.heads.<family>): an options dataclass and a head class that names its family and its options class,
-registered with the decorator every component takes, `register("family")` (hf_heads.components.register):
+"""The head-family registry: a family is an options dataclass and a head class that names its family and its options
+class, registered with `register("family")`:
 
     @register("family")
     class TemperatureHead(SoftmaxHead):
         family = "temperature"
         options_class = TemperatureHeadOptions
 
-Everything that depends on the family reads this registry or asks the head: `make_head`, `HeadsConfig`
-validation (`head_dict`), the run scripts' flags (generated from the options dataclasses), model cards (the
-head's `paper` and descriptions), and the Hub export (which follows the imports of `hf_heads.heads`).
+`make_head`, `HeadsConfig` validation, the run scripts' flags, model cards and the Hub export all read this registry.
 """
 
 from __future__ import annotations
@@ -52,9 +49,8 @@ class MissingOptionError(OptionError):
 
 
 def register_head(head: type) -> type:
-    """`register("family")`: register the head class `head` as the family `head.family` (the `family` key of a head
-    section) with its options class `head.options_class`, both set in the class itself (a subclass family names its
-    own: inheriting its parent's would register the parent again)."""
+    """`register("family")`: register the head class `head` as the family `head.family` with `head.options_class`, both
+    set in the class itself (a subclass family inheriting its parent's would register the parent again)."""
     name, options = head.__dict__.get("family"), head.__dict__.get("options_class")
     if not (isinstance(name, str) and name and isinstance(options, type) and issubclass(options, HeadOptions)):
         raise TypeError(
@@ -70,10 +66,7 @@ KIND_HOOKS["family"] = register_head
 
 
 def register_family(name: str, options: type, head: type) -> None:
-    """Register a family under `name` (the `family` key of a head section): what `register("family")` does with a
-    head class's `family` and `options_class`. The head class of a reloaded module replaces its former self;
-    another class under a taken name is refused, naming both (hf_heads.components.check_free); an option named
-    `family` (the head section's key for the family) is refused."""
+    """Register a family under `name`; a reloaded module's class replaces its former self, another class is refused."""
     check_free({k: v.head for k, v in FAMILIES.items()}, name, head, "head family")
     if "family" in {f.name for f in fields(options)}:
         raise TypeError(f"head family {name!r}: {options.__name__} has an option named 'family', the head section's "
@@ -101,8 +94,7 @@ def family(name: str) -> HeadFamily:
 
 
 def head_options(head: dict | None):
-    """Parse a head section (`{"family": ..., **options}`) into its family's options object (validated on
-    construction); errors name the option as `head.<field>`."""
+    """Parse a head section into its family's options object; errors name the option as `head.<field>`."""
     head = dict(head or {"family": DEFAULT_FAMILY})
     name = head.pop("family", None)
     if name is None:
@@ -133,9 +125,8 @@ def head_dict(head: dict | None) -> dict:
 
 
 def same_head(a: dict | None, b: dict | None) -> bool:
-    """Whether two head sections (as `head_dict` writes them: every option) ask for the same head; the options
-    `from_base` sets from the checkpoint (`CHECKPOINT_OPTIONS`: the calibrated gain, the output transform) are
-    ignored: they are not a user's choice (a resumed or reopened run keeps its own)."""
+    """Whether two head sections (as `head_dict` writes them) ask for the same head, ignoring the options `from_base`
+    sets from the checkpoint (`CHECKPOINT_OPTIONS`): they are not a user's choice."""
 
     def strip(head):
         return None if head is None else {k: v for k, v in head.items() if k not in CHECKPOINT_OPTIONS}
@@ -150,9 +141,8 @@ READ_ONLY = (
 
 
 class FrozenSection(dict):
-    """A head section that refuses changes in place (`config.head`): the head a model runs and its config change
-    together, through `model.set_head_options`. Nested components and lists are frozen too. Compares and serialises
-    (JSON, pickle) as the dict it is; a copy (`copy.copy`, `copy.deepcopy`, `config.to_dict()`) is a plain dict."""
+    """A head section that refuses changes in place (`config.head`): the head and its config change together, through
+    `model.set_head_options`. Compares and serialises as the dict it is; a copy is a plain dict."""
 
     def _refuse(self, *args, **kwargs):
         raise TypeError(READ_ONLY)
@@ -231,10 +221,8 @@ def _defining_module(cls: type) -> str | None:
 
 
 def component_modules(head: dict | None) -> dict[str, str]:
-    """{option: module} for each component of a head section defined outside hf_heads: the family (option `family`)
-    and every option naming a registered component (`margin`, `chunk_kernel`). A config records it, so that loading
-    imports those modules before it resolves the names (`import_components`) and saving copies them
-    (hf_heads.modeling.export)."""
+    """{option: module} for each component of a head section defined outside hf_heads (the family, and every option
+    naming a registered component): a config records it, so loading imports those modules and saving copies them."""
     options = head_options(head)
     found: dict[str, type] = {"family": FAMILIES[options.family].head}
     for f in fields(options):
@@ -246,10 +234,8 @@ def component_modules(head: dict | None) -> dict[str, str]:
 
 
 def import_components(components: dict | None) -> None:
-    """Import the modules a config records for its components (`component_modules`), so that their registration
-    runs before the head section is resolved. A module that does not import is a `ValueError` naming the option,
-    the module and the ways out; `__main__` (a component defined in a script) is left to the caller, which must have
-    run its registration. The flat copy saved with a model imports the copies it carries itself."""
+    """Import the modules a config records for its components before the head section is resolved; one that does not
+    import is a `ValueError` naming the option and the module (`__main__` is left to the caller)."""
     if components is None:
         return
     if not isinstance(components, dict) or not all(isinstance(v, str) for v in components.values()):

@@ -1,11 +1,9 @@
 """The sampled family: sampling-based training criteria with the correction back to class posteriors (Gao et al.,
-Interspeech 2021, eqs. 1-22; hf_heads.losses.sampled). A margin head (eq. 13 scorer, margin options composing)
-whose training criterion runs over K shared noise samples.
-
-Inference logits are the corrected log-posteriors over the full vocabulary, and the eval loss is their NLL, so
-perplexity and `generate()` see p(c|x). The K samples are drawn with the default torch generator of the device,
-which the transformers Trainer seeds (`--seed`) and saves/restores with every checkpoint (`rng_state*.pth`), so a
-resumed run draws the same samples as the uninterrupted one.
+Interspeech 2021, eqs. 1-22; hf_heads.losses.sampled). A margin head (eq. 13 scorer, margin options composing) whose
+training criterion runs over K shared noise samples. Inference logits are the corrected log-posteriors over the full
+vocabulary, and the eval loss is their NLL, so perplexity and `generate()` see p(c|x). The samples are drawn with the
+device's default torch generator, which the Trainer seeds and checkpoints, so a resumed run draws the same samples as
+the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -41,8 +39,8 @@ _DIAGNOSTIC_ROWS = 64  # rows of the last training batch kept for the self-norma
 
 @dataclass
 class SampledHeadOptions(MarginHeadOptions):
-    """Sampling-based training criteria with the posterior correction (sampling paper, eqs. 1-22); the margin
-    options of the margin family compose with them (margin on the target logit)."""
+    """Sampling-based criteria with the posterior correction (sampling paper, eqs. 1-22); the margin options
+    compose."""
 
     examples: ClassVar[dict[str, dict]] = {
         "sampled": {"criterion": "bce", "method": "nce", "num_samples": 8, "noise": "uniform"},
@@ -126,9 +124,8 @@ class SampledHeadOptions(MarginHeadOptions):
 
     @classmethod
     def migrate(cls, head: dict) -> dict:
-        """Also `noise_smoothing` / `noise_add` beside the noise's name, as the unigram noise's parameters
-        (`{"noise": {"type": "unigram", "smoothing": 0.75, "add": 0.0}}`). Beside another noise they never had an
-        effect: dropped at their old defaults (every older config stored them), refused otherwise."""
+        """Also `noise_smoothing` / `noise_add` beside the noise's name, as the unigram noise's parameters; beside
+        another noise they are dropped at their old defaults and refused otherwise."""
         head = super().migrate(head)
         flat = {key: head[key] for key in ("noise_smoothing", "noise_add") if key in head}
         if not flat:
@@ -152,10 +149,9 @@ class SampledHeadOptions(MarginHeadOptions):
         return head
 
     def initial_bias(self, num_classes: int) -> float:
-        """−log V for the BCE and MSE criteria, 0 otherwise. Their outputs q = σ(s) (or q = exp(s) for NCE) are not
-        renormalised in training, and their optimum is q ≈ p(c|x) (or a monotone map of it) ~ 1/V; starting from
-        b = 0 gives q = 1/2 (or 1) for every class, and the first thousands of steps only pull the normaliser down
-        (the usual NCE initialisation; the paper is silent)."""
+        """−log V for the BCE and MSE criteria, 0 otherwise: their outputs q = σ(s) (or exp(s) for NCE) are not
+        renormalised and their optimum is q ≈ p(c|x) ~ 1/V, so from b = 0 the first thousands of steps would only pull
+        the normaliser down (the usual NCE initialisation; the paper is silent)."""
         return 0.0 if self.loss_criterion.softmax else -math.log(num_classes)
 
     @property
@@ -188,14 +184,11 @@ class SampledHeadOptions(MarginHeadOptions):
         return dict(criterion=self.loss_criterion, method=self.sampler, num_samples=self.num_samples)
 
     def reference(self, batch: ReferenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The margin family's scores l of eq. 13 (`reference_scores`); in training each counted row's criterion from
-        its sampling method's `reference` (the loss of one position from the paper's equation) with the target's
-        score t (with the margin) and the other candidates' plain scores: every other class for a method without
-        samples, else the K samples drawn once for the batch from D (the noise's `reference`, drawn as the head
-        draws them: K i.i.d. with replacement), less those equal to the target with `remove_accidental_hits`, with
-        log(K·D(c)). In evaluation the NLL of the corrected posterior log_softmax(correction(l)) (the method's
-        `correction`, eqs. 2-22, which tests/test_sampled_losses.py holds to the paper); the inference logits are
-        that posterior (not renormalised with `normalize=False`)."""
+        """The margin family's scores l of eq. 13; in training each counted row's criterion from its method's
+        `reference` with the target's score (with the margin) and the other candidates': every other class, or the K
+        samples drawn for the batch from the noise's `reference` (accidental hits dropped with
+        `remove_accidental_hits`). In evaluation the NLL of log_softmax(correction(l)) (eqs. 2-22); the inference
+        logits are that posterior."""
         plain, with_margin = self.reference_scores(batch)  # (N, V) each
         valid, num_classes = batch.valid, plain.shape[1]
         y = batch.labels[valid]
@@ -247,8 +240,7 @@ class SampledHead(MarginHead):
     same_pass_accuracy = False  # its criteria score the target and K samples, not every class
 
     def unnormalized_log_scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(*, V) corrected log-scores log p̃(c|x) without the renormalisation over V (`corrected_log_probs` with
-        normalize=False; the sampling paper's table 4 'without renormalisation')."""
+        """(*, V) corrected log-scores log p̃(c|x) without renormalisation (the sampling paper's table 4)."""
         return self.posterior(self.scores(hidden), normalize=False)
 
     @property
@@ -281,8 +273,8 @@ class SampledHead(MarginHead):
         return probs
 
     def criterion(self, hidden, labels, rows):
-        """The sampled criterion: the criterion over the target and K samples of the noise (`Sampled`), or over every
-        class for method "full" (`Full`), the margin on the target's logit."""
+        """The criterion over the target and K noise samples (`Sampled`), or every class for "full", margin on the
+        target."""
         o = self.options
         self._last_hidden = hidden.detach().reshape(-1, hidden.shape[-1])[:_DIAGNOSTIC_ROWS]
         candidates = Full()
@@ -306,13 +298,9 @@ class SampledHead(MarginHead):
 
     @torch.no_grad()
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The margin family's (W', b') (eq. 13 without margin, refused with max-norm) with the correction's per-class
-        offset o(c) in the bias: the corrected posterior is log_softmax(s + o(c)) for the corrections of the form
-        s + o(c) (`SamplingMethod.correction_is_additive`: s + log D(c), eqs. 10, 18; s + log K·D(c), eq. 8;
-        s + log C·D(c), eq. 16; s, eqs. 6, 12, 14, 20), and s = multiplier·(W' h + b'), so b' + o / multiplier;
-        an offset the same for every class (uniform noise, or none) changes nothing and is left out. Refused: the
-        σ-based corrections (log σ(s) of full BCE / MSE, eqs. 2, 4; σ(z) + log D(c) of CE-NCE, eq. 22), non-linear
-        in s, and a per-class offset under the checkpoint's soft-cap (added after cap·tanh(·), outside any layer)."""
+        """The margin family's (W', b') with the correction's per-class offset o(c) in the bias, b' + o / multiplier,
+        for the corrections s + o(c) (eqs. 6, 8, 10, 12, 14, 16, 18, 20). Refused: the σ-based corrections (eqs. 2,
+        4, 22) and a per-class offset under the soft-cap (added after the cap, outside any layer)."""
         o = self.options
         if not o.sampler.correction_is_additive(o.loss_criterion):
             raise ValueError(
@@ -348,13 +336,10 @@ class SampledHead(MarginHead):
 
     @torch.no_grad()
     def calibrate_bias(self, hidden: torch.Tensor) -> dict[str, float]:
-        """The bias is shifted by −log Z (mean log-normaliser of the checkpoint's logits over the probe) minus the
-        per-class offset of the criterion's correction (e.g. log K·D(c) for BCE-MCS, log D(c) for CE-MCS/CPS): the
-        corrected scores then start at the checkpoint's log p(c|x), which is the optimum of every criterion but
-        CE-NCE (its σ-bounded output cannot represent it; left as copied). For full BCE/MSE log σ(s) ≈ s for the
-        small probabilities of a large vocabulary, so the same shift applies. With a logit scale s the bias moves by
-        the shift / s (scores are s·(W h + b)); with a soft-cap the shift is the same, exact only where the cap is
-        linear (scores well below it): the cap then bounds what any bias can reach."""
+        """Shift the bias by −log Z (the checkpoint's mean log-normaliser over the probe) minus the correction's
+        per-class offset, so the corrected scores start at the checkpoint's log p(c|x), every criterion's optimum but
+        CE-NCE's (σ-bounded: left as copied; full BCE/MSE: log σ(s) ≈ s). With a logit scale s the shift is divided by
+        s."""
         o = self.options
         if self.bias is None or (o.loss_criterion.softmax and not o.sampler.ce_optimum_is_posterior):
             return {}
@@ -368,8 +353,7 @@ class SampledHead(MarginHead):
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:
-        """Also the self-normalisation of the corrected scores on the last training batch (mean / std over
-        positions of log Σ_c p̃(c|x); 0 means self-normalised)."""
+        """Also the mean / std of log Σ_c p̃(c|x) on the last training batch (0: self-normalised)."""
         out = super().diagnostics()
         last = getattr(self, "_last_hidden", None)
         if last is not None and last.shape[0]:

@@ -148,12 +148,9 @@ class SoftmaxHeadOptions(HeadOptions):
         return self.reference_loss(z, batch), self.reference_inference(z)
 
     def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:
-        """(n,) from the logits z (N, V) the loss takes: in training each counted row's cross-entropy over
-        `reference_support(z)` (every logit; sparse: its top k, eq. 5) with label smoothing over the same support
-        (F.cross_entropy's: (1 − ε)·NLL + ε·(lse − mean of the support)), + λ · lse² (z-loss), − β · H (confidence
-        penalty: H the entropy of the support's softmax); in evaluation the bare NLL over the support. Class weights
-        reweight the mean, not a row (torch's normalisation, held to F.cross_entropy(weight=) in
-        tests/test_loss_options.py): their training reference is refused."""
+        """(n,) from the logits z (N, V): in training each counted row's cross-entropy over `reference_support(z)` with
+        label smoothing over that support, + λ · lse² (z-loss), − β · H (confidence penalty); in evaluation the bare
+        NLL. Class weights reweight the mean, not a row: their training reference is refused."""
         if batch.training and self.class_weights is not None:
             raise NotImplementedError("the family reference has no class weights: they reweight the mean, not a row")
         valid = batch.valid
@@ -197,8 +194,8 @@ class SoftmaxHead(DiscreteHead):
     same_pass_accuracy = True
 
     def loss_criterion(self, training: bool) -> CrossEntropy:
-        """The cross-entropy of a pass: over the row's top k (sparse); in training with the label smoothing, z-loss,
-        class weights and confidence penalty of the options, in evaluation the bare NLL."""
+        """The cross-entropy of a pass over the row's support, with the options' extras in training, the bare NLL in
+        eval."""
         o = self.options
         if not training:
             return CrossEntropy(top_k=self.top_k(False))
@@ -229,14 +226,13 @@ class SoftmaxHead(DiscreteHead):
         return self._cross_entropy(hidden, labels, False, rows)
 
     def inference_logits(self, hidden):
-        """The base model's own `F.linear` (under autocast it runs in the autocast dtype, as the wrapped
-        checkpoint's output layer does) and its output transform, returned in the head's dtype."""
+        """The base model's own `F.linear` (in the autocast dtype under autocast) and output transform, in the head's
+        dtype."""
         z = F.linear(hidden, self.weight, self.bias)
         return transform_logits(z, self.options.logit_multiplier, self.options.logit_softcap).to(self.weight.dtype)
 
     def linear_form(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(W, b) themselves: the inference logits are transform(W h + b). Label smoothing, the z-loss, class
-        weights and the confidence penalty change the training loss only, never the inference distribution."""
+        """(W, b) themselves: the training options never change the inference distribution transform(W h + b)."""
         return self.weight, self.bias
 
     @property

@@ -1,13 +1,12 @@
-"""The sparse family: sparse-softmax (Sun et al. 2021, eqs. 4-5), a softmax head whose loss and inference
-distribution keep only the k largest logits of each row.
+"""The sparse family: sparse-softmax (Sun et al. 2021, eqs. 4-5), a softmax head whose loss and inference distribution
+keep only the k largest logits of each row.
 
-Training and evaluation use eq. 5 (chunked, hf_heads.losses.fused_linear with `top_k`); the inference logits are
--inf outside each row's top `decode_k` (default k), so softmax of them is eq. 4 and greedy / beam search decode
-with the truncated distribution. The eval loss is that distribution's NLL, so exp(eval_loss) is the model's
-perplexity — infinite as soon as one label falls outside its row's top decode_k (probability 0); an evaluation also
-records eq. 5's loss over the top k and the share of labels inside the top decode_k (`eval_sparse_loss`,
-`eval_in_top_k` in `HeadsTrainer`'s metrics). A head with k (or decode_k) >= the number of classes is the plain
-softmax there: its construction warns."""
+Training uses eq. 5 (chunked, `top_k`); the inference logits are -inf outside each row's top `decode_k` (default k), so
+softmax of them is eq. 4 and generation decodes with the truncated distribution. The eval loss is that distribution's
+NLL, so exp(eval_loss) is the model's perplexity, infinite as soon as one label falls outside its row's top decode_k;
+an evaluation also records eq. 5's loss and the share of labels inside the top decode_k (`eval_sparse_loss`,
+`eval_in_top_k`).
+"""
 
 from __future__ import annotations
 
@@ -64,14 +63,12 @@ class SparseHeadOptions(SoftmaxHeadOptions):
         return f"sparse k={self.k}" + (f" decode_k={self.decode_k}" if self.decode_k is not None else "")
 
     def reference_support(self, z: torch.Tensor) -> torch.Tensor:
-        """Each row's k largest logits (eq. 5 in training: the log-sum-exp over them minus the target's logit; its
-        smoothing and entropy over them too)."""
+        """Each row's k largest logits (eq. 5's support)."""
         return z.topk(min(self.k, z.shape[1]), dim=1).values
 
     def reference_loss(self, z: torch.Tensor, batch: ReferenceBatch) -> torch.Tensor:
         """Training: the softmax family's loss over `reference_support` (eq. 5). Evaluation: the NLL of eq. 4 over the
-        top decode_k, the log-sum-exp of the row's decode_k largest logits minus the target's, +inf for a target not
-        among them (probability 0)."""
+        top decode_k, +inf for a target not among them."""
         if batch.training:
             return super().reference_loss(z, batch)
         y, zv = batch.labels[batch.valid], z[batch.valid]  # (n,), (n, V)
@@ -122,9 +119,8 @@ class SparseHead(SoftmaxHead):
         return truncate_to_top_k(super().inference_logits(hidden), self.top_k(True))
 
     def linear_form(self):
-        """Refused unless decode_k >= V (then eq. 4 is the softmax): which logits survive depends on each row's
-        ranking, which no linear layer reproduces. The refusal names the nearest exact choice, the softmax layer with
-        generation's `top_k`, and what it does not give."""
+        """Refused unless decode_k >= V: which logits survive depends on each row's ranking, which no linear layer
+        reproduces. The refusal names the nearest exact choice, the softmax layer with generation's `top_k`."""
         k = self.options.inference_k
         if k >= self.num_classes:
             return super().linear_form()
@@ -148,11 +144,8 @@ class SparseHead(SoftmaxHead):
         return False
 
     def eval_loss(self, hidden, labels, rows):
-        """The NLL of the inference distribution (eq. 4 over the top decode_k): lse of the row's top decode_k − z_y
-        where the label is among them, +inf where it is not (probability 0), so that exp(eval_loss) is the model's
-        perplexity, as a script's perplexity line assumes. Under `record_eval_sums` each pass adds eq. 5's loss over
-        the top k (the training criterion without its extras: finite everywhere) and the labels inside the top
-        decode_k to `eval_sums`."""
+        """The NLL of eq. 4 over the top decode_k (+inf for a label outside it), so exp(eval_loss) is the perplexity;
+        under `record_eval_sums` each pass adds eq. 5's loss and the labels inside the top decode_k."""
         o = self.options
         each, k = replace(rows, reduction="none"), o.inference_k
         scorer = Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap)

@@ -1,22 +1,12 @@
 """PEFT adapters on hf_heads models.
 
-- **Default targets.** PEFT picks LoRA's default `target_modules` by `config.model_type`; an hf_heads model's
-  model_type is `hf_heads` whatever its backbone, so PEFT alone answers "Please specify `target_modules`".
-  `with_backbone_targets(peft_config, model)` fills them with PEFT's own default for the backbone's model_type
-  (e.g. `q_proj`, `v_proj` for Llama), restricted to modules under `backbone.` so the head is never matched by a
-  name. `model.add_adapter(config)` (transformers' PEFT integration) and `HeadsSFTTrainer(peft_config=...)` do it for
-  you; with `peft.get_peft_model` call it yourself (three lines in README).
-- **`model.add_adapter(config)`** injects the adapter through PEFT itself (`peft.inject_adapter_in_model`), as
-  transformers does, but without transformers' PEFT version gate: transformers 5.24 asks for PEFT >= 0.22, which is
-  not published, so its own `add_adapter` refuses every PEFT release. transformers' other adapter methods
-  (`set_adapter`, `disable_adapters`, saving an adapter-only checkpoint) keep their gate; `peft.get_peft_model` with
-  `with_backbone_targets` works on every supported release.
-- **LoRA on the head**: `LoraConfig(target_parameters=["head.weight"])` (PEFT's LoRA on a parameter). PEFT then
-  replaces `head.weight` by W + (α/r)·B·A inside the head's forward, so every criterion (chunked softmax, margin,
-  sampled candidates, sparse top-k) trains the low-rank update on the (V, H) weight it reads — the (N, V) logits are
-  never built. `target_modules=["head"]` is refused by PEFT itself (a head is not an `nn.Linear`); the continuous
-  head has no (V, H) output weight (`refuse_head_lora`).
-- **`modules_to_save=["head"]`**: the whole head is trained and saved with the adapter.
+- Default targets: PEFT picks LoRA's default `target_modules` by `config.model_type`, `hf_heads` whatever the backbone;
+  `with_backbone_targets` fills them with PEFT's default for the backbone, restricted to `backbone.` so the head is
+  never matched by name (`model.add_adapter` and `HeadsSFTTrainer(peft_config=...)` call it).
+- `model.add_adapter(config)` injects through PEFT itself, without transformers' PEFT version gate (transformers 5.24
+  asks for a PEFT release that is not published).
+- LoRA on the head: `LoraConfig(target_parameters=["head.weight"])` trains W + (α/r)·B·A inside the head's forward, so
+  every criterion reads it without the (N, V) logits; `modules_to_save=["head"]` trains and saves the whole head.
 """
 
 from __future__ import annotations
@@ -46,10 +36,8 @@ def backbone_target_modules(model) -> str:
 
 
 def with_backbone_targets(peft_config: PeftConfig, model) -> PeftConfig:
-    """`peft_config` with `target_modules` set to the backbone's PEFT default (`backbone_target_modules`) when it
-    names neither `target_modules` nor `target_parameters` (with `target_parameters` alone, e.g. LoRA on the head
-    only, PEFT adapts just those); returned as is otherwise. Also refuses LoRA on the weight of a head that has
-    none."""
+    """`peft_config` with `target_modules` set to the backbone's PEFT default when it names neither `target_modules`
+    nor `target_parameters`; as is otherwise. Refuses LoRA on the weight of a head that has none."""
     refuse_head_lora(peft_config, model)
     if getattr(peft_config, "target_modules", True) is not None or getattr(peft_config, "target_parameters", None):
         return peft_config

@@ -1,30 +1,11 @@
 """Pure-torch losses, one family per module; one entry point for the loss of an output layer.
 
-- `entry`: `output_loss(hidden, weight, bias, labels, *, scorer, candidates, criterion, reduction, ignore_index,
-  num_items_in_batch, returns, impl)` and its module `OutputLayerLoss`: the three parts of `parts` — the scorer of
-  eq. 13 (margin paper; `scorer.Scorer`, the identity being W h + b), the candidates (`margin.Full`: every class, in
-  chunks; `sampled.Sampled`: the target and K shared noise samples) and the criterion (`parts.CrossEntropy` with its
-  top-k support, label smoothing, z-loss, class weights and confidence penalty; `BinaryCrossEntropy`;
-  `MeanSquaredError`) — and how (`parts.Impl`: the chunk kernel, rows per chunk, the returned dtype);
-- `presets`: the peer-style functions, `output_loss` with its parts filled in (`fused_linear_cross_entropy`,
-  `sparse_linear_cross_entropy`, `margin_cross_entropy`, `sampled_loss`, `corrected_nll`);
-- `chunks`: the chunk engine (the one walk over rows, chunk sizes from a memory budget) and its kernel seam
-  (`ChunkKernel`, a component of kind "kernel"; `chunk_kernel`); `kernels`: the `eager` and `compiled` kernels;
-  `triton_kernel`: the hand-written Triton one (GPU, or CPU under `TRITON_INTERPRET=1`); `fused_linear`: the
-  chunked loss the kernels serve (`chunked_loss`), gradients in the forward pass;
-- `scorer`: the scorer of eq. 13: one frozen `Scorer` (the margin, word/context norm scaling f, g: eqs. 9-12, the
-  warm-start gain, the checkpoint's output transform) and one registered `Margin` class per margin type (φ of
-  eq. 14: `NoMargin`, `CosFace`, `ArcFace`, `LSoftmax`); `margin`: its dense logits and the `Full` candidates;
-- `sampled`: the sampling methods (MCS, IS, CPS, NCE; sampling paper eqs. 7-21), their posterior corrections
-  (eqs. 2-22, `Correction`) and the `Sampled` candidates; `noise`: the noise distributions D and the shared draw;
-- `sparse`: sparse-softmax on given logits (eqs. 4-5);
-- `vocab_parallel`: the losses when W is a DTensor sharded on its rows (tensor parallelism);
-- `continuous`, `continuous_losses`: continuous-output losses on a predicted embedding (Kumar & Tsvetkov eq. 3; Bhat
-  et al. eq. 1) and cross-entropies over scaled cosines to the table.
-
-Shared by all: `_rows` (compute dtype, ignored rows, reductions, frequency ranks; `LossRows`, how a head's loss
-counts and reduces its rows) and `hf_heads.validation` (argument checks raising `OptionError`, which names the
-field, the value and what is allowed).
+`entry` (`output_loss` over the parts of `parts`) and `presets` (the peer-style functions); the chunk engine (`chunks`,
+`kernels`, `triton_kernel`, `fused_linear`); the margin paper's scorer of eq. 13 with φ of eq. 14 and f, g of eqs. 9-12
+(`scorer`, `margin`); the sampling paper's criteria (eqs. 7-21), posterior corrections (eqs. 2-22) and noise
+(`sampled`, `noise`); sparse-softmax (`sparse`, eqs. 4-5); the vocabulary-parallel losses (`vocab_parallel`); the
+continuous-output losses (`continuous`, `continuous_losses`: Kumar & Tsvetkov eq. 3, Bhat et al. eq. 1). Shared by all:
+`_rows` and `hf_heads.validation`.
 """
 
 from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows

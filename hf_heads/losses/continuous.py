@@ -1,41 +1,23 @@
 """Continuous-output losses: the model predicts an embedding û (N, d) of the target word, whose pretrained,
 L2-normalised embedding is u (N, d).
 
-Papers: Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output
-Machine Translation* (2019), and the vMF loss of Kumar & Tsvetkov, *Von Mises-Fisher Loss for Training
-Sequence to Sequence Models with Continuous Outputs* (ICLR 2019), which it builds on.
+Papers: Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output Machine
+Translation* (2019), and Kumar & Tsvetkov, *Von Mises-Fisher Loss for Training Sequence to Sequence Models with
+Continuous Outputs* (ICLR 2019).
 
-- vMF NLL (Bhat et al. §2; Kumar & Tsvetkov eq. 3): −log p(u; û) = −log C_m(‖û‖) − ûᵀu with
-  log C_m(κ) = (m/2−1) log κ − (m/2) log 2π − log I_{m/2−1}(κ). Kumar & Tsvetkov's two regularised forms
-  are options: `lambda1` adds λ1‖û‖ (their NLLvMF_reg1) and `lambda2` scales the cosine term, −λ2 ûᵀu
-  (NLLvMF_reg2); λ1 = 0, λ2 = 1 is the plain NLL. `form="released"` is the form of the authors' released
-  code (Sachin19/seq2seq-con, `_nllvmf`): −log C_m(κ) + log(1 + κ)·(0.2 − cos(û, u)), κ = ‖û‖.
-- Margin loss (Bhat et al. eq. 1): max(0, λ + u'ᵀû − uᵀû) on unit vectors, with the negative u' chosen
-  `random` (k uniform draws from the table, loss averaged over them), `most-informative` (Lazaridou et
-  al. 2015: the table row nearest to û − u, the target's own row excluded), `projection` (SMP, §3.2: the
-  unit vector along û − (ûᵀu)u) or `difference` (SMD: the unit vector along û − u). Synthetic negatives
-  are detached, as the paper says.
+- vMF NLL (Bhat et al. §2; Kumar & Tsvetkov eq. 3): −log p(u; û) = −log C_m(‖û‖) − ûᵀu with log C_m(κ) = (m/2−1) log κ
+  − (m/2) log 2π − log I_{m/2−1}(κ); `lambda1` / `lambda2` the regularised forms, `form="released"` the authors' code
+  (Sachin19/seq2seq-con `_nllvmf`).
+- Margin loss (Bhat et al. eq. 1): max(0, λ + u'ᵀû − uᵀû) on unit vectors, the negative u' `random`, `most-informative`
+  (Lazaridou et al. 2015), `projection` (SMP, §3.2) or `difference` (SMD), detached as the paper says.
 
-Not in the papers, added because the losses above only pull û toward its target (when the decoder is unsure û lands
-between candidate words and its nearest neighbour is a frequent word), two cross-entropies over scaled cosines
-s·cos(û, E_c) that also push û away from the other words, on the same head (a d-dim prediction, the frozen unit
-table, nearest-neighbour decoding):
+Not in the papers: cross-entropies over scaled cosines s·cos(û, E_c), which also push û away from the other words (the
+losses above only pull it toward its target, so an unsure û lands near a frequent word): `cosine_softmax_loss`
+(NormFace / CosFace with m = 0) and `in_batch_softmax_loss` (in-batch negatives, with Jean et al.'s correction).
 
-- `cosine_softmax_loss`: −log softmax_c(s·cos(û, E_c))[y] over the whole table (or over an output vocabulary
-  mask; the target is always a candidate). This is the normalised softmax of NormFace (Wang et al. 2017) / CosFace
-  with m = 0 (Wang et al. 2018), here with the class vectors frozen at the pretrained table; cost n·V·d.
-- `in_batch_softmax_loss`: the same cross-entropy over the batch's distinct target words C = unique(y) only (the
-  in-batch negatives of Henderson et al. 2017 and of CLIP / InfoNCE, van den Oord et al. 2018), optionally plus K
-  words drawn uniformly from an output vocabulary of M words with the sampled-softmax correction of Jean et al.
-  (2015): their logits get − log(K·D(c)) = + log(M / K), and draws that are batch targets (accidental hits) are
-  dropped. Cost n·(U + K)·d, independent of V.
-
-The scale s = 1/τ is a float or a 0-dim tensor (a learned temperature).
-
-`log_cmk` is computed in float64 with no SciPy: log I_v(κ) from the uniform (Debye) asymptotic expansion
-at an order v + n ≥ 30, brought down to v by the stable backward recurrence of the ratios
-r_ν = I_{ν+1}/I_ν (r_{ν−1} = 1/(2ν/κ + r_ν)); the backward pass uses d log C_m / dκ = −I_{m/2}(κ)/I_{m/2−1}(κ)
-= −r_v. Relative error < 1e-9 against mpmath for κ in [1e-4, 1e5] and d in [2, 1024] (tested).
+`log_cmk` is computed in float64 with no SciPy: log I_v(κ) from the uniform (Debye) expansion at an order ≥ 30, brought
+down by the stable backward recurrence of r_ν = I_{ν+1}/I_ν; its derivative is −r_v. Relative error < 1e-9 against
+mpmath for κ in [1e-4, 1e5] and d in [2, 1024] (tested).
 """
 
 from __future__ import annotations
@@ -139,13 +121,9 @@ def vmf_nll(
     min_kappa: float = 1e-4,
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """−log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ for predictions û (*, d) and unit targets u (*, d) (`form="nll"`), or
-    the authors' released form −log C_m(κ) + log(1 + κ)·(0.2 − cos(û, u)) (`form="released"`, λ1 = 0 and λ2 = 1
-    required: it has no such terms).
-
-    ‖û‖ is clamped below at `min_kappa` (the density is undefined at κ = 0). Computed in float32 (float64
-    stays float64); `reduction` over all leading positions, "mean" dividing the sum by `num_items_in_batch`
-    when given."""
+    """−log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ for predictions û (*, d) and unit targets u (*, d) (`form="nll"`), or the
+    authors' −log C_m(κ) + log(1 + κ)·(0.2 − cos(û, u)) (`form="released"`, λ1 = 0, λ2 = 1). ‖û‖ is clamped at
+    `min_kappa` (undefined at κ = 0). Float32 (float64 stays); "mean" divides by `num_items_in_batch` when given."""
     _check_pair(pred, target_emb)
     check_number("lambda1", lambda1, minimum=0)
     check_number("lambda2", lambda2, minimum=0)
@@ -180,16 +158,10 @@ def syn_margin_loss(
     reduction: str = "mean",
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """max(0, λ + u'ᵀû − uᵀû) (Bhat et al. eq. 1) on unit vectors; û (*, d) is normalised here.
-
-    Args:
-        negative: `projection` (SMP), `difference` (SMD), `random` (`num_negatives` uniform rows of
-            `embeddings`, averaged) or `most-informative` (row of `embeddings` nearest to û − u; needs
-            `target_ids` to exclude the target's own row).
-        margin: λ >= 0.
-        embeddings: (V, d) unit-norm table, for `random` and `most-informative`.
-        reduction: over all leading positions, "mean" dividing the sum by `num_items_in_batch` when given.
-    """
+    """max(0, λ + u'ᵀû − uᵀû) (Bhat et al. eq. 1) on unit vectors; û (*, d) is normalised here. `negative`:
+    `projection` (SMP: along û − (ûᵀu)u), `difference` (SMD: along û − u), `random` (`num_negatives` uniform rows of
+    `embeddings`, averaged) or `most-informative` (the row nearest to û − u, the target's own excluded: needs
+    `target_ids`). `embeddings`: (V, d) unit rows. "mean" divides the sum by `num_items_in_batch` when given."""
     _check_pair(pred, target_emb)
     check_choice("negative", negative, NEGATIVES)
     check_number("margin", margin, minimum=0)
@@ -263,16 +235,10 @@ def cosine_softmax_loss(
 
         loss_i = −log [ exp(s·cos(û_i, E_{y_i})) / Σ_{c ∈ C ∪ {y_i}} exp(s·cos(û_i, E_c)) ]
 
-    Args:
-        pred: û (*, d), any norm (normalised here).
-        target: word ids (*); `ignore_index` rows contribute nothing.
-        embeddings: E (V, d), unit rows (the head's frozen table).
-        scale: s = 1/τ > 0, a float or a 0-dim tensor (learned temperature).
-        candidates: (V,) bool, the output vocabulary C (default: every row); the target is always a candidate.
-        reduction: as `F.cross_entropy`; "mean" divides the sum by `num_items_in_batch` when given.
-
-    The (n, V) scores of the valid rows are computed at once (no chunking): fine for word vocabularies of tens of
-    thousands; `in_batch_softmax_loss` is the cost-n·U·d form."""
+    for pred û (*, d), target ids (*) (`ignore_index` rows count nothing), embeddings E (V, d) with unit rows, scale s
+    = 1/τ > 0 (a float or a learned 0-dim tensor) and `candidates` (V,) bool, the output vocabulary C (default: every
+    row). `reduction` as `F.cross_entropy`, "mean" over `num_items_in_batch` when given. The (n, V) scores are computed
+    at once (no chunking)."""
     check_reduction(reduction)
     scale = _scale_value(scale)
     u_hat, y, valid, table = _target_rows(pred, target, embeddings, ignore_index)
@@ -307,15 +273,9 @@ def in_batch_softmax_loss(
         z_ic = s·cos(û_i, E_c) for c ∈ C,   z_ij = s·cos(û_i, E_{S_j}) − log(K·D(S_j)) = s·cos(û_i, E_{S_j}) + log(M/K)
         loss_i = −z_{i y_i} + log Σ_{c ∈ C} exp(z_ic) + log Σ_j exp(z_ij)   (one log-sum-exp over C ∪ S)
 
-    Args:
-        pred: û (*, d); target: ids (*) (`ignore_index` rows are neither rows nor candidates);
-        embeddings: E (V, d) unit rows; scale: s = 1/τ (float or 0-dim tensor).
-        num_sampled: K >= 0 extra shared negatives (drawn once per call with `generator`); needs `sample_pool`,
-            the (M,) ids of the output vocabulary to draw from (uniform D(c) = 1/M).
-        reduction: as `F.cross_entropy`; "mean" divides the sum by `num_items_in_batch` when given.
-
-    Cost n·(U + K)·d, independent of V. The loss depends on the batch (its candidates), so it is not comparable
-    across batch sizes; decoding still ranks the whole (output) vocabulary by cos(û, E)."""
+    Arguments as `cosine_softmax_loss`; `num_sampled`: K >= 0 shared negatives drawn once per call with `generator`
+    from `sample_pool` (M,). Cost n·(U + K)·d, independent of V; the loss depends on the batch's candidates, so it is
+    not comparable across batch sizes."""
     check_reduction(reduction)
     scale = _scale_value(scale)
     check_number("num_sampled", num_sampled, minimum=0, integer=True)

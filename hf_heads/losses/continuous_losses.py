@@ -1,18 +1,11 @@
 """The continuous family's losses as components (`register("continuous_loss")`): one small class each, chosen by the
 head's `loss` option, and the way to add one of your own (hf_heads.components).
 
-A loss maps the kept positions of a batch (`ContinuousBatch`: the predictions û (n, d), the target ids (n,), the
-frozen unit table E (V, d), the scale s and the output vocabulary) to one loss per position (n,) in `rows`; its
-`reference` is the naive computation of the same loss from its definition, which the contract suite
-(tests/test_components_contract.py) holds `rows` to, forward and backward. The equations are those of
-hf_heads.losses.continuous (Kumar & Tsvetkov 2019 eq. 3 for vMF; Bhat et al. 2019 eq. 1 for the margin losses; the
-two cross-entropies over scaled cosines are not in the papers).
-
-A loss's parameters are its dataclass fields, checked once (`check`): vMF's `lambda1`, `lambda2` and `form`, the
-margin losses' `margin` (and margin-random's `num_negatives`), in-batch-softmax's `num_sampled`; a config writes
-`{"type": "vmf", "lambda1": 0.1}`, a flag `--loss vmf:lambda1=0.1`. The family's older flat options (`loss_margin`,
-`num_negatives`, `vmf_lambda1`, `vmf_lambda2`, `vmf_form`, `num_sampled`) are read into them
-(hf_heads.heads.continuous.ContinuousHeadOptions.migrate).
+A loss maps the kept positions of a batch (`ContinuousBatch`) to one loss per position (n,) in `rows`; its `reference`
+is the naive computation from the definition, which the contract suite holds `rows` to. The equations are those of
+hf_heads.losses.continuous (Kumar & Tsvetkov 2019 eq. 3 for vMF; Bhat et al. 2019 eq. 1 for the margin losses; the two
+cross-entropies over scaled cosines are not in the papers). A loss's parameters are its dataclass fields: a config
+writes `{"type": "vmf", "lambda1": 0.1}`, a flag `--loss vmf:lambda1=0.1`.
 """
 
 from __future__ import annotations
@@ -44,11 +37,9 @@ class ContinuousBatch:
 @component_base("continuous_loss")
 @dataclass(frozen=True)
 class ContinuousLoss(Component, ABC):
-    """Base of the continuous losses. Class variables: `title` (how cards and logs name the loss), `cosine_scores`
-    (decoding ranks the vocabulary by s·cos(û, E_c); False: by û·E_c, the vMF log-density up to a per-row
-    constant), `learns_scale` (it trains with s, so `learn_logit_scale` may learn it) and `exact_gradient` (False
-    where a term depends on û without a gradient, as a synthetic negative detached as the paper says: a numerical
-    gradient differs)."""
+    """Base of the continuous losses. `title`: the loss's name in cards and logs; `cosine_scores`: decoding by s·cos(û,
+    E_c) (else by û·E_c); `learns_scale`: `learn_logit_scale` may learn s; `exact_gradient`: False where a term depends
+    on û without a gradient (a detached synthetic negative), so a numerical gradient differs."""
 
     title: ClassVar[str] = ""
     cosine_scores: ClassVar[bool] = True
@@ -90,9 +81,8 @@ def _naive_vmf(batch: ContinuousBatch, released: bool, lambda1: float, lambda2: 
 @register("continuous_loss")
 @dataclass(frozen=True)
 class VMF(ContinuousLoss):
-    """The vMF NLL of the target embedding (Kumar & Tsvetkov eq. 3): −log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖ (their
-    NLLvMF_reg1 with `lambda1` > 0, NLLvMF_reg2 with `lambda2` < 1), or with `form` "released" the authors' code
-    (Sachin19/seq2seq-con `_nllvmf`: −log C_m(κ) + log(1 + κ)(0.2 − cos(û, u)), no λ terms); decoding by û·E_c."""
+    """The vMF NLL of the target embedding (Kumar & Tsvetkov eq. 3): −log C_m(‖û‖) − λ2 ûᵀu + λ1 ‖û‖, or with `form`
+    "released" the authors' code (`_nllvmf`: −log C_m(κ) + log(1 + κ)(0.2 − cos(û, u))); decoding by û·E_c."""
 
     name: ClassVar[str] = "vmf"
     title: ClassVar[str] = "vMF NLL of the target embedding"
@@ -123,8 +113,7 @@ class VMF(ContinuousLoss):
 
 @dataclass(frozen=True)
 class _MarginLoss(ContinuousLoss):
-    """max(0, λ + u'ᵀû − uᵀû) on unit vectors (Bhat et al. eq. 1), λ = `margin`; the subclass chooses the negative
-    u'."""
+    """max(0, λ + u'ᵀû − uᵀû) on unit vectors (Bhat et al. eq. 1), λ = `margin`; the subclass chooses u'."""
 
     negative: ClassVar[str] = ""
     example: ClassVar[dict] = {"margin": 0.3}
@@ -269,8 +258,8 @@ class CosineSoftmax(ContinuousLoss):
 @register("continuous_loss")
 @dataclass(frozen=True)
 class InBatchSoftmax(ContinuousLoss):
-    """Cross-entropy over s·cos(û, E_c) to the batch's distinct target words, plus `num_sampled` uniform draws
-    from the output vocabulary with the sampled-softmax correction + log(M/K) (accidental hits dropped)."""
+    """Cross-entropy over s·cos(û, E_c) to the batch's distinct targets, plus `num_sampled` uniform draws (+
+    log(M/K))."""
 
     name: ClassVar[str] = "in-batch-softmax"
     title: ClassVar[str] = "cross-entropy over s·cos(û, E) to the batch's target words"

@@ -3,20 +3,12 @@
     output_loss(hidden, weight, bias, labels, *, scorer=Scorer(), candidates=Full(), criterion=CrossEntropy(),
                 reduction="mean", ignore_index=-100, num_items_in_batch=None, returns=(), impl=None)
 
-The loss of the output layer (weight (V, H), bias (V,) or None) on hidden (*, H) against labels (*), as the three
-parts of hf_heads.losses.parts say: the `scorer` (margin paper eq. 13 and the checkpoint's output transform; the
-identity is W h + b), the `candidates` (`Full`: every class, in chunks; `Sampled`: the target and K shared noise
-samples, sampling paper eqs. 7-21) and the `criterion` (`CrossEntropy` with its top-k support, label smoothing,
-z-loss, class weights and confidence penalty; `BinaryCrossEntropy`; `MeanSquaredError`). The rows count as in
-`F.cross_entropy` and the Trainer: `ignore_index` rows count nothing; "none" returns one loss per label (the labels'
-shape), "sum" their sum, "mean" the sum divided by `num_items_in_batch` (exact gradient accumulation) or by the
-counted rows. One return type: the loss tensor, or a `LossResult` when `returns` names extras ("lse", "z_loss",
-"predictions", "rank", "entropy": from the same pass, no second product with W). `impl` says how, never what: the
-chunk kernel (a name, a `ChunkKernel`, or an `Impl` with the rows per chunk and the returned dtype); every kernel
+The loss of the output layer (weight (V, H), bias (V,) or None) on hidden (*, H) against labels (*), as the three parts
+of hf_heads.losses.parts say: the `scorer` (margin paper eq. 13 and the checkpoint's output transform), the
+`candidates` (`Full` or `Sampled`, sampling paper eqs. 7-21) and the `criterion`. The rows count as in
+`F.cross_entropy` and the Trainer: "mean" divides the sum by `num_items_in_batch` (exact gradient accumulation) or by
+the counted rows. `returns` names extras from the same pass (a `LossResult`). `impl` says how, never what: every kernel
 computes the same loss, and a kernel named for candidates that run none (`Sampled`) is refused.
-
-The peer-style functions (`fused_linear_cross_entropy`, `margin_cross_entropy`, `sparse_linear_cross_entropy`,
-`sampled_loss`, `corrected_nll`: hf_heads.losses.presets) are this entry with their parts filled in.
 """
 
 from __future__ import annotations
@@ -69,8 +61,7 @@ def output_loss(
 
 
 class OutputLayerLoss(nn.Module):
-    """`output_loss` as a module: the parts, the reduction, `ignore_index`, `returns` and `impl` fixed at
-    construction, the tensors given at call time (`forward(hidden, weight, bias, labels, num_items_in_batch=None)`)."""
+    """`output_loss` as a module: the parts, reduction, `ignore_index`, `returns` and `impl` fixed at construction."""
 
     def __init__(
         self,

@@ -1,35 +1,13 @@
-"""Large-margin softmax for language models: L-Softmax, ArcFace, CosFace with word- and
-context-vector norm scaling.
+"""Large-margin softmax for language models: L-Softmax, ArcFace, CosFace with word- and context-vector norm scaling.
 
-Paper: Huo, Gao, Wang, Schlüter, Ney, "Investigation of Large-Margin Softmax in Neural Language
-Modeling", Interspeech 2020 (shared/papers/large_margin_softmax_lm.md).
+Paper: Huo, Gao, Wang, Schlüter, Ney, "Investigation of Large-Margin Softmax in Neural Language Modeling", Interspeech
+2020 (shared/papers/large_margin_softmax_lm.md).
 
-The logit of class c at position i is (eq. 13)
-
-    l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c
-
-with φ_c = cos for every non-target class and, for the target y (eq. 14):
-`cos` cos θ − m (CosFace, eq. 5), `arc` cos(θ + m) (ArcFace, eq. 6), `lsm` ψ(θ) = (−1)^k cos(mθ) − 2k
-(L-Softmax, eqs. 7–8), `none` cos θ. The word-vector norm f (eq. 9, with v and u of eqs. 11–12)
-and the context norm g (eq. 10) are:
-
-    f: no-mod ‖W_y‖ · uniform ‖W_amax‖ · log-rank log(exp‖W_amax‖ − v·rank_y)
-       unigram ‖W_amin‖ + u·c_y · log-unigram log c_y
-    g: no-mod ‖h_i‖ · max-norm max_j ‖h_j‖ over the batch
-
-`scale=s` is the face-recognition setting of eqs. 5–6 / table 1: both vectors normalised, ‖W‖ = 1,
-‖h‖ = s (then f and g must stay `no-mod`).
-
-The scorer (φ, f, g, the warm-start gain and the checkpoint's output transform) is one frozen `Scorer` of
-hf_heads.losses.scorer, where each margin type is one registered `Margin` class and where the choices made where
-the paper is silent are listed. The margin is applied only when targets are given (training); inference logits never
-carry it.
-
-Here: `margin_logits`, the dense logits of eq. 13 (the inference logits without margin), and `Full`, the candidates
-of `hf_heads.losses.output_loss` that are every class: the criterion (cross-entropy with its options, or the full BCE
-/ MSE) over the logits of eq. 13 in chunks of rows, never the (N, V) logits at once — with the identity scorer the
-plain linear layer's chunked loss (hf_heads.losses.fused_linear), else the margin on the target's logit and the norm
-scalings as a row and a column scale of each chunk.
+The logit of class c at position i is l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c (eq. 13), φ_c = cos but for the
+target's margin (eqs. 5–8, 14), f the word-vector norm (eqs. 9, 11–12), g the context norm (eq. 10); `scale=s` is the
+face-recognition setting ‖W‖ = 1, ‖h‖ = s (eqs. 5–6). The scorer and the choices where the paper is silent:
+hf_heads.losses.scorer. Here: `margin_logits`, the dense logits, and `Full`, the candidates that are every class,
+chunked, never the (N, V) logits at once.
 """
 
 from __future__ import annotations
@@ -77,7 +55,7 @@ from hf_heads.losses.scorer import (
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.losses.vocab_parallel import margin_rows, vocab_parallel_rows, vocab_shard
 
-# The scorer's names are re-exported here, where they lived before hf_heads.losses.scorer.
+# The scorer's names, re-exported.
 __all__ = [
     "CONTEXT_NORMS",
     "MARGINS",
@@ -96,8 +74,7 @@ __all__ = [
 
 
 def target_phi(cos: torch.Tensor, margin: str | dict | Margin, m: float | None = None) -> torch.Tensor:
-    """φ(θ_{y,i}) for the target class (eq. 14): the gradient-safe φ (`Margin.safe_phi`) of the margin `margin` (a
-    registered name with the flat `m`, `{"type": name, **parameters}`, or a `Margin`)."""
+    """φ(θ_{y,i}) for the target class (eq. 14): the gradient-safe φ (`Margin.safe_phi`) of the margin `margin`."""
     return make_margin(margin, m).safe_phi(cos)
 
 
@@ -121,16 +98,11 @@ def margin_logits(
     ignore_index: int = -100,
     **scorer_options,
 ) -> torch.Tensor:
-    """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,).
-
-    With `target` (*,) the target class gets φ of eq. 14 (rows equal to `ignore_index` get no margin);
-    without it, the logits are the inference logits (no margin). The scorer is `scorer` (a `Scorer`), or the one
-    of the keyword `scorer_options` (`Scorer.from_options`: margin, m, scale, word_norm, context_norm, gain,
-    logit_multiplier, softcap). `word_counts` (V,) feed f, `context_norm_value`
-    replaces max-norm's batch maximum. Materialises (N, V): use `output_loss` for training. Computed in
-    float32 (float64 for float64 inputs, also under autocast) and returned in the dtype `hidden @ weight.T` would
-    have outside autocast.
-    """
+    """All logits l(c, i) of eq. 13, shape (*, V) for hidden (*, H), weight (V, H), bias (V,); with `target` (*,) the
+    target class gets φ of eq. 14 (not on `ignore_index` rows), without it these are the inference logits. The scorer
+    is `scorer`, or the one of `scorer_options`; `word_counts` (V,) feed f, `context_norm_value` replaces max-norm's
+    batch maximum. Materialises (N, V): use `output_loss` for training. Computed in float32, returned in the dtype
+    `hidden @ weight.T` would have."""
     scorer = resolve_scorer(scorer, **scorer_options)
     scorer.check_counts(word_counts, weight.shape[0])
     lead = hidden.shape[:-1]
@@ -158,10 +130,9 @@ def margin_logits(
 
 @dataclass(frozen=True)
 class Full(Candidates):
-    """Every class is a candidate: the criterion over the full (N, V) logits of eq. 13, in chunks of rows with the
-    gradient computed in the same pass (the chunk engine, hf_heads.losses.chunks; its kernel from `Impl`). With a
-    scorer's `posterior` (the sampled family's corrected posterior) the NLL of that distribution instead, its chunks
-    recomputed in the backward (eager PyTorch, no chunk kernel)."""
+    """Every class is a candidate: the criterion over the (N, V) logits of eq. 13 in chunks of rows, the gradient in
+    the same pass. With a scorer's `posterior` the NLL of that distribution instead, its chunks recomputed in the
+    backward."""
 
     runs_kernel = True
 
@@ -173,10 +144,9 @@ class Full(Candidates):
 
 @autocast_off
 def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
-    """The chunked criterion of eq. 13's logits: the identity scorer's straight through the chunk engine
-    (`chunked_loss`), any other as a row scale a_i = g(i)/‖h_i‖, a column scale s_c = f(c)/‖W_c‖ and the target's
-    replaced logit (its margin) of each chunk (`Scorer.fused_factors`), W's gradient from the norms added into the
-    engine's in place (`WeightGradSlot`). With a vocabulary-sharded W, each process's rows (vocab_parallel)."""
+    """The chunked criterion of eq. 13's logits: the identity scorer's straight through the chunk engine, any other as
+    a row scale a_i = g(i)/‖h_i‖, a column scale s_c = f(c)/‖W_c‖ and the target's replaced logit of each chunk
+    (`Scorer.fused_factors`). With a vocabulary-sharded W, each process's rows (vocab_parallel)."""
     hidden, weight, bias, target = rows.tensors()
     out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
     counting = dict(
@@ -227,8 +197,7 @@ def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
 
 
 def _is_linear(scorer: Scorer) -> bool:
-    """Whether the scorer's logits are the linear layer's with the checkpoint's transform (no margin, norms, scale
-    or gain)."""
+    """Whether the scorer's logits are the linear layer's with the checkpoint's transform."""
     return scorer.without_margin() == Scorer(logit_multiplier=scorer.logit_multiplier, softcap=scorer.softcap) and (
         not scorer.margin.changes_target
     )
@@ -236,9 +205,8 @@ def _is_linear(scorer: Scorer) -> bool:
 
 @autocast_off
 def _posterior_nll(rows, scorer: Scorer, criterion, returns, impl: Impl):
-    """−log p(c_n|x_n) of the distribution softmax(posterior(l)) over every class, l the logits of eq. 13 without
-    margin (the sampled family's evaluation loss: exp of its mean is the perplexity), in chunks of rows recomputed in
-    the backward (activation checkpointing); plain cross-entropy only, nothing else returned, no chunk kernel."""
+    """−log p(c_n|x_n) of softmax(posterior(l)) over every class, l the logits of eq. 13 without margin (the sampled
+    family's evaluation loss), in chunks of rows recomputed in the backward; plain cross-entropy only."""
     if not (isinstance(criterion, CrossEntropy) and criterion.plain) or returns:
         raise ValueError(
             "a scorer's posterior takes plain cross-entropy (the NLL of the corrected distribution) and returns the "

@@ -1,25 +1,16 @@
 """Noise distributions D for the sampling-based criteria and the draw of the shared samples.
 
-Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for
-Neural Language Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md, sec. 3.2, 4.1).
-
-Each noise is a registered component class (hf_heads.components, `register("noise")`: `UniformNoise`,
-`LogUniformNoise`, `UnigramNoise`, with its parameters and its `reference`):
+Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for Neural Language
+Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md, sec. 3.2, 4.1).
 
 - `uniform`: D(c) = 1 / C.
-- `log-uniform`: the Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r
-  (0 = most frequent), as TensorFlow's `log_uniform_candidate_sampler`; it sums to 1 exactly.
-  The rank comes from the word counts (a permutation), never silently from the token id: pass
-  `ranks=torch.arange(C)` explicitly when ids are ranks (the word-level tokenizers of hf_heads).
-- `unigram`: D(c) ∝ (count_c + add)^α with α = `smoothing` (the paper's table 4 uses a smoothed
-  empirical unigram). A class with D(c) = 0 is never sampled and makes the IS/NCE weights and
-  the MCS/CPS corrections infinite, so zero counts are refused unless `add > 0`.
+- `log-uniform`: D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r (0 = most frequent), as
+  TensorFlow's `log_uniform_candidate_sampler`; the rank comes from the counts, never silently from the token id.
+- `unigram`: D(c) ∝ (count_c + add)^α, α = `smoothing` (the paper's table 4). D(c) = 0 would make the IS/NCE weights
+  and MCS/CPS corrections infinite, so zero counts are refused unless `add > 0`.
 
-Samples: K classes drawn once per batch WITH replacement (i.i.d. from D) and shared by every
-position, which is what the paper's derivations assume (the expected number of copies of c
-among the samples is exactly K·D(c), sec. 3.2.5). Under `accelerate launch` every process draws
-its own samples from its own torch generator; transformers seeds every process with the same
-`--seed`, so the processes draw the same samples at the same step.
+Samples: K classes drawn once per batch with replacement (i.i.d. from D) and shared by every position, as the paper's
+derivations assume (the expected number of copies of c is K·D(c), sec. 3.2.5).
 """
 
 from __future__ import annotations
@@ -68,8 +59,7 @@ class UniformNoise(Noise):
 @register("noise")
 @dataclass(frozen=True)
 class LogUniformNoise(Noise):
-    """The Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r (0 = most frequent), from the
-    counts or explicit ranks (module docstring)."""
+    """The Zipfian D(r) = log((r + 2) / (r + 1)) / log(C + 1) over the frequency rank r (0 = most frequent)."""
 
     name: ClassVar[str] = "log-uniform"
 
@@ -144,8 +134,8 @@ def noise_distribution(
     counts: torch.Tensor | None = None,
     ranks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """D over `num_classes` classes, shape (C,), float64, summing to 1 (see the module docstring). `noise`: a config
-    value (a name, `{"type": name, **parameters}`, `"unigram:smoothing=0.5,add=1"`) or a `Noise`."""
+    """D over `num_classes` classes, shape (C,), float64, summing to 1. `noise`: a config value (a name, a dict,
+    `"unigram:smoothing=0.5,add=1"`) or a `Noise`."""
     component = make_noise(noise)
     check_number("num_classes", num_classes, minimum=2, integer=True)
     if counts is not None:

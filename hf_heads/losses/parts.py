@@ -1,20 +1,12 @@
 """The parts of an output layer's loss as types, what `hf_heads.losses.output_loss` takes one of each:
 
-- the scorer, l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c (margin paper, eq. 13) with the checkpoint's output
-  transform: `hf_heads.losses.scorer.Scorer` (the identity, `Scorer()`, is the plain linear layer W h + b);
-- the candidates, the classes a row's criterion runs over: `Candidates`, with `Full` (every class, in chunks of rows
-  through the chunk engine; hf_heads.losses.margin) and `Sampled` (the target and K classes drawn once per batch from
-  a noise distribution D, with the sampling method's correction; hf_heads.losses.sampled). NCE is a sampling method
-  (sampling paper eqs. 19-22, for CE and for BCE), not a criterion of its own;
-- the criterion over the row's candidate logits z: `Criterion`, a registered component (kind "criterion",
-  hf_heads.components) — `CrossEntropy` (softmax: −log p_y over the row's support, its top k with `top_k` (sparse-
-  softmax paper eq. 5), with label smoothing, PaLM's z-loss λ · lse², class weights and the confidence penalty
-  −β · H), `BinaryCrossEntropy` (sampling paper eq. 3: Σ_c softplus(z_c) − z_y) and `MeanSquaredError` (eq. 1:
-  Σ_c (σ(z_c) − δ_cy)²). Each defines `reference`, its naive dense per-row loss from the equations (what the
-  contract suite compares every implementation with).
+- the scorer (margin paper, eq. 13) with the checkpoint's output transform: `hf_heads.losses.scorer.Scorer`;
+- the candidates a row's criterion runs over: `Candidates`, with `Full` (every class, in chunks of rows) and `Sampled`
+  (the target and K classes drawn once per batch). NCE is a sampling method (sampling paper eqs. 19-22);
+- the criterion over the row's candidate logits z: `Criterion` — `CrossEntropy`, `BinaryCrossEntropy` (sampling paper
+  eq. 3) and `MeanSquaredError` (eq. 1), each with its naive dense `reference`.
 
-Besides them: `Impl`, how the loss is computed (the chunk kernel, rows per chunk, the returned dtype), and
-`LossResult`, what `output_loss` returns when `returns` asks for more than the loss.
+Besides them: `Impl`, how the loss is computed, and `LossResult`, what `output_loss` returns with `returns`.
 """
 
 from __future__ import annotations
@@ -35,9 +27,8 @@ RETURNS = ("lse", "z_loss", "predictions", "rank", "entropy")
 @component_base("criterion")
 @dataclass(frozen=True)
 class Criterion(Component, ABC):
-    """A criterion over each row's candidate logits z: a registered component (its parameters its fields, checked in
-    `check`). `softmax`: the loss is −log of a softmax over the row (cross-entropy), else a sum of per-class sigmoid
-    terms; `code`: the criterion's number in the Triton row program (hf_heads.losses._triton_rows)."""
+    """A criterion over each row's candidate logits z, a registered component. `softmax`: the loss is −log of a softmax
+    over the row, else a sum of per-class sigmoid terms; `code`: its number in the Triton row program."""
 
     softmax: ClassVar[bool] = False
     code: ClassVar[int] = -1
@@ -50,16 +41,14 @@ class Criterion(Component, ABC):
 
     @staticmethod
     def terms_(z: torch.Tensor, rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """A sigmoid criterion's losses (n,) of the logits z (n, C) against classes y (n,) (`rows`: arange(n)), z
-        overwritten in place by d loss / d z (the eager chunk kernel's form; the Triton row program has its own). A
-        static method: the compiled kernel traces it (`terms`)."""
+        """A sigmoid criterion's losses (n,) of the logits z (n, C) against classes y (n,), z overwritten in place by d
+        loss / d z (the eager chunk kernel's form). A static method: the compiled kernel traces it (`terms`)."""
         raise NotImplementedError("a softmax criterion runs the chunk kernels' softmax path")
 
     @staticmethod
     def negative(z: torch.Tensor) -> torch.Tensor:
-        """A sigmoid criterion's term of each logit of a class that is not the row's target (elementwise): the loss is
-        Σ_c negative(z_c) + positive(z_y) − negative(z_y), so blocks of classes (row chunks, vocabulary shards) add
-        their sums of it."""
+        """A sigmoid criterion's term of each non-target logit (elementwise): the loss is Σ_c negative(z_c) +
+        positive(z_y) − negative(z_y), so blocks of classes (row chunks, vocabulary shards) add their sums of it."""
         raise NotImplementedError("a softmax criterion has no per-class terms")
 
     @staticmethod
@@ -81,12 +70,11 @@ CRITERIA = REGISTRIES["criterion"]  # name -> criterion class
 @register("criterion")
 @dataclass(frozen=True, eq=False)
 class CrossEntropy(Criterion):
-    """Softmax cross-entropy over each row's support: every class, or its `top_k` largest logits (sparse-softmax,
-    eq. 5; the target then outside the support keeps its logit in the numerator). With label smoothing ε:
-    (1 − ε)(lse − z_y) + ε (lse − mean of the support), as `F.cross_entropy`; with the z-loss λ: + λ · lse² (PaLM;
-    Liger-Kernel's `lse_square_scale`); with the confidence penalty β: − β · H, H the entropy of the support's softmax
-    (Pereyra et al. 2017); `class_weight` (V,): row i's loss times a[y_i], "mean" over Σ a[y_i] as
-    `F.cross_entropy(weight=...)` (a tensor: this criterion is built per call, not saved in a config)."""
+    """Softmax cross-entropy over each row's support: every class, or its `top_k` largest logits (sparse-softmax eq.
+    5; a target outside the support keeps its logit in the numerator). Label smoothing ε: (1 − ε)(lse − z_y) + ε (lse
+    − mean of the support), as `F.cross_entropy`; z-loss λ: + λ · lse² (PaLM); confidence penalty β: − β · H (Pereyra
+    et al. 2017); `class_weight` (V,): row i's loss times a[y_i], "mean" over Σ a[y_i] as
+    `F.cross_entropy(weight=...)`."""
 
     name: ClassVar[str] = "ce"
     softmax: ClassVar[bool] = True
@@ -218,11 +206,9 @@ class Candidates(ABC):
 
 @dataclass(frozen=True)
 class Impl:
-    """How a loss is computed, not what it is: `kernel`, the chunk kernel of a chunked pass (a name of
-    `CHUNK_KERNELS`, a `ChunkKernel`, or None: the automatic choice, or `HF_HEADS_CHUNK_KERNEL` when set — a
-    debugging switch that an explicit kernel overrides); `chunk_size`, rows per chunk (None: from the memory budget);
-    `loss_dtype`, the dtype of the returned loss (None: torch's rule for `F.cross_entropy(hidden @ weight.T + bias)`;
-    the heads pass float32)."""
+    """How a loss is computed, not what it is: `kernel`, the chunk kernel (a name, a `ChunkKernel`, or None: the
+    automatic choice or `HF_HEADS_CHUNK_KERNEL`); `chunk_size`, rows per chunk (None: from the memory budget);
+    `loss_dtype` (None: torch's rule for `F.cross_entropy(hidden @ weight.T + bias)`)."""
 
     kernel: object = None
     chunk_size: int | None = None
@@ -241,12 +227,11 @@ def make_impl(impl) -> Impl:
 
 
 class LossResult(NamedTuple):
-    """What `output_loss` returns when `returns` asks for more than the loss: the loss (with the z-loss); `z_loss`,
-    the z-loss term alone, reduced as the loss (no gradient); `lse`, each row's log-sum-exp in the labels' shape (0 on
-    ignored rows; no gradient; None for BCE / MSE); `predictions`, each row's predicted class (the argmax of its
-    logits without a margin, the lowest index winning a tie; `ignore_index` on ignored rows) and `token_accuracy`;
-    `target_rank`, each label's rank in that order (-1 on ignored rows); `entropy`, each row's entropy of the
-    softmax the loss takes (differentiable; 0 on ignored rows). What was not asked for is None."""
+    """What `output_loss` returns when `returns` asks for more than the loss (0, or -1 for ranks, on ignored rows): the
+    loss; `z_loss`, the z-loss term alone (no gradient); `lse`, each row's log-sum-exp (no gradient; None for BCE /
+    MSE); `predictions`, each row's argmax without a margin (lowest index on a tie) and `token_accuracy`;
+    `target_rank`, each label's rank in that order; `entropy` of the softmax the loss takes (differentiable). The rest
+    is None."""
 
     loss: torch.Tensor
     z_loss: torch.Tensor | None = None

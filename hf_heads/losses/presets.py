@@ -1,19 +1,6 @@
 """The peer-style loss functions, each `hf_heads.losses.output_loss` with its parts filled in: keyword arguments as in
 `F.cross_entropy` and the fused linear cross-entropy of Liger-Kernel and torch, for a call without building parts.
-
-- `fused_linear_cross_entropy`: softmax cross-entropy of W h + b (label smoothing, PaLM's z-loss, class weights, a
-  final soft-cap) — `criterion=CrossEntropy(...)`, the identity scorer with the soft-cap;
-- `sparse_linear_cross_entropy`: the sparse-softmax loss over the top k logits (sparse-softmax paper, eq. 5) —
-  `criterion=CrossEntropy(top_k=k)`;
-- `margin_cross_entropy`: cross-entropy (eq. 4) of the large-margin logits of eq. 13 (margin paper) — the `scorer`
-  (or its options as keywords: margin, m, scale, word_norm, context_norm, gain, logit_multiplier, softcap);
-- `sampled_loss`: a sampling criterion (MCS, IS, CPS, NCE × CE / BCE; sampling paper eqs. 7-21), or a full one
-  (method "full": eqs. 1, 3, 5) — `candidates=Sampled(...)` (or `Full()`), `criterion` by name;
-- `corrected_nll`: the NLL of the corrected full-vocabulary posterior of a sampled criterion (eqs. 2-22) — the
-  scorer's `posterior` a `Correction`.
-
-`impl`, in every one: the chunk kernel (a name, a `ChunkKernel`) or an `Impl` (kernel, rows per chunk, the returned
-dtype), as in `output_loss`.
+`impl`, in every one: the chunk kernel (a name, a `ChunkKernel`) or an `Impl`, as in `output_loss`.
 """
 
 from __future__ import annotations
@@ -44,11 +31,10 @@ def fused_linear_cross_entropy(
     return_z_loss: bool = False,
     impl=None,
 ) -> torch.Tensor | LossResult:
-    """`F.cross_entropy(hidden @ weight.T + bias, target, ...)` without the (N, V) logits (chunks of rows, gradients
-    in the same pass): `label_smoothing` and `class_weight` as `F.cross_entropy`'s `label_smoothing` and `weight`;
-    `z_loss` λ adds λ · lse² per row (PaLM; Liger-Kernel's `lse_square_scale`); `softcap` caps every logit
-    cap · tanh(z / cap) (Gemma 2 / 3); `num_items_in_batch` divides the sum (the Trainer's exact gradient
-    accumulation). `return_z_loss`: a `LossResult` with the z-loss term and each row's log-sum-exp too."""
+    """`F.cross_entropy(hidden @ weight.T + bias, target, ...)` without the (N, V) logits: `label_smoothing` and
+    `class_weight` as there; `z_loss` λ adds λ · lse² per row (PaLM); `softcap` caps every logit cap · tanh(z / cap)
+    (Gemma 2 / 3); `num_items_in_batch` divides the sum. `return_z_loss`: a `LossResult` with the z-loss and the
+    lse."""
     return output_loss(
         hidden, weight, bias, target, scorer=Scorer(softcap=softcap),
         criterion=CrossEntropy(label_smoothing=label_smoothing, z_loss=z_loss, class_weight=class_weight),
@@ -95,9 +81,7 @@ def margin_cross_entropy(
     **scorer_options,
 ) -> torch.Tensor:
     """Cross-entropy (eq. 4) of the large-margin logits of eq. 13, in chunks of rows: the scorer `scorer`, or the one
-    of the keyword `scorer_options` (margin, m, scale, word_norm, context_norm, gain, logit_multiplier, softcap:
-    `Scorer.from_options`); `word_counts` (V,) for a word norm that needs them, `context_norm_value` a fixed g of a
-    batch context norm. With margin "none", scale None and both norms no-mod this is
+    of `scorer_options`; `word_counts` (V,) and `context_norm_value` feed f and g. With the identity scorer this is
     `F.cross_entropy(hidden @ weight.T + bias, target)`."""
     scorer = resolve_scorer(scorer, **scorer_options).given(
         word_counts=word_counts, context_norm_value=context_norm_value
@@ -129,10 +113,9 @@ def sampled_loss(
     impl=None,
     **scorer_options,
 ) -> torch.Tensor:
-    """The training criterion `criterion` × `method` (sampling paper; hf_heads.losses.sampled): K = `num_samples`
-    classes drawn from `noise_probs` (C,) once for the batch with `generator` (or given as `samples` (K,)); method
-    "full" is the criterion over every class (eqs. 1, 3, 5, in chunks). The scorer and its word counts as in
-    `margin_cross_entropy`: the margin applies to the target's logit."""
+    """The training criterion `criterion` × `method` (sampling paper eqs. 7-21): K = `num_samples` classes drawn from
+    `noise_probs` (C,) once per batch (or given as `samples` (K,)); method "full" is the criterion over every class
+    (eqs. 1, 3, 5). The scorer as in `margin_cross_entropy`, its margin on the target's logit."""
     scorer = resolve_scorer(scorer, **scorer_options).given(word_counts=word_counts)
     criterion = make_criterion(criterion)
     sampler = validate_sampled_options(criterion, method, num_samples, weight.shape[0])
@@ -167,9 +150,8 @@ def corrected_nll(
     impl=None,
     **scorer_options,
 ) -> torch.Tensor:
-    """−log p(c_n|x_n) of the corrected, normalised full-vocabulary posterior of `criterion` × `method` (the
-    evaluation loss of a sampled head: exp of its mean is the perplexity), no margin, in chunks of rows; the scorer
-    and its data as in `margin_cross_entropy`."""
+    """−log p(c_n|x_n) of the corrected, normalised posterior of `criterion` × `method` (sampling paper eqs. 2-22: a
+    sampled head's evaluation loss), no margin, in chunks of rows; the scorer as in `margin_cross_entropy`."""
     validate_sampled_options(criterion, method, num_samples, weight.shape[0])
     posterior = Correction(make_criterion(criterion), make_sampling_method(method), num_samples, noise_probs)
     scorer = resolve_scorer(scorer, **scorer_options).without_margin()

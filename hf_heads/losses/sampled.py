@@ -1,13 +1,11 @@
-"""Sampling-based training criteria (MCS, IS, CPS, NCE for CE and BCE; full MSE, BCE, CE) and the
-mapping of each trained output back to the class posterior p(c|x).
+"""Sampling-based training criteria (MCS, IS, CPS, NCE for CE and BCE; full MSE, BCE, CE) and the mapping of each
+trained output back to the class posterior p(c|x).
 
-Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for
-Neural Language Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md).
+Paper: Gao, Thulke, Gerstenberger, Tran, Schlüter, Ney, "On Sampling-Based Training Criteria for Neural Language
+Modeling", Interspeech 2021 (shared/papers/sampling_criteria_lm.md).
 
-s(c, x) is the scorer's logit (hf_heads.losses.scorer: plain h·W_c + b_c, or the large-margin logit of the
-margin paper's eq. 13 with the margin on the target only). The model output q of each criterion is:
-CE: q = s (unbounded); BCE and MSE: q = σ(s) (bounded in (0, 1), sec. 3.1, 3.2.5);
-NCE: q = exp(s) > 0, so q / (q + K·D(c)) = σ(s − log K·D(c)) (eqs. 19, 21).
+s(c, x) is the scorer's logit; the model output is q = s for CE, σ(s) for BCE and MSE (sec. 3.1, 3.2.5), and
+exp(s) for NCE, so q / (q + K·D(c)) = σ(s − log K·D(c)) (eqs. 19, 21).
 
 Criteria, per position n with target c_n and K shared samples c̃_k ~ D (losses = −F / N):
 
@@ -31,35 +29,25 @@ Posterior corrections (`corrected_log_probs`), log p̃(c|x) before normalisation
     bce cps        s + log(C·D(c))          eq. 16 (αK = C)
     bce nce        s                        eq. 20
 
-A correction of the form s + o(c) (`SamplingMethod.correction_is_additive`: every one above but log σ(s) and
-σ(z) + log D(c)) is a linear output layer's with o(c) in its bias, which is how a sampled head exports to its base
-architecture (hf_heads.modeling.base_export); the σ-based ones are not.
+A correction s + o(c) (`SamplingMethod.correction_is_additive`) is a linear output layer's with o(c) in its bias, which
+is how a sampled head exports to its base architecture (hf_heads.modeling.base_export).
 
-Each method is one registered component class (hf_heads.components, `register("sampling_method")`;
-`SAMPLING_METHODS`: `Full`, `MCS`, `IS`, `CPS`, `NCE`) holding its column of both tables and its `reference`, its
-criteria written for one position from the equations: the term a candidate contributes to the CE denominator and
-to the BCE negatives (written with log(K·D(c)), K and C) and its posterior correction for each criterion. The
-criterion is a `Criterion` (hf_heads.losses.parts): a softmax one (CE) or a sigmoid one (BCE; MSE, which has no
-sampled form), which is all a method asks of it. `Sampled`, the candidates of `hf_heads.losses.output_loss` for a
-sampling method, and `Correction`, the posterior of a trained head (a `Scorer`'s `posterior`), apply them and write
-no per-method case of their own. A correction asks for `noise_probs` only where it uses D: CE-IS (eq. 14), BCE-IS
-(eq. 12), BCE-NCE (eq. 20) and the full criteria need none.
+Each method is one registered component class (`SAMPLING_METHODS`) holding its column of both tables and its
+`reference`; the criterion is a `Criterion` (hf_heads.losses.parts). `Sampled` (the candidates of `output_loss`) and
+`Correction` (a `Scorer`'s `posterior`) apply them with no per-method case of their own.
 
 Choices where the paper is silent (each is tested):
-- The CE criteria keep the target among the candidates of the denominator, with the same
-  per-class transform as a sample (s for MCS, s − log K·D(c) for IS, s + log α for CPS, σ(z) for
-  NCE): written literally (target absent) eqs. 9/13/17 are unbounded on finite samples and diverge.
-  The numerator is the paper's (s_cn, or σ(z_cn) for NCE); adding a constant to it would not change
-  any gradient.
+- The CE criteria keep the target among the candidates of the denominator, with the same per-class transform as a
+  sample: written literally (target absent) eqs. 9/13/17 are unbounded on finite samples and diverge. The numerator is
+  the paper's (s_cn, or σ(z_cn) for NCE).
 - BCE criteria are literal: a sample equal to the target is a negative like any other, unless
   `remove_accidental_hits=True` (then such samples are dropped, for CE and BCE alike).
 - Samples are drawn with replacement (hf_heads.losses.noise).
-- `normalize=True` (the default, and what the heads return at inference) renormalises log p̃ over
-  the full vocabulary, so perplexity and `generate()` use a proper distribution; `normalize=False`
-  returns log p̃ itself (the paper's table 4 scores without explicit normalisation).
-- Arithmetic is float32 (float64 for float64 inputs) whatever the input dtype, but for the candidates' product
-  (N, K): under autocast and for a half model it runs in the half dtype (float32 accumulation), and only the K
-  candidate rows of W are gathered (no float32 copy of W).
+- `normalize=True` (the default, and what the heads return at inference) renormalises log p̃ over the full vocabulary,
+  so perplexity and `generate()` use a proper distribution; `normalize=False` returns log p̃ itself (the paper's table
+  4 scores without explicit normalisation).
+- Arithmetic is float32 (float64 for float64 inputs), but the candidates' product (N, K) runs in the autocast or half
+  dtype (float32 accumulation) and gathers only the K candidate rows of W.
 """
 
 from __future__ import annotations
@@ -101,12 +89,9 @@ from hf_heads.validation import OptionError, check_number
 @component_base("sampling_method")
 @dataclass(frozen=True)
 class SamplingMethod(Component, ABC):
-    """One sampling method, a registered component (hf_heads.components; its parameters, if any, are its fields):
-    its candidate terms and its posterior corrections (module docstring tables), and `reference`, its criteria
-    written for one position from the paper's equations (what the contract suite compares the library with).
-
-    Arguments: s are scores of candidates (any shape), `log_kd` log(K·D(c)) of their classes (same shape), K the
-    number of samples and C the number of classes. The defaults are the identity terms of MCS."""
+    """One sampling method, a registered component: its candidate terms, its posterior corrections (module docstring
+    tables) and `reference`, its criteria for one position from the paper's equations. Arguments: s are scores of
+    candidates (any shape), `log_kd` log(K·D(c)) of their classes, K the number of samples, C the number of classes."""
 
     name: ClassVar[str] = ""
     draws_samples: ClassVar[bool] = True  # False: every class is a candidate (no noise)
@@ -156,16 +141,16 @@ class SamplingMethod(Component, ABC):
         self, criterion: Criterion, t: torch.Tensor, s: torch.Tensor, log_kd_t: torch.Tensor, log_kd: torch.Tensor,
         num_samples: int | None, num_classes: int,
     ) -> torch.Tensor:  # fmt: skip
-        """The loss () of one position from its equation: the target's score t () and log(K·D) of it, the scores s
-        (M,) of the other candidates and their log(K·D) (M,): the K samples (accidental hits already dropped where
-        they are removed), or every other class for `full` (log(K·D) then undefined, given as zeros)."""
+        """The loss () of one position from its equation: the target's score t () and its log(K·D), the other
+        candidates' scores s (M,) and log(K·D) (M,): the K samples (hits dropped where removed), or every other class
+        for `full`."""
 
 
 @register("sampling_method")
 @dataclass(frozen=True)
 class Full(SamplingMethod):
-    """No sampling: MSE (eq. 1), BCE (eq. 3) and CE (eq. 5) over every class; p = σ(s) (eqs. 2, 4), softmax(s)
-    (eq. 6)."""
+    """No sampling: MSE (eq. 1), BCE (eq. 3) and CE (eq. 5) over every class; p = σ(s) (eqs. 2, 4), softmax(s) (eq.
+    6)."""
 
     name: ClassVar[str] = "full"
     draws_samples: ClassVar[bool] = False
@@ -232,19 +217,12 @@ class IS(SamplingMethod):
 @register("sampling_method")
 @dataclass(frozen=True)
 class CPS(SamplingMethod):
-    """Compensated partial summation: each sample weighted by α = C / K: BCE eq. 15, CE eq. 17 (s + log α);
-    corrections s + log(C·D(c)) (eq. 16, αK = C) and s + log D(c) (eq. 18).
+    """Compensated partial summation: each sample weighted by α = C / K: BCE eq. 15, CE eq. 17 (s + log α); corrections
+    s + log(C·D(c)) (eq. 16, αK = C) and s + log D(c) (eq. 18).
 
-    CE-CPS is CE-MCS plus a constant. α = C / K is one number for the whole run (sec. 3.2.3: C the vocabulary size,
-    K the number of samples), so log(α Σ_k exp s_k) = log α + log Σ_k exp s_k and the eq. 17 loss is the eq. 9
-    loss + log α at every position; here the target's candidate term carries α as well, so the same holds with
-    the target in the denominator. Same gradient, same correction (eq. 18 = eq. 10): from the same seed and the
-    same samples CE-CPS trains the same model as CE-MCS (in float64 the loss differs by log(C/K) and the
-    gradients agree to 1e-16; docs/results/sampled_lm: both 529.3). The paper's tables report them different
-    (table 2: CE-MCS 57.9, CE-CPS 62.2; table 3: 52.4, 52.3); with α constant its eqs. 9 and 17 cannot cause that,
-    so the difference comes from outside the equations (separate runs, or an implementation that does not scale
-    every term of the sum by α; the paper does not say). α matters only in BCE-CPS, where it weights the negatives
-    (eq. 15) and enters the optimum (eq. 16)."""
+    CE-CPS is CE-MCS plus the constant log α (α is one number for the run, sec. 3.2.3): same gradient, same correction
+    (eq. 18 = eq. 10), so from the same samples it trains the same model, although the paper's tables report the two
+    differently (docs/results/sampled_lm). α matters only in BCE-CPS (eqs. 15-16)."""
 
     name: ClassVar[str] = "cps"
     ce_correction_uses_noise: ClassVar[bool] = True
@@ -307,8 +285,7 @@ METHODS = tuple(SAMPLING_METHODS)  # the built-in methods: ("full", "mcs", "is",
 
 
 def register_sampling_method(cls: type[SamplingMethod]) -> type[SamplingMethod]:
-    """Class decorator: make the `SamplingMethod` subclass `cls` the method `cls.name` (`register` of
-    hf_heads.components with kind "sampling_method")."""
+    """Class decorator: make the `SamplingMethod` subclass `cls` the method `cls.name`."""
     return register("sampling_method")(cls)
 
 
@@ -321,8 +298,7 @@ def validate_sampled_options(
     criterion: str | dict | Criterion, method: str | dict | SamplingMethod, num_samples: int | None,
     num_classes: int | None,
 ) -> SamplingMethod:  # fmt: skip
-    """The sampling method of `method` (a config value or an object), after checking it with the criterion (a
-    `Criterion` or its config value) and K: `OptionError` naming the field for an invalid criterion / method / K."""
+    """The sampling method of `method`, after checking it with the criterion and K (`OptionError` naming the field)."""
     criterion = make_criterion(criterion)
     sampler = make_sampling_method(method)
     if not criterion.softmax and not criterion.sampled_form and not isinstance(sampler, Full):
@@ -349,8 +325,7 @@ def validate_sampled_options(
 
 
 def _correction_noise(sampler, criterion: Criterion, noise_probs, num_classes: int) -> torch.Tensor | None:
-    """The noise probabilities D (C,), checked, when the posterior correction of `criterion` × the method takes them,
-    else None."""
+    """D (C,), checked, when the posterior correction of `criterion` × the method uses it, else None."""
     if not sampler.correction_uses_noise(criterion):
         return None
     if noise_probs is None:
@@ -361,10 +336,8 @@ def _correction_noise(sampler, criterion: Criterion, noise_probs, num_classes: i
 
 @dataclass(frozen=True, eq=False)
 class Correction:
-    """The posterior of a model trained with `criterion` × `method` (module docstring table, eqs. 2-22): the map of
-    its scores s to log p̃(c|x) before normalisation, a `Scorer`'s `posterior` (the sampled family's evaluation loss
-    is the NLL of softmax(log p̃), `output_loss` with this posterior). Called on a block of scores (n, V_block) whose
-    first class is `offset` (a vocabulary shard's own classes), D (V,) given whole."""
+    """The posterior of a model trained with `criterion` × `method` (eqs. 2-22), a `Scorer`'s `posterior`: its scores s
+    (n, V_block), the first class `offset`, to log p̃(c|x) before normalisation, D (V,) given whole."""
 
     criterion: Criterion
     method: SamplingMethod
@@ -394,8 +367,8 @@ def corrected_log_probs(
     num_samples: int | None = None,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """log p(c|x) over the full vocabulary from the trained scores s (*, C) (table in the module
-    docstring). `normalize=False` returns the unnormalised log p̃ of the paper's corrections."""
+    """log p(c|x) over the full vocabulary from the trained scores s (*, C) (module docstring table); `normalize=False`
+    returns the unnormalised log p̃."""
     validate_sampled_options(criterion, method, num_samples, scores.shape[-1])
     out = Correction(criterion, method, num_samples, noise_probs)(scores)
     return torch.log_softmax(out, dim=-1) if normalize else out
@@ -405,9 +378,8 @@ def corrected_log_probs(
 
 
 def _candidate_scores(h, weight, bias, f, cands, softcap, gemm: torch.dtype):
-    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,): the product
-    in `gemm` (a half dtype accumulates in float32; only the K candidate rows of W are gathered), the rest in h's
-    dtype."""
+    """cap(h · (f_k W_k) + b_k) (N, K) for the scaled rows h (N, H) and the candidates `cands` (K,), the product in
+    `gemm` with only the K candidate rows of W gathered."""
     w = weight[cands] if f is None else weight[cands] * f[cands, None]  # (K, H)
     out = (h.to(gemm) @ w.to(gemm).T).to(h.dtype)  # (N, K)
     return soft_cap(out if bias is None else out + bias[cands], softcap)
@@ -439,10 +411,9 @@ def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k
 
 @dataclass(frozen=True, eq=False)
 class Sampled(Candidates):
-    """The target and K classes drawn from the noise D (`noise_probs`, (C,)) once for the whole batch (with
-    `generator`, or given as `samples` (K,)), scored by the sampling `method` (module docstring: eqs. 7-21 for the
-    criterion, CE or BCE); `remove_accidental_hits` drops a sample equal to the row's target. No chunk kernel: the
-    K candidates' (N, K) scores are one small product (only the K rows of W are gathered)."""
+    """The target and K classes drawn from the noise D (`noise_probs`, (C,)) once per batch (or given as `samples`
+    (K,)), scored by the sampling `method` (eqs. 7-21); `remove_accidental_hits` drops a sample equal to the row's
+    target."""
 
     method: str | dict | SamplingMethod
     num_samples: int
@@ -510,7 +481,6 @@ class Sampled(Candidates):
 
 
 def self_normalization(log_scores: torch.Tensor) -> tuple[float, float]:
-    """Mean and std over rows of log Σ_c p̃(c|x) for unnormalised log-scores (*, C) (0 when the
-    scores are self-normalised)."""
+    """Mean and std over rows of log Σ_c p̃(c|x) for log-scores (*, C) (0 when self-normalised)."""
     log_z = torch.logsumexp(log_scores.reshape(-1, log_scores.shape[-1]).float(), dim=-1)
     return float(log_z.mean()), float(log_z.std()) if log_z.numel() > 1 else 0.0

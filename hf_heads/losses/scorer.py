@@ -2,57 +2,29 @@
 
     l(c, i) = g(i) · f(c) · φ_c(cos θ_{c,i}) + b_c            (margin paper, eq. 13)
 
-with φ_c = cos for every class but the target y, whose φ is the margin (eq. 14), then the checkpoint's output
-transform cap · tanh(multiplier · l / cap). Paper: Huo, Gao, Wang, Schlüter, Ney, "Investigation of Large-Margin
-Softmax in Neural Language Modeling", Interspeech 2020 (shared/papers/large_margin_softmax_lm.md).
+with φ_c = cos for every class but the target y, whose φ is the margin (eq. 14), then the checkpoint's output transform
+cap · tanh(multiplier · l / cap). Paper: Huo, Gao, Wang, Schlüter, Ney, "Investigation of Large-Margin Softmax in
+Neural Language Modeling", Interspeech 2020 (shared/papers/large_margin_softmax_lm.md).
 
-- `Margin`: φ of the target, one small component class per margin type (hf_heads.components: `register("margin")`,
-  or `register_margin`; `MARGIN_TYPES`), as the sampling methods are: `NoMargin` cos θ, `CosFace` cos θ − m
-  (eq. 5), `ArcFace` cos(θ + m) (eq. 6), `LSoftmax` ψ(θ) = (−1)^k cos(mθ) − 2k for θ ∈ [kπ/m, (k+1)π/m]
-  (eqs. 7–8). Each holds its parameters (the paper's types: m, `OneParameterMargin`; any number for a new type),
-  checks them (`check`), defines φ(θ) (`phi`, its reference) and computes it from cos θ in a form whose value and
-  gradient are finite on all of [−1, 1] (`safe_phi`, what the losses use). A new margin type is one such class.
-- f (eq. 9, with v and u of eqs. 11–12) and g (eq. 10): one component class per norm (`WordNorm`, `ContextNorm`,
-  each with its `reference` from the definition), applied by `word_norm_values`, `context_norm_values`:
+- `Margin`: φ of the target, one registered component class per margin type (`register_margin`): `NoMargin`, `CosFace`
+  (eq. 5), `ArcFace` (eq. 6), `LSoftmax` (eqs. 7–8). `phi` is the definition (the reference), `safe_phi` a form whose
+  value and gradient are finite on all of [−1, 1] (what the losses use).
+- f (eq. 9, with v and u of eqs. 11–12) and g (eq. 10): one component class per norm (`WordNorm`, `ContextNorm`).
+- `Scorer`: frozen, validated on construction, built once per head from its options. `resolve_scorer` is the one place
+  that turns the losses' keyword options into a scorer.
 
-      f: no-mod ‖W_y‖ · uniform ‖W_amax‖ · log-rank log(exp‖W_amax‖ − v·rank_y)
-         unigram ‖W_amin‖ + u·c_y · log-unigram log c_y
-      g: no-mod ‖h_i‖ · max-norm max_j ‖h_j‖ over the batch
-
-- `Scorer`: frozen, validated on construction, built once per head from its options: the margin, the
-  face-recognition `scale` (eqs. 5–6 / table 1: ‖W‖ = 1, ‖h‖ = s; f and g must then stay no-mod), the norms f
-  (`word_norm`) and g (`context_norm`), the warm-start `gain` and the checkpoint's output transform
-  (`logit_multiplier`, `softcap`). The word counts and a fixed g value are data, passed beside it.
-  `resolve_scorer` is the one place that turns the losses' keyword options into a scorer.
-
-Choices where the paper is silent (each is tested):
-- amax / amin are the ids with the largest / smallest count; `rank` is the frequency rank taken
-  from the counts (0 = most frequent), not the token id, so Hub subword vocabularies work too.
+Choices where the paper is silent (each is tested; the norms' and margins' own are in their docstrings):
+- amax / amin are the ids with the largest / smallest count; `rank` is the frequency rank taken from the counts (0 =
+  most frequent), not the token id, so Hub subword vocabularies work too.
 - u (eq. 12) divides by the largest count c_max, so f(amax) = ‖W_amax‖ exactly.
-- log-rank is evaluated as logaddexp(‖W_amax‖ + log(1 − r/V), ‖W_amin‖ + log(r/V)), the same
-  value as eq. 9 written without overflow.
-- log-unigram: a word with count 0 (never seen in training) is given count 1, i.e. f = 0 and its
-  logit is its bias; every seen word gets log c_y exactly.
-- f and g are recomputed from the current weights at every call and gradients flow through them
-  ("dynamically updated in each update step"); max-norm takes the maximum over the rows passed in
-  (non-ignored tokens), or `context_norm_value` when given (the heads pass a running maximum at
-  inference so a prediction does not depend on the rest of its batch).
-- ArcFace past θ + m > π continues as −2 − cos(θ + m) (the L-Softmax k = 1 branch), which keeps the
-  target logit continuous, monotonically decreasing in θ and finite; sin θ is computed from
-  cos θ with its square clamped away from 0 so gradients stay finite at |cos θ| → 1.
-- L-Softmax computes cos(mθ) with the Chebyshev polynomial T_m(cos θ) and k from cos θ thresholds
-  (no acos), so its gradient is a polynomial and finite everywhere.
+- f and g are recomputed from the current weights at every call and gradients flow through them ("dynamically updated
+  in each update step"); max-norm's maximum is over the non-ignored rows, or `context_norm_value` when given (the
+  heads' running maximum at inference, so a prediction does not depend on the rest of its batch).
 - The margin is applied only when targets are given (training); inference logits never carry it.
-- `gain` (default 1, eq. 13 as written) multiplies g(i), i.e. the whole g·f·φ term but not the bias. It is not
-  in the paper: `HeadsForCausalLM.from_base` fits it once so that a norm-scaled head (f or g not no-mod), whose
-  f(c) = log c_y or g(i) = max ‖h‖ replace the checkpoint's norms, starts at the checkpoint's distribution as
-  closely as one global factor allows; it is then a fixed part of the model (saved in its head section).
-- A checkpoint's output transform (hf_heads.losses.transforms: `logit_multiplier`, `softcap`) applies to every
-  logit of eq. 13 as the architecture applies it to its plain logits: l' = cap·tanh(multiplier·l / cap), the
-  margin's target logit included. So the margin is taken on the raw logit and the cap bounds the result: near the
-  cap a margin changes the target logit less (tanh saturates), which is what the checkpoint's own logits do to a
-  large score. `gain` and `logit_multiplier` both multiply g·f·φ; the multiplier also multiplies the bias, the
-  gain does not.
+- `gain` (default 1, not in the paper) multiplies g(i), not the bias: `HeadsForCausalLM.from_base` fits it once so that
+  a norm-scaled head starts as close to the checkpoint's distribution as one global factor allows.
+- The output transform applies to every logit of eq. 13, the margin's target logit included: the margin is taken on the
+  raw logit and the cap bounds the result, as the checkpoint's own logits are capped.
 """
 
 from __future__ import annotations
@@ -89,11 +61,9 @@ _ACOS_EPS = 1e-7  # the default `safe_phi` keeps cos θ this far inside (−1, 1
 @component_base("margin")
 @dataclass(frozen=True)
 class Margin(Component, ABC):
-    """φ of the target class (eq. 14): one registered component class per margin type (hf_heads.components), its
-    parameters its dataclass fields (`OneParameterMargin`: the margin m of the paper's types; a type may have any
-    number, e.g. φ = cos(θ + m1) − m2). A subclass sets `name`, defines `phi` (the definition from θ: its
-    reference) and, where φ(acos(cos θ)) is not gradient-safe, `safe_phi`; it extends `check` for its parameters'
-    rules."""
+    """φ of the target class (eq. 14), one registered component class per margin type, its parameters its fields. A
+    subclass defines `phi` (the definition, its reference) and, where φ(acos(cos θ)) is not gradient-safe,
+    `safe_phi`."""
 
     changes_target: ClassVar[bool] = True  # False: φ = cos, the target logit is computed like every other
 
@@ -141,9 +111,9 @@ def margin_type(name: str) -> type[Margin]:
 
 
 def make_margin(margin: str | dict | Margin = "none", m: float | None = None) -> Margin:
-    """The margin of a config value (a name, `{"type": name, **parameters}`, or a `Margin`), with the flat `m` of
-    the older option form given apart (None or 0: not given). An `m` the type does not have is refused unless it is
-    0 (it has no effect), and so is an `m` given twice with two values."""
+    """The margin of a config value (a name, `{"type": name, **parameters}`, or a `Margin`), with the older form's
+    flat `m` given apart (None or 0: not given); an `m` the type does not have, or given twice with two values, is
+    refused."""
     given = m not in (None, 0, 0.0)
     if isinstance(margin, Margin):
         if given:
@@ -218,8 +188,8 @@ class CosFace(OneParameterMargin):
 @register_margin
 @dataclass(frozen=True)
 class ArcFace(OneParameterMargin):
-    """ArcFace, an additive angular margin: φ = cos(θ + m) (eq. 6), continued as −2 − cos(θ + m) past θ + m > π
-    (monotone and finite; module docstring). `safe_phi`: `arc_phi`, sin θ from cos θ without acos."""
+    """ArcFace, an additive angular margin: φ = cos(θ + m) (eq. 6), continued as −2 − cos(θ + m) past θ + m > π (the
+    L-Softmax k = 1 branch: continuous, monotone and finite). `safe_phi`: `arc_phi`, sin θ from cos θ without acos."""
 
     name: ClassVar[str] = "arc"
 
@@ -262,9 +232,8 @@ MARGINS = tuple(MARGIN_TYPES)  # the built-in margin types: ("none", "cos", "arc
 @component_base("word_norm")
 @dataclass(frozen=True)
 class WordNorm(Component, ABC):
-    """f(c), the norm of class c's word vector in eq. 13 (eq. 9): one registered component class per word norm.
-    A subclass sets `name` and defines `reference` (f from its definition, the contract's reference); it overrides
-    `values` where the library computes f another way (default: the reference)."""
+    """f(c), the norm of class c's word vector in eq. 13 (eq. 9): one registered component class per word norm. A
+    subclass sets `name`, defines `reference` and overrides `values` where the library computes f another way."""
 
     needs_counts: ClassVar[bool] = True  # whether f needs the training word counts
     identity: ClassVar[bool] = False  # True: f(c) = ‖W_c‖, the vector's own norm (no-mod)
@@ -375,10 +344,8 @@ class LogUnigramWordNorm(WordNorm):
 @component_base("context_norm")
 @dataclass(frozen=True)
 class ContextNorm(Component, ABC):
-    """g(i), the norm of context vector h_i in eq. 13 (eq. 10): one registered component class per context norm.
-    A subclass sets `name` and defines `reference`; `batch_dependent` norms (g a statistic of the whole batch, one
-    value for every row) are replaced outside training by a running value of that statistic (the heads keep it,
-    `batch_value` feeds it), so a prediction does not depend on the rest of its batch."""
+    """g(i), the norm of context vector h_i in eq. 13 (eq. 10), one registered component class per context norm. A
+    `batch_dependent` norm is replaced outside training by a running value of its `batch_value`."""
 
     identity: ClassVar[bool] = False  # True: g(i) = ‖h_i‖ (no-mod)
     batch_dependent: ClassVar[bool] = False
@@ -489,9 +456,8 @@ def context_norm_values(
     context_norm_value: float | torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    """g(i) for every row (eq. 10), shape (N,); None for no-mod (g = ‖h_i‖, left implicit). A batch-dependent norm
-    (max-norm) takes `context_norm_value` when given (the running value outside training); `valid` (N,) marks the
-    rows its statistic is over (None: all)."""
+    """g(i) for every row (eq. 10), shape (N,); None for no-mod. A batch-dependent norm takes `context_norm_value` when
+    given (the running value outside training); `valid` (N,) marks the rows its statistic is over (None: all)."""
     norm = make_context_norm(context_norm)
     if norm.identity:
         return None
@@ -502,10 +468,9 @@ def context_norm_values(
 
 
 class _WeightRows(torch.autograd.Function):
-    """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H): what the scorer reads of W, with one (V, H)
-    gradient buffer for both (autograd's norm and gather backwards would each allocate one, then add them). Given a
-    `WeightGradSlot`, also W itself as a third output (a view) for the fused loss: the (V, H) gradient that loss hands
-    over then comes back here, and the norms' and rows' parts are added into it in place (no second (V, H) buffer)."""
+    """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H) with one (V, H) gradient buffer for both. Given a
+    `WeightGradSlot`, also W (a view) for the fused loss, whose gradient then takes the norms' and rows' parts in
+    place."""
 
     @staticmethod
     def forward(ctx, weight, target, dtype, slot):
@@ -546,9 +511,7 @@ def weight_rows(
     slot: WeightGradSlot | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(‖W_c‖ (V,), W[target] (N, H) or None, W for the fused loss or None) in `dtype` (default: the weight's),
-    differentiable in `weight` with one (V, H) gradient buffer; a half-precision weight is read as it is (the norms
-    accumulated in `dtype`). With `slot`, the third is a view of W to give the fused loss with `weight_grad=slot`:
-    its weight gradient then also takes the norms' and rows' parts in place."""
+    differentiable in `weight` with one (V, H) gradient buffer (`_WeightRows`)."""
     return _WeightRows.apply(weight, target, dtype or weight.dtype, slot)
 
 
@@ -557,15 +520,12 @@ def weight_rows(
 
 @dataclass(frozen=True)
 class Scorer:
-    """Eq. 13's scorer with the checkpoint's output transform (module docstring), validated on construction (an
-    invalid scorer never exists). `Scorer.from_options` builds one from option values (margin given by name). The
-    identity, `Scorer()`, is the plain linear layer W h + b.
+    """Eq. 13's scorer with the checkpoint's output transform (module docstring), validated on construction; `Scorer()`
+    is the plain linear layer W h + b.
 
-    Its data, given per call (`given`) and not compared: `word_counts` (V,), what a word norm that needs counts
-    reads; `context_norm_value`, a fixed g for a batch context norm (the heads' running max-norm at evaluation);
-    `posterior`, a map of the scores to the logits of the model's distribution, applied after the transform (the
-    sampled family's corrected posterior, sampling paper eqs. 2-22: a function of the (n, V) scores and the column
-    offset of their block; the `Full` candidates then run its chunks in eager PyTorch)."""
+    Its data, given per call (`given`) and not compared: `word_counts` (V,); `context_norm_value`, a fixed g for a
+    batch context norm; `posterior`, a map of the (n, V) scores and their column offset to the logits of the model's
+    distribution, applied after the transform (the sampled family's corrected posterior, sampling paper eqs. 2-22)."""
 
     margin: Margin = NoMargin()
     scale: float | None = None
@@ -612,9 +572,8 @@ class Scorer:
         logit_multiplier: float = 1.0,
         softcap: float | None = None,
     ) -> Scorer:
-        """The scorer of these option values: each component given by its config value (a registered name or
-        `{"type": name, **parameters}`) or as an object; `m` is the flat margin parameter of the older option form
-        (`margin="arc", m=0.2` is `margin={"type": "arc", "m": 0.2}`)."""
+        """The scorer of these option values, each component a config value or an object; `m` is the flat margin
+        parameter of the older option form (`margin="arc", m=0.2` is `margin={"type": "arc", "m": 0.2}`)."""
         return cls(make_margin(margin, m), scale, word_norm, context_norm, gain, logit_multiplier, softcap)
 
     def without_margin(self) -> Scorer:
@@ -622,8 +581,7 @@ class Scorer:
         return dataclasses.replace(self, margin=NoMargin())
 
     def given(self, **data) -> Scorer:
-        """The same scorer with its data (`word_counts`, `context_norm_value`, `posterior`) set (the class
-        docstring)."""
+        """The same scorer with its data set (class docstring)."""
         unknown = set(data) - {"word_counts", "context_norm_value", "posterior"}
         if unknown:
             raise TypeError(f"Scorer.given takes word_counts, context_norm_value and posterior, not {sorted(unknown)}")
@@ -653,13 +611,11 @@ class Scorer:
         context_norm_value: float | torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,)
-        so that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H),
-        weight (V, H), bias (V,) or None and target (N,) or None. None stands for ones (a, s), for no target
-        logit of its own (t: no target, or a margin that leaves it alone) and for no bias. `gain` multiplies g(i);
-        `logit_multiplier` every logit (a, t and b); the soft-cap is the caller's, on the result. `valid` (N,): the
-        rows that count (max-norm's maximum is theirs; None: all). Computed in float32 (float64 for float64 inputs)
-        whatever the dtype of hidden and weight; a half-precision W is read in its dtype, never copied to float32."""
+        """Eq. 13 split into row scales a (N,), column scales s (V,), the target logit t (N,) and the bias b (V,) so
+        that l(c, i) = a_i · s_c · (h_i · W_c) + b_c for c != y_i and l(y_i, i) = t_i, for hidden (N, H), weight (V,
+        H), bias (V,) or None and target (N,) or None; None stands for ones (a, s), no target logit of its own, no
+        bias. The soft-cap is the caller's. `valid` (N,): the rows that count. Computed in float32 (float64 for float64
+        inputs)."""
         return self.fused_factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)[:4]
 
     def fused_factors(
@@ -673,9 +629,8 @@ class Scorer:
         valid: torch.Tensor | None = None,
         weight_grad: WeightGradSlot | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
-        """`factors` (a, s, t, b), then W as the fused loss should take it: with `weight_grad` (a `WeightGradSlot`,
-        given to `chunked_loss` too) a view of W whose gradient from that loss also takes the norms'
-        and target rows' part in place (no second (V, H) buffer); without it W itself."""
+        """`factors` (a, s, t, b), then W for the fused loss: with `weight_grad` (given to `chunked_loss` too) a view
+        of W whose gradient also takes the norms' and target rows' part in place; without it W itself."""
         compute = compute_dtype(hidden, weight)
         hidden = hidden.to(compute)  # (N, H)
         h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
@@ -717,8 +672,8 @@ class Scorer:
         valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
         """(a·h (N, H), s (V,) or None, the soft-capped target logit (N,), b (V,) or None) for a criterion over
-        candidate classes: the logit of class c is cap(a_i · s_c · (h_i · W_c) + b_c) (`factors`), the target's
-        the returned one, margin applied."""
+        candidate classes: the logit of class c is cap(a_i · s_c · (h_i · W_c) + b_c), the target's the returned
+        one."""
         a, s, t, bias = self.factors(hidden, weight, bias, target, word_counts, context_norm_value, valid)
         h = hidden if a is None else hidden * a[:, None]  # (N, H)
         if t is None:
@@ -743,9 +698,8 @@ SCORER_OPTIONS = {
 
 
 def resolve_scorer(scorer: Scorer | None = None, **options) -> Scorer:
-    """The scorer a loss runs: `scorer`, or else the one of the keyword `options` (`SCORER_OPTIONS`, by
-    `Scorer.from_options`). With a scorer the options must stay at their defaults. The one place where keyword
-    options become a scorer."""
+    """The scorer a loss runs: `scorer`, or else the one of the keyword `options` (`SCORER_OPTIONS`). With a scorer the
+    options must stay at their defaults."""
     unknown = set(options) - set(SCORER_OPTIONS)
     if unknown:
         allowed = ", ".join(SCORER_OPTIONS)
@@ -774,7 +728,6 @@ def validate_margin_options(
     *,
     counts_required: bool = True,
 ) -> None:
-    """Raise `OptionError` naming the field for any invalid option or combination of margin options, and
-    `ValueError` for word counts of the wrong shape or with negative / non-finite entries."""
+    """Raise `OptionError` naming the field for any invalid margin option, `ValueError` for bad counts."""
     scorer = Scorer.from_options(margin, m, scale, word_norm, context_norm)
     check_word_counts(scorer.word_norm, word_counts, vocab_size, counts_required and scorer.needs_counts)

@@ -1,23 +1,15 @@
 """Sparse-softmax: softmax over the k largest logits only, and its loss.
 
-Paper: Sun, Zhang, et al., "Sparse-softmax: A Simpler and Faster Alternative Softmax
-Transformation" (shared/papers/sparse_softmax.md), eqs. 4-5:
+Paper: Sun, Zhang, et al., "Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation"
+(shared/papers/sparse_softmax.md), eqs. 4-5, with Ω_k the k largest logits of the row:
 
     sparse_softmax(z)_i = exp(z_i) / Σ_{j ∈ Ω_k} exp(z_j)  if z_i ∈ Ω_k, else 0       (eq. 4)
     L_sparse = log Σ_{i ∈ Ω_k} exp(z_i) − z_t                                         (eq. 5)
 
-with Ω_k the k largest logits of the row. Choices where the paper is silent (each is tested):
-- k ≥ number of classes is plain softmax / cross-entropy.
-- Ties at the k-th value are broken by `torch.topk` (exactly k entries are kept).
-- A target outside Ω_k still gets eq. 5 (log-sum-exp over Ω_k minus its own logit, > 0); its
-  gradient pushes its logit up and the top-k logits down.
-- Label smoothing ε (the paper's seq2seq runs use 0.1) mixes eq. 5 with the uniform distribution
-  over Ω_k: (1 − ε)·L_sparse + ε·(log Σ_{Ω_k} exp z − mean_{Ω_k} z).
-
-Here: eqs. 4-5 on given logits (`sparse_softmax`, `sparse_log_softmax`, `sparse_softmax_cross_entropy` and its module
-`SparseSoftmaxCrossEntropy`, `truncate_to_top_k`). Of an output layer, without the (N, V) logits: eq. 5 is the
-`CrossEntropy(top_k=k)` criterion of `hf_heads.losses.output_loss` (chunked; `sparse_linear_cross_entropy` in
-hf_heads.losses.presets).
+Choices where the paper is silent (each is tested): k ≥ the number of classes is plain softmax; ties at the k-th value
+are broken by `torch.topk` (exactly k kept); a target outside Ω_k still gets eq. 5 (> 0), pushing its logit up and the
+top k down; label smoothing ε mixes eq. 5 with the uniform distribution over Ω_k, (1 − ε)·L_sparse + ε·(log Σ_{Ω_k} exp
+z − mean_{Ω_k} z). Of an output layer, eq. 5 is the `CrossEntropy(top_k=k)` criterion of `output_loss`.
 """
 
 from __future__ import annotations
@@ -68,10 +60,9 @@ def sparse_softmax_cross_entropy(
     label_smoothing: float = 0.0,
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Eq. 5 for logits z (*, C) and targets (*); `reduction`, `ignore_index`, `label_smoothing`
-    as in `F.cross_entropy`; `num_items_in_batch` divides the sum (exact gradient accumulation). Accumulated in
-    float32 and returned in torch's dtype for a loss of z: float32 under autocast, else z's (bfloat16 for bfloat16
-    logits), as `F.cross_entropy`."""
+    """Eq. 5 for logits z (*, C) and targets (*); `reduction`, `ignore_index`, `label_smoothing` as in
+    `F.cross_entropy`; `num_items_in_batch` divides the sum. Accumulated in float32 and returned in the dtype
+    `F.cross_entropy` would return."""
     check_k(k)
     check_reduction(reduction)
     check_number("label_smoothing", label_smoothing, minimum=0)

@@ -1,17 +1,10 @@
-"""Output transforms of Hub architectures, applied to the logits of every discrete family.
-
-Some checkpoints do not end in a plain `lm_head(h)`; their logits are
+"""Output transforms of Hub architectures, applied to the logits of every discrete family:
 
     z' = cap · tanh(multiplier · z / cap)        z = W h + b (the head's logits)
 
-with `multiplier` the head option `logit_multiplier`, a multiplicative logit scale (Cohere and Cohere 2
-`logit_scale`; Granite `1 / logits_scaling`; T5's d_model^-0.5 rescale of the decoder states before a tied LM head,
-which is the same factor on W h because the head is linear in h), and `cap` (the head option `logit_softcap`) a
-final soft-cap (Gemma 2 / 3 `final_logit_softcapping`); None means no cap.
-`HeadsFor*.from_base` reads them from the checkpoint's config so the wrapped model keeps its distribution, and
-the training criteria apply them to the logits they train, inside their chunks (hf_heads.losses.fused_linear,
-margin, sampled). The order (multiplier, then bias, then the cap) is each architecture's own: none of them has both
-a multiplier and a bias, and the cap comes last in Gemma.
+`multiplier` is the head option `logit_multiplier` (Cohere `logit_scale`, Granite `1 / logits_scaling`, T5's
+d_model^-0.5), `cap` the option `logit_softcap` (Gemma 2 / 3; None: no cap), read by `HeadsFor*.from_base` from the
+checkpoint's config. The order (multiplier, bias, cap) is each architecture's: none has both a multiplier and a bias.
 """
 
 from __future__ import annotations

@@ -18,15 +18,13 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 
 def path(name: str) -> str:
-    """Path of a shipped `evaluate` module: `evaluate.load(hf_heads.metrics.path("rouge"))` works offline and
-    gives the numbers `evaluate.load("rouge")` gives."""
+    """Path of a shipped `evaluate` module: `evaluate.load(hf_heads.metrics.path("rouge"))` works offline."""
     check_choice("metric", name, METRICS)
     return str(MODULES / f"{name}.py")
 
 
 def load_metric(name: str, config_name: str | None = None, **kwargs):
-    """`evaluate.load` of a module shipped with hf_heads (never downloads); `config_name` and `kwargs` go to
-    `evaluate.load` (e.g. `load_metric("f1", "multilabel")`, `load_metric("perplexity", "nll")`)."""
+    """`evaluate.load` of a module shipped with hf_heads (never downloads), e.g. `load_metric("perplexity", "nll")`."""
     import evaluate
 
     return evaluate.load(path(name), config_name, **kwargs)
@@ -89,16 +87,9 @@ _REPORTS = {"bleu": ("sacrebleu", _report_bleu), "rouge": ("rouge", _report_roug
 
 
 def generation_metrics(tokenizer, names: Sequence[str] = GENERATION_METRICS) -> Callable:
-    """compute_metrics for seq2seq with `predict_with_generate`: decodes predictions and labels
-    (-100 replaced by the pad id) and reports, per name:
-
-    * "bleu": `bleu`, `brevity_penalty`, `length_ratio` of sacreBLEU (module `sacrebleu`, 0-100; not the 0-1
-      `bleu` module) and `bleu_1`..`bleu_4`, cumulative BLEU-n;
-    * "rouge": `rouge1`, `rouge2`, `rougeL`, `rougeLsum`, the mean per-example F-measure with stemming
-      (module `rouge` with `use_aggregator=False, use_stemmer=True`);
-
-    and always `distinct`: the share of distinct predictions (1.0 = every output differs; a model that writes
-    one constant headline for every article scores 1/N however good its ROUGE looks)."""
+    """compute_metrics for seq2seq with `predict_with_generate`: per name "bleu" (sacreBLEU 0-100, its brevity penalty,
+    length ratio and cumulative `bleu_1`..`bleu_4`) or "rouge" (mean per-example F-measure, stemmed), and always
+    `distinct`, the share of distinct predictions (one constant output scores 1/N however good its ROUGE looks)."""
     for name in names:
         check_choice("generation metric", name, GENERATION_METRICS)
     reports = [(load_metric(_REPORTS[name][0]), _REPORTS[name][1]) for name in names]

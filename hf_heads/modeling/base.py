@@ -37,16 +37,10 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head: a missing head
-        tensor (the continuous head's embedding table, the word counts, the output weights) would otherwise be
-        left uninitialised. `head=` (a head section) loads the checkpoint with another head, e.g. a softmax model
-        fine-tuned further with sparse-softmax; every head tensor of the checkpoint must load into it.
-
-        A base transformers checkpoint (its config, or `config=`, is not an hf_heads config) is wrapped with
-        `from_base`, so the class is a drop-in for its `AutoModelFor…` in a script: `from_pretrained(name,
-        config=config, revision=..., dtype=...)` keeps the checkpoint's weights and starts the head from its output
-        layer. The head is `head=`, else the family default (softmax), which stands in until a trainer binds the head
-        its arguments name (`bind_head`)."""
+        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks part of the head (it would be left
+        uninitialised). `head=` loads the checkpoint with another head, every head tensor loading into it. A base
+        transformers checkpoint is wrapped with `from_base` (a drop-in for its `AutoModelFor…`), with `head=` or the
+        family default, which stands in until a trainer binds the head its arguments name (`bind_head`)."""
         name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         if _is_base_checkpoint(name, kwargs):
             return cls._from_base_checkpoint(name, *args[1:], **kwargs)
@@ -74,8 +68,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def _from_base_checkpoint(cls, name, *args, **kwargs):
-        """`from_pretrained` of a base transformers checkpoint: `from_base` with `head=` (without one: the default
-        head, unbound)."""
+        """`from_pretrained` of a base transformers checkpoint: `from_base` with `head=`, else the default head,
+        unbound."""
         if args:
             raise TypeError(
                 f"{cls.__name__}.from_pretrained({name!r}, ...) of a base checkpoint takes keyword arguments only "
@@ -93,11 +87,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_config(cls, config, **kwargs):
-        """A new model of a config, as `AutoModelFor….from_config(config)`: an hf_heads config as it is, or a backbone
-        config (GPT-2, BART, BERT, ...) with the default head (softmax, unbound: a trainer binds the head its
-        arguments name, built new, `bind_head`), tied to the input embeddings where the backbone config ties its
-        output layer. `trust_remote_code` is accepted and ignored (the code is hf_heads'); other keywords go to
-        `PreTrainedModel._from_config` (`dtype`, `attn_implementation`)."""
+        """A new model of a config, as `AutoModelFor….from_config(config)`: an hf_heads config, or a backbone config
+        with the default head (unbound). `trust_remote_code` is ignored; other keywords go to
+        `PreTrainedModel._from_config`."""
         kwargs.pop("trust_remote_code", None)
         if getattr(config, "model_type", None) == HeadsConfig.model_type:
             return cls._from_config(config, **kwargs)
@@ -118,9 +110,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return HeadsConfig(backbone=backbone.to_dict(), head=head, tie_word_embeddings=tie)
 
     head_task = ""  # the task of the model class, one of hf_heads.heads.base.TASKS
-    # None: the head was given (a config's head section, `head=`, a saved model's own). "checkpoint" / "init": the
-    # family default stands in, started from a checkpoint's output layer (`from_base` without `head=`) or built new
-    # (`from_config` of a backbone config), until `bind_head` gives the head a trainer's arguments name. Not saved.
+    # None: the head was given. "checkpoint" / "init": the family default stands in (started from a checkpoint's
+    # output layer, or built new) until `bind_head` gives the head a trainer's arguments name. Not saved.
     head_origin: str | None = None
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -133,8 +124,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return backbone
 
     def _check_head_task(self, config: HeadsConfig) -> None:
-        """Refuse a head family that does not serve this model's task (e.g. a continuous head outside seq2seq). The
-        config's head section is read-only from here on (a deep copy of a config holds a plain one)."""
+        """Refuse a head family that does not serve this model's task; the config's head section is read-only from here
+        on."""
         config.head = config.head
         name = config.head["family"]
         tasks = family(name).head.tasks
@@ -173,10 +164,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     @contextlib.contextmanager
     def logits_skipped(self, statistics: bool = False):
-        """Within this context a forward pass given labels returns the loss and no logits, in eval mode too (the
-        eval loss and perplexity never need the (B, T, V) logits; `HeadsTrainer` uses it for loss-only
-        evaluation). With `statistics=True` it also records statistics as `statistics_recorded` does and yields
-        their list."""
+        """Within this context a forward pass given labels returns the loss and no (B, T, V) logits, in eval mode too;
+        with `statistics=True` it also records statistics as `statistics_recorded` does and yields their list."""
         previous, self._skip_logits = self._skip_logits, True
         try:
             with self.statistics_recorded(statistics) as recorded:
@@ -188,12 +177,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def statistics_recorded(
         self, enabled: bool = True, *, normalized: bool = True, loss: bool = True, chunk_size: int | None = None
     ):
-        """Within this context each forward pass given labels appends the head's per-position statistics of the
-        inference distribution (`OutputHead.statistics`: log-prob and rank of the label, entropy; plus `mask`, the
-        labelled positions), computed in chunks from the hidden states, to the list the context yields.
-        `normalized=False`: the log-prob is the label's unnormalised log-score (heads trained to be self-normalised);
-        `loss=False`: the forward computes no loss (scoring needs the statistics alone); `chunk_size`: rows per chunk
-        of logits (default: the chunk engine's memory budget)."""
+        """Within this context each forward pass given labels appends the head's per-position statistics
+        (`OutputHead.statistics`, plus `mask`) to the list the context yields. `normalized=False`: the label's
+        unnormalised log-score; `loss=False`: no loss; `chunk_size`: rows per chunk (default: the memory budget)."""
         previous = self._statistics, self._statistics_options, self._loss_skipped
         self._statistics = [] if enabled else None
         self._statistics_options = dict(normalized=normalized, chunk_size=chunk_size)
@@ -216,8 +202,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None,
         return_logits: bool,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The head's (loss, logits) for this forward's hidden states and labels (moved to the states' device), the
-        statistics recorded inside `statistics_recorded`."""
+        """The head's (loss, logits) for this forward, statistics recorded inside `statistics_recorded`."""
         labels = None if labels is None else labels.to(hidden.device)
         if labels is not None and self.training:
             self.check_warm_start()
@@ -232,8 +217,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return out
 
     def generate(self, *args, **kwargs):
-        """`GenerationMixin.generate`, first refusing a beam width the head's distribution cannot serve (a sparse
-        head gives every token outside its top decode_k probability 0: wider beams would continue with them)."""
+        """`GenerationMixin.generate`, first refusing a beam width the head's distribution cannot serve (a sparse head
+        gives every token outside its top decode_k probability 0)."""
         self.check_generation(kwargs)
         return super().generate(*args, **kwargs)
 
@@ -253,10 +238,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.backbone.set_input_embeddings(value)
 
     def get_output_embeddings(self) -> nn.Module | None:
-        """The head, when it holds a (V, H) output matrix (`head.weight`, the input embeddings' own tensor when tied);
-        None for a head without one (continuous). accelerate's FSDP2 preparation reads it to put a tied embedding
-        and its output layer in one FSDP group. It is no `nn.Linear`: `set_output_embeddings` refuses to replace
-        it."""
+        """The head, when it holds a (V, H) output matrix; None otherwise (continuous). accelerate's FSDP2 preparation
+        reads it to put a tied embedding and its output layer in one FSDP group. It is no `nn.Linear`:
+        `set_output_embeddings` refuses to replace it."""
         head = getattr(self, "head", None)
         return head if head is not None and head.has_output_matrix else None
 
@@ -267,8 +251,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         )
 
     def resize_token_embeddings(self, *args, **kwargs):
-        """Refused: the head's (V, ...) tensors (output weight, bias, word counts, embedding table) would not follow
-        the input embeddings, leaving a model whose vocabularies disagree."""
+        """Refused: the head's (V, ...) tensors would not follow the input embeddings, leaving vocabularies that
+        disagree."""
         raise NotImplementedError(
             f"{type(self).__name__}.resize_token_embeddings is not supported: the {self.head.family} head's "
             "vocabulary-sized tensors would not be resized with the input embeddings; resize the base checkpoint "
@@ -280,11 +264,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.head.set_word_counts(counts)
 
     def save_pretrained(self, save_directory, is_main_process: bool = True, **kwargs):
-        """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` in `config.json`: every saved
-        directory (Trainer checkpoints, a run's `output_dir`, `push_to_hub`) loads with
-        `AutoModelFor….from_pretrained(dir)` after `import hf_heads`, and with `trust_remote_code=True` where
-        hf_heads is not installed (see `hf_heads.modeling.export`). A `config.head` replaced whole since the head was
-        built (`check_config_is_the_heads`) is refused."""
+        """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` (hf_heads.modeling.export), so every
+        saved directory also loads with `trust_remote_code=True` without hf_heads. A `config.head` replaced whole is
+        refused."""
         self.check_config_is_the_heads()
         export = importlib.import_module("hf_heads.modeling.export") if __name__.startswith("hf_heads.") else None
         if export is None or not export.model_class(self).__module__.startswith("hf_heads."):
@@ -294,32 +276,28 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return export.save_with_code(self, save_directory, save, is_main_process=is_main_process, **kwargs)
 
     def export_for_hub(self, directory, tokenizer=None, **save_kwargs):
-        """Write weights, config with `auto_map`, the custom code and the tokenizer to `directory`, so
-        that `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads
-        (`save_pretrained` does the same, except the tokenizer; this one refuses a model whose code
-        cannot be exported)."""
+        """Write weights, config with `auto_map`, the custom code and the tokenizer to `directory`, so that
+        `AutoModelFor….from_pretrained(directory, trust_remote_code=True)` works without hf_heads."""
         self.check_config_is_the_heads()
         export = importlib.import_module("hf_heads.modeling.export")  # not needed by exported code
         return export.export_for_hub(self, directory, tokenizer=tokenizer, **save_kwargs)
 
     def to_base(self, verify: bool = True) -> PreTrainedModel:
-        """The base transformers model (`LlamaForCausalLM`, `BartForConditionalGeneration`,
-        `BertForSequenceClassification`, ...) with this model's backbone (its tensors, shared) and an output layer
-        whose logits give this model's inference distribution; `ValueError` naming why and the nearest exact choice
-        where the head does not fold into it (hf_heads.modeling.base_export). `verify`: checked on a probe input."""
+        """The base transformers model (`LlamaForCausalLM`, ...) with this model's backbone (shared) and an output
+        layer giving this model's inference distribution; `ValueError` naming why where the head does not fold into it
+        (hf_heads.modeling.base_export). `verify`: checked on a probe."""
         return importlib.import_module("hf_heads.modeling.base_export").to_base(self, verify=verify)
 
     def export_base(self, directory, tokenizer=None, verify: bool = True):
-        """Save `to_base()` to `directory` with the tokenizer and a model card naming the head, and no hf_heads code:
-        `AutoModelFor….from_pretrained(directory)` loads it without hf_heads or `trust_remote_code`. `verify`: also
-        load it back and compare. Returns the directory (a `Path`)."""
+        """Save `to_base()` to `directory` with the tokenizer and a model card naming the head, and no hf_heads code.
+        `verify`: also load it back and compare. Returns the directory (a `Path`)."""
         export = importlib.import_module("hf_heads.modeling.base_export")  # not needed by exported code
         return export.export_base(self, directory, tokenizer=tokenizer, verify=verify)
 
     def export_gguf(self, path, tokenizer=None, dtype: str = "f16", verify: bool = True):
-        """Write `to_base()` of a Llama-family model as a GGUF file for llama.cpp (`dtype` "f16" or "f32"), with the
-        tokenizer's vocabulary (hf_heads.modeling.gguf_export). `verify`: read it back with transformers and compare.
-        Returns the path."""
+        """Write `to_base()` of a Llama-family model as a GGUF file for llama.cpp (`dtype` "f16" or "f32") with the
+        tokenizer's vocabulary (hf_heads.modeling.gguf_export). `verify`: read it back and compare. Returns the
+        path."""
         export = importlib.import_module("hf_heads.modeling.gguf_export")  # not needed by exported code
         return export.export_gguf(self, path, tokenizer=tokenizer, dtype=dtype, verify=verify)
 
@@ -335,9 +313,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self.config.components = component_modules(section) or None
 
     def check_config_is_the_heads(self) -> None:
-        """Refuse a `config.head` replaced whole since the head was built or last changed (an edit in place is
-        refused where it is made: the section is read-only): the head does not follow its config, so a saved model
-        would not be the one in memory."""
+        """Refuse a `config.head` replaced whole since the head was built or last changed: a saved model would not be
+        the one in memory."""
         config, head = dict(self.config.head), self.head_section()
         if config == head:
             return
@@ -349,16 +326,11 @@ class HeadsPreTrainedModel(PreTrainedModel):
         )
 
     def set_head_options(self, **changes) -> None:
-        """Change the head's options, validated, and `config.head` with them, in one step (as
-        `resize_token_embeddings` changes a module and its config together): `set_head_options(decode_k=3)`.
-        `family=` switches to another family, whose options start at their defaults (the checkpoint's output
-        transform kept) plus `changes`. Where the head's tensors stay as they are (the same family and tensor shapes)
-        they are kept; otherwise a new head is built and started from this one's output layer (`start_from`: W, tied
-        ones staying tied, b and the word counts; a head built new by `from_config` is built new again, and so is a
-        head without an output layer, continuous, that replaces the default head), its warm start then calibrated as
-        `from_base`'s (`HeadsTrainer`, or `hf_heads.training.prepare_head`). A refused
-        change (an invalid option, a family for another task, a head that cannot start from this one) raises
-        before anything changes."""
+        """Change the head's options, validated, and `config.head` with them, in one step:
+        `set_head_options(decode_k=3)`. `family=` switches family (options at their defaults, the output transform
+        kept, plus `changes`). The head's tensors are kept where family and shapes stay; otherwise a new head starts
+        from this one's output layer and word counts, its warm start calibrated as `from_base`'s. A refused change
+        raises before anything changes."""
         current = self.head_section()
         name = changes.pop("family", current["family"])
         if name == current["family"]:
@@ -383,10 +355,9 @@ class HeadsPreTrainedModel(PreTrainedModel):
         self._write_head_config()
 
     def bind_head(self, section: dict, source: str = "the head flags") -> None:
-        """Make the head `section` names this model's (what `HeadsTrainer` does with its arguments' head flags): a
-        model whose default head stands in (`head_origin`) takes it (`set_head_options`: started from the
-        checkpoint's output layer, or built new); a model with a head of its own must already have that head (the
-        options its checkpoint sets aside, `same_head`), else the refusal names both: never silently one of them."""
+        """Make the head `section` names this model's (what `HeadsTrainer` does with its head flags): a stand-in
+        default head (`head_origin`) is replaced by it; a model with a head of its own must already have it, else both
+        are named."""
         wanted = head_dict(section)
         if self.head_origin is not None:
             self.set_head_options(**wanted)
@@ -425,8 +396,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
             )
 
     def _replace_head(self, new, start: bool) -> None:
-        """Put `new` in the old head's place (its device and dtype; tied to the input embeddings where the config
-        ties them), started from the old one's output layer and word counts when `start`."""
+        """Put `new` in the old head's place (device, dtype, tying), started from the old one's output layer when
+        `start`."""
         old = self.head
         new = new.to(device=old.weight.device, dtype=old.weight.dtype)
         if not new.has_output_matrix and self.config.tie_word_embeddings:  # nothing left to tie (as from_base's)
@@ -445,10 +416,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return self.head.needs_counts
 
     def check_warm_start(self) -> None:
-        """Refuse to train a head whose warm start is still to be calibrated: `from_base` copied the checkpoint's
-        output layer into a head whose distribution is then not the checkpoint's (norm-scaled margin heads, max-norm,
-        sampled heads with a bias) and had no data to calibrate it on (no `word_counts`); its first losses would be
-        far above the checkpoint's. The error names the line that calibrates it."""
+        """Refuse to train a head whose warm start is still to be calibrated: its first losses would be far above the
+        checkpoint's. The error names the line that calibrates it."""
         head = self.head
         if getattr(head, "warm_start_pending", False):
             raise ValueError(
@@ -461,19 +430,16 @@ class HeadsPreTrainedModel(PreTrainedModel):
             )
 
     def _calibrated_later(self, calibrate: bool):
-        """`from_base(..., calibrate=False)`: the head trains from the copied output layer as it is, nothing pending
-        (no calibration, no refusal). Returns the model."""
+        """`from_base(..., calibrate=False)`: train from the copied output layer as it is, nothing pending. Returns the
+        model."""
         if not calibrate:
             self.head.warm_start_pending = False
         return self
 
     @torch.no_grad()
     def calibrate_warm_start(self, **inputs) -> dict[str, float]:
-        """Calibrate the head's warm start (`OutputHead.calibrate_to`) on the labelled positions of one batch of
-        model inputs (`input_ids`, `attention_mask`, `labels`, ...): the target distribution there is the copied
-        output layer's (`copied_logits`), i.e. the checkpoint's, so `from_base`'s start is finished without the
-        checkpoint. At most 256 positions, evenly spaced, are used. Word counts, where the head needs them, must be
-        set first. Returns what was fitted."""
+        """Calibrate the head's warm start (`OutputHead.calibrate_to`) to the copied output layer's distribution on up
+        to 256 labelled positions of one batch of model inputs (word counts set first). Returns what was fitted."""
         captured = []
 
         def capture(module, args, kwargs):
@@ -505,10 +471,8 @@ class HeadsPreTrainedModel(PreTrainedModel):
         return report
 
     def add_adapter(self, adapter_config, adapter_name: str | None = None) -> None:
-        """transformers' `add_adapter` (PEFT), with PEFT's default `target_modules` of the backbone filled in when
-        the config names none (PEFT keys its defaults by model_type, and every hf_heads model is `hf_heads`), the
-        adapter injected by PEFT itself (see hf_heads.integrations.peft). LoRA on the head:
-        `target_parameters=["head.weight"]`."""
+        """transformers' `add_adapter` (PEFT) with PEFT's default `target_modules` of the backbone filled in when none
+        are named (hf_heads.integrations.peft). LoRA on the head: `target_parameters=["head.weight"]`."""
         peft = importlib.import_module("hf_heads.integrations.peft")
         peft.add_adapter(self, adapter_config, adapter_name)
 
@@ -534,9 +498,8 @@ def _tensor_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
 
 
 def _is_base_checkpoint(name, kwargs: dict) -> bool:
-    """Whether `from_pretrained(name, **kwargs)` names a base transformers checkpoint (not an hf_heads one): by
-    `config=` when given, else by the checkpoint's config (a name whose config cannot be read here is left to the
-    loader to report)."""
+    """Whether `from_pretrained(name, **kwargs)` names a base transformers checkpoint: by `config=` when given, else by
+    the checkpoint's config."""
     config = kwargs.get("config")
     source = config if isinstance(config, str | os.PathLike) else name if config is None else None
     if isinstance(source, str | os.PathLike):
@@ -551,9 +514,8 @@ def _is_base_checkpoint(name, kwargs: dict) -> bool:
 
 
 def fresh(model: nn.Module) -> nn.Module:
-    """A module built from a config inside this model's `__init__`, with the "already initialised" marks its own
-    `post_init` left removed: this model's `post_init` (or `from_pretrained`, after loading the weights) initialises
-    it, non-persistent buffers included (e.g. Falcon-H1's `mup_vector`, which no checkpoint holds)."""
+    """A module built from a config inside this model's `__init__`, its "already initialised" marks removed, so this
+    model's `post_init` initialises it, non-persistent buffers included (e.g. Falcon-H1's `mup_vector`)."""
     for module in model.modules():
         module.__dict__.pop("_is_hf_initialized", None)
     return model
@@ -575,9 +537,8 @@ def output_layer(lm: PreTrainedModel, hidden_size: int, name) -> nn.Module:
 
 
 def refuse_hf_heads_checkpoint(name_or_path, cls_name: str, **from_pretrained_kwargs) -> None:
-    """`from_base` wraps a base transformers checkpoint; an hf_heads model (a trained run's output_dir, or a
-    loaded hf_heads model) already has its head: refuse it, saying how to load it, instead of failing deep inside
-    (it has no `get_output_embeddings()`) or wrapping a head around a head."""
+    """`from_base` wraps a base transformers checkpoint; refuse an hf_heads model (it already has its head), saying how
+    to load it, instead of failing deep inside or wrapping a head around a head."""
     if isinstance(name_or_path, PreTrainedModel):
         config = name_or_path.config
     else:

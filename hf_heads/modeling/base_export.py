@@ -1,13 +1,10 @@
 """Export to the base architecture: `to_base(model)` is the transformers model of the backbone's own type
-(`LlamaForCausalLM`, `GPT2LMHeadModel`, `BartForConditionalGeneration`, `BertForSequenceClassification`, ...) with the
-trained backbone and an output layer whose logits give the hf_heads model's inference distribution; `export_base(model,
-directory, tokenizer=None)` saves it with the tokenizer and a model card naming the head that trained it, and no
-hf_heads code: `AutoModelFor….from_pretrained(directory)` loads it without hf_heads and without `trust_remote_code`.
+(`LlamaForCausalLM`, `BartForConditionalGeneration`, ...) with the trained backbone and an output layer whose logits
+give the hf_heads model's inference distribution; `export_base` saves it with a model card, and no hf_heads code.
 
-The output layer is the head's `linear_form()` (hf_heads.heads.base): (W' (V, H), b' (V,) or None) with
-softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `transform` the checkpoint's output transform
-(hf_heads.losses.transforms), which the base architecture applies itself (its config keeps it: Gemma's
-`final_logit_softcapping`, Cohere's `logit_scale`, T5's rescale of the decoder states). What folds:
+The output layer is the head's `linear_form()`: (W' (V, H), b' (V,) or None) with softmax(inference_logits(h)) =
+softmax(transform(W' h + b')), `transform` the checkpoint's output transform, which the base architecture applies
+itself. What folds (every other head is refused with its reason and the nearest exact choice):
 
 | head | W' | b' |
 |---|---|---|
@@ -16,27 +13,10 @@ softmax(inference_logits(h)) = softmax(transform(W' h + b')) for every h, `trans
 | sampled, a correction s + o(c) (eqs. 6, 8, 10, 12, 14, 16, 18, 20) | the margin family's | b + o / multiplier |
 | continuous, vMF scores û·Eᵀ (û = P h + p) | E P | E p (−inf outside the output vocabulary) |
 
-and what is refused, each with its reason and the nearest exact choice (the heads' `linear_form`): max-norm and the
-face-recognition `scale` (the logits divide by ‖h‖), sparse top-k (the support depends on the row's ranking: the same
-layer with generation's `top_k` gives the same greedy and sampled tokens, not the scores), the σ-based corrections of
-the sampled family (full BCE / MSE, CE-NCE), a per-class correction under a soft-cap, the continuous head's cosine
-scores and LayerNorm, and a head that embeds the decoder inputs itself.
-
-Where b' goes: the output layer's own bias (`nn.Linear.bias`: BERT's classifier), or the architecture's
-`final_logits_bias` (BART, Marian, mBART, Pegasus). An architecture with neither (GPT-2, Llama, T5) takes a b' the same
-for every class (dropped: it does not change the distribution) and refuses any other. A tied output layer stays tied
-when W' is the input embedding matrix; otherwise it is untied (`tie_word_embeddings=False` where that ties nothing
-else; where the flag also ties the encoder's and decoder's embeddings (BART, T5) the output layer is saved apart, and
-transformers keeps the two apart when it loads them). A multiplier of the base architecture that differs from the
-head's (a model built from a config rather than by `from_base`, an untied T5-style rescale) is folded into W' and b'.
-
-The body is the backbone's own tensors (shared, not copied, as `from_base` shares a loaded checkpoint's), placed under
-the base class's names (the inverse of `backbone_of`: the tensors of the base model's body are the base model's). A
-base class with a tensor the hf_heads model does not hold (a prediction transform before its output layer, a
-classifier's dense layer) or without a place for one of the backbone's is refused, naming them; a classifier whose
-input is not the head's (another pooling) is refused naming `pooling`. Every export is checked on a probe input: the
-base model's log-probabilities equal the hf_heads model's within 1e-5 (float32; 3e-2 in half precision), and
-`export_base` loads the saved directory back and compares again.
+b' goes to the output layer's bias or `final_logits_bias`; an architecture with neither (GPT-2, Llama, T5) takes only a
+b' the same for every class (dropped). A tied output layer stays tied when W' is the embedding matrix. A differing base
+multiplier is folded into W' and b'. The body is the backbone's tensors (shared) under the base class's names. Every
+export is checked on a probe input: log-probabilities equal within 1e-5 (float32; 3e-2 in half precision).
 """
 
 from __future__ import annotations
@@ -72,16 +52,14 @@ TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}  # max |Δ log p| on the
 
 def to_base(model, verify: bool = True) -> PreTrainedModel:
     """The base transformers model of an hf_heads model (module docstring), in eval mode, its body holding the
-    backbone's tensors. `verify`: check its log-probabilities against the hf_heads model's on a probe input (refused,
-    `ValueError`, beyond the tolerance). Raises `ValueError` naming why for a model that does not fold."""
+    backbone's tensors. `verify`: compare log-probabilities on a probe input. `ValueError` naming why for a model that
+    does not fold."""
     return _BaseExport(model).build(verify)
 
 
 def export_base(model, directory: str | Path, tokenizer=None, verify: bool = True) -> Path:
-    """Save `to_base(model)` to `directory` with the hf_heads model's generation config, the tokenizer (if given) and
-    a model card (README.md) naming the head that trained it; no hf_heads code, no `auto_map`. `verify`: also load
-    the directory back with `AutoModelFor….from_pretrained` and compare its logits with the in-memory base model's.
-    Returns the directory."""
+    """Save `to_base(model)` to `directory` with the generation config, the tokenizer (if given) and a model card
+    naming the head; no hf_heads code. `verify`: load it back and compare. Returns the directory."""
     directory = Path(directory)
     saved = directory / "config.json"
     if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")).get("model_type") == "hf_heads":
@@ -251,9 +229,8 @@ class _BaseExport:
         return base
 
     def fold_transform(self, weight, bias, head: dict, base: dict):
-        """(W', b') for the base architecture's output transform `base` where it differs from the head's `head`: a
-        different multiplier is folded into W' and b' (multiplier·(W h + b) = base multiplier·(W'' h + b'')); a
-        different soft-cap is refused."""
+        """(W', b') for the base architecture's output transform `base` where it differs from the head's: a different
+        multiplier is folded into W' and b'; a different soft-cap is refused."""
         if head["logit_softcap"] != base["logit_softcap"]:
             raise ValueError(
                 f"the base architecture caps its logits with logit_softcap={base['logit_softcap']!r} (its config), "
@@ -295,9 +272,8 @@ class _BaseExport:
         return tensors
 
     def bias_tensors(self, base: PreTrainedModel, out_name: str, bias: torch.Tensor | None) -> dict:
-        """{name: tensor} of the base model's output bias (every name holding the output layer's bias, or
-        `final_logits_bias`) set to b'; a b' the base architecture has no place for is refused unless it is the same
-        for every class (then dropped: it does not change the distribution)."""
+        """{name: tensor} of the base model's output bias set to b'; a b' the architecture has no place for is refused
+        unless it is the same for every class (then dropped)."""
         dtype = self.model.dtype
         layer = base.get_submodule(out_name)
         names = _tensor_names(base)

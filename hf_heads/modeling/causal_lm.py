@@ -53,20 +53,17 @@ class HeadLogits(nn.Module):
 class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
     """Causal LM whose output layer is an hf_heads head.
 
-    `labels` are shifted inside (as in transformers' `*ForCausalLM`); the loss is the head's training
-    criterion (margin applied), computed in chunks without the (N, V) logits. `logits` are the
-    inference logits (no margin) and are skipped while training with labels.
-    """
+    `labels` are shifted inside (as in transformers' `*ForCausalLM`); the loss is the head's training criterion (margin
+    applied), computed in chunks without the (N, V) logits. `logits` are the inference logits (no margin) and are
+    skipped while training with labels."""
 
     head_task = "causal-lm"
     _trl_fused_head = False  # set when TRL's SFTTrainer tried to install its own LM head (see __setattr__)
 
     def __setattr__(self, name: str, value) -> None:
-        """TRL's `SFTTrainer` replaces `model.forward` with a plain cross-entropy LM head read from
-        `get_output_embeddings()` (`trl.trainer.utils.add_fused_lm_head`). That replacement would train plain CE
-        instead of this model's head criterion, so it is not installed: this model answers TRL's
-        `fused_lm_head=True` calls itself, with its head's own criterion (`token_loss_output`). Any other
-        assignment (accelerate's mixed-precision forward wrapper included) is left as it is."""
+        """TRL's `SFTTrainer` replaces `model.forward` with a plain cross-entropy LM head, which would train plain CE
+        instead of this head's criterion: that replacement is not installed, and this model answers TRL's
+        `fused_lm_head=True` calls itself (`token_loss_output`). Any other assignment is left as it is."""
         if name == "forward" and is_trl_fused_forward(value):
             object.__setattr__(self, "_trl_fused_head", True)
             logger.info("TRL's fused LM head not installed: the %s head answers fused_lm_head calls", self.head.family)
@@ -93,27 +90,19 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         verify: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForCausalLM:
-        """Wrap a pretrained causal LM: reuse its backbone weights and start the head from its own
-        output layer (weight, and bias where it has one), keeping its weight tying.
+        """Wrap a pretrained causal LM (a Hub id, a local directory or a loaded `*ForCausalLM`, whose modules are then
+        shared): its backbone, and the head started from its output layer, keeping its weight tying;
+        `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained` (e.g. `gguf_file=`, `dtype=`).
 
-        `name_or_path` is a Hub id, a local directory or an already loaded `*ForCausalLM` (whose modules
-        are then shared, not copied); `from_pretrained_kwargs` go to `AutoModelForCausalLM.from_pretrained`
-        (e.g. `gguf_file=`, `dtype=`).
+        Heads whose distribution copying the output layer cannot keep (norm-scaled margins, sampled criteria) are
+        calibrated (`MarginHead.calibrate_to`) on `calibration_ids` (B, T), or by default 4 sequences of 32 tokens the
+        checkpoint samples itself (seeded; the global RNG untouched). Those needing word counts are calibrated only
+        with `word_counts`, else left `warm_start_pending` for `HeadsTrainer`. `calibrate=False` keeps the copied
+        output layer as it is.
 
-        Heads whose inference distribution cannot equal the checkpoint's by copying its output layer (norm-scaled
-        margin heads, sampled criteria) get a calibrated start (`MarginHead.calibrate_to`) on probe positions:
-        `calibration_ids` (B, T), or by default 4 sequences of 32 tokens that the checkpoint samples itself from
-        its BOS token (seeded; the global RNG is left untouched). Norm scalings (and noise distributions) that need
-        word counts are calibrated here only when `word_counts` is given; otherwise the head is left
-        `warm_start_pending`: `HeadsTrainer` (or `hf_heads.training.prepare_head`) counts the training words and
-        calibrates on training rows before the first step, and training it otherwise is refused. `calibrate=False`
-        keeps the copied output layer as it is.
-
-        The checkpoint's output transform (Gemma 2/3 soft-cap, Cohere / Granite logit scale) becomes the head's
-        `logit_multiplier` / `logit_softcap`, and with `verify` (the default) the copied output layer is checked on a
-        probe input against the checkpoint's own logits: an architecture whose logits hf_heads does not reproduce
-        is refused with an error naming it (hf_heads.modeling.parity), never returned changed.
-        """
+        The checkpoint's output transform becomes `logit_multiplier` / `logit_softcap`; `verify` compares the copied
+        layer's logits with the checkpoint's on a probe, refusing an architecture hf_heads does not reproduce
+        (hf_heads.modeling.parity)."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
@@ -154,9 +143,8 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         check_same_distribution(original, wrapped, checkpoint=lm, name=name, what="log-probabilities")
 
     def generate(self, *args, **kwargs):
-        """`GenerationMixin.generate`. A backbone whose own `*ForCausalLM` generates through a recurrent-state cache of
-        its own (mamba, mamba2, falcon_mamba, rwkv, xlstm, minimax) generates through that class: its cache and
-        generation hooks, this model's backbone and head (`recurrent_generator`)."""
+        """`GenerationMixin.generate`. A backbone whose own `*ForCausalLM` generates through a recurrent-state cache
+        (mamba, rwkv, xlstm, ...) generates through that class (`recurrent_generator`)."""
         if stateful_generation(self.config.backbone):
             self.check_generation(kwargs)
             return self.recurrent_generator().generate(*args, **kwargs)
@@ -238,15 +226,11 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         fused_lm_head: bool = False,
         **kwargs,
     ) -> CausalLMOutputWithPast | TokenLossOutput:
-        """Args as in transformers' `*ForCausalLM.forward`; `num_items_in_batch` makes gradient
-        accumulation exact (the loss is a sum divided by it).
-
-        `fused_lm_head=True` (TRL's `SFTTrainer` protocol, hf_heads.training.trl) returns a `TokenLossOutput`
-        of per-token quantities instead of logits; `shift_labels=` (a keyword, kept out of the signature so that the
-        Trainer's label names stay `labels`) are labels already shifted (position t predicts shift_labels[t]), as
-        TRL passes them under context / sequence parallelism. The generation cache is taken as `cache` or
-        `past_key_values` (hf_heads.modeling.compat). Token ids and labels outside the vocabulary are refused with a
-        `ValueError` naming the fix (hf_heads.modeling.inputs)."""
+        """Args as in transformers' `*ForCausalLM.forward`; `num_items_in_batch` makes gradient accumulation exact.
+        `fused_lm_head=True` (TRL's protocol, hf_heads.training.trl) returns a `TokenLossOutput` instead of logits;
+        `shift_labels=` (a keyword, so the Trainer's label names stay `labels`) are labels already shifted, as TRL
+        passes them under context parallelism. Token ids and labels outside the vocabulary are refused with a
+        `ValueError`."""
         kwargs.pop("return_dict", None)
         cache = take_cache(kwargs)
         shift_labels = kwargs.pop("shift_labels", None)

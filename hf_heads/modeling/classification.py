@@ -1,8 +1,8 @@
 """`HeadsForSequenceClassification`: any `AutoModel` encoder or decoder with an hf_heads head over the labels.
 
-Every discrete family works over the C labels: `softmax`, `margin` (ArcFace / CosFace with `scale`
-are the face-recognition setting these margins come from), `sparse` (sparse-softmax paper, eq. 5 over
-the top k of C logits; its table 1) and `sampled` (K < C shared samples; for very many classes).
+Every discrete family works over the C labels: `softmax`, `margin` (ArcFace / CosFace with `scale` are the
+face-recognition setting these margins come from), `sparse` (sparse-softmax paper, eq. 5 over the top k of C logits)
+and `sampled` (K < C shared samples).
 """
 
 from __future__ import annotations
@@ -91,12 +91,9 @@ def classifier_stem(classifier: PreTrainedModel, name: str) -> tuple[PreTrainedM
 class HeadsForSequenceClassification(HeadsPreTrainedModel):
     """Sequence classifier: backbone -> pooled vector (B, H) -> dropout -> hf_heads head over `num_labels`.
 
-    `config.id2label` / `label2id` are kept as in transformers; `logits` (B, C) are the head's inference
-    logits (no margin; -inf outside the top k for sparse heads), `loss` its training criterion (eval
-    mode: the NLL of the inference distribution, eq. 5 for sparse heads). Token ids outside the backbone's
-    embeddings and labels outside 0..num_labels-1 (other than -100) are refused with a `ValueError`
-    (hf_heads.modeling.inputs).
-    """
+    `logits` (B, C) are the head's inference logits (no margin; -inf outside the top k for sparse heads), `loss` its
+    training criterion (eval mode: the NLL of the inference distribution). Token ids outside the embeddings and labels
+    outside 0..num_labels-1 (other than -100) are refused with a `ValueError`."""
 
     head_task = "classification"
 
@@ -141,24 +138,15 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
     ) -> HeadsForSequenceClassification:
         """Wrap a pretrained model (a Hub id, a local directory or a loaded model, whose modules are then shared).
 
-        - A fine-tuned sequence classifier (`*ForSequenceClassification`; `keep_classifier=None` decides by the
-          checkpoint's `architectures`): its labels and its architecture's classifier (pooler, dense+tanh, context
-          pooler, last-token pooling, ...) are kept and its final projection becomes the head, so the wrapped model
-          predicts what the checkpoint predicts (checked on a probe input with `verify`). `id2label` / `num_labels`,
-          if given, must agree with the checkpoint's.
-        - Any other checkpoint (a bare encoder or decoder, or `keep_classifier=False`): its backbone
-          (`AutoModel`) plus a new head over the labels (give `id2label` or `num_labels`); `pooling` and
-          `classifier_dropout` as in `HeadsConfig`.
+        - A fine-tuned sequence classifier (`keep_classifier=None` decides by its `architectures`): its labels and
+          classifier are kept and its final projection becomes the head, so the model predicts what the checkpoint
+          predicts (`verify`).
+        - Any other checkpoint (or `keep_classifier=False`): its backbone plus a new head over the labels (`id2label`
+          or `num_labels`); `pooling` and `classifier_dropout` as in `HeadsConfig`.
 
-        `config=` (a config of the checkpoint's type, e.g. `AutoConfig.from_pretrained(name, num_labels=5)`) is read
-        as `AutoModelForSequenceClassification.from_pretrained(name, config=config)` reads it: the backbone is built
-        with it, and its `num_labels` / `id2label` / `label2id` / `problem_type` are the model's labels unless
-        `num_labels` or `id2label` are given. A `problem_type` other than None or single-label classification
-        (multi-label, regression) is refused: a head trains one class per example.
-
-        `calibrate=False`: the head trains from the copied output layer as it is; otherwise a head whose copy does
-        not keep the checkpoint's distribution (norm-scaled margins, sampled criteria) is calibrated on the first
-        training rows by `HeadsTrainer` (or `hf_heads.training.prepare_head`) and refuses to train before."""
+        `config=` is read as `AutoModelForSequenceClassification.from_pretrained` reads it; a `problem_type` other than
+        single-label classification is refused (a head trains one class per example). `calibrate` as in
+        `HeadsForCausalLM.from_base`."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         num_labels, id2label, label2id, problem_type = labels_of_config(
             from_pretrained_kwargs.get("config"), num_labels, id2label

@@ -1,10 +1,8 @@
 """Names that moved between the transformers releases hf_heads supports (the range in `pyproject.toml`).
 
-transformers 5.24 renamed the generation cache from `past_key_values` (and the state-space models' `cache_params`)
-to `cache`, as a model argument and as an output field; the old names are deprecated (removal announced for 5.40
-and 6.0). hf_heads models accept the cache under any of these names and hand it to the backbone, and return it,
-under the name of the installed release, so no call of hf_heads' own triggers transformers' deprecation warning and
-`generate()` finds the cache where it looks for it.
+transformers 5.24 renamed the generation cache from `past_key_values` (and `cache_params`) to `cache`. hf_heads models
+accept the cache under any of these names and hand it to the backbone, and return it, under the name of the installed
+release, so no call of hf_heads' own triggers the deprecation warning.
 """
 
 from __future__ import annotations

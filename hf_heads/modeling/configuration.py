@@ -1,9 +1,7 @@
 """`HeadsConfig`: a backbone config (any `AutoConfig` model type) plus a validated head section.
 
 What transformers' example scripts, its Trainer and generation read from a model's config (the special token ids,
-`max_position_embeddings`, `vocab_size`, ...) is read through to the backbone's config: `HeadsConfig` keeps no copy
-of them, so a change of the backbone's value is seen, and setting one on the `HeadsConfig` sets the backbone's (which
-is where it is saved). See `HeadsConfig` for the list.
+`max_position_embeddings`, `vocab_size`, ...) is read through to the backbone's config (see `HeadsConfig`).
 """
 
 from __future__ import annotations
@@ -51,50 +49,25 @@ class HeadsConfig(PretrainedConfig):
 
     Args:
         backbone: the wrapped backbone's config (a `PretrainedConfig` or its dict, with `model_type`).
-        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse" | "continuous", **options}`
-            (the options dataclass of each family: `hf_heads.heads.<family>`). Validated here, so a bad
-            `config.json` is refused on load with a `ValueError` that names the field, the value and what is
-            allowed. Read-only (`hf_heads.heads.registry.FrozenSection`): a built model changes its head and this
-            section together, with `model.set_head_options(...)`.
+        head: the head section, `{"family": "softmax" | "margin" | "sampled" | "sparse" | "continuous", **options}`,
+            validated here (a bad `config.json` is refused on load naming the field, the value and what is allowed) and
+            read-only: a built model changes its head and this section together, with `model.set_head_options(...)`.
         tie_word_embeddings: share the head's weight with the backbone's input embeddings.
-        pooling: sequence classification only: how a sequence becomes one vector. `pooler` (the backbone's
-            pooled output, BERT-style), `first` (first token), `last` (last non-pad token, for decoder-only
-            backbones), `mean` (mean over non-pad tokens), or `auto`: `pooler` when the backbone returns
-            one, else `first` for encoders and `last` for decoders.
+        pooling: sequence classification only: `pooler`, `first`, `last` (last non-pad token), `mean`, or `auto`
+            (`pooler` when the backbone returns one, else `first` for encoders and `last` for decoders).
         classifier_dropout: sequence classification only: dropout before the head (default: the
             backbone's `classifier_dropout` or `hidden_dropout_prob`, else 0).
-        classifier_stem: sequence classification of a fine-tuned classifier checkpoint only: the module name of its
-            final (C, H) projection. The backbone is then the checkpoint's `AutoModelForSequenceClassification` (its
-            own pooling, pooler, dense+tanh, context pooler, dropout, ...) with that projection replaced by the
-            identity, and the head takes its place (`HeadsForSequenceClassification.from_base`).
-        components: filled in here: `{head option: module}` for each component of the head defined outside hf_heads
-            (a family, a margin or a chunk kernel registered in the user's own module, e.g. `{"margin":
-            "my_pkg.margins"}`). Loading imports these modules before it reads the head section, and saving copies
-            them next to the model's code (hf_heads.modeling.export), so the model loads in a fresh process, and
-            with `trust_remote_code=True` where neither hf_heads nor the module is installed.
-        decoder_stem: seq2seq with an `EncoderDecoderConfig` backbone (BERT2BERT, ...) wrapped from an
-            `EncoderDecoderModel` checkpoint only: the module name, inside the decoder's `AutoModelForCausalLM`, of
-            its final (V, H) projection. The decoder is then that causal LM with the projection replaced by the
-            identity (so whatever it computes between its last layer and the projection, such as BERT's dense +
-            activation + LayerNorm, is kept), and the head takes its place (`HeadsForSeq2SeqLM.from_base`).
+        classifier_stem: a fine-tuned classifier checkpoint's final (C, H) projection, replaced by the head.
+        components: filled in here: `{head option: module}` for each component defined outside hf_heads, imported
+            before the head section is read and saved next to the model's code.
+        decoder_stem: an `EncoderDecoderModel` checkpoint's decoder's final (V, H) projection, replaced by the head
+            (what the decoder computes before it, such as BERT's dense + LayerNorm, is kept).
 
-    Read through to the backbone's config (no copy is kept, so the backbone's current value is always the answer):
-
-    - every special token id `*_token_id` (`pad_token_id`, `bos_token_id`, `eos_token_id`, `decoder_start_token_id`,
-      `forced_bos_token_id`, `forced_eos_token_id`, ...): the backbone's top-level value, else its decoder's, else
-      None (as transformers' configs answered before generation parameters moved to `GenerationConfig`);
-    - `max_position_embeddings`: the backbone's (GPT-2's `n_positions` through its own alias); for an
-      encoder-decoder pair (`EncoderDecoderConfig`) the smaller of its encoder's and decoder's; absent (`hasattr`
-      is False, as for the backbone's own model) where the backbone has no such limit (T5's relative positions);
-    - `vocab_size` and `hidden_size` (read-only: the head's tensors have that size) and `is_encoder_decoder`
-      (fixed by the backbone's type).
-
-    Setting a read-through attribute on the `HeadsConfig` sets the backbone config's, which is what `save_pretrained`
-    writes and `from_pretrained` (with `trust_remote_code` too) reads back: `model.config.pad_token_id = 0` and
-    `model.config.backbone.pad_token_id = 0` are the same statement. A generation parameter the backbone's config
-    class does not keep (`forced_bos_token_id` of most backbones: transformers keeps it in `GenerationConfig`) is
-    refused with a `ValueError` pointing to `model.generation_config` (setting it to None is a no-op).
-    """
+    Read through to the backbone's config (no copy is kept): every special token id `*_token_id` (the backbone's, else
+    its decoder's, else None), `max_position_embeddings` (for an `EncoderDecoderConfig` the smaller of its encoder's
+    and decoder's; absent where the backbone has no limit), `vocab_size`, `hidden_size` and `is_encoder_decoder`.
+    Setting one sets the backbone config's, which is what `save_pretrained` writes; a generation parameter the
+    backbone's config class does not keep is refused, pointing to `model.generation_config` (None is a no-op)."""
 
     model_type = "hf_heads"
     sub_configs_defaults = {"backbone": SubConfigSpec(config_class=AutoConfig, model_type="gpt2")}

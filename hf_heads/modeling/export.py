@@ -1,15 +1,10 @@
-"""The model code saved with every model: `config.json` gets an `auto_map` and the directory gets the code
-the model needs, so that `AutoModelFor….from_pretrained(dir, trust_remote_code=True)` works where hf_heads
-is not installed (and `import hf_heads` + `AutoModelFor….from_pretrained(dir)` where it is).
+"""The model code saved with every model: `config.json` gets an `auto_map` and the directory gets the code the model
+needs, so that `AutoModelFor….from_pretrained(dir, trust_remote_code=True)` works where hf_heads is not installed.
+`HeadsPreTrainedModel.save_pretrained` calls `save_with_code`; `export_for_hub` adds the tokenizer.
 
-`HeadsPreTrainedModel.save_pretrained` calls `save_with_code` (so the Trainer's checkpoints, a run's
-`output_dir` and `push_to_hub` all carry the code); `export_for_hub` adds the tokenizer.
-
-The code is copied as flat modules (`hf_heads_losses_margin.py`, ...) with their `from hf_heads.x.y import z`
-lines rewritten to relative imports, which transformers' dynamic module loader follows. The modules are
-found by following those imports from the model classes, so a new module needs no list to be updated.
-Without an `auto_map`, transformers answers a directory of `model_type` `hf_heads` with "Transformers does
-not recognize this architecture ... upgrade transformers"; with it, it asks for `trust_remote_code=True`.
+The code is copied as flat modules (`hf_heads_losses_margin.py`, ...) with their `from hf_heads.x.y import z` lines
+rewritten to relative imports, which transformers' dynamic module loader follows. The modules are found by following
+those imports from the model classes, so a new module needs no list to be updated.
 """
 
 from __future__ import annotations
@@ -52,10 +47,8 @@ def code_modules() -> tuple[str, ...]:
 
 
 def _exportable(module: str, source: str) -> tuple[str, list[str]]:
-    """`source` with its `from hf_heads.a.b import ...` statements (found by `ast`, so docstrings and comments
-    are left alone) rewritten to `from .hf_heads_a_b import ...`, and the modules they import. Raises
-    `RuntimeError` for an hf_heads import that has no flat-module form (`import hf_heads...`,
-    `from hf_heads import ...`)."""
+    """`source` with its `from hf_heads.a.b import ...` statements (found by `ast`) rewritten to `from .hf_heads_a_b
+    import ...`, and the modules they import; `RuntimeError` for an hf_heads import with no flat-module form."""
     lines, imported = source.splitlines(keepends=True), []
     for node in ast.walk(ast.parse(source)):
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
@@ -89,12 +82,8 @@ def _code_sources(
     components: dict | None = None, model_class_name: str | None = None, family: str | None = None
 ) -> dict[str, str]:
     """module -> source with rewritten imports, for the closure of the model classes' hf_heads imports and of the
-    modules of the config's `components` (the user's own: each copy records the module's name, and the configuration
-    module imports each copy, which also makes transformers copy it to its module cache with the rest). With
-    `model_class_name` and `family` (a saved model), only that class's task module and that head family's module
-    start the closure: a directory carries the code its model runs, not every task's and family's. Raises
-    `RuntimeError` when a module imports hf_heads in a way that cannot be rewritten, or a component comes from a
-    script (`__main__`), whose code cannot be carried."""
+    config's `components` modules (with `model_class_name` and `family`: only what that model runs). `RuntimeError` for
+    an import that cannot be rewritten, or a component from a script (`__main__`)."""
     users = sorted(set((components or {}).values()))
     for option, module in (components or {}).items():
         if module == "__main__":
@@ -136,9 +125,8 @@ def write_code(
     model_class_name: str | None = None,
     family: str | None = None,
 ) -> list[str]:
-    """Copy the model code (and the modules of the config's `components`) into `directory` as flat modules with
-    relative imports, only what `model_class_name` with a head of `family` runs when they are given; returns the
-    file names."""
+    """Copy the model code (and the config's `components` modules) into `directory` as flat modules; returns the
+    names."""
     sources = _code_sources(components, model_class_name, family)  # every source first: nothing written on an error
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -179,9 +167,8 @@ def model_class(model) -> type:
 def save_with_code(
     model, directory: str | Path, save: Callable, *, strict: bool = False, is_main_process: bool = True, **kwargs
 ):
-    """`save(directory, is_main_process=..., **kwargs)` (`PreTrainedModel.save_pretrained` of the model) with
-    `auto_map` in the config, then the code next to it. A model whose code cannot be exported is saved without
-    them, with a warning (it then loads with `import hf_heads` only), or, with `strict`, refused (`ValueError`)."""
+    """`save(directory, ...)` with `auto_map` in the config, then the code next to it. A model whose code cannot be
+    exported is saved without them, with a warning, or, with `strict`, refused (`ValueError`)."""
     name = model_class(model).__name__
     components = getattr(model.config, "components", None)
     family = (getattr(model.config, "head", None) or {}).get("family")

@@ -1,21 +1,10 @@
 """Per-token losses without logits, for trainers that ask a causal LM for them (TRL's `SFTTrainer`).
 
-TRL (>= 1.16) computes its SFT loss from `model(..., labels=labels, fused_lm_head=True)`, which returns per-token
-`log_probs` (the loss is −Σ log_probs / number of tokens), `entropy`, `is_top1` and `label_mask`
-(`trl.trainer.utils.FusedCausalLMOutput`). It installs that call by replacing `model.forward` with a plain
-cross-entropy over `get_output_embeddings()`. An hf_heads model keeps its own forward instead
-(`HeadsForCausalLM.__setattr__`) and answers the call with `token_loss_output`:
-
-- `log_probs` = −(the head's per-token loss): the training criterion in train mode (margin, sampled, sparse,
-  label smoothing: whatever the head trains with), the eval loss in eval mode. So TRL's loss is the head's own
-  mean loss, exactly `model(input_ids, labels=labels).loss`. For the softmax head it is the log-probability TRL
-  computes; for the other families it is −(their criterion), which is what TRL then minimises.
-- `entropy` and `is_top1` (TRL's `mean_token_accuracy`) describe the inference distribution (no margin; sampled
-  heads corrected), without gradient (`OutputHead.loss_and_token_statistics`). A softmax head (and a margin head in
-  eval mode) scores that distribution in its loss pass and takes both from it: the chunk kernels' argmax and entropy,
-  no second product with W. The others (sparse, margin in training, sampled) add a pass over the output layer in
-  chunks of rows (`OutputHead.statistics`); for sampled heads that is one pass over the full vocabulary per step,
-  which costs part of their speed-up.
+TRL computes its SFT loss from `model(..., labels=labels, fused_lm_head=True)` and installs that call by replacing
+`model.forward` with a plain cross-entropy. An hf_heads model keeps its own forward (`HeadsForCausalLM.__setattr__`)
+and answers with `token_loss_output`: `log_probs` = −(the head's per-token loss), so TRL's loss is exactly
+`model(input_ids, labels=labels).loss`; `entropy` and `is_top1` describe the inference distribution (a second pass over
+the output layer unless the loss pass scores it, which costs sampled heads part of their speed-up).
 """
 
 from __future__ import annotations
@@ -28,14 +17,9 @@ from transformers.utils import ModelOutput
 
 @dataclass
 class TokenLossOutput(ModelOutput):
-    """The fields of TRL's `FusedCausalLMOutput` (every per-token field (B, T) and 0 where the label is -100).
-
-    loss: Σ per-token loss / `num_items_in_batch` (or the number of labelled tokens).
-    log_probs: −(the head's per-token loss).
-    entropy: entropy of the inference distribution (no gradient).
-    is_top1: whether the label is the inference distribution's argmax, the lowest index winning a tie.
-    label_mask: whether the label is not -100.
-    """
+    """The fields of TRL's `FusedCausalLMOutput`, every per-token field (B, T) and 0 where the label is -100: `loss` (Σ
+    per-token loss / `num_items_in_batch`), `log_probs` (−(the head's per-token loss)), `entropy` and `is_top1` of the
+    inference distribution (no gradient; ties to the lowest index), `label_mask`."""
 
     loss: torch.Tensor | None = None
     log_probs: torch.Tensor | None = None

@@ -1,20 +1,8 @@
 """A GGUF file for llama.cpp: `export_gguf(model, path, tokenizer=None, dtype="f16")` writes the export to the base
-architecture (hf_heads.modeling.base_export) of a Llama-family model (`LlamaForCausalLM`) as one GGUF file, with the
-`gguf` package's writer (llama.cpp's own Python library), in float16 (`f16`: 2-D weights in float16, norms in float32,
-as llama.cpp's converter writes them) or float32 (`f32`). transformers reads it back
-(`AutoModelForCausalLM.from_pretrained(directory, gguf_file=name)`) with the same logits within the rounding of the
-chosen type.
-
-What llama.cpp's `convert_hf_to_gguf.py` does for a Llama checkpoint, and this module does too: the `llama.*`
-hyperparameters (context length, embedding length, blocks, feed-forward length, heads, KV heads, RoPE base and
-dimension, RMS-norm epsilon, vocabulary size), the tensors under GGUF's names (`gguf.get_tensor_name_map`), the query
-and key projections permuted from transformers' rotate-half RoPE layout to GGML's interleaved one (transformers
-permutes them back when it reads the file), no `output.weight` for a tied output layer, and the tokenizer's
-vocabulary (`tokenizer.ggml.*`: a byte-level BPE tokenizer as `gpt2`, a SentencePiece one as `llama`, through
-`gguf.vocab`). What it does not do: quantised types (Q8_0, Q4_K, ...: llama.cpp's `llama-quantize` makes them from
-the f16 file), RoPE scaling (refused), attention or MLP biases (refused), and the pre-tokenizer detection of
-llama.cpp's converter (a hash of the tokenizer's output that names its regex: here `tokenizer.ggml.pre` is
-`default`, llama.cpp's GPT-2 regex).
+architecture of a Llama-family model as one GGUF file (the `gguf` package's writer), in float16 (2-D weights; norms in
+float32, as llama.cpp's converter writes them) or float32, as llama.cpp's `convert_hf_to_gguf.py` does (RoPE layout
+permuted, no `output.weight` when tied, the tokenizer's vocabulary). Not done: quantised types (made from the f16 file
+by `llama-quantize`), RoPE scaling and projection biases (refused), pre-tokenizer detection (`default`).
 """
 
 from __future__ import annotations
@@ -33,10 +21,8 @@ TOLERANCE = {"f32": 1e-5, "f16": HALF_TOLERANCE}  # max |Δ log p| of the file r
 
 def export_gguf(model, path: str | Path, tokenizer=None, dtype: str = "f16", verify: bool = True) -> Path:
     """Write `model` (an hf_heads model, exported with `to_base()` first, or a `LlamaForCausalLM`) to the GGUF file
-    `path` (module docstring); `tokenizer`: its vocabulary is written too (llama.cpp needs one to run text);
-    `dtype`: "f16" or "f32". `verify`: read the file back with transformers and compare its log-probabilities with
-    the model's on a probe input (1e-5 in f32; f16 rounding: 3e-2). Refuses (`ValueError`) an architecture other
-    than Llama and the settings llama.cpp's Llama graph does not run. Returns the path."""
+    `path` with `tokenizer`'s vocabulary; `dtype`: "f16" or "f32". `verify`: read it back with transformers and compare
+    on a probe. Refuses (`ValueError`) what llama.cpp's Llama graph does not run. Returns the path."""
     import gguf
 
     if dtype not in DTYPES:
@@ -161,9 +147,8 @@ def gguf_tensors(base, dtype: str):
 
 
 def add_vocabulary(writer, tokenizer, vocab_size: int) -> None:
-    """The tokenizer's vocabulary as `tokenizer.ggml.*` (token list, types, merges, special ids, chat template), padded
-    with unused tokens to the model's vocabulary size; a byte-level BPE tokenizer is `gpt2`, a SentencePiece one
-    `llama` (`gguf.vocab`); other kinds are refused."""
+    """The tokenizer's vocabulary as `tokenizer.ggml.*`, padded to the model's vocabulary size; a byte-level BPE
+    tokenizer is `gpt2`, a SentencePiece one `llama`; other kinds are refused."""
     import gguf
 
     with tempfile.TemporaryDirectory() as directory:

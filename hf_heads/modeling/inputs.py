@@ -1,12 +1,8 @@
-"""The models' check of their token ids and labels: an id outside the vocabulary (a tokenizer larger than the
-model's embeddings, labels of another label set) is refused with a `ValueError` that names the tensor, the id, the
-size it must stay below and the fix, instead of torch's `IndexError: index out of range in self` (CPU) or a
-device-side assert (CUDA) deep inside the embedding or the head.
-
-Cost: on CPU every forward checks (min/max reductions of the ids, with no device round trip). On an accelerator
-reading the result back would stall the device's queue once per step, so a model checks there only in its first
-forward of each mode (training / evaluation): one host synchronisation, which catches a tokenizer that does not
-fit the model at its first batch. Inside `torch.compile` tracing nothing is checked.
+"""The models' check of their token ids and labels: an id outside the vocabulary is refused with a `ValueError` that
+names the tensor, the id, the size it must stay below and the fix, instead of torch's `IndexError` (CPU) or a
+device-side assert (CUDA) deep inside the embedding or the head. On CPU every forward checks; on an accelerator, where
+reading the result back stalls the device's queue, only the first forward of each mode does. Inside `torch.compile`
+tracing nothing is checked.
 """
 
 from __future__ import annotations
@@ -67,9 +63,8 @@ def check_token_ids(
     num_classes: int | None = None,
     classifier: bool = False,
 ) -> None:
-    """Refuse token ids outside their embedding (`ids`: {input name: (ids or None, rows of its embedding or None)})
-    and labels outside 0 <= label < `num_classes` other than -100 (ignored). `classifier`: the labels are class
-    ids of a sequence classifier (the error then speaks of num_labels)."""
+    """Refuse token ids outside their embedding (`ids`: {input name: (ids or None, rows or None)}) and labels outside 0
+    <= label < `num_classes` other than -100; `classifier`: the error speaks of num_labels."""
     named = [(name, t, size) for name, (t, size) in ids.items() if t is not None and size is not None]
     if labels is not None and num_classes is not None:
         named.append(("labels", labels, num_classes))

@@ -1,8 +1,5 @@
-"""`from_base` returns exactly the model it loaded: the checkpoint's output transform read from its config, and a
-probe that compares the wrapped model's log-probabilities with the checkpoint's before the model is returned.
-
-Output transforms (hf_heads.losses.transforms) that transformers architectures apply after their backbone, and
-the config fields they are read from:
+"""`from_base` returns exactly the model it loaded: the checkpoint's output transform (hf_heads.losses.transforms) is
+read from its config, and a probe compares the wrapped model's log-probabilities with the checkpoint's:
 
 | architectures | config field | head option |
 |---|---|---|
@@ -13,11 +10,8 @@ the config fields they are read from:
 | HyperCLOVA X, Falcon-H1 | `logits_scaling`, `lm_head_multiplier` (multiply) | `logit_multiplier` |
 | T5 / LongT5 (`scale_decoder_outputs`), UMT5, Switch (tied) | h · d_model^-0.5 before the LM head | d_model^-0.5 |
 
-The BART family's `final_logits_bias` (a buffer beside the LM head) becomes the head's bias.
-
-Anything else an architecture does between its backbone and its logits is not known here: the probe finds it
-(the distributions differ) and `from_base` refuses the checkpoint, naming its architecture, instead of
-returning a model that is not the one the user loaded.
+The BART family's `final_logits_bias` becomes the head's bias. Anything else an architecture does between its backbone
+and its logits is found by the probe, and `from_base` refuses the checkpoint, naming its architecture.
 """
 
 from __future__ import annotations
@@ -115,9 +109,8 @@ def check_same_distribution(
         )
 
 
-# Decoders whose own *ForCausalLM generates through a recurrent-state cache of its own, which the generic generation
-# loop of GenerationMixin does not reproduce (measured: tests/test_architectures.py): the state-space models below,
-# and every class that says it cannot use the generic dynamic cache (rwkv, xlstm, minimax, reformer).
+# Decoders whose own *ForCausalLM generates through a recurrent-state cache that GenerationMixin's generic loop does
+# not reproduce: the state-space models below, and every class that cannot use the generic dynamic cache.
 STATEFUL_GENERATION = ("mamba", "mamba2", "falcon_mamba")
 
 

@@ -1,11 +1,8 @@
 """`HeadsForSeq2SeqLM`: an encoder-decoder backbone with an hf_heads output layer.
 
-Backbones: any `AutoModel` whose config is encoder-decoder (BART, T5, Marian, mBART, Pegasus, ...),
-built from a config or loaded with `from_base`, and BERT2BERT-style pairs (an `EncoderDecoderConfig`:
-an encoder `AutoModel` and a decoder `AutoModel` with cross-attention), e.g. warm-started from MiniLM
-with `from_encoder_decoder_pretrained`, or wrapped from a transformers `EncoderDecoderModel` checkpoint with
-`from_base` (its decoder is then its causal LM up to the final projection: `HeadsConfig.decoder_stem`). BART/T5
-compute their loss inline in transformers; here the backbone only returns decoder states and the head owns the loss.
+Backbones: any `AutoModel` whose config is encoder-decoder (BART, T5, Marian, mBART, Pegasus, ...), and BERT2BERT-style
+pairs (an `EncoderDecoderConfig`), warm-started with `from_encoder_decoder_pretrained` or wrapped from a transformers
+`EncoderDecoderModel` checkpoint with `from_base`. The backbone only returns decoder states; the head owns the loss.
 """
 
 from __future__ import annotations
@@ -67,10 +64,9 @@ def cut_decoder(decoder: PreTrainedModel, name: str) -> PreTrainedModel:
 
 
 class EncoderDecoderBackbone(nn.Module):
-    """An encoder `AutoModel` and a decoder `AutoModel` (with cross-attention) called like a `BartModel`:
-    returns the decoder's last hidden states as a `Seq2SeqModelOutput`. With `decoder_stem` (an `EncoderDecoderModel`
-    checkpoint's decoder) the decoder is its `AutoModelForCausalLM` cut before its final projection (`cut_decoder`),
-    and the "last hidden states" are what that projection read."""
+    """An encoder `AutoModel` and a decoder `AutoModel` (with cross-attention) called like a `BartModel`: returns the
+    decoder's last hidden states as a `Seq2SeqModelOutput`. With `decoder_stem` the decoder is its
+    `AutoModelForCausalLM` cut before its final projection (`cut_decoder`)."""
 
     def __init__(
         self,
@@ -148,11 +144,9 @@ class EncoderDecoderBackbone(nn.Module):
 class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
     """Encoder-decoder LM whose output layer is an hf_heads head.
 
-    `labels` (B, T) are the target ids (not shifted; -100 ignored); `decoder_input_ids` are built from them
-    (start token + labels[:-1]) when not given. The loss is the head's training criterion; `logits` are
-    the inference logits (no margin; top-k truncated for sparse heads), so `generate()` with greedy or beam
-    search decodes with the head's distribution (sparse heads: keep k >= num_beams).
-    """
+    `labels` (B, T) are the target ids (not shifted; -100 ignored); `decoder_input_ids` are built from them when not
+    given. The loss is the head's training criterion; `logits` are the inference logits (no margin; top-k truncated for
+    sparse heads), so `generate()` decodes with the head's distribution (sparse heads: keep k >= num_beams)."""
 
     head_task = "seq2seq"
 
@@ -198,23 +192,12 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         calibrate: bool = True,
         **from_pretrained_kwargs,
     ) -> HeadsForSeq2SeqLM:
-        """Wrap a pretrained `AutoModelForSeq2SeqLM` (BART, T5, Marian, ...; a Hub id, a local directory or an already
-        loaded model, whose modules are then shared): reuse its encoder-decoder and start the head from its own
-        output layer (and its `final_logits_bias` where it has one).
-
-        A transformers `EncoderDecoderModel` checkpoint (BERT2BERT, BERT2GPT2, ... saved by `EncoderDecoderModel`)
-        is wrapped too: its encoder, and its decoder's causal LM up to the final projection (BERT's dense +
-        activation + LayerNorm kept; `HeadsConfig.decoder_stem`), with the head started from that projection.
-
-        The checkpoint's output transform (T5's d_model^-0.5 rescale of the decoder states before a tied LM head)
-        becomes the head's `logit_multiplier`, and with `verify` (the default) the copied output layer is checked on a
-        probe input against the checkpoint's own logits: an architecture whose logits hf_heads does not reproduce
-        is refused with an error naming it (hf_heads.modeling.parity). A continuous head has no output layer to
-        copy: it starts from its embedding table and is not compared.
-
-        `calibrate=False`: the head trains from the copied output layer as it is; otherwise a head whose copy does
-        not keep the checkpoint's distribution (norm-scaled margins, sampled criteria) is calibrated on the first
-        training rows by `HeadsTrainer` (or `hf_heads.training.prepare_head`) and refuses to train before."""
+        """Wrap a pretrained `AutoModelForSeq2SeqLM` (a Hub id, a local directory or a loaded model, whose modules are
+        then shared), the head started from its output layer (and `final_logits_bias`); a transformers
+        `EncoderDecoderModel` checkpoint too (`HeadsConfig.decoder_stem`). The output transform (T5's d_model^-0.5)
+        becomes `logit_multiplier`; `verify` compares the copied layer's logits with the checkpoint's
+        (hf_heads.modeling.parity). A continuous head starts from its embedding table. `calibrate` as in
+        `HeadsForCausalLM.from_base`."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
         if isinstance(name_or_path, PreTrainedModel):
             lm, name_or_path = name_or_path, name_or_path.config.name_or_path
@@ -245,9 +228,8 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
     def _from_encoder_decoder_model(
         cls, lm: EncoderDecoderModel, name: str, head: dict | None, verify: bool
     ) -> HeadsForSeq2SeqLM:
-        """`from_base` of a transformers `EncoderDecoderModel`: its encoder (shared), its decoder's causal LM (shared
-        parameters; the caller's model is left as it is) cut before the final projection, the head from that
-        projection."""
+        """`from_base` of a transformers `EncoderDecoderModel`: its encoder and its decoder's causal LM (shared) cut
+        before the final projection, the head from that projection."""
         if getattr(lm, "enc_to_dec_proj", None) is not None:
             proj = lm.enc_to_dec_proj
             raise ValueError(
@@ -307,12 +289,10 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         eos_token_id: int | None = None,
         **kwargs,
     ) -> HeadsForSeq2SeqLM:
-        """BERT2BERT warm start: encoder and decoder both from pretrained encoders (e.g. MiniLM); the
-        decoder gets causal self-attention and new cross-attention layers, the head is tied to the decoder's
-        input embeddings (as transformers' `EncoderDecoderModel` does).
-
-        Decoding starts with `decoder_start_token_id` and ends with `eos_token_id`; by default the decoder
-        config's BOS / EOS, else its tokenizer's CLS / SEP (BERT configs carry neither)."""
+        """BERT2BERT warm start: encoder and decoder both from pretrained encoders (e.g. MiniLM); the decoder gets
+        causal self-attention and new cross-attention layers, the head is tied to its input embeddings. Decoding starts
+        with `decoder_start_token_id` and ends with `eos_token_id`: by default the decoder config's BOS / EOS, else its
+        tokenizer's CLS / SEP (BERT configs carry neither)."""
         decoder_name_or_path = decoder_name_or_path or encoder_name_or_path
         encoder = AutoModel.from_pretrained(encoder_name_or_path, **kwargs)
         decoder = AutoModel.from_pretrained(decoder_name_or_path, is_decoder=True, add_cross_attention=True, **kwargs)
@@ -361,8 +341,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Args as in transformers' `*ForConditionalGeneration.forward`; the generation cache is taken as `cache` or
-        `past_key_values` (hf_heads.modeling.compat). Token ids and labels outside the vocabulary are refused with a
-        `ValueError` naming the fix (hf_heads.modeling.inputs)."""
+        `past_key_values`. Token ids and labels outside the vocabulary are refused with a `ValueError`."""
         kwargs.pop("return_dict", None)
         cache = take_cache(kwargs)
         check_token_ids(

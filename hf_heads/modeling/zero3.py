@@ -1,18 +1,11 @@
 """DeepSpeed ZeRO-3: what an hf_heads model does where its parameters are partitioned over the processes.
 
-Under ZeRO-3 (`deepspeed.initialize` with `zero_optimization.stage: 3`, the Trainer's `deepspeed=` config, `accelerate
-launch --use_deepspeed --zero_stage 3`) each process holds a slice of every parameter, and the parameter itself is an
-empty (0,) tensor except while the module that owns it runs: DeepSpeed's hooks gather a module's own parameters before
-its forward and again before its backward, and free them after. The models call the head as a module
-(`self.head(hidden, labels)`, `OutputHead.forward`), so the chunked loss reads W (V, H) and its bias gathered in the
-forward and in the backward (where `reduction="none"` recomputes each chunk from W), and nothing else in a model's
-forward reads the head's parameters: the head's V is a number recorded when it is built (`DiscreteHead.num_classes`),
-because a parameter read during another module's forward is gathered whole by DeepSpeed for the rest of that forward
-(an "external parameter" of the module), which would hold W during the whole backbone.
-
-What runs outside every forward and reads the head's tensors gathers them with `gathered` (the trainer's
-diagnostics); `from_base` of a checkpoint that transformers loaded partitioned is not handled. Without DeepSpeed (or
-with ZeRO-1 / ZeRO-2, which partition the optimizer state and the gradients, not the parameters) it does nothing.
+Under ZeRO-3 a parameter is an empty (0,) tensor except while the module that owns it runs (DeepSpeed's hooks gather a
+module's own parameters before its forward and backward). The models call the head as a module, so the chunked loss
+reads W (V, H) gathered in the forward and in the backward, and nothing else in a forward reads the head's parameters:
+the head's V is a number recorded when it is built (`DiscreteHead.num_classes`), because a parameter read during
+another module's forward is gathered whole for the rest of that forward, which would hold W during the whole backbone.
+What runs outside every forward gathers them with `gathered`. Without ZeRO-3 it does nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +24,8 @@ def is_partitioned(tensor: torch.Tensor | None) -> bool:
 
 @contextlib.contextmanager
 def gathered(params: Iterable[torch.Tensor | None]) -> Iterator[None]:
-    """Inside: the ZeRO-3 partitioned tensors among `params` gathered whole on this process
-    (`deepspeed.zero.GatheredParameters`, a collective: every process must enter), partitioned again on exit (changes
-    made inside are dropped: it is for reading). A no-op for the others (None, unpartitioned tensors, a DTensor)."""
+    """Inside: the ZeRO-3 partitioned tensors among `params` gathered whole (a collective: every process must enter),
+    for reading (changes are dropped). A no-op for other tensors."""
     partitioned = [p for p in params if is_partitioned(p)]
     if not partitioned:
         yield
@@ -45,13 +37,10 @@ def gathered(params: Iterable[torch.Tensor | None]) -> Iterator[None]:
 
 
 def new_backbone(config: PretrainedConfig, auto_class=AutoModel) -> PreTrainedModel:
-    """`auto_class.from_config(config)` (a backbone, or an encoder-decoder's encoder or decoder), built as the model
-    around it is built. Inside transformers' ZeRO-3 construction (`from_pretrained` / `from_config` of an hf_heads
-    model while a ZeRO-3 config is active: its `deepspeed.zero.Init`) it is partitioned with the rest of the model.
-    Called from the model's class itself (`HeadsForCausalLM(config)`) while a ZeRO-3 config is active, it is built
-    whole, as transformers' own task classes build their body when called directly: on its own `from_config` would
-    partition the backbone and leave the model's `post_init` to initialise (0,) tensors (`IndexError` in the
-    embedding's padding row); the DeepSpeed engine partitions the whole model when it starts."""
+    """`auto_class.from_config(config)`, built as the model around it is built: partitioned with the rest of the model
+    inside transformers' ZeRO-3 construction (`deepspeed.zero.Init`); built whole when the model's class is called
+    directly while a ZeRO-3 config is active, as transformers' own task classes do (on its own `from_config` would
+    partition it and leave `post_init` to initialise (0,) tensors)."""
     from transformers import modeling_utils
     from transformers.integrations import is_deepspeed_zero3_enabled
 

@@ -1,12 +1,7 @@
-"""Scoring texts with an hf_heads model's inference distribution and n-best rescoring.
-
-- `sentence_log_probs` / `token_log_probs`: log p(text) (given a source for seq2seq models), computed in chunks of
-  positions without the (B, T, V) logits; per head family what a score means is in `hf_heads.scoring.scores`.
-- `rescore_nbest` / `tune_weights`: log-linear combination of first-pass and LM scores with a word bonus, and its
-  grid search on a dev set (`corpus_bleu`, `negative_wer`).
-- CLI: `python -m hf_heads.scoring score|rescore ...` (`run_scripts/score.py` is the same).
-
-Not imported by `import hf_heads` (it stays light): `from hf_heads.scoring import sentence_log_probs`.
+"""Scoring texts with an hf_heads model's inference distribution and n-best rescoring: `sentence_log_probs` /
+`token_log_probs` (log p(text), in chunks, without the (B, T, V) logits; what a score means per family:
+`hf_heads.scoring.scores`), `rescore_nbest` / `tune_weights` (log-linear combination with LM scores and its grid
+search), and the CLI `python -m hf_heads.scoring score|rescore ...`. Not imported by `import hf_heads`.
 """
 
 from hf_heads.scoring.rescore import (

@@ -5,13 +5,10 @@
     python -m hf_heads.scoring rescore --model DIR --nbest nbest.jsonl --output reranked.jsonl \\
         --lm_weight 0.5 [--length_penalty 0] [--no-normalize] [--batch_size 32]
 
-`--model` is a directory saved by hf_heads (a run's output_dir): the model loads with AutoModelForCausalLM or
-AutoModelForSeq2SeqLM (after `import hf_heads`), its tokenizer with AutoTokenizer. `texts.txt` / `src.txt` hold one
-text per line (an empty line is an error naming it). `nbest.jsonl` holds one record per line,
-`{"id", "hypotheses": [{"text", "score"}], "reference"?, "source"?}` (`source` required for a seq2seq model).
-Log-probabilities are written as JSON numbers, and as null where they are -inf (a sparse head's token outside its
-top k). Bad input prints one line `error: ...` (file, line number, field) and exits with status 2; set
-HF_HEADS_TRACEBACK=1 for the traceback. `run_scripts/score.py` is the same command.
+`--model` is a directory saved by hf_heads (a run's output_dir). `texts.txt` / `src.txt` hold one text per line.
+`nbest.jsonl` holds one record per line, `{"id", "hypotheses": [{"text", "score"}], "reference"?, "source"?}`.
+Log-probabilities of -inf are written as null. Bad input prints one line `error: ...` and exits with status 2
+(HF_HEADS_TRACEBACK=1 for the traceback). `run_scripts/score.py` is the same command.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """N-best rescoring with a language model's scores, and a grid search of the combination weights on a dev set.
 
-The second-pass rescoring of the sampling paper (sec. 4, tables 3-4) adds an LM score to each hypothesis' first-pass
-score; here the combination is log-linear with a word bonus:
+The second-pass rescoring of the sampling paper (sec. 4, tables 3-4), here log-linear with a word bonus:
 
     combined = score + lm_weight · lm_score + length_penalty · num_words
 
-(`num_words`: whitespace-separated words of the hypothesis; a positive `length_penalty` favours longer hypotheses,
-offsetting the LM's preference for short ones). LM scores come from `hf_heads.scoring.sentence_log_probs`, e.g.
-normalised or not (table 4) for a sampled head.
-
-An n-best list is a list of records `{"id": ..., "hypotheses": [{"text": str, "score": float}, ...]}`, with
-`"reference": str` for tuning and `"source": str` where a seq2seq model scores the hypotheses (the CLI reads them
-from JSON Lines, one record per line). Extra fields are kept.
+(a positive `length_penalty` offsets the LM's preference for short hypotheses). An n-best list is a list of records
+`{"id", "hypotheses": [{"text", "score"}], "reference"?, "source"?}`; extra fields are kept.
 """
 
 from __future__ import annotations
@@ -123,9 +117,8 @@ def _combined(score: float, lm_score: float, num_words: int, lm_weight: float, l
 
 
 def rescore_nbest(nbest: Sequence[dict], lm_scores, *, lm_weight: float, length_penalty: float = 0.0) -> list[dict]:
-    """The n-best lists reranked by `combined` (best first; ties keep their order), as new records: each keeps its
-    fields and each hypothesis gets `lm_score` and `combined`. `lm_scores`: one per hypothesis, nested per record or
-    flat in `nbest_texts` order (e.g. the tensor `sentence_log_probs` returns)."""
+    """The n-best lists reranked by `combined` (best first, ties in order), as new records, each hypothesis with
+    `lm_score` and `combined`; `lm_scores` nested per record or flat in `nbest_texts` order."""
     check_nbest(nbest)
     lm_weight = _check_weight("lm_weight", lm_weight)
     length_penalty = _check_weight("length_penalty", length_penalty)
@@ -161,9 +154,8 @@ def tune_weights(
     lm_weights: Iterable[float],
     length_penalties: Iterable[float] = (0.0,),
 ) -> TuningResult:
-    """Grid search of (lm_weight, length_penalty) maximising `metric(best_hypotheses, references)` on a dev set
-    whose records carry a `reference`. `metric` is corpus-level and higher is better (`corpus_bleu`, or
-    `negative_wer` for ASR). Ties go to the first pair in grid order (lm_weights outer, length_penalties inner)."""
+    """Grid search of (lm_weight, length_penalty) maximising the corpus-level `metric(best_hypotheses, references)` on
+    a dev set; ties go to the first pair in grid order (lm_weights outer)."""
     check_nbest(nbest, need_reference=True)
     if not callable(metric):
         raise ValueError(f"metric={metric!r} must be a callable (hypotheses, references) -> float")

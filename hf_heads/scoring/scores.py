@@ -1,48 +1,20 @@
 """Sentence and token log-probabilities under an hf_heads model's inference distribution, for rescoring.
 
-The score of a text is Σ_t log p(y_t | y_<t [, source]) with p the distribution the head's inference logits define
-(`OutputHead.logits`: log_softmax of them is the model's p(c|x)). It is computed from the backbone's final hidden
-states by the model's own forward with its statistics recorded (`statistics_recorded(loss=False)`): the head
-passes the scored positions through the chunk engine (hf_heads.losses.chunks), so one (chunk, V) block of logits
-exists at a time, never the (B, T, V) logits of a batch.
+The score of a text is Σ_t log p(y_t | y_<t [, source]) with p the distribution the head's inference logits define,
+computed by the model's own forward with its statistics recorded: one (chunk, V) block of logits at a time.
 
-Per family (what a score means):
+Per family: softmax, log_softmax of W h + b (with the output transform); margin (margin paper, eq. 13), the scores
+without the margin of eq. 14 (max-norm heads need their running max ‖h‖); sampled (sampling paper, eqs. 2-22), the
+corrected posterior, renormalised with `normalize=True` (tables 2-3) or the corrected log-score log p̃(c|x) itself with
+`normalize=False` (table 4, meaningful for self-normalising criteria); sparse (sparse-softmax paper, eq. 4), log of the
+truncated distribution (-inf for a token outside the top `decode_k`, as `generate()` decodes); continuous, log_softmax
+of the decoding scores (not the vMF density). `normalize=False` is refused for the other families: their raw logits
+carry an arbitrary per-position offset.
 
-- softmax: log_softmax of W h + b (with the checkpoint's output transform).
-- margin (margin paper, eq. 13): the scores l(c, i) without the margin of eq. 14 (the inference logits never carry
-  it); max-norm heads use their running max ‖h‖, and are refused before one exists (the score would then depend on
-  the rest of the batch).
-- sampled (sampling paper, eqs. 2-22): the corrected posterior. `normalize=True` renormalises it over the vocabulary
-  (log_softmax of the corrected scores, the perplexities of the paper's tables 2-3); `normalize=False` returns the
-  corrected log-score log p̃(c|x) itself, without the log-sum-exp: the paper's table 4 ("WERs without explicit
-  normalization"), meaningful for self-normalising criteria (BCE-IS, BCE-NCE, ...), a raw score otherwise.
-- sparse (sparse-softmax paper, eq. 4): log of the truncated distribution. A token outside the row's top
-  `decode_k` (default k) has probability 0, so its log-probability is -inf, and so is the score of its text; this
-  is exactly log_softmax of the truncated inference logits, which is what `generate()` decodes with.
-- continuous (Bhat et al. 2019): log_softmax of the decoding scores û·Eᵀ (or s·cos(û, E)), the distribution beam
-  search ranks hypotheses with. It is not the vMF density of the training loss.
-
-`normalize=False` is the sampling paper's setting and is accepted for sampled heads only: softmax, margin and
-continuous logits are not trained to be self-normalised (their raw logits carry an arbitrary per-position offset),
-and a sparse head's raw logit is not a probability of anything (eq. 5 needs the top-k log-sum-exp). They are refused
-with a ValueError rather than returning the normalised score under another name.
-
-Sequences:
-
-- causal LM: `[BOS] + tokens + [EOS]` (tokens without the tokenizer's own special tokens); every token after the
-  first is scored given the ones before it. `add_bos=False` leaves the first token unscored (nothing predicts it);
-  `add_eos=False` does not score the end of the text.
-- seq2seq: the target `tokens + [EOS]` is scored given the source (encoded with the tokenizer's own special
-  tokens, as the training scripts encode sources) and the decoder's start token `decoder_start_token_id`, which
-  plays the role of BOS (a seq2seq decoder always starts from it: `add_bos=False` is refused there).
-- BOS / EOS are the tokenizer's (what training encoded), else the backbone config's; a tokenizer whose BOS / EOS
-  differs from the config's (which `generate()` and, for the decoder start, the labels' shift use) is refused.
-
-Batches are padded on the right with an attention mask: no real token ever attends to padding and the default
-position ids 0..T-1 are the unpadded ones, so a text scores the same alone or in any batch (up to float rounding).
-A text longer than the model's context (`max_position_embeddings` / `n_positions` of the backbone, when the config
-has one) is refused with an error naming it and both lengths, not truncated or windowed: a truncated score would
-silently be the score of another text.
+Sequences: a causal LM scores `[BOS] + tokens + [EOS]` after the first token (`add_bos` / `add_eos`), a seq2seq model
+`tokens + [EOS]` given the source. BOS / EOS are the tokenizer's, else the config's (a disagreement is refused). Right
+padding makes a text score the same in any batch. A text longer than the model's context is refused, not truncated: a
+truncated score would silently be the score of another text.
 """
 
 from __future__ import annotations
@@ -82,16 +54,9 @@ def token_log_probs(
     where: Where | None = None,
     source_where: Where | None = None,
 ) -> list[torch.Tensor]:
-    """Log-probability of every scored token of each text: a list of float64 tensors (n_i,), one per text.
-
-    `model`: a `HeadsForCausalLM` or `HeadsForSeq2SeqLM`; `tokenizer`: its tokenizer (at most the model's vocabulary
-    size); `sources` (seq2seq only, required there): one source text per text. `normalize`: see the module docstring
-    (False: the sampling paper's unnormalised corrected scores, sampled heads only). `chunk_size`: scored positions
-    per (chunk, V) block of logits (default: 2^23 logits, 32 MiB in float32, at least 512 positions). `progress`: a
-    tqdm bar on stderr.
-    `where` / `source_where`: how an error names text / source i (default "texts[i]" / "sources[i]"; the
-    command line names the lines of its files). Which tokens are scored (BOS, EOS) and what a score means per head
-    family: module docstring."""
+    """Log-probability of every scored token of each text: a list of float64 tensors (n_i,). `sources`: seq2seq only,
+    one per text; `normalize`: module docstring; `chunk_size`: positions per (chunk, V) block of logits (default 2^23
+    logits, at least 512 positions); `where` / `source_where`: how an error names text / source i."""
     return _score(
         model, tokenizer, texts, sources, normalize, batch_size, add_bos, add_eos, chunk_size, progress, where,
         source_where,
@@ -99,8 +64,8 @@ def token_log_probs(
 
 
 def sentence_log_probs(model, tokenizer, texts: Sequence[str], **options) -> torch.Tensor:
-    """(len(texts),) float64: the sum of each text's token log-probabilities (`token_log_probs`, whose keyword
-    `options` it takes). -inf where a sparse head gives a token probability 0."""
+    """(len(texts),) float64 sums of `token_log_probs` (whose `options` it takes); -inf where a token has
+    probability 0."""
     rows = token_log_probs(model, tokenizer, texts, **options)
     return torch.stack([row.sum() for row in rows]) if rows else torch.zeros(0, dtype=torch.float64)
 
@@ -159,9 +124,7 @@ def _max_positions(config) -> int | None:
 
 
 def _special_id(tokenizer, model, name: str) -> int | None:
-    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the backbone config; refused when both are set and
-    differ: training encoded the tokenizer's id, `generate()` starts and stops with the config's, so a score with
-    either would not be the model's."""
+    """`bos_token_id` / `eos_token_id` of the tokenizer, else of the config; refused when both are set and differ."""
     value = getattr(tokenizer, name, None)
     config = model.config.backbone_token_id(name)
     allowed = config if isinstance(config, list | tuple) else [config]  # a list: several EOS ids (Llama 3)
@@ -318,8 +281,7 @@ def _padded(rows: list[list[int]], value: int, device) -> tuple[torch.Tensor, to
 
 
 def _score_batch(model, batch: list[_Example], pad: int, normalize: bool, chunk_size: int | None):
-    """The model's own forward with its statistics recorded (no loss, no logits): log p(target) per scored
-    position, computed by the head in chunks of rows (one (chunk, V) block of logits at a time)."""
+    """The model's own forward with its statistics recorded: log p(target) per scored position, in chunks of rows."""
     device = model.get_input_embeddings().weight.device
     inputs, mask = _padded([e.inputs for e in batch], pad, device)  # (B, T)
     targets, _ = _padded([e.targets for e in batch], -100, device)  # (B, T), -100 past each row's end

@@ -37,8 +37,8 @@ TRAINER_FLAGS = frozenset(
 
 
 def option_flag(option: str) -> str:
-    """The flag (without `--`) of a head option: its name, or RENAMED_FLAGS' name; `head_<name>` where that is a
-    field of `(Seq2Seq)TrainingArguments` (a family option `seed` is `--head_seed`: `--seed` stays the Trainer's)."""
+    """The flag (without `--`) of a head option: its name or RENAMED_FLAGS' name, `head_<name>` where that is a field
+    of the training arguments (`--seed` stays the Trainer's)."""
     flag = RENAMED_FLAGS.get(option, option)
     return f"head_{flag}" if flag in TRAINER_FLAGS else flag
 
@@ -104,8 +104,7 @@ def _head_flags_class() -> type:
 
 
 class HeadFlags(_head_flags_class()):
-    """Head options as command-line flags; `head_config()` turns them into a validated head section.
-    A flag left unset takes the family's default; a flag the family does not have is an error."""
+    """Head options as command-line flags; `head_config()` turns them into a validated head section."""
 
     def __post_init__(self) -> None:
         self.import_head_modules()  # a module that does not import is an error when the arguments are parsed
@@ -126,8 +125,7 @@ class HeadFlags(_head_flags_class()):
         return self.head != DEFAULT_FAMILY or flags or bool(self.head_options)
 
     def head_config(self) -> dict:
-        """The validated head section; a flag that the family does not have is an error, never ignored. Errors
-        name the flag (`--m`, `--head_bias`, ...)."""
+        """The validated head section; a flag the family does not have is an error naming the flag, never ignored."""
         self.import_head_modules()
         section: dict = {"family": self.head}
         for flag, option in FLAG_TO_OPTION.items():
@@ -176,8 +174,7 @@ OWN_COMPONENTS = "a component or family of your own is registered in your module
 
 
 def _component_options() -> dict[str, str]:
-    """{head option: the component kind it names} over every registered family (`margin` -> "margin", `method` ->
-    "sampling_method", `chunk_kernel` -> "kernel", ...)."""
+    """{head option: the component kind it names} over every registered family."""
     return {
         f.name: f.metadata[COMPONENT]
         for entry in FAMILIES.values()
@@ -192,10 +189,8 @@ def _names_a_component(option: str) -> bool:
 
 
 def unknown_flags_hint(unknown: list[str]) -> str:
-    """What to write instead of command-line arguments no parser took, for the head: a component's parameter goes
-    into the component's flag (`--margin combined:m1=1.2`), a family's option without a flag of its own (one of a
-    family from `--head_modules`) into `--head_options name=value`; else how the head takes what it has no flag for.
-    Read after parsing, so the families and components of `--head_modules` are registered."""
+    """What to write instead of arguments no parser took: a component's parameter in its flag (`--margin
+    combined:m1=1.2`), a family option without a flag in `--head_options name=value`."""
     hints = []
     for arg in unknown:
         name = arg[2:].partition("=")[0] if arg.startswith("--") else None
@@ -229,8 +224,7 @@ def unknown_flags_hint(unknown: list[str]) -> str:
 
 @dataclass
 class _RunDefaults:
-    """Defaults that fit the run: a logging interval from `max_steps` and a warning for `--fp16` on a CPU. (The head
-    flags change nothing until a trainer is given these arguments: `HeadsTrainer` binds their head to its model.)"""
+    """Defaults that fit the run: a logging interval from `max_steps` and a warning for `--fp16` on a CPU."""
 
     logging_steps: float | None = field(
         default=None,
@@ -267,11 +261,8 @@ class _RunDefaults:
 
 @dataclass
 class HeadsTrainingArguments(HeadFlags, _RunDefaults, TrainingArguments):
-    """`TrainingArguments` + head flags (and `logging_steps` defaulting to max_steps // 20). In place of
-    `TrainingArguments` in a script's `HfArgumentParser`: `HeadsTrainer(model=..., args=...)` binds the head the flags
-    name to its model (`HeadsPreTrainedModel.bind_head`): a model built with the default head
-    (`HeadsForCausalLM.from_pretrained(base, config=...)`, `from_config(config)`) takes it, a model with a head of its
-    own must have that head. Building the arguments changes nothing else."""
+    """`TrainingArguments` + head flags (`logging_steps` defaulting to max_steps // 20); `HeadsTrainer` binds the head
+    the flags name to its model (`HeadsPreTrainedModel.bind_head`)."""
 
 
 @dataclass

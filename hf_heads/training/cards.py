@@ -1,16 +1,6 @@
-"""Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves).
-
-What a card says is what holds for the model it describes:
-- the losses are named by what they are: the head says whether its eval loss is an NLL
-  (`head.eval_loss_is_nll`; a sparse head's is the NLL of its truncated distribution, infinite where a label falls
-  outside its top decode_k), continuous heads their training loss, classifiers a loss per example, language models a
-  loss per token;
-- `model-index` lists only metrics with a standard meaning (a finite perplexity when the eval loss is a language
-  model's NLL; accuracy, F1, BLEU, ROUGE), never a loss;
-- every score is on one 0-100 scale (sacreBLEU's; ROUGE, accuracy and F1 are multiplied by 100);
-- "how to load" says `trust_remote_code=True` only for a directory that carries the model code
-  (`hf_heads.modeling.export.has_code`), and seq2seq cards show `generate()` (transformers 5 has no
-  translation / summarization / text2text-generation pipelines).
+"""Model cards and plots written at the end of training (Hub `model-index` metadata, PNG curves). A card says what
+holds for its model: losses named by what they are, only standard metrics in `model-index` (never a loss), every score
+on sacreBLEU's 0-100 scale, `trust_remote_code=True` only where the directory carries the code.
 """
 
 from __future__ import annotations
@@ -51,8 +41,7 @@ def _is_lm(model) -> bool:
 
 
 def loss_labels(model) -> dict[str, str]:
-    """What the training and evaluation losses of `model` are: `train_label`, `eval_label` (curve legends and
-    the card) and `ylabel` (the unit). The head names its losses (`loss_names`)."""
+    """`train_label`, `eval_label` (legends and card) and `ylabel` of `model`'s losses, as its head names them."""
     unit = "token" if _is_lm(model) else "example"
     train, evaluation = model.head.loss_names("word" if unit == "token" else "class")
     ylabel = f"loss (nats / {unit})" if model.head.loss_in_nats else f"loss / {unit}"
@@ -69,9 +58,8 @@ def plot_loss_curves(
     eval_label: str | None = None,
     ylabel: str | None = None,
 ) -> Path:
-    """Training and evaluation loss against the step, saved as PNG. The curves are labelled by what they are
-    (`loss_labels(model)`, or the labels given). A single logged value is drawn as a marker; a log with no
-    loss at all gives a figure that says so in its title."""
+    """Training and evaluation loss against the step, saved as PNG, each curve labelled by what it is
+    (`loss_labels`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,8 +113,8 @@ def _strip_split(key: str) -> str:
 
 
 def model_index_results(model, metrics: dict, dataset: str, task_type: str, task_name: str) -> list[dict]:
-    """`model-index` results: per split, the metrics with a standard meaning (perplexity only when the eval loss
-    is a language model's NLL; accuracy, F1, BLEU, ROUGE on 0-100), never a loss, runtime or count."""
+    """`model-index` results per split: only metrics with a standard meaning (perplexity where the eval loss is a
+    language model's NLL; accuracy, F1, BLEU, ROUGE on 0-100), never a loss."""
     perplexity = _is_lm(model) and bool(getattr(getattr(model, "head", None), "eval_loss_is_nll", False))
     results = []
     for prefix, split in SPLITS:
@@ -291,12 +279,8 @@ def write_model_card(
     repo_id: str | None = None,
     built_from_config: bool = False,
 ) -> Path:
-    """Fill `model_card_template.md` and write `README.md` into `output_dir`; the loading instructions depend on
-    whether `output_dir` holds a saved model with its code (`hf_heads.modeling.export.has_code`).
-
-    `base_model` is the Hub id or local directory the model started from (a Hub id goes into the card's metadata);
-    with `built_from_config=True` it is the name of a backbone built from a config (random initialisation, no
-    metadata), and with no `base_model` the card says the model was built from a config."""
+    """Fill `model_card_template.md` and write `README.md` into `output_dir`. `base_model`: the Hub id (into the card's
+    metadata) or directory the model started from, or with `built_from_config=True` a backbone built from a config."""
     from hf_heads.modeling.export import has_code
 
     output_dir = Path(output_dir)

@@ -1,14 +1,7 @@
-"""The continuous head's embedding table for a training run (Kumar & Tsvetkov 2019, sec. 3: the decoder predicts a
-row of a fixed pretrained table). The run scripts and `HeadsTrainer` (the one-line swap of docs/own-script.md) both
-use it:
-
-- `table_source`: the table the head's `embedding_name` names — a packaged table or a file as it is, or
-  `word2vec-targets`, a table trained with gensim on the training targets as the tokenizer splits them (`d` =
-  `word2vec_dim`), written to the run's output directory (a trained model's own file when it has one);
-- `continuous_table`: the (V, d) table and the tokens it covers for the tokenizer's vocabulary, and the head section
-  with `embedding_dim` = d (the head is built from it);
-- `attach_table`: the table set on the head, with the training targets' counts where `center_embeddings="frequency"`
-  and the distinct training targets as the output vocabulary where `output_vocabulary="targets"`.
+"""The continuous head's embedding table for a training run (Kumar & Tsvetkov 2019, sec. 3: the decoder predicts a row
+of a fixed pretrained table), used by the run scripts and `HeadsTrainer`: `table_source` (the table the head's
+`embedding_name` names, or `word2vec-targets`, trained with gensim on the training targets), `continuous_table` (the
+(V, d) table for the tokenizer's vocabulary) and `attach_table` (the table set on the head).
 """
 
 from __future__ import annotations
@@ -27,16 +20,15 @@ TRAINED_ON_TARGETS = "word2vec-targets"
 
 
 def target_sentences(tokenizer, label_rows) -> list[list[str]]:
-    """The training targets as token strings (what word2vec trains on): each row of ids without its special tokens
-    and ignored positions (-100)."""
+    """The training targets as token strings, without special tokens and ignored positions (what word2vec trains
+    on)."""
     specials = set(tokenizer.all_special_ids)
     return [tokenizer.convert_ids_to_tokens([i for i in row if i >= 0 and i not in specials]) for row in label_rows]
 
 
 def table_source(section: dict, sentences, output_dir: str | Path, seed: int, model_dir: str | Path | None = None):
-    """The table file or name to read for the head `section`: its `embedding_name` as it is, or for
-    `word2vec-targets` the table trained on `sentences` (token lists, or a callable giving them, called only when a
-    table is trained) into `output_dir` — a trained model's own file in `model_dir` when it has one."""
+    """The table to read for the head `section`: its `embedding_name`, or for `word2vec-targets` the table trained on
+    `sentences` into `output_dir` (a trained model's own file in `model_dir` when it has one)."""
     name = section["embedding_name"]
     if name != TRAINED_ON_TARGETS:
         return name
@@ -57,10 +49,8 @@ def continuous_table(
     section: dict, tokenizer, source: str | None = None, num_classes: int | None = None
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """(the head section with `embedding_dim`, the table (V, d), the tokens it covers (V,) bool) for the tokenizer's
-    vocabulary from `source` (a file or name; default the section's `embedding_name`). `num_classes`: the model's
-    vocabulary when it has more ids than the tokenizer (a vocabulary padded to a multiple): those rows are seeded
-    random ones, as an uncovered token's. Refused: a section whose `embedding_dim` is not the table's d, a tokenizer
-    with more ids than `num_classes`, and a table that covers no token."""
+    vocabulary from `source`; ids past the tokenizer's (up to `num_classes`) get seeded random rows. Refused: a wrong
+    `embedding_dim`, a tokenizer larger than `num_classes`, a table that covers no token."""
     name = source or section["embedding_name"]
     table, covered = embedding_table(tokenizer, name)
     extra = 0 if num_classes is None else num_classes - table.shape[0]
@@ -77,9 +67,8 @@ def continuous_table(
 
 
 def attach_table(model, table: torch.Tensor, train_dataset, column: str = "labels") -> None:
-    """Set `table` on the model's continuous head: with the training targets' counts where `center_embeddings` is
-    "frequency", and their distinct ids as the output vocabulary where `output_vocabulary` is "targets" (both need
-    `train_dataset`)."""
+    """Set `table` on the model's continuous head, with the training targets' counts and output vocabulary where the
+    head's options need them (from `train_dataset`)."""
     options = model.head.options
     counts = None
     if options.center_embeddings == "frequency":

@@ -1,30 +1,8 @@
-"""`HeadsTrainer` / `HeadsSeq2SeqTrainer`: the transformers trainers plus what hf_heads heads need.
-
-- The head: the head flags of `HeadsTrainingArguments` name the head the trainer trains (`bind_arguments_head`):
-  a model built with the default head (`from_pretrained` of a base checkpoint or `from_config` of a backbone config,
-  as a transformers example script builds it) takes it, started from the checkpoint's output layer; a model with a
-  head of its own must have that head (refused otherwise, naming both); a model that is no hf_heads model is refused.
-- Word counts: a head whose norm scaling needs training counts (unigram, log-unigram, log-rank,
-  uniform) gets them from the training set's labels before the first step, unless it has them.
-- Warm start: a head that `from_base` started from a checkpoint's output layer without the data to calibrate it
-  (`warm_start_pending`: norm-scaled margin heads and sampled heads made without `word_counts`) is calibrated on the
-  first training rows before the first step, after the counts (`prepare_head`).
-- Diagnostics: head statistics are logged next to the loss (`head/weight_norm_mean`, `.../std`,
-  `head/context_norm_running`; for sampled heads `head/self_norm_logz_mean`, `.../std`).
-- Evaluation: models in eval mode return the NLL of their inference distribution (no margin),
-  so `eval_loss` is a real cross-entropy, and for language models (causal LM, seq2seq)
-  `eval_perplexity = exp(eval_loss)` is logged too (not for classifiers, whose eval loss is per example, not per
-  token). A sparse head's is the NLL of its truncated distribution (infinite where a label falls outside the top
-  decode_k), with `eval_sparse_loss` (eq. 5 over the top k) and `eval_in_top_k` (the labels inside) beside it.
-- What the training loss is: `loss` stays the Trainer's (the mean training criterion of the logging window, what the
-  optimiser minimises); beside it `train_criterion` names that criterion (the head's `loss_names`), and where it is
-  not the eval loss while the eval loss is an NLL (margin, sampled, label-smoothed heads) `train_nll` is the NLL of
-  the inference distribution on the first training batch of the window, recorded in its training forward (no
-  backward), comparable with `eval_loss`. `train_accuracy`: the fraction of the window's training labels (tokens or
-  classes) that the training pass predicts (softmax, sparse and margin heads: the argmax of the chunk kernels in the
-  same pass as the loss, no second product with W; a margin head's without its margin), and `train_accuracy@k` for
-  each k of `eval_accuracy_top_k` (the labels among the k most likely classes, from the same pass).
-- Exact gradient accumulation: the models accept `num_items_in_batch` (sum / number of tokens).
+"""`HeadsTrainer` / `HeadsSeq2SeqTrainer`: the transformers trainers plus what hf_heads heads need (docs/training.md):
+the head the arguments' flags name (`bind_arguments_head`); word counts and a pending warm start's calibration from the
+training set before the first step (`prepare_head`); head diagnostics in the logs; `eval_perplexity` for language
+models (the eval loss is the NLL of the inference distribution); `train_criterion`, and `train_nll` where the training
+criterion is not that NLL, comparable with `eval_loss`; `train_accuracy` from the loss's own pass.
 """
 
 from __future__ import annotations
@@ -50,8 +28,7 @@ LANGUAGE_MODEL_TASKS = ("causal-lm", "seq2seq")
 
 
 def is_language_model(model) -> bool:
-    """Whether the model's losses are per token of a language model, so that exp(eval NLL) is a perplexity: an hf_heads
-    causal LM or seq2seq model, or a transformers causal / seq2seq LM; not a classifier."""
+    """Whether exp(eval NLL) is a perplexity: a causal or seq2seq language model, hf_heads' or transformers'."""
     task = getattr(model, "head_task", None)
     if task:
         return task in LANGUAGE_MODEL_TASKS
@@ -65,27 +42,21 @@ def is_language_model(model) -> bool:
 
 
 def logs_train_nll(head) -> bool:
-    """Whether `train_nll` is logged beside the training loss: the eval loss is the NLL of the inference distribution
-    and the training criterion is something else (a margin, a sampled criterion, label smoothing). Not for a head whose
-    distribution gives some classes probability 0 (sparse: the NLL is infinite wherever the label falls outside the
-    top k; its evaluation reports how often, `eval_in_top_k`); continuous heads: their training loss is their eval
-    loss already."""
+    """Whether `train_nll` is logged: the eval loss is an NLL and the training criterion something else. Not for sparse
+    heads (the NLL would be infinite) nor continuous ones (their training loss is their eval loss)."""
     return head.eval_loss_is_nll and not head.training_loss_is_eval_loss and not head.support_is_truncated
 
 
 def perplexity(loss: float) -> float:
-    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78); an infinite NLL (a label
-    the distribution gives probability 0) gives an infinite perplexity."""
+    """exp(loss) of a mean NLL in nats, capped at exp(700) (float64 overflows past ~709.78); infinite for an infinite
+    NLL."""
     return math.inf if loss == math.inf else safe_exp(loss)
 
 
 def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) -> None:
-    """Give `model` the head that `arguments`' head flags name (`HeadsTrainingArguments`; nothing without head flags,
-    or for arguments that have none): `HeadsPreTrainedModel.bind_head` (a PEFT model's base model's). A model that is
-    no hf_heads model is refused: its output layer would train with the plain loss, the flags unused. A continuous
-    head that replaces the default one gets its embedding table over `tokenizer`'s vocabulary
-    (hf_heads.training.tables: `embedding_name`, or `word2vec-targets` trained on `train_dataset`'s labels), its
-    `embedding_dim` the table's."""
+    """Give `model` (or a PEFT model's base) the head `arguments`' flags name (`HeadsPreTrainedModel.bind_head`). A
+    model that is no hf_heads model is refused (the flags would go unused). A continuous head that replaces the default
+    one gets its embedding table over `tokenizer`'s vocabulary (hf_heads.training.tables)."""
     if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
         return
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -104,8 +75,8 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) ->
 
 
 def _flags_table(section: dict, model, arguments, tokenizer, train_dataset) -> tuple[dict, torch.Tensor]:
-    """(the section with `embedding_dim`, the table (V, d)) of a continuous head named by flags (`continuous_table`
-    over the tokenizer's vocabulary, its rows past the tokenizer's ids seeded random ones, as uncovered tokens')."""
+    """(the section with `embedding_dim`, the table (V, d)) of a continuous head named by flags
+    (`continuous_table`)."""
     if tokenizer is None or not hasattr(tokenizer, "convert_ids_to_tokens"):
         raise ValueError(
             "the continuous head the head flags name predicts rows of an embedding table over the tokenizer's "
@@ -128,14 +99,9 @@ CALIBRATION_ROWS = 8  # training rows the warm start is calibrated on (at most 2
 
 
 def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str = "labels", prepare_inputs=None):
-    """What a head needs from the training data before its first step (`HeadsTrainer` calls it in `train()`):
-
-    - word counts of `train_dataset[counts_column]`, when the head needs them and has none;
-    - the calibration of a warm start `from_base` left pending (`model.calibrate_warm_start`) on the first
-      `CALIBRATION_ROWS` rows, collated by `data_collator` (default: transformers' `default_data_collator`); the
-      global random state is left as it was.
-
-    `prepare_inputs` moves a collated batch to the model's device (default: every tensor to the model's device)."""
+    """What a head needs before its first step (`HeadsTrainer.train()`): word counts of `train_dataset[counts_column]`,
+    then the calibration of a pending warm start on the first `CALIBRATION_ROWS` rows collated by `data_collator` (the
+    global random state is kept). `prepare_inputs` moves a batch to the model's device."""
     head = getattr(model, "head", None)
     if head is None:
         return
@@ -165,9 +131,8 @@ def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str
 
 @contextlib.contextmanager
 def _gathered(model, head):
-    """The head's parameters gathered while `diagnostics()` runs outside the forward (every rank calls `log()`, so the
-    all-gather is collective): FSDP2 (`fully_shard`) through the FSDP module that owns them, DeepSpeed ZeRO-3 through
-    `deepspeed.zero.GatheredParameters` (hf_heads.modeling.zero3); a no-op otherwise."""
+    """The head's parameters gathered while `diagnostics()` runs outside the forward (a collective: every rank calls
+    `log()`): FSDP2 through the FSDP module that owns them, DeepSpeed ZeRO-3 through `GatheredParameters`."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # a torch build without distributed
@@ -207,8 +172,7 @@ class _HeadsTrainerMixin:
         return model
 
     def _prepare_head(self) -> None:
-        """Word counts and the warm start's calibration from the training set (`prepare_head`), the calibration rows
-        taken as the training loop sees them (the Trainer's unused columns removed, its collator)."""
+        """`prepare_head` with the rows as the training loop sees them (unused columns removed, its collator)."""
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
         head = getattr(model, "head", None)
         if head is None:
@@ -240,9 +204,8 @@ class _HeadsTrainerMixin:
                 head.record_accuracy(False)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        """Loss-only evaluation (no `compute_metrics`, or `--prediction_loss_only`) never builds the (B, T, V)
-        logits: the head computes the eval loss in chunks from the hidden states. With `eval_accuracy_top_k` the
-        head's statistics (rank of each label) are recorded in the same forward, in chunks, logits or not."""
+        """Loss-only evaluation never builds the (B, T, V) logits: the head computes the eval loss in chunks. With
+        `eval_accuracy_top_k` the head's statistics are recorded in the same forward."""
         inner = self.accelerator.unwrap_model(model)
         ks = getattr(self.args, "eval_accuracy_top_k", None)
         if not hasattr(inner, "logits_skipped") or "labels" not in inputs:
@@ -257,9 +220,8 @@ class _HeadsTrainerMixin:
         return out
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, **kwargs):
-        """The Trainer's loop, plus `{prefix}_accuracy@k` for each k of `eval_accuracy_top_k` and `{prefix}_<name>`
-        for each of the head's `eval_sum_names` (a sparse head: `sparse_loss`, `in_top_k`), each summed over every
-        process's labelled positions."""
+        """The Trainer's loop, plus `{prefix}_accuracy@k` and the head's `eval_sum_names`, summed over every
+        process."""
         ks = getattr(self.args, "eval_accuracy_top_k", None) or []
         self._accuracy_counts = torch.zeros(len(ks) + 1, dtype=torch.float64, device=self.args.device)
         head = getattr(self.accelerator.unwrap_model(self.model), "head", None)
@@ -285,9 +247,8 @@ class _HeadsTrainerMixin:
         return output
 
     def training_step(self, model, inputs, *args, **kwargs):
-        """The Trainer's step; in the first step of each logging window of a head that `logs_train_nll`, the model
-        also records the statistics of its inference distribution in the training forward (chunked, no gradient),
-        from which `log` reports `train_nll`. Every process records, so the sum in `log` is collective."""
+        """The Trainer's step; the first of each logging window also records the statistics `log` reports as
+        `train_nll`."""
         inner = self.accelerator.unwrap_model(model)
         head = getattr(inner, "head", None)
         if not self._train_nll_due or head is None or not hasattr(inner, "statistics_recorded"):
@@ -329,9 +290,8 @@ class _HeadsTrainerMixin:
         return ordered
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        """The Trainer's `log`, plus: the head's diagnostics and what the training loss is (`train_criterion`,
-        `train_nll`) next to a training `loss`; `{prefix}perplexity` = exp(eval loss) for a language model whose
-        eval loss is an NLL."""
+        """The Trainer's `log`, plus the head's diagnostics, `train_criterion` and `train_nll` next to a training
+        `loss`, and `{prefix}perplexity` for a language model whose eval loss is an NLL."""
         model = self.accelerator.unwrap_model(self.model)
         head = getattr(model, "head", None)
         if head is not None and "loss" in logs:

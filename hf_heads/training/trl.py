@@ -1,17 +1,9 @@
 """TRL's `SFTTrainer` on hf_heads causal LMs (needs the `trl` extra: `pip install hf_heads[trl]`).
 
-A plain `trl.SFTTrainer(model=hf_heads_model, ...)` trains with the head's own criterion: TRL computes its loss
-from `model(..., fused_lm_head=True)`, which an hf_heads model answers itself (hf_heads.modeling.fused); the
-plain cross-entropy head TRL would install is not installed. SFT options that need the full logits in training
-(`label_smoothing_factor`, `compute_loss_func`) are refused when the model is called (never a silent plain CE).
-
-`HeadsSFTTrainer` is `SFTTrainer` plus what `HeadsTrainer` adds (word counts for the heads that need them, of the
-tokens the SFT loss trains on: completions, not prompts; head diagnostics and perplexity in the logs) and checks of
-the SFT options against the head when it is built: `loss_type="dft"` weights each token's loss ℓ by exp(−ℓ) (DFT),
-refused for a criterion whose exp(−ℓ) is not a probability (sampled BCE / MSE, CE-IS, CE-CPS; continuous heads);
-`peft_config` without `target_modules` gets the backbone's PEFT default (hf_heads.integrations.peft).
-
-It lives beside `HeadsTrainer` (hf_heads.training.trainer), whose additions it shares.
+A plain `trl.SFTTrainer(model=hf_heads_model, ...)` trains with the head's own criterion (hf_heads.modeling.fused); SFT
+options that need the full logits (`label_smoothing_factor`, `compute_loss_func`) are refused when the model is called.
+`HeadsSFTTrainer` adds what `HeadsTrainer` adds (word counts of the trained tokens, diagnostics, perplexity) and
+refuses `loss_type="dft"` (which weights a token's loss ℓ by exp(−ℓ)) where exp(−ℓ) is not a probability.
 """
 
 from __future__ import annotations
@@ -48,9 +40,8 @@ class HeadsSFTTrainer(_HeadsTrainerMixin, SFTTrainer):
 
     @property
     def counts_column(self) -> str:
-        """The column word counts are read from: the prepared dataset's `labels` (TRL builds them, -100 on the tokens
-        the loss skips: prompts of prompt-completion data, non-assistant turns), so only the tokens the model is
-        trained to predict count; `input_ids` for a dataset prepared without labels (`skip_prepare_dataset`)."""
+        """The column word counts are read from: the prepared dataset's `labels` (-100 on the tokens the loss skips),
+        so only the tokens the model is trained to predict count; `input_ids` for a dataset prepared without labels."""
         return "labels" if "labels" in (getattr(self.train_dataset, "column_names", None) or ()) else "input_ids"
 
     def __init__(self, model, args: SFTConfig | None = None, *positional, compute_loss_func=None, **kwargs):

@@ -1,26 +1,11 @@
-"""Perplexity, as the Hub's `evaluate.load("perplexity")` computes it, or from NLLs the trainer already has
-(an `evaluate` module shipped with hf_heads: loads offline).
+"""Perplexity, as the Hub's `evaluate.load("perplexity")` computes it, or from NLLs the trainer already has (an
+`evaluate` module shipped with hf_heads: loads offline).
 
-Default configuration: the same arguments, defaults and keys (`perplexities`, `mean_perplexity`) as
-huggingface/evaluate's metrics/perplexity/perplexity.py, and the same computation (texts tokenised with
-padding, optional BOS, per-text exp(mean token NLL) of a causal LM). Differences from evaluate's module:
-
-* `model_id` may also be an hf_heads checkpoint (`HeadsForCausalLM`, loaded by `AutoModelForCausalLM` once
-  hf_heads is imported, as `evaluate.load(hf_heads.metrics.path("perplexity"))` has done; without it a clear error
-  says so): what is scored is then the head's inference distribution (margin never applied, sampled heads
-  corrected and renormalised), exactly as `generate()` sees it.
-* the module itself needs no network (evaluate's is a Hub script); the model still loads through
-  `from_pretrained` as there, so under `HF_HUB_OFFLINE=1` `model_id` must be a local directory or a cached id.
-* the checks evaluate makes with `assert` (device, special tokens for padding, BOS for `max_length`, text
-  lengths) raise ValueError naming the field, the value and what is allowed; a missing `model_id` too
-  (evaluate: TypeError). `references` is accepted (and ignored) only so the `"nll"` configuration can share
-  the signature.
-
-Configuration `"nll"` (`evaluate.load(hf_heads.metrics.path("perplexity"), "nll")`): no model is run;
-`predictions` is the summed negative log-likelihood (nats) of each sequence and `references` its token
-count, e.g. from the trainer's own eval loop. Returns the same two keys (per-sequence exp(NLL / tokens) and
-their mean) plus `perplexity` = exp(sum NLL / sum tokens), the token-weighted corpus perplexity that
-language-modelling papers report, and `nll_per_token`."""
+Default configuration: evaluate's arguments, keys and computation, but `model_id` may be an hf_heads checkpoint (its
+inference distribution is scored) and evaluate's `assert` checks raise ValueError. Configuration `"nll"`: `predictions`
+are summed NLLs (nats) per sequence, `references` their token counts; it also returns `perplexity` = exp(sum NLL / sum
+tokens), the token-weighted corpus perplexity, and `nll_per_token`.
+"""
 
 import math
 

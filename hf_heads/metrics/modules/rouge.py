@@ -1,10 +1,8 @@
-"""ROUGE as the Hub's `evaluate.load("rouge")` computes it (an `evaluate` module shipped with hf_heads).
-
-Same arguments, defaults and returned keys as huggingface/evaluate's metrics/rouge/rouge.py: rouge-score's
-F-measures, no stemming by default, and with `use_aggregator=True` (the default) the `mid` F-measure of
-rouge-score's `BootstrapAggregator` (1000 bootstrap resamples drawn from numpy's global random state, so
-seed numpy to reproduce a number to the last digit). `use_aggregator=False` returns the per-example
-F-measures; their plain mean is what the run scripts report (see `hf_heads.metrics.generation_metrics`)."""
+"""ROUGE as the Hub's `evaluate.load("rouge")` computes it (an `evaluate` module shipped with hf_heads). Same
+arguments, defaults and returned keys as huggingface/evaluate's metrics/rouge/rouge.py: rouge-score's F-measures, and
+with `use_aggregator=True` (the default) the bootstrap `mid` F-measure (drawn from numpy's global random state: seed
+numpy to reproduce a number). The run scripts report the plain mean of `use_aggregator=False`.
+"""
 
 import datasets
 import evaluate
