@@ -130,12 +130,11 @@ def merge(stats: TileStats, combine: Combine) -> TileStats:
         scaled["sum_exp"] = stats.sum_exp * scale
         if stats.sum_ez is not None:
             scaled["sum_ez"] = (stats.sum_ez + shift * stats.sum_exp) * scale
-    summed = {k: scaled.get(k, v) for k, v in stats._asdict().items() if k in ("sum_exp", "sum_z", "sum_ez", "target",
-                                                                             "terms") and v is not None}  # fmt: skip
+    names = [k for k in ("sum_exp", "sum_z", "sum_ez", "target", "terms") if getattr(stats, k) is not None]
     out = {"m": m}
-    if summed:
-        values = combine.reduce(torch.stack(list(summed.values()), dim=-2), "sum")  # (K, n)
-        out.update(zip(summed, values.unbind(0), strict=True))
+    if names:
+        values = combine.reduce(torch.stack([scaled.get(k, getattr(stats, k)) for k in names], dim=-2), "sum")
+        out.update(zip(names, values.unbind(0), strict=True))  # (n,) each
     if stats.best is not None:
         out["best"] = combine.reduce(stats.best, "max")
         lowest = torch.where(stats.best == out["best"], stats.best_at, torch.iinfo(torch.int64).max)
@@ -162,7 +161,7 @@ def row_loss(stats: TileStats, smooth: float = 0.0, support: int = 1):
     """(loss (n,), lse (n,), entropy (n,) or None) of rows from their merged statistics: lse = m + log S,
     (1 − ε)(lse − z_y) + ε(lse − Σ_S z / |S|) (`F.cross_entropy`'s smoothing over the support), H = log S − W / S."""
     log_s = torch.log(stats.sum_exp)
-    lse = stats.m + log_s
+    lse = torch.where(torch.isfinite(stats.m), stats.m, 0.0) + log_s  # m as `tile_stats` shifted by it
     loss = lse - stats.target
     if smooth:
         loss = (1 - smooth) * loss + smooth * (lse - stats.sum_z / support)
@@ -182,10 +181,10 @@ def p_coefficient(row_weight, lse, z_weight=None) -> torch.Tensor:
     return rw if z_weight is None else rw + 2.0 * z_weight.to(lse.dtype) * lse
 
 
-def support_grad_(logp, coef, smooth_rate=None, kept=None, ent=None, ent_weight=None) -> torch.Tensor:
-    """logp (n, C) = z − lse (−inf outside `kept`) overwritten by d/d z on the support of Σ_i coef-weighted losses:
-    p · coef − smooth_rate (r ε / |S|, (n,)) − e p (log p + H) (ent_weight e, entropy H (n,): d H / d z_c =
-    −p_c (log p_c + H))."""
+def support_grad_(logp, coef=None, smooth_rate=None, kept=None, ent=None, ent_weight=None) -> torch.Tensor:
+    """logp (n, C) = z − lse (−inf outside `kept`) overwritten by d/d z on the support of the weighted losses:
+    p · coef − smooth_rate (r ε / |S|, (n,) or a number) − e p (log p + H) (ent_weight e, entropy H (n,): d H / d z_c =
+    −p_c (log p_c + H)); coef None: 1 (the row weights applied later, on (n, H) blocks)."""
     ent_grad = None
     if ent_weight is not None:
         ent_grad = logp + ent[:, None]
@@ -193,9 +192,11 @@ def support_grad_(logp, coef, smooth_rate=None, kept=None, ent=None, ent_weight=
     grad = logp.exp_()  # p
     if ent_grad is not None:
         ent_grad.mul_(grad).mul_(-ent_weight.to(grad.dtype)[:, None])
-    grad.mul_(coef.to(grad.dtype)[:, None])
+    if coef is not None:
+        grad.mul_(coef.to(grad.dtype)[:, None])
     if smooth_rate is not None:
-        grad.sub_(smooth_rate[:, None] if kept is None else smooth_rate[:, None] * kept)
+        rate = smooth_rate[:, None] if isinstance(smooth_rate, torch.Tensor) else smooth_rate
+        grad.sub_(rate if kept is None else rate * kept)
     return grad if ent_grad is None else grad.add_(ent_grad)
 
 
@@ -204,7 +205,8 @@ def finish_grad_(grad, column, hit, inside=None, slope=None, replaced: bool = Fa
     (n, C) (1 − (z / cap)² at the capped z, `capped_slope`); with `replaced` the target's entry (a margin's t,
     replacing h · w_y) returned as d t (n,) and zeroed."""
     col = column[:, None]  # (n, 1)
-    grad.scatter_add_(1, col, (hit if inside is None else torch.where(inside, hit, 0.0)).to(grad.dtype)[:, None])
+    if hit is not None:  # None: a sigmoid criterion's terms have it
+        grad.scatter_add_(1, col, (hit if inside is None else torch.where(inside, hit, 0.0)).to(grad.dtype)[:, None])
     if slope is not None:
         grad.mul_(slope)
     if not replaced:
