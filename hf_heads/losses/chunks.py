@@ -188,7 +188,7 @@ class ChunkKernel(Component, ABC):
         """The chunk's losses (n,), without gradient (evaluation); each row's log-sum-exp written into `lse`, and
         into `pred` (n, 2) its argmax over the logits with the target's own logit (s ∘ h wᵀ + b, soft-capped; a
         replaced target logit t does not take part: the prediction without a margin), the lowest index winning a tie
-        as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.kernels.predict`); into `ent`
+        as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.tiles.predict`); into `ent`
         (n,) the entropy of each row's softmax over its support (the logits the loss takes: top k, replaced target,
         soft-cap; cross-entropy only)."""
 

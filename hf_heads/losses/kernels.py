@@ -23,11 +23,16 @@ import torch
 from hf_heads.components import register
 from hf_heads.losses._rows import HALF_DTYPES
 from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads
-
-
-def _capped_slope(z: torch.Tensor, softcap: float) -> torch.Tensor:
-    """d cap·tanh(x / cap) / dx at the capped values z = cap·tanh(x / cap): 1 − (z / cap)²."""
-    return 1.0 - (z / softcap).square()
+from hf_heads.losses.tiles import (
+    TileStats,
+    capped_slope,
+    finish_grad_,
+    p_coefficient,
+    predict,
+    row_loss,
+    support_grad_,
+    tile_stats,
+)
 
 
 def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,44 +202,41 @@ class EagerKernel(ChunkKernel):
         return opts.top_k is not None and opts.top_k < num_classes
 
     @staticmethod
-    def log_softmax_(z, rows, y, smooth: float, lse: torch.Tensor | None = None) -> torch.Tensor:
-        """z (n, V) becomes log p (n, V) in place; the losses (n,): −log p_iy, with label smoothing ε
-        (1 − ε)(−log p_iy) − ε mean_c log p_ic, i.e. (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic). `lse` (n,): gets
-        each row's log-sum-exp, z_iy − log p_iy (the target's logit read before the pass: no pass of its own)."""
-        target_z = None if lse is None else z[rows, y]  # (n,)
-        torch.log_softmax(z, dim=1, out=z)  # one row-wise pass, in place
-        loss = -z[rows, y]  # (n,)
-        if lse is not None:
-            lse.copy_(target_z + loss)
-        if smooth:
-            loss = (1 - smooth) * loss - smooth * z.mean(dim=1)
-        return loss
+    def log_softmax_(z, rows, y, smooth: float, entropy: bool = False):
+        """z (n, V) becomes log p (n, V) in place (`torch.log_softmax(z, out=z)`: one row-wise pass); (the losses
+        (n,), lse (n,), the entropies (n,) or None) from the row statistics in the form that pass leaves them
+        (hf_heads.losses.tiles, shifted by m = lse: Σ e^{z − m} = 1, Σ z = Σ log p + V lse, Σ p log p), the target's
+        logit read before the pass."""
+        target = z[rows, y]  # (n,)
+        torch.log_softmax(z, dim=1, out=z)
+        lse = target - z[rows, y]
+        sum_ez = (z.exp() * z).sum(1) if entropy else None  # (n,)
+        stats = TileStats(lse, torch.ones_like(lse), z.sum(1) + z.shape[1] * lse if smooth else None, sum_ez, target)
+        return row_loss(stats, smooth, z.shape[1])
 
     @staticmethod
-    def top_k_loss(z, rows, y, top_k: int, smooth: float):
+    def top_k_loss(z, rows, y, top_k: int, smooth: float, entropy: bool = False):
         """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with the
-        kept values and columns (n, k) and their log-sum-exp (n,)."""
+        kept values and columns (n, k), their log-sum-exp (n,) and entropies (n,) (or None): the statistics of the
+        tile of the k kept values (hf_heads.losses.tiles), the target's logit z_iy wherever it is."""
         vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
-        lse = torch.logsumexp(vals, dim=1)  # (n,)
-        loss = lse - z[rows, y]
-        if smooth:
-            loss = (1 - smooth) * loss + smooth * (lse - vals.mean(dim=1))
-        return loss, vals, idx, lse
+        stats = tile_stats(vals, entropy=entropy)
+        stats = TileStats(stats.m, stats.sum_exp, stats.sum_z, stats.sum_ez, z[rows, y])
+        return (*row_loss(stats, smooth, top_k), vals, idx)
 
     def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
         z, rows = self.logits(h, w, b, y, t, opts, pred=pred)
         if not opts.criterion.softmax:  # a sigmoid criterion (BCE, MSE): its terms over the buffer
             return opts.criterion.terms_(z, rows, y)
+        smooth, wants_ent = opts.label_smoothing, ent is not None
         if self._selects(opts, z.shape[1]):
-            loss, vals, _, row_lse = self.top_k_loss(z, rows, y, opts.top_k, opts.label_smoothing)
-            if lse is not None:
-                lse.copy_(row_lse)
-            if ent is not None:
-                ent.copy_(entropy_terms(vals - row_lse[:, None], None)[0])
-            return loss
-        loss = self.log_softmax_(z, rows, y, opts.label_smoothing, lse)  # z: log p
+            loss, row_lse, row_ent, _, _ = self.top_k_loss(z, rows, y, opts.top_k, smooth, wants_ent)
+        else:
+            loss, row_lse, row_ent = self.log_softmax_(z, rows, y, smooth, wants_ent)  # z: log p
+        if lse is not None:
+            lse.copy_(row_lse)
         if ent is not None:
-            ent.copy_(entropy_terms(z, None)[0])
+            ent.copy_(row_ent)
         return loss
 
     def loss_and_grads(
@@ -245,76 +247,51 @@ class EagerKernel(ChunkKernel):
         return path(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
 
     @staticmethod
-    def z_loss_coefficient(opts: ChunkOptions, row_weight, z_weight, lse: torch.Tensor) -> torch.Tensor:
-        """(n,) r_i + 2λ u_i lse_i: what multiplies p_ic in d(r_i · loss_i + u_i · λ · lse_i²) / d z_ic (row weight r,
-        z-loss weight u, default r; λ = `opts.z_loss`)."""
-        rw = row_weight.to(lse.dtype)
-        return rw + (2.0 * opts.z_loss) * (rw if z_weight is None else z_weight.to(lse.dtype)) * lse
+    def _z_weight(opts: ChunkOptions, row_weight, z_weight) -> torch.Tensor | None:
+        """λ u (n,): the weight of each row's lse² (z-loss weight u, default the row weight), None without z-loss."""
+        if not (opts.z_loss > 0 and opts.criterion.softmax):
+            return None
+        return opts.z_loss * (row_weight if z_weight is None else z_weight)
 
     def _dense(
         self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
         ent_weight=None,
     ):  # fmt: skip
-        """d loss / d z (n, V) written over the logits buffer, then the three GEMMs; with `ent_weight` e (n,) the
-        gradient also takes that of Σ_i e_i H_i, H_i the entropy of row i's softmax (written into `ent`)."""
+        """d loss / d z (n, V) written over the logits buffer (hf_heads.losses.tiles' gradient of the row statistics),
+        then the three GEMMs; with `ent_weight` e (n,) the gradient also takes that of Σ_i e_i H_i, H_i the entropy of
+        row i's softmax (written into `ent`)."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
-        slope = None if opts.softcap is None else _capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
-        z_loss = opts.z_loss > 0 and opts.criterion.softmax
-        if z_loss and lse is None:
-            lse = z.new_empty(z.shape[0], dtype=torch.promote_types(z.dtype, torch.float32))
+        slope = None if opts.softcap is None else capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
         rw = row_weight.to(z.dtype)
-        weighted = False  # whether the row weights are in d z already (the z-loss's p_ic coefficient carries them)
-        extra = z_loss or ent_weight is not None  # the row weights go into d z (an entropy term carries none)
-        # d loss_i / d z_ic = p_ic - (1 - ε)[c = y_i] - ε / |support| (p: softmax over the row or over its top k);
-        # with the z-loss, p_ic (r_i + 2λ u_i lse_i) - r_i ((1 - ε)[c = y_i] + ε / |support|)
+        zw = self._z_weight(opts, row_weight, z_weight)
+        # the row weights go into d z with a z-loss or an entropy term, else onto the (n, H) blocks of the products
+        weighted = opts.criterion.softmax and (zw is not None or ent_weight is not None)
+        hit = None
         if not opts.criterion.softmax:  # a sigmoid criterion: its d / d z over the logits buffer
             loss = opts.criterion.terms_(z, rows, y)
             grad_z = z
-        elif self._selects(opts, z.shape[1]):
-            loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
+        else:
+            wants_ent = ent is not None or ent_weight is not None
+            if self._selects(opts, z.shape[1]):
+                loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, top_k, smooth, wants_ent)
+                tile, support = vals - row_lse[:, None], top_k  # (n, k) log p of the kept values
+            else:
+                loss, row_lse, row_ent = self.log_softmax_(z, rows, y, smooth, wants_ent)  # z: log p
+                tile, support = z, z.shape[1]
             if lse is not None:
                 lse.copy_(row_lse)
-            row_ent, ent_grad = entropy_terms(vals - row_lse[:, None], ent_weight)  # (n,), (n, k) or None
             if ent is not None:
                 ent.copy_(row_ent)
-            p = torch.exp(vals - row_lse[:, None])  # (n, k)
-            if extra:
-                coef = self.z_loss_coefficient(opts, row_weight, z_weight, row_lse) if z_loss else rw
-                p = p * coef[:, None] - (rw * smooth / top_k)[:, None]
-                if ent_grad is not None:
-                    p += ent_grad
-                weighted = True
-            else:
-                p -= smooth / top_k
-            grad_z = torch.zeros_like(z)
-            grad_z.scatter_(1, idx, p)
-        else:
-            loss = self.log_softmax_(z, rows, y, smooth, lse)  # z: log p
-            ent_grad = None
-            if ent is not None or ent_weight is not None:
-                row_ent, ent_grad = entropy_terms(z, ent_weight)  # (n,), (n, V) or None
-                if ent is not None:
-                    ent.copy_(row_ent)
-            grad_z = z.exp_()  # (n, V), over the logits buffer
-            if extra:
-                coef = self.z_loss_coefficient(opts, row_weight, z_weight, lse) if z_loss else rw
-                grad_z.mul_(coef.to(z.dtype)[:, None])
-                weighted = True
-                if smooth:
-                    grad_z -= (rw * (smooth / z.shape[1]))[:, None]
-                if ent_grad is not None:
-                    grad_z += ent_grad
-            elif smooth:
-                grad_z -= smooth / z.shape[1]
-        if opts.criterion.softmax:
-            grad_z[rows, y] -= (1.0 - smooth) * rw if weighted else 1.0 - smooth
-        if slope is not None:
-            grad_z *= slope
-        if grads.t is not None:
-            grads.t.copy_(grad_z[rows, y] if weighted else grad_z[rows, y] * rw)  # (n,)
-            grad_z[rows, y] = 0.0  # the replaced entry does not depend on h · w_y
-        # the row weights on (n, H) blocks, unless d z carries them
+            coef = p_coefficient(rw, row_lse, zw) if weighted else None
+            rate = None if not smooth else rw * (smooth / support) if weighted else smooth / support
+            grad_z = support_grad_(tile, coef, rate, None, row_ent, ent_weight)  # over the buffer for the full row
+            if grad_z is not z:
+                grad_z = torch.zeros_like(z).scatter_(1, idx, grad_z)
+            hit = -(1.0 - smooth) * (rw if weighted else torch.ones_like(rw))
+        d_t = finish_grad_(grad_z, y, hit, None, slope, replaced=grads.t is not None)
+        if grads.t is not None:  # the replaced entry does not depend on h · w_y
+            grads.t.copy_(d_t if weighted else d_t * rw)  # (n,)
         _linear_grads(grad_z, h, w, grads, None if weighted else row_weight, opts.column_scale)
         return loss
 
@@ -326,28 +303,21 @@ class EagerKernel(ChunkKernel):
         gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
-        loss, vals, idx, row_lse = self.top_k_loss(z, rows, y, top_k, smooth)
+        wants_ent = ent is not None or ent_weight is not None
+        loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, top_k, smooth, wants_ent)
         if lse is not None:
             lse.copy_(row_lse)
+        if ent is not None:
+            ent.copy_(row_ent)
         target_z = z[rows, y]  # (n,)
         rw = row_weight.to(vals.dtype)
-        coef = torch.exp(vals - row_lse[:, None])  # (n, k)
-        if opts.z_loss > 0:
-            coef = coef * self.z_loss_coefficient(opts, row_weight, z_weight, row_lse)[:, None]
-        else:
-            coef = coef * rw[:, None]
-        if smooth:
-            coef -= (rw * (smooth / top_k))[:, None]
-        if ent is not None or ent_weight is not None:
-            row_ent, ent_grad = entropy_terms(vals - row_lse[:, None], ent_weight)
-            if ent is not None:
-                ent.copy_(row_ent)
-            if ent_grad is not None:
-                coef = coef + ent_grad
+        coef = p_coefficient(rw, row_lse, self._z_weight(opts, row_weight, z_weight))
+        rate = rw * (smooth / top_k) if smooth else None
+        coef = support_grad_(vals - row_lse[:, None], coef, rate, None, row_ent, ent_weight)  # (n, k)
         cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
-        coef = torch.cat([coef, (-(1.0 - smooth) * rw)[:, None]], dim=1)
+        coef = torch.cat([coef, (-(1.0 - smooth) * rw)[:, None]], dim=1)  # the label's term (`tiles.finish_grad_`)
         if opts.softcap is not None:
-            coef = coef * _capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
+            coef = coef * capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
         coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
         torch.bmm(coef_h[:, None, :].to(w.dtype), w[cols], out=grads.h[:, None, :])  # (n, 1, H)
         if grads.w is not None:
@@ -357,31 +327,6 @@ class EagerKernel(ChunkKernel):
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
         return loss
-
-
-def entropy_terms(logp: torch.Tensor, ent_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """For log-probabilities log p (n, S) over each row's support: the entropy H_i = −Σ_c p_ic log p_ic (n,) and, with
-    `ent_weight` e (n,), d(Σ_i e_i H_i) / d x_ic = −e_i p_ic (log p_ic + H_i) (n, S) for the logits x the softmax
-    took (H = lse − Σ_c p_c x_c, so d H / d x_c = p_c (Σ_d p_d x_d − x_c) = −p_c (log p_c + H)), else None."""
-    p = logp.exp()
-    ent = -(p * logp).sum(1)
-    if ent_weight is None:
-        return ent, None
-    return ent, p.mul_(logp + ent[:, None]).mul_(-ent_weight.to(logp.dtype)[:, None])
-
-
-def predict(z: torch.Tensor, y: torch.Tensor, rank: bool = True) -> torch.Tensor:
-    """(n, 2) int64 for logits z (n, V) and targets y (n,): each row's argmax (the lowest index wins a tie, as
-    `torch.argmax`) and its target's rank, the number of classes the argmax order puts before the target (a larger
-    logit, or an equal one at a lower index): the target is among the top k predictions iff its rank < k, and the
-    argmax iff its rank is 0. Without `rank`, (n, 1): the argmax alone (the rank costs passes over z of its own)."""
-    argmax = torch.argmax(z, dim=1)[:, None]  # (n, 1)
-    if not rank:
-        return argmax
-    own = z.gather(1, y[:, None])  # (n, 1)
-    before = torch.arange(z.shape[1], device=z.device) < y[:, None]  # (n, V)
-    ahead = torch.count_nonzero(torch.where(before, z >= own, z > own), dim=1)  # (n,)
-    return torch.cat([argmax, ahead[:, None]], dim=1)
 
 
 def _grad_logits(
@@ -396,9 +341,9 @@ def _grad_logits(
     cross-entropy), each row's argmax and target rank before the target's replacement
     (n, `want_pred` columns: 1 the argmax, 2 with the rank; `predict`), else None). With `z_weight` (n,) the gradient
     also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with `ent_weight` (n,) that of Σ_i
-    ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None; `entropy_terms`). What
-    `CompiledKernel` fuses, so the scale, the bias and the cast of the gradient cost no pass of their own over the
-    block."""
+    ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None). The row math is
+    hf_heads.losses.tiles' on the row's statistics; what `CompiledKernel` fuses, so the scale, the bias and the cast
+    of the gradient cost no pass of their own over the block."""
     if s is not None:
         z = z * s
     if b is not None:
@@ -409,45 +354,25 @@ def _grad_logits(
     pred = predict(z, y, rank=want_pred > 1) if want_pred else None
     if t is not None:
         z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)
-    target_z = z[rows, y]  # (n,)
-    num = z.shape[1]
     rw = row_weight.to(z.dtype)
-    lse = ent = None
+    lse = ent = hit = None
     if sigmoid_terms_ is not None:  # a sigmoid criterion (the full BCE / MSE): its terms on a copy of the block
         grad_z = z.clone()
         loss = sigmoid_terms_(grad_z, rows, y)
         grad_z = grad_z * rw[:, None]
-    else:  # p_ic (r_i + 2λ u_i lse_i) − r_i ((1 − ε)[c = y_i] + ε / |support|) over the support (u: the z-loss weight)
-        if top_k is not None and top_k < num:
-            vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
-            lse = torch.logsumexp(vals, dim=1)
-            mean_z = vals.mean(dim=1)
-        else:
-            lse = torch.logsumexp(z, dim=1)
-            mean_z = z.mean(dim=1)
-        coef = rw if z_weight is None else rw + 2.0 * z_loss * z_weight.to(z.dtype) * lse  # (n,)
-        selects = top_k is not None and top_k < num
-        ent_grad = None
-        if want_ent or ent_weight is not None:
-            ent, ent_grad = entropy_terms((vals if selects else z) - lse[:, None], ent_weight)
-        if selects:
-            kept = torch.exp(vals - lse[:, None]) * coef[:, None] - (rw * (smooth / top_k))[:, None]
-            kept = kept if ent_grad is None else kept + ent_grad
-            grad_z = torch.zeros_like(z).scatter(1, idx, kept)
-        else:
-            grad_z = torch.exp(z - lse[:, None]) * coef[:, None] - (rw * (smooth / num))[:, None]
-            grad_z = grad_z if ent_grad is None else grad_z + ent_grad
-        loss = lse - target_z
-        if smooth:
-            loss = (1 - smooth) * loss + smooth * (lse - mean_z)
-        grad_z = grad_z.index_put((rows, y), grad_z[rows, y] - (1.0 - smooth) * rw)
-    if softcap is not None:
-        grad_z = grad_z * (1.0 - (z / softcap).square())
-    grad_t = None
-    if t is not None:
-        grad_t = grad_z[rows, y]
-        grad_z = grad_z.index_put((rows, y), torch.zeros_like(grad_t))
-    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse, pred, ent
+    else:  # the statistics of the row's support (every logit or its top k: a tile), the gradient from them
+        selects = top_k is not None and top_k < z.shape[1]
+        vals, idx = torch.topk(z, top_k, dim=1) if selects else (z, None)  # (n, k) or (n, V)
+        stats = tile_stats(vals, entropy=want_ent or ent_weight is not None)
+        stats = TileStats(stats.m, stats.sum_exp, stats.sum_z, stats.sum_ez, z[rows, y])
+        support = vals.shape[1]
+        loss, lse, ent = row_loss(stats, smooth, support)
+        coef = p_coefficient(rw, lse, None if z_weight is None else z_loss * z_weight)
+        grad_z = support_grad_(vals - lse[:, None], coef, rw * (smooth / support), None, ent, ent_weight)
+        grad_z = torch.zeros_like(z).scatter(1, idx, grad_z) if selects else grad_z
+        hit = -(1.0 - smooth) * rw
+    grad_t = finish_grad_(grad_z, y, hit, None, None if softcap is None else capped_slope(z, softcap), t is not None)
+    return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse, pred, ent if want_ent else None
 
 
 def _compile_isolated(fn, backend: str, limit: int):

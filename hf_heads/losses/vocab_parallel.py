@@ -6,33 +6,26 @@ each of the R processes of a 1-D device mesh the rows [o_r, o_r + V_r) of W (and
 placement `Shard(0)`. The hidden states, the labels and everything computed from them alone (the context norm g of
 eq. 10 of the margin paper, max-norm's batch maximum included) are the same on every process.
 
-Each process computes its own rows' logits z_r (chunk by chunk, never (N, V_r) at once) and combines them with
-collectives, as Megatron-LM's vocabulary-parallel cross-entropy does (Shoeybi et al. 2019, sec. 3):
-
-    lse_i = m_i + log Σ_r Σ_{c ∈ r} exp(z_ic − m_i),  m_i = max_r max_{c ∈ r} z_ic   (one all-reduce each)
-    z_iy from the process holding y_i (an all-reduce of the owner's value, 0 elsewhere)
-    loss_i = lse_i − z_iy  (+ label smoothing with Σ_c z_ic all-reduced, λ lse_i², class weight a[y_i])
+Each process computes its own rows' logits z_r (chunk by chunk, never (N, V_r) at once): a tile of each row, whose
+statistics (hf_heads.losses.tiles: max, Σ exp, Σ z, the target's logit, argmax, rank counts) merge with the other
+processes' through all-reduces (`ShardCombine`) as the tiles of one process merge, so the loss, the log-sum-exp, the
+entropy and the gradient are the one-process code on the merged statistics, as in Megatron-LM's vocabulary-parallel
+cross-entropy (Shoeybi et al. 2019, sec. 3). Nothing of the row math is written here.
 
 The gradient is exact with two autograd functions (`_ReduceSum`: all-reduce forward, identity backward, as every
-process holds the same loss; `_CopyIn`: identity forward, all-reduce of d h backward, the sum over the processes of
-each one's Σ_{c ∈ r} d z_ic W_c). d W_r and d b_r stay on their process, in the DTensor's own placement.
+process computes the same loss from the sums; `_CopyIn`: identity forward, all-reduce of d h backward, the sum over
+the processes of each one's Σ_{c ∈ r} d z_ic W_c). d W_r and d b_r stay on their process, in the DTensor's own
+placement.
 
 What each option needs across processes:
 - sparse-softmax (eq. 5 of the sparse paper): each process's top k values are all-gathered and the k-th largest
-  of the R·k is the row's threshold; the log-sum-exp runs over the logits at or above it. A logit tied with the
-  k-th largest across processes is kept with it (one process's top-k keeps one of them: the two agree where the
-  k-th value is unique, as it is for real-valued logits).
+  of the R·k is the row's threshold (`tiles.top_k_floor`); a logit tied with the k-th largest across processes is
+  kept with it (the one-process top-k keeps one of them: the two agree where the k-th value is unique).
 - margins (eq. 13 of the margin paper): the target logit t = g f_y φ(cos θ_y) + b_y is computed by the process
   holding y and all-reduced; the word norm f must be a function of each row alone (`WordNorm.per_row`: no-mod,
   log-unigram; the others read the most frequent row or the ranks of every class and are refused).
-- predictions (`return_predictions`): each process's argmax and its value are all-gathered, the largest value
-  wins, the lowest class id on a tie (as `torch.argmax`); the target's rank (`return_target_rank`: the classes with
-  a larger logit than the target's own, or an equal one at a lower id) is each process's count of its own classes,
-  all-reduced.
-- the entropy of each row's softmax over its support (`return_entropy`, a head's confidence penalty): H_i = lse_i −
-  Σ_c p_ic z_ic with the sum all-reduced, differentiable through `_ShardedEntropy`, whose backward gives each
-  process its own classes' d H_i / d z_ic = −p_ic (z_ic − lse_i + H_i) (the identity backward of `reduce_sum` would
-  give each process only its own classes' share of d H / d lse).
+- predictions and target ranks (`return_predictions`, `return_target_rank`): the argmax's value (all-reduced max)
+  and the lowest class id holding it (min), the ranks' counts summed, after the target's own logit is.
 - the sampled family (hf_heads.losses.sampled): the K noise samples are the first process's draw (broadcast: drawn
   once), each candidate's score comes from the process holding it (all-reduced, `sharded_candidate_scores`), as the
   target's; the full criteria (CE, BCE, MSE over every class) sum their per-class terms over the processes, and the
@@ -62,6 +55,22 @@ from hf_heads.losses._rows import (
 )
 from hf_heads.losses.chunks import CROSS_ENTROPY, rows_per_chunk
 from hf_heads.losses.parts import Criterion
+from hf_heads.losses.tiles import (
+    TileStats,
+    capped_slope,
+    finish_grad_,
+    merge,
+    p_coefficient,
+    row_loss,
+    sigmoid_loss,
+    support_grad_,
+    tile_ranking,
+    tile_stats,
+    tile_target,
+    tile_terms,
+    tile_top_k,
+    top_k_floor,
+)
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.validation import OptionError
 
@@ -243,76 +252,62 @@ def check_replicated(shard: VocabShard, *tensors: torch.Tensor) -> None:
         torch._assert_async(same, message)
 
 
-def _global_top_k_floor(z: torch.Tensor, k: int, shard: VocabShard) -> torch.Tensor:
-    """(n,) the k-th largest logit of each row over every process: the all-gathered local top k's k-th largest."""
-    local = torch.topk(z, min(k, z.shape[1]), dim=1).values  # (n, k_r)
-    if local.shape[1] < k:  # a process with fewer than k rows pads with -inf
-        local = torch.nn.functional.pad(local, (0, k - local.shape[1]), value=-torch.inf)
-    parts = [torch.empty_like(local) for _ in range(dist.get_world_size(shard.group))]
-    dist.all_gather(parts, local.contiguous(), group=shard.group)
-    return torch.topk(torch.cat(parts, dim=1), k, dim=1).values[:, -1]  # (n,)
+class ShardCombine:
+    """`tiles.Combine` over the processes of a shard's group: all-reduces (a sum through `reduce_sum`, whose gradient
+    reaches each process's tile as it is: every process computes the same loss from the sums) and an all-gather."""
+
+    def __init__(self, shard: VocabShard) -> None:
+        self.shard = shard
+
+    def reduce(self, x: torch.Tensor, op: str) -> torch.Tensor:
+        if op == "sum":
+            return reduce_sum(x, self.shard)
+        x = x.detach().clone()
+        dist.all_reduce(x, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN, group=self.shard.group)
+        return x
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(self.shard.group))]
+        dist.all_gather(parts, x.contiguous(), group=self.shard.group)
+        return torch.stack(parts)  # (R, *x.shape)
 
 
-def _argmax(z: torch.Tensor, shard: VocabShard) -> torch.Tensor:
-    """(n,) each row's argmax over every process, the lowest class id winning a tie."""
-    value, index = z.max(dim=1)  # (n,): torch's max gives the first maximum
-    pair = torch.stack([value.double(), (index + shard.offset).double()], dim=1)  # (n, 2)
-    parts = [torch.empty_like(pair) for _ in range(dist.get_world_size(shard.group))]
-    dist.all_gather(parts, pair, group=shard.group)
-    values, ids = torch.stack(parts)[..., 0], torch.stack(parts)[..., 1]  # (R, n) each
-    best = values.max(dim=0).values  # (n,)
-    ids = torch.where(values == best, ids, torch.inf)  # (R, n): the processes holding the maximum
-    return ids.min(dim=0).values.long()
-
-
-class _ShardedEntropy(torch.autograd.Function):
-    """H_i = lse_i − Σ_r Σ_{c ∈ r} p_ic z_ic of the support logits z (n, V_r) (−inf outside the support) and their
-    log-sum-exp over every process (n,); backward d H_i / d z_ic = −p_ic (z_ic − lse_i + H_i) for this process's
-    classes (the lse's own dependence on z included: no gradient is returned for it)."""
-
-    @staticmethod
-    def forward(ctx, z, lse, group):
-        kept = torch.isfinite(z)
-        p = torch.exp(z - lse[:, None])  # (n, V_r); 0 outside the support
-        total = torch.where(kept, p * z, 0.0).sum(1)  # (n,)
-        dist.all_reduce(total, group=group)
-        ent = lse - total
-        ctx.save_for_backward(z, lse, ent)
-        return ent
-
-    @staticmethod
-    def backward(ctx, grad):
-        z, lse, ent = ctx.saved_tensors
-        kept = torch.isfinite(z)
-        p = torch.exp(z - lse[:, None])
-        d_z = torch.where(kept, -p * (z - lse[:, None] + ent[:, None]), 0.0) * grad[:, None]
-        return d_z, None, None
-
-
-def _target_rank(z: torch.Tensor, y: torch.Tensor, own: torch.Tensor, shard: VocabShard) -> torch.Tensor:
-    """(n,) the number of classes, over every process, whose logit is larger than the target's own `own` (n,), or
-    equal at a lower class id (its rank in `torch.argmax`'s order); z (n, V_r) this process's logits, y (n,) global
-    ids."""
-    ids = torch.arange(z.shape[1], device=z.device) + shard.offset  # (V_r,) global class ids
-    ahead = (z > own[:, None]) | ((z == own[:, None]) & (ids[None, :] < y[:, None]))
-    count = ahead.sum(1)  # (n,)
-    dist.all_reduce(count, group=shard.group)
-    return count
+def _merged(z, y, t, shard: VocabShard, top_k, want_pred: int, criterion: Criterion = CROSS_ENTROPY, entropy=False):
+    """(the rows' statistics over every process (`tiles.merge`), z with the target's logit replaced by t, the support
+    (n, V_r) or None, |S|, inside (n,), column (n,), predictions (n, want_pred)) of this process's tile z (n, V_r)
+    (soft-capped) of rows with labels y (n,) (global ids); t (n,) a replaced target logit (capped) or None. The
+    predictions and ranks read the logits before t replaces the target's (as the one-process kernels)."""
+    combine = ShardCombine(shard)
+    inside, column = shard.holds(y)
+    pred = z.new_empty(z.shape[0], 0, dtype=torch.long)
+    if want_pred:
+        own = None  # the target's own logit, for its rank
+        if want_pred > 1:
+            own = merge(TileStats(target=tile_target(z.detach(), column, inside)), combine).target
+        ranks = merge(tile_ranking(z, y, shard.offset, own), combine)
+        pred = torch.stack([ranks.best_at] + ([ranks.ahead] if want_pred > 1 else []), dim=1)  # (n, want_pred)
+    if t is not None:
+        z = z.scatter(1, column[:, None], torch.where(inside, t, tile_target(z, column))[:, None])
+    if not criterion.softmax:
+        return merge(tile_terms(z, criterion, column, inside), combine), z, None, 0, inside, column, pred
+    kept, support = None, shard.num_classes
+    if top_k is not None and top_k < shard.num_classes:
+        kept, support = z >= top_k_floor(tile_top_k(z, top_k), top_k, combine)[:, None], top_k
+    stats = merge(tile_stats(z, column, inside, kept, entropy), combine)
+    return stats, z, kept, support, inside, column, pred
 
 
 def _chunk_losses(
     h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: int, criterion: Criterion,
     transform, want_ent: bool = False,
 ):  # fmt: skip
-    """(loss (n,), lse (n,), predictions (n, want_pred): the argmax and, for 2, the target's rank (`_target_rank`),
-    entropy (n,) or an empty tensor) of rows h (n, H) (already through `copy_in`) with labels y (n,) (global ids),
-    against this process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit (before the soft-cap)
-    or None. The predictions and ranks read the logits before the target's is replaced (without a margin, as the
-    one-process kernels), the entropy the support the loss takes (`want_ent`, cross-entropy only). `criterion`: a
-    `Criterion`; a sigmoid one (the full BCE / MSE of the sampling paper, eqs. 3, 1; their lse is 0) sums its
-    per-class terms over the processes, Σ_c negative(z_c) + positive(z_y) − negative(z_y). `transform`: a function
-    of this process's logits (n, V_r) applied before the softmax (the sampled family's posterior correction, column
-    by column), or None."""
+    """(loss (n,), lse (n,), predictions (n, want_pred): the argmax and, for 2, the target's rank, entropy (n,) or an
+    empty tensor) of rows h (n, H) (already through `copy_in`) with labels y (n,) (global ids), against this
+    process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit (before the soft-cap) or None; the
+    math is hf_heads.losses.tiles' on the merged statistics, differentiable through `reduce_sum` and `copy_in`. The
+    entropy is of the support the loss takes (`want_ent`, cross-entropy only). `criterion`: a `Criterion` (a sigmoid
+    one sums its per-class terms over the processes; its lse is 0). `transform`: a function of this process's logits
+    (n, V_r) applied before the softmax (the sampled family's posterior correction, column by column), or None."""
     z = h @ w.T  # (n, V_r) in the compute dtype
     if s is not None:
         z = z * s
@@ -321,56 +316,23 @@ def _chunk_losses(
     z = soft_cap(z, softcap)
     if transform is not None:
         z = transform(z)
-    inside, column = shard.holds(y)  # (n,): whether this process holds the label, its local row
-    column = column[:, None]  # (n, 1)
-    own = None  # the target's own logit (n,) from the process holding it, the same on every process
-    if t is None or want_pred > 1:
-        own = reduce_sum(torch.where(inside, z.gather(1, column).squeeze(1), 0.0), shard)
-    pred = z.new_empty(z.shape[0], 0, dtype=torch.long)
-    if want_pred:
-        pred = _argmax(z.detach(), shard)[:, None]  # (n, 1)
-        if want_pred > 1:  # the rank of the target's own logit (before a margin replaces it)
-            pred = torch.cat([pred, _target_rank(z.detach(), y, own.detach(), shard)[:, None]], dim=1)  # (n, 2)
-    ent = z.new_empty(0)
     if t is not None:  # the same on every process: its gradient is the owner's, summed over them by `copy_in`
         t = soft_cap(copy_in(t, shard), softcap)
-        z = z.scatter(1, column, torch.where(inside, t, z.gather(1, column).squeeze(1))[:, None])
-        z_y = reduce_sum(torch.where(inside, t, 0.0), shard)
-    else:
-        z_y = own  # (n,)
-    if not criterion.softmax:  # Σ_c negative(z_c) over every process's classes, the target's term corrected
-        total = reduce_sum(criterion.negative(z).sum(1), shard)
-        return total + criterion.positive(z_y) - criterion.negative(z_y), torch.zeros_like(z_y), pred, ent
-    support = shard.num_classes
-    kept = z
-    if top_k is not None and top_k < shard.num_classes:
-        with torch.no_grad():
-            floor = _global_top_k_floor(z.detach(), top_k, shard)  # (n,)
-        kept = z.masked_fill(z < floor[:, None], -torch.inf)
-        support = top_k
-    with torch.no_grad():
-        m = kept.max(dim=1).values  # (n,)
-        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=shard.group)
-        m = torch.where(torch.isfinite(m), m, 0.0)
-    lse = m + torch.log(reduce_sum(torch.exp(kept - m[:, None]).sum(1), shard))  # (n,)
-    loss = lse - z_y
-    if smooth:
-        total = reduce_sum(torch.where(torch.isfinite(kept), kept, 0.0).sum(1), shard)  # Σ over the support
-        loss = (1 - smooth) * loss + smooth * (lse - total / support)
-    if want_ent:
-        ent = _ShardedEntropy.apply(kept, lse.detach(), shard.group)
-    return loss, lse, pred, ent
+    stats, _, _, support, _, _, pred = _merged(z, y, t, shard, top_k, want_pred, criterion, want_ent)
+    if not criterion.softmax:
+        return sigmoid_loss(stats, criterion), torch.zeros_like(stats.target), pred, z.new_empty(0)
+    loss, lse, ent = row_loss(stats, smooth, support)
+    return loss, lse, pred, z.new_empty(0) if ent is None else ent
 
 
 class _ShardedCrossEntropy(torch.autograd.Function):
     """Σ_i w_i · loss_i + v_i · lse_i² of every row's softmax cross-entropy over every process, with each chunk's
-    gradient computed in the forward pass (no chunk recomputed in the backward, as the one-process fused loss):
-    the per-row weights w (class weight over the mean's divisor, 0 on ignored rows) and v (λ of the z-loss over its
-    divisor) are known before the pass, so d L / d z_ic = w_i (p_ic − (1 − ε) δ_ic − ε [c ∈ S_i] / |S_i|) +
-    2 v_i lse_i p_ic, p over the row's support S_i (its top k with `top_k`), is taken through the soft-cap and into
-    this process's d h (its classes' share: `copy_in` sums them), d W_r, d b_r, d s_r and d t (the target's replaced
-    logit, from the process holding the label). Forward also returns each row's lse (no gradient) and the
-    predictions of `_chunk_losses` (`want_pred`)."""
+    gradient computed in the forward pass (no chunk recomputed in the backward, as the one-process fused loss): the
+    per-row weights w (class weight over the mean's divisor, 0 on ignored rows) and v (λ of the z-loss over its
+    divisor) are known before the pass, so each process's d L / d z of its classes (hf_heads.losses.tiles:
+    `support_grad_`, `finish_grad_`) goes into its d h (its classes' share: `copy_in` sums them), d W_r, d b_r, d s_r
+    and d t (the target's replaced logit, from the process holding the label). Forward also returns each row's lse
+    (no gradient) and the predictions of `_chunk_losses` (`want_pred`)."""
 
     @staticmethod
     def forward(ctx, h, w, b, s, t, y, weights, z_weights, shard, top_k, smooth, softcap, want_pred, step):
@@ -386,61 +348,26 @@ class _ShardedCrossEntropy(torch.autograd.Function):
             rows = slice(start, start + step)
             h_c, y_c, a, v = h[rows], y[rows], weights[rows], z_weights[rows]
             raw = h_c @ w.T  # (n, V_r); kept apart only for d s
-            z = raw if s is None else raw * s  # (n, V_r), overwritten in place from here
+            z = raw if s is None else raw * s  # (n, V_r)
             if b is not None:
                 z.add_(b)
-            if softcap is not None:  # z' = cap · tanh(z / cap)
-                z.div_(softcap).tanh_().mul_(softcap)
-            inside, column = shard.holds(y_c)
-            column = column[:, None]  # (n, 1)
-            own = torch.where(inside, z.gather(1, column).squeeze(1), 0.0)
-            dist.all_reduce(own, group=shard.group)  # (n,) the target's own logit, the owner's
-            if want_pred:
-                pred = _argmax(z, shard)[:, None]
-                if want_pred > 1:
-                    pred = torch.cat([pred, _target_rank(z, y_c, own, shard)[:, None]], dim=1)
-                pred_all[rows] = pred
-            z_y = own
-            if t is not None:
-                t_c = t[rows] if softcap is None else softcap * torch.tanh(t[rows] / softcap)
-                z.scatter_(1, column, torch.where(inside, t_c, z.gather(1, column).squeeze(1))[:, None])
-                z_y = t_c
-            kept, support, outside = z, shard.num_classes, None
-            if top_k is not None and top_k < shard.num_classes:
-                floor = _global_top_k_floor(z, top_k, shard)  # (n,)
-                outside, support = z < floor[:, None], top_k  # (n, V_r) the logits outside the support
-                kept = z.masked_fill(outside, -torch.inf)
-            m = kept.max(dim=1).values
-            dist.all_reduce(m, op=dist.ReduceOp.MAX, group=shard.group)
-            m = torch.where(torch.isfinite(m), m, 0.0)
-            grad_z = torch.sub(kept, m[:, None]).exp_()  # (n, V_r): exp(z − m), 0 outside the support
-            sums = torch.stack([grad_z.sum(1), kept.sum(1) if outside is None else z.masked_fill(outside, 0.0).sum(1)])
-            dist.all_reduce(sums, group=shard.group)  # (2, n): Σ exp(z − m) and Σ z over the support
-            lse = m + torch.log(sums[0])  # (n,)
-            loss = lse - z_y
-            if smooth:
-                loss = (1 - smooth) * loss + smooth * (lse - sums[1] / support)
-            counted = a != 0
-            total = total + torch.where(counted, a * loss, 0.0).sum()
-            total = total + torch.where(v != 0, v * lse.square(), 0.0).sum()
+            z = soft_cap(z, softcap)
+            t_c = None if t is None else soft_cap(t[rows], softcap)
+            stats, z, kept, support, inside, column, pred_all[rows] = _merged(z, y_c, t_c, shard, top_k, want_pred)
+            loss, lse, _ = row_loss(stats, smooth, support)
+            total = total + torch.where(a != 0, a * loss, 0.0).sum() + torch.where(v != 0, v * lse.square(), 0.0).sum()
             lse_all[rows] = lse
-            # d L / d z (n, V_r) of this process's classes: p (a + 2 v lse) − a ε / |S| on S, − a (1 − ε) at the label
-            grad_z.mul_(((a + 2 * v * lse) / sums[0])[:, None])
-            if smooth:
-                step_down = (a * (smooth / support))[:, None]
-                grad_z.sub_(step_down if outside is None else step_down * ~outside)
-            hit = torch.where(inside & counted, -(1 - smooth) * a, 0.0)
-            grad_z.scatter_add_(1, column, hit[:, None])
-            grad_z.masked_fill_(~(counted | (v != 0))[:, None], 0.0)  # ignored rows (their p may not be finite)
-            if t is not None:  # the replaced entry's gradient goes to t (through the cap), not to the product
-                d_target = torch.where(inside, grad_z.gather(1, column).squeeze(1), 0.0)
-                if softcap is not None:
-                    d_target = d_target * (1 - (t_c / softcap).square())
-                grad_t[rows] = d_target
-                grad_z.scatter_(1, column, torch.where(inside, 0.0, grad_z.gather(1, column).squeeze(1))[:, None])
-            if softcap is not None:  # through z' = cap · tanh(z / cap): 1 − (z' / cap)² (a replaced entry's is 0)
-                grad_z.mul_(z.div_(softcap).square_().neg_().add_(1.0))
-            del z, kept
+            logp = z - lse[:, None]  # (n, V_r), overwritten by d L / d z
+            grad_z = support_grad_(
+                logp if kept is None else logp.masked_fill_(~kept, -torch.inf), p_coefficient(a, lse, v),
+                a * (smooth / support) if smooth else None, kept,
+            )  # fmt: skip
+            grad_z.masked_fill_(((a == 0) & (v == 0))[:, None], 0.0)  # ignored rows (their p may not be finite)
+            slope = None if softcap is None else capped_slope(z, softcap)
+            d_t = finish_grad_(grad_z, column, -(1 - smooth) * a, inside, slope, replaced=t is not None)
+            if t is not None:
+                grad_t[rows] = d_t
+            del z, kept, slope
             if b is not None:
                 grad_b += grad_z.sum(0)
             if s is not None:
