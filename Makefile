@@ -169,11 +169,11 @@ mutate-sample: install
 	$(PY) tests/mutate_sample.py --rev HEAD
 
 bench: install
-	$(PY) benchmarks/bench_margin.py
-	$(PY) benchmarks/bench_sampled.py
-	$(PY) benchmarks/bench_sparse.py
-	$(PY) benchmarks/bench_eval.py
-	$(PY) benchmarks/bench_continuous.py --plot docs/results/continuous/instances_per_second.png
+	$(PY) benchmarks/speed/bench_margin.py
+	$(PY) benchmarks/speed/bench_sampled.py
+	$(PY) benchmarks/speed/bench_sparse.py
+	$(PY) benchmarks/speed/bench_eval.py
+	$(PY) benchmarks/speed/bench_continuous.py --plot docs/results/continuous/instances_per_second.png
 
 # The documentation site: built offline from docs/ with warnings as errors (broken links and anchors, LaTeX errors, a
 # name a page renders that does not import, a public name without a docstring or not rendered) into site/, then
@@ -192,10 +192,10 @@ docs-screenshots:
 
 # The research reproductions (each 15-45 minutes on 2 CPU cores), written to docs/results/.
 reproduce: install
-	$(PY) benchmarks/reproduce_margin_lm.py --steps 60
-	$(PY) benchmarks/reproduce_sampled_lm.py
-	$(PY) benchmarks/reproduce_sparse.py all
-	$(PY) benchmarks/reproduce_continuous.py
+	$(PY) benchmarks/reproduce/reproduce_margin_lm.py --steps 60
+	$(PY) benchmarks/reproduce/reproduce_sampled_lm.py
+	$(PY) benchmarks/reproduce/reproduce_sparse.py all
+	$(PY) benchmarks/reproduce/reproduce_continuous.py
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-lock .venv-min .whl outputs build *.egg-info

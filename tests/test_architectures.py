@@ -2,7 +2,7 @@
 (tests/arch_matrix.py: large weights, each architecture's output transform pushed up) wrapped with
 `HeadsFor*.from_base(model, head={"family": "softmax"})` give the original's log-probabilities, greedy and beam
 `generate()` output, survive save -> `AutoModelFor*.from_pretrained`, and train one step with every family.
-`python benchmarks/architectures_table.py` writes the same matrix as README's table."""
+`python benchmarks/reproduce/architectures_table.py` writes the same matrix as README's table."""
 
 import pytest
 import torch

@@ -12,9 +12,10 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HEADS_BENCH_IN_PROCESS": "1"}  #
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
-    """benchmarks/<script> with `args`, run from benchmarks/ (as its docstring shows), output captured."""
+    """benchmarks/<group>/<script> with `args`, run from the repository root (as its docstring shows), output
+    captured."""
     command = [sys.executable, str(ROOT / "benchmarks" / script), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
 
 
 # slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
@@ -24,24 +25,24 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
     "script, args, expect",
     [
         pytest.param(
-            "bench_sparse.py",
+            "speed/bench_sparse.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
             "| hf_heads chunked, sparse k=5 |",
             marks=pytest.mark.slow,
         ),
         pytest.param(  # every margin option (~50 s): make test-all; the paired run below covers the script
-            "bench_margin.py",
+            "speed/bench_margin.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
             "| hf_heads context_norm max-norm |",
             marks=pytest.mark.slow,
         ),
         (
-            "bench_margin.py",
+            "speed/bench_margin.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "2", "--paired", "1"],
             "time vs hf_heads softmax, median (min–max) of 2 pairs |",
         ),
         pytest.param(
-            "bench_sampled.py",
+            "speed/bench_sampled.py",
             [
                 "--tokens",
                 "64",
@@ -60,55 +61,55 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_eval.py",
+            "speed/bench_eval.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1"],
             "| hf_heads HeadsTrainer.evaluate |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_continuous.py",
+            "speed/bench_continuous.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--plot", "{tmp}/ips.png"],
             "| continuous d=300, syn-margin-projection |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_loss_options.py",
+            "speed/bench_loss_options.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1"],
             "| z-loss + class weights |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_loss_options.py",
+            "speed/bench_loss_options.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1", "--only", "predictions"],
             "| same-pass accuracy (returns predictions) |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_trl_statistics.py",
+            "speed/bench_trl_statistics.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rounds", "1"],
             "| loss and statistics in one pass (token_statistics) |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_chunk_rows.py",
+            "speed/bench_chunk_rows.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--rows", "5", "64", "--repeats", "1"],
             "| fused softmax, 5 rows per chunk |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_demo_step.py",
+            "speed/bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
             "| margin arc m=0.001 f=log-unigram g=max-norm |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "bench_vocab_parallel.py",
+            "speed/bench_vocab_parallel.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--repeats", "1", "--heads", "margin"],
             "| margin | 2 processes, W sharded |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            "probe_continuous_copy.py",
+            "reproduce/probe_continuous_copy.py",
             ["--loss", "cosine", "--table", "mean-centred", "--freeze_bias", "--steps", "2"],
             "loss=cosine table=mean-centred freeze_bias=True steps=2: greedy copy accuracy",
             marks=pytest.mark.slow,
@@ -119,7 +120,7 @@ def test_benchmark_runs_at_toy_size(script, args, expect, tmp_path):
     proc = run_script(script, *[a.format(tmp=tmp_path) for a in args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout
-    if script == "bench_continuous.py":
+    if script == "speed/bench_continuous.py":
         assert "| continuous d=50, beam 5 |" in proc.stdout and (tmp_path / "ips.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -138,7 +139,12 @@ def test_lm_grid_seeds_and_curves(tmp_path):
         " batch=2, block=16, lr=1e-3, max_eval_blocks=4, seeds=(0, 1), eval_steps=2, resume=True)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT / "benchmarks", timeout=600
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT / "benchmarks" / "common",
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "baseline                                   kept from" in proc.stdout  # resume=True ran nothing
@@ -149,7 +155,7 @@ def test_lm_grid_seeds_and_curves(tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["baseline", "cos_s-64_m-0.01"]
     args = ["--models", str(tmp_path / "models"), "--out", str(tmp_path)]
-    proc = run_script("plot_margin_word_vectors.py", *args, "--settings", "baseline", "cos s=64 m=0.01")
+    proc = run_script("figures/plot_margin_word_vectors.py", *args, "--settings", "baseline", "cos s=64 m=0.01")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = (tmp_path / "word_vectors.md").read_text().splitlines()
     assert rows[4].startswith("| baseline | ") and rows[5].startswith("| cos s=64 m=0.01 | ") and len(rows) == 6

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.sh runs end to end on the CPU (GPU_DRY_RUN=1: toy sizes, the Triton kernels under Triton's
+"""benchmarks/gpu/gpu.sh runs end to end on the CPU (GPU_DRY_RUN=1: toy sizes, the Triton kernels under Triton's
 interpreter): every section in order, the Gemma-sized bf16 section first, no command failed or cut short, no row
 failed, and the rows that cannot run here (the peers' CUDA kernels) listed as not available, not left out."""
 
@@ -29,7 +29,7 @@ def test_the_gpu_script_dry_run(tmp_path):
     }
     env.pop("TRITON_INTERPRET", None)  # the script sets it
     proc = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu.sh")], capture_output=True, text=True, env=env, timeout=900
+        ["bash", str(ROOT / "benchmarks" / "gpu" / "gpu.sh")], capture_output=True, text=True, env=env, timeout=900
     )
     log = (tmp_path / "gpu_cpu-dry-run_progress.log").read_text()
     assert proc.returncode == 0, proc.stdout[-3000:] + log[-3000:]

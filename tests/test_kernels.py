@@ -152,7 +152,7 @@ def _data(seed=0):
 # the option sets in INTERPRETED (the plain loss, and combined sets that together take every option of the Triton
 # program: the z-loss with a target logit, soft-cap and smoothing; the column scale, a target logit and soft-cap under
 # BCE); the other cases (each option alone, the other combinations, and MSE) are marked slow and run in
-# `make test-all` (and on a GPU in benchmarks/gpu_check.py). The eager and compiled kernels run every case.
+# `make test-all` (and on a GPU in benchmarks/gpu/gpu_check.py). The eager and compiled kernels run every case.
 INTERPRETED = {  # class weights reach the Triton program as the row weights every case passes
     "triton": {"plain", "z-loss-target-softcap-smoothing", "bce-target-softcap-column-scale"},
     "triton-half": {"plain"},  # the triton kernel with another workspace dtype (its own tests below)

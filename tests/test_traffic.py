@@ -1,11 +1,11 @@
-"""The benchmarks' byte count (benchmarks/_traffic.py) against counts made by hand on small cases."""
+"""The benchmarks' byte count (benchmarks/common/_traffic.py) against counts made by hand on small cases."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "common"))
 from _traffic import gb_cell, liger_chunk_rows, step_bytes  # noqa: E402
 
 SMALL = dict(n=4, hidden=3, vocab=5)  # (rows, V) = 20 entries, (V, H) = 15

@@ -54,15 +54,15 @@ def rows_per_chunk(
 ) -> int:
     """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`, but at least
     `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin to use the GEMM well:
-    `python benchmarks/bench_chunk_rows.py`, docs/results/bench_chunk_rows_cpu.md: on 2 CPU cores the fused softmax
-    loss at N=2048, H=512, V=200k took 1.55 / 1.06 / 0.98 / 0.93× the three full-size matmuls in chunks of 41 / 128 /
-    256 / 512 rows, at N=4096, V=50k 1.17 / 1.17 / 1.12× in chunks of 167 / 256 / 512 rows); at most `num_rows`.
+    `python benchmarks/speed/bench_chunk_rows.py`, docs/results/bench_chunk_rows_cpu.md: on 2 CPU cores the fused
+    softmax loss at N=2048, H=512, V=200k took 1.55 / 1.06 / 0.98 / 0.93× the three full-size matmuls in chunks of 41 /
+    128 / 256 / 512 rows, at N=4096, V=50k 1.17 / 1.17 / 1.12× in chunks of 167 / 256 / 512 rows); at most `num_rows`.
 
     On an accelerator (`device` not a CPU) a chunk may also take up to an eighth of the rows, within
     `ACCELERATOR_CHUNK_BYTES`: every chunk reads W twice and reads and writes the float32 (V, H) weight-gradient
     accumulator, and on a GPU that (V, H) traffic, not the GEMM's shape, is what small chunks cost. By the byte count
-    of benchmarks/_traffic.py at N = 8192, H = 2304, V = 256k under bf16, chunks of 512 rows move about 113 GB of
-    (V, H) traffic per step against ~42 GB over the (rows, V) blocks; 1024 rows halve the former for 0.5 GB more
+    of benchmarks/common/_traffic.py at N = 8192, H = 2304, V = 256k under bf16, chunks of 512 rows move about 113 GB
+    of (V, H) traffic per step against ~42 GB over the (rows, V) blocks; 1024 rows halve the former for 0.5 GB more
     workspace (not yet timed on a GPU). The block stays at most 1/8 of the (N, V) logits a plain head builds."""
     by_budget = budget_bytes // (itemsize * max(num_classes, 1))
     rows = max(MIN_CHUNK_ROWS, by_budget)
