@@ -473,3 +473,18 @@ def test_head_flags_reach_the_head_section_and_errors_name_the_flag():
     with pytest.raises(ValueError, match="--head_bias is not an option of head family 'continuous'"):
         parsed("--head", "continuous", "--head_bias", "true").head_config()
     assert parsed("--head", "sparse").head_flags_given() and not parsed().head_flags_given()
+
+
+@pytest.mark.parametrize(
+    "build, task",
+    [
+        (lambda: causal_lm({"family": "softmax"}), ("text-generation", "Causal language modeling")),
+        (lambda: seq2seq({"family": "softmax"}), ("text2text-generation", "Sequence-to-sequence generation")),
+        (lambda: classifier({"family": "softmax"}), ("text-classification", "Sequence classification")),
+    ],
+)
+def test_card_metadata_names_each_model_classes_task(tmp_path, build, task):
+    """Without a task of the run's own, the card's tags, model-index and text name the model class's task."""
+    text, meta = card(tmp_path, build(), {"eval_loss": 1.0, "eval_accuracy": 0.5})
+    assert task[0] in meta["tags"] and task[1] in text.split("---", 2)[2]
+    assert meta["model-index"][0]["results"][0]["task"] == {"type": task[0], "name": task[1]}

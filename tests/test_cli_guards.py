@@ -255,3 +255,41 @@ def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch,
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
     assert line == "error: --source_column and --target_column go together: give both or neither"
+
+
+def _argument_classes() -> dict[str, type]:
+    """Every argument dataclass the run scripts parse: the `*Arguments` classes of hf_heads.cli and of each script."""
+    import dataclasses
+    import importlib
+    import importlib.util
+    import pkgutil
+    import sys
+    from pathlib import Path
+
+    import hf_heads.cli
+
+    modules = [importlib.import_module(i.name) for i in pkgutil.walk_packages(hf_heads.cli.__path__, "hf_heads.cli.")]
+    scripts = Path(__file__).resolve().parents[1] / "run_scripts"
+    for path in sorted(scripts.glob("run_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return {
+        f"{module.__name__}.{name}": cls
+        for module in modules
+        for name, cls in vars(module).items()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and name.endswith("Arguments")
+    }
+
+
+def test_every_run_script_argument_has_its_help():
+    """`--help` explains every flag: each field of each argument class the scripts parse carries a help text."""
+    import dataclasses
+
+    classes = _argument_classes()
+    assert {"hf_heads.cli.seq2seq.DataArguments", "hf_heads.cli.runs.RunArguments"} <= set(classes)
+    missing = [f"{where}.{f.name}" for where, cls in classes.items() for f in dataclasses.fields(cls)
+               if not f.metadata.get("help")]  # fmt: skip
+    assert not missing, f"arguments without a help text: {missing}"

@@ -389,3 +389,32 @@ def test_wordnet_lexname_labels_are_wordnets_lexicographer_files(monkeypatch, tm
     labels = [names[label] for label in built["label"]]
     assert labels == ["noun.Tops", "noun.animal", "verb.body", "adj.pert", "adv.all"]
     assert built["text"][0].startswith("that which is perceived or known or inferred")  # entity
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _corpora_built_here(tmp_path_factory):
+    """This module's loaders build every corpus from the raw files into a cache of their own (a few seconds), so a
+    builder's fault shows here instead of hiding behind a copy an earlier version saved in the shared cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HEADS_CACHE", str(tmp_path_factory.mktemp("corpora-cache")))
+        yield
+
+
+def test_word_counts_tokenizes_batch_size_texts_at_a_time():
+    from datasets import Dataset
+
+    tok = data.build_word_tokenizer(["a b c", "b c"], vocab_size=20)
+    calls = []
+
+    class Recording:
+        def __len__(self):
+            return len(tok)
+
+        def __call__(self, texts):
+            calls.append(len(texts))
+            return tok(texts)
+
+    ds = Dataset.from_dict({"text": ["a b", "b c", "c", "a", "b b"]})
+    counts = data.word_counts(ds, Recording(), batch_size=2)
+    assert calls == [2, 2, 1]
+    assert torch.equal(counts, data.word_counts(ds, tok, batch_size=1000))

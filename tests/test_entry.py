@@ -193,6 +193,10 @@ def test_the_extras_of_returns_equal_their_dense_forms(reduction):
     plain = output_loss(h, w, b, y, criterion=criterion, reduction=reduction, impl=Impl(chunk_size=4))
     torch.testing.assert_close(out.loss, plain)
     torch.testing.assert_close(out.accuracy_at(1), out.token_accuracy)
+    torch.testing.assert_close(out.accuracy_at(V), (valid.sum() / valid.sum()).to(out.token_accuracy.dtype))
+    for k in (0, 1.5):
+        with pytest.raises(OptionError, match=f"^k={k} "):
+            out.accuracy_at(k)
 
 
 def test_a_sigmoid_criterion_refuses_softmax_extras():

@@ -178,3 +178,19 @@ def test_a_heads_eval_loss_with_ignored_rows_is_the_naive_mean(name, branch, mon
         got_items = head.loss(hidden, labels, num_items_in_batch=torch.tensor(40))
     torch.testing.assert_close(got.double(), per_row.mean(), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got_items.double(), per_row.sum() / 40, rtol=1e-4, atol=1e-4)
+
+
+def test_prediction_step_passes_ignore_keys_on(tmp_path):
+    """`Trainer.predict / evaluate(ignore_keys=...)` leaves those outputs out of the predictions on HeadsTrainer's
+    own path (labels given, predictions asked for), as the Trainer's."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    args = HeadsTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, disable_tqdm=True)
+    trainer = HeadsTrainer(model=model, args=args)
+    batch = {k: torch.tensor(v) for k, v in _lm_dataset(n=2)[:2].items()}
+    model.eval()  # as the evaluation loop calls it (in training mode a forward with labels returns no logits)
+    cache = ["past_key_values"]
+    _, kept, _ = trainer.prediction_step(model, batch, prediction_loss_only=False, ignore_keys=cache)
+    _, left_out, _ = trainer.prediction_step(model, batch, False, ignore_keys=[*cache, "logits"])
+    assert isinstance(kept, torch.Tensor) and kept.shape == (2, 16, 61)
+    assert left_out is None or left_out == (), f"the logits were kept: {type(left_out)}"

@@ -73,3 +73,29 @@ def test_version_is_the_installed_distributions():
     import hf_heads
 
     assert hf_heads.__version__ == importlib.metadata.version("hf_heads")
+
+
+def _modules_with_all() -> list[str]:
+    import pkgutil
+
+    import hf_heads
+
+    names = ["hf_heads"]
+    for info in pkgutil.walk_packages(hf_heads.__path__, "hf_heads."):
+        if not info.name.endswith("__main__"):
+            names.append(info.name)
+    return names
+
+
+@pytest.mark.parametrize("name", _modules_with_all())
+def test_every_name_in_a_modules_all_exists(name):
+    """`from module import *` works: every name a module's `__all__` lists is an attribute of it, listed once."""
+    import importlib
+
+    module = importlib.import_module(name)
+    listed = getattr(module, "__all__", None)
+    if listed is None:
+        return
+    assert len(listed) == len(set(listed)), f"{name}.__all__ lists a name twice"
+    missing = [n for n in listed if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ lists names it does not have: {missing}"

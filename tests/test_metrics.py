@@ -518,3 +518,21 @@ def test_generation_builder_reads_predictions_padded_with_minus_100():
     padded = np.where(pred_ids == tok.pad_token_id, -100, pred_ids)
     assert (padded == -100).any()
     assert generation_metrics(tok)((padded, ref_ids)) == generation_metrics(tok)((pred_ids, ref_ids))
+
+
+@pytest.mark.parametrize("device, expected", [("gpu", "cuda"), ("cuda", "cuda"), ("cpu", "cpu")])
+def test_perplexity_device_names_the_torch_device(causal_lm, monkeypatch, device, expected):
+    """evaluate's `device="gpu"` (and "cuda", "cpu") reaches torch as its device name; the model is moved once."""
+    moved = []
+
+    class Moved(Exception):
+        pass
+
+    def to(module, *args, **kwargs):
+        moved.append(args[0] if args else kwargs.get("device"))
+        raise Moved
+
+    monkeypatch.setattr(torch.nn.Module, "to", to)
+    with pytest.raises(Moved):
+        load_metric("perplexity").compute(model_id=causal_lm[0], predictions=causal_lm[3], device=device)
+    assert moved == [expected]

@@ -222,3 +222,26 @@ def test_generate_with_lora_on_the_head_keeps_the_heads_beam_refusal():
     with pytest.raises(OptionError, match=r"num_beams=5 must be <= decode_k=4"):
         model.generate(input_ids=ids, max_new_tokens=2, num_beams=5, pad_token_id=1)
     assert model.generate(input_ids=ids, max_new_tokens=2, num_beams=4, pad_token_id=1).shape == (1, 7)
+
+
+def test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name():
+    """`model.add_adapter` as transformers': the adapter becomes the active one (transformers' own adapter methods see
+    it loaded), a second name adds a second adapter, a taken name is refused before anything changes."""
+    model = _causal({"family": "softmax"})
+    model.add_adapter(peft.LoraConfig(task_type="CAUSAL_LM", r=2))
+    assert model.active_adapters() == ["default"] and list(model.peft_config) == ["default"]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="an adapter named 'default' already exists"):
+        model.add_adapter(peft.LoraConfig(task_type="CAUSAL_LM", r=4))
+    assert before.keys() == model.state_dict().keys()
+    model.add_adapter(peft.LoraConfig(task_type="CAUSAL_LM", r=2), adapter_name="second")
+    assert model.active_adapters() == ["second"] and list(model.peft_config) == ["default", "second"]
+
+
+def test_an_adapter_config_without_target_parameters_gets_the_backbones_default_targets():
+    """PEFT configs other than LoRA (LoHa here) have no `target_parameters`: they take the default targets too."""
+    model = _causal({"family": "softmax"})
+    assert not hasattr(peft.LoHaConfig(), "target_parameters")
+    model.add_adapter(peft.LoHaConfig(task_type="CAUSAL_LM", r=2))
+    adapted = sorted({name.split(".")[-1] for name, module in model.named_modules() if hasattr(module, "hada_w1_a")})
+    assert adapted == ["q_proj", "v_proj"]

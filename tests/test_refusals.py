@@ -107,3 +107,23 @@ def test_a_seq2seq_model_refuses_a_family_switch_that_cannot_start_from_its_head
     with pytest.raises(ValueError, match="head.family='continuous' cannot start from this model's softmax head"):
         model.set_head_options(family="continuous", embedding_dim=8)
     _same(before, model)
+
+
+@pytest.mark.parametrize(
+    "tasks, allowed",
+    [
+        (("classification",), "HeadsForSequenceClassification"),
+        (("seq2seq",), "HeadsForSeq2SeqLM"),
+        (("seq2seq", "classification"), "HeadsForSeq2SeqLM, HeadsForSequenceClassification"),
+    ],
+)
+def test_a_family_on_a_model_of_another_task_is_refused_naming_the_model_classes_it_serves(
+    monkeypatch, tasks, allowed
+):
+    from conftest import tiny_llama_config
+
+    from hf_heads.heads import FAMILIES
+
+    monkeypatch.setattr(FAMILIES["softmax"].head, "tasks", tasks)
+    with pytest.raises(ValueError, match=f"^head.family='softmax' is for {allowed}, not HeadsForCausalLM$"):
+        HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config(30).to_dict(), head={"family": "softmax"}))

@@ -92,6 +92,8 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
         launcher=launch,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    for split in ("train", "eval", "predict"):  # the Trainer's metric blocks (printed), under their split's name
+        assert f"***** {split} metrics *****" in proc.stdout + proc.stderr, split
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["head"]["family"] == "sparse" and summary["head"]["k"] == 10
     for key in ("eval_bleu", "eval_bleu_1", "eval_bleu_4", "predict_bleu", "eval_loss"):

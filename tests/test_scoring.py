@@ -476,3 +476,16 @@ def test_run_scripts_score_in_a_subprocess(saved, tmp_path):
     for hyp in expected[0]["hypotheses"]:  # JSON writes -inf as null
         hyp.update({k: (v if math.isfinite(v) else None) for k, v in hyp.items() if k in ("lm_score", "combined")})
     assert _lines(out) == expected
+
+
+def test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score(saved, tmp_path, capsys):
+    """A hypothesis that cannot be scored (empty) is named by its file line (blank lines counted) and its index."""
+    root = saved[0]
+    good = {"id": 0, "hypotheses": [{"text": t, "score": 0.0} for t in TEXTS[:2]]}
+    bad = {"id": 1, "hypotheses": [{"text": TEXTS[0], "score": 0.0}, {"text": " ", "score": -1.0}]}
+    path = tmp_path / "nbest.jsonl"
+    path.write_text(f"{json.dumps(good)}\n\n{json.dumps(bad)}\n")  # the bad record is on line 3
+    out = tmp_path / "reranked.jsonl"
+    args = ["rescore", "--model", str(root / "lm"), "--nbest", str(path), "--output", str(out), "--lm_weight", "1"]
+    assert main(args) == 2
+    assert f"{path} line 3 hypotheses[1].text is empty" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from transformers import (
 )
 
 from hf_heads import HeadsForCausalLM, HeadsForSeq2SeqLM
+from hf_heads.cli.backbones import TINY_BACKBONES, TINY_ENCODERS, TINY_SEQ2SEQ, tiny_backbone_config
 from hf_heads.data.tokenization import build_word_tokenizer
 from hf_heads.scoring import sentence_log_probs, token_log_probs
 from hf_heads.scoring.__main__ import main
@@ -230,3 +231,19 @@ def test_seq2seq_script_refuses_a_config_eos_or_pad_unlike_the_tokenizers(tmp_pa
     lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
     assert code == 2 and len(lines) == 1, stderr[-3000:]
     assert f"the tokenizer's {name} is" in lines[0] and f"generates with {name}=7" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("name", sorted({**TINY_BACKBONES, **TINY_SEQ2SEQ, **TINY_ENCODERS}))
+def test_a_tiny_backbone_takes_the_tokenizers_special_ids(name):
+    """The run scripts' tiny backbones are sized to the tokenizer and carry its pad / BOS / EOS ids (a seq2seq one
+    starts its decoder with BOS), whatever ids the tokenizer gives them."""
+    from hf_heads.data import build_word_tokenizer
+
+    tok = build_word_tokenizer(["a b c d e f", "c d"], vocab_size=30)
+    tok.add_special_tokens({"pad_token": "<extra-pad>"})  # ids unlike the word tokenizer's defaults
+    config = tiny_backbone_config(name, tok)
+    assert config.vocab_size == len(tok)
+    got = (config.pad_token_id, config.bos_token_id, config.eos_token_id)
+    assert got == (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id)
+    if name in TINY_SEQ2SEQ:
+        assert config.decoder_start_token_id == tok.bos_token_id

@@ -90,4 +90,76 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/test_cards.py::test_speed_vs_perplexity_figure_is_a_720_by_480_png_with_a_point_per_run",
     ),
+    "hf_heads/data/tokenization.py:996e2ea177": (
+        "test",
+        "tests/test_data.py::test_word_counts_tokenizes_batch_size_texts_at_a_time",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:3b77f9b05f": (
+        "test",
+        "tests/test_metrics.py::test_perplexity_device_names_the_torch_device",
+    ),
+    "hf_heads/scoring/__main__.py:9db2c821f6": (
+        "test",
+        "tests/test_scoring.py::test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score",
+    ),
+    "hf_heads/cli/seq2seq.py:6e1c99967c": (
+        "test",
+        "tests/test_run_tasks.py::test_run_translation_sparse_end_to_end_under_accelerate",
+    ),
+    "hf_heads/modeling/base.py:2871e890b2": (
+        "test",
+        "tests/test_refusals.py::test_a_family_on_a_model_of_another_task_is_refused_naming_the_model_classes_it_serves",
+    ),
+    "hf_heads/cli/backbones.py:7a9a9f35ab": (
+        "test",
+        "tests/test_special_token_ids.py::test_a_tiny_backbone_takes_the_tokenizers_special_ids",
+    ),
+    "hf_heads/heads/continuous.py:73033bf306": (
+        "equivalent",
+        "Tensor.copy_ copies across devices itself: moving the mask to the buffer's device first changes no value",
+    ),
+    "hf_heads/integrations/peft.py:d03d8bb736": (
+        "test",
+        "tests/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
+    ),
+    "hf_heads/scoring/__init__.py:08e1ed0a8c": (
+        "test",
+        "tests/test_lazy_imports.py::test_every_name_in_a_modules_all_exists",
+    ),
+    "hf_heads/training/trainer.py:115e9b6faf": (
+        "test",
+        "tests/test_eval_without_logits.py::test_prediction_step_passes_ignore_keys_on",
+    ),
+    "hf_heads/scoring/__main__.py:7e50d52c08": (
+        "test",
+        "tests/test_scoring.py::test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score",
+    ),
+    "hf_heads/cli/seq2seq.py:96253d2d76": (
+        "test",
+        "tests/test_cli_guards.py::test_every_run_script_argument_has_its_help",
+    ),
+    "hf_heads/data/corpora.py:ba8d218d2d": (
+        "test",
+        "tests/test_data.py::test_wordnet_hypernyms_label_is_the_direct_hypernym",
+    ),
+    "hf_heads/integrations/peft.py:0957e399c0": (
+        "test",
+        "tests/test_peft.py::test_an_adapter_config_without_target_parameters_gets_the_backbones_default_targets",
+    ),
+    "hf_heads/losses/parts.py:96d98f5830": (
+        "test",
+        "tests/test_entry.py::test_the_extras_of_returns_equal_their_dense_forms",
+    ),
+    "hf_heads/metrics/modules/bleu.py:8948272b63": (
+        "equivalent",
+        "a datasets.Value's id is metadata that evaluate never reads (the features and scores are the same)",
+    ),
+    "hf_heads/training/cards.py:4bf0bba615": (
+        "test",
+        "tests/test_cards.py::test_card_metadata_names_each_model_classes_task",
+    ),
+    "hf_heads/integrations/peft.py:c4b3cb7c06": (
+        "test",
+        "tests/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
+    ),
 }
