@@ -69,6 +69,7 @@ from mutate import PRELOAD, ROOT, TEST_ENV, TREE, _copy_tree, _pytest, outcome
 
 CACHE = ROOT / "build" / "mutation-sample"
 PACKAGES = ("cli", "data", "heads", "losses", "metrics", "modeling", "scoring", "training", "integrations")
+FIRST_RERUN = "python tests/mutate_sample.py --rerun docs/results/mutation_sample.json"  # runs that did not record it
 TOP_LEVEL = "(top level)"  # hf_heads/__init__.py, components.py, validation.py
 
 
@@ -600,7 +601,7 @@ def report(results: dict) -> str:
         text += [
             "",
             f"## After triage (survivors re-run on commit {results['after_rev'][:12]}: "
-            "`python tests/mutate_sample.py --rerun docs/results/mutation_sample.json`)",
+            f"`{results.get('after_command', FIRST_RERUN)}`)",
             "",
             "| package | killed (run) | killed after triage | equivalent | still surviving | score |",
             "|---|---:|---:|---:|---:|---:|",
@@ -660,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads((args.rerun or args.json).read_text())
         if args.rerun:
             rerun(results, args.jobs, args.timeout + 120)
+            results["after_command"] = "python " + " ".join(sys.argv)
             args.json.write_text(json.dumps(results, indent=1) + "\n")
     else:
         results = run(args)
