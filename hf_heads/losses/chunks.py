@@ -2,25 +2,14 @@
 
 A loss, a statistic or a score over V classes needs the (N, V) logits of N rows; hf_heads never builds them at once.
 `map_chunks` cuts the rows into chunks whose (rows, V) block fits a memory budget (`rows_per_chunk`) and calls a
-per-chunk function on each:
+per-chunk function on each: the fused loss of every discrete head (hf_heads.losses.fused_linear, through a
+`ChunkKernel`), the sampled family's corrected evaluation NLL (under activation checkpointing), and
+`OutputHead.statistics` (without gradient).
 
-- the fused loss of every discrete head (softmax, margin through its replaced target logit, sparse through its top
-  k, the sampled family's full CE / BCE / MSE criteria; hf_heads.losses.fused_linear) calls a `ChunkKernel`, chosen
-  by `chunk_kernel`, with the gradient computed in the same pass;
-- the sampled family's corrected evaluation NLL (hf_heads.losses.sampled) calls its per-chunk function under
-  activation checkpointing (`recompute=True`): the chunk's (rows, V) block is recomputed in the backward instead of
-  kept;
-- `OutputHead.statistics` (eval perplexity, top-k accuracy, sentence scores) calls the head's inference logits per
-  chunk, without gradient.
-
-The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss (logits of the chunk, the replaced target
-logit, soft-cap, top-k, label smoothing, the criterion, the loss and its gradient): a component of kind "kernel"
-(hf_heads.components), registered with `register("kernel")` like a margin, and listed by `CHUNK_KERNELS` ("eager",
-"compiled", "triton", "triton-half"); every one runs the same contract tests against the naive references
-(tests/test_kernels.py). The kernel is chosen in one place, the loss's `impl` (`output_loss(..., impl=...)`; a head
-passes its `chunk_kernel` option there): an explicit kernel is the call's; without one, `chunk_kernel(None, device)`
-picks `HF_HEADS_CHUNK_KERNEL` when set (a debugging switch), else the automatic choice: "triton" on CUDA when triton
-imports, else "eager".
+The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss, a component of kind "kernel"
+(hf_heads.components) listed by `CHUNK_KERNELS`; every one runs the same contract tests against the naive references
+(tests/test_kernels.py). `chunk_kernel` resolves the loss's choice: an explicit kernel, else `HF_HEADS_CHUNK_KERNEL`
+(a debugging switch), else "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
@@ -53,17 +42,12 @@ def rows_per_chunk(
     device: torch.device | None = None,
 ) -> int:
     """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`, but at least
-    `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin to use the GEMM well:
-    `python benchmarks/speed/bench_chunk_rows.py`, docs/results/bench_chunk_rows_cpu.md: on 2 CPU cores the fused
-    softmax loss at N=2048, H=512, V=200k took 1.55 / 1.06 / 0.98 / 0.93× the three full-size matmuls in chunks of 41 /
-    128 / 256 / 512 rows, at N=4096, V=50k 1.17 / 1.17 / 1.12× in chunks of 167 / 256 / 512 rows); at most `num_rows`.
+    `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin for the GEMM) and at most
+    `num_rows`.
 
-    On an accelerator (`device` not a CPU) a chunk may also take up to an eighth of the rows, within
-    `ACCELERATOR_CHUNK_BYTES`: every chunk reads W twice and reads and writes the float32 (V, H) weight-gradient
-    accumulator, and on a GPU that (V, H) traffic, not the GEMM's shape, is what small chunks cost. By the byte count
-    of benchmarks/common/_traffic.py at N = 8192, H = 2304, V = 256k under bf16, chunks of 512 rows move about 113 GB
-    of (V, H) traffic per step against ~42 GB over the (rows, V) blocks; 1024 rows halve the former for 0.5 GB more
-    workspace (not yet timed on a GPU). The block stays at most 1/8 of the (N, V) logits a plain head builds."""
+    On an accelerator a chunk may also take up to an eighth of the rows, within `ACCELERATOR_CHUNK_BYTES`: there the
+    (V, H) traffic of each chunk (W read twice, the float32 weight-gradient accumulator read and written), not the
+    GEMM's shape, is what small chunks cost. Measurements: docs/performance.md."""
     by_budget = budget_bytes // (itemsize * max(num_classes, 1))
     rows = max(MIN_CHUNK_ROWS, by_budget)
     if device is not None and torch.device(device).type != "cpu":
@@ -73,10 +57,8 @@ def rows_per_chunk(
 
 
 def eval_rows_per_chunk(num_rows: int, num_classes: int, chunk: int) -> int:
-    """Rows per chunk of a loss alone (no gradient blocks kept): 4 × the training `chunk`, and at least
-    `EVAL_CHUNK_ROWS` rows, but no more than `EVAL_CHUNK_BYTES` of logits unless the training chunk itself is
-    larger. Measured at V = 200k, H = 512, N = 2048 on 2 CPU cores: chunks of 41 / 128 / 256 / 512 rows took 1.6 /
-    1.06 / 0.91 / 0.85 × the time of one matmul + cross-entropy."""
+    """Rows per chunk of a loss alone (no gradient blocks kept): 4 × the training `chunk`, at least `EVAL_CHUNK_ROWS`,
+    but no more than `EVAL_CHUNK_BYTES` of logits unless the training chunk itself is larger."""
     cap = max(1, EVAL_CHUNK_BYTES // (4 * max(num_classes, 1)))
     return min(num_rows, max(chunk, min(cap, max(4 * chunk, EVAL_CHUNK_ROWS))))
 
@@ -89,11 +71,10 @@ def map_chunks(
     *,
     recompute: bool = False,
 ) -> torch.Tensor | None:
-    """`fn(*row_args[chunk], *shared_args)` over chunks of `step` rows, concatenated (None when `fn` returns None,
-    e.g. when it writes into buffers). Rows are cut along dim 0 of every tensor in `row_args` (None stays None).
-    `recompute=True`: a chunk that needs a gradient runs under activation checkpointing, its (rows, V)
-    intermediates recomputed in the backward instead of kept. With no rows, `fn` of the empty rows: a (0,) result
-    that is still part of the graph (a batch of padding trains with a zero loss)."""
+    """`fn(*row_args[chunk], *shared_args)` over chunks of `step` rows along dim 0 of every tensor in `row_args` (None
+    stays None), concatenated (None when `fn` returns None, e.g. when it writes into buffers). `recompute=True`: a
+    chunk that needs a gradient runs under activation checkpointing. With no rows, `fn` of the empty rows: a (0,)
+    result still in the graph (a batch of padding trains with a zero loss)."""
     num_rows = row_args[0].shape[0]
     if num_rows == 0:
         return fn(*row_args, *shared_args)
@@ -116,14 +97,12 @@ CROSS_ENTROPY = CrossEntropy()
 
 class ChunkOptions(NamedTuple):
     """What a fused chunk computes besides plain softmax: the top k of the log-sum-exp (sparse), label smoothing, the
-    soft-cap, a column scale s (V,) of the products (a margin head's word-norm scaling: z_ic = s_c · h_i · w_c + b_c,
-    applied to each chunk's block instead of to a scaled copy of W), and the criterion over the row's logits z (a
-    `Criterion`, hf_heads.losses.parts): cross-entropy lse(z) − z_y, or a sigmoid criterion (the sampling paper's full
-    BCE, eq. 3, or MSE, eq. 1) through its `terms_`. Top-k and label smoothing are for cross-entropy only, as is
-    `z_loss` λ: the gradient then also takes λ · lse_i² per row (PaLM's z-loss,
-    Liger-Kernel's `lse_square_scale`; lse over the row's support, its top k for sparse), weighted by the kernel's
-    `z_weight` (default: the row weight). The kernel returns the criterion's losses without it; the caller adds
-    λ · lse² from the log-sum-exp the kernel writes (`lse=`)."""
+    soft-cap, a column scale s (V,) of the products (a margin head's word-norm scaling: z_ic = s_c · h_i · w_c +
+    b_c, applied per chunk instead of to a scaled copy of W), and the `Criterion` (hf_heads.losses.parts):
+    cross-entropy lse(z) − z_y, or a sigmoid one (the sampling paper's full BCE, eq. 3, or MSE, eq. 1) through its
+    `terms_`. For cross-entropy only: top-k, label smoothing and `z_loss` λ, whose λ · lse_i² per row (PaLM's
+    z-loss) enters the gradient weighted by the kernel's `z_weight` (default: the row weight) but not the returned
+    losses."""
 
     top_k: int | None
     label_smoothing: float
@@ -133,16 +112,15 @@ class ChunkOptions(NamedTuple):
     z_loss: float = 0.0
 
     def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
-        """These options with another column scale. (Not `_replace`: torch 2.11's dynamo builds a `_replace`d named
-        tuple it cannot read back after a graph break, an IndexError inside `torch.compile`.)"""
+        """These options with another column scale. (Not `_replace`: dynamo cannot read back a `_replace`d named tuple
+        after a graph break.)"""
         return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion, self.z_loss)
 
 
 class Grads(NamedTuple):
-    """Buffers a kernel writes into: d h and d t row by row (the chunk's rows), d w and d b accumulated over chunks,
-    and `logits`, a (rows, V) workspace the kernel may compute the chunk's logits and their gradient in (one
-    allocation for every chunk of the call), or None. `w_unset`: `w` holds no value yet (the first chunk of a call):
-    the kernel writes its part of d w there instead of adding it (no pass to zero the (V, H) buffer first)."""
+    """Buffers a kernel writes into: d h and d t for the chunk's rows, d w and d b accumulated over chunks, and
+    `logits`, a (rows, V) workspace shared by every chunk of the call, or None. `w_unset`: `w` holds no value yet
+    (the first chunk), so the kernel writes its part instead of adding it (no pass to zero the (V, H) buffer)."""
 
     h: torch.Tensor  # (n, H)
     w: torch.Tensor | None  # (V, H); None: no weight gradient wanted (a frozen output layer), its product skipped
@@ -155,24 +133,20 @@ class Grads(NamedTuple):
 @component_base("kernel", requires="where it runs (available) and the chunk's loss with and without gradients")
 @dataclass(frozen=True)
 class ChunkKernel(Component, ABC):
-    """The per-chunk work of the fused cross-entropy, for rows h (n, H), weight w (V, H), bias b (V,) or None,
-    targets y (n,) and replaced target logits t (n,) or None:
+    """The per-chunk work of the fused cross-entropy, for rows h (n, H), weight w (V, H), bias b (V,) or None, targets
+    y (n,) and replaced target logits t (n,) or None:
 
         z = h wᵀ + b, z[i, y_i] = t_i, z = cap·tanh(z / cap), loss_i = lse_i(z) − z[i, y_i]  (label smoothing and
         the top-k support as in hf_heads.losses.fused_linear; the "bce" and "mse" criteria of `ChunkOptions`).
 
     `loss` returns the (n,) losses; `loss_and_grads` also adds d(Σ_i row_weight_i · loss_i + Σ_i z_weight_i · λ ·
-    lse_i²) to `grads` (λ = `opts.z_loss`, the second sum only when λ > 0; `z_weight` None: the row weights). Both
-    write each row's log-sum-exp into `lse` (n,) when it is given ("ce" only; over the top k with `top_k`). Inputs
-    are float32 (float64 for gradcheck).
+    lse_i²) to `grads`. Both write each row's log-sum-exp into `lse` (n,) when given. Inputs are float32 (float64
+    for gradcheck).
 
-    A kernel is a component of kind "kernel" (hf_heads.components): a frozen dataclass registered with
-    `@register("kernel")` under its `name`, defining `available`, `loss` and `loss_and_grads` (registering one
-    that leaves any of them abstract is refused). Its reference is the family's naive dense loss: tests/test_kernels.py
-    runs every registered kernel against it (forward, backward, float64 gradcheck, half precision)."""
+    A kernel is a frozen dataclass registered with `@register("kernel")` under its `name`, defining `available`,
+    `loss` and `loss_and_grads`; tests/test_kernels.py runs every registered kernel against the naive dense loss."""
 
     # the device types on which the kernel is the automatic choice where `available` says it can run
-    # (`automatic_kernel`: the first registered such kernel)
     automatic_on: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
@@ -185,12 +159,10 @@ class ChunkKernel(Component, ABC):
         self, h, w, b, y, t, opts: ChunkOptions, lse: torch.Tensor | None = None, pred: torch.Tensor | None = None,
         ent: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
-        """The chunk's losses (n,), without gradient (evaluation); each row's log-sum-exp written into `lse`, and
-        into `pred` (n, 2) its argmax over the logits with the target's own logit (s ∘ h wᵀ + b, soft-capped; a
-        replaced target logit t does not take part: the prediction without a margin), the lowest index winning a tie
-        as in `torch.argmax`, and its target's rank in that order (`hf_heads.losses.tiles.predict`); into `ent`
-        (n,) the entropy of each row's softmax over its support (the logits the loss takes: top k, replaced target,
-        soft-cap; cross-entropy only)."""
+        """The chunk's losses (n,), without gradient. When given: each row's log-sum-exp into `lse`; into `pred` (n, 2)
+        its argmax over the logits with the target's own logit (a replaced target logit does not take part; the
+        lowest index wins a tie) and its target's rank (`hf_heads.losses.tiles.predict`); into `ent` (n,) the
+        entropy of each row's softmax over the logits the loss takes (cross-entropy only)."""
 
     @abstractmethod
     def loss_and_grads(
@@ -198,10 +170,9 @@ class ChunkKernel(Component, ABC):
         lse: torch.Tensor | None = None, z_weight: torch.Tensor | None = None, pred: torch.Tensor | None = None,
         ent: torch.Tensor | None = None, ent_weight: torch.Tensor | None = None,
     ):  # fmt: skip
-        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i (+ the z-loss) + Σ_i ent_weight_i · H_i) /
-        d(h, w, b, t) to `grads` (d h and d t written for the chunk's rows, d w and d b accumulated; H_i the entropy
-        of `loss`, none without `ent_weight`); `lse`, `pred` and `ent` as in `loss`: in the same pass, no second
-        product with W."""
+        """The chunk's losses (n,); adds d(Σ_i row_weight_i · loss_i (+ the z-loss) + Σ_i ent_weight_i · H_i) / d(h, w,
+        b, t) to `grads` (d h and d t written for the chunk's rows, d w and d b accumulated); `lse`, `pred` and
+        `ent` as in `loss`, from the same pass."""
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
         """The dtype of the (rows, V) `Grads.logits` workspace for products in `gemm`: float32 (float64 for
@@ -240,7 +211,7 @@ def refuse_kernel(kernel: str | ChunkKernel | None, why: str) -> None:
 
 def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     """Class decorator: `register("kernel")` for a `ChunkKernel` subclass, made a frozen dataclass first where it is
-    not one (a kernel class written before kernels were components)."""
+    not one."""
     if "__dataclass_params__" not in cls.__dict__:
         cls = dataclass(frozen=True)(cls)
     return register("kernel")(cls)
@@ -248,10 +219,8 @@ def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
 
 def automatic_kernel(device: torch.device | None) -> str:
     """The kernel chosen when nobody chose: the first registered kernel that names the device's type in its
-    `automatic_on` and can run there ("triton" for CUDA tensors when the triton package imports: the hand-written
-    row program, which checks itself against "eager" once per device before its first use), else "eager" (on a CPU
-    the compiled kernel is faster but compiles per option set for seconds, so it is opt-in). The engine names no
-    other kernel: each says where it is the automatic choice."""
+    `automatic_on` and can run there ("triton" for CUDA tensors when triton imports), else "eager" (on a CPU the
+    compiled kernel compiles per option set for seconds, so it is opt-in)."""
     if device is not None:
         for name, kernel in CHUNK_KERNELS.items():
             if device.type in kernel.automatic_on and kernel.available(device):
@@ -260,8 +229,7 @@ def automatic_kernel(device: torch.device | None) -> str:
 
 
 def chunk_kernel(name: str | ChunkKernel | None = None, device: torch.device | None = None) -> ChunkKernel:
-    """The kernel called `name` (a `ChunkKernel` given as it is: a loss's `kernel=` / `Impl(kernel=...)`, a head's
-    `chunk_kernel` option); None: `HF_HEADS_CHUNK_KERNEL` when set (a debugging switch: an explicit kernel wins), else
+    """The kernel called `name` (a `ChunkKernel` as it is); None: `HF_HEADS_CHUNK_KERNEL` when set, else
     `automatic_kernel(device)`."""
     if isinstance(name, ChunkKernel):
         return name

@@ -1,37 +1,24 @@
 """Chunked ("fused") linear cross-entropy that never materialises the (N, V) logits.
 
-This is the memory core every discrete head shares. For rows i (tokens) and classes c it
-computes the softmax cross-entropy of the logits
+The memory core every discrete head shares. For rows i (tokens) and classes c it computes, over chunks of rows, the
+softmax cross-entropy of the logits
 
     z[i, c] = h[i] · w[c] + b[c]            for c != y_i
     z[i, y_i] = t[i]                        (a replaced target logit, when `target_logit` is given)
 
-over chunks of rows, and computes the gradients with respect to h, w, b and t in the same pass
-(the idea of fused linear cross-entropy: Liger-Kernel, Cut Cross-Entropy, torch 2.13's
-`F.linear_cross_entropy`). Replacing the target logit is what makes every large-margin softmax
-(margin paper, eq. 13–14) fit the same kernel: the margin only changes l(y_i, i), and the norm
-scalings g(i), f(c) are row/column rescalings of h and w done by the caller.
+and the gradients of h, w, b and t in the same pass (fused linear cross-entropy: Liger-Kernel, Cut Cross-Entropy,
+torch's `F.linear_cross_entropy`). Replacing the target logit lets every large-margin softmax (margin paper,
+eq. 13–14) share the kernel; the norm scalings g(i), f(c) are rescalings of h and w done by the caller.
 
-`softcap` applies an architecture's final logit soft-capping z -> cap·tanh(z / cap) (Gemma 2 / 3) to every logit
-of the chunk, the replaced target logit included (a margin acts on the raw logit, the cap on the result), and
-multiplies the gradient by its derivative 1 − tanh²; `logit_multiplier` (the checkpoint's logit scale) multiplies h
-and b before the chunks.
+`softcap` applies z -> cap·tanh(z / cap) (Gemma 2 / 3) to every logit, the replaced target included (a margin acts on
+the raw logit, the cap on the result). `top_k` restricts the log-sum-exp to each row's k largest logits
+(sparse-softmax paper, eq. 5): the backward gathers k+1 rows of W per token instead of two dense products.
+`criterion="bce"` / `"mse"` are the sampling paper's full sigmoid criteria: BCE (eq. 3) Σ_c softplus(z_c) − z_y,
+MSE (eq. 1) Σ_c (σ(z_c) − δ_cy)².
 
-`top_k` restricts the log-sum-exp to each row's k largest logits (sparse-softmax paper, eq. 5). Its
-gradient reaches only those k logits and the target's, so the backward gathers / scatters k+1 rows of W
-per token instead of two dense (n, V) x (V, H) products: the sparse loss costs one matmul, not three.
-
-`criterion="bce"` / `"mse"` put the sampling paper's full criteria over sigmoid outputs on the same logits and chunks:
-BCE (eq. 3) −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c)) = Σ_c softplus(z_c) − z_y, MSE (eq. 1) Σ_c (σ(z_c) − δ_cy)².
-
-The per-chunk work is a chunk kernel (hf_heads.losses.kernels, hf_heads.losses.triton_kernel), chosen by the chunk
-engine (hf_heads.losses.chunks). Memory: one (chunk, V) block at a time plus a float32 (V, H) gradient accumulator,
-instead of the naive (N, V) logits and their gradient.
-
-Reductions: "sum" and "mean" return a scalar and compute all gradients during the forward pass
-(three matmuls, like the naive path) — or, when no gradient is needed (evaluation, `torch.no_grad()`), the
-loss alone (one matmul); "none" returns per-row losses and recomputes each chunk in the backward pass,
-weighted by the incoming gradient.
+The per-chunk work is a chunk kernel (hf_heads.losses.kernels, hf_heads.losses.triton_kernel) chosen by
+hf_heads.losses.chunks. "sum" / "mean" compute all gradients in the forward pass (the loss alone when no gradient is
+needed); "none" returns per-row losses and recomputes each chunk in the backward.
 """
 
 from __future__ import annotations
@@ -78,12 +65,10 @@ from hf_heads.validation import OptionError
 
 
 class WeightGradSlot:
-    """Where the fused loss leaves a weak reference to the (V, H) gradient of its weight that its backward hands to
-    autograd, for the backward of whatever produced that weight argument (the margin scorer's norms and target
-    rows, hf_heads.losses.scorer) to recognise the tensor it receives as that buffer and add its own part into it in
-    place, instead of into a second (V, H) buffer that autograd would then add. Only the tensor the fused loss
-    created is ever recognised: any other gradient (of a weight used elsewhere too, after autograd summed it out of
-    place) is not, and is left alone."""
+    """Where the fused loss leaves a weak reference to the (V, H) gradient of its weight as it hands it to autograd, so
+    that the backward of whatever produced that weight (the margin scorer, hf_heads.losses.scorer) can recognise
+    that buffer and add its own part in place instead of into a second (V, H) buffer. Only the tensor the fused loss
+    created is recognised: a gradient autograd summed out of place is left alone."""
 
     def __init__(self) -> None:
         self._ref: weakref.ref | None = None
@@ -104,19 +89,16 @@ def _run(
     h, w, b, y, t, opts: ChunkOptions, chunk_size, gemm: torch.dtype, row_weight=None, needs=None, z_weight=None,
     want_lse: bool = False, want_pred: int = 0, want_ent: bool = False, ent_weight=None, *, kernel: ChunkKernel,
 ):  # fmt: skip
-    """(losses (N,), gradients, lse (N,) or None, predictions (N, want_pred) or None, entropies (N,) or None): the
-    per-row losses and, when `row_weight` (N,) is given, the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i (+
-    Σ_i z_weight_i · λ · lse_i² with the z-loss λ = `opts.z_loss`; `z_weight` None: the row weights) in the dtypes of
-    h, w, b, t and the column scale s = `opts.column_scale`, chunk by chunk through the chunk engine; without it the
-    loss alone (one matmul per chunk). The rows' log-sum-exp when `want_lse` or λ > 0 (the losses never include λ ·
-    lse²), their argmax (and target rank: `want_pred` 2, or 1 without) (the kernels' `pred`) when `want_pred`: from the
-    same pass, no second product with W. The products run in `gemm` (h and w cast to it once per call). With s the
-    kernels accumulate A = Σ d zᵀ h, applying s in each chunk or, in training where `_scale_by_copy` says so, through
-    one copy s ∘ w; then d w = s ∘ A (in place) and d s_c = A_c · w_c. `needs`: which of (h, w, b, t, s) want a
-    gradient (autograd's `needs_input_grad`; None: all); when neither w nor s does (a frozen output layer: LoRA, linear
-    probing) the (V, H) accumulator and its product are skipped, d w is None. Each row's entropy when `want_ent`; with
-    `ent_weight` (N,) the gradients also take those of Σ_i ent_weight_i · H_i. `kernel`: the chunk kernel that does
-    each chunk's work (`chunked_loss` resolves it)."""
+    """(losses (N,), gradients, lse (N,) or None, predictions (N, want_pred) or None, entropies (N,) or None), chunk by
+    chunk through the chunk engine.
+
+    With `row_weight` (N,) the gradients (h, w, b, t, s) of Σ_i row_weight_i · loss_i + Σ_i z_weight_i · λ · lse_i²
+    (λ = `opts.z_loss`, `z_weight` None: the row weights; the losses never include λ · lse²); without it the loss
+    alone, one matmul per chunk. With the column scale s the kernels accumulate A = Σ d zᵀ h (s applied per chunk or
+    through one copy s ∘ w, see `_scale_by_copy`); then d w = s ∘ A and d s_c = A_c · w_c. `needs`: autograd's
+    `needs_input_grad` for (h, w, b, t, s); when neither w nor s needs one (a frozen output layer) the (V, H)
+    accumulator is skipped. `want_pred`: 1 the argmax, 2 also the target's rank; `ent_weight` (N,) adds the
+    gradients of Σ_i ent_weight_i · H_i."""
     h_g, w_g = h.to(gemm), w.to(gemm)
     row_dtype = torch.promote_types(gemm, torch.float32)
     lse = torch.empty(h.shape[0], dtype=row_dtype, device=h.device) if want_lse or opts.z_loss > 0 else None
@@ -167,21 +149,16 @@ def _run(
 
 
 def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
-    """Whether the training products take the column scale s by one scaled copy s ∘ w (V, H) in the `gemm` dtype
-    instead of a pass over each chunk's (rows, V) gradient block (d z ∘ s for d h): when the copy takes at most half
-    the memory of the chunk workspace ((rows, V) in the `workspace` dtype), so a word-norm head adds little to the
-    memory of the softmax head, and its rows amortise the copy. On 2 CPU cores, arc + log-unigram + max-norm against
-    hf_heads softmax, medians of 30 steps: 1.095× -> 1.059× at make demo's size (N = 2048, H = 128, V = 14,857). At
-    N = 4096, H = 512, V = 50k in float32 (no copy: it would take one more workspace) the copy measured 1.045× against
-    1.07×, but 364–388 MiB against ~280 MiB of peak memory (0.14–0.15× the naive step's)."""
+    """Whether the training products apply the column scale s through one scaled copy s ∘ w (V, H) in the `gemm` dtype
+    instead of a pass over each chunk's (rows, V) gradient block: when the copy takes at most half the memory of the
+    chunk workspace, so a word-norm head adds little memory and its rows amortise the copy."""
     return 2 * hidden_size * gemm.itemsize <= rows * workspace.itemsize
 
 
 def row_dots(a: torch.Tensor, b: torch.Tensor, block_rows: int = 1024) -> torch.Tensor:
-    """(a_c · b_c) for every row c of a (V, H) and b (V, H) (b cast to a's dtype), (V,), in blocks of rows with one
-    small temporary: a fresh (V, H) product (or `torch.bmm` of V (1, H) x (H, 1) products) took 2.5–3× as long on a
-    CPU, the page faults of the new (V, H) buffer included. On an accelerator: one batched product (its caching
-    allocator has no page faults to save)."""
+    """(a_c · b_c) for every row c of a (V, H) and b (V, H) (b cast to a's dtype), (V,). On a CPU in blocks of rows
+    with one small temporary (a fresh (V, H) product costs several times as much, its page faults included); on an
+    accelerator one batched product."""
     if a.device.type != "cpu":
         return torch.bmm(a[:, None, :], b.to(a.dtype)[:, :, None]).reshape(-1)
     out = torch.empty(a.shape[0], dtype=a.dtype, device=a.device)
@@ -195,14 +172,12 @@ def row_dots(a: torch.Tensor, b: torch.Tensor, block_rows: int = 1024) -> torch.
 
 class _FusedLinearCEScalar(torch.autograd.Function):
     """Σ_i r_i · loss_i (+ λ Σ_i u_i · lse_i², the z-loss) with all gradients computed in the forward pass: r_i =
-    `weight` · a_i with `class_rows` a (N,) (the class weight of each row's target; None: 1), u_i = `z_scale`;
-    `keep` (N,): the rows that count (None: all), the others computed with weight 0; `s`: the column scale (V,) or
-    None. `want_lse` / `want_pred`: the outputs are (loss, z-loss term, lse (N,) or None, predictions (N,), (0,)
-    when not wanted), the last three without gradient.
+    `weight` · a_i with `class_rows` a (N,) (None: 1), u_i = `z_scale`; `keep` (N,): the rows that count (None:
+    all), the others computed with weight 0; `s`: the column scale (V,) or None. With `want_lse` / `want_pred` the
+    outputs are (loss, z-loss term, lse (N,) or None, predictions), the last three without gradient.
 
-    The backward hands the forward's gradients over (no reference kept, so autograd accumulates into them or keeps
-    them as `.grad` without a copy of the (V, H) one) and scales them in place by d output. A second backward
-    through the same graph (`retain_graph=True`, gradcheck) finds them handed over and computes them again from the
+    The backward hands the forward's gradients over without keeping a reference (no copy of the (V, H) one) and
+    scales them in place by d output; a second backward (`retain_graph=True`, gradcheck) recomputes them from the
     saved inputs."""
 
     @staticmethod
@@ -278,11 +253,10 @@ def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tup
 
 
 class _FusedLinearCERows(torch.autograd.Function):
-    """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward pass
-    recomputes each chunk weighted by the incoming gradient. `want_lse` / `want_pred` / `want_ent`: (losses, lse or
-    None, predictions, entropies or None), the lse and predictions without gradient ((0,) predictions when not
-    wanted), the entropies H_i of the rows' softmax with theirs (the backward's recompute takes d H as the entropy
-    weights of the kernels)."""
+    """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward recomputes each
+    chunk weighted by the incoming gradient. With `want_lse` / `want_pred` / `want_ent`: (losses, lse or None,
+    predictions, entropies or None), lse and predictions without gradient, the entropies H_i with theirs (d H is the
+    kernels' entropy weight in the recompute)."""
 
     @staticmethod
     def forward(
@@ -360,66 +334,46 @@ def chunked_loss(
         hidden: (N, H) (any leading shape is flattened).
         weight: (V, H); bias: (V,) or None.
         target: (N,) class ids, `ignore_index` rows contribute nothing.
-        criterion: a `Criterion` (hf_heads.losses.parts) or its name: `CrossEntropy` (its `top_k`: the log-sum-exp
-            over each row's k largest logits only (sparse softmax); `label_smoothing` as in `F.cross_entropy`, over the
-            top-k support with `top_k`; `z_loss` and `class_weight` below; `confidence_penalty` β: the loss minus β
-            times the entropy of each row's softmax, reduced as the loss), or the sampling paper's full criteria over
-            sigmoid outputs, `BinaryCrossEntropy` (eq. 3, Σ_c softplus(z_c) − z_y) and `MeanSquaredError` (eq. 1,
-            Σ_c (σ(z_c) − δ_cy)²), with the same chunks, kernels and gradients in the forward pass. None: plain
-            cross-entropy.
+        criterion: a `Criterion` (hf_heads.losses.parts) or its name; None: plain cross-entropy. `CrossEntropy`'s
+            `top_k` takes the log-sum-exp over each row's k largest logits (sparse softmax), `label_smoothing` is as
+            in `F.cross_entropy` (over the top-k support with `top_k`), `confidence_penalty` β subtracts β times
+            each row's entropy. The sampling paper's sigmoid criteria: `BinaryCrossEntropy` (eq. 3, Σ_c
+            softplus(z_c) − z_y) and `MeanSquaredError` (eq. 1, Σ_c (σ(z_c) − δ_cy)²).
         target_logit: (N,) value that replaces z[i, target_i] (e.g. a margin logit), or None.
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
-        chunk_size: rows per chunk (default: the chunk engine's budget, 32 MiB of float32 logits, at least 512 rows).
+        chunk_size: rows per chunk (default: the chunk engine's budget).
         logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
-            taken as given: multiply it yourself); the checkpoint's output transform (hf_heads.losses.transforms).
+            taken as given); the checkpoint's output transform (hf_heads.losses.transforms).
         softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
         column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
-            head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied to each chunk's logits and gradient instead of
-            to a scaled (V, H) copy of the weight; its gradient is computed too.
-        weight_grad: a `WeightGradSlot` that learns which tensor is the gradient of `weight` this loss hands to
-            autograd (the margin loss adds its norms' gradient into it in place), or None.
-        criterion.z_loss: λ ≥ 0: each row also adds λ · lse_i², lse_i the log-sum-exp of its logits (of its top k with
-            `top_k`; after the replaced target logit and the soft-cap) — PaLM's auxiliary z-loss, Liger-Kernel's
-            `lse_square_scale`, which keeps the softmax normaliser near 1 under bf16. Its gradient
-            2λ · lse_i · p_ic is added inside every chunk kernel (no second pass over W). "mean" divides its sum by
-            the number of non-ignored rows (or `num_items_in_batch`), whatever the class weights.
-        criterion.class_weight: (V,) a weight ≥ 0 per class, as `F.cross_entropy(weight=...)`: row i's cross-entropy is
-            multiplied by a[target_i]; "mean" divides by Σ_i a[target_i] over the non-ignored rows (torch's
-            normalisation; 1 when that sum is 0) — or by `num_items_in_batch` when given: the Trainer's count of
-            target tokens over the accumulated batch, so that gradient accumulation stays exact (torch's weighted
-            mean of each micro-batch would not add up). Not with `label_smoothing` (refused: torch weights the
-            smoothing term per class, which the chunk kernels do not compute).
-        returns: what to return beside the loss, as a `LossResult` (hf_heads.losses.parts.RETURNS):
-            "z_loss" / "lse": the z-loss term alone (reduced as the loss; no gradient) and each row's log-sum-exp in
-            the shape of `target` (0 on ignored rows; no gradient), e.g. to log them;
-            "predictions": each row's predicted class and the token accuracy, from the same pass as the loss (no
-            second product with W): the argmax of the row's logits with the target's own logit (bias, column
-            scale, soft-cap; a replaced target logit — a margin — does not take part), the lowest index winning a
-            tie as `torch.argmax`; `ignore_index` on ignored rows. `token_accuracy` is the fraction of the
-            non-ignored rows whose prediction is their label.
-            "rank": the predictions, and `target_rank`: each row's count of classes ranked before its label
-            in that order (-1 on ignored rows), so that `accuracy_at(k)` is the top-k accuracy (the eager kernel
-            counts them in passes of their own over each chunk's logits; the compiled and Triton kernels inside
-            theirs).
-            "entropy": each row's entropy H_i = lse_i − Σ_c p_ic z_ic of
-            the softmax the loss takes (over the top k with `top_k`; with the replaced target logit and the soft-cap),
-            in the shape of the labels (0 on ignored rows), from the same pass as the loss and differentiable (an
-            entropy bonus or penalty in RL or confidence-penalty training): its gradient d H_i / d z_ic =
-            p_ic (Σ_d p_id z_id − z_ic) is computed chunk by chunk in the backward pass, which then recomputes the
-            chunks (one more product with W than the loss alone). Cross-entropy only.
-        loss_dtype: the dtype of the returned loss (and z-loss term); None: torch's rule for
-            `F.cross_entropy(hidden @ weight.T + bias)`: float32 under autocast, else the dtype of hidden, weight and
-            bias promoted (bfloat16 for a model cast to bfloat16). The heads pass float32, as transformers' loss
-            functions upcast the logits.
-        kernel: the chunk kernel that computes each chunk (`hf_heads.losses.CHUNK_KERNELS`: "eager", "compiled",
-            "triton", "triton-half", or a `ChunkKernel`); every kernel computes the same loss. None: the environment
-            variable HF_HEADS_CHUNK_KERNEL when set, else the automatic choice ("triton" for CUDA tensors where
-            triton imports, else "eager"); a head passes the kernel its `chunk_kernel` option names. A
-            vocabulary-sharded weight runs its own eager per-process loss: a kernel named here is refused there.
+            head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied per chunk rather than to a scaled copy of the
+            weight; its gradient is computed too.
+        weight_grad: a `WeightGradSlot` told which tensor is the gradient of `weight` (the margin loss adds its
+            norms' gradient into it in place), or None.
+        criterion.z_loss: λ ≥ 0: each row also adds λ · lse_i² (PaLM's auxiliary z-loss, Liger-Kernel's
+            `lse_square_scale`), lse_i over the logits the loss takes. "mean" divides its sum by the non-ignored
+            rows (or `num_items_in_batch`), whatever the class weights.
+        criterion.class_weight: (V,) weights ≥ 0, as `F.cross_entropy(weight=...)`; "mean" divides by Σ_i
+            a[target_i] (torch's normalisation) unless `num_items_in_batch` is given, which keeps gradient
+            accumulation exact. Not with `label_smoothing` (the kernels do not compute torch's per-class smoothing
+            weights).
+        returns: what to return beside the loss, as a `LossResult` (hf_heads.losses.parts.RETURNS): "z_loss" /
+            "lse": the z-loss term (no gradient) and each row's log-sum-exp in the shape of `target`; "predictions":
+            each row's argmax over its logits with the target's own logit (a margin does not take part; the lowest
+            index wins a tie) and the token accuracy, from the same pass as the loss; "rank": also `target_rank`,
+            the count of classes ranked before the label, for `accuracy_at(k)`; "entropy": each row's differentiable
+            entropy H_i = lse_i − Σ_c p_ic z_ic of the softmax the loss takes, its gradient p_ic (Σ_d p_id z_id −
+            z_ic) computed in a backward that recomputes the chunks. Cross-entropy only. Ignored rows hold 0
+            (`ignore_index` for predictions, -1 for ranks).
+        loss_dtype: the dtype of the returned loss; None: torch's rule for `F.cross_entropy(hidden @ weight.T +
+            bias)` (float32 under autocast, else the inputs' dtypes promoted).
+        kernel: the chunk kernel (`hf_heads.losses.CHUNK_KERNELS`: "eager", "compiled", "triton", "triton-half", or
+            a `ChunkKernel`); all compute the same loss. None: HF_HEADS_CHUNK_KERNEL when set, else "triton" for
+            CUDA tensors where triton imports, else "eager". Refused for a vocabulary-sharded weight.
     Returns:
-        a scalar, or for reduction="none" the per-row losses in the shape of `target` (as `F.cross_entropy`: (B, T)
-        for (B, T) labels, () for one row; 0 on ignored rows). Accumulated in float32 (float64 inputs stay float64
-        for gradcheck) and rounded once to `loss_dtype`. With `returns`, a `LossResult`.
+        a scalar, or for reduction="none" the per-row losses in the shape of `target` (0 on ignored rows),
+            accumulated
+        in float32 (float64 stays float64) and rounded once to `loss_dtype`. With `returns`, a `LossResult`.
     """
     check_transform(logit_multiplier, softcap)
     criterion = make_criterion(criterion)
@@ -570,9 +524,8 @@ def sharded_loss(
     num_items_in_batch,
     chunk_size: int | None,
 ):
-    """`chunked_loss` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its
-    `sharded_rows` (h, y, valid): the loss, or the `LossResult` of `return_z_loss` /
-    `return_predictions` / `return_target_rank` / `return_entropy`, with the same values as one process."""
+    """`chunked_loss` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its `sharded_rows` (h, y,
+    valid), with the same values as one process."""
     check_reduction(reduction)
     if class_weight is not None:
         check_class_weight(class_weight, shard.num_classes, label_smoothing)
@@ -627,10 +580,9 @@ def cross_entropy_options(criterion: Criterion) -> tuple[int | None, float, floa
 
 
 def penalised(out: LossResult, beta: float, target, reduction: str, ignore_index: int, num_items_in_batch, returns):
-    """The confidence penalty (Pereyra et al. 2017): the loss of `out` minus β times its rows' entropy H (the
-    `LossResult` asked with "entropy"), reduced as the loss: per row for "none", summed for "sum", divided by
-    `num_items_in_batch` or the labelled rows for "mean" (whatever the class weights); the loss, or `out` with it
-    when `returns` asks for extras (the entropy only where asked)."""
+    """The confidence penalty (Pereyra et al. 2017): the loss of `out` minus β times its rows' entropy H, reduced as
+    the loss ("mean" divides by `num_items_in_batch` or the labelled rows, whatever the class weights); the loss, or
+    `out` with it when `returns` asks for extras."""
     entropy = out.entropy
     if reduction == "none":
         loss = out.loss - beta * entropy.reshape(out.loss.shape)

@@ -1,14 +1,7 @@
-"""The chunk kernels of the chunk engine's seam (hf_heads.losses.chunks): `eager` and `compiled` (the hand-written
-Triton one is hf_heads.losses.triton_kernel). Each computes one chunk of the fused loss of
-hf_heads.losses.fused_linear — the logits z = s ∘ (h wᵀ) + b with the replaced target logit and the soft-cap, the
-criterion over them (softmax cross-entropy with its top-k support and label smoothing, or the sampling paper's full
-BCE / MSE), and in training the gradient of the row-weighted losses, written over the logits buffer, then the three
-products (d h, d w, d b).
-
-- `EagerKernel`: PyTorch ops in one (n, V) workspace: the products, a row-wise in-place log-softmax (one pass, each
-  row in cache), the gradient as its exp in place; the sparse top-k path gathers / scatters k+1 rows of W per token.
-- `CompiledKernel`: the same products around the per-chunk gradient math (`_grad_logits`) compiled by
-  `torch.compile` (inductor: C++ on a CPU, Triton on a GPU).
+"""The chunk kernels of the chunk engine's seam (hf_heads.losses.chunks): `eager` and `compiled` (the Triton one is
+hf_heads.losses.triton_kernel). Each computes one chunk of the fused loss of hf_heads.losses.fused_linear: the
+logits z = s ∘ (h wᵀ) + b with the replaced target logit and the soft-cap, the criterion over them, and in training
+the gradient of the row-weighted losses written over the logits buffer, then the products d h, d w, d b.
 
 Products run in the dtype of h and w (a half dtype accumulates in float32), the softmax / margin / sigmoid math in
 float32 (float64 for float64 inputs, for gradcheck).
@@ -36,10 +29,9 @@ from hf_heads.losses.tiles import (
 
 
 def _raw_logits(h, w, b, out: torch.Tensor | None = None, col_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """s ∘ (h wᵀ) + b (n, V): the product in the dtype of h and w (half precision accumulates in float32), then
-    float32 (float64 for float64 inputs) for the softmax math, the column scale s (V,) and the bias applied there.
-    `out`: a (n, V) buffer to write into: of the products' dtype, or float32 for half products where the device's GEMM
-    writes float32 itself (`writes_half_products_in_float32`: no half (n, V) product and no cast pass)."""
+    """s ∘ (h wᵀ) + b (n, V): the product in the dtype of h and w, then float32 (float64 for float64 inputs) for the
+    softmax math, the column scale s (V,) and the bias applied there. `out`: an (n, V) buffer of the products'
+    dtype, or float32 for half products where the GEMM writes float32 itself (no half (n, V) product, no cast pass)."""
     if out is not None and h.dtype == w.dtype == out.dtype:
         z = torch.mm(h, w.T, out=out)
     elif out is not None and h.dtype == w.dtype and writes_half_products_in_float32(out, h.dtype):
@@ -60,8 +52,8 @@ _PROBED: dict[tuple[str, torch.device, torch.dtype], bool] = {}
 
 
 def _available(gemm: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the CUDA GEMM `gemm` ("addmm" or "mm", see the probes) with half inputs of `dtype` and a float32
-    `out_dtype` runs on `device` and gives the right numbers: found out once per device and dtype."""
+    """Whether the CUDA GEMM `gemm` ("addmm" or "mm") with half inputs of `dtype` and a float32 `out_dtype` runs on
+    `device` and gives the right numbers, probed once per device and dtype."""
     key = (gemm, device, dtype)
     if key not in _PROBED:
         _PROBED[key] = (_probe_addmm_out_dtype if gemm == "addmm" else _probe_mm_out_dtype)(device, dtype)
@@ -69,21 +61,19 @@ def _available(gemm: str, device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def adds_half_products_in_place(accumulator: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether a product in the half `dtype` can be added into this float32 (V, H) accumulator inside the GEMM,
-    `torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)` (cuBLAS with β = 1, or β = 0 to write it, a float32 C
-    from half-precision A and B): on CUDA where torch accepts a float32 `self` there (from 2.10 on,
-    pytorch/pytorch#167931), found out once per device and dtype by small calls whose results are checked. Elsewhere
-    (a CPU has no such overload) the product is a half-precision (V, H) temporary added to the accumulator."""
+    """Whether a half-`dtype` product can be added into this float32 (V, H) accumulator inside the GEMM,
+    `torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)`: on CUDA where torch accepts it
+    (pytorch/pytorch#167931), probed once per device and dtype. Elsewhere the product is a half (V, H) temporary
+    added to the accumulator."""
     if accumulator.device.type != "cuda" or accumulator.dtype != torch.float32 or dtype not in HALF_DTYPES:
         return False
     return _available("addmm", accumulator.device, dtype)
 
 
 def writes_half_products_in_float32(out: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether the product of two matrices in the half `dtype` can be written as float32 into `out` by the GEMM
-    itself, `torch.mm(a, b, out_dtype=torch.float32, out=out)` (cuBLAS: half inputs, float32 accumulation and
-    output): on CUDA where torch has that overload, found out once per device and dtype by one checked call. Then a
-    chunk's logits need no half (n, V) product and no pass casting it to float32. Elsewhere: False."""
+    """Whether the GEMM can write the product of two half-`dtype` matrices as float32 into `out`, `torch.mm(a, b,
+    out_dtype=torch.float32, out=out)`: on CUDA where torch has that overload, probed once per device and dtype;
+    then a chunk's logits need no half (n, V) product and no cast pass."""
     if out.device.type != "cuda" or out.dtype != torch.float32 or dtype not in HALF_DTYPES:
         return False
     return _available("mm", out.device, dtype)
@@ -124,9 +114,8 @@ def _probe_mm_out_dtype(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def _accumulate_product(accumulator: torch.Tensor, a: torch.Tensor, b: torch.Tensor, unset: bool = False) -> None:
-    """accumulator (V, H) += a (V, n) @ b (n, H), the product in the dtype of a and b with float32 accumulation;
-    `unset`: the accumulator holds no value yet (uninitialised memory): accumulator = a @ b, written by the GEMM
-    (β = 0: its old content is never read, NaN or not) instead of added to a zeroed buffer."""
+    """accumulator (V, H) += a (V, n) @ b (n, H) with float32 accumulation; `unset`: the accumulator is uninitialised,
+    so the GEMM writes a @ b with β = 0 (its old content, NaN or not, never read)."""
     beta = 0.0 if unset else 1.0
     if accumulator.dtype == a.dtype:
         accumulator.addmm_(a, b, beta=beta)  # no temporary
@@ -146,11 +135,10 @@ def _linear_grads(
     row_weight: torch.Tensor | None = None,
     col_scale: torch.Tensor | None = None,
 ) -> None:
-    """d b += rᵀ d z, d w += d zᵀ · diag(r) h and d h (n, H) = diag(r) (d z ∘ s) · w into `grads.h`, for the row
-    weights r (n,) (None: already in d z) and the column scale s (V,) (None: ones; `grads.w` then accumulates the
-    gradient of the scaled weight s ∘ w, which `_run` turns into those of w and s); the weights scale (n, H) blocks,
-    never the (n, V) one; the products in the dtype of h and w (d z rounded to it once), accumulators in float32.
-    `grad_z` may be overwritten."""
+    """d b += rᵀ d z, d w += d zᵀ · diag(r) h and d h (n, H) = diag(r) (d z ∘ s) · w into `grads`, for the row weights
+    r (n,) (None: already in d z) and the column scale s (V,) (None: ones; `grads.w` then holds the gradient of s ∘
+    w, which `_run` splits into those of w and s). The weights scale (n, H) blocks, never the (n, V) one. `grad_z`
+    may be overwritten."""
     if grads.b is not None:  # summed in the accumulator's dtype (d z may be half precision)
         grads.b.add_(
             grad_z.sum(0, dtype=grads.b.dtype) if row_weight is None else row_weight.to(grad_z.dtype) @ grad_z
@@ -170,10 +158,9 @@ def _linear_grads(
 @register("kernel")
 @dataclass(frozen=True)
 class EagerKernel(ChunkKernel):
-    """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the log-probabilities and then the gradient
-    in place. The full-support log-softmax is one row-wise pass (`torch.log_softmax(z, out=z)`: each row's maximum,
-    sum and result while the row sits in cache), so the block is read from memory twice (log-softmax, exp) between
-    the GEMMs instead of once per elementwise operation."""
+    """The chunk in eager PyTorch: one (n, V) logits buffer, turned into the log-probabilities and then the gradient in
+    place. The log-softmax is one row-wise pass (`torch.log_softmax(z, out=z)`, each row in cache), so the block is
+    read twice between the GEMMs instead of once per elementwise operation."""
 
     name = "eager"
 
@@ -182,9 +169,9 @@ class EagerKernel(ChunkKernel):
 
     @staticmethod
     def logits(h, w, b, y, t, opts: ChunkOptions, out: torch.Tensor | None = None, pred=None):
-        """z (n, V): the products with the column scale and bias, soft-capped, the target's logit replaced by t
-        (capped too) (in `out` when given), and the row indices (n,). `pred` (n, 1) or (n, 2): gets each row's argmax
-        (and its target's rank) before the replacement (`ChunkKernel.loss`, `predict`)."""
+        """z (n, V) (in `out` when given): the products with the column scale and bias, soft-capped, the target's logit
+        replaced by t (capped too); and the row indices (n,). `pred` (n, 1) or (n, 2) gets each row's argmax (and
+        target rank) before the replacement."""
         z = _raw_logits(h, w, b, out, opts.column_scale)  # (n, V) float32 (float64 for float64 inputs)
         rows = torch.arange(z.shape[0], device=z.device)
         cap = opts.softcap
@@ -203,10 +190,9 @@ class EagerKernel(ChunkKernel):
 
     @staticmethod
     def log_softmax_(z, rows, y, smooth: float, entropy: bool = False):
-        """z (n, V) becomes log p (n, V) in place (`torch.log_softmax(z, out=z)`: one row-wise pass); (the losses
-        (n,), lse (n,), the entropies (n,) or None) from the row statistics in the form that pass leaves them
-        (hf_heads.losses.tiles, shifted by m = lse: Σ e^{z − m} = 1, Σ z = Σ log p + V lse, Σ p log p), the target's
-        logit read before the pass."""
+        """z (n, V) becomes log p in place; (losses (n,), lse (n,), entropies (n,) or None) from the row statistics in
+        the form that pass leaves them (hf_heads.losses.tiles shifted by m = lse: Σ e^{z − m} = 1, Σ z = Σ log p + V
+        lse), the target's logit read before the pass."""
         target = z[rows, y]  # (n,)
         torch.log_softmax(z, dim=1, out=z)
         lse = target - z[rows, y]
@@ -216,9 +202,8 @@ class EagerKernel(ChunkKernel):
 
     @staticmethod
     def top_k_loss(z, rows, y, top_k: int, smooth: float, entropy: bool = False):
-        """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with the
-        kept values and columns (n, k), their log-sum-exp (n,) and entropies (n,) (or None): the statistics of the
-        tile of the k kept values (hf_heads.losses.tiles), the target's logit z_iy wherever it is."""
+        """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with their
+        lse (n,), entropies (n,) or None, and the kept values and columns (n, k)."""
         vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
         stats = tile_stats(vals, entropy=entropy)
         stats = TileStats(stats.m, stats.sum_exp, stats.sum_z, stats.sum_ez, z[rows, y])
@@ -257,9 +242,8 @@ class EagerKernel(ChunkKernel):
         self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
         ent_weight=None,
     ):  # fmt: skip
-        """d loss / d z (n, V) written over the logits buffer (hf_heads.losses.tiles' gradient of the row statistics),
-        then the three GEMMs; with `ent_weight` e (n,) the gradient also takes that of Σ_i e_i H_i, H_i the entropy of
-        row i's softmax (written into `ent`)."""
+        """d loss / d z (n, V) written over the logits buffer (hf_heads.losses.tiles), then the three GEMMs; with
+        `ent_weight` e (n,) the gradient also takes that of Σ_i e_i H_i."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
@@ -299,8 +283,8 @@ class EagerKernel(ChunkKernel):
         self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
         ent_weight=None,
     ):  # fmt: skip
-        """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it
-        gathers / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
+        """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it gathers
+        / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         smooth, top_k = opts.label_smoothing, opts.top_k
         wants_ent = ent is not None or ent_weight is not None
@@ -334,16 +318,14 @@ def _grad_logits(
     b=None, s=None, grad_dtype: torch.dtype | None = None, z_loss: float = 0.0, z_weight=None,
     want_pred: int = 0, want_ent: bool = False, ent_weight=None,
 ):  # fmt: skip
-    """Functional per-chunk math from the products z (n, V) = h wᵀ, the column scale s (V,) and the bias b (V,) applied
-    first (s ∘ z + b; either may be None): (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by `row_weight` (the
-    replaced target's entry zeroed; in `grad_dtype` when given: the next GEMMs' half dtype), d loss / d t (n,) or None,
-    the rows' log-sum-exp (n,) or None for a sigmoid criterion (`sigmoid_terms_`: its `Criterion.terms_`; None:
-    cross-entropy), each row's argmax and target rank before the target's replacement
-    (n, `want_pred` columns: 1 the argmax, 2 with the rank; `predict`), else None). With `z_weight` (n,) the gradient
-    also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with `ent_weight` (n,) that of Σ_i
-    ent_weight_i · H_i, and the entropies H (n,) are a sixth output when `want_ent` (else None). The row math is
-    hf_heads.losses.tiles' on the row's statistics; what `CompiledKernel` fuses, so the scale, the bias and the cast
-    of the gradient cost no pass of their own over the block."""
+    """The per-chunk math that `CompiledKernel` fuses, from the products z (n, V) = h wᵀ with the column scale s (V,)
+    and bias b (V,) applied first (either None), so the scale, bias and gradient cast cost no pass of their own.
+
+    Returns (losses (n,), d loss / d (s ∘ z + b) (n, V) weighted by `row_weight` (in `grad_dtype` when given), d
+    loss / d t (n,) or None, lse (n,) or None for a sigmoid criterion, predictions (n, `want_pred`) or None,
+    entropies (n,) or None). `sigmoid_terms_`: a sigmoid criterion's `Criterion.terms_` (None: cross-entropy). With
+    `z_weight` (n,) the gradient also takes that of Σ_i z_weight_i · `z_loss` · lse_i² (the losses do not); with
+    `ent_weight` (n,) that of Σ_i ent_weight_i · H_i."""
     if s is not None:
         z = z * s
     if b is not None:
@@ -376,10 +358,9 @@ def _grad_logits(
 
 
 def _compile_isolated(fn, backend: str, limit: int):
-    """`torch.compile(fn)` as a compiled region with room for `limit` recompiles. Where torch.compile takes
-    `recompile_limit` and `isolate_recompiles` (torch >= 2.13; found by its signature) the region has its own limit;
-    on an older torch the function runs with dynamo's process-wide limit raised to `limit` while it is called (the
-    config name probed too), so its variants compile there as well instead of falling back to eager."""
+    """`torch.compile(fn)` as a region with room for `limit` recompiles: its own limit where torch.compile takes
+    `recompile_limit` and `isolate_recompiles`, else dynamo's process-wide limit raised while it runs, so its
+    variants compile instead of silently falling back to eager."""
     import inspect
 
     accepted = inspect.signature(torch.compile).parameters
@@ -401,18 +382,13 @@ def _compile_isolated(fn, backend: str, limit: int):
 @register("kernel")
 @dataclass(frozen=True)
 class CompiledKernel(EagerKernel):
-    """The eager kernel's GEMMs with the per-chunk softmax / margin / top-k / smoothing / soft-cap math of the
-    gradient (`_grad_logits`) compiled by `torch.compile` (inductor: C++ on a CPU, Triton on a GPU) into a few fused
-    passes over the (n, V) block. The first call per option set compiles (seconds); the top-k-only sparse path keeps
-    the eager gather / scatter of k+1 rows."""
+    """The eager kernel's GEMMs around the per-chunk gradient math (`_grad_logits`) compiled by `torch.compile`
+    (inductor: C++ on a CPU, Triton on a GPU) into a few fused passes over the (n, V) block. The first call per
+    option set compiles; the top-k-only sparse path keeps the eager gather / scatter."""
 
     name = "compiled"
     backend = "inductor"
-    # One compiled region of its own (not sharing the recompiles of other torch.compile calls of the function) with
-    # room for every variant a process meets: each criterion, top-k or not, a replaced target logit or not, a
-    # soft-cap or not, a bias or not, a column scale or not, a z-loss or not, predictions or not, float32 or float64
-    # logits (512 graphs; under dynamo's default limit of 8 the ninth and later ran `_grad_logits` eagerly, silently
-    # slower).
+    # room for every option variant a process meets (~512 graphs; dynamo's default of 8 would run the rest eagerly)
     recompile_limit = 1024
     _compiled = None
 

@@ -1,39 +1,20 @@
 """Vocabulary parallelism: the cross-entropy of an output layer whose W (V, H) is a DTensor sharded on its rows.
 
-Where a model is too large for one device, tensor parallelism splits its output layer first: transformers'
-tensor-parallel plans (`tp_plan`, "colwise" for an LM head) and accelerate's `ParallelismConfig(tp_size=...)` give
-each of the R processes of a 1-D device mesh the rows [o_r, o_r + V_r) of W (and of the bias): a DTensor with the
-placement `Shard(0)`. The hidden states, the labels and everything computed from them alone (the context norm g of
-eq. 10 of the margin paper, max-norm's batch maximum included) are the same on every process.
+Tensor parallelism (transformers' `tp_plan` "colwise" for an LM head, accelerate's `ParallelismConfig(tp_size=...)`)
+gives each of the R processes of a 1-D device mesh the rows [o_r, o_r + V_r) of W and of the bias: placement
+`Shard(0)`. The hidden states, the labels and everything computed from them alone (the context norm g of eq. 10 of
+the margin paper) are the same on every process.
 
-Each process computes its own rows' logits z_r (chunk by chunk, never (N, V_r) at once): a tile of each row, whose
-statistics (hf_heads.losses.tiles: max, Σ exp, Σ z, the target's logit, argmax, rank counts) merge with the other
-processes' through all-reduces (`ShardCombine`) as the tiles of one process merge, so the loss, the log-sum-exp, the
-entropy and the gradient are the one-process code on the merged statistics, as in Megatron-LM's vocabulary-parallel
-cross-entropy (Shoeybi et al. 2019, sec. 3). Nothing of the row math is written here.
+Each process computes its own rows' logits z_r chunk by chunk: a tile of each row, whose statistics
+(hf_heads.losses.tiles) merge with the other processes' through all-reduces (`ShardCombine`) as the tiles of one
+process merge, so the loss, log-sum-exp, entropy and gradient are the one-process code on the merged statistics, as
+in Megatron-LM's vocabulary-parallel cross-entropy (Shoeybi et al. 2019, sec. 3). `_ReduceSum` (all-reduce forward,
+identity backward) and `_CopyIn` (identity forward, all-reduce of d h backward) make the gradient exact; d W_r and d
+b_r stay on their process.
 
-The gradient is exact with two autograd functions (`_ReduceSum`: all-reduce forward, identity backward, as every
-process computes the same loss from the sums; `_CopyIn`: identity forward, all-reduce of d h backward, the sum over
-the processes of each one's Σ_{c ∈ r} d z_ic W_c). d W_r and d b_r stay on their process, in the DTensor's own
-placement.
-
-What each option needs across processes:
-- sparse-softmax (eq. 5 of the sparse paper): each process's top k values are all-gathered and the k-th largest
-  of the R·k is the row's threshold (`tiles.top_k_floor`); a logit tied with the k-th largest across processes is
-  kept with it (the one-process top-k keeps one of them: the two agree where the k-th value is unique).
-- margins (eq. 13 of the margin paper): the target logit t = g f_y φ(cos θ_y) + b_y is computed by the process
-  holding y and all-reduced; the word norm f must be a function of each row alone (`WordNorm.per_row`: no-mod,
-  log-unigram; the others read the most frequent row or the ranks of every class and are refused).
-- predictions and target ranks (`return_predictions`, `return_target_rank`): the argmax's value (all-reduced max)
-  and the lowest class id holding it (min), the ranks' counts summed, after the target's own logit is.
-- the sampled family (hf_heads.losses.sampled): the K noise samples are the first process's draw (broadcast: drawn
-  once), each candidate's score comes from the process holding it (all-reduced, `sharded_candidate_scores`), as the
-  target's; the full criteria (CE, BCE, MSE over every class) sum their per-class terms over the processes, and the
-  evaluation's corrected posterior (`corrected_nll`) corrects each process's own classes before the softmax.
-
-Every process must give the same hidden states and labels: the loss checks it (a checksum, all-reduced) and refuses
-otherwise — a weight sharded by FSDP (data parallelism, different rows on each process) is unsharded by FSDP's own
-hook before the head's forward, and never reaches this path inside it.
+What each option needs across processes (top k: eq. 5 of the sparse paper; margins: eq. 13 of the margin paper, with
+a word norm computed per row; the sampled family) is tabled in docs/tensor-parallel.md. Every process must give the
+same hidden states and labels: the loss checks it (an all-reduced checksum) and refuses otherwise.
 """
 
 from __future__ import annotations
@@ -104,8 +85,8 @@ class VocabShard:
         self.group = mesh.get_group()
 
     def holds(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inside, column) for class ids (*,) (global): whether this process holds each, and its local row (0 where
-        it does not: the caller masks those)."""
+        """(inside, column) for global class ids (*,): whether this process holds each, and its local row (0 where it
+        does not: the caller masks those)."""
         local = ids - self.offset
         inside = (local >= 0) & (local < self.local.shape[0])
         return inside, torch.where(inside, local, 0)
@@ -129,12 +110,10 @@ class VocabShard:
 
 
 def shard_vocabulary(model: torch.nn.Module, mesh) -> torch.nn.Module:
-    """Shard the W (V, H) and bias (V,) of a discrete head — `model` an hf_heads model (its `.head`) or the head
-    itself — on their rows over the 1-D device mesh `mesh` (e.g. the "tp" dimension of the mesh of accelerate's
-    `ParallelismConfig(tp_size=...)`), in place, as torch's `ColwiseParallel` shards an `nn.Linear` LM head: each
-    parameter becomes an `nn.Parameter` holding a DTensor with placement `Shard(0)`. The head's losses are then
-    vocabulary-parallel (module docstring). A head whose W is the model's input embedding matrix (tied) is refused:
-    sharding it would untie them. Returns `model`."""
+    """Shard the W (V, H) and bias (V,) of a discrete head (`model` an hf_heads model or the head itself) on their rows
+    over the 1-D device mesh `mesh`, in place, as torch's `ColwiseParallel` shards an `nn.Linear` LM head: each
+    becomes an `nn.Parameter` holding a DTensor with placement `Shard(0)`. A head tied to the input embeddings is
+    refused (sharding would untie them). Returns `model`."""
     from torch import nn
     from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -168,9 +147,8 @@ def vocab_shard(weight) -> VocabShard | None:
 @contextlib.contextmanager
 def whole_parameters(module: torch.nn.Module):
     """Inside: each DTensor parameter of `module` itself (not of its children) replaced by its whole tensor
-    (`full_tensor()`: all-gathered, differentiable), for what is computed over every class at once — the inference
-    logits (`generate`, `pipeline`), the statistics of `eval_accuracy@k`, the diagnostics. Each process then holds
-    all of W (V, H) while it runs: the losses never do. A no-op without DTensor parameters."""
+    (`full_tensor()`, differentiable), for what is computed over every class at once: inference logits,
+    `eval_accuracy@k` statistics, diagnostics. A no-op without DTensor parameters."""
     sharded = {name: p for name, p in module._parameters.items() if p is not None and is_dtensor(p)}
     if not sharded:
         yield module
@@ -235,7 +213,7 @@ def reduce_sum(x: torch.Tensor, shard: VocabShard) -> torch.Tensor:
 
 def check_replicated(shard: VocabShard, *tensors: torch.Tensor) -> None:
     """Refuse hidden states or labels that differ between the processes (a checksum of each, its max and min
-    all-reduced; on an accelerator an asynchronous device assertion, no host read)."""
+    all-reduced; on an accelerator an asynchronous device assertion)."""
     sums = torch.stack([t.detach().sum(dtype=torch.float64) for t in tensors])  # (T,), no float64 copy
     both = torch.cat([sums, -sums])
     dist.all_reduce(both, op=dist.ReduceOp.MAX, group=shard.group)
@@ -253,8 +231,8 @@ def check_replicated(shard: VocabShard, *tensors: torch.Tensor) -> None:
 
 
 class ShardCombine:
-    """`tiles.Combine` over the processes of a shard's group: all-reduces (a sum through `reduce_sum`, whose gradient
-    reaches each process's tile as it is: every process computes the same loss from the sums) and an all-gather."""
+    """`tiles.Combine` over the processes of a shard's group: all-reduces (a sum through `reduce_sum`) and an
+    all-gather."""
 
     def __init__(self, shard: VocabShard) -> None:
         self.shard = shard
@@ -273,10 +251,10 @@ class ShardCombine:
 
 
 def _merged(z, y, t, shard: VocabShard, top_k, want_pred: int, criterion: Criterion = CROSS_ENTROPY, entropy=False):
-    """(the rows' statistics over every process (`tiles.merge`), z with the target's logit replaced by t, the support
-    (n, V_r) or None, |S|, inside (n,), column (n,), predictions (n, want_pred)) of this process's tile z (n, V_r)
-    (soft-capped) of rows with labels y (n,) (global ids); t (n,) a replaced target logit (capped) or None. The
-    predictions and ranks read the logits before t replaces the target's (as the one-process kernels)."""
+    """(merged statistics (`tiles.merge`), z with the target's logit replaced by t, kept (n, V_r) or None, |S|, inside
+    (n,), column (n,), predictions (n, want_pred)) of this process's soft-capped tile z (n, V_r) of rows with global
+    labels y (n,); t (n,) a replaced, capped target logit or None. Predictions and ranks read the logits before t
+    replaces the target's, as the one-process kernels."""
     combine = ShardCombine(shard)
     inside, column = shard.holds(y)
     pred = z.new_empty(z.shape[0], 0, dtype=torch.long)
@@ -301,13 +279,11 @@ def _chunk_losses(
     h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: int, criterion: Criterion,
     transform, want_ent: bool = False,
 ):  # fmt: skip
-    """(loss (n,), lse (n,), predictions (n, want_pred): the argmax and, for 2, the target's rank, entropy (n,) or an
-    empty tensor) of rows h (n, H) (already through `copy_in`) with labels y (n,) (global ids), against this
-    process's rows w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit (before the soft-cap) or None; the
-    math is hf_heads.losses.tiles' on the merged statistics, differentiable through `reduce_sum` and `copy_in`. The
-    entropy is of the support the loss takes (`want_ent`, cross-entropy only). `criterion`: a `Criterion` (a sigmoid
-    one sums its per-class terms over the processes; its lse is 0). `transform`: a function of this process's logits
-    (n, V_r) applied before the softmax (the sampled family's posterior correction, column by column), or None."""
+    """(loss (n,), lse (n,), predictions (n, want_pred), entropy (n,) or empty) of rows h (n, H) (through `copy_in`)
+    with global labels y (n,) against this process's w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit
+    (before the soft-cap) or None. Differentiable through `reduce_sum` and `copy_in`. A sigmoid `criterion` sums its
+    per-class terms over the processes (its lse is 0); `transform` maps this process's logits (n, V_r) before the
+    softmax (the sampled family's posterior correction), or None."""
     z = h @ w.T  # (n, V_r) in the compute dtype
     if s is not None:
         z = z * s
@@ -326,13 +302,9 @@ def _chunk_losses(
 
 
 class _ShardedCrossEntropy(torch.autograd.Function):
-    """Σ_i w_i · loss_i + v_i · lse_i² of every row's softmax cross-entropy over every process, with each chunk's
-    gradient computed in the forward pass (no chunk recomputed in the backward, as the one-process fused loss): the
-    per-row weights w (class weight over the mean's divisor, 0 on ignored rows) and v (λ of the z-loss over its
-    divisor) are known before the pass, so each process's d L / d z of its classes (hf_heads.losses.tiles:
-    `support_grad_`, `finish_grad_`) goes into its d h (its classes' share: `copy_in` sums them), d W_r, d b_r, d s_r
-    and d t (the target's replaced logit, from the process holding the label). Forward also returns each row's lse
-    (no gradient) and the predictions of `_chunk_losses` (`want_pred`)."""
+    """Σ_i w_i · loss_i + v_i · lse_i² over every process, each chunk's gradient computed in the forward pass (as the
+    one-process fused loss): the row weights w (class weight over the mean's divisor, 0 on ignored rows) and v
+    (z-loss) are known before the pass. Also returns each row's lse and the predictions (no gradient)."""
 
     @staticmethod
     def forward(ctx, h, w, b, s, t, y, weights, z_weights, shard, top_k, smooth, softcap, want_pred, step):
@@ -404,10 +376,9 @@ def sharded_cross_entropy(
     want_pred: int = 0,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Σ_i weights_i · loss_i + z_weights_i · lse_i² (), lse (N,), predictions (N, want_pred)) of the rows h (N,
-    H) (through `copy_in`), y (N,): the cross-entropy of `_chunk_losses` reduced with per-row weights known before
-    the pass (the "mean" and "sum" reductions, class weights, z-loss), its gradient computed chunk by chunk in the
-    forward pass (`_ShardedCrossEntropy`) instead of recomputing each chunk in the backward."""
+    """(Σ_i weights_i · loss_i + z_weights_i · lse_i² (), lse (N,), predictions (N, want_pred)) of the rows h (N, H)
+    (through `copy_in`), y (N,), the gradient computed in the forward pass (`_ShardedCrossEntropy`): for the "mean"
+    and "sum" reductions, whose row weights are known before the pass."""
     compute, h, w, b, s, step = _local_operands(h, shard, bias, column_scale, chunk_size)
     t = None if target_logit is None else target_logit.to(compute)
     return _ShardedCrossEntropy.apply(
@@ -442,10 +413,9 @@ def vocab_parallel_rows(
     transform=None,
     want_ent: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(losses (N,), lse (N,), predictions (N, want_pred): argmax and, for 2, target rank, entropies (N,) or empty)
-    of the rows h (N, H) (through `copy_in`), y (N,) valid ids (`_chunk_losses`), one chunk of rows at a time; in
-    training each chunk is recomputed in the backward pass (`torch.utils.checkpoint`), so no (N, V_r) block outlives
-    its chunk."""
+    """(losses (N,), lse (N,), predictions (N, want_pred), entropies (N,) or empty) of the rows h (N, H) (through
+    `copy_in`), y (N,), one chunk at a time; in training each chunk is recomputed in the backward
+    (`torch.utils.checkpoint`), so no (N, V_r) block outlives its chunk."""
     compute, h, w, b, s, step = _local_operands(h, shard, bias, column_scale, chunk_size)
     outs = []
     for start in range(0, h.shape[0], step):
@@ -469,9 +439,8 @@ def vocab_parallel_rows(
 def sharded_rows(
     hidden: torch.Tensor, target: torch.Tensor, shard: VocabShard, ignore_index: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(h (N, H) through `copy_in`, in float32 for a half model, y (N,) with class 0 on ignored rows, valid (N,)): the
-    rows of a vocabulary-parallel loss, every process's hidden states and labels checked to be the same, the labels
-    checked against V."""
+    """(h (N, H) through `copy_in`, float32 for a half model, y (N,) with class 0 on ignored rows, valid (N,)), the
+    hidden states and labels checked to be the same on every process, the labels against V."""
     h, y, valid = valid_rows(local_tensor(hidden), target, ignore_index)
     check_labels(y, shard.num_classes, ignore_index)
     check_replicated(shard, h, y)
@@ -491,9 +460,9 @@ def reduce_sharded(
     z_loss: float = 0.0,
     class_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, z-loss term) of the rows' cross-entropies as `fused_linear_cross_entropy` reduces them: a[y_i] · loss_i
-    + λ lse_i²; "mean" divides the weighted sum by Σ a[y_i] (torch's normalisation) or `num_items_in_batch`, the
-    z-loss by the row count or `num_items_in_batch`."""
+    """(loss, z-loss term) of the rows' cross-entropies as `fused_linear_cross_entropy` reduces them: a[y_i] · loss_i +
+    λ lse_i²; "mean" divides by Σ a[y_i] (torch's normalisation) or `num_items_in_batch`, the z-loss by the row
+    count or `num_items_in_batch`."""
     if reduction == "none":
         rows = losses if class_weight is None else losses * class_weight.to(losses)[y]
         z_rows = z_loss * lse.square() if z_loss else torch.zeros_like(losses)
@@ -516,9 +485,7 @@ def sharded_row_weights(
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(w (N,), v (N,)): the weights of each row's cross-entropy and of its λ lse² in the "mean" or "sum" of a sharded
-    loss (class weight a[y_i] over Σ a[y_i] or `num_items_in_batch`, the z-loss over the row count or
-    `num_items_in_batch`; 0 on ignored rows): `reduce_sharded`'s, and the row weights of the loss whose gradient is
-    computed in the forward pass."""
+    loss (0 on ignored rows), as `reduce_sharded` divides them."""
     counted = valid.to(dtype)
     a = counted if class_weight is None else class_weight.to(device=y.device, dtype=dtype)[y] * counted
     z = z_loss * counted
@@ -544,8 +511,8 @@ def margin_rows(
     target_logit: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """(a·h (N, H), s (V_r,) or None, t (N,) or None, b (V_r,) or None, y (N,), valid (N,)) of eq. 13 for a
-    vocabulary-sharded W: the scorer's factors of this process's rows (`Scorer.fused_factors`), the target logit t
-    (with its margin; before the soft-cap) from the process holding each label, all-reduced — None without a margin
+    vocabulary-sharded W: the scorer's factors of this process's rows (`Scorer.fused_factors`) and the target logit
+    t (with its margin, before the soft-cap) from the process holding each label, all-reduced; None without a margin
     unless `target_logit`. Refuses a word norm that is not a function of each row alone."""
     if not getattr(scorer.word_norm, "per_row", False):
         raise OptionError(
