@@ -1,16 +1,14 @@
-"""Row bookkeeping shared by every loss: the compute dtype and mixed precision, the non-ignored rows, the
-reductions, the frequency rank of the classes and a perplexity that never overflows.
+"""Row bookkeeping shared by every loss: the compute dtype and mixed precision, the non-ignored rows, the reductions,
+the frequency rank of the classes and a perplexity that never overflows.
 
-Every loss computes in float32 (float64 when its inputs are float64, for gradcheck), whatever the dtype
-of its inputs, and whatever autocast context it is called in: under `torch.autocast` (the Trainer's
-`--bf16` / `--fp16`) a matmul would otherwise return bfloat16/float16 in the middle of a float32
-computation. Gradients go back to each input in its own dtype (the upcast is an autograd op).
+Every loss computes in float32 (float64 for float64 inputs, for gradcheck) whatever autocast context it is called in
+(under `--bf16` / `--fp16` a matmul would otherwise return a half dtype mid-computation); gradients go back to each
+input in its own dtype.
 
-Rows and reductions, as in `F.cross_entropy` and the transformers Trainer: a row whose target is
-`ignore_index` contributes nothing; "none" returns one loss per row (0 on ignored rows), "sum" their sum and
-"mean" the sum divided by `num_items_in_batch` when given (the Trainer's count of target tokens over the whole
-accumulated batch, which makes gradient accumulation exact) or else by the number of non-ignored rows; a
-divisor is never below 1, so a batch with every row ignored has loss 0, never NaN.
+Rows and reductions, as in `F.cross_entropy` and the transformers Trainer: a row whose target is `ignore_index`
+contributes nothing; "none" returns one loss per row (0 on ignored rows), "sum" their sum, "mean" the sum divided by
+`num_items_in_batch` when given (which makes gradient accumulation exact) or else by the non-ignored rows; a divisor
+is never below 1, so an all-ignored batch has loss 0, never NaN.
 """
 
 from __future__ import annotations
@@ -64,10 +62,9 @@ def autocast_off(fn: F) -> F:
 
 @contextlib.contextmanager
 def full_precision():
-    """Inside an `autocast_off` function: forget the autocast dtype it switched off, so that the losses called here
-    run their products in float32 (a kernel's self-check compares two implementations at float32 tolerances). CUDA
-    float32 matmuls run in IEEE float32 meanwhile: under TF32 (`--tf32`, `torch.set_float32_matmul_precision("high")`)
-    two implementations' products differ by ~1e-4, which is TF32's rounding, not a kernel's error."""
+    """Inside an `autocast_off` function: forget the autocast dtype it switched off and run CUDA float32 matmuls in
+    IEEE float32, so that a kernel's self-check compares two implementations at float32 tolerances (TF32 rounding
+    alone differs by ~1e-4)."""
     matmul = torch.backends.cuda.matmul
     previous, _OUTER.dtype = getattr(_OUTER, "dtype", None), None
     precision, matmul.fp32_precision = matmul.fp32_precision, "ieee"
@@ -80,9 +77,8 @@ def full_precision():
 
 def loss_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     """torch's dtype for the loss of these inputs' logits, as `F.cross_entropy(hidden @ weight.T + bias, ...)` gives
-    it: float32 under autocast (cross_entropy is on autocast's float32 list; also inside an `autocast_off`
-    function called under autocast), else the inputs' promoted dtype (bfloat16 for a model cast to bfloat16, float64
-    for gradcheck). The losses accumulate in float32 whatever this is and round once at the end."""
+    it: float32 under autocast (also inside an `autocast_off` function called under autocast), else the inputs'
+    promoted dtype. The losses accumulate in float32 whatever this is and round once at the end."""
     present = [t for t in tensors if t is not None]
     if getattr(_OUTER, "dtype", None) is not None or torch.is_autocast_enabled(present[0].device.type):
         return torch.float32
@@ -90,10 +86,9 @@ def loss_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
 
 
 def gemm_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """The dtype of an output layer's matrix products: float64 when an input is float64 (gradcheck); else the
-    autocast dtype the loss was called under (`--bf16` / `--fp16`), else a half dtype of the inputs (a model cast to
-    bfloat16), else float32. Products in a half dtype accumulate in float32 (cuBLAS / oneDNN); the softmax and margin
-    math after them stays in float32."""
+    """The dtype of an output layer's matrix products: float64 when an input is float64 (gradcheck); else the autocast
+    dtype the loss was called under, else a half dtype of the inputs, else float32. Half products accumulate in
+    float32; the softmax and margin math after them stays in float32."""
     dtypes = {t.dtype for t in tensors if t is not None}
     if torch.float64 in dtypes:
         return torch.float64
@@ -123,8 +118,8 @@ def host_reads_are_free(device: torch.device) -> bool:
 
 def check_labels(target: torch.Tensor, num_classes: int, ignore_index: int = -100) -> None:
     """Raise for a label outside [0, num_classes) that is not `ignore_index`: `ValueError` naming the label on a CPU;
-    on an accelerator an asynchronous device assertion (`torch._assert_async`, no host sync; CUDA reports it at its
-    next synchronisation, as a device-side assert with this message)."""
+    on an accelerator an asynchronous device assertion (`torch._assert_async`, no host sync), reported at the next
+    synchronisation."""
     bad = (target != ignore_index) & ((target < 0) | (target >= num_classes))
     allowed = f"allowed 0 <= label < {num_classes} or ignore_index={ignore_index}"
     if not host_reads_are_free(target.device):
@@ -136,9 +131,9 @@ def check_labels(target: torch.Tensor, num_classes: int, ignore_index: int = -10
 def counted_rows(
     hidden: torch.Tensor, target: torch.Tensor, valid: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(h, y, keep) of the rows (N, H), (N,) a loss computes: on a CPU the rows that count, compacted (keep None);
-    on an accelerator every row, the ignored ones with class 0 and `keep` = `valid` (compacting reads the row count
-    on the host). `reduce_rows(..., keep=keep)` then drops the ignored rows' losses."""
+    """(h, y, keep) of the rows (N, H), (N,) a loss computes: on a CPU the rows that count, compacted (keep None); on
+    an accelerator every row, the ignored ones with class 0 and `keep` = `valid` (compacting would read the row
+    count on the host)."""
     if host_reads_are_free(hidden.device):
         return hidden[valid], target[valid], None
     return hidden, torch.where(valid, target, 0), valid
@@ -153,10 +148,9 @@ def linear_rows(
     reduction: str,
     keep_dtype: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-    """The checked inputs of an output layer's loss: (h (N, H), weight (C, H), bias (C,), y (N,), valid (N,)),
-    the rows as in `valid_rows` and the tensors in the compute dtype of `hidden` (`keep_dtype`: h and weight as
-    given, for a loss that casts them to `gemm_dtype` itself; the bias in the compute dtype); refuses an unknown
-    reduction and a label outside [0, C)."""
+    """The checked inputs of an output layer's loss: (h (N, H), weight (C, H), bias (C,), y (N,), valid (N,)) in the
+    compute dtype of `hidden` (`keep_dtype`: h and weight as given, for a loss that casts them to `gemm_dtype`
+    itself); refuses an unknown reduction and a label outside [0, C)."""
     check_reduction(reduction)
     h, y, valid = valid_rows(hidden, target, ignore_index)
     check_labels(y, weight.shape[0], ignore_index)
@@ -174,9 +168,8 @@ def check_reduction(reduction: str) -> None:
 @dataclass(frozen=True)
 class LossRows:
     """How a loss counts its rows (module docstring), what a head's loss hooks take beside the hidden states and
-    labels: `ignore_index`, the label of a row that counts nothing; `reduction`, "mean", "sum" or "none";
-    `num_items_in_batch`, what "mean" divides by (the Trainer's count of target tokens over the accumulated batch),
-    None for the counted rows. `kwargs()` passes them on to a loss function."""
+    labels: `ignore_index`, `reduction` ("mean", "sum" or "none") and `num_items_in_batch` (what "mean" divides by;
+    None: the counted rows). `kwargs()` passes them on to a loss function."""
 
     num_items_in_batch: int | torch.Tensor | None = None
     ignore_index: int = IGNORE_INDEX
@@ -191,12 +184,9 @@ class LossRows:
                 "reduction": self.reduction}  # fmt: skip
 
     def reduce(self, losses: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """A family's per-row losses (the labels' shape, or one per row) reduced as these rows count (module
-        docstring): a row whose label is `ignore_index` counts 0, whatever `losses` holds there (compute it finite,
-        e.g. on class 0, so its gradient is 0 and not NaN); then "none" the losses in the labels' shape, "sum" their
-        sum, "mean" the sum divided by `num_items_in_batch` or by the counted rows (at least 1: a batch of padding
-        only gives 0). No host read: the count stays a tensor. What a family written outside hf_heads returns from its
-        loss hooks."""
+        """A family's per-row losses (the labels' shape, or one per row) reduced as these rows count, with no host
+        read: a row labelled `ignore_index` counts 0 whatever `losses` holds there (compute it finite, e.g. on class
+        0, so its gradient is 0 and not NaN). What a family written outside hf_heads returns from its loss hooks."""
         keep = (labels != self.ignore_index).reshape(-1)
         if losses.numel() != keep.numel():
             raise ValueError(f"losses has {losses.numel()} entries, labels {keep.numel()}: give one loss per label")
@@ -265,10 +255,8 @@ def reduce_rows(
     keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce the losses `per_row` (M,) of the non-ignored rows, M = valid.sum() (`valid` None: every row), or, with
-    `keep` (`counted_rows` on an accelerator), the losses (N,) of every row, those `keep` drops counted as 0.
-
-    "none" returns the losses in `target_shape`, 0 on the ignored rows; "sum" their sum; "mean" the sum divided
-    by `mean_divisor`."""
+    `keep` (`counted_rows` on an accelerator), the losses (N,) of every row, those `keep` drops counted as 0. "none"
+    returns them in `target_shape` (0 on ignored rows); "mean" divides by `mean_divisor`."""
     check_reduction(reduction)
     if keep is not None:  # no host read: the ignored rows' losses masked, the row count a tensor
         per_row = torch.where(keep, per_row, 0.0)

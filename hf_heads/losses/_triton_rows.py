@@ -92,11 +92,8 @@ def ce_rows(
     z_sum = total
     z_y = total
     x_sum = total  # Σ_c exp(x_c − m) x_c, rescaled with m (ENT): its ratio to `total` is Σ_c p_c x_c
-    # PRED keeps the largest tile maximum and that tile's first column (a later tile wins only when strictly greater:
-    # the first tile holding the row's maximum), and reads that one tile again after the loop for its lowest column
-    # holding the maximum: no per-lane accumulator and no reduction of its own where the log-sum-exp's tile maximum
-    # serves. RANK keeps one count per lane of the classes before the target in the argmax order (larger, or equal at
-    # a lower index), reduced once after the loop
+    # PRED keeps the first tile holding the row's maximum and rereads it after the loop for its lowest column (no
+    # per-lane accumulator); RANK counts per lane the classes ahead of the target, reduced once after the loop
     best = m
     best_start = tl.sum(offsets * 0, 0)
     ahead_count = tl.zeros([BLOCK], dtype=tl.int32)
@@ -135,8 +132,7 @@ def ce_rows(
         tl.store(lse_ptr + row, lse)
     if ENT:
         tl.store(ent_ptr + row, lse - mean_x)
-    if PRED:  # the winning tile again (the same elementwise math: equal bit for bit), its lowest column at the
-        # maximum (a tie's lowest index); none there (a row of NaN): column 0
+    if PRED:  # the winning tile again (equal bit for bit), its lowest column at the maximum; a row of NaN: column 0
         cols = best_start + offsets
         x = _tile(z_row, cols, cols < num_classes, t, cap, b_ptr, s_ptr, SOFTCAP, HAS_B, HAS_S)
         first = tl.min(tl.where(x == best, cols, num_classes), 0)

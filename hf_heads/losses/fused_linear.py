@@ -331,49 +331,33 @@ def chunked_loss(
     the `Full` candidates of `hf_heads.losses.output_loss` run, and the chunk kernels' contract.
 
     Args:
-        hidden: (N, H) (any leading shape is flattened).
-        weight: (V, H); bias: (V,) or None.
+        hidden: (N, H) (any leading shape is flattened); weight: (V, H); bias: (V,) or None.
         target: (N,) class ids, `ignore_index` rows contribute nothing.
-        criterion: a `Criterion` (hf_heads.losses.parts) or its name; None: plain cross-entropy. `CrossEntropy`'s
-            `top_k` takes the log-sum-exp over each row's k largest logits (sparse softmax), `label_smoothing` is as
-            in `F.cross_entropy` (over the top-k support with `top_k`), `confidence_penalty` β subtracts β times
-            each row's entropy. The sampling paper's sigmoid criteria: `BinaryCrossEntropy` (eq. 3, Σ_c
-            softplus(z_c) − z_y) and `MeanSquaredError` (eq. 1, Σ_c (σ(z_c) − δ_cy)²).
+        criterion: a `Criterion` (hf_heads.losses.parts) or its name; None: plain cross-entropy. `CrossEntropy`
+            carries `top_k` (sparse softmax), `label_smoothing` (over the top-k support with `top_k`),
+            `confidence_penalty` β (minus β times each row's entropy), `z_loss` λ (λ · lse_i² per row, PaLM's
+            z-loss; "mean" divides it by the rows whatever the class weights) and `class_weight` (V,) (as
+            `F.cross_entropy(weight=...)`, not with label smoothing). The sampling paper's sigmoid criteria:
+            `BinaryCrossEntropy` (eq. 3) and `MeanSquaredError` (eq. 1).
         target_logit: (N,) value that replaces z[i, target_i] (e.g. a margin logit), or None.
-        reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`), "sum", "none".
-        chunk_size: rows per chunk (default: the chunk engine's budget).
-        logit_multiplier: the logits are logit_multiplier · (hidden @ weight.T + bias) (a replaced target logit is
-            taken as given); the checkpoint's output transform (hf_heads.losses.transforms).
-        softcap: then every logit z (the replaced target's too) becomes softcap · tanh(z / softcap).
-        column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (a margin
-            head's word-norm scaling, eq. 13's f(c) / ‖W_c‖), applied per chunk rather than to a scaled copy of the
-            weight; its gradient is computed too.
-        weight_grad: a `WeightGradSlot` told which tensor is the gradient of `weight` (the margin loss adds its
-            norms' gradient into it in place), or None.
-        criterion.z_loss: λ ≥ 0: each row also adds λ · lse_i² (PaLM's auxiliary z-loss, Liger-Kernel's
-            `lse_square_scale`), lse_i over the logits the loss takes. "mean" divides its sum by the non-ignored
-            rows (or `num_items_in_batch`), whatever the class weights.
-        criterion.class_weight: (V,) weights ≥ 0, as `F.cross_entropy(weight=...)`; "mean" divides by Σ_i
-            a[target_i] (torch's normalisation) unless `num_items_in_batch` is given, which keeps gradient
-            accumulation exact. Not with `label_smoothing` (the kernels do not compute torch's per-class smoothing
-            weights).
-        returns: what to return beside the loss, as a `LossResult` (hf_heads.losses.parts.RETURNS): "z_loss" /
-            "lse": the z-loss term (no gradient) and each row's log-sum-exp in the shape of `target`; "predictions":
-            each row's argmax over its logits with the target's own logit (a margin does not take part; the lowest
-            index wins a tie) and the token accuracy, from the same pass as the loss; "rank": also `target_rank`,
-            the count of classes ranked before the label, for `accuracy_at(k)`; "entropy": each row's differentiable
-            entropy H_i = lse_i − Σ_c p_ic z_ic of the softmax the loss takes, its gradient p_ic (Σ_d p_id z_id −
-            z_ic) computed in a backward that recomputes the chunks. Cross-entropy only. Ignored rows hold 0
-            (`ignore_index` for predictions, -1 for ranks).
-        loss_dtype: the dtype of the returned loss; None: torch's rule for `F.cross_entropy(hidden @ weight.T +
-            bias)` (float32 under autocast, else the inputs' dtypes promoted).
-        kernel: the chunk kernel (`hf_heads.losses.CHUNK_KERNELS`: "eager", "compiled", "triton", "triton-half", or
-            a `ChunkKernel`); all compute the same loss. None: HF_HEADS_CHUNK_KERNEL when set, else "triton" for
-            CUDA tensors where triton imports, else "eager". Refused for a vocabulary-sharded weight.
+        column_scale: (V,) s, or None: the products become s_c · (hidden_i · weight_c) before the bias (eq. 13's
+            f(c) / ‖W_c‖), applied per chunk rather than to a scaled copy of the weight.
+        logit_multiplier: multiplies the logits, not a replaced target logit (hf_heads.losses.transforms).
+        softcap: every logit z, the replaced target's too, becomes softcap · tanh(z / softcap).
+        reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`, which keeps gradient
+            accumulation exact), "sum", "none".
+        weight_grad: a `WeightGradSlot` told which tensor is the gradient of `weight`, or None.
+        returns: extras, as a `LossResult` (hf_heads.losses.parts.RETURNS), from the same pass as the loss: "z_loss"
+            / "lse", "predictions" (the argmax without a margin's replaced logit, lowest index on a tie; the token
+            accuracy), "rank" (the classes ahead of the label, for `accuracy_at(k)`), "entropy" (differentiable,
+            cross-entropy only: its backward recomputes the chunks).
+        loss_dtype: the dtype of the returned loss; None: torch's rule for `F.cross_entropy` of the logits.
+        kernel: the chunk kernel (`hf_heads.losses.CHUNK_KERNELS` name or a `ChunkKernel`); None:
+            `HF_HEADS_CHUNK_KERNEL`, else the automatic choice. Refused for a vocabulary-sharded weight.
     Returns:
         a scalar, or for reduction="none" the per-row losses in the shape of `target` (0 on ignored rows),
-            accumulated
-        in float32 (float64 stays float64) and rounded once to `loss_dtype`. With `returns`, a `LossResult`.
+        accumulated in float32 (float64 stays float64) and rounded once to `loss_dtype`. With `returns`, a
+        `LossResult`.
     """
     check_transform(logit_multiplier, softcap)
     criterion = make_criterion(criterion)

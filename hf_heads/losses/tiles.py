@@ -1,14 +1,12 @@
 """The row algebra of the softmax / sigmoid criteria: statistics of a tile of columns, their merge, loss and gradient.
 
-A tile is a block z (n, C) of the columns of n rows' logits: a whole row (the eager and compiled chunk kernels,
-hf_heads.losses.kernels) or the classes one process holds of a vocabulary-sharded W (hf_heads.losses.vocab_parallel).
-`tile_stats` (and `tile_terms`, `tile_ranking`) give a tile's `TileStats`; `merge` turns the statistics of several
-tiles into those of their union with one code whether the tiles sit in one process (`Stacked`, `ONE`) or on several
-(vocab_parallel's all-reduces): the online log-sum-exp (Milakov & Gimelshein 2018) M = max_j m_j,
-S = Σ_j e^{m_j − M} S_j, and sums. From a row's merged statistics: `row_loss` (cross-entropy with label smoothing, the
-log-sum-exp, the entropy; `sigmoid_loss` for BCE / MSE) and, tile by tile, the gradient (`support_grad_`,
-`finish_grad_`). The sparse-softmax support (sparse paper eq. 5) is the logits at or above the row's k-th largest
-over every tile (`top_k_floor`). The Triton row program (hf_heads.losses._triton_rows) is the GPU kernel's own copy.
+A tile is a block z (n, C) of n rows' logits: a whole row (hf_heads.losses.kernels) or the classes one process holds
+of a vocabulary-sharded W (hf_heads.losses.vocab_parallel). `merge` turns the `TileStats` of several tiles into those
+of their union with one code whether the tiles sit in one process (`Stacked`, `ONE`) or on several: the online
+log-sum-exp (Milakov & Gimelshein 2018) M = max_j m_j, S = Σ_j e^{m_j − M} S_j, and sums. From a row's merged
+statistics come `row_loss` / `sigmoid_loss` and, tile by tile, the gradient (`support_grad_`, `finish_grad_`). The
+sparse-softmax support (sparse paper eq. 5) is the logits at or above the row's k-th largest over every tile
+(`top_k_floor`). The Triton row program (hf_heads.losses._triton_rows) is the GPU kernel's own copy.
 """
 
 from __future__ import annotations

@@ -1,33 +1,24 @@
 """The hand-written Triton chunk kernel: the per-chunk softmax math of the fused cross-entropy in one program per row.
 
 After the chunk's product h wᵀ (cuBLAS, in the GEMM dtype), one Triton program per row walks the row's V products
-twice in tiles of `BLOCK` columns, making each tile the logits z = s ∘ (h wᵀ) + b as it reads it (a margin head's
-column scale s and the bias b cost no pass of their own over the block):
+twice in tiles of `BLOCK` columns, making each tile the logits z = s ∘ (h wᵀ) + b as it reads it, with the replaced
+target logit t_i (every margin: margin paper, eq. 13–14) and the soft-cap cap·tanh(z / cap):
 
-1. the online log-sum-exp (running maximum and rescaled sum, as in FlashAttention / Liger-Kernel's cross-entropy),
-   the target logit and the row's sum of logits (label smoothing), with the replaced target logit t_i (every margin:
-   margin paper, eq. 13–14) and the soft-cap cap·tanh(z / cap) applied to each tile as it is read;
-2. (training) the gradient d loss_i / d z_ic = row_weight_i · (p_ic − (1 − ε)[c = y_i] − ε / V) · (1 − (z_ic / cap)²)
-   written over the logits in place — or, for half-precision products of float32 logits (autocast), into a buffer
-   of the products' dtype, rounded once, ready for the next two GEMMs with no cast pass — the target's entry moved
-   to d t_i when the target logit was replaced.
+1. the online log-sum-exp (running maximum and rescaled sum, as in FlashAttention / Liger-Kernel), the target logit,
+   the row's sum of logits (label smoothing), the argmax and the target's rank;
+2. (training) the gradient d loss_i / d z_ic = row_weight_i · (p_ic − (1 − ε)[c = y_i] − ε / V) · (1 − (z_ic /
+   cap)²) written over the logits in place (or, for half products of float32 logits, into a half buffer ready for
+   the next GEMMs), the target's entry moved to d t_i when the target logit was replaced; with the z-loss λ, p_ic
+   carries the factor r_i + 2λ u_i lse_i.
 
-Pass 1 also keeps each row's maximum over the target's own logit and the first tile holding it (read again after
-the loop for the lowest column at that maximum: the prediction, `pred`), counts the classes ahead of the target's own
-logit (its rank: larger, or equal at a lower index) and writes the log-sum-exp (`lse`); with the z-loss λ, pass 2's
-p_ic carries the factor r_i + 2λ u_i lse_i. So the
-(n, V) block is read twice and written once (the product's write aside), against the eager kernel's chain of
-PyTorch passes. The loss is
-lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i − z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling
-paper's full criteria over sigmoid outputs take the same two passes: BCE (eq. 3) Σ_c softplus(z_ic) − z_iy with
-gradient σ(z_ic) − δ_cy, MSE (eq. 1) Σ_c σ(z_ic)² − 2σ(z_iy) + 1 with gradient 2(σ − δ)σ(1 − σ).
+So the (n, V) block is read twice and written once. The loss is lse_i − z_iy (label smoothing ε: (1 − ε)(lse_i −
+z_iy) + ε(lse_i − mean_c z_ic), as `F.cross_entropy`). The sampling paper's sigmoid criteria take the same passes:
+BCE (eq. 3) Σ_c softplus(z_ic) − z_iy with gradient σ(z_ic) − δ_cy, MSE (eq. 1) Σ_c σ(z_ic)² − 2σ(z_iy) + 1 with
+gradient 2(σ − δ)σ(1 − σ). The top-k support (sparse-softmax paper, eq. 5) needs a selection and runs the eager
+kernel.
 
-Not in Triton: the top-k support of sparse-softmax (sparse-softmax paper, eq. 5) — a row's k largest logits need a
-selection, done by `torch.topk` in the eager kernel, which this kernel calls for `top_k` < V.
-
-Where it runs: CUDA (and ROCm) tensors; CPU tensors only under Triton's interpreter (`TRITON_INTERPRET=1` in the
-environment before triton is imported; slow but exact: the tests run it at small shapes). Anything else is refused
-with the reason, never replaced by another kernel.
+Runs on CUDA (and ROCm) tensors, and on CPU tensors under Triton's interpreter (`TRITON_INTERPRET=1` before triton
+is imported; for tests). Anything else is refused, never replaced by another kernel.
 """
 
 from __future__ import annotations
@@ -48,8 +39,8 @@ _PROGRAM = None  # the jitted row program, loaded on first use
 
 
 def _triton():
-    """The `triton` package, or None where it does not import. (Every triton import of this module and of the row
-    program sits in a `try`: a model's saved code, which carries them, then loads where triton is not installed.)"""
+    """The `triton` package, or None where it does not import (every triton import sits in a `try`, so a model's saved
+    code that carries them loads without triton)."""
     try:
         import triton
         import triton.language  # noqa: F401
@@ -64,8 +55,7 @@ def triton_available() -> bool:
 
 
 def _interpreting() -> bool:
-    """Whether triton was imported under its CPU interpreter (`TRITON_INTERPRET=1` set before the first import:
-    triton fixes the mode of its language functions then)."""
+    """Whether triton was imported under its CPU interpreter (`TRITON_INTERPRET=1` set before the first import)."""
     return type(_triton().language.sum).__name__ == "InterpretedFunction"
 
 
@@ -116,9 +106,9 @@ class TritonKernel(EagerKernel):
             )
 
     def self_check(self, device: torch.device, force: bool = False) -> None:
-        """Once per GPU device, before the first use: the kernel's loss and gradients on a small problem crossing
-        tile edges (plain, and replaced target + soft-cap + smoothing) against the eager kernel's; a mismatch raises
-        instead of training on a wrong gradient. CPU runs: the tests (`force`: check anyway)."""
+        """Once per GPU device, before the first use: the kernel's loss and gradients on a small problem crossing tile
+        edges against the eager kernel's; a mismatch raises instead of training on a wrong gradient. `force`: check
+        on a CPU too."""
         if device in TritonKernel._checked or (device.type == "cpu" and not force):
             return
         TritonKernel._checked.add(device)
@@ -158,12 +148,11 @@ class TritonKernel(EagerKernel):
         self, z, b, y, t, row_weight, opts: ChunkOptions, grad_t=None, grad_z=None, lse=None, z_weight=None, pred=None,
         ent=None, ent_weight=None,
     ):  # fmt: skip
-        """The row program over the products z (n, V), the column scale `opts.column_scale` and the bias b (V,)
-        applied as it reads them: the losses (n,) (and, with `row_weight`, the gradient of the logits written into
-        `grad_z` (n, V), in its dtype; None: over z; with the z-loss's when `opts.z_loss` > 0, weighted by `z_weight`,
-        default the row weights); each row's log-sum-exp into `lse` (n,) and its argmax (and target rank) into `pred`
-        ((n, 1) or (n, 2), contiguous) when given; each row's entropy into `ent` (n,), and with `ent_weight` (n,) the
-        gradient also that of Σ_i ent_weight_i · H_i."""
+        """The row program over the products z (n, V), with the column scale and the bias b (V,) applied as it reads
+        them: the losses (n,); with `row_weight` the gradient of the logits into `grad_z` (n, V) (None: over z),
+        with the z-loss's weighted by `z_weight` (default the row weights). When given: lse (n,), the argmax (and
+        target rank) into `pred` ((n, 1) or (n, 2), contiguous), the entropy into `ent` (n,), and with `ent_weight`
+        (n,) the gradient of Σ_i ent_weight_i · H_i."""
         n, num_classes = z.shape
         compute = torch.promote_types(z.dtype, torch.float32)  # the row math's dtype, for half logits too
         loss = torch.empty(n, dtype=compute, device=z.device)
@@ -222,8 +211,7 @@ class TritonKernel(EagerKernel):
         if h.shape[0] == 0 or self._selects(opts, w.shape[0]):
             return super()._dense(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
         z = _raw_logits(h, w, None, grads.logits).contiguous()  # (n, V) h wᵀ
-        # d loss / d z: over z, or, for half products of float32 logits, in the products' dtype straight from the
-        # program (rounded once, as the cast for the next two GEMMs would round it, without that cast's pass)
+        # for half products of float32 logits, d z in the products' dtype straight from the program (no cast pass)
         grad_z = z if z.dtype == w.dtype or w.dtype not in HALF_DTYPES else torch.empty_like(z, dtype=w.dtype)
         grad_t = None if grads.t is None else torch.empty(z.shape[0], dtype=grads.t.dtype, device=z.device)
         loss = self._launch(z, b, y, t, row_weight, opts, grad_t, grad_z, lse, z_weight, pred, ent, ent_weight)
@@ -236,13 +224,11 @@ class TritonKernel(EagerKernel):
 @register("kernel")
 @dataclass(frozen=True)
 class TritonHalfKernel(TritonKernel):
-    """The Triton kernel with half-precision logits when the products are half precision (autocast bf16 / fp16, a
-    half model): each chunk's logits are the GEMM's output in that dtype (as a plain model's bf16 output layer
-    rounds them) and their gradient is written over them in that dtype, rounded once, for the next two GEMMs —
-    half the (chunk, V) memory traffic and no cast of the gradient. The row math (log-sum-exp, margins' replaced
-    target logit, soft-cap, smoothing, BCE / MSE) stays float32, as do the loss and the bias, t and weight gradients.
-    Float32 and float64 products run exactly as `triton`; the top-k support (sparse) keeps float32 logits. Opt-in
-    (`HF_HEADS_CHUNK_KERNEL=triton-half` or a head's `chunk_kernel`) until GPU tables show it faster."""
+    """The Triton kernel with half-precision logits when the products are half precision: each chunk's logits are the
+    GEMM's output in that dtype (as a plain bf16 output layer rounds them) and their gradient is written over them
+    in that dtype, halving the (chunk, V) traffic. The row math, the loss and the bias, t and weight gradients stay
+    float32; float32 / float64 products and the top-k support run as `triton`. Opt-in until GPU measurements show it
+    faster."""
 
     name = "triton-half"
     automatic_on = ()  # opt-in (the class docstring)
