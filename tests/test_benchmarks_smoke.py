@@ -20,10 +20,31 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
 
 # slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
 # toy sizes), every margin option of bench_margin, bench_loss_options, bench_trl_statistics, bench_eval,
-# bench_continuous, bench_chunk_rows, bench_demo_step, bench_vocab_parallel, probe_continuous_copy
+# bench_continuous, bench_chunk_rows, bench_demo_step, bench_vocab_parallel, bench_revisions, probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",
     [
+        pytest.param(  # two trees: this one against itself
+            "speed/bench_revisions.py",
+            [
+                "--old",
+                ".",
+                "--new",
+                ".",
+                "--rounds",
+                "1",
+                "--calls",
+                "1",
+                "--rows",
+                "32",
+                "--hidden",
+                "8",
+                "--vocab",
+                "64",
+            ],
+            "| sparse k=20 |",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             "speed/bench_sparse.py",
             ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--k", "5", "--repeats", "1"],
