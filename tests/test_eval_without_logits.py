@@ -192,5 +192,8 @@ def test_prediction_step_passes_ignore_keys_on(tmp_path):
     cache = ["past_key_values"]
     _, kept, _ = trainer.prediction_step(model, batch, prediction_loss_only=False, ignore_keys=cache)
     _, left_out, _ = trainer.prediction_step(model, batch, False, ignore_keys=[*cache, "logits"])
-    assert isinstance(kept, torch.Tensor) and kept.shape == (2, 16, 61)
-    assert left_out is None or left_out == (), f"the logits were kept: {type(left_out)}"
+    def logits_in(out) -> bool:
+        parts = out if isinstance(out, tuple | list) else (out,)
+        return any(isinstance(t, torch.Tensor) and t.shape == (2, 16, 61) for t in parts)
+
+    assert logits_in(kept) and not logits_in(left_out)

@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512, help="H")
     parser.add_argument("--vocab", type=int, default=50_000, help="V")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
+    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="the rows to time (default: all)")
     args = parser.parse_args()
     import torch
 
@@ -87,7 +88,7 @@ def main() -> None:
     print()
     print("| row | old s / step, median | new s / step, median | new / old, median (min–max) of the pairs |")
     print("|---|---:|---:|---:|")
-    for row in ROWS:
+    for row in args.only:
         old, new, ratio = [], [], []
         for i in range(args.rounds):
             first, second = (args.old, args.new) if i % 2 == 0 else (args.new, args.old)
