@@ -192,6 +192,7 @@ def test_prediction_step_passes_ignore_keys_on(tmp_path):
     cache = ["past_key_values"]
     _, kept, _ = trainer.prediction_step(model, batch, prediction_loss_only=False, ignore_keys=cache)
     _, left_out, _ = trainer.prediction_step(model, batch, False, ignore_keys=[*cache, "logits"])
+
     def logits_in(out) -> bool:
         parts = out if isinstance(out, tuple | list) else (out,)
         return any(isinstance(t, torch.Tensor) and t.shape == (2, 16, 61) for t in parts)
