@@ -67,16 +67,17 @@ def stack(tiles: list[TileStats]) -> TileStats:
     return TileStats(*(None if f[0] is None else torch.stack(f) for f in zip(*tiles, strict=True)))
 
 
-def tile_stats(z, column=None, inside=None, kept=None, entropy: bool = False) -> TileStats:
+def tile_stats(z, column=None, inside=None, kept=None, entropy: bool = False, smoothing: bool = True) -> TileStats:
     """The softmax statistics of the tile z (n, C) over its support `kept` (n, C) (bool; None: every column), and the
-    logit at the local `column` (n,) of the rows whose target the tile holds (`inside` (n,); None: all)."""
+    logit at the local `column` (n,) of the rows whose target the tile holds (`inside` (n,); None: all). Σ z only
+    with `smoothing` (label smoothing reads it), Σ e^{z−m}(z−m) only with `entropy`."""
     s = z if kept is None else z.masked_fill(~kept, -torch.inf)
     with torch.no_grad():
         m = s.max(1).values  # (n,)
         shift = torch.where(torch.isfinite(m), m, 0.0)
     d = s - shift[:, None]  # (n, C)
     e = torch.exp(d)  # 0 outside the support
-    sum_z = (z if kept is None else torch.where(kept, z, 0.0)).sum(1)
+    sum_z = (z if kept is None else torch.where(kept, z, 0.0)).sum(1) if smoothing else None
     sum_ez = None
     if entropy:
         sum_ez = (e * (d if kept is None else torch.where(kept, d, 0.0))).sum(1)

@@ -250,7 +250,9 @@ class ShardCombine:
         return torch.stack(parts)  # (R, *x.shape)
 
 
-def _merged(z, y, t, shard: VocabShard, top_k, want_pred: int, criterion: Criterion = CROSS_ENTROPY, entropy=False):
+def _merged(
+    z, y, t, shard: VocabShard, top_k, want_pred: int, criterion: Criterion = CROSS_ENTROPY, entropy=False, smooth=0.0
+):
     """(merged statistics (`tiles.merge`), z with the target's logit replaced by t, kept (n, V_r) or None, |S|, inside
     (n,), column (n,), predictions (n, want_pred)) of this process's soft-capped tile z (n, V_r) of rows with global
     labels y (n,); t (n,) a replaced, capped target logit or None. Predictions and ranks read the logits before t
@@ -271,7 +273,7 @@ def _merged(z, y, t, shard: VocabShard, top_k, want_pred: int, criterion: Criter
     kept, support = None, shard.num_classes
     if top_k is not None and top_k < shard.num_classes:
         kept, support = z >= top_k_floor(tile_top_k(z, top_k), top_k, combine)[:, None], top_k
-    stats = merge(tile_stats(z, column, inside, kept, entropy), combine)
+    stats = merge(tile_stats(z, column, inside, kept, entropy, smoothing=bool(smooth)), combine)
     return stats, z, kept, support, inside, column, pred
 
 
@@ -294,7 +296,7 @@ def _chunk_losses(
         z = transform(z)
     if t is not None:  # the same on every process: its gradient is the owner's, summed over them by `copy_in`
         t = soft_cap(copy_in(t, shard), softcap)
-    stats, _, _, support, _, _, pred = _merged(z, y, t, shard, top_k, want_pred, criterion, want_ent)
+    stats, _, _, support, _, _, pred = _merged(z, y, t, shard, top_k, want_pred, criterion, want_ent, smooth)
     if not criterion.softmax:
         return sigmoid_loss(stats, criterion), torch.zeros_like(stats.target), pred, z.new_empty(0)
     loss, lse, ent = row_loss(stats, smooth, support)
@@ -325,7 +327,9 @@ class _ShardedCrossEntropy(torch.autograd.Function):
                 z.add_(b)
             z = soft_cap(z, softcap)
             t_c = None if t is None else soft_cap(t[rows], softcap)
-            stats, z, kept, support, inside, column, pred_all[rows] = _merged(z, y_c, t_c, shard, top_k, want_pred)
+            stats, z, kept, support, inside, column, pred_all[rows] = _merged(
+                z, y_c, t_c, shard, top_k, want_pred, smooth=smooth
+            )
             loss, lse, _ = row_loss(stats, smooth, support)
             total = total + torch.where(a != 0, a * loss, 0.0).sum() + torch.where(v != 0, v * lse.square(), 0.0).sum()
             lse_all[rows] = lse
