@@ -9,16 +9,17 @@ import itertools
 import pytest
 import torch
 
+from hf_heads.losses.chunks import ChunkOptions
 from hf_heads.losses.tiles import (
     ONE,
     Stacked,
     capped_slope,
-    finish_grad_,
+    label_grad_,
     merge,
-    p_coefficient,
     row_loss,
     stack,
     support_grad_,
+    target_grad_,
     tile_ranking,
     tile_stats,
     tile_top_k,
@@ -26,6 +27,8 @@ from hf_heads.losses.tiles import (
 )
 
 N, V = 6, 13
+SMOOTH = ChunkOptions(None, 0.1, None)  # label smoothing 0.1
+PLAIN = ChunkOptions(None, 0.0, None)
 SPLITS = ([6, 7], [4, 4, 5], [1, 11, 1])
 
 
@@ -51,7 +54,7 @@ def _merged(z, y, splits, top_k=None):
     tiles = _tiles(z, y, splits)
     kept, support = _support(tiles, top_k)
     pairs = zip(tiles, kept, strict=True)
-    stats = stack([tile_stats(p, col, inside, k, entropy=True) for (p, _, inside, col), k in pairs])
+    stats = stack([tile_stats(p, SMOOTH, col, inside, k, entropy=True) for (p, _, inside, col), k in pairs])
     return merge(stats, Stacked()), tiles, kept, support
 
 
@@ -63,7 +66,7 @@ def test_merged_tiles_give_the_whole_rows_statistics(splits, top_k):
     y = torch.randint(0, V, (N,), generator=gen)
     merged, *_ = _merged(z, y, splits, top_k)
     support = z if top_k is None else z.topk(top_k, dim=1).values  # no ties among random float64 logits
-    loss, lse, ent = row_loss(merged, 0.1, support.shape[1])
+    loss, lse, ent = row_loss(merged, SMOOTH, support.shape[1])
     log_p = torch.log_softmax(support, dim=1)
     torch.testing.assert_close(merged.m, support.max(1).values)
     torch.testing.assert_close(lse, (support - log_p)[:, 0])
@@ -72,9 +75,9 @@ def test_merged_tiles_give_the_whole_rows_statistics(splits, top_k):
     torch.testing.assert_close(ent, -(log_p.exp() * log_p).sum(1))
     want = 0.9 * (lse - z.gather(1, y[:, None]).squeeze(1)) - 0.1 * log_p.mean(1)
     torch.testing.assert_close(loss, want)
-    whole = tile_stats(support, torch.zeros_like(y), entropy=True)  # one tile: the row's support
-    torch.testing.assert_close(row_loss(merge(whole, ONE), 0.1, support.shape[1])[1], lse)
-    torch.testing.assert_close(row_loss(whole)[2], ent)
+    whole = tile_stats(support, SMOOTH, torch.zeros_like(y), entropy=True)  # one tile: the row's support
+    torch.testing.assert_close(row_loss(merge(whole, ONE), SMOOTH, support.shape[1])[1], lse)
+    torch.testing.assert_close(row_loss(whole, PLAIN)[2], ent)
 
 
 @pytest.mark.parametrize("splits", SPLITS, ids=str)
@@ -112,15 +115,15 @@ def _tiled_grads(x, t, y, rw, ent_w, splits, top_k, smooth, z_loss, softcap):
     if t is not None:
         z = z.scatter(1, y[:, None], (t if softcap is None else softcap * torch.tanh(t / softcap))[:, None])
     merged, tiles, kept, support = _merged(z, y, splits, top_k)
-    _, lse, ent = row_loss(merged, smooth, support)
-    coef = p_coefficient(rw, lse, z_loss * rw)
+    opts = ChunkOptions(top_k, smooth, softcap, z_loss=z_loss)
+    _, lse, ent = row_loss(merged, opts, support)
     grads, d_t = [], torch.zeros_like(y, dtype=x.dtype)
     for (part, _, inside, col), k in zip(tiles, kept, strict=True):
         logp = part - lse[:, None]
         logp = logp if k is None else logp.masked_fill(~k, -torch.inf)
-        grad = support_grad_(logp, coef, rw * (smooth / support), k, ent, ent_w)
+        grad = label_grad_(support_grad_(logp, opts, lse, rw, None, support, k, ent, ent_w), opts, col, rw, inside)
         slope = None if softcap is None else capped_slope(part, softcap)
-        at = finish_grad_(grad, col, -(1 - smooth) * rw, inside, slope, replaced=t is not None)
+        at = target_grad_(grad, col, inside, slope, replaced=t is not None)
         grads.append(grad)
         d_t = d_t if at is None else d_t + at
     return torch.cat(grads, dim=1), None if t is None else d_t
@@ -166,7 +169,7 @@ def test_merged_tiles_loss_passes_gradcheck(top_k):
 
     def loss(x_):
         merged, *_ = _merged(x_, y, [4, 4, 5], top_k)
-        ce, lse, ent = row_loss(merged, 0.1, top_k or V)
+        ce, lse, ent = row_loss(merged, SMOOTH, top_k or V)
         return ce + 0.05 * lse.square() - 0.3 * ent
 
     assert torch.autograd.gradcheck(loss, (x,))

@@ -111,6 +111,16 @@ class ChunkOptions(NamedTuple):
     criterion: Criterion = CROSS_ENTROPY
     z_loss: float = 0.0
 
+    @classmethod
+    def of(cls, criterion: Criterion, softcap: float | None = None, column_scale=None) -> ChunkOptions:
+        """The options of a criterion (its top-k, label smoothing and z-loss for cross-entropy) with a soft-cap and
+        column scale."""
+        if isinstance(criterion, CrossEntropy):
+            return cls(
+                criterion.top_k, criterion.label_smoothing, softcap, column_scale, criterion, float(criterion.z_loss)
+            )
+        return cls(None, 0.0, softcap, column_scale, criterion)
+
     def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
         """These options with another column scale. (Not `_replace`: dynamo cannot read back a `_replace`d named tuple
         after a graph break.)"""

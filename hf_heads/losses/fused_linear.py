@@ -384,13 +384,11 @@ def chunked_loss(
         if logit_multiplier != 1.0:
             hidden, bias = hidden * logit_multiplier, None if bias is None else bias * logit_multiplier
         rows = sharded_rows(hidden, target, shard, ignore_index)
+        opts = ChunkOptions.of(criterion, softcap, shard.rows(column_scale))
         return sharded_loss(
-            rows, shard, shard.rows(bias), target.shape, target_logit=target_logit,
-            column_scale=shard.rows(column_scale), top_k=top_k, label_smoothing=label_smoothing, softcap=softcap,
-            criterion=criterion, z_loss=z_loss, class_weight=class_weight, return_z_loss=return_z_loss,
-            return_predictions=return_predictions, return_target_rank=return_target_rank,
-            return_entropy=return_entropy, out_dtype=out_dtype, reduction=reduction, ignore_index=ignore_index,
-            num_items_in_batch=num_items_in_batch, chunk_size=chunk_size,
+            rows, shard, shard.rows(bias), target.shape, opts, target_logit=target_logit, returns=returns,
+            out_dtype=out_dtype, reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
+            chunk_size=chunk_size,
         )  # fmt: skip
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     kernel = chunk_kernel(kernel, h.device)
@@ -411,7 +409,7 @@ def chunked_loss(
     else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], device=h.device)
-    opts = ChunkOptions(top_k, label_smoothing, softcap, criterion=criterion, z_loss=float(z_loss))
+    opts = ChunkOptions.of(criterion, softcap)
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
     want_pred = 2 if return_target_rank else int(return_predictions)  # the columns of `pred`: argmax (and rank)
@@ -489,19 +487,10 @@ def sharded_loss(
     shard: VocabShard,
     bias: torch.Tensor | None,
     shape,
+    opts: ChunkOptions,
     *,
     target_logit: torch.Tensor | None,
-    column_scale: torch.Tensor | None,
-    top_k: int | None,
-    label_smoothing: float,
-    softcap: float | None,
-    criterion: Criterion,
-    z_loss: float,
-    class_weight: torch.Tensor | None,
-    return_z_loss: bool,
-    return_predictions: bool,
-    return_target_rank: bool,
-    return_entropy: bool,
+    returns: tuple[str, ...],
     out_dtype: torch.dtype,
     reduction: str,
     ignore_index: int,
@@ -509,40 +498,41 @@ def sharded_loss(
     chunk_size: int | None,
 ):
     """`chunked_loss` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its `sharded_rows` (h, y,
-    valid), with the same values as one process."""
+    valid) under the options `opts` (the column scale this process's s_r), with the same values as one process."""
     check_reduction(reduction)
+    _, _, _, class_weight, _ = cross_entropy_options(opts.criterion)
     if class_weight is not None:
-        check_class_weight(class_weight, shard.num_classes, label_smoothing)
+        check_class_weight(class_weight, shard.num_classes, opts.label_smoothing)
     h, y, valid = rows
-    want_pred = 2 if return_target_rank else int(return_predictions)
+    return_entropy = "entropy" in returns
+    want_pred = 2 if "rank" in returns else int("predictions" in returns)
     target_logit = None if target_logit is None else target_logit.reshape(-1)
-    inputs = (h, shard.local, bias, column_scale, target_logit)
+    inputs = (h, shard.local, bias, opts.column_scale, target_logit)
     wants_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
-    if wants_grad and criterion.softmax and reduction != "none" and not return_entropy:
+    if wants_grad and opts.criterion.softmax and reduction != "none" and not return_entropy:
         # a training step: the row weights of the reduction are known, so each chunk's gradient is computed in the
         # forward pass (no chunk recomputed in the backward)
         weights, z_weights = sharded_row_weights(
-            y, valid, class_weight, z_loss, reduction, num_items_in_batch, compute_dtype(h)
+            y, valid, class_weight, reduction, num_items_in_batch, compute_dtype(h)
         )
         loss, lse, pred = sharded_cross_entropy(
-            h, y, shard, bias, weights, z_weights, target_logit=target_logit, column_scale=column_scale,
-            top_k=top_k, label_smoothing=label_smoothing, softcap=softcap, want_pred=want_pred, chunk_size=chunk_size,
+            h, y, shard, bias, weights, z_weights, opts, target_logit=target_logit, want_pred=want_pred,
+            chunk_size=chunk_size,
         )  # fmt: skip
-        z_term, ent = (z_weights * lse.square()).sum(), None
+        z_term, ent = (opts.z_loss * z_weights * lse.square()).sum(), None
     else:
         losses, lse, pred, ent = vocab_parallel_rows(
-            h, y, shard, bias, target_logit=target_logit, column_scale=column_scale, top_k=top_k,
-            label_smoothing=label_smoothing, softcap=softcap, want_pred=want_pred, chunk_size=chunk_size,
-            criterion=criterion, want_ent=return_entropy,
+            h, y, shard, bias, opts, target_logit=target_logit, want_pred=want_pred, chunk_size=chunk_size,
+            want_ent=return_entropy,
         )  # fmt: skip
         loss, z_term = reduce_sharded(
-            losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch, z_loss=z_loss,
-            class_weight=class_weight,
+            losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch,
+            z_loss=opts.z_loss, class_weight=class_weight,
         )  # fmt: skip
     loss = loss.to(out_dtype)
-    if not (return_z_loss or want_pred or return_entropy):
+    if not ("z_loss" in returns or "lse" in returns or want_pred or return_entropy):
         return loss
-    lse_out = None if not criterion.softmax else reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
+    lse_out = None if not opts.criterion.softmax else reduce_rows(lse.detach(), valid, shape, "none", keep=valid)
     predictions = accuracy = rank = entropy = None
     if want_pred:
         predictions = torch.where(valid, pred[:, 0], ignore_index).reshape(shape)

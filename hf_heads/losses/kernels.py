@@ -19,11 +19,12 @@ from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads
 from hf_heads.losses.tiles import (
     TileStats,
     capped_slope,
-    finish_grad_,
-    p_coefficient,
+    label_coefficient,
+    label_grad_,
     predict,
     row_loss,
     support_grad_,
+    target_grad_,
     tile_stats,
 )
 
@@ -189,7 +190,7 @@ class EagerKernel(ChunkKernel):
         return opts.top_k is not None and opts.top_k < num_classes
 
     @staticmethod
-    def log_softmax_(z, rows, y, smooth: float, entropy: bool = False):
+    def log_softmax_(z, rows, y, opts: ChunkOptions, entropy: bool = False):
         """z (n, V) becomes log p in place; (losses (n,), lse (n,), entropies (n,) or None) from the row statistics in
         the form that pass leaves them (hf_heads.losses.tiles shifted by m = lse: Σ e^{z − m} = 1, Σ z = Σ log p + V
         lse), the target's logit read before the pass."""
@@ -197,27 +198,27 @@ class EagerKernel(ChunkKernel):
         torch.log_softmax(z, dim=1, out=z)
         lse = target - z[rows, y]
         sum_ez = (z.exp() * z).sum(1) if entropy else None  # (n,)
-        stats = TileStats(lse, torch.ones_like(lse), z.sum(1) + z.shape[1] * lse if smooth else None, sum_ez, target)
-        return row_loss(stats, smooth, z.shape[1])
+        sum_z = z.sum(1) + z.shape[1] * lse if opts.label_smoothing else None
+        return row_loss(TileStats(lse, torch.ones_like(lse), sum_z, sum_ez, target), opts, z.shape[1])
 
     @staticmethod
-    def top_k_loss(z, rows, y, top_k: int, smooth: float, entropy: bool = False):
+    def top_k_loss(z, rows, y, opts: ChunkOptions, entropy: bool = False):
         """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with their
         lse (n,), entropies (n,) or None, and the kept values and columns (n, k)."""
-        vals, idx = torch.topk(z, top_k, dim=1)  # (n, k)
-        stats = tile_stats(vals, entropy=entropy)
+        vals, idx = torch.topk(z, opts.top_k, dim=1)  # (n, k)
+        stats = tile_stats(vals, opts, entropy=entropy)
         stats = TileStats(stats.m, stats.sum_exp, stats.sum_z, stats.sum_ez, z[rows, y])
-        return (*row_loss(stats, smooth, top_k), vals, idx)
+        return (*row_loss(stats, opts, opts.top_k), vals, idx)
 
     def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
         z, rows = self.logits(h, w, b, y, t, opts, pred=pred)
         if not opts.criterion.softmax:  # a sigmoid criterion (BCE, MSE): its terms over the buffer
             return opts.criterion.terms_(z, rows, y)
-        smooth, wants_ent = opts.label_smoothing, ent is not None
+        wants_ent = ent is not None
         if self._selects(opts, z.shape[1]):
-            loss, row_lse, row_ent, _, _ = self.top_k_loss(z, rows, y, opts.top_k, smooth, wants_ent)
+            loss, row_lse, row_ent, _, _ = self.top_k_loss(z, rows, y, opts, wants_ent)
         else:
-            loss, row_lse, row_ent = self.log_softmax_(z, rows, y, smooth, wants_ent)  # z: log p
+            loss, row_lse, row_ent = self.log_softmax_(z, rows, y, opts, wants_ent)  # z: log p
         if lse is not None:
             lse.copy_(row_lse)
         if ent is not None:
@@ -231,13 +232,6 @@ class EagerKernel(ChunkKernel):
         path = self._sparse if sparse else self._dense
         return path(h, w, b, y, t, opts, row_weight, grads, lse, z_weight, pred, ent, ent_weight)
 
-    @staticmethod
-    def _z_weight(opts: ChunkOptions, row_weight, z_weight) -> torch.Tensor | None:
-        """λ u (n,): the weight of each row's lse² (z-loss weight u, default the row weight), None without z-loss."""
-        if not (opts.z_loss > 0 and opts.criterion.softmax):
-            return None
-        return opts.z_loss * (row_weight if z_weight is None else z_weight)
-
     def _dense(
         self, h, w, b, y, t, opts, row_weight, grads: Grads, lse=None, z_weight=None, pred=None, ent=None,
         ent_weight=None,
@@ -245,37 +239,32 @@ class EagerKernel(ChunkKernel):
         """d loss / d z (n, V) written over the logits buffer (hf_heads.losses.tiles), then the three GEMMs; with
         `ent_weight` e (n,) the gradient also takes that of Σ_i e_i H_i."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
-        smooth, top_k = opts.label_smoothing, opts.top_k
         slope = None if opts.softcap is None else capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
-        rw = row_weight.to(z.dtype)
-        zw = self._z_weight(opts, row_weight, z_weight)
         # the row weights go into d z with a z-loss or an entropy term, else onto the (n, H) blocks of the products
-        weighted = opts.criterion.softmax and (zw is not None or ent_weight is not None)
-        hit = None
+        weighted = opts.criterion.softmax and (opts.z_loss > 0 or ent_weight is not None)
         if not opts.criterion.softmax:  # a sigmoid criterion: its d / d z over the logits buffer
             loss = opts.criterion.terms_(z, rows, y)
             grad_z = z
         else:
             wants_ent = ent is not None or ent_weight is not None
             if self._selects(opts, z.shape[1]):
-                loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, top_k, smooth, wants_ent)
-                tile, support = vals - row_lse[:, None], top_k  # (n, k) log p of the kept values
+                loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, opts, wants_ent)
+                tile, support = vals - row_lse[:, None], opts.top_k  # (n, k) log p of the kept values
             else:
-                loss, row_lse, row_ent = self.log_softmax_(z, rows, y, smooth, wants_ent)  # z: log p
+                loss, row_lse, row_ent = self.log_softmax_(z, rows, y, opts, wants_ent)  # z: log p
                 tile, support = z, z.shape[1]
             if lse is not None:
                 lse.copy_(row_lse)
             if ent is not None:
                 ent.copy_(row_ent)
-            coef = p_coefficient(rw, row_lse, zw) if weighted else None
-            rate = None if not smooth else rw * (smooth / support) if weighted else smooth / support
-            grad_z = support_grad_(tile, coef, rate, None, row_ent, ent_weight)  # over the buffer for the full row
+            r = row_weight if weighted else None
+            grad_z = support_grad_(tile, opts, row_lse, r, z_weight, support, None, row_ent, ent_weight)
             if grad_z is not z:
                 grad_z = torch.zeros_like(z).scatter_(1, idx, grad_z)
-            hit = -(1.0 - smooth) * (rw if weighted else torch.ones_like(rw))
-        d_t = finish_grad_(grad_z, y, hit, None, slope, replaced=grads.t is not None)
+            label_grad_(grad_z, opts, y, r)
+        d_t = target_grad_(grad_z, y, None, slope, replaced=grads.t is not None)
         if grads.t is not None:  # the replaced entry does not depend on h · w_y
-            grads.t.copy_(d_t if weighted else d_t * rw)  # (n,)
+            grads.t.copy_(d_t if weighted else d_t * row_weight.to(d_t.dtype))  # (n,)
         _linear_grads(grad_z, h, w, grads, None if weighted else row_weight, opts.column_scale)
         return loss
 
@@ -286,20 +275,19 @@ class EagerKernel(ChunkKernel):
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it gathers
         / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
-        smooth, top_k = opts.label_smoothing, opts.top_k
         wants_ent = ent is not None or ent_weight is not None
-        loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, top_k, smooth, wants_ent)
+        loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, opts, wants_ent)
         if lse is not None:
             lse.copy_(row_lse)
         if ent is not None:
             ent.copy_(row_ent)
         target_z = z[rows, y]  # (n,)
         rw = row_weight.to(vals.dtype)
-        coef = p_coefficient(rw, row_lse, self._z_weight(opts, row_weight, z_weight))
-        rate = rw * (smooth / top_k) if smooth else None
-        coef = support_grad_(vals - row_lse[:, None], coef, rate, None, row_ent, ent_weight)  # (n, k)
+        coef = support_grad_(
+            vals - row_lse[:, None], opts, row_lse, rw, z_weight, opts.top_k, None, row_ent, ent_weight
+        )
         cols = torch.cat([idx, y[:, None]], dim=1)  # (n, k+1); the target may repeat a kept column
-        coef = torch.cat([coef, (-(1.0 - smooth) * rw)[:, None]], dim=1)  # the label's term (`tiles.finish_grad_`)
+        coef = torch.cat([coef, label_coefficient(opts, rw)[:, None]], dim=1)  # the label's term (`tiles.label_grad_`)
         if opts.softcap is not None:
             coef = coef * capped_slope(torch.cat([vals, target_z[:, None]], dim=1), opts.softcap)
         coef_h = coef if opts.column_scale is None else coef * opts.column_scale[cols]  # d z ∘ s for d h
@@ -337,23 +325,23 @@ def _grad_logits(
     if t is not None:
         z = z.index_put((rows, y), t if softcap is None else torch.tanh(t / softcap) * softcap)
     rw = row_weight.to(z.dtype)
-    lse = ent = hit = None
+    lse = ent = None
     if sigmoid_terms_ is not None:  # a sigmoid criterion (the full BCE / MSE): its terms on a copy of the block
         grad_z = z.clone()
         loss = sigmoid_terms_(grad_z, rows, y)
         grad_z = grad_z * rw[:, None]
     else:  # the statistics of the row's support (every logit or its top k: a tile), the gradient from them
+        opts = ChunkOptions(top_k, smooth, softcap, z_loss=z_loss)
         selects = top_k is not None and top_k < z.shape[1]
         vals, idx = torch.topk(z, top_k, dim=1) if selects else (z, None)  # (n, k) or (n, V)
-        stats = tile_stats(vals, entropy=want_ent or ent_weight is not None)
+        stats = tile_stats(vals, opts, entropy=want_ent or ent_weight is not None)
         stats = TileStats(stats.m, stats.sum_exp, stats.sum_z, stats.sum_ez, z[rows, y])
         support = vals.shape[1]
-        loss, lse, ent = row_loss(stats, smooth, support)
-        coef = p_coefficient(rw, lse, None if z_weight is None else z_loss * z_weight)
-        grad_z = support_grad_(vals - lse[:, None], coef, rw * (smooth / support), None, ent, ent_weight)
+        loss, lse, ent = row_loss(stats, opts, support)
+        grad_z = support_grad_(vals - lse[:, None], opts, lse, rw, z_weight, support, None, ent, ent_weight)
         grad_z = torch.zeros_like(z).scatter(1, idx, grad_z) if selects else grad_z
-        hit = -(1.0 - smooth) * rw
-    grad_t = finish_grad_(grad_z, y, hit, None, None if softcap is None else capped_slope(z, softcap), t is not None)
+        label_grad_(grad_z, opts, y, rw)
+    grad_t = target_grad_(grad_z, y, None, None if softcap is None else capped_slope(z, softcap), t is not None)
     return loss, grad_z if grad_dtype is None else grad_z.to(grad_dtype), grad_t, lse, pred, ent if want_ent else None
 
 

@@ -27,7 +27,7 @@ from hf_heads.losses._rows import (
     valid_rows,
 )
 from hf_heads.losses._rows import loss_dtype as _loss_dtype
-from hf_heads.losses.chunks import map_chunks, refuse_kernel, rows_per_chunk
+from hf_heads.losses.chunks import ChunkOptions, map_chunks, refuse_kernel, rows_per_chunk
 from hf_heads.losses.fused_linear import (
     WeightGradSlot,
     check_no_kernel,
@@ -165,20 +165,14 @@ def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
             softcap=scorer.softcap, chunk_size=impl.chunk_size, returns=returns, loss_dtype=out_dtype,
             kernel=impl.kernel, **counting,
         )  # fmt: skip
-    top_k, smooth, z_loss, class_weight, _ = cross_entropy_options(criterion)
-    flags = dict(
-        return_z_loss="z_loss" in returns or "lse" in returns, return_predictions="predictions" in returns or
-        "rank" in returns, return_target_rank="rank" in returns, return_entropy="entropy" in returns,
-    )  # fmt: skip
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
         check_no_kernel(impl.kernel)
         h, s, t, b, y, valid = margin_rows(
             scorer, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, rows.ignore_index
         )
         return sharded_loss(
-            (h, y, valid), shard, b, target.shape, target_logit=t, column_scale=s, top_k=top_k,
-            label_smoothing=smooth, softcap=scorer.softcap, criterion=criterion, z_loss=z_loss,
-            class_weight=class_weight, out_dtype=out_dtype, chunk_size=impl.chunk_size, **flags, **counting,
+            (h, y, valid), shard, b, target.shape, ChunkOptions.of(criterion, scorer.softcap, s), target_logit=t,
+            returns=returns, out_dtype=out_dtype, chunk_size=impl.chunk_size, **counting,
         )  # fmt: skip
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
     h, w, b, y, valid = linear_rows(hidden, weight, bias, target, rows.ignore_index, rows.reduction, keep_dtype=True)
@@ -224,7 +218,7 @@ def _posterior_nll(rows, scorer: Scorer, criterion, returns, impl: Impl):
             plain, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, rows.ignore_index
         )
         losses, _, _, _ = vocab_parallel_rows(
-            h, y, shard, b, column_scale=f, softcap=plain.softcap, chunk_size=impl.chunk_size,
+            h, y, shard, b, ChunkOptions.of(CrossEntropy(), plain.softcap, f), chunk_size=impl.chunk_size,
             transform=lambda z: scorer.posterior(z, shard.offset),
         )  # fmt: skip
         return reduce_rows(losses, valid, target.shape, rows.reduction, rows.num_items_in_batch, keep=valid).to(

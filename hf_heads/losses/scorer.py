@@ -213,6 +213,7 @@ class LSoftmax(OneParameterMargin):
     m: int = 1
 
     def check(self) -> None:
+        super().check()
         check_number("m", self.m, minimum=1, integer=True)
 
     def phi(self, theta: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ A tile is a block z (n, C) of n rows' logits: a whole row (hf_heads.losses.kerne
 of a vocabulary-sharded W (hf_heads.losses.vocab_parallel). `merge` turns the `TileStats` of several tiles into those
 of their union with one code whether the tiles sit in one process (`Stacked`, `ONE`) or on several: the online
 log-sum-exp (Milakov & Gimelshein 2018) M = max_j m_j, S = Σ_j e^{m_j − M} S_j, and sums. From a row's merged
-statistics come `row_loss` / `sigmoid_loss` and, tile by tile, the gradient (`support_grad_`, `finish_grad_`). The
+statistics come `row_loss` / `sigmoid_loss` and, tile by tile, the gradient (`support_grad_`, `label_grad_`,
+`target_grad_`). Every option of the criterion is read here from `opts` (`hf_heads.losses.chunks.ChunkOptions`). The
 sparse-softmax support (sparse paper eq. 5) is the logits at or above the row's k-th largest over every tile
 (`top_k_floor`). The Triton row program (hf_heads.losses._triton_rows) is the GPU kernel's own copy.
 """
@@ -67,17 +68,18 @@ def stack(tiles: list[TileStats]) -> TileStats:
     return TileStats(*(None if f[0] is None else torch.stack(f) for f in zip(*tiles, strict=True)))
 
 
-def tile_stats(z, column=None, inside=None, kept=None, entropy: bool = False, smoothing: bool = True) -> TileStats:
+def tile_stats(z, opts, column=None, inside=None, kept=None, entropy: bool = False) -> TileStats:
     """The softmax statistics of the tile z (n, C) over its support `kept` (n, C) (bool; None: every column), and the
     logit at the local `column` (n,) of the rows whose target the tile holds (`inside` (n,); None: all). Σ z only
-    with `smoothing` (label smoothing reads it), Σ e^{z−m}(z−m) only with `entropy`."""
+    where the options `opts` (`hf_heads.losses.chunks.ChunkOptions`) smooth the labels, Σ e^{z−m}(z−m) only with
+    `entropy`."""
     s = z if kept is None else z.masked_fill(~kept, -torch.inf)
     with torch.no_grad():
         m = s.max(1).values  # (n,)
         shift = torch.where(torch.isfinite(m), m, 0.0)
     d = s - shift[:, None]  # (n, C)
     e = torch.exp(d)  # 0 outside the support
-    sum_z = (z if kept is None else torch.where(kept, z, 0.0)).sum(1) if smoothing else None
+    sum_z = (z if kept is None else torch.where(kept, z, 0.0)).sum(1) if opts.label_smoothing else None
     sum_ez = None
     if entropy:
         sum_ez = (e * (d if kept is None else torch.where(kept, d, 0.0))).sum(1)
@@ -156,12 +158,14 @@ def top_k_floor(top: torch.Tensor, k: int, combine: Combine) -> torch.Tensor:
     return torch.topk(tops.permute(1, 0, 2).reshape(tops.shape[1], -1), k, dim=1).values[:, -1]
 
 
-def row_loss(stats: TileStats, smooth: float = 0.0, support: int = 1):
-    """(loss (n,), lse (n,), entropy (n,) or None) of rows from their merged statistics: lse = m + log S,
-    (1 − ε)(lse − z_y) + ε(lse − Σ_S z / |S|) (`F.cross_entropy`'s smoothing over the support), H = log S − W / S."""
+def row_loss(stats: TileStats, opts, support: int = 1):
+    """(loss (n,), lse (n,), entropy (n,) or None) of rows from their merged statistics and the options `opts`:
+    lse = m + log S, (1 − ε)(lse − z_y) + ε(lse − Σ_S z / |S|) (`F.cross_entropy`'s smoothing over the support |S|),
+    H = log S − W / S."""
     log_s = torch.log(stats.sum_exp)
     lse = torch.where(torch.isfinite(stats.m), stats.m, 0.0) + log_s  # m as `tile_stats` shifted by it
     loss = lse - stats.target
+    smooth = opts.label_smoothing
     if smooth:
         loss = (1 - smooth) * loss + smooth * (lse - stats.sum_z / support)
     ent = None if stats.sum_ez is None else log_s - stats.sum_ez / stats.sum_exp
@@ -173,17 +177,23 @@ def sigmoid_loss(stats: TileStats, criterion) -> torch.Tensor:
     return stats.terms + criterion.positive(stats.target) - criterion.negative(stats.target)
 
 
-def p_coefficient(row_weight, lse, z_weight=None) -> torch.Tensor:
-    """(n,) r_i + 2 u_i lse_i: what multiplies p_ic in d(r_i loss_i + u_i lse_i²) / d z_ic (u: the z-loss weight
-    with its λ; None: no z-loss)."""
-    rw = row_weight.to(lse.dtype)
-    return rw if z_weight is None else rw + 2.0 * z_weight.to(lse.dtype) * lse
+def weighted_sum(opts, loss, lse, row_weight, z_weight) -> torch.Tensor:
+    """Σ_i r_i loss_i + λ u_i lse_i² (λ the options' z-loss) over the rows whose weight is not 0 (an ignored row's
+    loss may not be finite)."""
+    total = torch.where(row_weight != 0, row_weight * loss, 0.0).sum()
+    if opts.z_loss:
+        total = total + torch.where(z_weight != 0, opts.z_loss * z_weight * lse.square(), 0.0).sum()
+    return total
 
 
-def support_grad_(logp, coef=None, smooth_rate=None, kept=None, ent=None, ent_weight=None) -> torch.Tensor:
-    """logp (n, C) = z − lse (−inf outside `kept`) overwritten by d/d z on the support of the weighted losses:
-    p · coef − smooth_rate (r ε / |S|, (n,) or a number) − e p (log p + H) (ent_weight e, entropy H (n,): d H / d z_c =
-    −p_c (log p_c + H)); coef None: 1 (the row weights applied later, on (n, H) blocks)."""
+def support_grad_(
+    logp, opts, lse, row_weight=None, z_weight=None, support: int = 1, kept=None, ent=None, ent_weight=None
+) -> torch.Tensor:
+    """logp (n, C) = z − lse (−inf outside `kept`) overwritten by d/d z on the support of the rows' weighted losses
+    r_i loss_i + λ u_i lse_i² + e_i H_i under the options `opts` (ε, λ):
+    p (r + 2 λ u lse) − r ε / |S| − e p (log p + H) (d H / d z_c = −p_c (log p_c + H)). `row_weight` r (n,); None: 1,
+    the row weights applied later on (n, H) blocks (then no z-loss); `z_weight` u (n,) (None: r); `ent_weight` e (n,)
+    with the entropies H (n,) `ent`."""
     ent_grad = None
     if ent_weight is not None:
         ent_grad = logp + ent[:, None]
@@ -191,25 +201,40 @@ def support_grad_(logp, coef=None, smooth_rate=None, kept=None, ent=None, ent_we
     grad = logp.exp_()  # p
     if ent_grad is not None:
         ent_grad.mul_(grad).mul_(-ent_weight.to(grad.dtype)[:, None])
-    if coef is not None:
+    rate = opts.label_smoothing / support if opts.label_smoothing else None
+    if row_weight is not None:
+        coef = row_weight.to(lse.dtype)
+        if opts.z_loss:
+            coef = coef + 2.0 * opts.z_loss * (row_weight if z_weight is None else z_weight).to(lse.dtype) * lse
         grad.mul_(coef.to(grad.dtype)[:, None])
-    if smooth_rate is not None:
-        rate = smooth_rate[:, None] if isinstance(smooth_rate, torch.Tensor) else smooth_rate
+        rate = None if rate is None else (row_weight.to(grad.dtype) * rate)[:, None]
+    if rate is not None:
         grad.sub_(rate if kept is None else rate * kept)
     return grad if ent_grad is None else grad.add_(ent_grad)
 
 
-def finish_grad_(grad, column, hit, inside=None, slope=None, replaced: bool = False) -> torch.Tensor | None:
-    """grad (n, C) += hit (n,) at the target's `column` (−r(1 − ε): the label's term), times the soft-cap's `slope`
-    (n, C) (1 − (z / cap)² at the capped z, `capped_slope`); with `replaced` the target's entry (a margin's t,
-    replacing h · w_y) returned as d t (n,) and zeroed."""
-    col = column[:, None]  # (n, 1)
-    if hit is not None:  # None: a sigmoid criterion's terms have it
-        grad.scatter_add_(1, col, (hit if inside is None else torch.where(inside, hit, 0.0)).to(grad.dtype)[:, None])
+def label_grad_(grad, opts, column, row_weight=None, inside=None) -> torch.Tensor:
+    """grad (n, C) += −r (1 − ε) at the target's local `column` (n,) of the rows whose target the tile holds (`inside`;
+    None: all): the label's term in d loss / d z of a softmax criterion (`row_weight` r (n,); None: 1)."""
+    r = torch.ones_like(column, dtype=grad.dtype) if row_weight is None else row_weight.to(grad.dtype)
+    hit = label_coefficient(opts, r)
+    grad.scatter_add_(1, column[:, None], (hit if inside is None else torch.where(inside, hit, 0.0))[:, None])
+    return grad
+
+
+def label_coefficient(opts, row_weight) -> torch.Tensor:
+    """(n,) −r (1 − ε): d (r loss) / d z_y beside the support's p r."""
+    return -(1.0 - opts.label_smoothing) * row_weight
+
+
+def target_grad_(grad, column, inside=None, slope=None, replaced: bool = False) -> torch.Tensor | None:
+    """grad (n, C) times the soft-cap's `slope` (n, C) (1 − (z / cap)² at the capped z, `capped_slope`); with
+    `replaced` the target's entry (a margin's t, replacing h · w_y) returned as d t (n,) and zeroed."""
     if slope is not None:
         grad.mul_(slope)
     if not replaced:
         return None
+    col = column[:, None]  # (n, 1)
     at = grad.gather(1, col).squeeze(1)
     grad.scatter_(1, col, (0.0 if inside is None else torch.where(inside, 0.0, at)[:, None]))
     return at if inside is None else torch.where(inside, at, 0.0)

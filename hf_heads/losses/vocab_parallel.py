@@ -34,23 +34,23 @@ from hf_heads.losses._rows import (
     reduce_rows,
     valid_rows,
 )
-from hf_heads.losses.chunks import CROSS_ENTROPY, rows_per_chunk
-from hf_heads.losses.parts import Criterion
+from hf_heads.losses.chunks import ChunkOptions, rows_per_chunk
 from hf_heads.losses.tiles import (
     TileStats,
     capped_slope,
-    finish_grad_,
+    label_grad_,
     merge,
-    p_coefficient,
     row_loss,
     sigmoid_loss,
     support_grad_,
+    target_grad_,
     tile_ranking,
     tile_stats,
     tile_target,
     tile_terms,
     tile_top_k,
     top_k_floor,
+    weighted_sum,
 )
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.validation import OptionError
@@ -250,13 +250,11 @@ class ShardCombine:
         return torch.stack(parts)  # (R, *x.shape)
 
 
-def _merged(
-    z, y, t, shard: VocabShard, top_k, want_pred: int, criterion: Criterion = CROSS_ENTROPY, entropy=False, smooth=0.0
-):
+def _merged(z, y, t, shard: VocabShard, opts: ChunkOptions, want_pred: int, entropy: bool = False):
     """(merged statistics (`tiles.merge`), z with the target's logit replaced by t, kept (n, V_r) or None, |S|, inside
     (n,), column (n,), predictions (n, want_pred)) of this process's soft-capped tile z (n, V_r) of rows with global
-    labels y (n,); t (n,) a replaced, capped target logit or None. Predictions and ranks read the logits before t
-    replaces the target's, as the one-process kernels."""
+    labels y (n,) under the options `opts`; t (n,) a replaced, capped target logit or None. Predictions and ranks
+    read the logits before t replaces the target's, as the one-process kernels."""
     combine = ShardCombine(shard)
     inside, column = shard.holds(y)
     pred = z.new_empty(z.shape[0], 0, dtype=torch.long)
@@ -268,48 +266,45 @@ def _merged(
         pred = torch.stack([ranks.best_at] + ([ranks.ahead] if want_pred > 1 else []), dim=1)  # (n, want_pred)
     if t is not None:
         z = z.scatter(1, column[:, None], torch.where(inside, t, tile_target(z, column))[:, None])
-    if not criterion.softmax:
-        return merge(tile_terms(z, criterion, column, inside), combine), z, None, 0, inside, column, pred
-    kept, support = None, shard.num_classes
-    if top_k is not None and top_k < shard.num_classes:
-        kept, support = z >= top_k_floor(tile_top_k(z, top_k), top_k, combine)[:, None], top_k
-    stats = merge(tile_stats(z, column, inside, kept, entropy, smoothing=bool(smooth)), combine)
+    if not opts.criterion.softmax:
+        return merge(tile_terms(z, opts.criterion, column, inside), combine), z, None, 0, inside, column, pred
+    kept, support, k = None, shard.num_classes, opts.top_k
+    if k is not None and k < shard.num_classes:
+        kept, support = z >= top_k_floor(tile_top_k(z, k), k, combine)[:, None], k
+    stats = merge(tile_stats(z, opts, column, inside, kept, entropy), combine)
     return stats, z, kept, support, inside, column, pred
 
 
-def _chunk_losses(
-    h, y, t, w, b, s, shard: VocabShard, top_k, smooth: float, softcap, want_pred: int, criterion: Criterion,
-    transform, want_ent: bool = False,
-):  # fmt: skip
+def _chunk_losses(h, y, t, w, b, s, shard: VocabShard, opts: ChunkOptions, want_pred: int, transform, want_ent=False):
     """(loss (n,), lse (n,), predictions (n, want_pred), entropy (n,) or empty) of rows h (n, H) (through `copy_in`)
-    with global labels y (n,) against this process's w (V_r, H), b (V_r,), s (V_r,); t (n,) a replaced target logit
-    (before the soft-cap) or None. Differentiable through `reduce_sum` and `copy_in`. A sigmoid `criterion` sums its
-    per-class terms over the processes (its lse is 0); `transform` maps this process's logits (n, V_r) before the
-    softmax (the sampled family's posterior correction), or None."""
+    with global labels y (n,) against this process's w (V_r, H), b (V_r,), s (V_r,) under the options `opts`; t (n,)
+    a replaced target logit (before the soft-cap) or None. Differentiable through `reduce_sum` and `copy_in`. A
+    sigmoid criterion sums its per-class terms over the processes (its lse is 0); `transform` maps this process's
+    logits (n, V_r) before the softmax (the sampled family's posterior correction), or None."""
     z = h @ w.T  # (n, V_r) in the compute dtype
     if s is not None:
         z = z * s
     if b is not None:
         z = z + b
-    z = soft_cap(z, softcap)
+    z = soft_cap(z, opts.softcap)
     if transform is not None:
         z = transform(z)
     if t is not None:  # the same on every process: its gradient is the owner's, summed over them by `copy_in`
-        t = soft_cap(copy_in(t, shard), softcap)
-    stats, _, _, support, _, _, pred = _merged(z, y, t, shard, top_k, want_pred, criterion, want_ent, smooth)
-    if not criterion.softmax:
-        return sigmoid_loss(stats, criterion), torch.zeros_like(stats.target), pred, z.new_empty(0)
-    loss, lse, ent = row_loss(stats, smooth, support)
+        t = soft_cap(copy_in(t, shard), opts.softcap)
+    stats, _, _, support, _, _, pred = _merged(z, y, t, shard, opts, want_pred, want_ent)
+    if not opts.criterion.softmax:
+        return sigmoid_loss(stats, opts.criterion), torch.zeros_like(stats.target), pred, z.new_empty(0)
+    loss, lse, ent = row_loss(stats, opts, support)
     return loss, lse, pred, z.new_empty(0) if ent is None else ent
 
 
 class _ShardedCrossEntropy(torch.autograd.Function):
-    """Σ_i w_i · loss_i + v_i · lse_i² over every process, each chunk's gradient computed in the forward pass (as the
+    """Σ_i w_i · loss_i + λ v_i · lse_i² over every process, each chunk's gradient computed in the forward pass (as the
     one-process fused loss): the row weights w (class weight over the mean's divisor, 0 on ignored rows) and v
-    (z-loss) are known before the pass. Also returns each row's lse and the predictions (no gradient)."""
+    (the z-loss's) are known before the pass. Also returns each row's lse and the predictions (no gradient)."""
 
     @staticmethod
-    def forward(ctx, h, w, b, s, t, y, weights, z_weights, shard, top_k, smooth, softcap, want_pred, step):
+    def forward(ctx, h, w, b, s, t, y, weights, z_weights, shard, opts: ChunkOptions, want_pred, step):
         n_rows = h.shape[0]
         grad_h, grad_w = torch.empty_like(h), torch.zeros_like(w)
         grad_b = None if b is None else torch.zeros_like(b)
@@ -325,22 +320,18 @@ class _ShardedCrossEntropy(torch.autograd.Function):
             z = raw if s is None else raw * s  # (n, V_r)
             if b is not None:
                 z.add_(b)
-            z = soft_cap(z, softcap)
-            t_c = None if t is None else soft_cap(t[rows], softcap)
-            stats, z, kept, support, inside, column, pred_all[rows] = _merged(
-                z, y_c, t_c, shard, top_k, want_pred, smooth=smooth
-            )
-            loss, lse, _ = row_loss(stats, smooth, support)
-            total = total + torch.where(a != 0, a * loss, 0.0).sum() + torch.where(v != 0, v * lse.square(), 0.0).sum()
+            z = soft_cap(z, opts.softcap)
+            t_c = None if t is None else soft_cap(t[rows], opts.softcap)
+            stats, z, kept, support, inside, column, pred_all[rows] = _merged(z, y_c, t_c, shard, opts, want_pred)
+            loss, lse, _ = row_loss(stats, opts, support)
+            total = total + weighted_sum(opts, loss, lse, a, v)
             lse_all[rows] = lse
             logp = z - lse[:, None]  # (n, V_r), overwritten by d L / d z
-            grad_z = support_grad_(
-                logp if kept is None else logp.masked_fill_(~kept, -torch.inf), p_coefficient(a, lse, v),
-                a * (smooth / support) if smooth else None, kept,
-            )  # fmt: skip
+            logp = logp if kept is None else logp.masked_fill_(~kept, -torch.inf)
+            grad_z = label_grad_(support_grad_(logp, opts, lse, a, v, support, kept), opts, column, a, inside)
             grad_z.masked_fill_(((a == 0) & (v == 0))[:, None], 0.0)  # ignored rows (their p may not be finite)
-            slope = None if softcap is None else capped_slope(z, softcap)
-            d_t = finish_grad_(grad_z, column, -(1 - smooth) * a, inside, slope, replaced=t is not None)
+            slope = None if opts.softcap is None else capped_slope(z, opts.softcap)
+            d_t = target_grad_(grad_z, column, inside, slope, replaced=t is not None)
             if t is not None:
                 grad_t[rows] = d_t
             del z, kept, slope
@@ -361,7 +352,7 @@ class _ShardedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *unused):  # unused: the lse and predictions, outputs without a gradient
         grads = tuple(None if g is None else g * grad for g in ctx.saved_tensors)
-        return (*grads, None, None, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def sharded_cross_entropy(
@@ -371,31 +362,28 @@ def sharded_cross_entropy(
     bias: torch.Tensor | None,
     weights: torch.Tensor,
     z_weights: torch.Tensor,
+    opts: ChunkOptions,
     *,
     target_logit: torch.Tensor | None = None,
-    column_scale: torch.Tensor | None = None,
-    top_k: int | None = None,
-    label_smoothing: float = 0.0,
-    softcap: float | None = None,
     want_pred: int = 0,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Σ_i weights_i · loss_i + z_weights_i · lse_i² (), lse (N,), predictions (N, want_pred)) of the rows h (N, H)
-    (through `copy_in`), y (N,), the gradient computed in the forward pass (`_ShardedCrossEntropy`): for the "mean"
-    and "sum" reductions, whose row weights are known before the pass."""
-    compute, h, w, b, s, step = _local_operands(h, shard, bias, column_scale, chunk_size)
+    """(Σ_i weights_i · loss_i + λ z_weights_i · lse_i² (), lse (N,), predictions (N, want_pred)) of the rows h (N, H)
+    (through `copy_in`), y (N,) under the options `opts` (its column scale this process's s_r (V_r,) or None), the
+    gradient computed in the forward pass (`_ShardedCrossEntropy`): for the "mean" and "sum" reductions, whose row
+    weights are known before the pass."""
+    compute, h, w, b, s, step = _local_operands(h, shard, bias, opts, chunk_size)
     t = None if target_logit is None else target_logit.to(compute)
     return _ShardedCrossEntropy.apply(
-        h, w, b, s, t, y, weights.to(compute), z_weights.to(compute), shard, top_k, label_smoothing, softcap,
-        want_pred, step,
-    )  # fmt: skip
+        h, w, b, s, t, y, weights.to(compute), z_weights.to(compute), shard, opts.with_scale(None), want_pred, step
+    )
 
 
-def _local_operands(h, shard: VocabShard, bias, column_scale, chunk_size: int | None):
+def _local_operands(h, shard: VocabShard, bias, opts: ChunkOptions, chunk_size: int | None):
     """(compute dtype, h, this process's W_r, b_r and s_r in it, rows per chunk) of a sharded loss's rows."""
     compute = compute_dtype(h, shard.local)
     b = None if bias is None else bias.to(compute)
-    s = None if column_scale is None else column_scale.to(compute)
+    s = None if opts.column_scale is None else opts.column_scale.to(compute)
     step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], device=h.device)
     return compute, h.to(compute), shard.local.to(compute), b, s, step
 
@@ -405,30 +393,25 @@ def vocab_parallel_rows(
     y: torch.Tensor,
     shard: VocabShard,
     bias: torch.Tensor | None,
+    opts: ChunkOptions,
     *,
     target_logit: torch.Tensor | None = None,
-    column_scale: torch.Tensor | None = None,
-    top_k: int | None = None,
-    label_smoothing: float = 0.0,
-    softcap: float | None = None,
     want_pred: int = 0,
     chunk_size: int | None = None,
-    criterion: Criterion = CROSS_ENTROPY,
     transform=None,
     want_ent: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(losses (N,), lse (N,), predictions (N, want_pred), entropies (N,) or empty) of the rows h (N, H) (through
-    `copy_in`), y (N,), one chunk at a time; in training each chunk is recomputed in the backward
-    (`torch.utils.checkpoint`), so no (N, V_r) block outlives its chunk."""
-    compute, h, w, b, s, step = _local_operands(h, shard, bias, column_scale, chunk_size)
+    `copy_in`), y (N,) under the options `opts` (its column scale this process's s_r (V_r,) or None), one chunk at a
+    time; in training each chunk is recomputed in the backward (`torch.utils.checkpoint`), so no (N, V_r) block
+    outlives its chunk."""
+    compute, h, w, b, s, step = _local_operands(h, shard, bias, opts, chunk_size)
+    opts = opts.with_scale(None)  # s passed on as a tensor, for its gradient
     outs = []
     for start in range(0, h.shape[0], step):
         rows = slice(start, start + step)
         t = None if target_logit is None else target_logit[rows].to(compute)
-        args = (
-            h[rows], y[rows], t, w, b, s, shard, top_k, label_smoothing, softcap, want_pred, criterion, transform,
-            want_ent,
-        )  # fmt: skip
+        args = (h[rows], y[rows], t, w, b, s, shard, opts, want_pred, transform, want_ent)
         if torch.is_grad_enabled():
             outs.append(checkpoint(_chunk_losses, *args, use_reentrant=False))
         else:
@@ -464,7 +447,7 @@ def reduce_sharded(
     z_loss: float = 0.0,
     class_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, z-loss term) of the rows' cross-entropies as `fused_linear_cross_entropy` reduces them: a[y_i] · loss_i +
+    """(loss, z-loss term) of the rows' cross-entropies as the one-process loss reduces them: a[y_i] · loss_i +
     λ lse_i²; "mean" divides by Σ a[y_i] (torch's normalisation) or `num_items_in_batch`, the z-loss by the row
     count or `num_items_in_batch`."""
     if reduction == "none":
@@ -472,10 +455,8 @@ def reduce_sharded(
         z_rows = z_loss * lse.square() if z_loss else torch.zeros_like(losses)
         total = reduce_rows(rows + z_rows, valid, target_shape, "none", keep=valid)
         return total, reduce_rows(z_rows.detach(), valid, target_shape, "none", keep=valid)
-    weights, z_weights = sharded_row_weights(
-        y, valid, class_weight, z_loss, reduction, num_items_in_batch, losses.dtype
-    )
-    z_term = torch.where(valid, z_weights * lse.square(), 0.0).sum()
+    weights, z_weights = sharded_row_weights(y, valid, class_weight, reduction, num_items_in_batch, losses.dtype)
+    z_term = torch.where(valid, z_loss * z_weights * lse.square(), 0.0).sum()
     return torch.where(valid, weights * losses, 0.0).sum() + z_term, z_term.detach()
 
 
@@ -483,16 +464,15 @@ def sharded_row_weights(
     y: torch.Tensor,
     valid: torch.Tensor,
     class_weight: torch.Tensor | None,
-    z_loss: float,
     reduction: str,
     num_items_in_batch,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(w (N,), v (N,)): the weights of each row's cross-entropy and of its λ lse² in the "mean" or "sum" of a sharded
-    loss (0 on ignored rows), as `reduce_sharded` divides them."""
+    """(w (N,), v (N,)): the weights of each row's cross-entropy and of its z-loss λ lse² (λ not included) in the
+    "mean" or "sum" of a sharded loss (0 on ignored rows), as `reduce_sharded` divides them."""
     counted = valid.to(dtype)
     a = counted if class_weight is None else class_weight.to(device=y.device, dtype=dtype)[y] * counted
-    z = z_loss * counted
+    z = counted
     if reduction == "sum":
         return a, z
     divisor = mean_divisor(num_items_in_batch, valid.sum(), y.device)
