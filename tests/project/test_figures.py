@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
 DECIMAL = re.compile(r"(?<![\w.])\d{1,3}(?:,\d{3})*\.\d+|(?<![\w.,])\d+\.\d+")
 

@@ -19,7 +19,7 @@ from hf_heads.modeling import export
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments, plot_loss_curves, write_model_card
 from hf_heads.training.cards import loss_labels, model_index_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPT2 = dict(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=32, bos_token_id=2, eos_token_id=3)
 BART = dict(
     d_model=16,

@@ -187,7 +187,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from conftest import tiny_llama_config
 
     from hf_heads import HeadsConfig, HeadsForCausalLM

@@ -12,7 +12,7 @@ from pathlib import Path
 from hf_heads.components import REGISTRIES
 from hf_heads.heads import FAMILIES
 
-PACKAGE = Path(__file__).resolve().parents[1] / "hf_heads"
+PACKAGE = Path(__file__).resolve().parents[2] / "hf_heads"
 COMPONENT_WORDS = ("criterion", "margin", "norm", "method", "sampler", "noise", "kernel", "family", "loss", ".name")
 
 

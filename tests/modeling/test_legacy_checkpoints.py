@@ -9,7 +9,7 @@ from fixtures.make_legacy_checkpoints import CASES, inputs
 
 from hf_heads import HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
 
-LEGACY = Path(__file__).parent / "fixtures" / "legacy"
+LEGACY = Path(__file__).parents[1] / "fixtures" / "legacy"
 CLASSES = {"causal": HeadsForCausalLM, "seq2seq": HeadsForSeq2SeqLM, "classification": HeadsForSequenceClassification}
 
 

@@ -23,8 +23,8 @@ from hf_heads import HeadsForCausalLM
 from hf_heads.components import REGISTRIES
 from hf_heads.data import load_lm_text
 
-ROOT = Path(__file__).resolve().parents[1]
-EXTENSION = Path(__file__).parent / "extension"
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSION = Path(__file__).parents[1] / "extension"
 MODULES = ["toy_components.margins", "toy_components.word_norms", "toy_components.sampling"]
 FLAGS = [
     "--head", "sampled", "--head_modules", *MODULES,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "common"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "common"))
 from _traffic import gb_cell, liger_chunk_rows, step_bytes  # noqa: E402
 
 SMALL = dict(n=4, hidden=3, vocab=5)  # (rows, V) = 20 entries, (V, H) = 15

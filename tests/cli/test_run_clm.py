@@ -18,7 +18,7 @@ from hf_heads.cli.resume import resolve_checkpoint
 from hf_heads.data import label_counts, load_lm_text
 from hf_heads.training import HeadsTrainer, HeadsTrainingArguments
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_CLM = str(ROOT / "run_scripts" / "run_clm.py")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 MARGIN_FLAGS = ["--head", "margin", "--margin", "arc", "--m", "0.001", "--word_norm", "log-unigram"]

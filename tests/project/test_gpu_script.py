@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = [
     "## (a) bf16 autocast, the Gemma-sized row",
     "## (b) correctness of every chunk kernel and every head on the device",

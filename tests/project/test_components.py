@@ -25,7 +25,7 @@ from hf_heads.losses.scorer import MARGIN_TYPES, Margin, register_margin
 from hf_heads.modeling.export import export_for_hub
 from hf_heads.training import HeadsTrainingArguments
 
-EXTENSION = Path(__file__).parent / "extension"
+EXTENSION = Path(__file__).parents[1] / "extension"
 HEAD = {"family": "margin", "margin": "user-half-arc", "m": 0.4, "context_norm": "max-norm"}
 
 
@@ -83,7 +83,7 @@ def test_a_margin_from_the_users_module_survives_save_and_load(user_margins, tmp
         expected = model(input_ids=ids).logits
     assert model.head.scorer().margin.name == "user-half-arc"
 
-    root = str(Path(__file__).parents[1])
+    root = str(Path(__file__).parents[2])
     proc = _load_in_fresh_process(directory, ids, tmp_path, [root, str(EXTENSION)])  # the module installed
     assert proc.returncode == 0, proc.stderr[-3000:]
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), expected)

@@ -13,7 +13,7 @@ import torch
 from export_check import export_job, load_without_hf_heads
 from reopen_check import assert_reopens
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "run_scripts"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 QUIET = ["--report_to", "none", "--seed", "0", "--save_strategy", "no", "--disable_tqdm", "true"]

@@ -35,7 +35,7 @@ V_LM, V_S2S = 61, 50
 BOS, EOS = 2, 3
 FAMILIES = family_heads("causal-lm", discrete=True)
 SEQ2SEQ_HEADS = family_heads("seq2seq")  # with the continuous family's
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tokenizer(vocab_size: int):

@@ -19,7 +19,7 @@ held to their layer like the rest.
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "hf_heads"
 LAYERS = (
     ("validation", "components"),

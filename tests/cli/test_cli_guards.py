@@ -269,7 +269,7 @@ def _argument_classes() -> dict[str, type]:
     import hf_heads.cli
 
     modules = [importlib.import_module(i.name) for i in pkgutil.walk_packages(hf_heads.cli.__path__, "hf_heads.cli.")]
-    scripts = Path(__file__).resolve().parents[1] / "run_scripts"
+    scripts = Path(__file__).resolve().parents[2] / "run_scripts"
     for path in sorted(scripts.glob("run_*.py")):
         spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)

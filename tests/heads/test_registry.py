@@ -22,7 +22,7 @@ from hf_heads.losses import LossRows
 from hf_heads.training.cards import inference_note, loss_labels
 from hf_heads.validation import OptionError, check_number
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAMILY_NAMES = tuple(FAMILIES)  # the built-in families (the toy one below is registered by its test only)
 
 

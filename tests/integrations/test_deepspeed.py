@@ -197,7 +197,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
 
     import torch.distributed as dist
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     import deepspeed
     from conftest import tiny_llama_config
@@ -228,7 +228,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[5:] == ["trainer"]:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         os.environ.update(
             RANK=sys.argv[1], WORLD_SIZE=sys.argv[2], LOCAL_RANK=sys.argv[1], LOCAL_WORLD_SIZE=sys.argv[2]
         )

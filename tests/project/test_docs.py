@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 GUIDES = sorted(p for p in DOCS.glob("*.md"))
 BLOCK = re.compile(r"(?:<!-- docs-test: (\w+)(.*?) -->\n)?```(\w*)\n(.*?)```", re.S)

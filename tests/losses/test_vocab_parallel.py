@@ -298,7 +298,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     import torch.distributed as dist
     from accelerate.parallelism_config import ParallelismConfig
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
