@@ -264,7 +264,7 @@ def _junit_durations(junit: Path, root: Path) -> tuple[dict[str, float], set[str
     bad: set[str] = set()
     for case in ET.parse(junit).getroot().iter("testcase"):
         parts = case.get("classname", "").split(".")
-        for k in range(len(parts), 0, -1):  # tests.test_x.TestA -> tests/test_x.py::TestA
+        for k in range(len(parts), 0, -1):  # tests.losses.test_x.TestA -> tests/losses/test_x.py::TestA
             if (root / ("/".join(parts[:k]) + ".py")).exists():
                 nodeid = "::".join(["/".join(parts[:k]) + ".py", *parts[k:], case.get("name", "")])
                 break
