@@ -1,7 +1,7 @@
 """Mixed precision through the run scripts: `run_clm.py --bf16 --use_cpu`, the Trainer's own autocast.
 
 The matrix of every head family × {autocast bf16, autocast fp16, a model cast to bf16} × {training step, eval loss,
-generate} is item 4 of the head-family contract (tests/test_contract.py)."""
+generate} is item 4 of the head-family contract (tests/heads/test_contract.py)."""
 
 import json
 

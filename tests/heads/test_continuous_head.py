@@ -1,6 +1,6 @@
 """ContinuousHead inside HeadsForSeq2SeqLM: nearest-neighbour decoding, tied decoder inputs, a frozen table, bad
 tables, GloVe coverage (its losses against their equations, save / load and the export without hf_heads:
-tests/test_contract.py)."""
+tests/heads/test_contract.py)."""
 
 import pytest
 import torch

@@ -52,7 +52,7 @@ from hf_heads.validation import OptionError
 
 TASKS = ("causal-lm", "seq2seq", "classification")
 D = 4  # the embedding dimension of the tables given to a head that uses one
-SKIPPED_KINDS = ("kernel",)  # run by tests/test_kernels.py (every kernel computes the same loss)
+SKIPPED_KINDS = ("kernel",)  # run by tests/losses/test_kernels.py (every kernel computes the same loss)
 
 
 @dataclass(frozen=True)

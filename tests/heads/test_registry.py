@@ -95,7 +95,7 @@ def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
 
 def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refused(temperature_family):
     """The toy family's loss and logits are its `reference`'s (the contract suite runs a family registered before
-    it collects, tests/test_contract.py); registering options that define no reference is refused."""
+    it collects, tests/heads/test_contract.py); registering options that define no reference is refused."""
     head = make_head(4, 7, {"family": "temperature", "temperature": 2.0}).train()
     hidden, labels = torch.randn(5, 4), torch.tensor([1, 6, -100, 0, 3])
     params = {name: p.detach() for name, p in head.named_parameters()}

@@ -20,8 +20,8 @@ DeepSpeed path takes the world size from an accelerator backend: accelerate.stat
 the same batches: DeepSpeed still partitions W over the two ranks and averages their (equal) gradients, and the
 reference is one process on one rank's batches. The global-batch equality is the engine-level test's.
 
-Run as a script (`python tests/test_deepspeed.py RANK WORLD INIT_FILE OUT_JSON [trainer]`) it is one of the worker
-processes.
+Run as a script (`python tests/integrations/test_deepspeed.py RANK WORLD INIT_FILE OUT_JSON [trainer]`) it is one
+of the worker processes.
 """
 
 from __future__ import annotations

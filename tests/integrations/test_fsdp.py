@@ -26,7 +26,8 @@ num_items_in_batch=N, and the accumulated gradients), not the whole batch at onc
 here, since no running max-norm is set before the first training step. (On this batch the whole-batch loss differs
 from the per-shard one by only ~2e-6 relative, so the choice of reference is about semantics, not tolerance.)
 
-Run as a script (`python tests/test_fsdp.py RANK WORLD INIT_FILE OUT_JSON`) it is one of the worker processes.
+Run as a script (`python tests/integrations/test_fsdp.py RANK WORLD INIT_FILE OUT_JSON`) it is one of the worker
+processes.
 """
 
 from __future__ import annotations

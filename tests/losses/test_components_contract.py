@@ -14,8 +14,8 @@ reference, the naive dense computation from its definition:
 - float64 gradcheck of each loss in hidden states and every output parameter; reductions and ignored rows.
 
 The margin and the norms enter the chunk kernels only through the row scale, the column scale and the target
-logit (hf_heads.losses.scorer.Scorer.factors), which tests/test_kernels.py holds every kernel to for every option;
-here every available kernel runs the component's loss, the eager one in the default suite and the compiled and
+logit (hf_heads.losses.scorer.Scorer.factors), which tests/losses/test_kernels.py holds every kernel to for every
+option; here every available kernel runs the component's loss, the eager one in the default suite and the compiled and
 Triton-interpreted ones (seconds per case) in `make test-all`. Registering a component without its reference is an
 error (the last tests).
 """

@@ -1,6 +1,6 @@
 """The peers' loss options as head options: the z-loss and class weights of the softmax, sparse and margin families
-(their kernels and float64 gradchecks: tests/test_kernels.py; the z-loss in the family contract:
-tests/test_contract.py): what a head computes with them against `F.cross_entropy(weight=...)` and λ·lse², the
+(their kernels and float64 gradchecks: tests/losses/test_kernels.py; the z-loss in the family contract:
+tests/heads/test_contract.py): what a head computes with them against `F.cross_entropy(weight=...)` and λ·lse², the
 eval loss without them, 'balanced' weights from the word counts, the flags, save / load, and every refusal."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`reduction="none"` returns the labels' shape in every functional loss, as `F.cross_entropy` does: (B, T) for
-(B, T) labels, () for one row (the heads: tests/test_contract.py)."""
+(B, T) labels, () for one row (the heads: tests/heads/test_contract.py)."""
 
 import pytest
 import torch

@@ -12,7 +12,7 @@ V = 37 classes over 2 processes (19 + 18 rows: the offsets matter); the same hid
 2 and 5 from the targets' ranks); refusals are checked in the workers too (a word norm that reads other rows, hidden
 states that differ between processes, a tied model, an unknown reduction).
 
-Run as a script (`python tests/test_vocab_parallel.py RANK WORLD INIT_FILE OUT_JSON`) it is one of the workers.
+Run as a script (`python tests/losses/test_vocab_parallel.py RANK WORLD INIT_FILE OUT_JSON`) it is one of the workers.
 """
 
 from __future__ import annotations

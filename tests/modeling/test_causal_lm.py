@@ -1,5 +1,5 @@
 """HeadsForCausalLM: wrapping a checkpoint, generate, the margin at inference, accumulation, config and counts errors
-(save / load and the export without hf_heads of every family: tests/test_contract.py)."""
+(save / load and the export without hf_heads of every family: tests/heads/test_contract.py)."""
 
 import json
 
@@ -113,8 +113,8 @@ def test_counts_required_and_checked(tiny_base):
         HeadsForCausalLM.from_base(path)(x, labels=torch.full_like(x, 99))
 
 
-# The export check lives in tests/export_check.py (run over every family by tests/test_contract.py); this script is
-# kept only for test_sampled_head.py, which still imports it: remove both together.
+# The export check lives in tests/export_check.py (run over every family by tests/heads/test_contract.py); this script
+# is kept only for test_sampled_head.py, which still imports it: remove both together.
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """HeadsForSeq2SeqLM and HeadsForSequenceClassification: every discrete family on BART / T5 / Marian /
 BERT2BERT and BERT / GPT-2 backbones, generate, pooling, config errors (save / load through the Auto classes and the
-export without hf_heads of every family: tests/test_contract.py)."""
+export without hf_heads of every family: tests/heads/test_contract.py)."""
 
 import pytest
 import torch

@@ -18,8 +18,8 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
 
 
-# slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/test_gpu_script.py, runs both at
-# toy sizes), every margin option of bench_margin, bench_loss_options, bench_trl_statistics, bench_eval,
+# slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/project/test_gpu_script.py, runs
+# both at toy sizes), every margin option of bench_margin, bench_loss_options, bench_trl_statistics, bench_eval,
 # bench_continuous, bench_chunk_rows, bench_demo_step, bench_vocab_parallel, bench_revisions, probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",

@@ -1,7 +1,8 @@
 """README's examples run as written: the ```python block of "Use it from Python" (in a fresh namespace, inside a
 temporary directory so the files it saves stay there) and the command of "Train from the command line" (with fewer
-steps). The seq2seq / classification example moved to docs/seq2seq.md, where tests/test_docs.py executes it with the
-other guide examples; tests/test_docs.py also parses every README command with its script's parser."""
+steps). The seq2seq / classification example moved to docs/seq2seq.md, where tests/project/test_docs.py executes it
+with the other guide examples; tests/project/test_docs.py also parses every README command with its script's
+parser."""
 
 import os
 import re

@@ -88,7 +88,7 @@ def card(tmp_path: Path, model, metrics: dict, task=None, name: str = "run") -> 
 def test_card_of_a_saved_directory_says_trust_remote_code(tmp_path):
     """A plain `save_pretrained` directory (what the Trainer writes into output_dir and checkpoints, and what
     `--push_to_hub` uploads) carries the code, so its card loads it with trust_remote_code (that it loads so where
-    hf_heads is not installed, for every family and task: tests/test_contract.py)."""
+    hf_heads is not installed, for every family and task: tests/heads/test_contract.py)."""
     model = causal_lm({"family": "margin", "margin": "arc", "m": 0.1})
     model.save_pretrained(tmp_path / "out")
     text, _ = card(tmp_path, model, {}, name="out")

@@ -5,7 +5,7 @@ The ways: a head flag of `HeadsTrainingArguments` and `--head_options name=value
 saved model reopened with `from_pretrained(path, head=...)` and then given head flags; `model.set_head_options(...)`
 and then head flags. The options come from each registered family's options dataclass (a few per family, drawn with
 a fixed seed from those that have a flag), each set to another allowed value built from its type
-(tests/test_option_flips.py `alternatives`)."""
+(tests/heads/test_option_flips.py `alternatives`)."""
 
 from __future__ import annotations
 
