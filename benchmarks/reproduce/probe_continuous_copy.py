@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "heads")]  # the helpers and tests/heads/test_learning.py
 
 from conftest import tiny_enc_dec_config  # noqa: E402
 from test_learning import S2S_V, _s2s_batch, glove_subtable, s2s_accuracy  # noqa: E402
