@@ -6,13 +6,17 @@ those of the project as a whole in tests/project/), and what names a test file f
   id names is defined in it, so a mutant never runs a selection pytest cannot find;
 - every `tests/....py` path in README.md, docs/ (less the mutation runs' own records in docs/results/, which name the
   tests as the recorded run did), the Makefile, benchmarks/, hf_heads/ and tests/ names a file that exists;
-- every test module sits in the folder of a part of the package (or tests/project/), never flat in tests/.
+- every test module sits in the folder of a part of the package (or tests/project/), never flat in tests/, under a
+  name no other folder has, in a folder on pytest's `pythonpath` (pyproject.toml): the test modules import each
+  other by their names (tests/training/test_two_ways.py imports test_option_flips of tests/heads/), so a file run
+  alone finds what it imports.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -86,13 +90,18 @@ def test_every_test_path_named_in_readme_docs_and_code_exists():
     assert not stale, "\n".join(stale)
 
 
-def test_every_test_module_is_in_the_folder_of_a_part_of_the_package():
+def test_every_test_module_is_in_the_folder_of_a_part_of_the_package_under_a_name_of_its_own():
     parts = {p.name for p in (ROOT / "hf_heads").iterdir() if (p / "__init__.py").is_file()} | {"project"}
     modules = sorted((ROOT / "tests").rglob("test_*.py"))
     assert len(modules) > 60
     misplaced = [p.relative_to(ROOT).as_posix() for p in modules if p.parent.parent != ROOT / "tests"]
     misplaced += [p.relative_to(ROOT).as_posix() for p in modules if p.parent.name not in parts]
     assert not misplaced, misplaced
+    names = [p.name for p in modules]
+    assert len(set(names)) == len(names), sorted({n for n in names if names.count(n) > 1})
+    pythonpath = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]
+    folders = {p.parent.relative_to(ROOT).as_posix() for p in modules}
+    assert folders | {"tests"} == set(pythonpath), sorted(folders ^ set(pythonpath))
 
 
 @pytest.mark.parametrize(
