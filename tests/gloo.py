@@ -22,7 +22,8 @@ def run_workers(script: str, world: int, tmp_path: Path, timeout: float, extra: 
     out = tmp_path / "result.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     # the worker runs from its test's folder (tests/losses, tests/integrations): tests/ on its path too, for the
-    # helpers the test file imports at its top (conftest, gloo), as pytest's `pythonpath = ["tests"]` gives the tests
+    # helpers the test file imports at its top (conftest, gloo), as pytest's `pythonpath` (pyproject.toml) gives
+    # the tests
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent), env.get("PYTHONPATH")) if p)
     with socket.socket() as s:  # a free port for env:// rendezvous
         s.bind(("127.0.0.1", 0))
