@@ -144,8 +144,8 @@ demo: install
 	$(PY) run_scripts/compare_runs.py $(DEMO_DIR)/softmax $(DEMO_DIR)/margin $(DEMO_DIR)/sampled | tee $(DEMO_DIR)/table.md
 
 # Two xdist workers (one thread each) on the reference machine's 2 cores. The default suite builds the documentation
-# site with warnings as errors and checks it, in chromium too (tests/test_docs.py; HF_HEADS_REQUIRE_BROWSER=1: the
-# browser checks fail rather than skip if it is missing), so a renamed or removed public name fails here.
+# site with warnings as errors and checks it, in chromium too (tests/project/test_docs.py; HF_HEADS_REQUIRE_BROWSER=1:
+# the browser checks fail rather than skip if it is missing), so a renamed or removed public name fails here.
 test: install browser
 	HF_HEADS_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n 2 -m "not slow" --durations=15 tests
 

@@ -13,8 +13,9 @@ outside the tracked tree; `make docs-screenshots` writes the committed ones, `--
   its lunr index in a web worker, driven over the DevTools protocol on a pipe: `--dump-dom` does not wait for the
   worker) must list a guide or the head options page first -> search-<query>.png.
 
-The same checks run in the default test suite (tests/test_docs.py), on a site built once per test session, without
-the screenshots; `signature_mismatches` also holds every signature of the API pages to the imported object's there.
+The same checks run in the default test suite (tests/project/test_docs.py), on a site built once per test session,
+without the screenshots; `signature_mismatches` also holds every signature of the API pages to the imported object's
+there.
 
 Usage: python docs/screenshot.py [--site site] [--out build/screenshots] [--chromium chromium]
 """

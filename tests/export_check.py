@@ -1,9 +1,9 @@
 """The one check that saved model directories load where hf_heads is not installed: a subprocess whose import system
 cannot find hf_heads loads each directory with `AutoModelFor….from_pretrained(dir, trust_remote_code=True)` (the code
 saved next to the weights), or, for an export to the base architecture (`remote_code=False`), with transformers' own
-class and no `trust_remote_code`, and runs it. Used by the contract (tests/test_contract.py, one subprocess per task
-for every head family) and by the run-script tests on the directories their runs export. The subprocess cannot import
-triton either (a CPU machine without it): the saved code must load and train without it."""
+class and no `trust_remote_code`, and runs it. Used by the contract (tests/heads/test_contract.py, one subprocess per
+task for every head family) and by the run-script tests on the directories their runs export. The subprocess cannot
+import triton either (a CPU machine without it): the saved code must load and train without it."""
 
 from __future__ import annotations
 

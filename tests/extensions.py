@@ -1,7 +1,7 @@
 """The components of the user's package under tests/extension, for the suites generated from the registries
-(tests/test_components_contract.py, tests/test_kernels.py): imported once, then taken out of the registries again so
-that the rest of the suite sees the built-in ones only. A test that runs one of them by its name registers it for
-the test's duration (`registered`)."""
+(tests/losses/test_components_contract.py, tests/losses/test_kernels.py): imported once, then taken out of the
+registries again so that the rest of the suite sees the built-in ones only. A test that runs one of them by its name
+registers it for the test's duration (`registered`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Running a test's worker processes over gloo on the CPU (tests/test_fsdp.py, tests/test_vocab_parallel.py): each
-worker is the test file run as a script, `python FILE RANK WORLD INIT_FILE OUT_JSON`, meeting at a file:// store
-(no port to pick); rank 0 writes the JSON result."""
+"""Running a test's worker processes over gloo on the CPU (tests/integrations/test_fsdp.py, test_deepspeed.py,
+tests/losses/test_vocab_parallel.py): each worker is the test file run as a script, `python FILE RANK WORLD INIT_FILE
+OUT_JSON`, meeting at a file:// store (no port to pick); rank 0 writes the JSON result."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def run_workers(script: str, world: int, tmp_path: Path, timeout: float, extra: 
     worker; a worker that sets up its own process group (env://) finds MASTER_ADDR / MASTER_PORT set."""
     out = tmp_path / "result.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # the worker runs from its test's folder (tests/losses, tests/integrations): tests/ on its path too, for the
+    # helpers the test file imports at its top (conftest, gloo), as pytest's `pythonpath` (pyproject.toml) gives
+    # the tests
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent), env.get("PYTHONPATH")) if p)
     with socket.socket() as s:  # a free port for env:// rendezvous
         s.bind(("127.0.0.1", 0))
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))

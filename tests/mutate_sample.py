@@ -264,7 +264,7 @@ def _junit_durations(junit: Path, root: Path) -> tuple[dict[str, float], set[str
     bad: set[str] = set()
     for case in ET.parse(junit).getroot().iter("testcase"):
         parts = case.get("classname", "").split(".")
-        for k in range(len(parts), 0, -1):  # tests.test_x.TestA -> tests/test_x.py::TestA
+        for k in range(len(parts), 0, -1):  # tests.<part>.test_x.TestA -> tests/<part>/test_x.py::TestA
             if (root / ("/".join(parts[:k]) + ".py")).exists():
                 nodeid = "::".join(["/".join(parts[:k]) + ".py", *parts[k:], case.get("name", "")])
                 break
@@ -511,6 +511,22 @@ def _triage() -> dict:
     return TRIAGE
 
 
+# Test files renamed when tests/ came to mirror the package (a saved run's selections name the old flat paths).
+RENAMED = {"test_modeling_causal_lm.py": "test_causal_lm.py", "test_modeling_tasks.py": "test_tasks.py"}
+
+
+def current_path(test: str) -> str:
+    """A test path or node id of a saved run, moved to where the file is now: the runs of docs/results/ name the flat
+    layout (tests/<file>), the files are now in the folder of the part they test (tests/<part>/<file>); a test whose
+    file exists is returned as it is."""
+    path, sep, node = test.partition("::")
+    if not path.startswith("tests/") or (ROOT / path).exists():
+        return test
+    name = Path(path).name
+    found = sorted((ROOT / "tests").rglob(RENAMED.get(name, name)))
+    return found[0].relative_to(ROOT).as_posix() + sep + node if len(found) == 1 else test
+
+
 def rerun(results: dict, jobs: int, timeout: float) -> None:
     """Each survivor against the test its triage names (then its own selection): results["after"][key]."""
     triage = _triage()
@@ -525,7 +541,7 @@ def rerun(results: dict, jobs: int, timeout: float) -> None:
         if kind != "test":
             return
         mutant = SampledMutant(**{k: v for k, v in m.items()})
-        tests = list(dict.fromkeys([*what.split(), *m["selection"]]))
+        tests = list(dict.fromkeys(current_path(t) for t in [*what.split(), *m["selection"]]))
         after[m["key"]] = slots.run(mutant, tests, timeout)
         print(f"{m['id']:50} {after[m['key']]['status']} {after[m['key']]['detail']}", file=sys.stderr)
 

@@ -1,5 +1,5 @@
 """Naive references of the margin and sampled losses, written from the papers' equations on dense tensors (float64
-in the tests): the loss tests and the contract suite (tests/test_contract.py) check the library against these."""
+in the tests): the loss tests and the contract suite (tests/heads/test_contract.py) check the library against these."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def reference_margin_logits(
         elif margin == "lsm":
             k = torch.clamp(torch.floor(theta * m / math.pi), max=m - 1)
             phi = (-1) ** k * torch.cos(m * theta) - 2 * k
-        else:  # a registered margin's reference is its own phi (tests/test_components_contract.py)
+        else:  # a registered margin's reference is its own phi (tests/losses/test_components_contract.py)
             raise ValueError(f"the paper's references here know cos, arc and lsm, not margin={margin!r}")
         logits = logits.index_put((rows, y), g * f[y] * phi)
     if b is not None:

@@ -14,7 +14,7 @@
 #   make gpu-wheels              # beside the repository, once: .whl/ with the peers' wheels
 #   bash benchmarks/gpu/gpu.sh   # on a machine with a CUDA GPU and PyTorch (benchmarks/README.md)
 #   GPU_DRY_RUN=1 OUT=/tmp/dry bash benchmarks/gpu/gpu.sh   # every section at toy sizes on the CPU
-#                                                           # (tests/test_gpu_script.py)
+#                                                           # (tests/project/test_gpu_script.py)
 #
 # Wheels in .whl/ (make gpu-wheels) are installed first into /tmp/site, ahead on PYTHONPATH (no network needed).
 set -uo pipefail
@@ -29,7 +29,7 @@ if [[ $dry == 1 ]]; then
   dev=cpu device=cpu-dry-run outdir=${OUT:-${TMPDIR:-/tmp}}
   # toy sizes: the Triton interpreter runs a Python loop per row
   gemma="--tokens 8 --hidden 8 --vocab 64" small="--tokens 8 --hidden 8 --vocab 48"
-  # the option sets that between them take every option (tests/test_kernels.py checks each alone)
+  # the option sets that between them take every option (tests/losses/test_kernels.py checks each alone)
   check="--rows 16 --hidden 8 --vocab 53 --compile_backend eager --options softcap top-k-target-smoothing frozen-w
     z-loss-weights-top-k predictions" compile="--compile_backend eager"
   whole="--vocab 64 --hidden 16 --layers 1 --batch 2 --block 8 --repeats 1" reps=1 sampled="--num_samples 8"

@@ -1,6 +1,6 @@
 """The "architectures tested" table: every model type of the test matrix (tests/arch_matrix.py: tiny random-weight
 models, weights ~ N(0, 0.5), each output transform pushed up) wrapped with `HeadsFor*.from_base(model,
-head={"family": "softmax"})`, compared with the original `AutoModelFor*`. tests/test_architectures.py asserts
+head={"family": "softmax"})`, compared with the original `AutoModelFor*`. tests/modeling/test_architectures.py asserts
 the same; this script writes the measured numbers.
 
     python benchmarks/reproduce/architectures_table.py                  # docs/results/architectures.md

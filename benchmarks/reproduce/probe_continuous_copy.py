@@ -13,7 +13,7 @@ docs/results/seq2seq_recipes/README.md ("Continuous output").
         # the translation recipe's table (a run of recipe_seq2seq.py with the plain table): the count-weighted
         # mean of its unit rows over the training targets
 
-The task and model are the known-answer copy task of tests/test_learning.py (copy a random sequence of the
+The task and model are the known-answer copy task of tests/heads/test_learning.py (copy a random sequence of the
 table's words; tiny BART from scratch, no dropout, Adam, batch 64, seed 0) and its table: the real GloVe 6B-50d rows
 of the most frequent English words. Accuracy is greedy `generate()` through the head's nearest-neighbour decoding,
 as in the test. `vmf` is the head's own loss (the papers' vMF NLLvMF); `cosine` and `mse`
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "heads")]  # the helpers and tests/heads/test_learning.py
 
 from conftest import tiny_enc_dec_config  # noqa: E402
 from test_learning import S2S_V, _s2s_batch, glove_subtable, s2s_accuracy  # noqa: E402

@@ -8,8 +8,8 @@ per-chunk function on each: the fused loss of every discrete head (hf_heads.loss
 
 The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss, a component of kind "kernel"
 (hf_heads.components) listed by `CHUNK_KERNELS`; every one runs the same contract tests against the naive references
-(tests/test_kernels.py). `chunk_kernel` resolves the loss's choice: an explicit kernel, else `HF_HEADS_CHUNK_KERNEL`
-(a debugging switch), else "triton" on CUDA when triton imports, else "eager".
+(tests/losses/test_kernels.py). `chunk_kernel` resolves the loss's choice: an explicit kernel, else
+`HF_HEADS_CHUNK_KERNEL` (a debugging switch), else "triton" on CUDA when triton imports, else "eager".
 """
 
 from __future__ import annotations
@@ -154,7 +154,8 @@ class ChunkKernel(Component, ABC):
     for gradcheck).
 
     A kernel is a frozen dataclass registered with `@register("kernel")` under its `name`, defining `available`,
-    `loss` and `loss_and_grads`; tests/test_kernels.py runs every registered kernel against the naive dense loss."""
+    `loss` and `loss_and_grads`; tests/losses/test_kernels.py runs every registered kernel against the naive dense
+    loss."""
 
     # the device types on which the kernel is the automatic choice where `available` says it can run
     automatic_on: ClassVar[tuple[str, ...]] = ()

@@ -1,6 +1,6 @@
 """A component written outside hf_heads, as a user writes one in a module of their own: a margin type registered with
-`register_margin` (docs/contributing.md). tests/test_components.py trains a head with it, saves it, and loads it in a
-fresh process (this module imported from the recorded name) and where neither hf_heads nor this module can be
+`register_margin` (docs/contributing.md). tests/project/test_components.py trains a head with it, saves it, and loads
+it in a fresh process (this module imported from the recorded name) and where neither hf_heads nor this module can be
 imported (`trust_remote_code=True`: the copy saved with the model)."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from mutants import m as _m
 
 # Test selections, by what they exercise. Each is a list of pytest arguments (files or node ids, and -k filters).
 CONTRACT_HEADS = [
-    f"tests/test_contract.py::{name}"
+    f"tests/heads/test_contract.py::{name}"
     for name in (
         "test_losses_logits_and_gradients_equal_the_naive_reference",
         "test_a_running_batch_context_norm_follows_its_statistic_and_is_what_evaluation_uses",
@@ -17,30 +17,35 @@ CONTRACT_HEADS = [
         "test_every_row_ignored_trains_with_zero_loss_and_zero_gradients",
     )
 ]
-MARGIN = ["tests/test_margin_losses.py", "tests/test_scorer.py", *CONTRACT_HEADS]
-SAMPLED = ["tests/test_sampled_losses.py", *CONTRACT_HEADS]
-SPARSE = ["tests/test_sparse.py", *CONTRACT_HEADS]
-FUSED = ["tests/test_margin_losses.py", "tests/test_sparse.py", "tests/test_properties.py", *CONTRACT_HEADS]
-KERNELS = ["tests/test_kernels.py"]
-VOCAB_PARALLEL = ["tests/test_vocab_parallel.py"]
+MARGIN = ["tests/losses/test_margin_losses.py", "tests/losses/test_scorer.py", *CONTRACT_HEADS]
+SAMPLED = ["tests/losses/test_sampled_losses.py", *CONTRACT_HEADS]
+SPARSE = ["tests/losses/test_sparse.py", *CONTRACT_HEADS]
+FUSED = [
+    "tests/losses/test_margin_losses.py",
+    "tests/losses/test_sparse.py",
+    "tests/losses/test_properties.py",
+    *CONTRACT_HEADS,
+]
+KERNELS = ["tests/losses/test_kernels.py"]
+VOCAB_PARALLEL = ["tests/losses/test_vocab_parallel.py"]
 
 
 def kernel(test: str) -> list[str]:
-    """One test function of tests/test_kernels.py, every parametrisation (the file under the Triton interpreter
+    """One test function of tests/losses/test_kernels.py, every parametrisation (the file under the Triton interpreter
     takes minutes: a mutant its test names runs that test first)."""
-    return [f"tests/test_kernels.py::{test}"]
+    return [f"tests/losses/test_kernels.py::{test}"]
 
 
-CONTINUOUS = ["tests/test_continuous_losses.py", *CONTRACT_HEADS]
-COMPONENTS = ["tests/test_components_contract.py"]
-TOY_COMPONENTS = ["tests/test_toy_components.py"]
-LEGACY = ["tests/test_legacy_checkpoints.py", "tests/test_registry.py"]
-TRANSFORMS = ["tests/test_transforms.py", *CONTRACT_HEADS]
+CONTINUOUS = ["tests/losses/test_continuous_losses.py", *CONTRACT_HEADS]
+COMPONENTS = ["tests/losses/test_components_contract.py"]
+TOY_COMPONENTS = ["tests/project/test_toy_components.py"]
+LEGACY = ["tests/modeling/test_legacy_checkpoints.py", "tests/heads/test_registry.py"]
+TRANSFORMS = ["tests/losses/test_transforms.py", *CONTRACT_HEADS]
 LINEAR_FORM = [
-    "tests/test_contract.py::test_linear_form_gives_the_inference_distribution_or_names_the_nearest_choice",
-    "tests/test_base_export.py::test_a_sampled_heads_offset_lies_inside_the_logit_multiplier",
-    "tests/test_base_export.py::test_a_distribution_no_linear_layer_gives_is_refused_naming_why",
-    "tests/test_base_export.py::test_causal_lm_folds_into_llama",
+    "tests/heads/test_contract.py::test_linear_form_gives_the_inference_distribution_or_names_the_nearest_choice",
+    "tests/modeling/test_base_export.py::test_a_sampled_heads_offset_lies_inside_the_logit_multiplier",
+    "tests/modeling/test_base_export.py::test_a_distribution_no_linear_layer_gives_is_refused_naming_why",
+    "tests/modeling/test_base_export.py::test_causal_lm_folds_into_llama",
 ]
 
 
@@ -153,7 +158,8 @@ MUTANTS = [
        "an older config's flat m is dropped on loading: the checkpoint trains with another margin"),
     _m("noise-migrate-drops-smoothing", "heads/sampled.py",
        'given = {key.removeprefix("noise_"): value for key, value in flat.items()}', "given = {}",
-       ["tests/test_sampled_head.py"], "--noise unigram --noise_smoothing 0.5 trains with the default smoothing"),
+       ["tests/heads/test_sampled_head.py"],
+       "--noise unigram --noise_smoothing 0.5 trains with the default smoothing"),
     # ---------------------------------------------------------------- fused chunk kernel, sparse, reductions
     _m("ls-dropped-from-grad", "losses/kernels.py",
        "grad_z = support_grad_(tile, opts, row_lse, r, z_weight, support, None, row_ent, ent_weight)",
@@ -287,17 +293,19 @@ MUTANTS = [
     # ---------------------------------------------------------------- continuous losses as components
     _m("cl-vmf-decodes-cosine", "losses/continuous_losses.py",
        "    cosine_scores: ClassVar[bool] = False\n", "    cosine_scores: ClassVar[bool] = True\n",
-       ["tests/test_continuous_head.py"], "a vMF head decodes by s·cos(û, E) instead of û·E (its log-density)"),
+       ["tests/heads/test_continuous_head.py"], "a vMF head decodes by s·cos(û, E) instead of û·E (its log-density)"),
     _m("cl-margin-from-defaults", "losses/continuous_losses.py", "margin=self.margin,", "margin=0.5,",
-       ["tests/test_continuous_head.py", "tests/test_contract.py", *COMPONENTS],
+       ["tests/heads/test_continuous_head.py", "tests/heads/test_contract.py", *COMPONENTS],
        "a margin loss's own margin λ never reaches syn_margin_loss"),
     _m("cl-flat-option-dropped-for-any-loss", "heads/continuous.py", "elif value != stored:", "elif False:",
-       ["tests/test_continuous_head.py"], "a flat loss option the loss has no parameter for is dropped, not refused"),
+       ["tests/heads/test_continuous_head.py"],
+       "a flat loss option the loss has no parameter for is dropped, not refused"),
     _m("cl-flat-option-given-twice-silently", "heads/continuous.py",
        "                if parameter in inner and inner[parameter] != value:", "                if False:",
-       ["tests/test_continuous_head.py"], "a flat loss option overrides the loss's own parameter of another value"),
+       ["tests/heads/test_continuous_head.py"],
+       "a flat loss option overrides the loss's own parameter of another value"),
     _m("family-examples-of-its-parent", "heads/registry.py", "    if \"examples\" not in options.__dict__:",
-       "    if False:", ["tests/test_registry.py"],
+       "    if False:", ["tests/heads/test_registry.py"],
        "a family that gives no examples runs its parent family's (the suites never run it as itself)"),
     _m("kernel-component-module-not-recorded", "heads/registry.py",
        "        if registry is not None and value is not None:",
@@ -310,10 +318,11 @@ MUTANTS = [
     # ---------------------------------------------------------------- the heads' statistics (accuracy, TRL)
     _m("rank-ties-count-as-hits", "heads/base.py",
        "ahead = (log_p > target) | ((log_p == target) & (cols < y_c[:, None]))", "ahead = log_p > target",
-       ["tests/test_statistics.py"], "a label tied with a lower-index class counts as the argmax (a top-1 hit)"),
+       ["tests/heads/test_statistics.py"], "a label tied with a lower-index class counts as the argmax (a top-1 hit)"),
     _m("statistics-log-prob-unnormalised", "heads/base.py",
        "label = target if normalized else scores.gather(1, y_c[:, None])", "label = scores.gather(1, y_c[:, None])",
-       ["tests/test_statistics.py"], "the statistics' log p(label) is the label's raw score, not its log-probability"),
+       ["tests/heads/test_statistics.py"],
+       "the statistics' log p(label) is the label's raw score, not its log-probability"),
     # ---------------------------------------------------------------- vocabulary parallelism (vocab_parallel.py)
     _m("vp-hidden-grad-not-summed", "losses/vocab_parallel.py", "        dist.all_reduce(grad, group=ctx.group)\n",
        "        pass\n", VOCAB_PARALLEL,
@@ -379,15 +388,15 @@ MUTANTS = [
        "    if False:\n        total", VOCAB_PARALLEL,
        "the class-weighted mean of a sharded loss divides by the row count, not by Σ a[y]"),
     _m("family-without-reference", "heads/registry.py", "    if options.reference is HeadOptions.reference:",
-       "    if False:", ["tests/test_registry.py"],
+       "    if False:", ["tests/heads/test_registry.py"],
        "a family registers without a reference (the contract suite cannot hold it to one)"),
     _m("family-contract-examples-of-its-parent", "heads/registry.py",
-       "    if \"contract_examples\" not in options.__dict__:", "    if False:", ["tests/test_registry.py"],
+       "    if \"contract_examples\" not in options.__dict__:", "    if False:", ["tests/heads/test_registry.py"],
        "a family that gives no contract examples is run with its parent family's settings"),
     _m("family-inherits-its-parents-name", "heads/registry.py",
        '    name, options = head.__dict__.get("family"), head.__dict__.get("options_class")',
        '    name, options = getattr(head, "family", None), getattr(head, "options_class", None)',
-       ["tests/test_registry.py"],
+       ["tests/heads/test_registry.py"],
        "a head class that sets no family of its own registers under its parent's name and options"),
     _m("reference-margin-without-gain", "heads/margin.py", "        g = g * self.warm_start_gain\n", "",
        CONTRACT_HEADS, "the margin family's reference leaves out the warm-start gain on g"),
@@ -403,12 +412,12 @@ MUTANTS = [
        "        if False:", CONTRACT_HEADS, "the continuous family's reference does not centre the table"),
     _m("sparse-module-drops-label-smoothing", "losses/sparse.py",
        "            label_smoothing=self.label_smoothing,", "            label_smoothing=0.0,",
-       ["tests/test_loss_part_flips.py"],
+       ["tests/losses/test_loss_part_flips.py"],
        "SparseSoftmaxCrossEntropy does not pass its label_smoothing on to its function"),
     _m("posterior-correction-ignores-noise", "losses/sampled.py",
        "            log_d = noise[offset : offset + scores.shape[-1]]",
        "            log_d = torch.ones_like(noise)[offset : offset + scores.shape[-1]]",
-       ["tests/test_loss_part_flips.py"],
+       ["tests/losses/test_loss_part_flips.py"],
        "a Correction reads a uniform noise whatever its noise_probs (eqs. 10, 22 lose log D(c))"),
 ]
 # fmt: on

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from mutants import Mutant, m, selection
 
-CAUSAL = "tests/test_modeling_causal_lm.py"
-TASKS = "tests/test_modeling_tasks.py"
-SCORING = "tests/test_scoring.py"
-READ = "tests/test_config_read_through.py"
-ARCH = "tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution"
+CAUSAL = "tests/modeling/test_causal_lm.py"
+TASKS = "tests/modeling/test_tasks.py"
+SCORING = "tests/scoring/test_scoring.py"
+READ = "tests/modeling/test_config_read_through.py"
+ARCH = "tests/modeling/test_architectures.py::test_from_base_returns_the_checkpoints_distribution"
 
 COMPONENTS_SAVED = selection(
-    "tests/test_toy_components.py::test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads"
+    "tests/project/test_toy_components.py::test_toy_components_train_from_flags_save_reload_and_load_without_hf_heads"
 )
 COMPONENTS_SCRIPT = selection(
-    "tests/test_components.py::test_a_component_defined_in_a_script_is_refused_for_the_hub_and_explained_on_load"
+    "tests/project/test_components.py::test_a_component_defined_in_a_script_is_refused_for_the_hub_and_explained_on_load"
 )
 # causal LM, its fused per-token output, the generation cache, statistics without a loss
 LM = selection(
@@ -26,7 +26,7 @@ LM = selection(
     f"{CAUSAL}::test_a_generation_cache_given_under_two_names_is_refused",
     f"{CAUSAL}::test_softmax_head_reproduces_base_model",
     f"{SCORING}::test_scoring_never_builds_batch_logits_and_restores_train_mode",
-    "tests/test_warm_start.py::test_norm_scaled_margin_head_gain_is_fitted_saved_and_reloaded",
+    "tests/heads/test_warm_start.py::test_norm_scaled_margin_head_gain_is_fitted_saved_and_reloaded",
 )
 # TRL's entropy and top-1 hit from the loss pass
 SAME_PASS = selection(
@@ -44,7 +44,7 @@ TASK_MODELS = selection(
 )
 # from_base of real architectures: output transforms, biases, the parity check
 ARCHITECTURES = selection(
-    "tests/test_architectures.py::test_an_unknown_output_transform_is_refused_not_wrapped",
+    "tests/modeling/test_architectures.py::test_an_unknown_output_transform_is_refused_not_wrapped",
     f"{ARCH}[causal_lm-opt-project-out]",
     f"{ARCH}[causal_lm-phi]",
     f"{ARCH}[causal_lm-granite]",
@@ -63,20 +63,20 @@ SCORES = selection(
 )
 # saved directories and the code saved with them, statistics under the trainer, the PEFT and TRL glue
 SAVED = selection(
-    "tests/test_cards.py::test_code_modules_follow_the_imports",
-    "tests/test_peft.py::test_lora_on_the_head_alone_adapts_no_backbone_module",
-    "tests/test_cards.py::test_save_pretrained_push_to_hub_pushes_the_code",
-    "tests/test_reliability.py::test_checkpoint_missing_word_counts_or_embedding_table_is_refused",
-    "tests/test_contract.py::test_save_and_from_pretrained_give_the_same_model[causal-lm-llama-sparse-smoothed-decode-3]",
-    "tests/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits[head0]",
+    "tests/training/test_cards.py::test_code_modules_follow_the_imports",
+    "tests/integrations/test_peft.py::test_lora_on_the_head_alone_adapts_no_backbone_module",
+    "tests/training/test_cards.py::test_save_pretrained_push_to_hub_pushes_the_code",
+    "tests/project/test_reliability.py::test_checkpoint_missing_word_counts_or_embedding_table_is_refused",
+    "tests/heads/test_contract.py::test_save_and_from_pretrained_give_the_same_model[causal-lm-llama-sparse-smoothed-decode-3]",
+    "tests/training/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits[head0]",
 )
 
 # the export to the base architecture: each family on Llama, the bias of BART, the tie of GPT-2, the refusals
 BASE_EXPORT = selection(
-    "tests/test_base_export.py::test_seq2seq_folds_into_bart_with_its_final_logits_bias",
-    "tests/test_base_export.py::test_causal_lm_folds_into_gpt2_tied_only_where_w_is_the_embedding",
-    "tests/test_base_export.py::test_a_distribution_no_linear_layer_gives_is_refused_naming_why",
-    "tests/test_base_export.py::test_a_model_built_from_a_config_folds_the_architectures_scale",
+    "tests/modeling/test_base_export.py::test_seq2seq_folds_into_bart_with_its_final_logits_bias",
+    "tests/modeling/test_base_export.py::test_causal_lm_folds_into_gpt2_tied_only_where_w_is_the_embedding",
+    "tests/modeling/test_base_export.py::test_a_distribution_no_linear_layer_gives_is_refused_naming_why",
+    "tests/modeling/test_base_export.py::test_a_model_built_from_a_config_folds_the_architectures_scale",
 )
 
 # fmt: off
@@ -232,29 +232,29 @@ MUTANTS: list[Mutant] = [
     m("calibrate-false-still-pending", "modeling/base.py",
       "        if not calibrate:\n            self.head.warm_start_pending",
       "        if False:\n            self.head.warm_start_pending",
-      selection("tests/test_architectures.py::test_from_base_returns_the_checkpoints_distribution[seq2seq-bart]"),
+      selection("tests/modeling/test_architectures.py::test_from_base_returns_the_checkpoints_distribution[seq2seq-bart]"),
       "from_base(..., calibrate=False) of a seq2seq model or classifier still refuses to train the copied head"),
     # ---------------------------------------------------------------- components from the user's own modules
     m("head-option-change-unvalidated", "modeling/base.py",
       "        options = head_options(section)  # an OptionError names head.<option>\n",
       "        options = family(section['family']).options.__new__(family(section['family']).options)\n"
       "        options.__dict__.update({k: v for k, v in section.items() if k != 'family'})\n",
-      ["tests/test_registry.py"], "set_head_options keeps a change unvalidated (k = -1 on a sparse head)"),
+      ["tests/heads/test_registry.py"], "set_head_options keeps a change unvalidated (k = -1 on a sparse head)"),
     m("head-options-read-write", "heads/options.py", "        if self.__dict__.get(\"_built\"):\n            raise",
-      "        if False:\n            raise", ["tests/test_registry.py"],
+      "        if False:\n            raise", ["tests/heads/test_registry.py"],
       "a head option is assigned on the live head: the head and config.head part ways silently"),
     m("head-options-not-in-config", "modeling/base.py",
       "            self.head.options = options  # the same tensors: the head keeps its trained ones\n",
       "            self.head.options = options  # the same tensors: the head keeps its trained ones\n"
-      "            return\n", ["tests/test_registry.py"],
+      "            return\n", ["tests/heads/test_registry.py"],
       "set_head_options changes the head but not config.head: the saved model is not the one in memory"),
     m("head-option-component-module-not-recorded", "modeling/base.py",
       "        self.config.components = component_modules(section) or None\n", "",
-      ["tests/test_components.py"],
+      ["tests/project/test_components.py"],
       "a user's component set on the live head is saved without its module (a fresh process cannot load it)"),
     m("replaced-head-config-saved-silently", "modeling/base.py",
       "        if config == head:\n            return\n        keys = sorted(k for k in {*config, *head}",
-      "        return\n        keys = sorted(k for k in {*config, *head}", ["tests/test_registry.py"],
+      "        return\n        keys = sorted(k for k in {*config, *head}", ["tests/heads/test_registry.py"],
       "a config.head replaced after the head was built is saved, and the reloaded model is not the one in memory"),
     m("components-not-imported-on-load", "heads/registry.py", "            importlib.import_module(module)\n",
       "            pass\n", COMPONENTS_SAVED,
@@ -270,7 +270,7 @@ MUTANTS: list[Mutant] = [
       "a component defined in a script (__main__) is saved as if it could travel"),
     m("export-every-family", "modeling/export.py", "                source = _only_family(source, family_module)\n",
       "                pass\n",
-      selection("tests/test_components.py::test_a_saved_directory_carries_the_code_of_its_task_and_family_only"),
+      selection("tests/project/test_components.py::test_a_saved_directory_carries_the_code_of_its_task_and_family_only"),
       "every saved directory carries every task's and family's modules again"),
     # ---------------------------------------------------------------- the export to the base architecture, GGUF
     m("base-export-final-logits-bias-zero", "modeling/base_export.py",
@@ -290,9 +290,10 @@ MUTANTS: list[Mutant] = [
     m("gguf-key-permuted-with-query-heads", "modeling/gguf_export.py",
       "            array = permute_for_ggml(array, config.num_key_value_heads)",
       "            array = permute_for_ggml(array, config.num_attention_heads)",
-      selection("tests/test_gguf_export.py"), "the key projection of a grouped-query model is permuted wrongly"),
+      selection("tests/modeling/test_gguf_export.py"),
+      "the key projection of a grouped-query model is permuted wrongly"),
     m("run-export-base-dir-ignored", "cli/runs.py", "    if run_args.export_base_dir:", "    if False:",
-      selection("tests/test_base_export.py::test_a_run_script_writes_the_export_to_the_base_architecture"),
+      selection("tests/modeling/test_base_export.py::test_a_run_script_writes_the_export_to_the_base_architecture"),
       "--export_base_dir is accepted and nothing is written"),
     # ---------------------------------------------------------------- TRL's statistics from the loss pass
     m("same-pass-statistics-off", "heads/softmax.py", "        return self.top_k(False) is None\n",
@@ -313,7 +314,7 @@ MUTANTS: list[Mutant] = [
     m("zero3-backbone-partitioned-in-a-direct-build", "modeling/zero3.py",
       "    with built_whole():\n        return auto_class.from_config(config)",
       "    return auto_class.from_config(config)",
-      selection("tests/test_deepspeed.py::test_a_model_built_directly_under_a_zero3_config_builds_its_backbone_whole"),
+      selection("tests/integrations/test_deepspeed.py::test_a_model_built_directly_under_a_zero3_config_builds_its_backbone_whole"),
       "a model built directly under a ZeRO-3 config partitions its backbone and fails in its own init"),
 ]
 # fmt: on

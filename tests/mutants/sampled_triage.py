@@ -10,27 +10,27 @@ from __future__ import annotations
 TRIAGE: dict[str, tuple[str, str]] = {
     "hf_heads/cli/seq2seq.py:2697ae57ae": (
         "test",
-        "tests/test_run_tasks.py::test_run_question_generation_minilm_bert2bert",
+        "tests/cli/test_run_tasks.py::test_run_question_generation_minilm_bert2bert",
     ),
     "hf_heads/modeling/inputs.py:ca38941eac": (
         "test",
-        "tests/test_peft.py::test_generate_with_lora_on_the_head_keeps_the_heads_beam_refusal",
+        "tests/integrations/test_peft.py::test_generate_with_lora_on_the_head_keeps_the_heads_beam_refusal",
     ),
     "hf_heads/scoring/scores.py:4b00eb7d8b": (
         "test",
-        "tests/test_scoring.py::test_chunk_size_one_is_accepted_and_scores_as_the_default",
+        "tests/scoring/test_scoring.py::test_chunk_size_one_is_accepted_and_scores_as_the_default",
     ),
     "hf_heads/training/trainer.py:f3628efb6f": (
         "test",
-        "tests/test_own_script.py::test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set",
+        "tests/training/test_own_script.py::test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set",
     ),
     "hf_heads/cli/seq2seq.py:1f4f232bf7": (
         "test",
-        "tests/test_run_tasks.py::test_run_translation_sparse_end_to_end_under_accelerate",
+        "tests/cli/test_run_tasks.py::test_run_translation_sparse_end_to_end_under_accelerate",
     ),
     "hf_heads/__init__.py:8a87d1aa35": (
         "test",
-        "tests/test_lazy_imports.py::test_version_is_the_installed_distributions",
+        "tests/project/test_lazy_imports.py::test_version_is_the_installed_distributions",
     ),
     "hf_heads/metrics/modules/sacrebleu.py:8948272b63": (
         "equivalent",
@@ -42,77 +42,77 @@ TRIAGE: dict[str, tuple[str, str]] = {
     ),
     "hf_heads/cli/backbones.py:49e57ca847": (
         "test",
-        "tests/test_cli_guards.py::test_built_in_causal_backbones_have_a_512_token_context "
-        "tests/test_cli_guards.py::test_each_setting_of_a_built_in_backbone_reaches_its_config[tiny-gpt2]",
+        "tests/cli/test_cli_guards.py::test_built_in_causal_backbones_have_a_512_token_context "
+        "tests/cli/test_cli_guards.py::test_each_setting_of_a_built_in_backbone_reaches_its_config[tiny-gpt2]",
     ),
     "hf_heads/data/corpora.py:327aa25fa3": (
         "test",
-        "tests/test_data.py::test_unknown_corpus_names_listed",
+        "tests/data/test_data.py::test_unknown_corpus_names_listed",
     ),
     "hf_heads/data/corpora.py:c288977256": (
         "test",
-        "tests/test_data.py::test_wordnet_lexname_labels_are_wordnets_lexicographer_files",
+        "tests/data/test_data.py::test_wordnet_lexname_labels_are_wordnets_lexicographer_files",
     ),
     "hf_heads/data/corpora.py:079866c0a6": (
         "test",
-        "tests/test_data.py::test_a_corpus_built_into_an_empty_cache_is_returned_then_reloaded",
+        "tests/data/test_data.py::test_a_corpus_built_into_an_empty_cache_is_returned_then_reloaded",
     ),
     "hf_heads/modeling/seq2seq.py:8589f7ca5c": (
         "test",
-        "tests/test_modeling_tasks.py::test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for",
+        "tests/modeling/test_tasks.py::test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for",
     ),
     "hf_heads/data/corpora.py:a64ecc5ce1": (
         "test",
-        "tests/test_data.py::test_ding_pairs_are_german_and_english_sentences",
+        "tests/data/test_data.py::test_ding_pairs_are_german_and_english_sentences",
     ),
     "hf_heads/heads/softmax.py:5e72fcad62": (
         "test",
-        "tests/test_own_script.py::test_head_flags_help_says_what_each_option_does",
+        "tests/training/test_own_script.py::test_head_flags_help_says_what_each_option_does",
     ),
     "hf_heads/scoring/__main__.py:fae2bd80df": (
         "test",
-        "tests/test_scoring.py::test_cli_help_lists_each_command_with_what_it_does",
+        "tests/scoring/test_scoring.py::test_cli_help_lists_each_command_with_what_it_does",
     ),
     "hf_heads/cli/seq2seq.py:8952595326": (
         "test",
-        "tests/test_cli_guards.py::test_a_seq2seq_script_refuses_one_column_flag_without_the_other",
+        "tests/cli/test_cli_guards.py::test_a_seq2seq_script_refuses_one_column_flag_without_the_other",
     ),
     "hf_heads/data/corpora.py:a076ff5c84": (
         "test",
-        "tests/test_data.py::test_split_helper_shuffles_before_holding_rows_out",
+        "tests/data/test_data.py::test_split_helper_shuffles_before_holding_rows_out",
     ),
     "hf_heads/metrics/modules/recall.py:fd63322cae": (
         "test",
-        "tests/test_metrics.py::test_zero_division[recall] "
-        "tests/test_metrics.py::test_multilabel_configuration[recall]",
+        "tests/metrics/test_metrics.py::test_zero_division[recall] "
+        "tests/metrics/test_metrics.py::test_multilabel_configuration[recall]",
     ),
     "hf_heads/training/plots.py:d4c51f4b7b": (
         "test",
-        "tests/test_cards.py::test_speed_vs_perplexity_figure_is_a_720_by_480_png_with_a_point_per_run",
+        "tests/training/test_cards.py::test_speed_vs_perplexity_figure_is_a_720_by_480_png_with_a_point_per_run",
     ),
     "hf_heads/data/tokenization.py:996e2ea177": (
         "test",
-        "tests/test_data.py::test_word_counts_tokenizes_batch_size_texts_at_a_time",
+        "tests/data/test_data.py::test_word_counts_tokenizes_batch_size_texts_at_a_time",
     ),
     "hf_heads/metrics/modules/perplexity.py:3b77f9b05f": (
         "test",
-        "tests/test_metrics.py::test_perplexity_device_names_the_torch_device",
+        "tests/metrics/test_metrics.py::test_perplexity_device_names_the_torch_device",
     ),
     "hf_heads/scoring/__main__.py:9db2c821f6": (
         "test",
-        "tests/test_scoring.py::test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score",
+        "tests/scoring/test_scoring.py::test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score",
     ),
     "hf_heads/cli/seq2seq.py:6e1c99967c": (
         "test",
-        "tests/test_run_tasks.py::test_run_translation_sparse_end_to_end_under_accelerate",
+        "tests/cli/test_run_tasks.py::test_run_translation_sparse_end_to_end_under_accelerate",
     ),
     "hf_heads/modeling/base.py:2871e890b2": (
         "test",
-        "tests/test_refusals.py::test_a_family_on_a_model_of_another_task_is_refused_naming_the_model_classes_it_serves",
+        "tests/modeling/test_refusals.py::test_a_family_on_a_model_of_another_task_is_refused_naming_the_model_classes_it_serves",
     ),
     "hf_heads/cli/backbones.py:7a9a9f35ab": (
         "test",
-        "tests/test_special_token_ids.py::test_a_tiny_backbone_takes_the_tokenizers_special_ids",
+        "tests/modeling/test_special_token_ids.py::test_a_tiny_backbone_takes_the_tokenizers_special_ids",
     ),
     "hf_heads/heads/continuous.py:73033bf306": (
         "equivalent",
@@ -120,35 +120,35 @@ TRIAGE: dict[str, tuple[str, str]] = {
     ),
     "hf_heads/integrations/peft.py:d03d8bb736": (
         "test",
-        "tests/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
+        "tests/integrations/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
     ),
     "hf_heads/scoring/__init__.py:08e1ed0a8c": (
         "test",
-        "tests/test_lazy_imports.py::test_every_name_in_a_modules_all_exists",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists",
     ),
     "hf_heads/training/trainer.py:115e9b6faf": (
         "test",
-        "tests/test_eval_without_logits.py::test_prediction_step_passes_ignore_keys_on",
+        "tests/training/test_eval_without_logits.py::test_prediction_step_passes_ignore_keys_on",
     ),
     "hf_heads/scoring/__main__.py:7e50d52c08": (
         "test",
-        "tests/test_scoring.py::test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score",
+        "tests/scoring/test_scoring.py::test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score",
     ),
     "hf_heads/cli/seq2seq.py:96253d2d76": (
         "test",
-        "tests/test_cli_guards.py::test_every_run_script_argument_has_its_help",
+        "tests/cli/test_cli_guards.py::test_every_run_script_argument_has_its_help",
     ),
     "hf_heads/data/corpora.py:ba8d218d2d": (
         "test",
-        "tests/test_data.py::test_wordnet_hypernyms_label_is_the_direct_hypernym",
+        "tests/data/test_data.py::test_wordnet_hypernyms_label_is_the_direct_hypernym",
     ),
     "hf_heads/integrations/peft.py:0957e399c0": (
         "test",
-        "tests/test_peft.py::test_an_adapter_config_without_target_parameters_gets_the_backbones_default_targets",
+        "tests/integrations/test_peft.py::test_an_adapter_config_without_target_parameters_gets_the_backbones_default_targets",
     ),
     "hf_heads/losses/parts.py:96d98f5830": (
         "test",
-        "tests/test_entry.py::test_the_extras_of_returns_equal_their_dense_forms",
+        "tests/losses/test_entry.py::test_the_extras_of_returns_equal_their_dense_forms",
     ),
     "hf_heads/metrics/modules/bleu.py:8948272b63": (
         "equivalent",
@@ -156,10 +156,10 @@ TRIAGE: dict[str, tuple[str, str]] = {
     ),
     "hf_heads/training/cards.py:4bf0bba615": (
         "test",
-        "tests/test_cards.py::test_card_metadata_names_each_model_classes_task",
+        "tests/training/test_cards.py::test_card_metadata_names_each_model_classes_task",
     ),
     "hf_heads/integrations/peft.py:c4b3cb7c06": (
         "test",
-        "tests/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
+        "tests/integrations/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
     ),
 }

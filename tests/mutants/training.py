@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from mutants import Mutant, m, selection
 
-TRAINER = "tests/test_training_guards.py"
-CARDS = "tests/test_cards.py"
-METRICS = "tests/test_metrics.py"
-DATA = "tests/test_data.py"
-CLI = "tests/test_cli_guards.py"
-ACCURACY_AT_K = "tests/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits"
+TRAINER = "tests/training/test_training_guards.py"
+CARDS = "tests/training/test_cards.py"
+METRICS = "tests/metrics/test_metrics.py"
+DATA = "tests/data/test_data.py"
+CLI = "tests/cli/test_cli_guards.py"
+ACCURACY_AT_K = "tests/training/test_eval_without_logits.py::test_eval_accuracy_at_k_without_logits"
 PREDICT_ACCURACY = f"{TRAINER}::test_predict_reports_accuracy_at_k_under_its_own_prefix"
 HEAD_FLAGS = f"{CARDS}::test_head_flags_reach_the_head_section_and_errors_name_the_flag"
 MODEL_INDEX = f"{CARDS}::test_model_index_lists_only_standard_metrics"
@@ -64,7 +64,7 @@ MUTANTS: list[Mutant] = [
     m("head-modules-not-imported-at-parse", "training/arguments.py",
       "        self.import_head_modules()  # a module that does not import is an error when the arguments are",
       "        pass  #",
-      selection("tests/test_components.py::test_head_modules_flag_imports_the_users_components_before_the_head_flags"),
+      selection("tests/project/test_components.py::test_head_modules_flag_imports_the_users_components_before_the_head_flags"),
       "--head_modules naming a module that does not import is accepted when the arguments are parsed"),
     m("head-family-flag-not-given", "training/arguments.py", "return self.head != DEFAULT_FAMILY or flags or",
       "return flags or", selection(HEAD_FLAGS),
@@ -95,11 +95,11 @@ MUTANTS: list[Mutant] = [
     m("sft-counts-prompts", "training/trl.py",
       'return "labels" if "labels" in (getattr(self.train_dataset, "column_names", None) or ()) else "input_ids"',
       'return "input_ids"',
-      selection("tests/test_trl.py::test_heads_sft_trainer_counts_the_words_the_model_is_trained_to_predict"),
+      selection("tests/training/test_trl.py::test_heads_sft_trainer_counts_the_words_the_model_is_trained_to_predict"),
       "HeadsSFTTrainer counts the prompts' tokens too, which the SFT loss never trains on"),
     m("sft-dft-check-inverted", "training/trl.py", 'args.loss_type == "dft" and not head.training_loss_is_nll',
       'args.loss_type == "dft" and head.training_loss_is_nll',
-      selection("tests/test_trl.py::test_heads_sft_trainer_checks_dft_and_fills_peft_targets"),
+      selection("tests/training/test_trl.py::test_heads_sft_trainer_checks_dft_and_fills_peft_targets"),
       "DFT refused for NLL heads and allowed for the others"),
     # ---------------------------------------------------------------- metrics/builders.py
     m("f1-micro-is-macro", "metrics/builders.py",
@@ -208,7 +208,7 @@ MUTANTS: list[Mutant] = [
     m("word2vec-text-header-read-as-a-word", "data/embeddings.py",
       "if n == 0 and len(parts) == 2 and all(p.isdigit() for p in parts):",
       "if n == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):",
-      selection("tests/test_continuous_head.py::test_table_files_npz_and_word2vec_text"),
+      selection("tests/heads/test_continuous_head.py::test_table_files_npz_and_word2vec_text"),
       "the `M d` header of a word2vec text file read as a word"),
     # ---------------------------------------------------------------- data/bible.py, data/models.py
     m("osis-footnotes-after-tags", "data/bible.py",
@@ -224,7 +224,7 @@ MUTANTS: list[Mutant] = [
       "a tiny encoder-decoder named as a Hub base model on its card"),
     m("usage-error-exit-1", "cli/errors.py", "        sys.exit(2)\n    except OSError",
       "        sys.exit(1)\n    except OSError",
-      selection("tests/test_run_clm.py::test_bad_command_line_is_one_line_and_exit_2"),
+      selection("tests/cli/test_run_clm.py::test_bad_command_line_is_one_line_and_exit_2"),
       "bad input exits with status 1"),
     m("flag-error-lists-options", "cli/errors.py", "    if sep and all(re.fullmatch(",
       "    if False and all(re.fullmatch(",
@@ -244,7 +244,7 @@ MUTANTS: list[Mutant] = [
       selection(f"{CLI}::test_a_run_resumes_or_overwrites_only_when_asked"),
       "resuming into the run's own output_dir refused"),
     m("same-head-compares-calibration", "heads/registry.py", "return strip(a) == strip(b)", "return a == b",
-      selection("tests/test_legacy_checkpoints.py::test_run_scripts_compare_a_legacy_head_section_with_todays_flags"),
+      selection("tests/modeling/test_legacy_checkpoints.py::test_run_scripts_compare_a_legacy_head_section_with_todays_flags"),
       "a checkpoint's calibrated gain makes its head differ from the flags'"),
     # ---------------------------------------------------------------- cli/runs.py
     m("max-eval-samples-from-train", "cli/runs.py",
@@ -286,20 +286,20 @@ MUTANTS: list[Mutant] = [
     m("perplexity-for-classifiers", "training/trainer.py",
       "is_nll = is_language_model(model) and (head is None or head.eval_loss_is_nll)",
       "is_nll = head is None or head.eval_loss_is_nll",
-      selection("tests/test_honest_metrics.py::test_a_classifier_logs_no_perplexity"),
+      selection("tests/training/test_honest_metrics.py::test_a_classifier_logs_no_perplexity"),
       "a 5-class classifier logs exp(eval loss) as eval_perplexity"),
     m("train-nll-for-every-head", "training/trainer.py",
       "return head.eval_loss_is_nll and not head.training_loss_is_eval_loss", "return head.eval_loss_is_nll",
-      selection("tests/test_honest_metrics.py::test_a_loss_that_is_its_eval_loss_gets_no_second_number"),
+      selection("tests/training/test_honest_metrics.py::test_a_loss_that_is_its_eval_loss_gets_no_second_number"),
       "a plain cross-entropy run pays a second pass over the vocabulary for a number equal to its loss"),
     m("train-nll-first-window-only", "training/trainer.py", "        self._train_nll_due = True\n        ordered",
       "        ordered",
-      selection("tests/test_honest_metrics.py::test_a_sampled_bce_loss_is_named_and_has_its_nll_beside_it"),
+      selection("tests/training/test_honest_metrics.py::test_a_sampled_bce_loss_is_named_and_has_its_nll_beside_it"),
       "train_nll is logged in the first logging window only"),
     m("head-options-values-stay-strings", "training/arguments.py",
       "            option, value = name.strip(), parse_value(text)\n",
       "            option, value = name.strip(), text\n",
-      selection("tests/test_toy_components.py::test_head_options_set_what_has_no_flag_and_errors_name_them"),
+      selection("tests/project/test_toy_components.py::test_head_options_set_what_has_no_flag_and_errors_name_them"),
       "--head_options margin={...} gives the margin option a string: refused, or a number read as text"),
 ]
 # fmt: on

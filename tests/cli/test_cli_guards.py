@@ -1,0 +1,295 @@
+"""The run scripts' shared steps (hf_heads.cli) on small inputs, each against what the flag documents: which checkpoint
+`--resume_from_checkpoint true` resumes, an output directory a run may continue in, the split limits, local files, the
+seed, the translation direction, the seq2seq tokenisation (source prefix with head+tail truncation, target length,
+end-of-sequence kept for a continuous head) and a built-in backbone's tied embeddings."""
+
+import json
+import logging
+
+import datasets
+import pytest
+import torch
+import transformers
+
+from hf_heads.cli.errors import UsageError
+from hf_heads.cli.resume import check_output_dir, resolve_checkpoint
+from hf_heads.cli.runs import RunArguments, load_local_files, start_run, truncate_splits
+from hf_heads.data import build_word_tokenizer, save_table
+from hf_heads.heads import head_dict
+from hf_heads.training import HeadsTrainingArguments
+
+SOFTMAX = head_dict({"family": "softmax"})
+
+
+def _checkpoint(path) -> None:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "hf_heads", "head": SOFTMAX}))
+
+
+def test_resume_true_takes_the_checkpoint_of_the_latest_step(tmp_path):
+    """Steps are numbers: checkpoint-10 is newer than checkpoint-9 (and than checkpoint-2)."""
+    for step in (2, 9, 10):
+        _checkpoint(tmp_path / f"checkpoint-{step}")
+    assert resolve_checkpoint(str(tmp_path), True, SOFTMAX) == str(tmp_path / "checkpoint-10")
+    assert resolve_checkpoint(str(tmp_path), "true", SOFTMAX) == str(tmp_path / "checkpoint-10")
+    assert resolve_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-9"), SOFTMAX) == str(tmp_path / "checkpoint-9")
+    assert resolve_checkpoint(str(tmp_path), None, SOFTMAX) is None
+
+
+def test_a_run_resumes_or_overwrites_only_when_asked(tmp_path):
+    _checkpoint(tmp_path / "checkpoint-3")
+    with pytest.raises(UsageError, match="--overwrite_output_dir"):
+        check_output_dir(str(tmp_path), overwrite=False, resume=None)
+    check_output_dir(str(tmp_path), overwrite=False, resume=True)  # continuing the run that wrote it
+    check_output_dir(str(tmp_path), overwrite=False, resume=str(tmp_path / "checkpoint-3"))
+    check_output_dir(str(tmp_path), overwrite=True, resume=None)
+    check_output_dir(str(tmp_path / "new"), overwrite=False, resume=None)
+
+
+def test_each_split_limit_applies_to_its_own_split():
+    raw = datasets.DatasetDict(
+        {k: datasets.Dataset.from_dict({"x": list(range(10))}) for k in ("train", "validation", "test")}
+    )
+    sizes = {k: len(v) for k, v in truncate_splits(raw, 7, 3, None).items()}
+    assert sizes == {"train": 7, "validation": 3, "test": 10}
+    sizes = {k: len(v) for k, v in truncate_splits(raw, None, 20, 2).items()}
+    assert sizes == {"train": 10, "validation": 10, "test": 2}
+
+
+def test_local_files_load_into_the_split_they_are_given_for(tmp_path):
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.csv").write_text(f"text,label\n{split} row,1\n")
+    raw = load_local_files(*(str(tmp_path / f"{s}.csv") for s in ("train", "validation", "test")))
+    assert {split: raw[split]["text"] for split in raw} == {s: [f"{s} row"] for s in ("train", "validation", "test")}
+    with pytest.raises(UsageError, match="extension 'tsv'"):
+        load_local_files(str(tmp_path / "train.tsv"), None)
+
+
+def test_start_run_seeds_with_the_runs_seed(tmp_path, monkeypatch):
+    """The random state a run builds its model from is the one `--seed` gives."""
+    monkeypatch.setattr(logging.root, "handlers", [])  # start_run's basicConfig handler dies with the test
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    model_args = type("ModelArguments", (), {"model_name_or_path": "tiny-gpt2"})()
+    draws = []
+    try:
+        for seed in (7, 7, 8):
+            args = HeadsTrainingArguments(output_dir=str(tmp_path / str(seed)), seed=seed, report_to="none")
+            head, checkpoint = start_run(model_args, RunArguments(), args)
+            draws.append(torch.rand(4))
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    assert head == SOFTMAX and checkpoint is None
+    transformers.set_seed(7)
+    assert torch.equal(draws[0], torch.rand(4)) and torch.equal(draws[1], draws[0])
+    assert not torch.equal(draws[2], draws[0])
+
+
+# ---------------------------------------------------------------- seq2seq (run_translation / _summarization / _qg)
+
+
+def _task(rows: dict):
+    from hf_heads.cli.seq2seq import Seq2SeqTask
+
+    def load(name):
+        return datasets.DatasetDict({k: datasets.Dataset.from_dict({"translation": v}) for k, v in rows.items()})
+
+    return Seq2SeqTask("translation", "Translation", ("toy-es-en",), load, None, None, ("bleu",))
+
+
+def test_a_bundled_corpus_translates_in_the_direction_of_its_name():
+    from hf_heads.cli.seq2seq import DataArguments, load_pairs
+
+    rows = {"train": [{"es": "el rey habló", "en": "the king spoke"}], "test": [{"es": "la luz", "en": "the light"}]}
+    pairs = load_pairs(_task(rows), DataArguments(dataset_name="toy-es-en"))
+    assert pairs["train"][0] == {"source": "el rey habló", "target": "the king spoke"}
+    assert pairs["test"][0] == {"source": "la luz", "target": "the light"}
+    flipped = load_pairs(_task(rows), DataArguments(dataset_name="toy-es-en", source_lang="en", target_lang="es"))
+    assert flipped["train"][0] == {"source": "the king spoke", "target": "el rey habló"}
+
+
+def _pairs(sources: list[str], targets: list[str]) -> datasets.DatasetDict:
+    split = datasets.Dataset.from_dict({"source": sources, "target": targets})
+    return datasets.DatasetDict(train=split, validation=split)
+
+
+def test_head_tail_sources_keep_the_prefix_and_targets_their_own_length():
+    from hf_heads.cli.seq2seq import DataArguments, tokenize_splits
+
+    source = " ".join(f"w{i}" for i in range(30))
+    target = "a b c d e f g h"
+    tok = build_word_tokenizer(["summarize :", source, target])
+    data = DataArguments(source_prefix="summarize: ", head_tail=True, max_source_length=12, max_target_length=4)
+    row = tokenize_splits(_pairs([source], [target]), tok, data, None)["train"][0]
+    words = tok.convert_ids_to_tokens(row["input_ids"])
+    assert len(words) == 12 and words[:2] == ["summarize", ":"] and words[-3:] == ["w28", "w29", "</s>"]
+    assert tok.convert_ids_to_tokens(row["labels"]) == ["a", "b", "c", "</s>"]
+    plain = tokenize_splits(_pairs([source], [target]), tok, DataArguments(source_prefix="summarize: "), None)
+    assert tok.convert_ids_to_tokens(plain["train"][0]["input_ids"])[:3] == ["summarize", ":", "w0"]
+
+
+def test_continuous_training_targets_keep_their_end_of_sequence(tmp_path):
+    """Words outside the embedding table become <unk> in the training targets; </s> stays (the model learns to
+    stop)."""
+    from hf_heads.cli.seq2seq import DataArguments, tokenize_splits
+    from hf_heads.data import embedding_table
+
+    tok = build_word_tokenizer(["el rey habló", "the king spoke qwzxv"])
+    table = save_table(tmp_path / "t.npz", ["the", "king", "spoke"], torch.randn(3, 4).numpy())
+    _, covered = embedding_table(tok, str(table))
+    pairs = _pairs(["el rey habló"], ["the qwzxv king spoke"])
+    labels = tokenize_splits(pairs, tok, DataArguments(), covered)["train"][0]["labels"]
+    assert tok.convert_ids_to_tokens(labels) == ["the", "<unk>", "king", "spoke", "</s>"]
+    labels = tokenize_splits(pairs, tok, DataArguments(), covered)["validation"][0]["labels"]
+    assert tok.convert_ids_to_tokens(labels) == ["the", "qwzxv", "king", "spoke", "</s>"]  # references unchanged
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_tie_word_embeddings_ties_a_built_in_backbones_head(tie):
+    from hf_heads.cli.seq2seq import ModelArguments, build_model
+
+    tok = build_word_tokenizer(["the king spoke to the people"])
+    model = build_model(ModelArguments(model_name_or_path="tiny-bart", tie_word_embeddings=tie), SOFTMAX, tok)
+    assert (model.head.weight is model.backbone.get_input_embeddings().weight) == tie
+    assert model.config.tie_word_embeddings == tie and model.head.weight.shape == (len(tok), 128)
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-bart", "tiny-marian", "tiny-t5", "tiny-bert"])
+def test_each_setting_of_a_built_in_backbone_reaches_its_config(name):
+    """Every setting a built-in backbone is declared with is a field of its architecture's config and holds the
+    declared value (a misspelt key would be kept as an unused attribute and the model built with the default)."""
+    from transformers import CONFIG_MAPPING
+
+    from hf_heads.cli.backbones import TINY_BACKBONES, TINY_ENCODERS, TINY_SEQ2SEQ, tiny_backbone_config
+
+    spec = dict({**TINY_BACKBONES, **TINY_SEQ2SEQ, **TINY_ENCODERS}[name])
+    config = tiny_backbone_config(name, build_word_tokenizer(["the king spoke"]))
+    defaults = CONFIG_MAPPING[spec.pop("model_type")]()
+    for key, value in spec.items():
+        assert hasattr(defaults, key), f"{name}: {key} is not a field of {type(defaults).__name__}"
+        assert getattr(config, key) == value, (name, key)
+
+
+def test_built_in_causal_backbones_have_a_512_token_context():
+    """tiny-gpt2 (make demo's and README's backbone) and tiny-llama hold 512 positions: the same texts and
+    --block_size values fit whichever of the two a run uses."""
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+    from hf_heads.cli.backbones import tiny_backbone_config
+
+    tok = build_word_tokenizer(["the king spoke to the people"])
+    for name in ("tiny-gpt2", "tiny-llama"):
+        config = tiny_backbone_config(name, tok)
+        assert config.max_position_embeddings == 512, name
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_backbone_config("tiny-gpt2", tok), head=SOFTMAX))
+    assert model.backbone.wpe.num_embeddings == 512  # its table of learned positions
+
+
+# ------------------------------------------------------------------------------------------- errors name the flags
+
+
+def _error_line(monkeypatch, capsys, argv: list[str], fail) -> str:
+    """The one line `main_wrapper` prints for `fail()` raising in a run started as `run_clm.py *argv`."""
+    from hf_heads.cli.errors import main_wrapper
+
+    monkeypatch.delenv("HF_HEADS_TRACEBACK", raising=False)
+    monkeypatch.setattr("sys.argv", ["run_clm.py", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main_wrapper(fail)
+    assert exited.value.code == 2
+    return capsys.readouterr().err.strip()
+
+
+def _head_config(argv: list[str]):
+    parser = transformers.HfArgumentParser(HeadsTrainingArguments)
+    return lambda: parser.parse_args_into_dataclasses(["--output_dir", "out", *argv])[0].head_config()
+
+
+def test_a_head_flag_a_family_lacks_is_answered_with_its_flags(monkeypatch, capsys):
+    """The options a family has are listed as the flags that set them (`--loss_chunk_size`, not `chunk_size`);
+    options that are no flag are left out."""
+    argv = ["--head", "sparse", "--num_samples", "5"]
+    line = _error_line(monkeypatch, capsys, argv, _head_config(argv))
+    assert line.startswith("error: --num_samples is not an option of head family 'sparse'; flags: "), line
+    listed = line.split("flags: ")[1].split(", ")
+    assert {"--loss_chunk_size", "--head_label_smoothing", "--head_bias", "--k"} <= set(listed), listed
+    assert all(name.startswith("--") for name in listed), listed
+    argv = ["--head", "continuous", "--loss_chunk_size", "64"]
+    line = _error_line(monkeypatch, capsys, argv, _head_config(argv))
+    assert line.startswith("error: --loss_chunk_size is not an option of head family 'continuous'"), line
+    assert "embedding_dim" not in line and "--logit_scale" in line, line  # embedding_dim: set from the table
+
+
+def test_an_option_error_raised_later_names_the_flag_that_gave_it(monkeypatch, capsys):
+    """An error named after the head section (`head.chunk_size`, raised when the model is built) names the flag
+    when the run was given that flag, and keeps the option's name when the value came from elsewhere (a config)."""
+    from hf_heads.validation import OptionError
+
+    def fail():
+        raise OptionError("chunk_size", 0, "must be >= 1 (chunk_size=0, label_smoothing=0.1)", "head.chunk_size")
+
+    line = _error_line(monkeypatch, capsys, ["--loss_chunk_size", "0"], fail)
+    assert line == "error: --loss_chunk_size=0 must be >= 1 (--loss_chunk_size=0, --head_label_smoothing=0.1)"
+    line = _error_line(monkeypatch, capsys, ["--model_name_or_path", "out/run"], fail)
+    assert line == "error: head.chunk_size=0 must be >= 1 (chunk_size=0, label_smoothing=0.1)"
+
+    def too_many_samples():
+        raise OptionError("head.num_samples", 50, "must be < the number of classes (10)")
+
+    line = _error_line(monkeypatch, capsys, ["--head", "sampled", "--num_samples=50"], too_many_samples)
+    assert line == "error: --num_samples=50 must be < the number of classes (10)"
+
+
+@pytest.mark.parametrize("given", [["--source_column", "es"], ["--target_column", "en"]])
+def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch, capsys, tmp_path, given):
+    """A seq2seq run given --source_column without --target_column (or the reverse) stops before loading a model
+    with one line that says the two flags go together."""
+    from hf_heads.cli.seq2seq import main
+
+    monkeypatch.setattr(logging.root, "handlers", [])  # start_run's basicConfig handler dies with the test
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    (tmp_path / "train.csv").write_text("es,en\nel rey,the king\n")
+    argv = ["--output_dir", str(tmp_path / "out"), "--train_file", str(tmp_path / "train.csv"), *given]
+    try:
+        line = _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]  # after datasets' bars
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    assert line == "error: --source_column and --target_column go together: give both or neither"
+
+
+def _argument_classes() -> dict[str, type]:
+    """Every argument dataclass the run scripts parse: the `*Arguments` classes of hf_heads.cli and of each script."""
+    import dataclasses
+    import importlib
+    import importlib.util
+    import pkgutil
+    import sys
+    from pathlib import Path
+
+    import hf_heads.cli
+
+    modules = [importlib.import_module(i.name) for i in pkgutil.walk_packages(hf_heads.cli.__path__, "hf_heads.cli.")]
+    scripts = Path(__file__).resolve().parents[2] / "run_scripts"
+    for path in sorted(scripts.glob("run_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return {
+        f"{module.__name__}.{name}": cls
+        for module in modules
+        for name, cls in vars(module).items()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and name.endswith("Arguments")
+    }
+
+
+def test_every_run_script_argument_has_its_help():
+    """`--help` explains every flag: each field of each argument class the scripts parse carries a help text."""
+    import dataclasses
+
+    classes = _argument_classes()
+    assert {"hf_heads.cli.seq2seq.DataArguments", "hf_heads.cli.runs.RunArguments"} <= set(classes)
+    missing = [f"{where}.{f.name}" for where, cls in classes.items() for f in dataclasses.fields(cls)
+               if not f.metadata.get("help")]  # fmt: skip
+    assert not missing, f"arguments without a help text: {missing}"

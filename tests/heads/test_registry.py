@@ -1,0 +1,310 @@
+"""The head-family registry: a family is its head module, its head class registered with `register("family")`, and
+nothing outside hf_heads/heads dispatches on a family's name or type."""
+
+import ast
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import family_heads, tiny_gpt2_config
+
+from hf_heads import HeadsConfig, HeadsForCausalLM
+from hf_heads.components import register
+from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
+from hf_heads.heads.options import HeadOptions, ReferenceBatch
+from hf_heads.heads.registry import register_family
+from hf_heads.losses import LossRows
+from hf_heads.training.cards import inference_note, loss_labels
+from hf_heads.validation import OptionError, check_number
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILY_NAMES = tuple(FAMILIES)  # the built-in families (the toy one below is registered by its test only)
+
+
+@dataclass
+class TemperatureHeadOptions(SoftmaxHeadOptions):
+    temperature: float = field(default=1.0, metadata={"help": "Logits are divided by it."})
+
+    def check(self) -> None:
+        super().check()
+        check_number("temperature", self.temperature, exclusive_minimum=0)
+
+    def reference(self, batch: ReferenceBatch):
+        z = (batch.hidden @ batch.params["weight"].T + batch.params["bias"]) / self.temperature
+        return self.reference_loss(z, batch), z
+
+
+class TemperatureHead(SoftmaxHead):  # registered by the fixture below (the decorator's call, undone after)
+    family = "temperature"
+    options_class = TemperatureHeadOptions
+    paper = "a toy family of the registry test"
+    logits_note = "the logits divided by the temperature"
+
+    def training_loss(self, hidden, labels, rows: LossRows):
+        z = self.inference_logits(hidden).flatten(0, -2)
+        per_row = F.cross_entropy(z, labels.flatten().clamp_min(0), reduction="none")  # finite on ignored rows
+        return rows.reduce(per_row, labels)  # ignored rows, num_items_in_batch and an all-padding batch as hf_heads'
+
+    eval_loss = training_loss
+
+    def inference_logits(self, hidden):
+        return super().inference_logits(hidden) / self.options.temperature
+
+
+@pytest.fixture
+def temperature_family():
+    assert register("family")(TemperatureHead) is TemperatureHead  # `@register("family")` on the class
+    yield
+    del FAMILIES["temperature"]
+
+
+def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
+    """make_head, config validation, the model (forward, save, from_pretrained) and the card text all follow the
+    registry; nothing else is edited."""
+    assert family_heads()["temperature"] == {"family": "temperature"}  # the suites that run every family run it
+    assert TemperatureHeadOptions.contract_examples == {}  # its own (none), not the softmax family's
+    with pytest.raises(ValueError, match=r"head.temperature=0 must be > 0"):
+        HeadsConfig(
+            backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(),
+            head={"family": "temperature", "temperature": 0},
+        )
+    config = HeadsConfig(
+        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(),
+        head={"family": "temperature", "temperature": 2.0},
+    )
+    model = HeadsForCausalLM(config).eval()
+    assert type(model.head) is TemperatureHead and config.head["temperature"] == 2.0
+    ids = torch.randint(0, 50, (2, 6))
+    out = model(input_ids=ids, labels=ids)
+    hidden = model.backbone(input_ids=ids).last_hidden_state
+    plain = hidden @ model.head.weight.T + model.head.bias
+    torch.testing.assert_close(out.logits, plain / 2.0)
+    torch.testing.assert_close(out.loss, F.cross_entropy((plain / 2.0)[:, :-1].flatten(0, 1), ids[:, 1:].flatten()))
+    model.save_pretrained(tmp_path)
+    again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(again(input_ids=ids).logits, out.logits)
+    assert "divided by the temperature" in inference_note(model)
+    assert make_head(16, 50, {"family": "temperature"}).options.temperature == 1.0
+    assert loss_labels(model)["eval_label"] == "eval loss (NLL of the word)"
+
+
+def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refused(temperature_family):
+    """The toy family's loss and logits are its `reference`'s (the contract suite runs a family registered before
+    it collects, tests/heads/test_contract.py); registering options that define no reference is refused."""
+    head = make_head(4, 7, {"family": "temperature", "temperature": 2.0}).train()
+    hidden, labels = torch.randn(5, 4), torch.tensor([1, 6, -100, 0, 3])
+    params = {name: p.detach() for name, p in head.named_parameters()}
+    rows, logits = head.options.reference(ReferenceBatch(hidden, labels, params, training=True))
+    torch.testing.assert_close(head.loss(hidden[labels != -100], labels[labels != -100]), rows.mean())
+    torch.testing.assert_close(head.logits(hidden), logits)
+
+    @dataclass
+    class NoReference(HeadOptions):
+        pass
+
+    with pytest.raises(ValueError, match="head family 'bare': NoReference defines no `reference`"):
+        register_family("bare", NoReference, TemperatureHead)
+    assert "bare" not in FAMILIES
+
+
+def test_a_family_written_outside_reduces_its_rows_with_the_public_helper(temperature_family):
+    """The toy family reduces its per-row losses with `LossRows.reduce`: ignored rows count 0 (their gradient too),
+    "mean" divides by the labelled rows or by `num_items_in_batch` (a tensor: no host read), "none" keeps the labels'
+    shape, and a batch of padding only gives 0 with a zero gradient, never NaN (a 0 / 0 of a hand-written mean)."""
+    head = make_head(4, 7, {"family": "temperature", "temperature": 2.0}).train()
+    hidden = torch.randn(2, 3, 4, requires_grad=True)
+    labels = torch.tensor([[1, 6, -100], [0, -100, 3]])
+    z = head.logits(hidden)  # (2, 3, 7)
+    per_row = -torch.log_softmax(z, -1).gather(-1, labels.clamp_min(0)[..., None]).squeeze(-1) * (labels != -100)
+    torch.testing.assert_close(head.loss(hidden, labels), per_row.sum() / 4)
+    torch.testing.assert_close(head.loss(hidden, labels, reduction="sum"), per_row.sum())
+    torch.testing.assert_close(head.loss(hidden, labels, reduction="none"), per_row)
+    torch.testing.assert_close(head.loss(hidden, labels, num_items_in_batch=torch.tensor(10)), per_row.sum() / 10)
+    padding = torch.full_like(labels, -100)
+    loss = head.loss(hidden, padding)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(hidden.grad, torch.zeros_like(hidden))
+    with pytest.raises(ValueError, match="losses has 5 entries, labels 6: give one loss per label"):
+        LossRows().reduce(torch.zeros(5), labels)
+
+
+def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
+    """`OutputHead(hidden_size, num_classes, options)` takes the options object, a head section or None (the
+    family's defaults), as its docstring says, for every family."""
+    for name, entry in FAMILIES.items():
+        section = dict(next(iter(entry.options.examples.values())))
+        options = head_options({"family": name, **section})
+        for given in (options, section, {"family": name, **section}):
+            head = entry.head(6, 13, given)
+            assert head.options == options and type(head.options) is entry.options, (name, given)
+        if not entry.head.uses_embedding_table:  # (a continuous head needs its table's dimension)
+            assert entry.head(6, 13).options == head_options({"family": name}), name
+
+
+def test_another_class_cannot_take_a_familys_name():
+    """Registering the family's own class again changes nothing; another head class under its name is refused,
+    naming both classes (a same-named class of another module included: never silently the first or the last)."""
+    assert register("family")(SoftmaxHead) is SoftmaxHead and FAMILIES["softmax"].head is SoftmaxHead
+    impostor = type("SoftmaxHead", (SoftmaxHead,), {"family": "softmax", "options_class": SoftmaxHeadOptions,
+                                                    "__module__": "users_heads"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"head family 'softmax' is already registered by hf_heads\.heads\.softmax\."
+                                         r"SoftmaxHead; users_heads\.SoftmaxHead cannot take its name"):  # fmt: skip
+        register("family")(impostor)
+    with pytest.raises(ValueError, match="'softmax' is already registered"):
+        register_family("softmax", SoftmaxHeadOptions, TemperatureHead)
+    assert FAMILIES["softmax"].head is SoftmaxHead
+
+
+def test_a_family_registers_with_the_components_decorator_and_names_its_own_family_and_options():
+    """Every built-in family is a head class registered with `register("family")`, the decorator of every component
+    kind, naming its family and its options class in its own body; a subclass that inherits them (it would register
+    its parent again), or a class without them, is refused with both named."""
+    for name, entry in FAMILIES.items():
+        assert entry.head.__dict__["family"] == name and entry.head.__dict__["options_class"] is entry.options
+    inherits = type("Hotter", (TemperatureHead,), {})
+    with pytest.raises(TypeError, match=r"sets its own `family`.* Hotter has family=None, options_class=None"):
+        register("family")(inherits)
+    named = type("Named", (TemperatureHead,), {"family": "named"})
+    with pytest.raises(TypeError, match=r"Named has family='named', options_class=None"):
+        register("family")(named)
+    not_options = type("Odd", (TemperatureHead,), {"family": "odd", "options_class": dict})
+    with pytest.raises(TypeError, match=r"a HeadOptions dataclass"):
+        register("family")(not_options)
+    assert not {"named", "odd"} & set(FAMILIES)
+    with pytest.raises(ValueError, match=r"unknown component kind 'famly'; kinds: margin, .*, kernel, family"):
+        register("famly")
+
+
+def test_head_options_change_on_the_model_with_the_config_in_one_step(tmp_path):
+    """A head's options and `config.head` are one state: the options and the section are read-only (an edit of either
+    is refused where it is made, naming the way: before, an edited `config.head` ran the old head until a check
+    caught it, and an edited option could be lost on save); `model.set_head_options` validates the change (a refused
+    value changes nothing), keeps the head's trained tensors where they stay, writes `config.head`, takes effect at
+    once and is saved; a `config.head` replaced whole is refused at save."""
+    config = HeadsConfig(
+        backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "sparse", "k": 20}
+    )
+    model = HeadsForCausalLM(config).eval()
+    options = model.head.options
+    with pytest.raises(AttributeError, match=r"head options are read-only .*set_head_options\(decode_k=\.\.\.\)"):
+        options.decode_k = 3
+    with pytest.raises(TypeError, match=r"config.head is read-only: model.set_head_options"):
+        model.config.head["decode_k"] = 3
+    with pytest.raises(TypeError, match="read-only"):
+        model.config.head.update(decode_k=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(OptionError, match=r"^head.k=-1 must be >= 1"):
+        model.set_head_options(k=-1)
+    with pytest.raises(OptionError, match=r"decodek.* is not an option of head family 'sparse'"):
+        model.set_head_options(decodek=3)
+    assert model.head.options is options and model.config.head["decode_k"] is None
+    model.set_head_options(decode_k=3.0)
+    assert model.head.options.decode_k == 3 and isinstance(model.head.options.decode_k, int)
+    assert model.config.head["decode_k"] == 3 and model.config.head == model.head_section()
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the trained tensors stay
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    logits = model(input_ids=ids).logits
+    assert int(torch.isfinite(logits[0, 0]).sum()) == 3  # the change took effect
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["head"]["decode_k"] == 3
+    again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
+    assert again.head.options == model.head.options
+    torch.testing.assert_close(again(input_ids=ids).logits, logits)
+    model.config.head = {**model.config.head, "decode_k": 5}  # replaced whole: the head did not follow
+    with pytest.raises(ValueError, match=r"config.head was replaced.*\(decode_k: head 3, config 5\)"):
+        model.save_pretrained(tmp_path / "other")
+    assert not (tmp_path / "other" / "config.json").exists()
+
+
+def test_set_head_options_switches_the_family_from_the_current_output_layer():
+    """`family=` builds the new family's head and starts it from this one's output layer (W, b; a tied W stays tied;
+    the word counts), its other options at their defaults plus the changes; a family for another task, or one that
+    cannot start from the head, is refused before anything changes."""
+    config = HeadsConfig(backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "softmax"},
+                         tie_word_embeddings=True)  # fmt: skip
+    model = HeadsForCausalLM(config)
+    weight = model.head.weight
+    model.head.set_word_counts(torch.arange(50.0))
+    model.set_head_options(family="margin", margin="arc", m=0.2)
+    assert model.head.family == "margin" and model.config.head["margin"] == {"type": "arc", "m": 0.2}
+    assert model.head.weight is model.get_input_embeddings().weight is weight  # still tied
+    assert torch.equal(model.head.word_counts, torch.arange(50.0))
+    with pytest.raises(OptionError, match=r"head.family='continuous' is not a head for HeadsForCausalLM"):
+        model.set_head_options(family="continuous")
+    assert model.head.family == "margin" and model.config.head["family"] == "margin"
+    with pytest.raises(OptionError, match="head.family='nope' is not allowed"):
+        model.set_head_options(family="nope")
+
+
+def test_options_coerce_what_json_and_the_command_line_change():
+    """An integral float for an int option, and an L-Softmax m of 2.0 (the `--m` flag is a float) become ints, for
+    every family that has them; a fractional one is refused with the field named."""
+    from transformers import HfArgumentParser
+
+    from hf_heads.training import HeadsTrainingArguments
+
+    parser = HfArgumentParser(HeadsTrainingArguments)
+    for family in ("margin", "sampled"):
+        (args,) = parser.parse_args_into_dataclasses(
+            ["--output_dir", "x", "--head", family, "--margin", "lsm", "--m", "2"]
+        )
+        head = args.head_config()
+        assert head["margin"] == {"type": "lsm", "m": 2} and isinstance(head["margin"]["m"], int)
+    head = make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.0, "noise": "uniform"})
+    assert head.options.num_samples == 4 and isinstance(head.options.num_samples, int)
+    with pytest.raises(ValueError, match=r"head.num_samples=4.5 must be an integer"):
+        make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.5, "noise": "uniform"})
+    with pytest.raises(ValueError, match=r"head.m=2.5 must be an integer"):
+        make_head(8, 20, {"family": "margin", "margin": "lsm", "m": 2.5})
+
+
+def test_every_family_gives_examples_that_build_and_its_first_is_labelled_with_its_name():
+    for name, entry in FAMILIES.items():
+        assert next(iter(entry.options.examples)) == name
+        for label, options in entry.options.examples.items():
+            options = head_options({"family": name, **options})  # valid
+            assert options.family == name, label
+    with pytest.raises(ValueError, match="head family 'warm': its first example is labelled with its name"):
+        register_family("warm", type("Warm", (TemperatureHeadOptions,), {"examples": {"hot": {}}}), TemperatureHead)
+    assert "warm" not in FAMILIES
+
+
+def _dispatch_on_family(path: Path) -> list[str]:
+    """Lines of `path` that compare with a family name or test a head / options class with isinstance."""
+    found = []
+    names = "|".join(FAMILY_NAMES)
+    compare = re.compile(rf"""(==|!=|\bin)\s*\(?["']({names})["']|["']({names})["']\s*(==|!=)""")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+            text = ast.unparse(node)
+            if re.search(r"(Head|HeadOptions)\b", text):
+                found.append(f"{path}:{node.lineno}: {text}")
+        if isinstance(node, ast.Compare):
+            text = ast.unparse(node)
+            if compare.search(text):
+                found.append(f"{path}:{node.lineno}: {text}")
+    return found
+
+
+def test_nothing_outside_the_heads_dispatches_on_a_family():
+    """Models, trainer, cards, scripts and benchmarks ask the head (or the registry), never its family's name."""
+    paths = [p for p in (ROOT / "hf_heads").rglob("*.py") if "heads" not in p.relative_to(ROOT / "hf_heads").parts]
+    paths += list((ROOT / "run_scripts").glob("*.py"))
+    found = [line for p in paths for line in _dispatch_on_family(p)]
+    assert not found, "\n".join(found)
+    assert _dispatch_on_family(ROOT / "tests" / "fixtures" / "make_legacy_checkpoints.py")  # the check can fail
+
+
+def test_component_objects_are_built_once_per_options_object():
+    head = make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4, "noise": "uniform"})
+    options = head.options
+    assert options.sampler is options.sampler and options.sampler.name == "mcs"  # kept: asked at every step
+    changed = dataclasses.replace(options, method="is")  # a new object (the options are read-only)
+    assert changed.sampler.name == "is" and changed.component("noise").name == "uniform"
+    assert options.sampler.name == "mcs"

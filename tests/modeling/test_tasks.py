@@ -1,0 +1,218 @@
+"""HeadsForSeq2SeqLM and HeadsForSequenceClassification: every discrete family on BART / T5 / Marian /
+BERT2BERT and BERT / GPT-2 backbones, generate, pooling, config errors (save / load through the Auto classes and the
+export without hf_heads of every family: tests/heads/test_contract.py)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import family_heads, seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config
+from transformers import BartForConditionalGeneration, GPT2Config
+
+from hf_heads import HeadsConfig, HeadsForSeq2SeqLM, HeadsForSequenceClassification
+from hf_heads.modeling.seq2seq import shift_tokens_right
+
+V = 50
+SEQ2SEQ_HEADS = family_heads("seq2seq", discrete=True)
+CLASSIFIER_HEADS = family_heads("classification", discrete=True)
+LABELS = {0: "animal", 1: "plant", 2: "act", 3: "time", 4: "place"}
+
+
+def _no_dropout(model):
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+@pytest.mark.parametrize("kind", ["bart", "t5", "marian", "bert2bert"])
+@pytest.mark.parametrize("family", list(SEQ2SEQ_HEADS))
+def test_seq2seq_every_backbone_and_family(kind, family):
+    torch.manual_seed(0)
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config(kind), head=SEQ2SEQ_HEADS[family]))
+    x, mask, y = seq2seq_batch()
+    out = model(input_ids=x, attention_mask=mask, labels=y)
+    assert out.logits is None and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert model.head.weight.grad is not None and torch.isfinite(model.head.weight.grad).all()
+    model.eval()
+    for beams in (1, 3):
+        generated = model.generate(
+            input_ids=x, attention_mask=mask, max_new_tokens=4, num_beams=beams, do_sample=False
+        )
+        assert generated.shape[0] == 3 and generated.shape[1] <= 5
+        assert bool((generated[:, 0] == model.generation_config.decoder_start_token_id).all())
+
+
+def test_seq2seq_softmax_head_equals_bart(tmp_path):
+    """from_base of a BART checkpoint: same logits, same loss (the head owns it), same beam search."""
+    torch.manual_seed(0)
+    base = BartForConditionalGeneration(tiny_enc_dec_config("bart")).eval()
+    base.save_pretrained(tmp_path)
+    model = HeadsForSeq2SeqLM.from_base(str(tmp_path)).eval()
+    x, mask, y = seq2seq_batch()
+    ours, theirs = model(input_ids=x, attention_mask=mask, labels=y), base(input_ids=x, attention_mask=mask, labels=y)
+    torch.testing.assert_close(ours.logits, theirs.logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours.loss, theirs.loss, rtol=1e-6, atol=1e-6)
+    kw = dict(input_ids=x, attention_mask=mask, max_new_tokens=6, num_beams=3, min_new_tokens=6, do_sample=False)
+    assert torch.equal(model.generate(**kw), base.generate(**kw))
+
+
+def test_seq2seq_loss_is_reference_cross_entropy_and_cache_is_consistent():
+    torch.manual_seed(0)
+    model = _no_dropout(
+        HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bert2bert"), head={"family": "softmax"}))
+    )
+    x, mask, y = seq2seq_batch()
+    dec_in = shift_tokens_right(y, 1, 2)
+    assert dec_in[1, 4] == 1 and dec_in[0, 0] == 2 and torch.equal(dec_in[0, 1:], y[0, :-1])
+    model.eval()
+    logits = model(input_ids=x, attention_mask=mask, decoder_input_ids=dec_in).logits  # (B, T, V)
+    reference = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(model(input_ids=x, attention_mask=mask, labels=y).loss, reference)
+    kw = dict(input_ids=x, attention_mask=mask, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    assert torch.equal(model.generate(**kw, use_cache=True), model.generate(**kw, use_cache=False))
+
+
+def test_seq2seq_sparse_beam_search_uses_truncated_distribution():
+    torch.manual_seed(0)
+    model = HeadsForSeq2SeqLM(
+        HeadsConfig(backbone=tiny_enc_dec_config("bart"), head={"family": "sparse", "k": 3})
+    ).eval()
+    x, mask, _ = seq2seq_batch()
+    out = model.generate(
+        input_ids=x,
+        attention_mask=mask,
+        max_new_tokens=3,
+        num_beams=3,
+        output_scores=True,
+        return_dict_in_generate=True,
+        do_sample=False,
+    )
+    for step in out.scores:  # (B * beams, V): at most k finite scores per row
+        assert int(torch.isfinite(step).sum(-1).max()) <= 3
+
+
+def test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for():
+    """from_base of a transformers EncoderDecoderModel (BERT2BERT) with `head=`: the model's config and head are that
+    head's (a sparse head: its k kept, saved, and its refusal of wider beams in generate)."""
+    from transformers import EncoderDecoderModel
+
+    from hf_heads.heads.sparse import SparseHead
+    from hf_heads.validation import OptionError
+
+    torch.manual_seed(0)
+    pair = EncoderDecoderModel(config=tiny_enc_dec_config("bert2bert", no_dropout=True)).eval()
+    model = HeadsForSeq2SeqLM.from_base(pair, head={"family": "sparse", "k": 5})
+    assert model.config.head["family"] == "sparse" and model.config.head["k"] == 5
+    assert isinstance(model.head, SparseHead) and model.head.options.k == 5
+    x, mask, _ = seq2seq_batch()
+    with pytest.raises(OptionError, match="num_beams=6 must be <= decode_k=5"):
+        model.generate(input_ids=x, attention_mask=mask, max_new_tokens=2, num_beams=6)
+
+
+def test_seq2seq_refuses_decoder_only_backbone():
+    with pytest.raises(ValueError, match="not an encoder-decoder"):
+        HeadsForSeq2SeqLM(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2)))
+
+
+def _clf_config(kind: str, family: str, pooling: str = "auto") -> HeadsConfig:
+    if kind == "bert":
+        backbone = tiny_bert_config(V)
+    else:
+        backbone = tiny_gpt2_config(V, n_layer=1, pad_token_id=1)
+    head = CLASSIFIER_HEADS[family]
+    if "num_samples" in head:  # fewer noise samples than the 5 classes
+        head = {**head, "num_samples": 3}
+    return HeadsConfig(
+        backbone=backbone, head=head, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}, pooling=pooling
+    )
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+@pytest.mark.parametrize("family", list(CLASSIFIER_HEADS))
+def test_classification_every_backbone_and_family(kind, family):
+    torch.manual_seed(0)
+    model = HeadsForSequenceClassification(_clf_config(kind, family))
+    assert model.pooling == ("pooler" if kind == "bert" else "last")
+    x, mask, _ = seq2seq_batch()
+    labels = torch.tensor([0, 4, 2])
+    out = model(input_ids=x, attention_mask=mask, labels=labels)
+    assert out.logits is None and torch.isfinite(out.loss)
+    out.loss.backward()
+    model.eval()
+    logits = model(input_ids=x, attention_mask=mask).logits
+    assert logits.shape == (3, 5)
+
+
+def test_classification_softmax_loss_is_reference_and_margin_only_in_training():
+    torch.manual_seed(0)
+    plain = _no_dropout(HeadsForSequenceClassification(_clf_config("bert", "softmax"))).eval()
+    x, mask, _ = seq2seq_batch()
+    labels = torch.tensor([0, 4, 2])
+    logits = plain(input_ids=x, attention_mask=mask).logits
+    torch.testing.assert_close(
+        plain(input_ids=x, attention_mask=mask, labels=labels).loss, F.cross_entropy(logits, labels)
+    )
+    cos = _no_dropout(HeadsForSequenceClassification(_clf_config("bert", "margin")))
+    cos.load_state_dict(plain.state_dict(), strict=False)
+    cos.eval()
+    eval_loss = cos(input_ids=x, attention_mask=mask, labels=labels).loss
+    cos.train()
+    assert cos(input_ids=x, attention_mask=mask, labels=labels).loss > eval_loss  # the margin family's ArcFace m > 0
+
+
+def test_classification_last_token_pooling_ignores_padding_side():
+    torch.manual_seed(0)
+    model = _no_dropout(HeadsForSequenceClassification(_clf_config("gpt2", "softmax"))).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    right = torch.tensor([[5, 6, 7, 1, 1]]), torch.tensor([[1, 1, 1, 0, 0]])
+    left = torch.tensor([[1, 1, 5, 6, 7]]), torch.tensor([[0, 0, 1, 1, 1]])
+    alone = model(input_ids=ids[:, :3]).logits
+    torch.testing.assert_close(model(input_ids=right[0], attention_mask=right[1]).logits, alone)
+    position_ids = torch.tensor([[0, 0, 0, 1, 2]])
+    torch.testing.assert_close(
+        model(input_ids=left[0], attention_mask=left[1], position_ids=position_ids).logits, alone, rtol=1e-5, atol=1e-5
+    )
+    mean = _no_dropout(HeadsForSequenceClassification(_clf_config("gpt2", "softmax", pooling="mean"))).eval()
+    assert mean.pooling == "mean"
+
+
+def test_classification_bad_config():
+    with pytest.raises(ValueError, match=r"head.num_samples=8 must be < the number of classes \(5\)"):
+        HeadsForSequenceClassification(
+            HeadsConfig(backbone=GPT2Config(n_embd=32, n_head=2), head=CLASSIFIER_HEADS["sampled"], num_labels=5)
+        )
+    with pytest.raises(ValueError, match="pooling='cls' is not allowed"):
+        _clf_config("bert", "softmax", pooling="cls")
+    with pytest.raises(ValueError, match="pooling='pooler' but the 'gpt2' backbone has no pooler"):
+        HeadsForSequenceClassification(_clf_config("gpt2", "softmax", pooling="pooler"))
+    with pytest.raises(ValueError, match="num_labels=1 must be >= 2"):
+        HeadsForSequenceClassification(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2), num_labels=1))
+    with pytest.raises(ValueError, match="classifier_dropout=1.5 must be < 1"):
+        HeadsConfig(backbone=GPT2Config(), classifier_dropout=1.5)
+
+
+def test_classification_from_base_keeps_its_pooling_and_mean_pools_the_unpadded_tokens(tmp_path):
+    """from_base of a bare encoder with `pooling="mean"` and `classifier_dropout`: both kept (and saved); the mean is
+    over the tokens the attention mask keeps, so a right-padded sequence is classified as it is alone, by the head on
+    the mean of its hidden states."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(V, pad_token_id=1, no_dropout=True)).save_pretrained(tmp_path / "bert")
+    model = HeadsForSequenceClassification.from_base(
+        str(tmp_path / "bert"), id2label=LABELS, pooling="mean", classifier_dropout=0.25
+    ).eval()
+    assert model.pooling == "mean" and model.dropout.p == 0.25
+    model.save_pretrained(tmp_path / "clf")
+    config = HeadsForSequenceClassification.from_pretrained(tmp_path / "clf").config
+    assert (config.pooling, config.classifier_dropout) == ("mean", 0.25)
+    ids = torch.tensor([[5, 6, 7, 8, 1, 1], [9, 10, 11, 12, 13, 14]])
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        batched = model(input_ids=ids, attention_mask=mask).logits  # (2, C)
+        alone = model(input_ids=ids[:1, :4]).logits  # (1, C)
+        hidden = model.backbone(input_ids=ids[:1, :4]).last_hidden_state  # (1, 4, H)
+        naive = model.head(hidden.mean(1), return_logits=True)[1]  # (1, C)
+    torch.testing.assert_close(batched[:1], alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alone, naive, rtol=1e-5, atol=1e-5)

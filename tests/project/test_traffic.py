@@ -1,0 +1,94 @@
+"""The benchmarks' byte count (benchmarks/common/_traffic.py) against counts made by hand on small cases."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "common"))
+from _traffic import gb_cell, liger_chunk_rows, step_bytes  # noqa: E402
+
+SMALL = dict(n=4, hidden=3, vocab=5)  # (rows, V) = 20 entries, (V, H) = 15
+
+
+BEFORE = dict(zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False)  # the kernels' passes until 1c2c93d
+
+
+def test_hf_heads_triton_under_bf16_autocast_by_hand():
+    """Two chunks of 2 rows, bf16 products, float32 master W, bias, float32 workspace, d W added in the GEMM, the
+    backward scaling by d loss: the kernels' passes as they are, and as they were (`BEFORE`)."""
+    got = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True)
+    # (V, H): W to bf16 15·(4+2); W read by 2 chunks x 2 GEMMs 4·15·2; the first chunk writes the accumulator 15·4,
+    # the second reads and writes it 2·15·4; d W times d loss 2·15·4; into .grad 3·15·4
+    assert got["(V, H)"] == 90 + 120 + 60 + 120 + 120 + 180
+    # (rows, V): half product 20·2; cast to float32 20·6; Triton reads the float32 logits twice and writes a bf16
+    # gradient 20·10 (bias inside); d b from it 20·2; two GEMMs read it 2·20·2
+    assert got["(rows, V)"] == 40 + 120 + 200 + 40 + 80
+    assert got["total"] == 690 + 480
+    items = {k: v for k, v in got.items() if ": " in k}
+    assert sum(items.values()) == got["total"]
+    direct = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, gemm_writes_float32=True)
+    assert direct["(rows, V)"] == 20 * 4 + 200 + 40 + 80  # the GEMM writes float32 logits: no half copy, no cast
+    before = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True, **BEFORE)
+    # (V, H): the accumulator zeroed 15·4 and both chunks read and write it 2·2·15·4
+    assert before["(V, H)"] == 90 + 120 + 60 + 240 + 120 + 180
+    # (rows, V): + b (read, write) 20·8; Triton writes a float32 gradient 20·12; d b 20·4; d z to bf16 20·6
+    assert before["(rows, V)"] == 40 + 120 + 160 + 240 + 80 + 120 + 80
+
+
+def test_each_kernel_change_moves_fewer_bytes_at_the_gemma_sized_row():
+    """At N = 8192, H = 2304, V = 256k under bf16 autocast (float32 master weights, a bias, the backward scaling by
+    d loss): each change of the kernels' passes, applied in turn, lowers the Triton kernel's count, and so does the
+    accelerator's chunk size (1024 rows, hf_heads.losses.chunks.rows_per_chunk) against the CPU's 512."""
+    from hf_heads.losses.chunks import rows_per_chunk
+
+    gemma = dict(n=8192, hidden=2304, vocab=256_000, gemm=2, weight=4, scales_by_grad_out=True)
+    steps = [
+        dict(chunk_rows=512, **BEFORE),
+        dict(chunk_rows=512, bias_in_kernel=False, grad_in_gemm_dtype=False),  # d W written by the first chunk
+        dict(chunk_rows=512, grad_in_gemm_dtype=False),  # s ∘ z + b inside the row program
+        dict(chunk_rows=512),
+        dict(chunk_rows=512, gemm_writes_float32=True),
+        dict(chunk_rows=rows_per_chunk(8192, 256_000, device="cuda"), gemm_writes_float32=True),
+    ]
+    totals = [step_bytes("hf_heads-triton", **gemma, **kw)["total"] for kw in steps]
+    assert all(later < earlier for earlier, later in zip(totals[:-1], totals[1:], strict=True)), totals
+    assert totals[-1] < 0.55 * totals[0]  # 219 GB -> 112 GB by this count
+
+
+def test_triton_half_keeps_the_logits_in_bf16():
+    got = step_bytes("hf_heads-triton-half", **SMALL, gemm=2, weight=4, chunk_rows=2, bias=False)
+    # GEMM writes bf16 20·2; Triton 3 passes 20·6; two GEMMs read d z 20·4: no cast either way
+    assert got["(rows, V)"] == 40 + 120 + 80
+
+
+def test_naive_autocast_and_transformers_upcast_by_hand():
+    naive = step_bytes("naive", **SMALL, gemm=2, weight=4, autocast_log_softmax=True)
+    # (V, H): W to bf16 15·6; forward and d h GEMMs read it 2·15·2; d W written 15·2, cast back 15·6; .grad 3·15·4
+    assert naive["(V, H)"] == 90 + 60 + 30 + 90 + 180
+    # (rows, V): logits 20·2; log_softmax bf16 -> float32 20·6; zeroed gradient 20·4; its backward reads two
+    # float32 blocks and writes bf16 20·10; two GEMMs read d z 20·4; d b 20·2
+    assert naive["(rows, V)"] == 40 + 120 + 80 + 200 + 80 + 40
+    upcast = step_bytes("naive-upcast", **SMALL, gemm=2, weight=4, autocast_log_softmax=True)
+    # + the float32 copy 20·6 and its backward 20·6; log_softmax float32 -> float32 20·8; its backward all float32
+    assert upcast["(rows, V)"] == 40 + 120 + 160 + 80 + 240 + 120 + 80 + 40
+
+
+def test_floor_liger_and_cce():
+    floor = step_bytes("floor", **SMALL, gemm=2)
+    assert (floor["(rows, V)"], floor["(V, H)"]) == (3 * 20 * 2, 3 * 15 * 2)
+    liger = step_bytes("liger", **SMALL, gemm=2, weight=2, chunk_rows=2, bias=False)
+    # W read by 2 chunks x 2 GEMMs 4·15·2; d W zeroed 15·2 and added per chunk 2·2·15·2; .grad 3·15·2
+    assert liger["(V, H)"] == 120 + 30 + 120 + 90
+    assert liger["(rows, V)"] == 20 * 2 + 3 * 20 * 2 + 2 * 20 * 2
+    cce = step_bytes("cce", **SMALL, gemm=2, weight=2, bias=False)
+    assert (cce["(rows, V)"], cce["(V, H)"]) == (0, 2 * 30 + 3 * 30 + 3 * 30)
+    assert liger_chunk_rows(8192, 2304, 256_000) == 128  # next_power_of_2(ceil(8192 / ceil(256000 / 2304)))
+
+
+def test_frozen_weight_and_cell():
+    frozen = step_bytes("hf_heads-eager", **SMALL, frozen=True, bias=False)
+    assert frozen["(V, H)"] == 2 * 15 * 4  # W read by the two GEMMs of the one chunk, no gradient
+    assert gb_cell({"total": 3e9, "(rows, V)": 1e9, "(V, H)": 2e9}) == "3 (1 + 2)" and gb_cell(None) == "—"
+    with pytest.raises(ValueError, match="impl="):
+        step_bytes("nope", **SMALL)
