@@ -6,7 +6,7 @@ of their union with one code whether the tiles sit in one process (`Stacked`, `O
 log-sum-exp (Milakov & Gimelshein 2018) M = max_j m_j, S = Σ_j e^{m_j − M} S_j, and sums. From a row's merged
 statistics come `row_loss` / `sigmoid_loss` and, tile by tile, the gradient (`support_grad_`, `finish_grad_`). The
 sparse-softmax support (sparse paper eq. 5) is the logits at or above the row's k-th largest over every tile
-(`top_k_floor`). The Triton row program (hf_heads.losses._triton_rows) is the GPU kernel's own copy.
+(`top_k_floor`). The Triton row program (hf_heads.losses._triton_program) is the GPU kernel's own copy.
 """
 
 from __future__ import annotations
