@@ -45,11 +45,11 @@ def _open(path: str, versification: str):
 
 
 def extract_verses() -> list[tuple[str, int, int, str, str]]:
-    """Rows (book, chapter, verse, english, spanish) of every WEB verse in canonical order ('' where RV1909 has
+    """Records (book, chapter, verse, english, spanish) of every WEB verse in canonical order ('' where RV1909 has
     none)."""
     web, rv = _open(WEB_PATH, "nrsva"), _open(RV_PATH, "kjv")
     rv_books = {b.osis_name: b for part in rv.get_structure().get_books().values() for b in part}
-    rows: list[tuple[str, int, int, str, str]] = []
+    verses: list[tuple[str, int, int, str, str]] = []
     for part in web.get_structure().get_books().values():
         for book in part:
             other = rv_books.get(book.osis_name)
@@ -64,14 +64,14 @@ def extract_verses() -> list[tuple[str, int, int, str, str]]:
                             rv.get(books=[book.osis_name], chapters=[chapter], verses=[verse], clean=False)
                         )
                     if en:
-                        rows.append((book.osis_name, chapter, verse, en, es))
-    return rows
+                        verses.append((book.osis_name, chapter, verse, en, es))
+    return verses
 
 
-def write_tsv(rows: list[tuple[str, int, int, str, str]], out: Path) -> None:
+def write_tsv(verses: list[tuple[str, int, int, str, str]], out: Path) -> None:
     with lzma.open(out, "wt", encoding="utf-8", preset=9) as f:
         f.write("book\tchapter\tverse\ten\tes\n")
-        for book, chapter, verse, en, es in rows:
+        for book, chapter, verse, en, es in verses:
             f.write(f"{book}\t{chapter}\t{verse}\t{en.replace(chr(9), ' ')}\t{es.replace(chr(9), ' ')}\n")
 
 

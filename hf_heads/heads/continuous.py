@@ -26,9 +26,10 @@ from torch import nn
 from hf_heads.components import REGISTRIES, component_config, make_component, register
 from hf_heads.heads.base import SERVED_AS_IT_IS, OutputHead
 from hf_heads.heads.options import COMPONENT, HeadOptions, ReferenceBatch
-from hf_heads.losses._rows import autocast_off, check_labels, compute_dtype, reduce_rows, valid_rows
 from hf_heads.losses.continuous import nearest_neighbour_diagnostics
 from hf_heads.losses.continuous_losses import ContinuousBatch
+from hf_heads.losses.precision import autocast_off, compute_dtype
+from hf_heads.losses.reduction import check_labels, reduce_rows, valid_rows
 from hf_heads.validation import OptionError, check_choice, check_number
 
 _DIAGNOSTIC_ROWS = 256  # positions of the last training batch kept for the table-2 diagnostics
@@ -225,9 +226,9 @@ class ContinuousHeadOptions(HeadOptions):
         scale = p["log_logit_scale"].exp().clamp(max=MAX_LOGIT_SCALE) if self.learn_logit_scale else self.logit_scale
         candidates = p.get("output_mask") if self.output_vocabulary == "targets" else None
         valid, loss = batch.valid, self.component("loss")
-        rows = loss.reference(ContinuousBatch(pred[valid], batch.labels[valid], table, scale, candidates))
+        losses = loss.reference(ContinuousBatch(pred[valid], batch.labels[valid], table, scale, candidates))
         scores = (F.normalize(pred, dim=1) * scale if loss.cosine_scores else pred) @ table.T  # (N, V)
-        return rows, scores if candidates is None else scores.masked_fill(~candidates, float("-inf"))
+        return losses, scores if candidates is None else scores.masked_fill(~candidates, float("-inf"))
 
     def describe(self) -> str:
         centred = "" if self.center_embeddings == "none" else f", {self.center_embeddings}-centred table"
@@ -391,20 +392,20 @@ class ContinuousHead(OutputHead):
             out = self.proj_norm(out)
         return out.to(compute_dtype(self.proj.weight))
 
-    def training_loss(self, hidden, labels, rows):
+    def training_loss(self, hidden, labels, counting):
         """Loss of hidden (*, H) against word ids (*); "mean" divides by `num_items_in_batch`, else by the valid
         positions."""
         table = self._table()
-        flat_h, flat_y, valid = valid_rows(hidden, labels, rows.ignore_index)
-        check_labels(flat_y, self.num_classes, rows.ignore_index)
+        flat_h, flat_y, valid = valid_rows(hidden, labels, counting.ignore_index)
+        check_labels(flat_y, self.num_classes, counting.ignore_index)
         pred = self.predict(flat_h[valid])  # (n, d)
         ids = flat_y[valid]
         if self.training:
             self._last = (pred.detach()[:_DIAGNOSTIC_ROWS], ids[:_DIAGNOSTIC_ROWS])
         batch = ContinuousBatch(pred, ids, table, scale=self.logit_scale, candidates=self._candidates())
-        losses = self.options.component("loss").rows(batch)  # (n,)
+        losses = self.options.component("loss").row_losses(batch)  # (n,)
         losses = losses + 0.0 * pred.sum()  # (n,); keeps the graph when every position is ignored
-        return reduce_rows(losses, valid, labels.shape, rows.reduction, rows.num_items_in_batch)
+        return reduce_rows(losses, valid, labels.shape, counting.reduction, counting.num_items_in_batch)
 
     def inference_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(*, V) decoding scores: û·Eᵀ (vMF) or s · cos(û, E); -inf outside the output vocabulary."""

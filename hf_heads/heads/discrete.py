@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_heads.heads.base import OutputHead
-from hf_heads.losses._rows import LossRows, compute_dtype
 from hf_heads.losses.entry import FULL, output_loss
 from hf_heads.losses.parts import Candidates, Criterion, Impl
+from hf_heads.losses.precision import compute_dtype
+from hf_heads.losses.reduction import RowCounting
 from hf_heads.losses.scorer import Scorer
 from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import vocab_shard, whole_parameters
@@ -132,16 +133,16 @@ class DiscreteHead(OutputHead):
         rows)`)."""
         return False
 
-    def loss_and_token_statistics(self, hidden, labels, **rows):
+    def loss_and_token_statistics(self, hidden, labels, **counting):
         if not self.pass_is_inference_distribution:
-            return super().loss_and_token_statistics(hidden, labels, **rows)
-        return self._cross_entropy(hidden, labels, self.training, self.loss_rows(**rows), statistics=True)
+            return super().loss_and_token_statistics(hidden, labels, **counting)
+        return self._cross_entropy(hidden, labels, self.training, self.loss_counting(**counting), statistics=True)
 
     def layer_loss(
         self,
         hidden: torch.Tensor,
         labels: torch.Tensor,
-        rows: LossRows,
+        counting: RowCounting,
         *,
         scorer: Scorer | None = None,
         candidates: Candidates | None = None,
@@ -157,8 +158,7 @@ class DiscreteHead(OutputHead):
         impl = Impl(o.chunk_kernel if runs_kernel else None, o.chunk_size, self.loss_dtype(hidden))
         return output_loss(
             hidden, self.weight, self.bias, labels, scorer=scorer, candidates=candidates, criterion=criterion,
-            reduction=rows.reduction, ignore_index=rows.ignore_index, num_items_in_batch=rows.num_items_in_batch,
-            returns=returns, impl=impl,
+            returns=returns, impl=impl, **counting.kwargs(),
         )  # fmt: skip
 
     def _returns(self, training: bool, statistics: bool) -> tuple[str, ...]:
@@ -173,14 +173,14 @@ class DiscreteHead(OutputHead):
         """Whether a pass counts its predictions into `accuracy_sums`: training passes under `record_accuracy`."""
         return training and self.accuracy_sums is not None
 
-    def _from_output(self, out, labels: torch.Tensor, rows: LossRows, training: bool, statistics: bool = False):
+    def _from_output(self, out, labels: torch.Tensor, counting: RowCounting, training: bool, statistics: bool = False):
         """The loss of a pass that asked for `_returns`, its predictions added to `accuracy_sums` in training under
         `record_accuracy`. With `statistics`: (loss, `token_statistics` of the same pass)."""
         if isinstance(out, torch.Tensor):
             return out
         if self._counting(training):
             target = labels.reshape(out.predictions.shape)
-            counted = target != rows.ignore_index
+            counted = target != counting.ignore_index
             hits = [((out.predictions == target) & counted).sum()]
             if self.accuracy_top_k:  # the ranks (-1 on ignored rows), asked for only then: passes of their own (eager)
                 hits += [((out.target_rank < k) & counted).sum() for k in self.accuracy_top_k]
@@ -188,7 +188,7 @@ class DiscreteHead(OutputHead):
         if not statistics:
             return out.loss
         target = labels.reshape(out.predictions.shape).to(out.predictions.device)
-        hit = (out.predictions == target) & (target != rows.ignore_index)
+        hit = (out.predictions == target) & (target != counting.ignore_index)
         return out.loss, {"entropy": out.entropy.detach(), "is_top1": hit}
 
     def loss_dtype(self, hidden: torch.Tensor) -> torch.dtype:

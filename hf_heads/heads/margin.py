@@ -22,9 +22,10 @@ from hf_heads.heads.discrete import DiscreteHead, loss_extras
 from hf_heads.heads.options import ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
 from hf_heads.heads.softmax import SoftmaxHeadOptions
-from hf_heads.losses._rows import LossRows, autocast_off
 from hf_heads.losses.margin import margin_logits
 from hf_heads.losses.parts import CrossEntropy
+from hf_heads.losses.precision import autocast_off
+from hf_heads.losses.reduction import RowCounting
 from hf_heads.losses.scorer import CONTEXT_NORMS, MARGINS, WORD_NORMS, Scorer, make_margin, word_norm_values
 from hf_heads.losses.vocab_parallel import whole_parameters
 from hf_heads.validation import OptionError, check_number
@@ -248,9 +249,9 @@ class MarginHead(DiscreteHead):
         """The head's scorer (`MarginHeadOptions.scorer`), with or without the margin."""
         return self.options.scorer(with_margin)
 
-    def training_loss(self, hidden, labels, rows):
-        self._observe(hidden, labels, rows.ignore_index)
-        return self.criterion(hidden, labels, rows)
+    def training_loss(self, hidden, labels, counting):
+        self._observe(hidden, labels, counting.ignore_index)
+        return self.criterion(hidden, labels, counting)
 
     def _scorer_arguments(self, training: bool) -> dict:
         """`scorer`, `word_counts` and `context_norm_value` of `margin_logits`: with the margin and max-norm's batch
@@ -266,17 +267,17 @@ class MarginHead(DiscreteHead):
         arguments = self._scorer_arguments(training)
         return arguments.pop("scorer").given(**arguments)
 
-    def criterion(self, hidden, labels, rows: LossRows) -> torch.Tensor:
+    def criterion(self, hidden, labels, counting: RowCounting) -> torch.Tensor:
         """The training criterion once the running statistics are updated: cross-entropy of eq. 13 with margin."""
-        return self._cross_entropy(hidden, labels, True, rows)
+        return self._cross_entropy(hidden, labels, True, counting)
 
-    def eval_loss(self, hidden, labels, rows):
+    def eval_loss(self, hidden, labels, counting):
         """NLL of the inference distribution (no margin; max-norm uses the running value)."""
-        return self._cross_entropy(hidden, labels, False, rows)
+        return self._cross_entropy(hidden, labels, False, counting)
 
     same_pass_accuracy = True
 
-    def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
+    def _cross_entropy(self, hidden, labels, training: bool, counting: RowCounting, statistics: bool = False):
         """Eq. 4 over the logits of eq. 13 (in training with the margin and the options' extras). `statistics`: (loss,
         the same pass's token statistics)."""
         o = self.options
@@ -286,10 +287,10 @@ class MarginHead(DiscreteHead):
                 z_loss=o.z_loss, confidence_penalty=o.confidence_penalty, class_weight=self.class_weight()
             )
         out = self.layer_loss(
-            hidden, labels, rows, scorer=self.loss_scorer(training), criterion=criterion,
+            hidden, labels, counting, scorer=self.loss_scorer(training), criterion=criterion,
             returns=self._returns(training, statistics),
         )  # fmt: skip
-        return self._from_output(out, labels, rows, training, statistics)
+        return self._from_output(out, labels, counting, training, statistics)
 
     @property
     def pass_is_inference_distribution(self) -> bool:
@@ -339,8 +340,8 @@ class MarginHead(DiscreteHead):
         f = word_norm_values(weight, scorer.word_norm, self.counts(), norms)  # (V,) or None (f = ‖W_c‖)
         if f is None and scorer.gain == 1.0:
             return weight, self.bias  # eq. 13 as written is W h + b
-        rows = scorer.gain * (1.0 if f is None else f / norms)  # (V,) or a number
-        return weight * (rows[:, None] if torch.is_tensor(rows) else rows), self.bias  # (V, H)
+        scale = scorer.gain * (1.0 if f is None else f / norms)  # (V,) or a number
+        return weight * (scale[:, None] if torch.is_tensor(scale) else scale), self.bias  # (V, H)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         o = self.options

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import coerce, component_config, make_component
-from hf_heads.losses._rows import IGNORE_INDEX
+from hf_heads.losses.reduction import IGNORE_INDEX
 
 # metadata key of an options field whose value names a registered component: its kind (hf_heads.components, e.g.
 # "margin", "kernel"); a field whose default is None may be None (no component: e.g. the automatic chunk kernel)

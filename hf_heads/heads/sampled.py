@@ -272,7 +272,7 @@ class SampledHead(MarginHead):
         self._noise_cache = (key, probs)
         return probs
 
-    def criterion(self, hidden, labels, rows):
+    def criterion(self, hidden, labels, counting):
         """The criterion over the target and K noise samples (`Sampled`), or every class for "full", margin on the
         target."""
         o = self.options
@@ -281,14 +281,14 @@ class SampledHead(MarginHead):
         if o.samples:
             candidates = Sampled(o.sampler, o.num_samples, self.noise_probs(), o.remove_accidental_hits)
         return self.layer_loss(
-            hidden, labels, rows, scorer=self.loss_scorer(True), candidates=candidates, criterion=o.loss_criterion
+            hidden, labels, counting, scorer=self.loss_scorer(True), candidates=candidates, criterion=o.loss_criterion
         )
 
-    def eval_loss(self, hidden, labels, rows):
+    def eval_loss(self, hidden, labels, counting):
         """NLL of the corrected full-vocabulary posterior (no margin; max-norm uses the running value)."""
         o = self.options
         posterior = Correction(o.loss_criterion, o.sampler, o.num_samples, self.noise_probs())
-        return self.layer_loss(hidden, labels, rows, scorer=self.loss_scorer(False).given(posterior=posterior))
+        return self.layer_loss(hidden, labels, counting, scorer=self.loss_scorer(False).given(posterior=posterior))
 
     def posterior(self, scores: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
         normalize = self.options.normalize if normalize is None else normalize

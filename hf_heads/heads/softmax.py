@@ -14,8 +14,8 @@ from hf_heads.components import register
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
-from hf_heads.losses._rows import LossRows
 from hf_heads.losses.parts import CrossEntropy
+from hf_heads.losses.reduction import RowCounting
 from hf_heads.losses.scorer import Scorer
 from hf_heads.losses.transforms import check_transform, transform_logits
 from hf_heads.validation import OptionError, check_number
@@ -157,13 +157,13 @@ class SoftmaxHeadOptions(HeadOptions):
         y, zv = batch.labels[valid], z[valid]  # (n,), (n, V)
         support = self.reference_support(zv)  # (n, V) or (n, k)
         lse = support.logsumexp(1)  # (n,)
-        rows = lse - zv.gather(1, y[:, None]).squeeze(1)
+        losses = lse - zv.gather(1, y[:, None]).squeeze(1)
         if batch.training:
             eps = self.label_smoothing
-            rows = (1 - eps) * rows + eps * (lse - support.mean(1)) + self.z_loss * lse.square()
+            losses = (1 - eps) * losses + eps * (lse - support.mean(1)) + self.z_loss * lse.square()
             log_p = support.log_softmax(1)
-            rows = rows + self.confidence_penalty * (log_p.exp() * log_p).sum(1)  # − β · H
-        return rows
+            losses = losses + self.confidence_penalty * (log_p.exp() * log_p).sum(1)  # − β · H
+        return losses
 
     def reference_support(self, z: torch.Tensor) -> torch.Tensor:
         """The logits (n, ·) of each row that the softmax of the loss runs over: all of them."""
@@ -204,26 +204,26 @@ class SoftmaxHead(DiscreteHead):
             confidence_penalty=o.confidence_penalty, class_weight=self.class_weight(),
         )  # fmt: skip
 
-    def _cross_entropy(self, hidden, labels, training: bool, rows: LossRows, statistics: bool = False):
+    def _cross_entropy(self, hidden, labels, training: bool, counting: RowCounting, statistics: bool = False):
         """The chunked cross-entropy of W h + b with the checkpoint's output transform (and the predictions, under
         `record_accuracy`). `statistics`: (loss, the same pass's token statistics)."""
         o = self.options
         out = self.layer_loss(
-            hidden, labels, rows, scorer=Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap),
+            hidden, labels, counting, scorer=Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap),
             criterion=self.loss_criterion(training), returns=self._returns(training, statistics),
         )  # fmt: skip
-        return self._from_output(out, labels, rows, training, statistics)
+        return self._from_output(out, labels, counting, training, statistics)
 
     @property
     def pass_is_inference_distribution(self) -> bool:
         """The softmax of W h + b in both modes (sparse: no, eq. 5 keeps the target beside the top k)."""
         return self.top_k(False) is None
 
-    def training_loss(self, hidden, labels, rows):
-        return self._cross_entropy(hidden, labels, True, rows)
+    def training_loss(self, hidden, labels, counting):
+        return self._cross_entropy(hidden, labels, True, counting)
 
-    def eval_loss(self, hidden, labels, rows):
-        return self._cross_entropy(hidden, labels, False, rows)
+    def eval_loss(self, hidden, labels, counting):
+        return self._cross_entropy(hidden, labels, False, counting)
 
     def inference_logits(self, hidden):
         """The base model's own `F.linear` (in the autocast dtype under autocast) and output transform, in the head's

@@ -143,11 +143,11 @@ class SparseHead(SoftmaxHead):
         """Never: the training loss is eq. 5 (finite for a label outside the top k), the eval loss eq. 4's NLL."""
         return False
 
-    def eval_loss(self, hidden, labels, rows):
+    def eval_loss(self, hidden, labels, counting):
         """The NLL of eq. 4 over the top decode_k (+inf for a label outside it), so exp(eval_loss) is the perplexity;
         under `record_eval_sums` each pass adds eq. 5's loss and the labels inside the top decode_k."""
         o = self.options
-        each, k = replace(rows, reduction="none"), o.inference_k
+        each, k = replace(counting, reduction="none"), o.inference_k
         scorer = Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap)
         out = self.layer_loss(hidden, labels, each, scorer=scorer, criterion=CrossEntropy(top_k=k), returns=("rank",))
         loss, rank = out.loss.reshape(-1), out.target_rank.reshape(-1)  # (N,) each; rank -1 on ignored rows
@@ -163,7 +163,7 @@ class SparseHead(SoftmaxHead):
             )
             sums = torch.stack([torch.where(counted, sparse, 0.0).sum(), inside.sum(), counted.sum()])
             self.eval_sums += sums.to(self.eval_sums)
-        return rows.reduce(nll, labels)
+        return counting.reduce(nll, labels)
 
     def loss_names(self, target: str = "word") -> tuple[str, str]:
         name = f"sparse-softmax loss, eq. 5, top-{self.options.k}"

@@ -5,10 +5,9 @@
 (`scorer`, `margin`); the sampling paper's criteria (eqs. 7-21), posterior corrections (eqs. 2-22) and noise
 (`sampled`, `noise`); sparse-softmax (`sparse`, eqs. 4-5); the vocabulary-parallel losses (`vocab_parallel`); the
 continuous-output losses (`continuous`, `continuous_losses`: Kumar & Tsvetkov eq. 3, Bhat et al. eq. 1). Shared by all:
-`_rows` and `hf_heads.validation`.
+`precision`, `reduction` and `hf_heads.validation`.
 """
 
-from hf_heads.losses._rows import IGNORE_INDEX, LossRows, OutputRows
 from hf_heads.losses.chunks import CHUNK_KERNELS, ChunkKernel, chunk_kernel, map_chunks, register_kernel
 from hf_heads.losses.continuous import (
     NEGATIVES,
@@ -44,6 +43,7 @@ from hf_heads.losses.presets import (
     sampled_loss,
     sparse_linear_cross_entropy,
 )
+from hf_heads.losses.reduction import IGNORE_INDEX, LossInputs, RowCounting
 from hf_heads.losses.sampled import (
     METHODS,
     SAMPLING_METHODS,
@@ -90,8 +90,8 @@ from hf_heads.validation import OptionError
 
 __all__ = [
     "IGNORE_INDEX",
-    "LossRows",
-    "OutputRows",
+    "RowCounting",
+    "LossInputs",
     "output_loss",
     "OutputLayerLoss",
     "Candidates",

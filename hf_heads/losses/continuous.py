@@ -28,14 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_heads.losses._rows import (
-    autocast_off,
-    check_labels,
-    check_reduction,
-    compute_dtype,
-    reduce_rows,
-    valid_rows,
-)
+from hf_heads.losses.precision import autocast_off, compute_dtype
+from hf_heads.losses.reduction import check_labels, check_reduction, reduce_rows, valid_rows
 from hf_heads.validation import check_choice, check_number
 
 NEGATIVES = ("projection", "difference", "random", "most-informative")

@@ -1,11 +1,11 @@
 """The continuous family's losses as components (`register("continuous_loss")`): one small class each, chosen by the
 head's `loss` option, and the way to add one of your own (hf_heads.components).
 
-A loss maps the kept positions of a batch (`ContinuousBatch`) to one loss per position (n,) in `rows`; its `reference`
-is the naive computation from the definition, which the contract suite holds `rows` to. The equations are those of
-hf_heads.losses.continuous (Kumar & Tsvetkov 2019 eq. 3 for vMF; Bhat et al. 2019 eq. 1 for the margin losses; the two
-cross-entropies over scaled cosines are not in the papers). A loss's parameters are its dataclass fields: a config
-writes `{"type": "vmf", "lambda1": 0.1}`, a flag `--loss vmf:lambda1=0.1`.
+A loss maps the kept positions of a batch (`ContinuousBatch`) to one loss per position (n,) in `row_losses`; its
+`reference` is the naive computation from the definition, which the contract suite holds `row_losses` to. The equations
+are those of hf_heads.losses.continuous (Kumar & Tsvetkov 2019 eq. 3 for vMF; Bhat et al. 2019 eq. 1 for the margin
+losses; the two cross-entropies over scaled cosines are not in the papers). A loss's parameters are its dataclass
+fields: a config writes `{"type": "vmf", "lambda1": 0.1}`, a flag `--loss vmf:lambda1=0.1`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class ContinuousLoss(Component, ABC):
     variants: ClassVar[tuple[dict, ...]] = ()  # more parameter sets the contract suite runs (besides `example`)
 
     @abstractmethod
-    def rows(self, batch: ContinuousBatch) -> torch.Tensor:
+    def row_losses(self, batch: ContinuousBatch) -> torch.Tensor:
         """(n,) the loss of each position."""
 
     @abstractmethod
@@ -101,7 +101,7 @@ class VMF(ContinuousLoss):
         if self.form == "released" and (self.lambda1 != 0 or self.lambda2 != 1):
             raise OptionError("form", self.form, "has no λ1 / λ2 terms: leave lambda1=0 and lambda2=1")
 
-    def rows(self, batch: ContinuousBatch) -> torch.Tensor:
+    def row_losses(self, batch: ContinuousBatch) -> torch.Tensor:
         target = batch.table[batch.ids]  # (n, d)
         return vmf_nll(
             batch.pred, target, lambda1=self.lambda1, lambda2=self.lambda2, form=self.form, reduction="none"
@@ -126,7 +126,7 @@ class _MarginLoss(ContinuousLoss):
     def _num_negatives(self) -> int:
         return 1
 
-    def rows(self, batch: ContinuousBatch) -> torch.Tensor:
+    def row_losses(self, batch: ContinuousBatch) -> torch.Tensor:
         return syn_margin_loss(
             batch.pred,
             batch.table[batch.ids],
@@ -188,7 +188,8 @@ class SynMarginDifference(_MarginLoss):
 @dataclass(frozen=True)
 class MarginRandom(_MarginLoss):
     """`num_negatives` rows of the table drawn uniformly per position, the hinge averaged over them. The reference
-    draws the same rows only when it runs from the same random state as `rows` (the contract suite seeds both)."""
+    draws the same rows only when it runs from the same random state as `row_losses` (the contract suite seeds
+    both)."""
 
     name: ClassVar[str] = "margin-random"
     title: ClassVar[str] = "margin-random margin loss"
@@ -239,7 +240,7 @@ class CosineSoftmax(ContinuousLoss):
     title: ClassVar[str] = "cross-entropy over s·cos(û, E) to every word"
     learns_scale: ClassVar[bool] = True
 
-    def rows(self, batch: ContinuousBatch) -> torch.Tensor:
+    def row_losses(self, batch: ContinuousBatch) -> torch.Tensor:
         return cosine_softmax_loss(
             batch.pred, batch.ids, batch.table, scale=batch.scale, candidates=batch.candidates, reduction="none"
         )
@@ -247,11 +248,11 @@ class CosineSoftmax(ContinuousLoss):
     def reference(self, batch: ContinuousBatch) -> torch.Tensor:
         out = []
         for i, y in enumerate(batch.ids.tolist()):
-            rows = [
+            classes = [
                 c for c in range(batch.table.shape[0]) if batch.candidates is None or batch.candidates[c] or c == y
             ]
-            logits = [batch.scale * (_naive_unit(batch.pred[i]) @ batch.table[c]) for c in rows]
-            out.append(_naive_cross_entropy(logits, rows.index(y)))
+            logits = [batch.scale * (_naive_unit(batch.pred[i]) @ batch.table[c]) for c in classes]
+            out.append(_naive_cross_entropy(logits, classes.index(y)))
         return torch.stack(out)
 
 
@@ -278,7 +279,7 @@ class InBatchSoftmax(ContinuousLoss):
             return batch.candidates.nonzero().squeeze(1)
         return torch.arange(batch.table.shape[0], device=batch.table.device)
 
-    def rows(self, batch: ContinuousBatch) -> torch.Tensor:
+    def row_losses(self, batch: ContinuousBatch) -> torch.Tensor:
         return in_batch_softmax_loss(
             batch.pred,
             batch.ids,
@@ -294,7 +295,7 @@ class InBatchSoftmax(ContinuousLoss):
         extra: list[int] = []
         vocab = range(batch.table.shape[0])
         pool = [c for c in vocab if batch.candidates is None or batch.candidates[c]]  # the output vocabulary
-        if self.num_sampled:  # drawn as `rows` draws them (the contract suite seeds both alike)
+        if self.num_sampled:  # drawn as `row_losses` draws them (the contract suite seeds both alike)
             extra = [pool[j] for j in torch.randint(0, len(pool), (self.num_sampled,)).tolist()]
         out = []
         for i, y in enumerate(batch.ids.tolist()):

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.losses._rows import OutputRows
 from hf_heads.losses.margin import Full
 from hf_heads.losses.parts import RETURNS, Candidates, Criterion, CrossEntropy, Impl, LossResult, make_impl
+from hf_heads.losses.reduction import LossInputs
 from hf_heads.losses.scorer import Scorer
 from hf_heads.validation import OptionError
 
@@ -56,8 +56,8 @@ def output_loss(
     for name in returns:
         if name not in RETURNS:
             raise OptionError("returns", name, f"is not allowed; allowed: {', '.join(map(repr, RETURNS))}")
-    rows = OutputRows(hidden, weight, bias, labels, ignore_index, num_items_in_batch, reduction)
-    return candidates.loss(rows, scorer, criterion, returns, make_impl(impl))
+    inputs = LossInputs(hidden, weight, bias, labels, ignore_index, num_items_in_batch, reduction)
+    return candidates.loss(inputs, scorer, criterion, returns, make_impl(impl))
 
 
 class OutputLayerLoss(nn.Module):

@@ -28,18 +28,6 @@ import weakref
 
 import torch
 
-from hf_heads.losses._rows import (
-    autocast_off,
-    check_reduction,
-    compute_dtype,
-    gemm_dtype,
-    host_reads_are_free,
-    linear_rows,
-    mean_divisor,
-    reduce_rows,
-)
-from hf_heads.losses._rows import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
-from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import (
     ChunkKernel,
     ChunkOptions,
@@ -51,6 +39,10 @@ from hf_heads.losses.chunks import (
     rows_per_chunk,
 )
 from hf_heads.losses.parts import Criterion, CrossEntropy, LossResult, make_criterion
+from hf_heads.losses.precision import autocast_off, compute_dtype, gemm_dtype
+from hf_heads.losses.precision import loss_dtype as _loss_dtype
+from hf_heads.losses.reduction import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
+from hf_heads.losses.reduction import check_reduction, host_reads_are_free, linear_inputs, mean_divisor, reduce_rows
 from hf_heads.losses.transforms import check_transform
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
@@ -58,7 +50,7 @@ from hf_heads.losses.vocab_parallel import (
     sharded_cross_entropy,
     sharded_row_weights,
     sharded_rows,
-    vocab_parallel_rows,
+    vocab_parallel_per_row,
     vocab_shard,
 )
 from hf_heads.validation import OptionError
@@ -186,17 +178,17 @@ class _FusedLinearCEScalar(torch.autograd.Function):
         makes them differ)."""
         dtype = torch.promote_types(h.dtype, torch.float32)
 
-        def rows(scale):
+        def per_row(scale):
             if isinstance(scale, torch.Tensor):  # 1 / num_items_in_batch as a tensor: no host sync
                 out = scale.to(device=h.device, dtype=dtype).expand(h.shape[0])
             else:
                 out = torch.full((h.shape[0],), scale, dtype=dtype, device=h.device)
             return out if keep is None else out * keep
 
-        row_weight = rows(weight)
+        row_weight = per_row(weight)
         if class_rows is None:
             return row_weight, None
-        z_weight = rows(z_scale) if opts.z_loss > 0 else None
+        z_weight = per_row(z_scale) if opts.z_loss > 0 else None
         return row_weight * class_rows.to(dtype), z_weight
 
     @staticmethod
@@ -252,7 +244,7 @@ def _total(losses, lse, keep, class_rows, weight, z_scale, z_loss: float) -> tup
     return loss + z_term, z_term.detach()
 
 
-class _FusedLinearCERows(torch.autograd.Function):
+class _FusedLinearCEPerRow(torch.autograd.Function):
     """Per-row losses a_i · loss_i + λ · lse_i² (a: `class_rows`, None: 1; λ: the z-loss); the backward recomputes each
     chunk weighted by the incoming gradient. With `want_lse` / `want_pred` / `want_ent`: (losses, lse or None,
     predictions, entropies or None), lse and predictions without gradient, the entropies H_i with theirs (d H is the
@@ -384,13 +376,13 @@ def chunked_loss(
         if logit_multiplier != 1.0:
             hidden, bias = hidden * logit_multiplier, None if bias is None else bias * logit_multiplier
         rows = sharded_rows(hidden, target, shard, ignore_index)
-        opts = ChunkOptions.of(criterion, softcap, shard.rows(column_scale))
+        opts = ChunkOptions.of(criterion, softcap, shard.local_part(column_scale))
         return sharded_loss(
-            rows, shard, shard.rows(bias), target.shape, opts, target_logit=target_logit, returns=returns,
+            rows, shard, shard.local_part(bias), target.shape, opts, target_logit=target_logit, returns=returns,
             out_dtype=out_dtype, reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
             chunk_size=chunk_size,
         )  # fmt: skip
-    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
+    h, w, b, y, valid = linear_inputs(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     kernel = chunk_kernel(kernel, h.device)
     if class_weight is not None:
         check_class_weight(class_weight, w.shape[0], label_smoothing)
@@ -435,7 +427,7 @@ def chunked_loss(
         return LossResult(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
 
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
-        out = _FusedLinearCERows.apply(
+        out = _FusedLinearCEPerRow.apply(
             h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy, kernel
         )
         return out if want_aux else (out, None, None, None)
@@ -521,7 +513,7 @@ def sharded_loss(
         )  # fmt: skip
         z_term, ent = (opts.z_loss * z_weights * lse.square()).sum(), None
     else:
-        losses, lse, pred, ent = vocab_parallel_rows(
+        losses, lse, pred, ent = vocab_parallel_per_row(
             h, y, shard, bias, opts, target_logit=target_logit, want_pred=want_pred, chunk_size=chunk_size,
             want_ent=return_entropy,
         )  # fmt: skip

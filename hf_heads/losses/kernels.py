@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from hf_heads.components import register
-from hf_heads.losses._rows import HALF_DTYPES
 from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads
+from hf_heads.losses.precision import HALF_DTYPES
 from hf_heads.losses.tiles import (
     TileStats,
     capped_slope,

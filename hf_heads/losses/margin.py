@@ -17,16 +17,6 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_heads.losses._rows import (
-    autocast_off,
-    check_labels,
-    check_reduction,
-    compute_dtype,
-    linear_rows,
-    reduce_rows,
-    valid_rows,
-)
-from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import ChunkOptions, map_chunks, refuse_kernel, rows_per_chunk
 from hf_heads.losses.fused_linear import (
     WeightGradSlot,
@@ -37,6 +27,9 @@ from hf_heads.losses.fused_linear import (
     sharded_loss,
 )
 from hf_heads.losses.parts import Candidates, CrossEntropy, Impl
+from hf_heads.losses.precision import autocast_off, compute_dtype
+from hf_heads.losses.precision import loss_dtype as _loss_dtype
+from hf_heads.losses.reduction import check_labels, check_reduction, linear_inputs, reduce_rows, valid_rows
 from hf_heads.losses.scorer import (
     CONTEXT_NORMS,
     MARGINS,
@@ -53,7 +46,7 @@ from hf_heads.losses.scorer import (
     word_norm_values,
 )
 from hf_heads.losses.transforms import soft_cap
-from hf_heads.losses.vocab_parallel import margin_rows, vocab_parallel_rows, vocab_shard
+from hf_heads.losses.vocab_parallel import sharded_margin_inputs, vocab_parallel_per_row, vocab_shard
 
 # The scorer's names, re-exported.
 __all__ = [
@@ -136,28 +129,30 @@ class Full(Candidates):
 
     runs_kernel = True
 
-    def loss(self, rows, scorer, criterion, returns, impl: Impl):
+    def loss(self, inputs, scorer, criterion, returns, impl: Impl):
         if scorer.posterior is not None:
-            return _posterior_nll(rows, scorer, criterion, returns, impl)
-        return _full_loss(rows, scorer, criterion, returns, impl)
+            return _posterior_nll(inputs, scorer, criterion, returns, impl)
+        return _full_loss(inputs, scorer, criterion, returns, impl)
 
 
 @autocast_off
-def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
+def _full_loss(inputs, scorer: Scorer, criterion, returns, impl: Impl):
     """The chunked criterion of eq. 13's logits: the identity scorer's straight through the chunk engine, any other as
     a row scale a_i = g(i)/‖h_i‖, a column scale s_c = f(c)/‖W_c‖ and the target's replaced logit of each chunk
     (`Scorer.fused_factors`). With a vocabulary-sharded W, each process's rows (vocab_parallel)."""
-    hidden, weight, bias, target = rows.tensors()
+    hidden, weight, bias, target = inputs.tensors()
     out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
     counting = dict(
-        reduction=rows.reduction, ignore_index=rows.ignore_index, num_items_in_batch=rows.num_items_in_batch
+        reduction=inputs.reduction, ignore_index=inputs.ignore_index, num_items_in_batch=inputs.num_items_in_batch
     )
     scorer.check_counts(scorer.word_counts, weight.shape[0])
     penalty = cross_entropy_options(criterion)[4]
     if penalty:  # the confidence penalty: the loss minus β · the rows' entropy, reduced as the loss
         plain = dataclasses.replace(criterion, confidence_penalty=0.0)
-        out = _full_loss(rows, scorer, plain, (*returns, "entropy"), impl)
-        return penalised(out, penalty, target, rows.reduction, rows.ignore_index, rows.num_items_in_batch, returns)
+        out = _full_loss(inputs, scorer, plain, (*returns, "entropy"), impl)
+        return penalised(
+            out, penalty, target, inputs.reduction, inputs.ignore_index, inputs.num_items_in_batch, returns
+        )
     shard = vocab_shard(weight)
     if shard is None and _is_linear(scorer):  # W h + b, the checkpoint's transform: the engine as it is
         return chunked_loss(
@@ -167,15 +162,17 @@ def _full_loss(rows, scorer: Scorer, criterion, returns, impl: Impl):
         )  # fmt: skip
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
         check_no_kernel(impl.kernel)
-        h, s, t, b, y, valid = margin_rows(
-            scorer, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, rows.ignore_index
+        h, s, t, b, y, valid = sharded_margin_inputs(
+            scorer, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, inputs.ignore_index
         )
         return sharded_loss(
             (h, y, valid), shard, b, target.shape, ChunkOptions.of(criterion, scorer.softcap, s), target_logit=t,
             returns=returns, out_dtype=out_dtype, chunk_size=impl.chunk_size, **counting,
         )  # fmt: skip
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
-    h, w, b, y, valid = linear_rows(hidden, weight, bias, target, rows.ignore_index, rows.reduction, keep_dtype=True)
+    h, w, b, y, valid = linear_inputs(
+        hidden, weight, bias, target, inputs.ignore_index, inputs.reduction, keep_dtype=True
+    )
     # every row, the ignored ones with a stand-in class (no host read of which rows count; the engine drops them)
     # W passed on through the norms' function, which adds their part of its gradient into the engine's
     w_grad = WeightGradSlot()
@@ -198,7 +195,7 @@ def _is_linear(scorer: Scorer) -> bool:
 
 
 @autocast_off
-def _posterior_nll(rows, scorer: Scorer, criterion, returns, impl: Impl):
+def _posterior_nll(inputs, scorer: Scorer, criterion, returns, impl: Impl):
     """−log p(c_n|x_n) of softmax(posterior(l)) over every class, l the logits of eq. 13 without margin (the sampled
     family's evaluation loss), in chunks of rows recomputed in the backward; plain cross-entropy only."""
     if not (isinstance(criterion, CrossEntropy) and criterion.plain) or returns:
@@ -207,25 +204,25 @@ def _posterior_nll(rows, scorer: Scorer, criterion, returns, impl: Impl):
             f"loss alone; got {criterion!r}, returns={returns}"
         )
     refuse_kernel(impl.kernel, "is not used by the NLL of a posterior, whose chunks run in eager PyTorch")
-    hidden, weight, bias, target = rows.tensors()
+    hidden, weight, bias, target = inputs.tensors()
     out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
-    check_reduction(rows.reduction)
+    check_reduction(inputs.reduction)
     plain = scorer.without_margin().given(posterior=None)
     plain.check_counts(scorer.word_counts, weight.shape[0])
     shard = vocab_shard(weight)
     if shard is not None:  # each process corrects its own classes' scores, normalised over all of them after
-        h, f, _, b, y, valid = margin_rows(
-            plain, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, rows.ignore_index
+        h, f, _, b, y, valid = sharded_margin_inputs(
+            plain, hidden, shard, bias, target, scorer.word_counts, scorer.context_norm_value, inputs.ignore_index
         )
-        losses, _, _, _ = vocab_parallel_rows(
+        losses, _, _, _ = vocab_parallel_per_row(
             h, y, shard, b, ChunkOptions.of(CrossEntropy(), plain.softcap, f), chunk_size=impl.chunk_size,
             transform=lambda z: scorer.posterior(z, shard.offset),
         )  # fmt: skip
-        return reduce_rows(losses, valid, target.shape, rows.reduction, rows.num_items_in_batch, keep=valid).to(
+        return reduce_rows(losses, valid, target.shape, inputs.reduction, inputs.num_items_in_batch, keep=valid).to(
             out_dtype
         )
-    h_all, y_all, valid = valid_rows(hidden, target, rows.ignore_index)
-    check_labels(y_all, weight.shape[0], rows.ignore_index)
+    h_all, y_all, valid = valid_rows(hidden, target, inputs.ignore_index)
+    check_labels(y_all, weight.shape[0], inputs.ignore_index)
     h, y = h_all[valid], y_all[valid]
     step = impl.chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
     data = dict(word_counts=scorer.word_counts, context_norm_value=scorer.context_norm_value)
@@ -235,4 +232,4 @@ def _posterior_nll(rows, scorer: Scorer, criterion, returns, impl: Impl):
         return -torch.log_softmax(logits, dim=-1).gather(1, y_c[:, None]).squeeze(1)
 
     per_row = map_chunks(nll, (h, y), (weight, bias), step, recompute=True)
-    return reduce_rows(per_row, valid, target.shape, rows.reduction, rows.num_items_in_batch).to(out_dtype)
+    return reduce_rows(per_row, valid, target.shape, inputs.reduction, inputs.num_items_in_batch).to(out_dtype)

@@ -23,8 +23,17 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import REGISTRIES, Component, component_base, make_component, register
-from hf_heads.losses._rows import frequency_ranks, host_reads_are_free
+from hf_heads.losses.reduction import host_reads_are_free
 from hf_heads.validation import OptionError, check_number
+
+
+def frequency_ranks(counts: torch.Tensor) -> torch.Tensor:
+    """(C,) rank of each class by descending count (0 = most frequent; ties keep id order)."""
+    counts = torch.as_tensor(counts)
+    order = torch.sort(counts, descending=True, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(counts.numel(), device=counts.device)
+    return ranks
 
 
 @component_base("noise")

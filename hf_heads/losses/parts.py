@@ -199,8 +199,8 @@ class Candidates(ABC):
     runs_kernel: ClassVar[bool] = False  # whether the loss runs a chunk kernel (then `Impl.kernel` applies)
 
     @abstractmethod
-    def loss(self, rows, scorer, criterion: Criterion, returns: tuple[str, ...], impl: Impl):
-        """The loss of `rows` (hf_heads.losses._rows.OutputRows) with `scorer` and `criterion`: a tensor, or a
+    def loss(self, inputs, scorer, criterion: Criterion, returns: tuple[str, ...], impl: Impl):
+        """The loss of `inputs` (hf_heads.losses.reduction.LossInputs) with `scorer` and `criterion`: a tensor, or a
         `LossResult` when `returns` names extras."""
 
 

@@ -61,24 +61,17 @@ import torch
 import torch.nn.functional as F
 
 from hf_heads.components import REGISTRIES, Component, component_base, make_component, register
-from hf_heads.losses._rows import (
-    autocast_off,
-    check_reduction,
-    compute_dtype,
-    counted_rows,
-    gemm_dtype,
-    linear_rows,
-    reduce_rows,
-)
-from hf_heads.losses._rows import loss_dtype as _loss_dtype
 from hf_heads.losses.chunks import refuse_kernel
 from hf_heads.losses.noise import check_noise_probs, draw_samples
 from hf_heads.losses.parts import Candidates, Criterion, make_criterion
+from hf_heads.losses.precision import autocast_off, compute_dtype, gemm_dtype
+from hf_heads.losses.precision import loss_dtype as _loss_dtype
+from hf_heads.losses.reduction import check_reduction, counted_rows, linear_inputs, reduce_rows
 from hf_heads.losses.transforms import soft_cap
 from hf_heads.losses.vocab_parallel import (
-    margin_rows,
     same_samples,
     sharded_candidate_scores,
+    sharded_margin_inputs,
     vocab_shard,
 )
 from hf_heads.validation import OptionError, check_number
@@ -390,7 +383,7 @@ def _log_kd(noise_probs: torch.Tensor, num_samples: int, like: torch.Tensor) -> 
     return noise_probs.to(device=like.device, dtype=like.dtype).log() + math.log(num_samples)
 
 
-def _sampled_rows(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
+def _sampled_per_row(sampler: SamplingMethod, criterion, t, s_k, log_kd_t, log_kd_k, hit, num_samples, num_classes):
     """Per-row loss of a sampling criterion from the target scores t (N,) and the sample scores s_k (N, K)."""
     if criterion.softmax:
         u_t = sampler.ce_candidate(t, log_kd_t, num_samples, num_classes)  # (N,)
@@ -431,17 +424,17 @@ class Sampled(Candidates):
         check_number("num_samples", self.num_samples, minimum=1, integer=True)
 
     @autocast_off
-    def loss(self, rows, scorer, criterion, returns, impl):
+    def loss(self, inputs, scorer, criterion, returns, impl):
         refuse_kernel(impl.kernel, "is for the chunked passes of Full candidates; a sampling method scores its K "
                       "candidates without a chunk kernel: leave it unset")  # fmt: skip
         if returns:
             raise OptionError("returns", list(returns), "is for Full candidates (a sampled criterion sees no softmax "
                               "over every class)")  # fmt: skip
-        hidden, weight, bias, target = rows.tensors()
+        hidden, weight, bias, target = inputs.tensors()
         out_dtype = impl.loss_dtype or _loss_dtype(hidden, weight, bias)
         num_classes, sampler, num_samples = weight.shape[0], self.method, self.num_samples
         validate_sampled_options(criterion, sampler, num_samples, num_classes)
-        check_reduction(rows.reduction)
+        check_reduction(inputs.reduction)
         scorer.check_counts(scorer.word_counts, num_classes)
         data = (scorer.word_counts, scorer.context_norm_value)
         check_noise_probs(self.noise_probs, num_classes)
@@ -450,33 +443,35 @@ class Sampled(Candidates):
             samples = draw_samples(self.noise_probs.to(weight.device), num_samples, self.generator)
         elif samples.shape != (num_samples,):
             raise ValueError(f"samples has shape {tuple(samples.shape)}, expected ({num_samples},)")
-        counting = (rows.reduction, rows.num_items_in_batch)
+        counting = (inputs.reduction, inputs.num_items_in_batch)
         shard = vocab_shard(weight)
         if shard is not None:  # W a DTensor sharded on its rows: each candidate's score from the process holding it
             samples = same_samples(samples, shard)  # the first process's draw: the noise is drawn once
-            h, f, t, b, y, valid = margin_rows(
-                scorer, hidden, shard, bias, target, *data, rows.ignore_index, target_logit=True
+            h, f, t, b, y, valid = sharded_margin_inputs(
+                scorer, hidden, shard, bias, target, *data, inputs.ignore_index, target_logit=True
             )
             s_k = sharded_candidate_scores(h, shard, b, f, samples, scorer.softcap)  # (N, K)
             log_kd = _log_kd(self.noise_probs, num_samples, h)  # (C,)
             hit = samples[None, :] == y[:, None] if self.remove_accidental_hits else None
-            per_row = _sampled_rows(
+            per_row = _sampled_per_row(
                 sampler, criterion, soft_cap(t, scorer.softcap), s_k, log_kd[y], log_kd[samples], hit, num_samples,
                 num_classes,
             )  # fmt: skip
             return reduce_rows(per_row, valid, target.shape, *counting[:1], counting[1], keep=valid).to(out_dtype)
         # W in its dtype (a half model: no float32 copy of W; the K candidate rows gathered), the rows in float32
-        h_all, w, b, y_all, valid = linear_rows(
-            hidden, weight, bias, target, rows.ignore_index, rows.reduction, keep_dtype=True
+        h_all, w, b, y_all, valid = linear_inputs(
+            hidden, weight, bias, target, inputs.ignore_index, inputs.reduction, keep_dtype=True
         )
         gemm = gemm_dtype(h_all, w)  # the candidates' product: the autocast or half dtype, else float32 / float64
         h_all = h_all.to(compute_dtype(h_all, w))
         h, y, keep = counted_rows(h_all, y_all, valid)  # compacted on a CPU; every row (keep) on an accelerator
-        h2, f, t, b = scorer.scaled_rows(h, w, b, y, *data, keep)  # (N, H), (C,), (N,), (C,)
+        h2, f, t, b = scorer.scaled_inputs(h, w, b, y, *data, keep)  # (N, H), (C,), (N,), (C,)
         log_kd = _log_kd(self.noise_probs, num_samples, h)  # (C,)
         s_k = _candidate_scores(h2, w, b, f, samples, scorer.softcap, gemm)  # (N, K)
         hit = samples[None, :] == y[:, None] if self.remove_accidental_hits else None  # (N, K) accidental hits
-        per_row = _sampled_rows(sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes)
+        per_row = _sampled_per_row(
+            sampler, criterion, t, s_k, log_kd[y], log_kd[samples], hit, num_samples, num_classes
+        )
         return reduce_rows(per_row, valid, target.shape, *counting, keep).to(out_dtype)
 
 

@@ -46,8 +46,10 @@ from hf_heads.components import (
     make_component,
     register,
 )
-from hf_heads.losses._rows import compute_dtype, frequency_ranks, host_reads_are_free
 from hf_heads.losses.fused_linear import WeightGradSlot
+from hf_heads.losses.noise import frequency_ranks
+from hf_heads.losses.precision import compute_dtype
+from hf_heads.losses.reduction import host_reads_are_free
 from hf_heads.losses.transforms import check_transform, soft_cap
 from hf_heads.validation import OptionError, check_number
 
@@ -468,7 +470,7 @@ def context_norm_values(
     return norm.values(hidden, valid)
 
 
-class _WeightRows(torch.autograd.Function):
+class _WeightNormsAndTargets(torch.autograd.Function):
     """‖W_c‖ (V,) and the target rows W[y] (N, H) of weight (V, H) with one (V, H) gradient buffer for both. Given a
     `WeightGradSlot`, also W (a view) for the fused loss, whose gradient then takes the norms' and rows' parts in
     place."""
@@ -505,15 +507,15 @@ class _WeightRows(torch.autograd.Function):
         return grad, None, None, None
 
 
-def weight_rows(
+def weight_norms_and_targets(
     weight: torch.Tensor,
     target: torch.Tensor | None,
     dtype: torch.dtype | None = None,
     slot: WeightGradSlot | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(‖W_c‖ (V,), W[target] (N, H) or None, W for the fused loss or None) in `dtype` (default: the weight's),
-    differentiable in `weight` with one (V, H) gradient buffer (`_WeightRows`)."""
-    return _WeightRows.apply(weight, target, dtype or weight.dtype, slot)
+    differentiable in `weight` with one (V, H) gradient buffer (`_WeightNormsAndTargets`)."""
+    return _WeightNormsAndTargets.apply(weight, target, dtype or weight.dtype, slot)
 
 
 # ----------------------------------------------------------------------------- the scorer (eq. 13)
@@ -637,7 +639,9 @@ class Scorer:
         h_norm = hidden.norm(dim=1).clamp_min(_EPS)  # (N,)
         with_target = target is not None and self.margin.changes_target
         # (V,), (N, H) or None, W for the fused loss (with `weight_grad`) or None
-        raw_norm, w_y, fused_weight = weight_rows(weight, target if with_target else None, compute, weight_grad)
+        raw_norm, w_y, fused_weight = weight_norms_and_targets(
+            weight, target if with_target else None, compute, weight_grad
+        )
         w_norm = raw_norm.clamp_min(_EPS)  # (V,)
         if self.scale is not None:
             g, f = torch.full_like(h_norm, float(self.scale)), torch.ones_like(w_norm)
@@ -662,7 +666,7 @@ class Scorer:
             bias = None if bias is None else bias * self.logit_multiplier
         return a, s, t, bias, weight if fused_weight is None else fused_weight
 
-    def scaled_rows(
+    def scaled_inputs(
         self,
         hidden: torch.Tensor,
         weight: torch.Tensor,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_heads.losses._rows import autocast_off, check_labels, check_reduction, compute_dtype, loss_dtype, reduce_rows
+from hf_heads.losses.precision import autocast_off, compute_dtype, loss_dtype
+from hf_heads.losses.reduction import check_labels, check_reduction, reduce_rows
 from hf_heads.validation import OptionError, check_number
 
 

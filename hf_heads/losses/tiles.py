@@ -7,7 +7,7 @@ log-sum-exp (Milakov & Gimelshein 2018) M = max_j m_j, S = Σ_j e^{m_j − M} S_
 statistics come `row_loss` / `sigmoid_loss` and, tile by tile, the gradient (`support_grad_`, `label_grad_`,
 `target_grad_`). Every option of the criterion is read here from `opts` (`hf_heads.losses.chunks.ChunkOptions`). The
 sparse-softmax support (sparse paper eq. 5) is the logits at or above the row's k-th largest over every tile
-(`top_k_floor`). The Triton row program (hf_heads.losses._triton_rows) is the GPU kernel's own copy.
+(`top_k_floor`). The Triton row program (hf_heads.losses._triton_program) is the GPU kernel's own copy.
 """
 
 from __future__ import annotations

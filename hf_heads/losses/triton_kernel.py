@@ -30,9 +30,9 @@ from typing import ClassVar
 import torch
 
 from hf_heads.components import register
-from hf_heads.losses._rows import HALF_DTYPES, full_precision
 from hf_heads.losses.chunks import ChunkOptions, Grads
 from hf_heads.losses.kernels import EagerKernel, _linear_grads, _raw_logits
+from hf_heads.losses.precision import HALF_DTYPES, full_precision
 from hf_heads.validation import OptionError
 
 _PROGRAM = None  # the jitted row program, loaded on first use
@@ -60,19 +60,20 @@ def _interpreting() -> bool:
 
 
 def _program():
-    """The `triton.jit` row program (hf_heads/losses/_triton_rows.py), decorated in the mode triton was imported in."""
+    """The `triton.jit` row program (hf_heads/losses/_triton_program.py), decorated in the mode triton was imported
+    in."""
     global _PROGRAM
     if _PROGRAM is None:
         previous = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if _interpreting() else "0"  # read by `triton.jit` as it decorates
         try:
-            from hf_heads.losses._triton_rows import ce_rows
+            from hf_heads.losses._triton_program import ce_per_row
         finally:
             if previous is None:
                 del os.environ["TRITON_INTERPRET"]
             else:
                 os.environ["TRITON_INTERPRET"] = previous
-        _PROGRAM = ce_rows
+        _PROGRAM = ce_per_row
     return _PROGRAM
 
 

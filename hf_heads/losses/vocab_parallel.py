@@ -26,15 +26,9 @@ import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
 from hf_heads.components import REGISTRIES
-from hf_heads.losses._rows import (
-    check_labels,
-    compute_dtype,
-    host_reads_are_free,
-    mean_divisor,
-    reduce_rows,
-    valid_rows,
-)
 from hf_heads.losses.chunks import ChunkOptions, rows_per_chunk
+from hf_heads.losses.precision import compute_dtype
+from hf_heads.losses.reduction import check_labels, host_reads_are_free, mean_divisor, reduce_rows, valid_rows
 from hf_heads.losses.tiles import (
     TileStats,
     capped_slope,
@@ -91,7 +85,7 @@ class VocabShard:
         inside = (local >= 0) & (local < self.local.shape[0])
         return inside, torch.where(inside, local, 0)
 
-    def owned_rows(self, ids, column_scale, bias, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def owned_classes(self, ids, column_scale, bias, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(inside (M,), s_c W_c (M, H) in `dtype`, b_c (M,) or None) of class ids (M,) (global), from this process's
         rows (row 0 where it does not hold the class: the caller masks those with `inside`)."""
         inside, column = self.holds(ids)
@@ -100,7 +94,7 @@ class VocabShard:
             w = w * column_scale[column, None].to(dtype)
         return inside, w, None if bias is None else bias[column].to(dtype)
 
-    def rows(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
+    def local_part(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
         """This process's entries of a (V,) tensor given whole (word counts), or the local part of a sharded one."""
         if tensor is None:
             return None
@@ -388,7 +382,7 @@ def _local_operands(h, shard: VocabShard, bias, opts: ChunkOptions, chunk_size: 
     return compute, h.to(compute), shard.local.to(compute), b, s, step
 
 
-def vocab_parallel_rows(
+def vocab_parallel_per_row(
     h: torch.Tensor,
     y: torch.Tensor,
     shard: VocabShard,
@@ -483,7 +477,7 @@ def sharded_row_weights(
     return a / ce_divisor, z / divisor
 
 
-def margin_rows(
+def sharded_margin_inputs(
     scorer,
     hidden,
     shard: VocabShard,
@@ -511,11 +505,11 @@ def margin_rows(
     inside, column = shard.holds(y)  # (N,): the labels this process holds, their local rows
     inside = inside & valid
     a, s, t, b, _ = scorer.fused_factors(
-        h, shard.local, shard.rows(bias), column, shard.rows(word_counts), context_norm_value, valid
+        h, shard.local, shard.local_part(bias), column, shard.local_part(word_counts), context_norm_value, valid
     )
     h2 = h if a is None else h * a[:, None].to(h.dtype)
     if t is None and target_logit:  # a · s_y (h · W_y) + b_y, the row's own logit
-        _, w_y, b_y = shard.owned_rows(y, s, b, h2.dtype)  # (N, H), (N,)
+        _, w_y, b_y = shard.owned_classes(y, s, b, h2.dtype)  # (N, H), (N,)
         t = (h2 * w_y).sum(1) + (0.0 if b_y is None else b_y)
     if t is not None:
         t = reduce_sum(torch.where(inside, t, 0.0), shard)  # (N,) the owner's
@@ -533,6 +527,6 @@ def same_samples(samples: torch.Tensor, shard: VocabShard) -> torch.Tensor:
 def sharded_candidate_scores(h, shard: VocabShard, bias, column_scale, samples, softcap) -> torch.Tensor:
     """cap(h · (s_k W_k) + b_k) (N, K) of the candidates `samples` (K,) (global ids), each column from the process
     holding it (all-reduced: the gradient reaches that process's rows only)."""
-    inside, w, b = shard.owned_rows(samples, column_scale, bias, h.dtype)  # (K,), (K, H), (K,)
+    inside, w, b = shard.owned_classes(samples, column_scale, bias, h.dtype)  # (K,), (K, H), (K,)
     out = soft_cap(h @ w.T if b is None else torch.addmm(b, h, w.T), softcap)  # (N, K)
     return reduce_sum(torch.where(inside[None, :], out, 0.0), shard)

@@ -16,7 +16,6 @@ from transformers import Seq2SeqTrainer, Trainer
 
 from hf_heads.data import label_counts
 from hf_heads.heads import family
-from hf_heads.losses._rows import safe_exp
 from hf_heads.modeling.inputs import unwrapped_head
 from hf_heads.modeling.zero3 import gathered
 from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
@@ -25,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 LANGUAGE_MODEL_TASKS = ("causal-lm", "seq2seq")
+MAX_EXP_ARG = 700.0  # math.exp overflows float64 past ~709.78
 
 
 def is_language_model(model) -> bool:
@@ -45,6 +45,11 @@ def logs_train_nll(head) -> bool:
     """Whether `train_nll` is logged: the eval loss is an NLL and the training criterion something else. Not for sparse
     heads (the NLL would be infinite) nor continuous ones (their training loss is their eval loss)."""
     return head.eval_loss_is_nll and not head.training_loss_is_eval_loss and not head.support_is_truncated
+
+
+def safe_exp(x: float) -> float:
+    """exp(min(x, 700)): e.g. the perplexity of a mean NLL, finite (about 1e304 at most) however large x is."""
+    return math.exp(min(x, MAX_EXP_ARG))
 
 
 def perplexity(loss: float) -> float:
@@ -95,13 +100,13 @@ def _flags_table(section: dict, model, arguments, tokenizer, train_dataset) -> t
     return section, table
 
 
-CALIBRATION_ROWS = 8  # training rows the warm start is calibrated on (at most 256 labelled positions of them)
+CALIBRATION_EXAMPLES = 8  # training examples the warm start is calibrated on (at most 256 labelled positions of them)
 
 
 def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str = "labels", prepare_inputs=None):
     """What a head needs before its first step (`HeadsTrainer.train()`): word counts of `train_dataset[counts_column]`,
-    then the calibration of a pending warm start on the first `CALIBRATION_ROWS` rows collated by `data_collator` (the
-    global random state is kept). `prepare_inputs` moves a batch to the model's device."""
+    then the calibration of a pending warm start on the first `CALIBRATION_EXAMPLES` examples collated by
+    `data_collator` (the global random state is kept). `prepare_inputs` moves a batch to the model's device."""
     head = getattr(model, "head", None)
     if head is None:
         return
@@ -113,20 +118,20 @@ def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str
         return
     if train_dataset is None:
         raise ValueError(
-            f"the {head.options.describe()} head's warm start is calibrated on training rows: give a train_dataset"
+            f"the {head.options.describe()} head's warm start is calibrated on training examples: give a train_dataset"
         )
     from transformers import default_data_collator
 
-    rows = [train_dataset[i] for i in range(min(CALIBRATION_ROWS, len(train_dataset)))]
+    examples = [train_dataset[i] for i in range(min(CALIBRATION_EXAMPLES, len(train_dataset)))]
     with torch.random.fork_rng(devices=[]):
-        batch = (data_collator or default_data_collator)(rows)
+        batch = (data_collator or default_data_collator)(examples)
     if prepare_inputs is None:
         device = next(model.parameters()).device
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     else:
         batch = prepare_inputs(batch)
     report = model.calibrate_warm_start(**batch)
-    logger.info("warm start calibrated on the first %d training rows: %s", len(rows), report)
+    logger.info("warm start calibrated on the first %d training examples: %s", len(examples), report)
 
 
 @contextlib.contextmanager
@@ -172,7 +177,7 @@ class _HeadsTrainerMixin:
         return model
 
     def _prepare_head(self) -> None:
-        """`prepare_head` with the rows as the training loop sees them (unused columns removed, its collator)."""
+        """`prepare_head` with the examples as the training loop sees them (unused columns removed, its collator)."""
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
         head = getattr(model, "head", None)
         if head is None:
@@ -185,8 +190,8 @@ class _HeadsTrainerMixin:
             model.set_word_counts(label_counts(self.train_dataset, head.num_classes, column=self.counts_column))
         dataset = self.train_dataset
         if getattr(head, "warm_start_pending", False) and hasattr(dataset, "column_names"):
-            # a datasets.Dataset: its first rows with the columns the model's forward takes
-            dataset = self._remove_unused_columns(dataset.select(range(min(CALIBRATION_ROWS, len(dataset)))))
+            # a datasets.Dataset: its first examples with the columns the model's forward takes
+            dataset = self._remove_unused_columns(dataset.select(range(min(CALIBRATION_EXAMPLES, len(dataset)))))
         prepare_head(
             model, dataset, self.data_collator, counts_column=self.counts_column, prepare_inputs=self._prepare_inputs
         )

@@ -239,7 +239,7 @@ def test_faq_question_generation_in_the_language_asked():
 
 def _verses(monkeypatch, rows: list[dict]) -> None:
     """The bundled Bible replaced by `rows` (book, chapter, verse, en, es), and no shuffled three-way split."""
-    monkeypatch.setattr(corpora, "_read_bible_rows", lambda: rows)
+    monkeypatch.setattr(corpora, "_read_bible_records", lambda: rows)
     monkeypatch.setattr(corpora, "split_dataset", lambda ds, validation, test: DatasetDict(train=ds))
 
 

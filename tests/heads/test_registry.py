@@ -18,7 +18,7 @@ from hf_heads.components import register
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
-from hf_heads.losses import LossRows
+from hf_heads.losses import RowCounting
 from hf_heads.training.cards import inference_note, loss_labels
 from hf_heads.validation import OptionError, check_number
 
@@ -45,10 +45,12 @@ class TemperatureHead(SoftmaxHead):  # registered by the fixture below (the deco
     paper = "a toy family of the registry test"
     logits_note = "the logits divided by the temperature"
 
-    def training_loss(self, hidden, labels, rows: LossRows):
+    def training_loss(self, hidden, labels, counting: RowCounting):
         z = self.inference_logits(hidden).flatten(0, -2)
         per_row = F.cross_entropy(z, labels.flatten().clamp_min(0), reduction="none")  # finite on ignored rows
-        return rows.reduce(per_row, labels)  # ignored rows, num_items_in_batch and an all-padding batch as hf_heads'
+        return counting.reduce(
+            per_row, labels
+        )  # ignored rows, num_items_in_batch and an all-padding batch as hf_heads'
 
     eval_loss = training_loss
 
@@ -113,7 +115,7 @@ def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refuse
 
 
 def test_a_family_written_outside_reduces_its_rows_with_the_public_helper(temperature_family):
-    """The toy family reduces its per-row losses with `LossRows.reduce`: ignored rows count 0 (their gradient too),
+    """The toy family reduces its per-row losses with `RowCounting.reduce`: ignored rows count 0 (their gradient too),
     "mean" divides by the labelled rows or by `num_items_in_batch` (a tensor: no host read), "none" keeps the labels'
     shape, and a batch of padding only gives 0 with a zero gradient, never NaN (a 0 / 0 of a hand-written mean)."""
     head = make_head(4, 7, {"family": "temperature", "temperature": 2.0}).train()
@@ -130,7 +132,7 @@ def test_a_family_written_outside_reduces_its_rows_with_the_public_helper(temper
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(hidden.grad, torch.zeros_like(hidden))
     with pytest.raises(ValueError, match="losses has 5 entries, labels 6: give one loss per label"):
-        LossRows().reduce(torch.zeros(5), labels)
+        RowCounting().reduce(torch.zeros(5), labels)
 
 
 def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():

@@ -323,16 +323,16 @@ def _continuous_cases() -> list:
 
 @pytest.mark.parametrize("cls, setting", _continuous_cases())
 def test_continuous_loss_equals_its_reference(cls, setting):
-    """`rows` against the naive `reference`, in value and gradient (from the same random state: the random
-    negatives and the extra in-batch draws are drawn alike), and float64 gradcheck of `rows`."""
+    """`row_losses` against the naive `reference`, in value and gradient (from the same random state: the random
+    negatives and the extra in-batch draws are drawn alike), and float64 gradcheck of `row_losses`."""
     parameters, candidates = _continuous_settings(cls)[setting]
     loss, batch = cls(**parameters), _continuous_batch(candidates)
 
-    def rows_of(pred):
+    def row_losses_of(pred):
         torch.manual_seed(11)
-        return loss.rows(dataclasses.replace(batch, pred=pred))
+        return loss.row_losses(dataclasses.replace(batch, pred=pred))
 
-    got = rows_of(batch.pred)
+    got = row_losses_of(batch.pred)
     torch.manual_seed(11)
     want = loss.reference(batch)
     assert got.shape == want.shape == batch.ids.shape
@@ -342,7 +342,7 @@ def test_continuous_loss_equals_its_reference(cls, setting):
     (e,) = torch.autograd.grad((want * weights).sum(), batch.pred)
     torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-9)
     if cls.exact_gradient:  # SMD's detached negative moves with û: its numerical gradient differs by design
-        assert torch.autograd.gradcheck(rows_of, (batch.pred,), fast_mode=True)
+        assert torch.autograd.gradcheck(row_losses_of, (batch.pred,), fast_mode=True)
 
 
 def test_the_continuous_losses_are_the_family_s_choices():
@@ -394,7 +394,7 @@ def test_registering_a_continuous_loss_without_its_reference_is_an_error():
     class NoReference(ContinuousLoss):
         name: ClassVar[str] = "no-reference"
 
-        def rows(self, batch):
+        def row_losses(self, batch):
             return batch.pred.norm(dim=-1)
 
     with pytest.raises(TypeError, match="does not define reference: every continuous_loss component defines its ref"):

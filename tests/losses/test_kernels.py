@@ -1006,7 +1006,8 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
     backward read no value on the host — no label check, no compaction of ignored rows, no count, no check of the
     class weights, no sum of them — and compute the same loss and gradients as the CPU path that compacts the rows;
     an out-of-range label is still refused."""
-    from hf_heads.losses import _rows, fused_linear
+    from hf_heads.losses import fused_linear
+    from hf_heads.losses import reduction as reduction_module
 
     opts = dict(OPTIONS[options])
     use_t = opts.pop("target", False)
@@ -1025,7 +1026,7 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
         return out, torch.autograd.grad(loss, (h, w, b, t), allow_unused=True)
 
     want, want_grads = run()
-    for module in (_rows, fused_linear):
+    for module in (reduction_module, fused_linear):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     with _HostReads() as reads:
         got, got_grads = run()
@@ -1044,11 +1045,12 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
 def test_a_divisor_counted_on_the_device_divides_in_the_losss_dtype(items, monkeypatch):
     """On an accelerator the mean's divisor is an integer tensor (the rows counted on the device, or the Trainer's
     num_items_in_batch); float64 inputs still give the float64 loss to rounding, not to a float32 reciprocal."""
-    from hf_heads.losses import _rows, fused_linear
+    from hf_heads.losses import fused_linear
+    from hf_heads.losses import reduction as reduction_module
 
     h, w, b, _, y = _data()
     want = chunked(h, w, b, y, chunk_size=4, num_items_in_batch=None if items is None else 9)
-    for module in (_rows, fused_linear):
+    for module in (reduction_module, fused_linear):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     got = chunked(h, w, b, y, chunk_size=4, num_items_in_batch=items)
     assert got.dtype == torch.float64
@@ -1086,7 +1088,8 @@ def test_a_heads_training_step_reads_nothing_on_the_host(name, monkeypatch):
     batch maximum and running value kept on the device; sampled heads: the noise checked likewise, every row scored
     and the ignored ones masked), and the same loss, gradients and running max-norm as the CPU path that compacts
     the rows."""
-    from hf_heads.losses import _rows, fused_linear, noise, scorer
+    from hf_heads.losses import fused_linear, noise, scorer
+    from hf_heads.losses import reduction as reduction_module
 
     family = name.split()[0]
     options = {"family": family, "chunk_size": 3, **HEADS_ON_AN_ACCELERATOR[name]}
@@ -1113,7 +1116,7 @@ def test_a_heads_training_step_reads_nothing_on_the_host(name, monkeypatch):
         return loss, head.weight.grad, head.bias.grad, None if running is None else running.clone()
 
     want = step(new_head())
-    for module in (_rows, fused_linear, noise, scorer):
+    for module in (reduction_module, fused_linear, noise, scorer):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     head = new_head()
     with _HostReads() as reads:

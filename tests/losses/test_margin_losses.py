@@ -28,7 +28,9 @@ from hf_heads.losses import (
     vmf_nll,
 )
 from hf_heads.losses import noise as noise_module
-from hf_heads.losses._rows import frequency_ranks, reduce_rows, safe_exp, valid_rows
+from hf_heads.losses.noise import frequency_ranks
+from hf_heads.losses.reduction import reduce_rows, valid_rows
+from hf_heads.training.trainer import safe_exp
 
 margin_cross_entropy = with_impl(presets.margin_cross_entropy)
 sampled_loss = with_impl(presets.sampled_loss)

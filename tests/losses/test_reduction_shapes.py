@@ -107,7 +107,7 @@ def test_a_half_heads_loss_is_float32_as_transformers_losses(family):
 
 def test_the_dtype_rule_reads_autocast_where_no_loss_switched_it_off():
     """`loss_dtype` called directly under autocast (outside the losses' `autocast_off`): float32 as well."""
-    from hf_heads.losses._rows import loss_dtype
+    from hf_heads.losses.precision import loss_dtype
 
     half = torch.zeros(2, dtype=torch.bfloat16)
     assert loss_dtype(half, None) == torch.bfloat16

@@ -270,31 +270,32 @@ def test_a_scorer_and_keyword_options_do_not_mix():
 
 
 def test_the_weight_rows_the_scorer_reads_have_the_gradients_of_norm_and_gather():
-    """`weight_rows` (‖W_c‖ and W[y] with one (V, H) gradient buffer) against torch's norm and indexing, forward
-    and backward, float64 gradcheck, a zero row included (gradient 0 there, as torch's norm), and no target."""
-    from hf_heads.losses.scorer import weight_rows
+    """`weight_norms_and_targets` (‖W_c‖ and W[y] with one (V, H) gradient buffer) against torch's norm and
+    indexing, forward and backward, float64 gradcheck, a zero row included (gradient 0 there, as torch's norm), and
+    no target."""
+    from hf_heads.losses.scorer import weight_norms_and_targets
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(7, 3, generator=g, dtype=torch.float64)
     w[4] = 0.0
     w.requires_grad_()
     y = torch.tensor([1, 4, 1, 6])
-    norms, rows, _ = weight_rows(w, y)
+    norms, rows, _ = weight_norms_and_targets(w, y)
     g_n, g_r = torch.randn(7, generator=g, dtype=torch.float64), torch.randn(4, 3, generator=g, dtype=torch.float64)
     got = torch.autograd.grad((norms * g_n).sum() + (rows * g_r).sum(), w)[0]
     want_n, want_r = w.norm(dim=1), w[y]
     want = torch.autograd.grad((want_n * g_n).sum() + (want_r * g_r).sum(), w)[0]
     torch.testing.assert_close((norms, rows), (want_n, want_r))
     torch.testing.assert_close(got, want)
-    assert weight_rows(w, None)[1] is None
+    assert weight_norms_and_targets(w, None)[1] is None
     w_ok = torch.randn(7, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, y)[:2], (w_ok,))
-    assert torch.autograd.gradcheck(lambda w_: weight_rows(w_, None)[0], (w_ok,))
+    assert torch.autograd.gradcheck(lambda w_: weight_norms_and_targets(w_, y)[:2], (w_ok,))
+    assert torch.autograd.gradcheck(lambda w_: weight_norms_and_targets(w_, None)[0], (w_ok,))
     # with a slot, W passes on as a third output; a gradient reaching it from anything but the fused loss is never
     # written into (here the sum's gradient: one expanded tensor shared by every entry), only added to
     from hf_heads.losses.fused_linear import WeightGradSlot
 
     for other in (lambda v: v.sum(), lambda v: (v * 3.0).sum()):
-        norms, rows, w_pass = weight_rows(w, y, slot=WeightGradSlot())
+        norms, rows, w_pass = weight_norms_and_targets(w, y, slot=WeightGradSlot())
         got = torch.autograd.grad((norms * g_n).sum() + (rows * g_r).sum() + other(w_pass), w)[0]
         torch.testing.assert_close(got, want + torch.autograd.grad(other(w), w)[0])

@@ -88,11 +88,11 @@ def _inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return hidden, labels
 
 
-def _run(head, hidden, labels, train: bool, seed: int = 0, **rows):
+def _run(head, hidden, labels, train: bool, seed: int = 0, **counting):
     head.train(train)
     torch.manual_seed(seed)  # the sampled heads' noise samples
     h = hidden.clone().requires_grad_(train)
-    loss, _ = head(h, labels, return_logits=False, **rows)
+    loss, _ = head(h, labels, return_logits=False, **counting)
     if train:
         loss.sum().backward()
     return loss.detach(), h.grad
@@ -120,19 +120,19 @@ def _check(options: dict, mesh, counts, rank: int) -> dict[str, list[float]]:
     # every head with "mean" and "none"; those of EVERY_REDUCTION with `num_items_in_batch` and "sum" too
     full = any(options is HEADS[name] for name in EVERY_REDUCTION)
     variants = [{}, {"reduction": "none"}] + ([{"num_items_in_batch": 30}, {"reduction": "sum"}] if full else [])
-    for rows in variants:
-        tag = "" if not rows else f" {next(iter(rows.values()))}"
+    for counting in variants:
+        tag = "" if not counting else f" {next(iter(counting.values()))}"
         ref.zero_grad(), tp.zero_grad()
-        want, want_h = _run(ref, hidden, labels, True, **rows)
-        got, got_h = _run(tp, hidden, labels, True, seed=rank, **rows)
-        assert float(ref.weight.grad.abs().sum()) > 0 and float(want_h.abs().sum()) > 0, (options, rows)
+        want, want_h = _run(ref, hidden, labels, True, **counting)
+        got, got_h = _run(tp, hidden, labels, True, seed=rank, **counting)
+        assert float(ref.weight.grad.abs().sum()) > 0 and float(want_h.abs().sum()) > 0, (options, counting)
         checks[f"train loss{tag}"] = diff(got, want)
         checks[f"train grad hidden{tag}"] = diff(got_h, want_h)
         checks[f"train grad weight{tag}"] = diff(tp.weight.grad.full_tensor(), ref.weight.grad)
         checks[f"train grad bias{tag}"] = diff(tp.bias.grad.full_tensor(), ref.bias.grad)
         with torch.no_grad():
             checks[f"eval loss{tag}"] = diff(
-                _run(tp, hidden, labels, False, **rows)[0], _run(ref, hidden, labels, False, **rows)[0]
+                _run(tp, hidden, labels, False, **counting)[0], _run(ref, hidden, labels, False, **counting)[0]
             )
     if ref.same_pass_accuracy:
         checks["accuracy"] = diff(tp.take_accuracy(), ref.take_accuracy())
@@ -175,7 +175,7 @@ def _ties(mesh) -> dict[str, list[float]]:
     return {"predictions": diff(got.predictions, want.predictions), "ranks": diff(got.target_rank, want.target_rank)}
 
 
-def _refused(options: dict, mesh, counts, rank: int, differs: bool, **rows) -> str:
+def _refused(options: dict, mesh, counts, rank: int, differs: bool, **counting) -> str:
     from hf_heads.heads import make_head
     from hf_heads.losses.vocab_parallel import shard_vocabulary
     from hf_heads.validation import OptionError
@@ -186,7 +186,7 @@ def _refused(options: dict, mesh, counts, rank: int, differs: bool, **rows) -> s
     shard_vocabulary(head, mesh).train()
     hidden, labels = _inputs(seed=rank if differs else 0)
     try:
-        head(hidden, labels, return_logits=False, **rows)
+        head(hidden, labels, return_logits=False, **counting)
     except (OptionError, ValueError) as error:
         print(f"refused {options}: {error}")
         return "refused"
@@ -268,7 +268,7 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
             with torch.no_grad():  # without a gradient the chunks run once, reduced apart (`reduce_sharded`)
                 got = chunked(h, w, b, y, target_logit=t, column_scale=s, reduction=reduction, chunk_size=3, **options)
             checks[f"no gradient {name} {reduction}"] = diff(got, whole)
-    try:  # the loss functions check the reduction themselves (a head's LossRows checks it before them)
+    try:  # the loss functions check the reduction themselves (a head's RowCounting checks it before them)
         chunked(h, w, b, y, reduction="avg")
         refused = False
     except OptionError as error:

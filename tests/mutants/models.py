@@ -306,7 +306,7 @@ MUTANTS: list[Mutant] = [
       "        ctx.set_materialize_grads(False)", "        pass", SAME_PASS,
       "an entropy asked for without its gradient still adds zero-weighted entropy terms to the recomputing backward"),
     m("same-pass-top1-ignored-rows", "heads/discrete.py",
-      '        hit = (out.predictions == target) & (target != rows.ignore_index)\n',
+      '        hit = (out.predictions == target) & (target != counting.ignore_index)\n',
       "        hit = out.predictions == target\n", SAME_PASS,
       "ignored positions count as top-1 hits in TRL's mean_token_accuracy"),
     m("same-pass-entropy-not-detached", "heads/discrete.py", '"entropy": out.entropy.detach()',

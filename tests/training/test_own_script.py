@@ -120,7 +120,7 @@ def test_causal_lm_script_flow_trains_saves_and_reloads_the_same_logits(base, tm
     trainer.train()
     trainer.save_model()
     assert not model.head.warm_start_pending and model.head.has_word_counts
-    assert model.config.head["warm_start_gain"] != 1.0  # fitted on the first training rows
+    assert model.config.head["warm_start_gain"] != 1.0  # fitted on the first training examples
     model.eval()
     for cls in (HeadsForCausalLM, AutoModelForCausalLM):
         again = cls.from_pretrained(training_args.output_dir).eval()

@@ -29,7 +29,7 @@ class WeightedCosineDistance(ContinuousLoss):
         super().check()
         check_number("weight", self.weight, exclusive_minimum=0)
 
-    def rows(self, batch: ContinuousBatch) -> torch.Tensor:
+    def row_losses(self, batch: ContinuousBatch) -> torch.Tensor:
         return self.weight * (1 - F.cosine_similarity(batch.pred, batch.table[batch.ids], dim=-1))  # (n,)
 
     def reference(self, batch: ContinuousBatch) -> torch.Tensor:

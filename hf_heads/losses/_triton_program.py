@@ -40,7 +40,7 @@ def _tile(
 
 
 @triton.jit
-def ce_rows(
+def ce_per_row(
     z_ptr,  # (n, V) products h wᵀ (float32, float64, or a half dtype)
     stride,
     g_ptr,  # (n, V) d loss / d z when GRAD, in its own dtype (the products' for the next GEMMs); may be z itself

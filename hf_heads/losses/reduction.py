@@ -1,101 +1,24 @@
-"""Row bookkeeping shared by every loss: the compute dtype and mixed precision, the non-ignored rows, the reductions,
-the frequency rank of the classes and a perplexity that never overflows.
+"""How the rows of a loss count and reduce: the non-ignored rows, the label checks, the reductions, and the two
+records a loss is called with (`RowCounting`, `LossInputs`).
 
-Every loss computes in float32 (float64 for float64 inputs, for gradcheck) whatever autocast context it is called in
-(under `--bf16` / `--fp16` a matmul would otherwise return a half dtype mid-computation); gradients go back to each
-input in its own dtype.
-
-Rows and reductions, as in `F.cross_entropy` and the transformers Trainer: a row whose target is `ignore_index`
-contributes nothing; "none" returns one loss per row (0 on ignored rows), "sum" their sum, "mean" the sum divided by
-`num_items_in_batch` when given (which makes gradient accumulation exact) or else by the non-ignored rows; a divisor
-is never below 1, so an all-ignored batch has loss 0, never NaN.
+A row is one position of the flattened batch: one hidden vector h_i (a row of the (N, H) matrix) and its label y_i.
+As in `F.cross_entropy` and the transformers Trainer: a row whose target is `ignore_index` contributes nothing;
+"none" returns one loss per row (0 on ignored rows), "sum" their sum, "mean" the sum divided by `num_items_in_batch`
+when given (which makes gradient accumulation exact) or else by the non-ignored rows; a divisor is never below 1, so
+an all-ignored batch has loss 0, never NaN.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import math
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import torch
 
+from hf_heads.losses.precision import compute_dtype
 from hf_heads.validation import check_choice
-
-F = TypeVar("F", bound=Callable)
 
 REDUCTIONS = ("mean", "sum", "none")
 IGNORE_INDEX = -100  # the label of a row that counts nothing: torch's and the Trainer's default
-MAX_EXP_ARG = 700.0  # math.exp overflows float64 past ~709.78
-
-
-def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """float64 if any input is float64, else float32."""
-    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-_OUTER = threading.local()  # the autocast dtype `autocast_off` switched off, for `gemm_dtype`
-HALF_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def autocast_off(fn: F) -> F:
-    """Run `fn` with autocast disabled on the device of its first tensor argument (a no-op outside autocast). The
-    dtype autocast had is kept for `gemm_dtype` while `fn` runs."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-        if first is None or not torch.is_autocast_enabled(first.device.type):
-            return fn(*args, **kwargs)
-        previous, _OUTER.dtype = getattr(_OUTER, "dtype", None), torch.get_autocast_dtype(first.device.type)
-        try:
-            with torch.autocast(first.device.type, enabled=False):
-                return fn(*args, **kwargs)
-        finally:
-            _OUTER.dtype = previous
-
-    return wrapper  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def full_precision():
-    """Inside an `autocast_off` function: forget the autocast dtype it switched off and run CUDA float32 matmuls in
-    IEEE float32, so that a kernel's self-check compares two implementations at float32 tolerances (TF32 rounding
-    alone differs by ~1e-4)."""
-    matmul = torch.backends.cuda.matmul
-    previous, _OUTER.dtype = getattr(_OUTER, "dtype", None), None
-    precision, matmul.fp32_precision = matmul.fp32_precision, "ieee"
-    try:
-        yield
-    finally:
-        _OUTER.dtype = previous
-        matmul.fp32_precision = precision
-
-
-def loss_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """torch's dtype for the loss of these inputs' logits, as `F.cross_entropy(hidden @ weight.T + bias, ...)` gives
-    it: float32 under autocast (also inside an `autocast_off` function called under autocast), else the inputs'
-    promoted dtype. The losses accumulate in float32 whatever this is and round once at the end."""
-    present = [t for t in tensors if t is not None]
-    if getattr(_OUTER, "dtype", None) is not None or torch.is_autocast_enabled(present[0].device.type):
-        return torch.float32
-    return functools.reduce(torch.promote_types, (t.dtype for t in present))
-
-
-def gemm_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """The dtype of an output layer's matrix products: float64 when an input is float64 (gradcheck); else the autocast
-    dtype the loss was called under, else a half dtype of the inputs, else float32. Half products accumulate in
-    float32; the softmax and margin math after them stays in float32."""
-    dtypes = {t.dtype for t in tensors if t is not None}
-    if torch.float64 in dtypes:
-        return torch.float64
-    outer = getattr(_OUTER, "dtype", None)
-    if outer in HALF_DTYPES:
-        return outer
-    return next((d for d in HALF_DTYPES if d in dtypes), torch.float32)
 
 
 def valid_rows(
@@ -139,7 +62,7 @@ def counted_rows(
     return hidden, torch.where(valid, target, 0), valid
 
 
-def linear_rows(
+def linear_inputs(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
@@ -166,10 +89,10 @@ def check_reduction(reduction: str) -> None:
 
 
 @dataclass(frozen=True)
-class LossRows:
-    """How a loss counts its rows (module docstring), what a head's loss hooks take beside the hidden states and
-    labels: `ignore_index`, `reduction` ("mean", "sum" or "none") and `num_items_in_batch` (what "mean" divides by;
-    None: the counted rows). `kwargs()` passes them on to a loss function."""
+class RowCounting:
+    """How a loss counts and reduces its rows (module docstring), what a head's loss hooks take beside the hidden
+    states and labels: `ignore_index`, `reduction` ("mean", "sum" or "none") and `num_items_in_batch` (what "mean"
+    divides by; None: the counted rows). `kwargs()` passes them on to a loss function."""
 
     num_items_in_batch: int | torch.Tensor | None = None
     ignore_index: int = IGNORE_INDEX
@@ -194,10 +117,10 @@ class LossRows:
 
 
 @dataclass(frozen=True)
-class OutputRows:
+class LossInputs:
     """The inputs of an output layer's loss, what `hf_heads.losses.output_loss` takes: `hidden` (*, H), the layer's
     `weight` (V, H) and `bias` (V,) or None, `labels` (*) (class ids; `ignore_index` on a row that counts nothing),
-    and how the rows count (`LossRows`'s `ignore_index`, `num_items_in_batch` and `reduction`)."""
+    and how the rows count (`RowCounting`'s `ignore_index`, `num_items_in_batch` and `reduction`)."""
 
     hidden: torch.Tensor
     weight: torch.Tensor
@@ -210,22 +133,10 @@ class OutputRows:
     def __post_init__(self) -> None:
         check_reduction(self.reduction)
 
-    @classmethod
-    def of(
-        cls,
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        labels: torch.Tensor,
-        rows: LossRows,
-    ) -> OutputRows:
-        """These tensors, counted as `rows` says (a head's hooks receive a `LossRows`)."""
-        return cls(hidden, weight, bias, labels, rows.ignore_index, rows.num_items_in_batch, rows.reduction)
-
     @property
-    def counting(self) -> LossRows:
-        """How the rows count, as a `LossRows`."""
-        return LossRows(self.num_items_in_batch, self.ignore_index, self.reduction)
+    def counting(self) -> RowCounting:
+        """How the rows count, as a `RowCounting`."""
+        return RowCounting(self.num_items_in_batch, self.ignore_index, self.reduction)
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(hidden, weight, bias, labels): a loss function's positional arguments."""
@@ -272,17 +183,3 @@ def reduce_rows(
     if reduction == "sum":
         return total
     return total / mean_divisor(num_items_in_batch, per_row.numel(), total.device)
-
-
-def frequency_ranks(counts: torch.Tensor) -> torch.Tensor:
-    """(C,) rank of each class by descending count (0 = most frequent; ties keep id order)."""
-    counts = torch.as_tensor(counts)
-    order = torch.sort(counts, descending=True, stable=True).indices
-    ranks = torch.empty_like(order)
-    ranks[order] = torch.arange(counts.numel(), device=counts.device)
-    return ranks
-
-
-def safe_exp(x: float) -> float:
-    """exp(min(x, 700)): e.g. the perplexity of a mean NLL, finite (about 1e304 at most) however large x is."""
-    return math.exp(min(x, MAX_EXP_ARG))
