@@ -433,10 +433,16 @@ def chunked_loss(
             accuracy = hits.sum() / count
         return LossResult(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
 
+    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
+    # without gradients (an evaluation), the loss alone in larger chunks: one matmul per chunk instead of three
+    eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
+    row_chunk = chunk if needs_grad else eval_chunk
+
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
         out = _FusedLinearCEPerRow.apply(
-            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy, kernel
-        )
+            h, w, b, t, s, y, opts, row_chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy,
+            kernel,
+        )  # fmt: skip
         return out if want_aux else (out, None, None, None)
 
     if reduction == "none":
@@ -461,9 +467,7 @@ def chunked_loss(
             zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2),
             hidden.new_zeros(0, dtype=compute) + zero,
         )  # fmt: skip
-    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
-    if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
-        eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
+    if not needs_grad:  # evaluation: the loss alone (`eval_chunk`)
         losses, _, lse, pred, ent = _run(
             h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=want_pred,
             want_ent=return_entropy, kernel=kernel,

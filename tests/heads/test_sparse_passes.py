@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from hf_heads.heads import make_head
 from hf_heads.losses.tiles import predict, top_k_predict
 
-V, H, N, K, CHUNK = 300, 8, 12, 5, 4  # 3 chunks of 4 rows
+V, H, N, K, CHUNK = 300, 8, 12, 5, 4  # 3 chunks of 4 rows (chunk_size: evaluations too)
 
 WHOLE_ROW_OPS = {"gt", "lt", "ge", "le", "eq", "max", "argmax", "sort"}  # ranking / argmax passes
 SCATTER_OPS = {"index_add_", "index_add", "scatter_add_", "scatter_add"}  # into the (V, H) weight gradient
