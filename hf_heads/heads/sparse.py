@@ -149,8 +149,12 @@ class SparseHead(SoftmaxHead):
         o = self.options
         each, k = replace(counting, reduction="none"), o.inference_k
         scorer = Scorer(logit_multiplier=o.logit_multiplier, softcap=o.logit_softcap)
-        out = self.layer_loss(hidden, labels, each, scorer=scorer, criterion=CrossEntropy(top_k=k), returns=("rank",))
-        loss, rank = out.loss.reshape(-1), out.target_rank.reshape(-1)  # (N,) each; rank -1 on ignored rows
+        # the ranks capped at k ("top_k_rank"): whether each label is inside the top k, read from the loss's own
+        # top-k selection (a full "rank" would compare every logit of the row with the label's, several passes)
+        out = self.layer_loss(
+            hidden, labels, each, scorer=scorer, criterion=CrossEntropy(top_k=k), returns=("top_k_rank",)
+        )
+        loss, rank = out.loss.reshape(-1), out.target_rank.reshape(-1)  # (N,) each; min(rank, k), -1 on ignored rows
         counted, inside = rank >= 0, (rank >= 0) & (rank < k)
         nll = loss.masked_fill(counted & ~inside, float("inf"))  # (N,)
         if self.eval_sums is not None:

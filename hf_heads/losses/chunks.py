@@ -110,6 +110,9 @@ class ChunkOptions(NamedTuple):
     column_scale: torch.Tensor | None = None
     criterion: Criterion = CROSS_ENTROPY
     z_loss: float = 0.0
+    # the target ranks a pass returns need be exact only below `top_k` (min(rank, top_k), `returns=("top_k_rank",)`):
+    # a kernel may then read them from the top-k selection instead of ranking the whole row
+    capped_rank: bool = False
 
     @classmethod
     def of(cls, criterion: Criterion, softcap: float | None = None, column_scale=None) -> ChunkOptions:
@@ -124,7 +127,9 @@ class ChunkOptions(NamedTuple):
     def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
         """These options with another column scale. (Not `_replace`: dynamo cannot read back a `_replace`d named tuple
         after a graph break.)"""
-        return ChunkOptions(self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion, self.z_loss)
+        return ChunkOptions(
+            self.top_k, self.label_smoothing, self.softcap, column_scale, self.criterion, self.z_loss, self.capped_rank
+        )
 
 
 class Grads(NamedTuple):

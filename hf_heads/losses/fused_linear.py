@@ -341,7 +341,9 @@ def chunked_loss(
         weight_grad: a `WeightGradSlot` told which tensor is the gradient of `weight`, or None.
         returns: extras, as a `LossResult` (hf_heads.losses.parts.RETURNS), from the same pass as the loss: "z_loss"
             / "lse", "predictions" (the argmax without a margin's replaced logit, lowest index on a tie; the token
-            accuracy), "rank" (the classes ahead of the label, for `accuracy_at(k)`), "entropy" (differentiable,
+            accuracy), "rank" (the classes ahead of the label, for `accuracy_at(k)`), "top_k_rank" (that rank capped
+            at the criterion's top_k, min(rank, k): whether the label is among a sparse head's top k, read on a CPU
+            from the loss's own top-k selection instead of ranking every class), "entropy" (differentiable,
             cross-entropy only: its backward recomputes the chunks).
         loss_dtype: the dtype of the returned loss; None: torch's rule for `F.cross_entropy` of the logits.
         kernel: the chunk kernel (`hf_heads.losses.CHUNK_KERNELS` name or a `ChunkKernel`); None:
@@ -355,7 +357,9 @@ def chunked_loss(
     criterion = make_criterion(criterion)
     top_k, label_smoothing, z_loss, class_weight, penalty = cross_entropy_options(criterion)
     return_z_loss = "z_loss" in returns or "lse" in returns
-    return_predictions, return_target_rank = "predictions" in returns or "rank" in returns, "rank" in returns
+    capped_rank = top_k is not None and "top_k_rank" in returns and "rank" not in returns
+    return_target_rank = "rank" in returns or "top_k_rank" in returns
+    return_predictions = "predictions" in returns or return_target_rank
     return_entropy = "entropy" in returns
     if not criterion.softmax and (return_z_loss or return_entropy):
         wanted = [r for r in returns if r in ("z_loss", "lse", "entropy")]
@@ -402,6 +406,8 @@ def chunked_loss(
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], device=h.device)
     opts = ChunkOptions.of(criterion, softcap)
+    if capped_rank:  # ranks exact below top_k only: a kernel may read them from its top-k selection
+        opts = ChunkOptions(*opts[:-1], capped_rank=True)
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
     want_pred = 2 if return_target_rank else int(return_predictions)  # the columns of `pred`: argmax (and rank)
@@ -420,16 +426,23 @@ def chunked_loss(
         if want_pred:
             predictions = _in_labels_shape(pred[:, 0], valid, keep, target.shape, ignore_index)
             if want_pred > 1:
-                rank = _in_labels_shape(pred[:, 1], valid, keep, target.shape, -1)
+                ranks = pred[:, 1].clamp_max(top_k) if capped_rank else pred[:, 1]  # every kernel: min(rank, k)
+                rank = _in_labels_shape(ranks, valid, keep, target.shape, -1)
             hits = pred[:, 0] == y if keep is None else (pred[:, 0] == y) & keep
             count = num_valid.clamp_min(1) if isinstance(num_valid, torch.Tensor) else max(num_valid, 1)
             accuracy = hits.sum() / count
         return LossResult(loss, z_term.to(out_dtype), lse, predictions, accuracy, rank, entropy)
 
+    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
+    # without gradients (an evaluation), the loss alone in larger chunks: one matmul per chunk instead of three
+    eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
+    row_chunk = chunk if needs_grad else eval_chunk
+
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
         out = _FusedLinearCEPerRow.apply(
-            h, w, b, t, s, y, opts, chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy, kernel
-        )
+            h, w, b, t, s, y, opts, row_chunk, gemm, weight_grad, class_rows, want_lse, want_pred, return_entropy,
+            kernel,
+        )  # fmt: skip
         return out if want_aux else (out, None, None, None)
 
     if reduction == "none":
@@ -454,9 +467,7 @@ def chunked_loss(
             zero, zero.detach(), hidden.new_zeros(0, dtype=compute) if want_lse else None, y.new_zeros(0, 2),
             hidden.new_zeros(0, dtype=compute) + zero,
         )  # fmt: skip
-    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
-    if not needs_grad:  # evaluation: the loss alone, one matmul per chunk instead of three, in larger chunks
-        eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
+    if not needs_grad:  # evaluation: the loss alone (`eval_chunk`)
         losses, _, lse, pred, ent = _run(
             h, w, b, y, t, opts.with_scale(s), eval_chunk, gemm, want_lse=want_lse, want_pred=want_pred,
             want_ent=return_entropy, kernel=kernel,
@@ -497,7 +508,7 @@ def sharded_loss(
         check_class_weight(class_weight, shard.num_classes, opts.label_smoothing)
     h, y, valid = rows
     return_entropy = "entropy" in returns
-    want_pred = 2 if "rank" in returns else int("predictions" in returns)
+    want_pred = 2 if "rank" in returns or "top_k_rank" in returns else int("predictions" in returns)
     target_logit = None if target_logit is None else target_logit.reshape(-1)
     inputs = (h, shard.local, bias, opts.column_scale, target_logit)
     wants_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
@@ -530,7 +541,8 @@ def sharded_loss(
         predictions = torch.where(valid, pred[:, 0], ignore_index).reshape(shape)
         accuracy = ((pred[:, 0] == y) & valid).sum() / valid.sum().clamp_min(1)
         if want_pred > 1:
-            rank = torch.where(valid, pred[:, 1], -1).reshape(shape)
+            ranks = pred[:, 1] if "rank" in returns or opts.top_k is None else pred[:, 1].clamp_max(opts.top_k)
+            rank = torch.where(valid, ranks, -1).reshape(shape)
     if return_entropy:  # differentiable: 0 on ignored rows
         entropy = reduce_rows(ent, valid, shape, "none", keep=valid).to(out_dtype)
     return LossResult(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, rank, entropy)

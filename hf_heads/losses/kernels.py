@@ -16,6 +16,7 @@ import torch
 from hf_heads.components import register
 from hf_heads.losses.chunks import ChunkKernel, ChunkOptions, Grads
 from hf_heads.losses.precision import HALF_DTYPES
+from hf_heads.losses.reduction import host_reads_are_free
 from hf_heads.losses.tiles import (
     TileStats,
     capped_slope,
@@ -26,6 +27,7 @@ from hf_heads.losses.tiles import (
     support_grad_,
     target_grad_,
     tile_stats,
+    top_k_predict,
 )
 
 
@@ -210,13 +212,25 @@ class EagerKernel(ChunkKernel):
         stats = TileStats(stats.m, stats.sum_exp, stats.sum_z, stats.sum_ez, z[rows, y])
         return (*row_loss(stats, opts, opts.top_k), vals, idx)
 
+    @classmethod
+    def _predicts_from_top_k(cls, opts: ChunkOptions, num_classes: int, t, pred, device: torch.device) -> bool:
+        """Whether the predictions `pred` asks for come from the top-k selection of a sparse loss (`top_k_predict`)
+        rather than from passes over the (n, V) logits: a top-k loss without a replaced target logit, on a CPU, asking
+        for the argmax alone or for ranks capped at k (`ChunkOptions.capped_rank`)."""
+        if pred is None or t is not None or not opts.criterion.softmax or not cls._selects(opts, num_classes):
+            return False
+        return (pred.shape[1] == 1 or opts.capped_rank) and host_reads_are_free(device)
+
     def loss(self, h, w, b, y, t, opts, lse=None, pred=None, ent=None):
-        z, rows = self.logits(h, w, b, y, t, opts, pred=pred)
+        late = self._predicts_from_top_k(opts, w.shape[0], t, pred, h.device)
+        z, rows = self.logits(h, w, b, y, t, opts, pred=None if late else pred)
         if not opts.criterion.softmax:  # a sigmoid criterion (BCE, MSE): its terms over the buffer
             return opts.criterion.terms_(z, rows, y)
         wants_ent = ent is not None
         if self._selects(opts, z.shape[1]):
-            loss, row_lse, row_ent, _, _ = self.top_k_loss(z, rows, y, opts, wants_ent)
+            loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, opts, wants_ent)
+            if late:
+                pred.copy_(top_k_predict(z, y, vals, idx, rank=pred.shape[1] > 1))
         else:
             loss, row_lse, row_ent = self.log_softmax_(z, rows, y, opts, wants_ent)  # z: log p
         if lse is not None:
@@ -274,9 +288,12 @@ class EagerKernel(ChunkKernel):
     ):  # fmt: skip
         """top_k < V, no replaced target logit: only the k kept logits and the target's have a gradient, so it gathers
         / scatters k+1 rows of W per token instead of two dense (n, V) x (V, H) products."""
-        z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
+        late = self._predicts_from_top_k(opts, w.shape[0], t, pred, h.device)
+        z, rows = self.logits(h, w, b, y, t, opts, grads.logits, None if late else pred)
         wants_ent = ent is not None or ent_weight is not None
         loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, opts, wants_ent)
+        if late:  # `train_accuracy` from the selection itself: no argmax pass over the block
+            pred.copy_(top_k_predict(z, y, vals, idx, rank=pred.shape[1] > 1))
         if lse is not None:
             lse.copy_(row_lse)
         if ent is not None:
@@ -295,10 +312,21 @@ class EagerKernel(ChunkKernel):
         if grads.w is not None:
             if grads.w_unset:  # scattered into: zeroed first
                 grads.w.zero_()
-            grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+            add_rows_(grads.w, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
         return loss
+
+
+def add_rows_(accumulator: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """accumulator (V, H)[index_i] += rows (m, H)[i], repeated indices summed. On a CPU through
+    `index_put_(accumulate=True)`, one loop on one thread: `index_add_` there sorts the indices in several parallel
+    regions (a radix sort, then a sparse product), each a barrier for every thread, so with threads that must wait for
+    a core (a training script's other work, a loaded machine) a call of a few thousand rows costs about 80 ms at two
+    threads against about 5 ms on one (benchmarks/speed/bench_sparse_script.py). Elsewhere `index_add_`."""
+    if accumulator.device.type == "cpu":
+        return accumulator.index_put_((index,), rows.to(accumulator.dtype), accumulate=True)
+    return accumulator.index_add_(0, index, rows)
 
 
 def _grad_logits(

@@ -21,7 +21,7 @@ from hf_heads.components import REGISTRIES, Component, component_base, make_comp
 from hf_heads.validation import OptionError, check_number
 
 # what `output_loss(..., returns=...)` can ask for beside the loss (`LossResult`)
-RETURNS = ("lse", "z_loss", "predictions", "rank", "entropy")
+RETURNS = ("lse", "z_loss", "predictions", "rank", "top_k_rank", "entropy")
 
 
 @component_base("criterion")
@@ -230,8 +230,8 @@ class LossResult(NamedTuple):
     """What `output_loss` returns when `returns` asks for more than the loss (0, or -1 for ranks, on ignored rows): the
     loss; `z_loss`, the z-loss term alone (no gradient); `lse`, each row's log-sum-exp (no gradient; None for BCE /
     MSE); `predictions`, each row's argmax without a margin (lowest index on a tie) and `token_accuracy`;
-    `target_rank`, each label's rank in that order; `entropy` of the softmax the loss takes (differentiable). The rest
-    is None."""
+    `target_rank`, each label's rank in that order (under "top_k_rank" alone capped at the criterion's top_k);
+    `entropy` of the softmax the loss takes (differentiable). The rest is None."""
 
     loss: torch.Tensor
     z_loss: torch.Tensor | None = None

@@ -117,6 +117,29 @@ def predict(z: torch.Tensor, y: torch.Tensor, rank: bool = True) -> torch.Tensor
     return torch.stack([stats.best_at] + ([stats.ahead] if rank else []), dim=1)
 
 
+def top_k_predict(z: torch.Tensor, y: torch.Tensor, vals: torch.Tensor, idx: torch.Tensor, rank: bool = True):
+    """`predict(z, y, rank)` from the row's top k that a sparse loss selected (vals (n, k) descending, idx their
+    columns), the rank capped at k: min(rank, k). The top k decides every row whose k-th value ties neither the maximum
+    nor the target's logit (every class larger than it, or equal to it, is then among the k); the other rows are
+    ranked over their whole row, as `predict` does. No pass over the (n, V) block beside reading the targets' logits,
+    so it needs the rows to be read on the host (a CPU): `hf_heads.losses.reduction.host_reads_are_free`."""
+    k, kth, best = vals.shape[1], vals[:, -1], vals[:, 0]  # (n,) each
+    at = torch.where(vals == best[:, None], idx, torch.iinfo(torch.int64).max).amin(1)  # the lowest id of the max
+    cols = [at]
+    unsure = kth == best  # the whole top k ties with the max: an equal logit may lie outside it
+    if rank:
+        own = z.gather(1, y[:, None])  # (n, 1)
+        ahead = ((vals > own) | ((vals == own) & (idx < y[:, None]))).sum(1)  # exact where own > kth
+        cols.append(torch.where(own[:, 0] < kth, k, ahead))  # own < kth: k logits above it
+        unsure = unsure | (own[:, 0] == kth)  # a tie at the k-th value: topk kept any of the tied columns
+    out = torch.stack(cols, dim=1)  # (n, 1) or (n, 2)
+    rows = unsure.nonzero().squeeze(1)
+    if rows.numel():
+        full = predict(z[rows], y[rows], rank)
+        out[rows] = full if not rank else torch.stack([full[:, 0], full[:, 1].clamp_max(k)], dim=1)
+    return out
+
+
 def merge(stats: TileStats, combine: Combine) -> TileStats:
     """The statistics of the union of the tiles `combine` reduces over: e.g. `merge(stack(tiles), Stacked())`, or
     one process's tile merged with the other processes' (vocab_parallel). M = max_j m_j, Σ_j e^{m_j − M} S_j,

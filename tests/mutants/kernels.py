@@ -393,5 +393,15 @@ MUTANTS: list[Mutant] = [
       "        return None, c.label_smoothing, c.z_loss, c.class_weight, c.confidence_penalty\n",
       selection("tests/losses/test_entry.py"),
       "CrossEntropy(top_k=k) computes the full softmax cross-entropy (k dropped)"),
+    m("sparse-predictions-rank-the-whole-row", "losses/kernels.py",
+      "        return (pred.shape[1] == 1 or opts.capped_rank) and host_reads_are_free(device)\n",
+      "        return False\n",
+      selection("tests/heads/test_sparse_passes.py"),
+      "a sparse pass on a CPU takes its argmax and capped ranks from passes over the whole (n, V) block again"),
+    m("sparse-weight-grad-index-add-on-cpu", "losses/kernels.py",
+      '    if accumulator.device.type == "cpu":\n        return accumulator.index_put_(',
+      '    if False:\n        return accumulator.index_put_(',
+      selection("tests/heads/test_sparse_passes.py"),
+      "the sparse kernel's weight gradient on a CPU goes through index_add_ (a parallel radix sort per chunk)"),
 ]
 # fmt: on

@@ -419,5 +419,8 @@ MUTANTS = [
        "            log_d = torch.ones_like(noise)[offset : offset + scores.shape[-1]]",
        ["tests/losses/test_loss_part_flips.py"],
        "a Correction reads a uniform noise whatever its noise_probs (eqs. 10, 22 lose log D(c))"),
+    _m("sparse-eval-ranks-every-logit", "heads/sparse.py", 'returns=("top_k_rank",)', 'returns=("rank",)',
+       ["tests/heads/test_sparse_passes.py"],
+       "a sparse evaluation ranks every logit of each row to learn whether its label is in the top k"),
 ]
 # fmt: on

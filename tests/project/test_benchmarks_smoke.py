@@ -20,7 +20,8 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
 
 # slow (make test-all): bench_sparse, bench_sampled (the GPU script's dry run, tests/project/test_gpu_script.py, runs
 # both at toy sizes), every margin option of bench_margin, bench_loss_options, bench_trl_statistics, bench_eval,
-# bench_continuous, bench_chunk_rows, bench_demo_step, bench_vocab_parallel, bench_revisions, probe_continuous_copy
+# bench_continuous, bench_chunk_rows, bench_demo_step, bench_sparse_script, bench_vocab_parallel, bench_revisions,
+# probe_continuous_copy
 @pytest.mark.parametrize(
     "script, args, expect",
     [
@@ -121,6 +122,13 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "speed/bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
             "| margin arc m=0.001 f=log-unigram g=max-norm |",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "speed/bench_sparse_script.py",
+            ["--vocab", "300", "--hidden", "16", "--block", "16", "--steps", "2", "--eval_blocks", "2"]
+            + ["--repeats", "1"],
+            "| sparse k=20 |",
             marks=pytest.mark.slow,
         ),
         pytest.param(
