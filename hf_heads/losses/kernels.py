@@ -312,21 +312,10 @@ class EagerKernel(ChunkKernel):
         if grads.w is not None:
             if grads.w_unset:  # scattered into: zeroed first
                 grads.w.zero_()
-            add_rows_(grads.w, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+            grads.w.index_add_(0, cols.reshape(-1), (coef[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
         if grads.b is not None:
             grads.b.index_add_(0, cols.reshape(-1), coef.reshape(-1))
         return loss
-
-
-def add_rows_(accumulator: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """accumulator (V, H)[index_i] += rows (m, H)[i], repeated indices summed. On a CPU through
-    `index_put_(accumulate=True)`, one loop on one thread: `index_add_` there sorts the indices in several parallel
-    regions (a radix sort, then a sparse product), each a barrier for every thread, so with threads that must wait for
-    a core (a training script's other work, a loaded machine) a call of a few thousand rows costs about 80 ms at two
-    threads against about 5 ms on one (benchmarks/speed/bench_sparse_script.py). Elsewhere `index_add_`."""
-    if accumulator.device.type == "cpu":
-        return accumulator.index_put_((index,), rows.to(accumulator.dtype), accumulate=True)
-    return accumulator.index_add_(0, index, rows)
 
 
 def _grad_logits(

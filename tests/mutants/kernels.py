@@ -398,10 +398,5 @@ MUTANTS: list[Mutant] = [
       "        return False\n",
       selection("tests/heads/test_sparse_passes.py"),
       "a sparse pass on a CPU takes its argmax and capped ranks from passes over the whole (n, V) block again"),
-    m("sparse-weight-grad-index-add-on-cpu", "losses/kernels.py",
-      '    if accumulator.device.type == "cpu":\n        return accumulator.index_put_(',
-      '    if False:\n        return accumulator.index_put_(',
-      selection("tests/heads/test_sparse_passes.py"),
-      "the sparse kernel's weight gradient on a CPU goes through index_add_ (a parallel radix sort per chunk)"),
 ]
 # fmt: on
