@@ -95,6 +95,15 @@ def map_chunks(
 CROSS_ENTROPY = CrossEntropy()
 
 
+def cross_entropy_options(criterion: Criterion) -> tuple[int | None, float, float, torch.Tensor | None, float]:
+    """(top_k, label_smoothing, z_loss, class_weight, confidence_penalty) of a cross-entropy criterion (the chunk
+    kernels' options), the neutral values for a sigmoid criterion."""
+    if isinstance(criterion, CrossEntropy):
+        c = criterion
+        return c.top_k, c.label_smoothing, c.z_loss, c.class_weight, c.confidence_penalty
+    return None, 0.0, 0.0, None, 0.0
+
+
 class ChunkOptions(NamedTuple):
     """What a fused chunk computes besides plain softmax: the top k of the log-sum-exp (sparse), label smoothing, the
     soft-cap, a column scale s (V,) of the products (a margin head's word-norm scaling: z_ic = s_c · h_i · w_c +
@@ -115,14 +124,13 @@ class ChunkOptions(NamedTuple):
     capped_rank: bool = False
 
     @classmethod
-    def of(cls, criterion: Criterion, softcap: float | None = None, column_scale=None) -> ChunkOptions:
-        """The options of a criterion (its top-k, label smoothing and z-loss for cross-entropy) with a soft-cap and
-        column scale."""
-        if isinstance(criterion, CrossEntropy):
-            return cls(
-                criterion.top_k, criterion.label_smoothing, softcap, column_scale, criterion, float(criterion.z_loss)
-            )
-        return cls(None, 0.0, softcap, column_scale, criterion)
+    def of(
+        cls, criterion: Criterion, softcap: float | None = None, column_scale=None, capped_rank: bool = False
+    ) -> ChunkOptions:
+        """The options of a criterion (its top-k, label smoothing and z-loss, `cross_entropy_options`) with a
+        soft-cap, a column scale and whether the ranks may be capped at top_k."""
+        top_k, smooth, z_loss, _, _ = cross_entropy_options(criterion)
+        return cls(top_k, smooth, softcap, column_scale, criterion, float(z_loss), capped_rank)
 
     def with_scale(self, column_scale: torch.Tensor | None) -> ChunkOptions:
         """These options with another column scale. (Not `_replace`: dynamo cannot read back a `_replace`d named tuple

@@ -33,12 +33,13 @@ from hf_heads.losses.chunks import (
     ChunkOptions,
     Grads,
     chunk_kernel,
+    cross_entropy_options,
     eval_rows_per_chunk,
     map_chunks,
     refuse_kernel,
     rows_per_chunk,
 )
-from hf_heads.losses.parts import Criterion, CrossEntropy, LossResult, make_criterion
+from hf_heads.losses.parts import Criterion, LossResult, make_criterion
 from hf_heads.losses.precision import autocast_off, compute_dtype, gemm_dtype
 from hf_heads.losses.precision import loss_dtype as _loss_dtype
 from hf_heads.losses.reduction import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
@@ -405,9 +406,7 @@ def chunked_loss(
     else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
     chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], device=h.device)
-    opts = ChunkOptions.of(criterion, softcap)
-    if capped_rank:  # ranks exact below top_k only: a kernel may read them from its top-k selection
-        opts = ChunkOptions(*opts[:-1], capped_rank=True)
+    opts = ChunkOptions.of(criterion, softcap, capped_rank=capped_rank)
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
     want_pred = 2 if return_target_rank else int(return_predictions)  # the columns of `pred`: argmax (and rank)
@@ -546,15 +545,6 @@ def sharded_loss(
     if return_entropy:  # differentiable: 0 on ignored rows
         entropy = reduce_rows(ent, valid, shape, "none", keep=valid).to(out_dtype)
     return LossResult(loss, z_term.to(out_dtype), lse_out, predictions, accuracy, rank, entropy)
-
-
-def cross_entropy_options(criterion: Criterion) -> tuple[int | None, float, float, torch.Tensor | None, float]:
-    """(top_k, label_smoothing, z_loss, class_weight, confidence_penalty) of a cross-entropy criterion (the chunk
-    kernels' options), the neutral values for a sigmoid criterion."""
-    if isinstance(criterion, CrossEntropy):
-        c = criterion
-        return c.top_k, c.label_smoothing, c.z_loss, c.class_weight, c.confidence_penalty
-    return None, 0.0, 0.0, None, 0.0
 
 
 def penalised(out: LossResult, beta: float, target, reduction: str, ignore_index: int, num_items_in_batch, returns):

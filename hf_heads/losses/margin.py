@@ -17,12 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_heads.losses.chunks import ChunkOptions, map_chunks, refuse_kernel, rows_per_chunk
+from hf_heads.losses.chunks import ChunkOptions, cross_entropy_options, map_chunks, refuse_kernel, rows_per_chunk
 from hf_heads.losses.fused_linear import (
     WeightGradSlot,
     check_no_kernel,
     chunked_loss,
-    cross_entropy_options,
     penalised,
     sharded_loss,
 )

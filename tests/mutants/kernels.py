@@ -388,7 +388,7 @@ MUTANTS: list[Mutant] = [
       "        runs_kernel = vocab_shard(self.weight) is None\n",
       selection("tests/losses/test_entry.py::test_the_heads_pass_their_kernel_option_where_their_loss_runs_one"),
       "a sampled head with a chunk_kernel option passes it to a sampling method, which refuses it: training fails"),
-    m("sparse-loss-forgets-k", "losses/fused_linear.py",
+    m("sparse-loss-forgets-k", "losses/chunks.py",
       "        return c.top_k, c.label_smoothing, c.z_loss, c.class_weight, c.confidence_penalty\n",
       "        return None, c.label_smoothing, c.z_loss, c.class_weight, c.confidence_penalty\n",
       selection("tests/losses/test_entry.py"),
