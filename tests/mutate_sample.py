@@ -14,10 +14,13 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
    of them are drawn from each of hf_heads' packages (cli, data, heads, losses, metrics, modeling, scoring, training,
    integrations) and from its top-level modules, so a small package is sampled as much as a large one.
 3. **Select.** The default suite runs once under coverage with a context per test (pytest-cov `--cov-context=test`,
-   cached in build/mutation-sample/ by the commit's tree). A mutant runs against the tests that execute the lines it
-   changes; where none does (module-level code runs at import, outside any test; a line only a subprocess runs), the
-   tests that execute any line of its file, and the hand-written mutants' selections for its file. A selection takes
-   the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their measured time.
+   cached in build/mutation-sample/ by the commit's tree). The Python subprocesses a test starts (the run scripts'
+   end-to-end runs, `accelerate launch`, the gloo workers) are measured too, under that test's name (a
+   `sitecustomize.py` in the measured copy starts coverage where `PYTEST_CURRENT_TEST` is set). A mutant runs against
+   the tests that execute the lines it changes; where none does (module-level code runs at import, outside any test),
+   the tests that execute any line of its file, and the hand-written mutants' selections for its file. A selection
+   takes the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their
+   measured time.
 4. **Run.** Each mutant is applied to one of `--jobs` copies of the commit (tests/mutate.py's copy, the original
    restored after it) and its selection runs (`-x`, default suite only) in a process forked from tests/mutate.py's
    fork server, with a timeout of `--timeout` seconds plus five times the selection's measured time. A test failure
@@ -277,11 +280,40 @@ def _junit_durations(junit: Path, root: Path) -> tuple[dict[str, float], set[str
     return passed, bad
 
 
-def coverage_map(rev: str, jobs: int) -> dict:
+# Written into the measured copy (on PYTHONPATH, so every Python subprocess of a test imports it at start-up): a
+# subprocess started while a test runs (PYTEST_CURRENT_TEST set, "<node id> (call)") is measured with that node id as
+# its context, into HF_HEADS_SUBPROCESS_COVERAGE.
+SUBPROCESS_COVERAGE = """import os
+
+_data, _test = os.environ.get("HF_HEADS_SUBPROCESS_COVERAGE"), os.environ.get("PYTEST_CURRENT_TEST")
+if _data and _test:
+    import atexit
+
+    import coverage
+
+    _cov = coverage.Coverage(
+        data_file=os.path.join(_data, ".coverage"),
+        data_suffix=True,
+        context=_test.rsplit(" (", 1)[0],
+        source_pkgs=["hf_heads"],
+        config_file=False,
+    )
+    _cov.start()
+
+    def _save() -> None:
+        _cov.stop()
+        _cov.save()
+
+    atexit.register(_save)
+"""
+
+
+def coverage_map(rev: str, jobs: int, tests: tuple[str, ...] = ("tests",)) -> dict:
     """{"lines": {path: {line: [node ids]}}, "seconds": {node id: s}, "failed": [...], "minutes": m}: the default
-    suite run once on a copy of `rev` under coverage with a context per test; cached by the commit's trees."""
-    cache = CACHE / f"coverage-{_tree_key(rev)}.json"
-    if cache.exists():
+    suite (or `tests`) run once on a copy of `rev` under coverage with a context per test, its subprocesses' lines
+    included; the whole suite's map is cached by the commit's trees."""
+    cache = CACHE / f"coverage-subprocess-{_tree_key(rev)}.json"
+    if tests == ("tests",) and cache.exists():
         print(f"coverage map: {cache} (cached)", file=sys.stderr)
         return json.loads(cache.read_text())
     from coverage import CoverageData
@@ -291,19 +323,30 @@ def coverage_map(rev: str, jobs: int) -> dict:
         dest = Path(tmp)
         _copy_tree(dest, rev)
         (dest / ".coveragerc").write_text("[run]\nrelative_files = True\n")
-        env = {**os.environ, **TEST_ENV, "PYTHONPATH": str(dest)}
+        (dest / "sitecustomize.py").write_text(SUBPROCESS_COVERAGE)
+        subprocess_data = dest / "subprocess-coverage"
+        subprocess_data.mkdir()
+        env = {**os.environ, **TEST_ENV, "PYTHONPATH": str(dest), "HF_HEADS_SUBPROCESS_COVERAGE": str(subprocess_data)}
         cmd = [sys.executable, "-m", "pytest", "-q", "-n", str(jobs), "-m", "not slow", "-p", "no:cacheprovider"]
-        cmd += ["--cov=hf_heads", "--cov-context=test", "--cov-report=", "--junitxml=junit.xml", "tests"]
+        cmd += ["--cov=hf_heads", "--cov-context=test", "--cov-report=", "--junitxml=junit.xml", *tests]
         print("coverage map: " + " ".join(cmd[1:]), file=sys.stderr)
         subprocess.run(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         data = CoverageData(basename=str(dest / ".coverage"))
         data.read()
-        lines: dict[str, dict[str, list[str]]] = {}
+        found: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for measured in data.measured_files():
             rel = measured if not Path(measured).is_absolute() else Path(measured).relative_to(dest).as_posix()
-            by_line = data.contexts_by_lineno(measured)
-            tests = {str(n): sorted({c.rsplit("|", 1)[0] for c in ctx if c}) for n, ctx in by_line.items() if any(ctx)}
-            lines[rel] = {n: t for n, t in tests.items() if t}
+            for n, ctx in data.contexts_by_lineno(measured).items():
+                found[rel][str(n)].update(c.rsplit("|", 1)[0] for c in ctx if c)
+        for path in subprocess_data.glob(".coverage*"):  # absolute paths; contexts: the test's node id
+            sub = CoverageData(basename=str(path))
+            sub.read()
+            for measured in sub.measured_files():
+                if Path(measured).is_relative_to(dest):
+                    rel = Path(measured).relative_to(dest).as_posix()
+                    for n, ctx in sub.contexts_by_lineno(measured).items():
+                        found[rel][str(n)].update(c for c in ctx if c)
+        lines = {rel: {n: sorted(t) for n, t in by_line.items() if t} for rel, by_line in found.items()}
         seconds, failed = _junit_durations(dest / "junit.xml", dest)
     result = {
         "lines": lines,
@@ -311,6 +354,8 @@ def coverage_map(rev: str, jobs: int) -> dict:
         "failed": sorted(failed),
         "minutes": (time.perf_counter() - start) / 60,
     }
+    if tests != ("tests",):
+        return result
     CACHE.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result))
     print(f"coverage map: {len(seconds)} tests, {result['minutes']:.1f} min -> {cache}", file=sys.stderr)
