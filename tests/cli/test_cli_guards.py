@@ -5,11 +5,13 @@ end-of-sequence kept for a continuous head) and a built-in backbone's tied embed
 
 import json
 import logging
+import re
 
 import datasets
 import pytest
 import torch
 import transformers
+from datasets.exceptions import DatasetNotFoundError
 
 from hf_heads.cli.errors import UsageError
 from hf_heads.cli.resume import check_output_dir, resolve_checkpoint
@@ -293,3 +295,169 @@ def test_every_run_script_argument_has_its_help():
     missing = [f"{where}.{f.name}" for where, cls in classes.items() for f in dataclasses.fields(cls)
                if not f.metadata.get("help")]  # fmt: skip
     assert not missing, f"arguments without a help text: {missing}"
+
+
+SEQ2SEQ_FLAGS = {  # flag: (help, default as --help shows it) of the seq2seq scripts' own arguments
+    "model_name_or_path": (
+        "Built-in encoder-decoder built from a config (tiny-bart, tiny-marian, tiny-t5; word-level tokenizer trained "
+        "on the corpus), `minilm` (BERT2BERT warm-started from the packaged MiniLM), a local directory or a Hub id "
+        "(BART, T5, Marian, ...).",
+        "tiny-bart",
+    ),
+    "tokenizer_name": ("Tokenizer to use instead of the model's.", "None"),
+    "word_vocab_size": ("Word-level vocabulary size of built-in backbones (default: every word).", "None"),
+    "tie_word_embeddings": ("Built-in backbones: tie the head to the (shared) input embeddings.", "False"),
+    "config_overrides": (
+        "Built-in backbones: config values to change, `key=value,key=value` (as transformers' run_clm.py), e.g. "
+        "`init_std=0.088,dropout=0.0` or `d_model=256,encoder_layers=3,decoder_layers=3`.",
+        "None",
+    ),
+    "dataset_name": ("Bundled corpus or Hub dataset (see --help).", "None"),
+    "dataset_config_name": ("Hub dataset configuration.", "None"),
+    "train_file": ("Local training file (.csv, .json, .jsonl).", "None"),
+    "validation_file": ("Local validation file.", "None"),
+    "test_file": ("Local test file (the predict block).", "None"),
+    "source_column": ("Column of the input text.", "None"),
+    "target_column": ("Column of the output text.", "None"),
+    "source_lang": ("Translation: source key of `translation`.", "None"),
+    "target_lang": ("Translation: target key of `translation`.", "None"),
+    "source_prefix": ("Text put before every source (e.g. for T5).", ""),
+    "max_source_length": ("Source tokens kept (truncation).", "128"),
+    "max_target_length": ("Target tokens kept; also the generation length.", "64"),
+    "head_tail": ("Truncate long sources to head+tail (first quarter + end) instead of the head only.", "False"),
+    "max_train_samples": ("Truncate the training set.", "None"),
+    "max_eval_samples": ("Truncate the validation set.", "None"),
+    "max_predict_samples": ("Truncate the test set.", "None"),
+    "overwrite_output_dir": ("Allow writing into an output_dir that already holds a run.", "False"),
+    "change_head": (
+        "Continue a trained hf_heads model (--model_name_or_path) with the head the head flags give instead of its "
+        "own, e.g. a softmax model fine-tuned with --head sparse --k 5 (its head tensors must all load into the new "
+        "head).",
+        "False",
+    ),
+    "hub_export_dir": (
+        "Offline stand-in for --push_to_hub: write exactly what would be pushed into this directory.",
+        "None",
+    ),
+    "export_base_dir": (
+        "Also write the trained model as its base architecture (e.g. LlamaForCausalLM) into this directory: the "
+        "backbone and an output layer with the head's inference distribution, the tokenizer and a model card, no "
+        "hf_heads code (model.export_base). A head that does not fold (sparse, max-norm, the σ-based sampled "
+        "corrections, ...) or an output bias the architecture has no place for ends the run with the reason, after "
+        "everything else is written.",
+        "None",
+    ),
+}
+
+
+def test_seq2seq_help_explains_each_flag_and_its_default(monkeypatch, capsys):
+    """`run_translation.py --help` (and the other seq2seq scripts') shows each of the scripts' own flags with its
+    help text and its default."""
+    from hf_heads.cli.seq2seq import main
+
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per help text: argparse would break words at hyphens
+    with pytest.raises(SystemExit) as exited:
+        main(_task({}), ["--help"])
+    assert exited.value.code == 0
+    listing = " ".join(capsys.readouterr().out.split())
+    wrong = [
+        flag
+        for flag, (text, default) in SEQ2SEQ_FLAGS.items()
+        if not re.search(rf"--{flag}\b[^()]*? {re.escape(text)} \(default: {re.escape(default)}\)", listing)
+    ]
+    assert not wrong, wrong
+
+
+def test_export_base_help_explains_its_arguments(monkeypatch, capsys):
+    """`python -m hf_heads.cli.export_base --help`: the two directories in order, then each option with its help."""
+    from hf_heads.cli.export_base import parse
+
+    monkeypatch.setenv("COLUMNS", "2000")
+    with pytest.raises(SystemExit) as exited:
+        parse(["--help"])
+    assert exited.value.code == 0
+    listing = " ".join(capsys.readouterr().out.split())
+    assert "[--no_verify] model output_dir" in listing, listing
+    for entry in (
+        "model directory of a saved hf_heads model",
+        "output_dir directory to write the base-architecture model into",
+        "--gguf FILE also write a GGUF file (Llama-family models) at this path",
+        "--gguf_dtype {f16,f32} GGUF tensor type (default f16)",
+        "--no_verify skip loading the outputs back to compare them",
+    ):
+        assert entry in listing, (entry, listing)
+
+
+# ------------------------------------------------------------------------------------------- what a run cannot load
+
+
+def test_a_hub_tokenizer_offline_is_one_line_naming_the_flag():
+    """`--tokenizer_name` of a Hub id while offline: one error naming that flag, offering only a local directory (no
+    built-in model is a tokenizer name)."""
+    from hf_heads.cli.seq2seq import ModelArguments, load_tokenizer
+
+    with pytest.raises(UsageError) as refused:
+        load_tokenizer(ModelArguments(tokenizer_name="no-such/tokenizer"))
+    assert str(refused.value) == (
+        "--tokenizer_name='no-such/tokenizer' is not a local directory, and Hugging Face offline mode is on "
+        "(HF_HUB_OFFLINE), so Hub ids load only from the local cache; offline, use a local directory"
+    )
+
+
+@pytest.mark.parametrize(
+    "error, offline, why",
+    [
+        (ConnectionError("timed out"), False, "the Hub could not be reached"),
+        (
+            ConnectionError("timed out"),
+            True,
+            "Hub datasets need a network (Hugging Face offline mode is on: HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)",
+        ),
+        (
+            DatasetNotFoundError("Dataset 'bible-wbe' doesn't exist on the Hub\nor cannot be accessed."),
+            False,
+            "the Hub has no such dataset (Dataset 'bible-wbe' doesn't exist on the Hub)",
+        ),
+    ],
+)
+def test_a_dataset_the_hub_cannot_give_says_why_and_lists_the_built_in_corpora(monkeypatch, error, offline, why):
+    from hf_heads.cli import errors
+
+    def load_dataset(name, config_name):
+        raise error
+
+    monkeypatch.setattr(errors.datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(errors.constants, "HF_HUB_OFFLINE", offline)
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(flag, "1" if offline else "0")
+    with pytest.raises(UsageError) as refused:
+        errors.load_hub_dataset("bible-wbe", None, ["bible-web", "bbc-news"])
+    assert str(refused.value) == (
+        f"--dataset_name='bible-wbe' is not a built-in corpus (did you mean 'bible-web'?), and {why}; built-in "
+        "corpora: bible-web, bbc-news; or give local files (--train_file / --validation_file)"
+    )
+
+
+# ------------------------------------------------------------------------------------------- continuous heads' tables
+
+
+def test_a_table_trained_on_the_targets_covers_the_target_words_and_is_reused_by_the_trained_model(tmp_path):
+    """`--embedding_name word2vec-targets`: the table is trained on the training split's target side (source-only
+    words stay uncovered) and saved in the run's output_dir; a run reopening that model reads the model's own table,
+    so it needs no training split."""
+    from hf_heads.cli.seq2seq import run_table
+
+    tok = build_word_tokenizer(["el rey habló", "the king spoke"], add_eos=True)
+    head = head_dict({"family": "continuous", "embedding_name": "word2vec-targets", "word2vec_dim": 8})
+    split = datasets.Dataset.from_dict({"source": ["el rey habló"] * 3, "target": ["the king spoke"] * 3})
+    train = datasets.DatasetDict(train=split)
+    trained, table, covered = run_table(head, tok, train, str(tmp_path / "run"), "tiny-bart", 0)  # a new model
+    assert sorted(tok.convert_ids_to_tokens(covered.nonzero().flatten().tolist())) == ["king", "spoke", "the"]
+    assert trained["embedding_dim"] == 8 and table.shape == (len(tok), 8)
+    assert (tmp_path / "run" / "target_word2vec.npz").is_file()
+    evaluate = datasets.DatasetDict(validation=split)
+    again, reread, covered_again = run_table(
+        head, tok, evaluate, str(tmp_path / "evaluated"), str(tmp_path / "run"), 1
+    )
+    assert again == trained and torch.equal(reread, table) and torch.equal(covered_again, covered)
+    assert not (tmp_path / "evaluated").exists()

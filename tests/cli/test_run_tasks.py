@@ -545,6 +545,31 @@ def test_task_scripts_bad_input_is_one_line_and_exit_2(label_files, tmp_path, sc
     assert len(lines) == 1 and message in lines[0], stderr[-3000:]
 
 
+def test_seq2seq_evaluation_of_a_head_that_needs_word_counts_without_a_training_split(label_files, tmp_path,
+                                                                                     script_error):  # fmt: skip
+    """Evaluating (no --do_train) a new model whose head needs word counts, with no training split to count them
+    from: one error line naming the head flag that needs them and what to give."""
+    from hf_heads.data import build_word_tokenizer
+
+    _, valid = label_files
+    rows = [json.loads(line) for line in valid.read_text().splitlines()]
+    build_word_tokenizer([r[k] for r in rows for k in ("sentence", "topic")], add_eos=True).save_pretrained(
+        tmp_path / "tok"
+    )
+    code, stderr = script_error(
+        "run_summarization.py", "--output_dir", tmp_path / "o", "--model_name_or_path", "tiny-bart",
+        "--tokenizer_name", tmp_path / "tok", "--validation_file", valid, "--source_column", "sentence",
+        "--target_column", "topic", "--do_eval", "--head", "margin", "--margin", "cos", "--m", "0.1",
+        "--word_norm", "log-unigram", *QUIET,
+    )  # fmt: skip
+    assert code == 2, stderr[-3000:]
+    assert [line for line in stderr.strip().splitlines() if line.startswith("error:")] == [
+        "error: --word_norm='log-unigram' needs word counts of the training data, and this run has no training split "
+        "to count them from: give --train_file (or a --dataset_name with a train split; its tokens are counted), or "
+        "--model_name_or_path of a trained hf_heads model (it saves its counts)"
+    ], stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_classification_two_process_ddp_matches_one_process(label_files, tmp_path):
     """run_classification under `accelerate launch` with 2 CPU processes (DDP over gloo) follows the one-process

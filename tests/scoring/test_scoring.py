@@ -259,7 +259,7 @@ def test_bad_texts_are_refused_naming_the_index(tok_lm):
         sentence_log_probs(model, tok_lm, TEXTS, batch_size=0)
     with pytest.raises(ValueError, match=r"texts\[0\] is a single token without BOS or EOS"):
         sentence_log_probs(model, tok_lm, [TEXTS[1]], add_bos=False, add_eos=False)
-    with pytest.raises(ValueError, match="sources= is for seq2seq models"):
+    with pytest.raises(ValueError, match="^sources= is for seq2seq models; a causal LM scores texts on their own$"):
         sentence_log_probs(model, tok_lm, TEXTS, sources=SOURCES)
     assert sentence_log_probs(model, tok_lm, []).shape == (0,)
 
@@ -275,6 +275,29 @@ def test_a_text_that_fills_the_context_exactly_is_scored(tok_lm):
     _close(token_log_probs(model, tok_lm, [_words(words)])[0], log_p[torch.arange(64), torch.tensor(ids[1:])])
     with pytest.raises(ValueError, match=r"texts\[0\] is too long .*66 tokens with BOS/EOS, fed as 65"):
         sentence_log_probs(model, tok_lm, [_words([*words, 4])])
+
+
+def test_a_composite_backbones_context_is_the_one_of_its_text_model(tok_lm):
+    """A multimodal backbone (Gemma 3: a text model and a vision tower) states its context in its text config, not in
+    its own: a text longer than that context is refused, one that fits is scored."""
+    from transformers import Gemma3Config, Gemma3TextConfig, SiglipVisionConfig
+
+    text = Gemma3TextConfig(vocab_size=V_LM, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=16,
+                            bos_token_id=BOS, eos_token_id=EOS, pad_token_id=1)  # fmt: skip
+    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)  # fmt: skip
+    backbone = Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                            image_token_index=60, boi_token_index=58, eoi_token_index=59)  # fmt: skip
+    assert getattr(backbone, "max_position_embeddings", None) is None  # only the text config has one
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=backbone, head=FAMILIES["softmax"])).eval()
+    words = [4 + i for i in range(14)]  # BOS + 14 words + EOS: 16 tokens, 15 fed
+    _close(
+        sentence_log_probs(model, tok_lm, [_words(words)]), _reference_causal(model, tok_lm, _words(words)).sum()[None]
+    )
+    with pytest.raises(ValueError, match=r"texts\[0\] is too long .*18 tokens with BOS/EOS, fed as 17.* 16 positions"):
+        sentence_log_probs(model, tok_lm, [_words([*words, 20, 21])])
 
 
 def test_vocabulary_and_model_mismatches_are_refused(tok_lm, tok_s2s):
@@ -353,6 +376,52 @@ def test_rescore_nbest_bad_records_name_the_index_and_field():
                      lm_weights=[0.0])  # fmt: skip
 
 
+HYP = {"text": "a b", "score": -1.0}
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ("a b", "nbest[0]: a record is an object with id and hypotheses, not str"),
+        ({"hypotheses": [HYP]}, "nbest[0]: missing field 'id' (a record needs id, hypotheses)"),
+        ({"id": 1, "hypotheses": []}, "nbest[0]: field 'hypotheses' is []: a non-empty list of {text, score} objects"),
+        (
+            {"id": 1, "hypotheses": "a b"},
+            "nbest[0]: field 'hypotheses' is 'a b': a non-empty list of {text, score} objects",
+        ),
+        ({"id": 1, "hypotheses": [HYP, "a c"]}, "nbest[0]: hypotheses[1] is 'a c', not an object with text and score"),
+        (
+            {"id": 1, "hypotheses": [{"score": 0.0}]},
+            "nbest[0]: missing field 'text' in hypotheses[0] (needs text, score)",
+        ),
+        ({"id": 1, "hypotheses": [HYP, {"text": 3, "score": 0.0}]}, "nbest[0]: hypotheses[1].text is 3, not a string"),
+        (
+            {"id": 1, "hypotheses": [{"text": "a", "score": True}]},
+            "nbest[0]: hypotheses[0].score is True, not a number",
+        ),
+        ({"id": 1, "hypotheses": [{"text": "a", "score": "1"}]}, "nbest[0]: hypotheses[0].score is '1', not a number"),
+        (
+            {"id": 1, "hypotheses": [{"text": "a", "score": math.nan}]},
+            "nbest[0]: hypotheses[0].score is nan, not a number",
+        ),
+    ],
+)
+def test_rescore_nbest_refuses_a_malformed_record_with_its_reason(record, message):
+    """Each malformed part of an n-best record is refused with one message naming the record, the field and why."""
+    with pytest.raises(ValueError) as refused:
+        rescore_nbest([record], [0.0], lm_weight=1.0)
+    assert str(refused.value) == message
+
+
+def test_tune_weights_refuses_a_dev_record_without_a_string_reference():
+    with pytest.raises(ValueError) as refused:
+        tune_weights([{"id": 1, "reference": 5, "hypotheses": [HYP]}], [0.0], metric=negative_wer, lm_weights=[0.0])
+    assert str(refused.value) == "nbest[0]: field 'reference' is 5, not a string"
+    with pytest.raises(ValueError) as refused:
+        rescore_nbest({"id": 1, "hypotheses": [HYP]}, [0.0], lm_weight=1.0)
+    assert str(refused.value) == "nbest must be a list of records, not dict"
+
+
 def test_tune_weights_grid_search_with_bleu_and_wer():
     weights, penalties = [0.0, 0.5, 2.0], [0.0, 1.5]
     result = tune_weights(NBEST, LM, metric=negative_wer, lm_weights=weights, length_penalties=penalties)
@@ -420,6 +489,79 @@ def test_cli_help_lists_each_command_with_what_it_does(capsys):
     listing = " ".join(capsys.readouterr().out.split())
     assert "score Log-probability of each line of a text file." in listing, listing
     assert "rescore Rerank n-best lists with the model's log-probabilities." in listing, listing
+
+
+def _listing(capsys) -> str:
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    "command, options",
+    [
+        (
+            "score",
+            [
+                "--input INPUT Text file, one text per line.",
+                "--sources SOURCES Seq2seq: source file, one source per line of --input.",
+                "--per_token, --per-token Also write token log-probs.",
+            ],
+        ),
+        (
+            "rescore",
+            [
+                "--nbest NBEST n-best JSON Lines file.",
+                "--lm_weight LM_WEIGHT, --lm-weight LM_WEIGHT Weight of the LM score.",
+                "--length_penalty LENGTH_PENALTY, --length-penalty LENGTH_PENALTY Bonus per word of a hypothesis.",
+            ],
+        ),
+    ],
+)
+def test_cli_help_of_each_command_explains_every_option(capsys, command, options):
+    """`python -m hf_heads.scoring score|rescore --help` lists each option of the command with its help, the
+    options both commands share included."""
+    shared = [
+        "--model MODEL Directory of a saved hf_heads model and its tokenizer.",
+        "--output OUTPUT JSON Lines file to write.",
+        "--no-normalize, --no_normalize Sampled heads: corrected scores without renormalisation (sampling paper, "
+        "table 4).",
+        "--batch_size BATCH_SIZE, --batch-size BATCH_SIZE Texts per forward pass.",
+        "--no_bos, --no-bos Causal LM: no BOS.",
+        "--no_eos, --no-eos Do not score an EOS.",
+        "--device DEVICE torch device (default: cuda when available, else cpu).",
+    ]
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    listing = _listing(capsys)
+    assert exited.value.code == 0
+    missing = [option for option in shared + options if option not in listing]
+    assert not missing, listing
+
+
+@pytest.mark.parametrize(
+    "command, required",
+    [("score", "--model, --output, --input"), ("rescore", "--model, --output, --nbest, --lm_weight/--lm-weight")],
+)
+def test_cli_command_without_its_required_options_exits_2_naming_them(capsys, command, required):
+    with pytest.raises(SystemExit) as exited:
+        main([command])
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(f"error: the following arguments are required: {required}"), line
+
+
+def test_cli_score_no_bos_scores_the_first_word_without_context(saved, tmp_path):
+    """`--no_bos`: no BOS before a text, so its first word is context only and not scored (one token fewer)."""
+    root, lm, _ = saved
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "scores.jsonl"
+    args = ["score", "--model", str(root / "lm"), "--input", str(tmp_path / "texts.txt"), "--output", str(out)]
+    for flags, add_bos in (([], True), (["--no_bos"], False)):
+        assert main([*args, *flags, "--per_token"]) == 0
+        expected = token_log_probs(lm, _tokenizer(V_LM), TEXTS, add_bos=add_bos)
+        rows = _lines(out)
+        assert [r["num_tokens"] for r in rows] == [len(t.split()) + add_bos for t in TEXTS]
+        for row, exp in zip(rows, expected, strict=True):
+            assert row["token_log_probs"] == [v if math.isfinite(v) else None for v in exp.tolist()]
 
 
 def test_cli_score_bad_input_one_line_and_exit_2(saved, tmp_path, capsys):

@@ -382,7 +382,7 @@ class FakeTrainer:
         self.pushed = (self.out / "README.md").read_text()
 
 
-def test_finish_run_export_card_and_push_keep_the_hf_heads_card(tmp_path):
+def test_finish_run_export_card_and_push_keep_the_hf_heads_card(tmp_path, capsys):
     out, hub = tmp_path / "out", tmp_path / "hub"
     model = causal_lm({"family": "sparse", "k": 5})
     model.save_pretrained(out)
@@ -399,6 +399,8 @@ def test_finish_run_export_card_and_push_keep_the_hf_heads_card(tmp_path):
         base_model="tiny-gpt2",
         metrics={"eval_loss": 4.2},
     )
+    printed = [line for line in capsys.readouterr().out.splitlines() if " written to " in line]  # not a library's
+    assert printed == [f"Hub export written to {hub}", f"model, card and plots written to {out}"]  # where each part is
     assert trainer.pushed.startswith("---") and "hf_heads `sparse` head" in trainer.pushed
     for directory in (out, hub):
         text = (directory / "README.md").read_text()
