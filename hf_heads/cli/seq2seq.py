@@ -30,7 +30,13 @@ from hf_heads.cli.runs import (
     train_block,
     truncate_splits,
 )
-from hf_heads.data import build_word_tokenizer, map_uncovered
+from hf_heads.data import (
+    QUESTION_GENERATION_CORPORA,
+    SUMMARIZATION_CORPORA,
+    TRANSLATION_CORPORA,
+    build_word_tokenizer,
+    map_uncovered,
+)
 from hf_heads.data.tokenization import encode_head_tail
 from hf_heads.heads import family
 from hf_heads.metrics import generation_metrics
@@ -82,7 +88,14 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    dataset_name: str | None = field(default=None, metadata={"help": "Bundled corpus or Hub dataset (see --help)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": f"A bundled corpus (translation: {', '.join(TRANSLATION_CORPORA)}; summarization: "
+            f"{', '.join(SUMMARIZATION_CORPORA)}; question generation: {', '.join(QUESTION_GENERATION_CORPORA)}; "
+            "default: the script's first) or a Hub dataset id."
+        },
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
     train_file: str | None = field(default=None, metadata={"help": "Local training file (.csv, .json, .jsonl)."})
     validation_file: str | None = field(default=None, metadata={"help": "Local validation file."})

@@ -312,7 +312,11 @@ SEQ2SEQ_FLAGS = {  # flag: (help, default as --help shows it) of the seq2seq scr
         "`init_std=0.088,dropout=0.0` or `d_model=256,encoder_layers=3,decoder_layers=3`.",
         "None",
     ),
-    "dataset_name": ("Bundled corpus or Hub dataset (see --help).", "None"),
+    "dataset_name": (
+        "A bundled corpus (translation: bible-es-en, ding-de-en; summarization: bbc-news; question generation: faq; "
+        "default: the script's first) or a Hub dataset id.",
+        "None",
+    ),
     "dataset_config_name": ("Hub dataset configuration.", "None"),
     "train_file": ("Local training file (.csv, .json, .jsonl).", "None"),
     "validation_file": ("Local validation file.", "None"),
