@@ -366,6 +366,26 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
     assert head.output_mask.nonzero().flatten().tolist() == sorted(set(words.flatten().tolist()))
 
 
+def test_a_continuous_table_over_a_vocabulary_larger_than_the_tokenizer_is_the_same_on_every_build(tmp_path):
+    """A model vocabulary padded past the tokenizer's ids: the table the head flags give the continuous head has the
+    tokenizer's words from the file, and for the extra ids rows that no token covers, drawn from a fixed seed, so two
+    runs started from the same flags start from the same table."""
+    from hf_heads.data import build_word_tokenizer, save_table
+    from hf_heads.training.tables import continuous_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)])
+    vectors = torch.randn(len(WORDS), 6)
+    section = {"family": "continuous", "embedding_name": str(save_table(tmp_path / "t.npz", WORDS, vectors.numpy()))}
+    (filled, table, covered), (_, again, covered_again) = (
+        continuous_table(section, tok, num_classes=len(tok) + 3) for _ in range(2)
+    )
+    assert filled == {**section, "embedding_dim": 6} and table.shape == (len(tok) + 3, 6)
+    ids = tok.convert_tokens_to_ids(WORDS)
+    assert torch.equal(table[ids], vectors) and bool(covered[ids].all())
+    assert not covered[len(tok) :].any() and bool((table[len(tok) :].norm(dim=1) > 0).all())
+    assert torch.equal(table, again) and torch.equal(covered, covered_again)
+
+
 def test_a_continuous_head_from_flags_needs_the_tokenizer(base, tmp_path):
     """Without the tokenizer the table cannot be built: the trainer says what to pass instead of failing later."""
     path, _, ids = base
