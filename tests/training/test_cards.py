@@ -213,7 +213,15 @@ def test_loss_curve_of_a_run_shorter_than_logging_steps(tmp_path, monkeypatch):
     lines = figures[-1].axes[0].get_lines()
     assert len(lines) == 2 and all(line.get_marker() not in (None, "None", "") for line in lines)
     plot_loss_curves([{"step": 3, "train_runtime": 1.0}], tmp_path / "none.png", "softmax head", model=model)
-    assert "no loss logged" in figures[-1].axes[0].get_title()
+    ax = figures[-1].axes[0]
+    assert "no loss logged" in ax.get_title()
+    (note,) = ax.texts  # the empty plot says so inside its axes, where a curve would be
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figures[-1]).get_renderer()  # the saved figure, closed: drawn on a canvas again
+    inside, box = note.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert note.get_text() == "no loss logged" and box.x0 < inside.x0 < inside.x1 < box.x1
+    assert box.y0 < inside.y0 < inside.y1 < box.y1
     assert (tmp_path / "none.png").read_bytes()[:4] == b"\x89PNG"
 
 
