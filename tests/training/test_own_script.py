@@ -246,11 +246,16 @@ def test_first_step_loss_of_every_family_is_near_the_checkpoints(base, checkpoin
 
 def test_head_flags_help_says_what_each_option_does():
     """`--help` of a script parsing the training arguments explains a head option by its own text (the confidence
-    penalty: the loss it trains)."""
+    penalty: the loss it trains), and `--head_modules` / `--head_options` by what they take, with an example each."""
     parser = HfArgumentParser(HeadsTrainingArguments)
     (action,) = [a for a in parser._actions if "--confidence_penalty" in a.option_strings]
     assert action.help.startswith("Coefficient β of the confidence penalty (Pereyra et al. 2017")
     assert "the training loss becomes cross-entropy − β·H, H the entropy of each target token" in action.help
+    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert helps["--head_modules"].startswith("Modules to import before the head flags are read: your own components")
+    assert helps["--head_modules"].endswith("e.g. --head_modules my_pkg.margins --margin mine.")
+    assert helps["--head_options"].startswith("Head options that have no flag of their own, as name=value")
+    assert helps["--head_options"].endswith("--head_options alpha=0.5 schedule=cosine.")
 
 
 def test_the_trainer_refuses_head_flags_that_disagree_with_the_models_own_head(base, tmp_path):
