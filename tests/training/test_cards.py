@@ -213,7 +213,15 @@ def test_loss_curve_of_a_run_shorter_than_logging_steps(tmp_path, monkeypatch):
     lines = figures[-1].axes[0].get_lines()
     assert len(lines) == 2 and all(line.get_marker() not in (None, "None", "") for line in lines)
     plot_loss_curves([{"step": 3, "train_runtime": 1.0}], tmp_path / "none.png", "softmax head", model=model)
-    assert "no loss logged" in figures[-1].axes[0].get_title()
+    ax = figures[-1].axes[0]
+    assert "no loss logged" in ax.get_title()
+    (note,) = ax.texts  # the empty plot says so inside its axes, where a curve would be
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figures[-1]).get_renderer()  # the saved figure, closed: drawn on a canvas again
+    inside, box = note.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert note.get_text() == "no loss logged" and box.x0 < inside.x0 < inside.x1 < box.x1
+    assert box.y0 < inside.y0 < inside.y1 < box.y1
     assert (tmp_path / "none.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -332,6 +340,47 @@ def test_seq2seq_card_shows_generate_not_pipelines(tmp_path):
     assert "pipeline(" not in text and "pipelines" not in text.replace("no translation / summarization", "")
     readme = (ROOT / "README.md").read_text()
     assert 'pipeline("translation' not in readme and 'pipeline("summarization' not in readme
+
+
+def _long_seq2seq(head: dict) -> HeadsForSeq2SeqLM:
+    """`seq2seq` with room for the card's `max_new_tokens=64`, ending its output at once (</s> scored far above any
+    word), so that its beam search takes a moment."""
+    torch.manual_seed(0)
+    bart = AutoConfig.for_model("bart", **{**BART, "max_position_embeddings": 80})
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=bart.to_dict(), head=head)).eval()
+    with torch.no_grad():
+        model.head.bias[BART["eos_token_id"]] = 100.0
+    return model
+
+
+@pytest.mark.parametrize("build", [causal_lm, _long_seq2seq, classifier])
+def test_the_cards_code_runs_as_written(tmp_path, monkeypatch, capsys, build):
+    """Every Python block of a saved model's card (load with hf_heads, load with the carried code, use) runs as
+    written next to the model directory, and the usage example prints what it says: decoded texts, or a label."""
+    import re
+
+    from hf_heads.data import build_word_tokenizer
+
+    texts = ["In the beginning God created the heavens and the earth", "the source text", "a text to classify"]
+    tok = build_word_tokenizer(texts, add_eos=build is not causal_lm)
+    model = build({"family": "softmax"})
+    model.save_pretrained(tmp_path / "run")
+    tok.save_pretrained(tmp_path / "run")
+    args = HeadsTrainingArguments(output_dir=str(tmp_path / "args"), max_steps=10, report_to="none")
+    text = write_model_card(tmp_path / "run", model=model, dataset="d", metrics={}, training_args=args).read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3 and "trust_remote_code=True" in blocks[1]  # the directory carries the code
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    printed = capsys.readouterr().out.strip().splitlines()[-1]  # the example's line, after any library's notice
+    if build is classifier:
+        assert printed in ("a", "b")
+    else:
+        (decoded,) = eval(printed)  # noqa: S307 - the printed list of decoded texts
+        assert isinstance(decoded, str)
+        assert decoded.startswith(" in the beginning") == (build is causal_lm)  # a causal LM continues the prompt
 
 
 @pytest.mark.parametrize(

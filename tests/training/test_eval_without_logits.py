@@ -199,3 +199,25 @@ def test_prediction_step_passes_ignore_keys_on(tmp_path):
         return any(isinstance(t, torch.Tensor) and t.shape == (2, 16, 61) for t in parts)
 
     assert logits_in(kept) and not logits_in(left_out)
+
+
+def test_evaluation_loop_called_directly_names_its_metrics_eval_like_transformers(tmp_path):
+    """`trainer.evaluation_loop(dataloader, description)` without a `metric_key_prefix` uses transformers' default
+    prefix `eval` for hf_heads' metrics too (accuracy@k, the sparse head's eval sums), beside its `eval_loss`, with
+    the values `evaluate()` reports."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 3}))
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        eval_accuracy_top_k=[1],
+    )
+    trainer = HeadsTrainer(model=model, args=args, eval_dataset=_lm_dataset(n=6))
+    evaluated = trainer.evaluate()
+    looped = trainer.evaluation_loop(trainer.get_eval_dataloader(), "Evaluation", prediction_loss_only=True).metrics
+    names = ["eval_loss", "eval_accuracy@1", "eval_sparse_loss", "eval_in_top_k"]
+    assert set(names) <= set(looped) and all(key.startswith("eval_") for key in looped), looped
+    assert {key: looped[key] for key in names} == pytest.approx({key: evaluated[key] for key in names})

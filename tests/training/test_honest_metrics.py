@@ -187,3 +187,18 @@ def test_a_sparse_head_over_fewer_classes_than_k_says_it_is_softmax(caplog):
     with caplog.at_level(logging.WARNING, logger="hf_heads.heads.sparse"):
         _classifier({"family": "sparse", "k": 3})
     assert caplog.text == ""
+
+
+def test_each_training_log_carries_the_heads_diagnostics_of_that_step(tmp_path):
+    """Beside every training `loss` the Trainer's logs carry the head's diagnostics (output-vector norms, the sampled
+    head's log-normaliser) as the head reports them when the entry is logged, rounded to 4 decimals as `train_nll`
+    is."""
+    model = _lm(SAMPLED_BCE)
+    reported, diagnostics = [], model.head.diagnostics
+    model.head.diagnostics = lambda: reported.append(diagnostics()) or reported[-1]
+    logs = _train_logs(tmp_path, model, _lm_data(), max_steps=2)
+    assert len(logs) == len(reported) == 2 and reported[0] != reported[1]  # the head changed in between
+    for entry, values in zip(logs, reported, strict=True):
+        assert {"head/weight_norm_mean", "head/weight_norm_std"} <= set(values)
+        assert {key: entry[key] for key in values} == {key: round(value, 4) for key, value in values.items()}
+        assert any(round(value, 4) != value for value in values.values())  # rounding shows

@@ -246,11 +246,16 @@ def test_first_step_loss_of_every_family_is_near_the_checkpoints(base, checkpoin
 
 def test_head_flags_help_says_what_each_option_does():
     """`--help` of a script parsing the training arguments explains a head option by its own text (the confidence
-    penalty: the loss it trains)."""
+    penalty: the loss it trains), and `--head_modules` / `--head_options` by what they take, with an example each."""
     parser = HfArgumentParser(HeadsTrainingArguments)
     (action,) = [a for a in parser._actions if "--confidence_penalty" in a.option_strings]
     assert action.help.startswith("Coefficient β of the confidence penalty (Pereyra et al. 2017")
     assert "the training loss becomes cross-entropy − β·H, H the entropy of each target token" in action.help
+    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert helps["--head_modules"].startswith("Modules to import before the head flags are read: your own components")
+    assert helps["--head_modules"].endswith("e.g. --head_modules my_pkg.margins --margin mine.")
+    assert helps["--head_options"].startswith("Head options that have no flag of their own, as name=value")
+    assert helps["--head_options"].endswith("--head_options alpha=0.5 schedule=cosine.")
 
 
 def test_the_trainer_refuses_head_flags_that_disagree_with_the_models_own_head(base, tmp_path):
@@ -364,6 +369,26 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
     expected = torch.nn.functional.normalize(plain - (counts / counts.sum()).float() @ plain, dim=1)
     torch.testing.assert_close(head.embeddings, expected)
     assert head.output_mask.nonzero().flatten().tolist() == sorted(set(words.flatten().tolist()))
+
+
+def test_a_continuous_table_over_a_vocabulary_larger_than_the_tokenizer_is_the_same_on_every_build(tmp_path):
+    """A model vocabulary padded past the tokenizer's ids: the table the head flags give the continuous head has the
+    tokenizer's words from the file, and for the extra ids rows that no token covers, drawn from a fixed seed, so two
+    runs started from the same flags start from the same table."""
+    from hf_heads.data import build_word_tokenizer, save_table
+    from hf_heads.training.tables import continuous_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)])
+    vectors = torch.randn(len(WORDS), 6)
+    section = {"family": "continuous", "embedding_name": str(save_table(tmp_path / "t.npz", WORDS, vectors.numpy()))}
+    (filled, table, covered), (_, again, covered_again) = (
+        continuous_table(section, tok, num_classes=len(tok) + 3) for _ in range(2)
+    )
+    assert filled == {**section, "embedding_dim": 6} and table.shape == (len(tok) + 3, 6)
+    ids = tok.convert_tokens_to_ids(WORDS)
+    assert torch.equal(table[ids], vectors) and bool(covered[ids].all())
+    assert not covered[len(tok) :].any() and bool((table[len(tok) :].norm(dim=1) > 0).all())
+    assert torch.equal(table, again) and torch.equal(covered, covered_again)
 
 
 def test_a_continuous_head_from_flags_needs_the_tokenizer(base, tmp_path):
