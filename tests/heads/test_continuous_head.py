@@ -231,6 +231,31 @@ def test_a_losss_parameters_are_its_own_and_the_flat_options_are_read_into_them(
 
 
 @pytest.mark.parametrize(
+    "loss, message",
+    [
+        (
+            "nonesuch",
+            "head.loss='nonesuch' is not allowed; allowed: 'vmf', 'syn-margin-projection', 'syn-margin-difference', "
+            "'margin-random', 'margin-most-informative', 'cosine-softmax', 'in-batch-softmax'",
+        ),
+        ({"type": "margin-random", "margin": -1.0}, "head.loss.margin=-1.0 must be >= 0"),
+        (
+            {"type": "margin-random", "bogus": 1},
+            "head.loss.bogus=1 is not a parameter of continuous_loss 'margin-random'; allowed: margin, num_negatives",
+        ),
+    ],
+    ids=["unknown-loss", "bad-parameter", "unknown-parameter"],
+)
+@pytest.mark.parametrize("flat", [{}, {"num_negatives": 3}, {"loss_margin": 0.3}], ids=["nested", "flat", "flat-2"])
+def test_a_bad_loss_is_refused_the_same_beside_flat_options(loss, message, flat):
+    """A section of the older flat form (`num_negatives`, `loss_margin` beside `loss`) refuses a bad loss with the
+    message of the nested form: it names the head's `loss` option (and the loss's parameter)."""
+    with pytest.raises(ValueError) as raised:
+        head_dict({"family": "continuous", "embedding_dim": D, "loss": loss, **flat})
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
     "options, message",
     [
         ({"loss": "vmf", "num_sampled": 4}, "head.num_sampled=4 is for loss='in-batch-softmax'"),

@@ -310,3 +310,23 @@ def test_component_objects_are_built_once_per_options_object():
     changed = dataclasses.replace(options, method="is")  # a new object (the options are read-only)
     assert changed.sampler.name == "is" and changed.component("noise").name == "uniform"
     assert options.sampler.name == "mcs"
+
+
+CITATIONS = {  # what a family's model card cites (`paper`): authors, titles as published, venues
+    "margin": ["Huo et al., *Investigation of Large-Margin Softmax in Neural Language Modeling*, Interspeech 2020"],
+    "sampled": ["Gao et al., *On Sampling-Based Training Criteria for Neural Language Modeling*, Interspeech 2021"],
+    "sparse": ["Sun et al., *Sparse-softmax: A Simpler and Faster Alternative Softmax Transformation*, 2021"],
+    "continuous": [
+        "Bhat, Kumar & Tsvetkov, *A Margin-based Loss with Synthetic Negative Samples for Continuous-output Machine "
+        "Translation*, WNGT 2019",
+        "Kumar & Tsvetkov, *Von Mises-Fisher Loss for Training Sequence to Sequence Models with Continuous Outputs*, "
+        "ICLR 2019",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(CITATIONS))
+def test_a_familys_card_cites_its_papers_as_published(name):
+    paper = FAMILIES[name].head.paper
+    for citation in CITATIONS[name]:
+        assert citation in paper, (name, paper)

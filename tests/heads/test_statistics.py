@@ -4,6 +4,7 @@ and TRL's `mean_token_accuracy` count)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hf_heads.heads import make_head
 
@@ -73,3 +74,37 @@ def test_statistics_equal_those_of_the_full_logits(options):
     assert torch.equal(stats["rank"][valid], rank)
     for name in ("log_prob", "entropy", "rank"):
         assert stats[name].shape == labels.shape and not stats[name][~valid].any()
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize(
+    "counting",
+    [
+        {},
+        {"reduction": "sum"},
+        {"reduction": "none"},
+        {"num_items_in_batch": 4},
+        {"ignore_index": -1, "reduction": "none"},
+    ],
+    ids=["mean", "sum", "none", "num-items", "ignore-index"],
+)
+def test_loss_with_token_statistics_reduces_as_loss_does(training, counting):
+    """`loss_and_token_statistics` (what the models call for token accuracy) takes `loss`'s reduction,
+    `num_items_in_batch` and `ignore_index`: a softmax head's loss is torch's cross-entropy of W h + b reduced the
+    same way ("none": the labels' shape, 0 at ignored positions), beside per-position entropies and top-1 hits."""
+    torch.manual_seed(0)
+    head = make_head(6, 11, {"family": "softmax"}).train(training)
+    hidden = torch.randn(2, 5, 6)
+    ignore = counting.get("ignore_index", -100)
+    labels = torch.randint(0, 11, (2, 5))
+    labels[1, 3:] = ignore
+    loss, stats = head.loss_and_token_statistics(hidden, labels, **counting)
+    logits = hidden @ head.weight.detach().T + head.bias.detach()  # (2, 5, V)
+    nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=ignore, reduction="none")  # (2, 5)
+    reduction = counting.get("reduction", "mean")
+    expected = {"none": nll, "sum": nll.sum(), "mean": nll.sum() / counting.get("num_items_in_batch", 8)}
+    torch.testing.assert_close(loss.detach(), expected[reduction])
+    valid = labels != ignore
+    log_p = logits.log_softmax(-1)
+    torch.testing.assert_close(stats["entropy"], torch.where(valid, torch.special.entr(log_p.exp()).sum(-1), 0.0))
+    assert torch.equal(stats["is_top1"], valid & (logits.argmax(-1) == labels))

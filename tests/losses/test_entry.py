@@ -207,6 +207,37 @@ def test_a_sigmoid_criterion_refuses_softmax_extras():
         BinaryCrossEntropy(top_k=3)  # a cross-entropy option: not a field of the type
 
 
+@pytest.mark.parametrize("name", ["bce", "mse"])
+def test_a_sigmoid_criterion_s_per_class_terms_add_up_to_its_rows(name):
+    """What blocks of classes (row chunks, vocabulary shards) add up: Σ_c negative(z_c) + positive(z_y) −
+    negative(z_y) is the row's loss of eq. 3 (BCE) or eq. 1 (MSE), and `terms` gives those losses with their gradient
+    d loss / d z, z left as it was."""
+    criterion = CRITERIA[name]
+    g = torch.Generator().manual_seed(2)
+    z = (torch.randn(N, V, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=g)
+    want = dense_rows(criterion, z, y)
+    z_y = z.gather(1, y[:, None]).squeeze(1)
+    summed = criterion.negative(z).sum(1) + criterion.positive(z_y) - criterion.negative(z_y)
+    torch.testing.assert_close(summed, want)
+    before = z.detach().clone()
+    loss, grad = criterion.terms(z.detach(), y)
+    torch.testing.assert_close(loss, want.detach())
+    torch.testing.assert_close(grad, torch.autograd.grad(want.sum(), z)[0])
+    assert torch.equal(z.detach(), before)
+
+
+def test_the_cross_entropy_has_no_per_class_terms_and_says_so():
+    z, y = torch.zeros(2, V), torch.tensor([0, 1])
+    for hook in (CrossEntropy.negative, CrossEntropy.positive):
+        with pytest.raises(NotImplementedError) as raised:
+            hook(z)
+        assert str(raised.value) == "a softmax criterion has no per-class terms"
+    with pytest.raises(NotImplementedError) as raised:
+        CrossEntropy().terms(z, y)
+    assert str(raised.value) == "a softmax criterion runs the chunk kernels' softmax path"
+
+
 # ----------------------------------------------------------------------------- sampled candidates and posteriors
 
 

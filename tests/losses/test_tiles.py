@@ -2,7 +2,7 @@
 the statistics of the whole row (max, log-sum-exp, the smoothing sum, the entropy, the argmax with ties going to the
 lowest index, the target's rank); the tiles' gradients side by side are autograd's gradient of a naive loss written
 here with `torch.log_softmax` (top-k support, label smoothing, z-loss, entropy, soft-cap, a replaced target logit),
-in float64; and the merged loss passes gradcheck."""
+in float64; a sigmoid criterion's tiles give its rows' BCE / MSE; and the merged loss passes gradcheck."""
 
 import itertools
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hf_heads.losses.chunks import ChunkOptions
+from hf_heads.losses.parts import make_criterion
 from hf_heads.losses.tiles import (
     ONE,
     Stacked,
@@ -17,11 +18,13 @@ from hf_heads.losses.tiles import (
     label_grad_,
     merge,
     row_loss,
+    sigmoid_loss,
     stack,
     support_grad_,
     target_grad_,
     tile_ranking,
     tile_stats,
+    tile_terms,
     tile_top_k,
     top_k_floor,
 )
@@ -78,6 +81,28 @@ def test_merged_tiles_give_the_whole_rows_statistics(splits, top_k):
     whole = tile_stats(support, SMOOTH, torch.zeros_like(y), entropy=True)  # one tile: the row's support
     torch.testing.assert_close(row_loss(merge(whole, ONE), SMOOTH, support.shape[1])[1], lse)
     torch.testing.assert_close(row_loss(whole, PLAIN)[2], ent)
+
+
+@pytest.mark.parametrize("splits", SPLITS, ids=str)
+@pytest.mark.parametrize("name", ["bce", "mse"])
+def test_merged_tiles_give_a_sigmoid_criterion_s_row_loss(splits, name):
+    """A sigmoid criterion's tiles merged (their per-class terms summed, the target's logit from the tile that holds
+    it) give each row's loss of eq. 3 (BCE: −log σ(z_y) − Σ_{c≠y} log(1 − σ(z_c))) or eq. 1 (MSE: Σ_c (σ(z_c) −
+    δ_cy)²), with the gradient autograd gives it."""
+    criterion = make_criterion(name)
+    gen = torch.Generator().manual_seed(4)
+    z = (torch.randn(N, V, generator=gen, dtype=torch.float64) * 3).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=gen)
+    onehot = torch.nn.functional.one_hot(y, V).to(z.dtype)
+    sig = torch.sigmoid(z)
+    if name == "bce":
+        want = -(onehot * torch.log(sig) + (1 - onehot) * torch.log(1 - sig)).sum(1)
+    else:
+        want = (sig - onehot).square().sum(1)
+    parts = [tile_terms(p, criterion, col, inside) for p, _, inside, col in _tiles(z, y, splits)]
+    got = sigmoid_loss(merge(stack(parts), Stacked()), criterion)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), z)[0], torch.autograd.grad(want.sum(), z)[0])
 
 
 @pytest.mark.parametrize("splits", SPLITS, ids=str)

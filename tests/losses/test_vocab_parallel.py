@@ -228,10 +228,11 @@ def _model(mesh) -> dict[str, list[float]]:
 def _gradcheck(mesh) -> dict[str, list[float]]:
     """float64 gradcheck of the sharded cross-entropy in the inputs every process holds whole, the hidden states and
     a replaced target logit (a margin's), for the gradient computed in the forward pass ("mean", "sum") and for the
-    recomputed one ("none"), with a column scale (a word norm's), top-k, label smoothing, soft-cap, z-loss and class
-    weights; [0, 0] where it passes, [1, 1] where it does not. (The gradients of W, b and the column scale are each
-    process's rows: they are checked against one process in `_check`.) And the same losses without a gradient (the
-    chunks run once and are reduced apart) against one process with the whole W, and an unknown reduction refused."""
+    recomputed one ("none"), with a column scale (a word norm's), top-k, label smoothing, soft-cap, z-loss, class
+    weights and a logit multiplier; [0, 0] where it passes, [1, 1] where it does not. (The gradients of W, b and the
+    column scale are each process's rows: they are checked against one process in `_check`.) And the same losses
+    without a gradient (the chunks run once and are reduced apart) against one process with the whole W, and an
+    unknown reduction refused."""
     from torch.distributed.tensor import Shard, distribute_tensor
 
     from hf_heads.validation import OptionError
@@ -250,6 +251,7 @@ def _gradcheck(mesh) -> dict[str, list[float]]:
         "plain": {},
         "top-k smoothing soft-cap": {"top_k": 5, "label_smoothing": 0.1, "softcap": 3.0},
         "z-loss class weights": {"z_loss": 0.1, "class_weight": weights},
+        "logit multiplier": {"logit_multiplier": 0.5},  # s·(h wᵀ + b): the bias scaled too
     }
     checks = {}
     for name, options in settings.items():
