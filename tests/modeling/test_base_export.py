@@ -14,11 +14,14 @@ from arch_matrix import NO_BEAM_SEARCH, TASKS, build, probe_inputs
 from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from export_check import export_job, load_without_hf_heads
 from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     BertForSequenceClassification,
     BertModel,
     GPT2LMHeadModel,
     GPT2Model,
+    LlamaConfig,
     LlamaForCausalLM,
 )
 
@@ -305,6 +308,31 @@ def test_a_base_class_with_tensors_the_model_lacks_is_refused():
     with pytest.raises(ValueError, match="RobertaForSequenceClassification has no place for the backbone's|does not "
                                          "hold"):  # fmt: skip
         model.to_base()
+
+
+def test_a_users_own_architecture_has_no_base_class_to_export_to(tmp_path):
+    """A Llama subclass the user registered with the Auto classes wraps like Llama, but its base class is not
+    transformers', so no directory that loads without the user's code can be written: refused, and nothing is
+    written."""
+
+    class UserLlamaConfig(LlamaConfig):
+        model_type = "user-llama-export"
+
+    class UserLlamaForCausalLM(LlamaForCausalLM):
+        config_class = UserLlamaConfig
+
+    AutoConfig.register("user-llama-export", UserLlamaConfig, exist_ok=True)
+    AutoModelForCausalLM.register(UserLlamaConfig, UserLlamaForCausalLM, exist_ok=True)
+    settings = {k: v for k, v in tiny_llama_config().to_dict().items() if k != "model_type"}
+    torch.manual_seed(0)
+    model = HeadsForCausalLM.from_base(UserLlamaForCausalLM(UserLlamaConfig(**settings)), head={"family": "softmax"})
+    message = "the base class UserLlamaForCausalLM is not a transformers class: nothing to export to"
+    with pytest.raises(ValueError) as err:
+        model.to_base()
+    assert str(err.value) == message
+    with pytest.raises(ValueError) as err:
+        model.export_base(tmp_path / "export")
+    assert str(err.value) == message and not (tmp_path / "export").exists()
 
 
 def test_an_encoder_decoder_pair_exports_from_its_checkpoint_not_from_bare_encoders():

@@ -236,13 +236,23 @@ def test_ids_outside_the_vocabulary_are_refused_with_the_fix():
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict()))
     ok = torch.tensor([[4, 5, 60]])
     model(input_ids=ok, labels=torch.tensor([[4, -100, 60]]))
-    fix = r"resize_token_embeddings\(len\(tokenizer\)\).*HeadsForCausalLM\.from_base"
-    with pytest.raises(
-        ValueError, match=r"input_ids holds token id 61.*61 ids.*len\(tokenizer\) > vocab_size=61.*" + fix
-    ):
+    fix = (
+        "Is the tokenizer larger than the model's vocabulary (len(tokenizer) > vocab_size=61)? hf_heads models cannot "
+        "be resized, so resize the base model before wrapping it: base = AutoModelFor….from_pretrained(name); "
+        "base.resize_token_embeddings(len(tokenizer)); model = HeadsForCausalLM.from_base(base, ...) (or use the "
+        "tokenizer the checkpoint was trained with)"
+    )
+    with pytest.raises(ValueError) as err:
         model(input_ids=torch.tensor([[4, 61]]))
-    with pytest.raises(ValueError, match=r"labels holds token id 64.*" + fix):
+    assert str(err.value) == (
+        f"input_ids holds token id 61, but the model's embeddings have 61 ids (allowed: 0 <= id < 61). {fix}"
+    )
+    with pytest.raises(ValueError) as err:
         model(input_ids=ok, labels=torch.tensor([[4, 5, 64]]))
+    assert str(err.value) == (
+        "labels holds token id 64, but the head's vocabulary has 61 ids (allowed: 0 <= id < 61, or -100 to ignore a "
+        f"position). {fix}"
+    )
     with pytest.raises(ValueError, match=r"labels holds token id -3"):
         model(input_ids=ok, labels=torch.tensor([[4, -3, 5]]))
     seq2seq = HeadsForSeq2SeqLM(HeadsConfig(backbone=_bart().to_dict()))

@@ -9,6 +9,7 @@ from conftest import tiny_gpt2_config
 from gguf import GGUFReader
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     GPT2LMHeadModel,
@@ -97,7 +98,14 @@ def test_gguf_f16_is_the_model_rounded_to_float16(tokenizer, tmp_path):
 def test_gguf_without_a_tokenizer_and_refusals(tmp_path):
     model = llama_model({"family": "softmax", "bias": False})
     path = model.export_gguf(tmp_path / "ids.gguf", dtype="f32")  # token ids in, token ids out
-    assert bytes(GGUFReader(path).fields["tokenizer.ggml.model"].parts[-1]).decode() == "none"
+    fields = GGUFReader(path).fields
+    assert bytes(fields["tokenizer.ggml.model"].parts[-1]).decode() == "none"
+    backbone = model.config.backbone  # its special token ids go into the file, for llama.cpp to stop and pad with
+    written = {name: int(fields[f"tokenizer.ggml.{key}_token_id"].parts[-1][0])
+               for name, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"))}  # fmt: skip
+    assert written == {"bos": backbone.bos_token_id, "eos": backbone.eos_token_id, "pad": backbone.pad_token_id}
+    read = AutoConfig.from_pretrained(tmp_path, gguf_file=path.name)
+    assert (read.bos_token_id, read.eos_token_id, read.pad_token_id) == tuple(written.values())
     with pytest.raises(ValueError, match="allowed: f16, f32"):
         model.export_gguf(tmp_path / "q.gguf", dtype="q8_0")
     torch.manual_seed(0)

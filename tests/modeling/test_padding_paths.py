@@ -268,6 +268,36 @@ def test_calibration_fits_on_the_labelled_positions_only(base):
     assert any(changed)
 
 
+@pytest.mark.parametrize("rows", [2, 6])
+def test_calibration_fits_on_up_to_256_of_the_labelled_positions(base, rows, monkeypatch):
+    """`calibrate_warm_start` fits on every labelled position of a small batch, and on 256 distinct labelled positions
+    of a batch with more (6 rows of 60 tokens, one ignored: 294 labelled positions)."""
+    head = next(
+        head
+        for head in family_heads("causal-lm", variants=True).values()
+        if HeadsForCausalLM.from_base(base, head=head, calibrate=False).head.needs_calibration
+    )
+    model = _uncalibrated(base, head)
+    x = torch.randint(4, V, (rows, 60), generator=torch.Generator().manual_seed(5))
+    x[:, 0] = torch.arange(4, 4 + rows)  # no two rows share a prefix: every position's state is its own
+    labels = x.clone()
+    labels[1, :] = -100
+    with torch.no_grad():
+        states = model.backbone(input_ids=x).last_hidden_state  # (rows, 60, H)
+    next_labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]  # position t predicts token t + 1
+    labelled = states[next_labels != -100]  # (N, H)
+    fitted = []
+    calibrate_to = model.head.calibrate_to
+    monkeypatch.setattr(
+        model.head, "calibrate_to", lambda hidden, log_probs: fitted.append(hidden) or calibrate_to(hidden, log_probs)
+    )
+    model.calibrate_warm_start(input_ids=x, labels=labels)
+    (hidden,) = fitted
+    assert hidden.shape == (min(len(labelled), 256), labelled.shape[1]) and (rows == 2) == (len(labelled) <= 256)
+    nearest = torch.cdist(hidden.double(), labelled.double()).min(dim=1)  # each row is a labelled position's state
+    assert float(nearest.values.max()) < 1e-5 and len(set(nearest.indices.tolist())) == len(hidden)
+
+
 def test_prepare_head_counts_and_calibrates_on_labelled_rows_and_refuses_padding_only(base):
     """`prepare_head` (what HeadsTrainer runs before its first step) on a training set with an ignored row gives the
     head the start it gets from the set without that row; on a set of padding only it refuses, and the head stays

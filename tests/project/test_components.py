@@ -21,9 +21,11 @@ from export_check import export_job, load_without_hf_heads
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.cli.runs import parse_args
+from hf_heads.components import component_config, make_component
 from hf_heads.losses.scorer import MARGIN_TYPES, Margin, register_margin
 from hf_heads.modeling.export import export_for_hub
 from hf_heads.training import HeadsTrainingArguments
+from hf_heads.validation import OptionError
 
 EXTENSION = Path(__file__).parents[1] / "extension"
 HEAD = {"family": "margin", "margin": "user-half-arc", "m": 0.4, "context_norm": "max-norm"}
@@ -186,3 +188,39 @@ def test_a_component_set_on_the_live_head_is_recorded_and_copied_when_saved(user
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["head"]["margin"] == {"type": "user-half-arc", "m": 0.4}
     assert saved["components"] == {"margin": "user_margins"} and (tmp_path / "user_margins.py").exists()
+
+
+def test_a_components_parameters_written_as_json_gives_them_are_stored_as_their_annotated_types():
+    """A config read from JSON or a command line gives an `int` parameter as 2.0 and a sequence as whatever the caller
+    built: the component holds an int and a list, so its config value is what `config.json` reads back."""
+
+    @dataclass(frozen=True)
+    class StepMargin(Margin):
+        name: ClassVar[str] = "test-step-margin"
+        steps: int = 1
+        weights: list | None = None
+
+        def phi(self, theta):
+            return torch.cos(theta) - 0.1 * self.steps
+
+    register_margin(StepMargin)
+    try:
+        margin = make_component("margin", {"type": "test-step-margin", "steps": 2.0, "weights": (0.5, 1.0)})
+        assert type(margin.steps) is int and margin.steps == 2
+        assert type(margin.weights) is list and margin.weights == [0.5, 1.0]
+        value = component_config(margin)
+        assert value == {"type": "test-step-margin", "steps": 2, "weights": [0.5, 1.0]}
+        assert json.loads(json.dumps(value)) == value
+        assert make_component("margin", "test-step-margin:steps=3.0").steps == 3
+        with pytest.raises(OptionError, match=r"^head\.margin\.steps=2\.5 must be an integer$"):
+            make_component("margin", {"type": "test-step-margin", "steps": 2.5}, field="head.margin")
+    finally:
+        MARGIN_TYPES.pop("test-step-margin")
+
+
+@pytest.mark.parametrize("value", [3, ["arc"], {"m": 0.2}])
+def test_a_head_component_that_is_neither_a_name_nor_a_dict_with_its_type_is_refused_naming_the_field(value):
+    with pytest.raises(OptionError) as err:
+        HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "margin", "margin": value})
+    expected = f"head.margin={value!r} must be a margin name or a dict with its 'type' and its parameters"
+    assert str(err.value) == expected
