@@ -287,24 +287,27 @@ SUBPROCESS_COVERAGE = """import os
 
 _data, _test = os.environ.get("HF_HEADS_SUBPROCESS_COVERAGE"), os.environ.get("PYTEST_CURRENT_TEST")
 if _data and _test:
-    import atexit
+    try:
+        import coverage
+    except ImportError:  # an interpreter without coverage (not the suite's): not measured
+        coverage = None
+    if coverage is not None:
+        import atexit
 
-    import coverage
+        _cov = coverage.Coverage(
+            data_file=os.path.join(_data, ".coverage"),
+            data_suffix=True,
+            context=_test.rsplit(" (", 1)[0],
+            source_pkgs=["hf_heads"],
+            config_file=False,
+        )
+        _cov.start()
 
-    _cov = coverage.Coverage(
-        data_file=os.path.join(_data, ".coverage"),
-        data_suffix=True,
-        context=_test.rsplit(" (", 1)[0],
-        source_pkgs=["hf_heads"],
-        config_file=False,
-    )
-    _cov.start()
+        def _save() -> None:
+            _cov.stop()
+            _cov.save()
 
-    def _save() -> None:
-        _cov.stop()
-        _cov.save()
-
-    atexit.register(_save)
+        atexit.register(_save)
 """
 
 
