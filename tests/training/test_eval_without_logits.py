@@ -10,6 +10,18 @@ from test_run_clm import _lm_dataset
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsTrainer, HeadsTrainingArguments
 
 
+def _eval_args(tmp_path, top_k: list[int] | None = None) -> HeadsTrainingArguments:
+    """Quiet CPU evaluation in batches of 4, with accuracy@k for each k of `top_k`."""
+    return HeadsTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        eval_accuracy_top_k=top_k,
+    )
+
+
 @pytest.mark.parametrize(
     "head",
     [
@@ -23,9 +35,7 @@ def test_evaluate_without_compute_metrics_builds_no_logits(tmp_path, head):
     calls = []
     original = model.head.logits
     model.head.logits = lambda hidden: calls.append(tuple(hidden.shape)) or original(hidden)
-    args = HeadsTrainingArguments(
-        output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to="none", use_cpu=True, disable_tqdm=True
-    )
+    args = _eval_args(tmp_path)
     data = _lm_dataset(n=8)
     trainer = HeadsTrainer(model=model, args=args, eval_dataset=data)
     loss_only = trainer.evaluate()["eval_loss"]
@@ -70,14 +80,7 @@ def test_eval_accuracy_at_k_without_logits(tmp_path, head):
     torch.manual_seed(0)
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
     data = _lm_dataset(n=10)
-    args = HeadsTrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_eval_batch_size=4,
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        eval_accuracy_top_k=[1, 5],
-    )
+    args = _eval_args(tmp_path, top_k=[1, 5])
     trainer = HeadsTrainer(model=model, args=args, eval_dataset=data)
     shapes = []
     original = model.head.logits
@@ -207,14 +210,7 @@ def test_evaluation_loop_called_directly_names_its_metrics_eval_like_transformer
     the values `evaluate()` reports."""
     torch.manual_seed(0)
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 3}))
-    args = HeadsTrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_eval_batch_size=4,
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        eval_accuracy_top_k=[1],
-    )
+    args = _eval_args(tmp_path, top_k=[1])
     trainer = HeadsTrainer(model=model, args=args, eval_dataset=_lm_dataset(n=6))
     evaluated = trainer.evaluate()
     looped = trainer.evaluation_loop(trainer.get_eval_dataloader(), "Evaluation", prediction_loss_only=True).metrics
