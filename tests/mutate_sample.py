@@ -16,7 +16,8 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
 3. **Select.** The default suite runs once under coverage with a context per test (pytest-cov `--cov-context=test`,
    cached in build/mutation-sample/ by the commit's tree). The Python subprocesses a test starts (the run scripts'
    end-to-end runs, `accelerate launch`, the gloo workers) are measured too, under that test's name (a
-   `sitecustomize.py` in the measured copy starts coverage where `PYTEST_CURRENT_TEST` is set). A mutant runs against
+   `sitecustomize.py` in the measured copy starts coverage in a process whose environment names the running test, or
+   whose ancestor a plugin of the measured run recorded as running one). A mutant runs against
    the tests that execute the lines it changes; where none does (module-level code runs at import, outside any test),
    the tests that execute any line of its file, and the hand-written mutants' selections for its file. A selection
    takes the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their
@@ -281,12 +282,36 @@ def _junit_durations(junit: Path, root: Path) -> tuple[dict[str, float], set[str
 
 
 # Written into the measured copy (on PYTHONPATH, so every Python subprocess of a test imports it at start-up): a
-# subprocess started while a test runs (PYTEST_CURRENT_TEST set, "<node id> (call)") is measured with that node id as
-# its context, into HF_HEADS_SUBPROCESS_COVERAGE.
+# subprocess started while a test runs is measured with that test's node id as its context, into
+# HF_HEADS_SUBPROCESS_COVERAGE. The test is the one PYTEST_CURRENT_TEST names ("<node id> (call)") or, where a test
+# gave its subprocess an environment copied before it ran, the one CURRENT_TEST_PLUGIN recorded for the nearest
+# ancestor process (the xdist worker that started it, or started the launcher that started it).
 SUBPROCESS_COVERAGE = """import os
 
-_data, _test = os.environ.get("HF_HEADS_SUBPROCESS_COVERAGE"), os.environ.get("PYTEST_CURRENT_TEST")
-if _data and _test:
+
+def _running_test(data):
+    if os.environ.get("PYTEST_CURRENT_TEST"):
+        return os.environ["PYTEST_CURRENT_TEST"].rsplit(" (", 1)[0]
+    pid = os.getppid()
+    for _ in range(8):
+        try:
+            with open(os.path.join(data, f"current-{pid}")) as f:
+                return f.read()
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+_data = os.environ.get("HF_HEADS_SUBPROCESS_COVERAGE")
+_test = _running_test(_data) if _data else None
+if _test:
     try:
         import coverage
     except ImportError:  # an interpreter without coverage (not the suite's): not measured
@@ -297,7 +322,7 @@ if _data and _test:
         _cov = coverage.Coverage(
             data_file=os.path.join(_data, ".coverage"),
             data_suffix=True,
-            context=_test.rsplit(" (", 1)[0],
+            context=_test,
             source_pkgs=["hf_heads"],
             config_file=False,
         )
@@ -309,13 +334,29 @@ if _data and _test:
 
         atexit.register(_save)
 """
+# A pytest plugin (-p) of the measured run: each test process records the node id of the test it runs, by its pid.
+CURRENT_TEST_PLUGIN = """import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = Path(os.environ["HF_HEADS_SUBPROCESS_COVERAGE"]) / f"current-{os.getpid()}"
+    path.write_text(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        path.unlink(missing_ok=True)
+"""
 
 
 def coverage_map(rev: str, jobs: int, tests: tuple[str, ...] = ("tests",)) -> dict:
     """{"lines": {path: {line: [node ids]}}, "seconds": {node id: s}, "failed": [...], "minutes": m}: the default
     suite (or `tests`) run once on a copy of `rev` under coverage with a context per test, its subprocesses' lines
     included; the whole suite's map is cached by the commit's trees."""
-    cache = CACHE / f"coverage-subprocess-{_tree_key(rev)}.json"
+    cache = CACHE / f"coverage-subprocess-tree-{_tree_key(rev)}.json"
     if tests == ("tests",) and cache.exists():
         print(f"coverage map: {cache} (cached)", file=sys.stderr)
         return json.loads(cache.read_text())
@@ -327,11 +368,13 @@ def coverage_map(rev: str, jobs: int, tests: tuple[str, ...] = ("tests",)) -> di
         _copy_tree(dest, rev)
         (dest / ".coveragerc").write_text("[run]\nrelative_files = True\n")
         (dest / "sitecustomize.py").write_text(SUBPROCESS_COVERAGE)
+        (dest / "hf_heads_current_test.py").write_text(CURRENT_TEST_PLUGIN)
         subprocess_data = dest / "subprocess-coverage"
         subprocess_data.mkdir()
         env = {**os.environ, **TEST_ENV, "PYTHONPATH": str(dest), "HF_HEADS_SUBPROCESS_COVERAGE": str(subprocess_data)}
         cmd = [sys.executable, "-m", "pytest", "-q", "-n", str(jobs), "-m", "not slow", "-p", "no:cacheprovider"]
-        cmd += ["--cov=hf_heads", "--cov-context=test", "--cov-report=", "--junitxml=junit.xml", *tests]
+        cmd += ["-p", "hf_heads_current_test", "--cov=hf_heads", "--cov-context=test", "--cov-report="]
+        cmd += ["--junitxml=junit.xml", *tests]
         print("coverage map: " + " ".join(cmd[1:]), file=sys.stderr)
         subprocess.run(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         data = CoverageData(basename=str(dest / ".coverage"))
