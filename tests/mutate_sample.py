@@ -25,8 +25,10 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
 4. **Run.** Each mutant is applied to one of `--jobs` copies of the commit (tests/mutate.py's copy, the original
    restored after it) and its selection runs (`-x`, default suite only) in a process forked from tests/mutate.py's
    fork server, with a timeout of `--timeout` seconds plus five times the selection's measured time. A test failure
-   or an import / collection error kills it; a timeout counts as a kill, shown apart. The unmutated copy first runs
-   the union of the selections: a test that fails there leaves every selection.
+   or an import / collection error kills it; a timeout counts as a kill, shown apart. Where the mutant renamed or
+   removed parametrized cases the selection names (a registry the tests parametrize over), the selection's whole test
+   functions run instead (an error if they outrun the timeout). The unmutated copy first runs the union of the
+   selections: a test that fails there leaves every selection.
 5. **Second chance.** A mutant that passes its selection runs once more against a wider one (every covering test,
    every test of its file's tier and the hand-written selections: up to 6 times the limits, on both cores) while the
    budget lasts; one that passes that is a *survivor*. Survivors are not run against the whole default suite (12
@@ -495,11 +497,17 @@ class Slots:
                 path.write_text(text.replace(m.old, m.new))
                 os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))  # never the compiled one's
                 code, output, seconds = _pytest(dest, (*extra, *tests), timeout)
+                if code == 4 and "found no collectors" in output:  # parametrized ids the mutant renamed or removed
+                    whole = list(dict.fromkeys(t.split("[", 1)[0] for t in tests))  # the whole test functions
+                    code, output, seconds = _pytest(dest, (*extra, *whole), timeout)
+                    if code == -1:  # all their cases outran the selection's timeout: no verdict, not a kill
+                        code, output = 4, f"whole test functions {whole} timed out after the ids were not found"
             finally:
                 path.write_bytes(original)
                 os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
             result = outcome(code, output, seconds, timeout)
-            if result["status"] == "error" and re.search(r"\berrors? during collection\b|\bImportError\b", output):
+            collection = r"\berrors? during collection\b|\bImportError\b|^ERROR \S+\.py - "  # a module not collected
+            if result["status"] == "error" and re.search(collection, output, re.M):
                 line = next((x for x in output.splitlines() if x.startswith("ERROR ")), "collection error")
                 result = {"status": "killed", "detail": "import / collection: " + line[:200], "s": seconds}
             return result
