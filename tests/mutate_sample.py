@@ -16,8 +16,8 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
 3. **Select.** The default suite runs once under coverage with a context per test (pytest-cov `--cov-context=test`,
    cached in build/mutation-sample/ by the commit's tree). The Python subprocesses a test starts (the run scripts'
    end-to-end runs, `accelerate launch`, the gloo workers) are measured too, under that test's name (a
-   `sitecustomize.py` in the measured copy starts coverage in a process whose environment names the running test, or
-   whose ancestor a plugin of the measured run recorded as running one). A mutant runs against
+   `sitecustomize.py` in the measured copy starts coverage in a process whose ancestor a plugin of the measured run
+   recorded as running a test). A mutant runs against
    the tests that execute the lines it changes; where none does (module-level code runs at import, outside any test),
    the tests that execute any line of its file, and the hand-written mutants' selections for its file. A selection
    takes the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their
@@ -285,15 +285,12 @@ def _junit_durations(junit: Path, root: Path) -> tuple[dict[str, float], set[str
 
 # Written into the measured copy (on PYTHONPATH, so every Python subprocess of a test imports it at start-up): a
 # subprocess started while a test runs is measured with that test's node id as its context, into
-# HF_HEADS_SUBPROCESS_COVERAGE. The test is the one PYTEST_CURRENT_TEST names ("<node id> (call)") or, where a test
-# gave its subprocess an environment copied before it ran, the one CURRENT_TEST_PLUGIN recorded for the nearest
-# ancestor process (the xdist worker that started it, or started the launcher that started it).
+# HF_HEADS_SUBPROCESS_COVERAGE. The test is the one CURRENT_TEST_PLUGIN recorded for the nearest ancestor process
+# (the xdist worker that started it, or started the launcher that started it), whatever environment it was given.
 SUBPROCESS_COVERAGE = """import os
 
 
 def _running_test(data):
-    if os.environ.get("PYTEST_CURRENT_TEST"):
-        return os.environ["PYTEST_CURRENT_TEST"].rsplit(" (", 1)[0]
     pid = os.getppid()
     for _ in range(8):
         try:
@@ -354,12 +351,12 @@ def pytest_runtest_protocol(item, nextitem):
 """
 
 
-def coverage_map(rev: str, jobs: int, tests: tuple[str, ...] = ("tests",)) -> dict:
+def coverage_map(rev: str, jobs: int) -> dict:
     """{"lines": {path: {line: [node ids]}}, "seconds": {node id: s}, "failed": [...], "minutes": m}: the default
-    suite (or `tests`) run once on a copy of `rev` under coverage with a context per test, its subprocesses' lines
-    included; the whole suite's map is cached by the commit's trees."""
+    suite run once on a copy of `rev` under coverage with a context per test, its subprocesses' lines included;
+    cached by the commit's trees."""
     cache = CACHE / f"coverage-subprocess-tree-{_tree_key(rev)}.json"
-    if tests == ("tests",) and cache.exists():
+    if cache.exists():
         print(f"coverage map: {cache} (cached)", file=sys.stderr)
         return json.loads(cache.read_text())
     from coverage import CoverageData
@@ -376,7 +373,7 @@ def coverage_map(rev: str, jobs: int, tests: tuple[str, ...] = ("tests",)) -> di
         env = {**os.environ, **TEST_ENV, "PYTHONPATH": str(dest), "HF_HEADS_SUBPROCESS_COVERAGE": str(subprocess_data)}
         cmd = [sys.executable, "-m", "pytest", "-q", "-n", str(jobs), "-m", "not slow", "-p", "no:cacheprovider"]
         cmd += ["-p", "hf_heads_current_test", "--cov=hf_heads", "--cov-context=test", "--cov-report="]
-        cmd += ["--junitxml=junit.xml", *tests]
+        cmd += ["--junitxml=junit.xml", "tests"]
         print("coverage map: " + " ".join(cmd[1:]), file=sys.stderr)
         subprocess.run(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         data = CoverageData(basename=str(dest / ".coverage"))
@@ -402,8 +399,6 @@ def coverage_map(rev: str, jobs: int, tests: tuple[str, ...] = ("tests",)) -> di
         "failed": sorted(failed),
         "minutes": (time.perf_counter() - start) / 60,
     }
-    if tests != ("tests",):
-        return result
     CACHE.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result))
     print(f"coverage map: {len(seconds)} tests, {result['minutes']:.1f} min -> {cache}", file=sys.stderr)
@@ -497,7 +492,8 @@ class Slots:
                 path.write_text(text.replace(m.old, m.new))
                 os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))  # never the compiled one's
                 code, output, seconds = _pytest(dest, (*extra, *tests), timeout)
-                if code == 4 and "found no collectors" in output:  # parametrized ids the mutant renamed or removed
+                renamed = "found no collectors" in output and not re.search(COLLECTION_ERROR, output, re.M)
+                if code == 4 and renamed:  # parametrized ids the mutant renamed or removed
                     whole = list(dict.fromkeys(t.split("[", 1)[0] for t in tests))  # the whole test functions
                     code, output, seconds = _pytest(dest, (*extra, *whole), timeout)
                     if code == -1:  # all their cases outran the selection's timeout: no verdict, not a kill
@@ -506,8 +502,7 @@ class Slots:
                 path.write_bytes(original)
                 os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
             result = outcome(code, output, seconds, timeout)
-            collection = r"\berrors? during collection\b|\bImportError\b|^ERROR \S+\.py - "  # a module not collected
-            if result["status"] == "error" and re.search(collection, output, re.M):
+            if result["status"] == "error" and re.search(COLLECTION_ERROR, output, re.M):
                 line = next((x for x in output.splitlines() if x.startswith("ERROR ")), "collection error")
                 result = {"status": "killed", "detail": "import / collection: " + line[:200], "s": seconds}
             return result
@@ -516,6 +511,10 @@ class Slots:
 
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# pytest's output where a test module failed to import or collect
+COLLECTION_ERROR = r"\berrors? during collection\b|\bImportError\b|^ERROR \S+\.py - "
 
 
 def _timeout(tests: list[str], cov: dict, base: float) -> float:
