@@ -56,6 +56,8 @@ def step_bytes(
     gemm_writes_float32: bool = False,
     bias_in_kernel: bool | None = None,
     grad_in_gemm_dtype: bool = True,
+    rounds_while_scaling: bool = True,
+    word_norm: bool = False,
 ) -> dict[str, int]:
     """The bytes of one forward + backward step of `impl` (one of `IMPLEMENTATIONS`), itemised: "(rows, V)" and
     "(V, H)" totals and the step's sum "total".
@@ -76,7 +78,13 @@ def step_bytes(
     `mm(out_dtype=float32)` where `writes_half_products_in_float32` finds it; else a half product and a cast);
     bias_in_kernel (default: True for the compiled and Triton kernels; before: False), s ∘ z + b applied inside
     their math rather than in a pass of its own; grad_in_gemm_dtype (before: False), the compiled and Triton kernels
-    writing d z of float32 logits in the products' dtype (no cast pass)."""
+    writing d z of float32 logits in the products' dtype (no cast pass); rounds_while_scaling (before: False), a half
+    weight's float32 d W scaled by d loss and rounded to the weight's dtype in one pass, not a cast and a second
+    pass.
+
+    word_norm: a margin head's word norm f(c) / ‖W_c‖ (hf_heads.losses.scorer), the passes it adds over (V, H)
+    besides the column scale's: ‖W_c‖ reads W; d s_c = A_c · w_c reads the accumulator A and W; d W = s ∘ A scales A
+    in place; the norms' backward adds d‖W_c‖ ∘ W into d W (reads W and d W, writes d W). Implies column_scale."""
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
     nv, vh = n * vocab, vocab * hidden
@@ -138,10 +146,19 @@ def step_bytes(
             else:
                 mats["d W product: half temporary written and read, per chunk"] = chunks * vh * 2 * gemm
                 mats["temporary added to the accumulator (read, write), per later chunk"] = adds * vh * 2 * acc
-            if weight != acc:
-                mats["cast d W to the weight's dtype (read, write)"] = vh * (acc + weight)
-            if scales_by_grad_out:
-                mats["backward: d W times d loss (read, write)"] = vh * 2 * weight
+            if weight != acc and scales_by_grad_out and rounds_while_scaling:
+                mats["backward: d W times d loss, rounded to the weight's dtype (read, write)"] = vh * (acc + weight)
+            else:
+                if weight != acc:
+                    mats["cast d W to the weight's dtype (read, write)"] = vh * (acc + weight)
+                if scales_by_grad_out:
+                    mats["backward: d W times d loss (read, write)"] = vh * 2 * weight
+            if word_norm:
+                mats["word norm: d s = A_c · w_c reads A and W"] = vh * (acc + weight)
+                mats["word norm: d W = s ∘ A in place (read, write)"] = vh * 2 * acc
+                mats["word norm backward: d W += d‖W_c‖ ∘ W (read both, write)"] = vh * 3 * weight
+        if word_norm:
+            mats["word norm: ‖W_c‖ reads W"] = vh * weight
         if workspace == gemm:
             rows["logits GEMM writes the workspace"] = nv * gemm
         elif gemm_writes_float32:
@@ -150,7 +167,7 @@ def step_bytes(
             rows["logits GEMM writes a half product"] = nv * gemm
             rows["product cast to the float32 workspace (read, write)"] = nv * (gemm + workspace)
         in_kernel = fused_math if bias_in_kernel is None else bias_in_kernel
-        if (bias or column_scale) and not in_kernel:
+        if (bias or column_scale or word_norm) and not in_kernel:
             rows["s ∘ z + b (read, write)"] = nv * 2 * workspace
         # the gradient's dtype as the kernel writes it: the products' for the fused kernels, else the workspace's
         grad = gemm if (fused_math and grad_in_gemm_dtype) else workspace
@@ -165,7 +182,7 @@ def step_bytes(
             rows["d b: sum of d z"] = nv * grad
         if grad != gemm:
             rows["d z cast to the GEMM dtype (read, write)"] = nv * (grad + gemm)
-        if column_scale:
+        if column_scale or word_norm:
             rows["d z ∘ s for d h (read, write)"] = nv * 2 * gemm
         rows["d h and d W GEMMs read d z"] = nv * gemm * (1 if frozen else 2)
         grad_into_dot_grad(weight)
@@ -225,10 +242,26 @@ def kernel_changes_table(n: int = 8192, hidden: int = 2304, vocab: int = 256_000
          dict(chunk_rows=512, gemm_writes_float32=True, **ours)),
         ("+ 1024-row chunks on a GPU", "hf_heads-triton", dict(chunk_rows=1024, gemm_writes_float32=True, **ours)),
         ("hf_heads triton-half, 1024-row chunks", "hf_heads-triton-half", dict(chunk_rows=1024, **ours)),
+        ("triton, memory_budget=2048 (4 chunks of 2097 float32 rows)", "hf_heads-triton",
+         dict(chunk_rows=2097, gemm_writes_float32=True, **ours)),
+        ("triton-half, memory_budget=2048 (2 chunks of 4194 bf16 rows)", "hf_heads-triton-half",
+         dict(chunk_rows=4194, **ours)),
+        ("triton-half, memory_budget=4096 (one chunk)", "hf_heads-triton-half", dict(chunk_rows=8192, **ours)),
+        ("margin with a word norm, triton, 1024-row chunks", "hf_heads-triton",
+         dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, **ours)),
+    ]  # fmt: skip
+    half = dict(n=n, hidden=hidden, vocab=vocab, gemm=2, weight=2, bias=False)
+    rows += [
+        ("bf16 weights, no bias: naive (no autocast)", "naive", half),
+        ("bf16 weights, no bias: triton-half, 1024-row chunks, d W cast then scaled", "hf_heads-triton-half",
+         dict(chunk_rows=1024, rounds_while_scaling=False, **half, **ours)),
+        ("+ d W scaled while rounded to bf16 (one pass)", "hf_heads-triton-half",
+         dict(chunk_rows=1024, **half, **ours)),
+        ("+ memory_budget=2048 (2 chunks)", "hf_heads-triton-half", dict(chunk_rows=4194, **half, **ours)),
     ]  # fmt: skip
     lines = ["| step | GB moved | (rows, V) | (V, H) |", "|---|---:|---:|---:|"]
     for name, impl, kw in rows:
-        r = step_bytes(impl, **g, **kw)
+        r = step_bytes(impl, **{**g, **kw})
         lines.append(f"| {name} | {r['total'] / 1e9:.0f} | {r['(rows, V)'] / 1e9:.0f} | {r['(V, H)'] / 1e9:.0f} |")
     return "\n".join(lines)
 

@@ -155,7 +155,7 @@ class DiscreteHead(OutputHead):
         candidates = FULL if candidates is None else candidates
         runs_kernel = candidates.runs_kernel and vocab_shard(self.weight) is None
         runs_kernel = runs_kernel and (scorer is None or scorer.posterior is None)
-        impl = Impl(o.chunk_kernel if runs_kernel else None, o.chunk_size, self.loss_dtype(hidden))
+        impl = Impl(o.chunk_kernel if runs_kernel else None, o.chunk_size, self.loss_dtype(hidden), o.memory_budget)
         return output_loss(
             hidden, self.weight, self.bias, labels, scorer=scorer, candidates=candidates, criterion=criterion,
             returns=returns, impl=impl, **counting.kwargs(),

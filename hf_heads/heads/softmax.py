@@ -14,7 +14,7 @@ from hf_heads.components import register
 from hf_heads.heads.discrete import DiscreteHead, describe_weights, loss_extras
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import COMPONENT
-from hf_heads.losses.parts import CrossEntropy
+from hf_heads.losses.parts import CrossEntropy, check_chunking
 from hf_heads.losses.reduction import RowCounting
 from hf_heads.losses.scorer import Scorer
 from hf_heads.losses.transforms import check_transform, transform_logits
@@ -36,7 +36,17 @@ class SoftmaxHeadOptions(HeadOptions):
     chunk_size: int | None = field(
         default=None,
         metadata={
-            "help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk, at least 512 tokens)."
+            "help": "Tokens per chunk of the chunked loss (default: 2^23 logits per chunk, at least 512 tokens; "
+            "not with memory_budget)."
+        },
+    )
+    memory_budget: int | None = field(
+        default=None,
+        metadata={
+            "help": "MiB of each chunk's (tokens, V) block of logits in the chunked loss, from which the tokens per "
+            "chunk follow (at least one; not with chunk_size). A larger budget reads the output weight and writes its "
+            "gradient fewer times per step; memory grows with it. Default: 32 MiB but at least 512 tokens on a CPU, "
+            "up to 1 GiB on a GPU."
         },
     )
     chunk_kernel: str | None = field(
@@ -114,8 +124,7 @@ class SoftmaxHeadOptions(HeadOptions):
     def check(self) -> None:
         super().check()
         check_transform(self.logit_multiplier, self.logit_softcap)
-        if self.chunk_size is not None:
-            check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
+        check_chunking(self.chunk_size, self.memory_budget)
         check_number("label_smoothing", self.label_smoothing, minimum=0)
         if self.label_smoothing >= 1:
             raise OptionError("label_smoothing", self.label_smoothing, "must be < 1")

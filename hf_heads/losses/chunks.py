@@ -37,28 +37,34 @@ EVAL_CHUNK_BYTES = 1 << 28  # ... but never more than 256 MiB of float32 logits 
 def rows_per_chunk(
     num_rows: int,
     num_classes: int,
-    budget_bytes: int = CHUNK_BYTES,
+    budget_bytes: int | None = None,
     itemsize: int = 4,
     device: torch.device | None = None,
 ) -> int:
-    """Rows per chunk whose (rows, `num_classes`) block of `itemsize`-byte logits fits `budget_bytes`, but at least
-    `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too thin for the GEMM) and at most
-    `num_rows`.
+    """Rows per chunk of `num_rows` rows over `num_classes` classes, for a (rows, `num_classes`) block of
+    `itemsize`-byte logits (the kernel's workspace dtype), at most `num_rows`.
 
-    On an accelerator a chunk may also take up to an eighth of the rows, within `ACCELERATOR_CHUNK_BYTES`: there the
-    (V, H) traffic of each chunk (W read twice, the float32 weight-gradient accumulator read and written), not the
-    GEMM's shape, is what small chunks cost. Measurements: docs/performance.md."""
-    by_budget = budget_bytes // (itemsize * max(num_classes, 1))
-    rows = max(MIN_CHUNK_ROWS, by_budget)
+    `budget_bytes` (a loss's `memory_budget`, in bytes): the most rows whose block fits it, at least one. None: the
+    defaults, `CHUNK_BYTES` but at least `MIN_CHUNK_ROWS` (a larger V gets a larger block rather than products too
+    thin for the GEMM); on an accelerator a chunk may also take up to an eighth of the rows, within
+    `ACCELERATOR_CHUNK_BYTES`: there the (V, H) traffic of each chunk (W read twice, the float32 weight-gradient
+    accumulator read and written), not the GEMM's shape, is what small chunks cost. Measurements:
+    docs/performance.md."""
+    per_row = itemsize * max(num_classes, 1)
+    if budget_bytes is not None:
+        return max(1, min(num_rows, budget_bytes // per_row))
+    rows = max(MIN_CHUNK_ROWS, CHUNK_BYTES // per_row)
     if device is not None and torch.device(device).type != "cpu":
-        cap = ACCELERATOR_CHUNK_BYTES // (itemsize * max(num_classes, 1))
-        rows = max(rows, min(cap, -(-num_rows // 8)))
+        rows = max(rows, min(ACCELERATOR_CHUNK_BYTES // per_row, -(-num_rows // 8)))
     return max(1, min(num_rows, rows))
 
 
-def eval_rows_per_chunk(num_rows: int, num_classes: int, chunk: int) -> int:
+def eval_rows_per_chunk(num_rows: int, num_classes: int, chunk: int, budget_bytes: int | None = None) -> int:
     """Rows per chunk of a loss alone (no gradient blocks kept): 4 × the training `chunk`, at least `EVAL_CHUNK_ROWS`,
-    but no more than `EVAL_CHUNK_BYTES` of logits unless the training chunk itself is larger."""
+    but no more than `EVAL_CHUNK_BYTES` of logits unless the training chunk itself is larger. With a `budget_bytes`,
+    the rows of float32 logits that fit it (`rows_per_chunk`)."""
+    if budget_bytes is not None:
+        return rows_per_chunk(num_rows, num_classes, budget_bytes)
     cap = max(1, EVAL_CHUNK_BYTES // (4 * max(num_classes, 1)))
     return min(num_rows, max(chunk, min(cap, max(4 * chunk, EVAL_CHUNK_ROWS))))
 

@@ -39,7 +39,7 @@ from hf_heads.losses.chunks import (
     refuse_kernel,
     rows_per_chunk,
 )
-from hf_heads.losses.parts import Criterion, LossResult, make_criterion
+from hf_heads.losses.parts import Criterion, LossResult, check_chunking, make_criterion
 from hf_heads.losses.precision import autocast_off, compute_dtype, gemm_dtype
 from hf_heads.losses.precision import loss_dtype as _loss_dtype
 from hf_heads.losses.reduction import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
@@ -137,8 +137,27 @@ def _run(
         grad_w.mul_(scale.to(accumulate)[:, None])
     if not wants_w:
         grad_w = None  # A, if any, was for d s only
-    grads = (grad_h.to(h.dtype), None if grad_w is None else grad_w.to(w.dtype), grad_b, grad_t, grad_s)
-    return losses, grads, lse, pred, ent
+    # in the products' / accumulators' dtypes: `_handed_over` rounds them to the inputs', d loss applied in that pass
+    return losses, (grad_h, grad_w, grad_b, grad_t, grad_s), lse, pred, ent
+
+
+def _handed_over(grads, inputs, grad_out: torch.Tensor | None = None) -> list[torch.Tensor | None]:
+    """The gradients `grads` (of h, w, b, t, s as `_run` leaves them) in the dtypes of `inputs` (h, w, b, t, s), each
+    times `grad_out` (None, or 1 read on a host where that is free: not multiplied) in the same pass: in place where
+    the dtype is the input's, else written once into a tensor of the input's dtype (a float32 (V, H) accumulator
+    rounded to a half weight's dtype and scaled in one pass, not two)."""
+    scale = grad_out is not None and not (host_reads_are_free(grad_out.device) and bool(grad_out == 1))
+    out = []
+    for g, x in zip(grads, inputs, strict=True):
+        if g is None or x is None:
+            out.append(None)
+        elif not scale:
+            out.append(g.to(x.dtype))
+        elif g.dtype.itemsize <= x.dtype.itemsize:  # in place, in the input's dtype (a half d h upcast first)
+            out.append(g.to(x.dtype).mul_(grad_out.to(x.dtype)))
+        else:  # scaled in the accumulator's precision, rounded once into the input's dtype
+            out.append(torch.mul(g, grad_out.to(g.dtype), out=torch.empty_like(g, dtype=x.dtype)))
+    return out
 
 
 def _scale_by_copy(rows: int, hidden_size: int, gemm: torch.dtype, workspace: torch.dtype) -> bool:
@@ -219,16 +238,15 @@ class _FusedLinearCEScalar(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, *unused):  # unused: the gradients of the z-loss term and lse outputs (none)
         grads, ctx.grads = ctx.grads, None
+        h, w, b, t, s, y, keep, class_rows = ctx.saved_tensors
         if grads is None:  # a second backward through this graph: the first one took them
-            h, w, b, t, s, y, keep, class_rows = ctx.saved_tensors
             weight, opts, chunk_size, gemm, z_scale, kernel = ctx.rerun
             row_weight, z_weight = _FusedLinearCEScalar._row_weights(h, weight, keep, class_rows, z_scale, opts)
             needs = ctx.needs_input_grad[:5]
             _, grads, *_ = _run(
                 h, w, b, y, t, opts.with_scale(s), chunk_size, gemm, row_weight, needs, z_weight, kernel=kernel
             )
-        if not (host_reads_are_free(grad_out.device) and bool(grad_out == 1)):  # d loss / d loss = 1: nothing to do
-            grads = [None if g is None else g.mul_(grad_out.to(g.dtype)) for g in grads]
+        grads = _handed_over(grads, (h, w, b, t, s), grad_out)  # d loss / d loss = 1 on a CPU: not multiplied
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
         return (*grads, *[None] * 12)  # h, w, b, t, s; then y and the non-tensor arguments
@@ -289,6 +307,7 @@ class _FusedLinearCEPerRow(torch.autograd.Function):
         _, grads, *_ = _run(
             h, w, b, y, t, opts, chunk_size, gemm, row_weight, needs, z_weight, ent_weight=grad_ent, kernel=kernel
         )
+        grads = _handed_over(grads, (h, w, b, t, s))
         if ctx.slot is not None:
             ctx.slot.hand_over(grads[1])
         return (*grads, *[None] * 10)  # h, w, b, t, s; then y and the non-tensor arguments
@@ -319,6 +338,7 @@ def chunked_loss(
     returns: tuple[str, ...] = (),
     loss_dtype: torch.dtype | None = None,
     kernel: str | ChunkKernel | None = None,
+    memory_budget: int | None = None,
 ) -> torch.Tensor | LossResult:
     """The chunked loss of `hidden @ weight.T + bias` (with an optional replaced target logit and column scale): what
     the `Full` candidates of `hf_heads.losses.output_loss` run, and the chunk kernels' contract.
@@ -339,6 +359,10 @@ def chunked_loss(
         softcap: every logit z, the replaced target's too, becomes softcap · tanh(z / softcap).
         reduction: "mean" (over non-ignored rows, or divided by `num_items_in_batch`, which keeps gradient
             accumulation exact), "sum", "none".
+        chunk_size: rows per chunk; memory_budget: MiB of each chunk's (rows, V) logits (the kernel's workspace),
+            from which the rows follow (at least one; not with `chunk_size`). Neither: the defaults
+            (`hf_heads.losses.chunks.rows_per_chunk`: 32 MiB but at least 512 rows on a CPU, up to 1 GiB on an
+            accelerator). A larger budget reads W and writes its gradient's accumulator fewer times per step.
         weight_grad: a `WeightGradSlot` told which tensor is the gradient of `weight`, or None.
         returns: extras, as a `LossResult` (hf_heads.losses.parts.RETURNS), from the same pass as the loss: "z_loss"
             / "lse", "predictions" (the argmax without a margin's replaced logit, lowest index on a tie; the token
@@ -355,6 +379,7 @@ def chunked_loss(
         `LossResult`.
     """
     check_transform(logit_multiplier, softcap)
+    budget = check_chunking(chunk_size, memory_budget)
     criterion = make_criterion(criterion)
     top_k, label_smoothing, z_loss, class_weight, penalty = cross_entropy_options(criterion)
     return_z_loss = "z_loss" in returns or "lse" in returns
@@ -371,7 +396,7 @@ def chunked_loss(
             target_logit=target_logit, column_scale=column_scale, logit_multiplier=logit_multiplier, softcap=softcap,
             reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
             chunk_size=chunk_size, weight_grad=weight_grad, returns=(*returns, "entropy"), loss_dtype=loss_dtype,
-            kernel=kernel,
+            kernel=kernel, memory_budget=memory_budget,
         )  # fmt: skip
         return penalised(loss, penalty, target, reduction, ignore_index, num_items_in_batch, returns)
     out_dtype = loss_dtype or _loss_dtype(hidden, weight, bias)
@@ -385,7 +410,7 @@ def chunked_loss(
         return sharded_loss(
             rows, shard, shard.local_part(bias), target.shape, opts, target_logit=target_logit, returns=returns,
             out_dtype=out_dtype, reduction=reduction, ignore_index=ignore_index, num_items_in_batch=num_items_in_batch,
-            chunk_size=chunk_size,
+            chunk_size=chunk_size, budget=budget,
         )  # fmt: skip
     h, w, b, y, valid = linear_inputs(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
     kernel = chunk_kernel(kernel, h.device)
@@ -405,8 +430,9 @@ def chunked_loss(
         num_valid = y.numel()
     else:  # compacting the rows would read their count on the host: the ignored rows run with target 0, weight 0
         keep, y, num_valid = valid, torch.where(valid, y, 0), valid.sum()
-    chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], device=h.device)
     opts = ChunkOptions.of(criterion, softcap, capped_rank=capped_rank)
+    workspace = kernel.workspace_dtype(opts, w.shape[0], gemm).itemsize  # bytes per logit of the chunk's block
+    chunk = chunk_size or rows_per_chunk(h.shape[0], w.shape[0], budget, workspace, device=h.device)
     class_rows = None if class_weight is None else class_weight.to(device=h.device, dtype=compute)[y]  # (N,) a[y_i]
 
     want_pred = 2 if return_target_rank else int(return_predictions)  # the columns of `pred`: argmax (and rank)
@@ -434,7 +460,7 @@ def chunked_loss(
 
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (h, w, b, t, s))
     # without gradients (an evaluation), the loss alone in larger chunks: one matmul per chunk instead of three
-    eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk)
+    eval_chunk = chunk_size or eval_rows_per_chunk(h.shape[0], w.shape[0], chunk, budget)
     row_chunk = chunk if needs_grad else eval_chunk
 
     def per_row(class_rows):  # (rows a_i · loss_i + λ lse_i², lse, predictions, entropies), recomputed in backward
@@ -498,9 +524,11 @@ def sharded_loss(
     ignore_index: int,
     num_items_in_batch,
     chunk_size: int | None,
+    budget: int | None = None,
 ):
     """`chunked_loss` of a vocabulary-sharded weight (hf_heads.losses.vocab_parallel) on its `sharded_rows` (h, y,
-    valid) under the options `opts` (the column scale this process's s_r), with the same values as one process."""
+    valid) under the options `opts` (the column scale this process's s_r), with the same values as one process;
+    `chunk_size` rows per chunk, or `budget` bytes of each chunk's (rows, V_r) logits."""
     check_reduction(reduction)
     _, _, _, class_weight, _ = cross_entropy_options(opts.criterion)
     if class_weight is not None:
@@ -519,13 +547,13 @@ def sharded_loss(
         )
         loss, lse, pred = sharded_cross_entropy(
             h, y, shard, bias, weights, z_weights, opts, target_logit=target_logit, want_pred=want_pred,
-            chunk_size=chunk_size,
+            chunk_size=chunk_size, budget=budget,
         )  # fmt: skip
         z_term, ent = (opts.z_loss * z_weights * lse.square()).sum(), None
     else:
         losses, lse, pred, ent = vocab_parallel_per_row(
             h, y, shard, bias, opts, target_logit=target_logit, want_pred=want_pred, chunk_size=chunk_size,
-            want_ent=return_entropy,
+            want_ent=return_entropy, budget=budget,
         )  # fmt: skip
         loss, z_term = reduce_sharded(
             losses, lse, y, valid, shape, reduction=reduction, num_items_in_batch=num_items_in_batch,

@@ -157,7 +157,7 @@ def _full_loss(inputs, scorer: Scorer, criterion, returns, impl: Impl):
         return chunked_loss(
             hidden, weight, bias, target, criterion=criterion, logit_multiplier=scorer.logit_multiplier,
             softcap=scorer.softcap, chunk_size=impl.chunk_size, returns=returns, loss_dtype=out_dtype,
-            kernel=impl.kernel, **counting,
+            kernel=impl.kernel, memory_budget=impl.memory_budget, **counting,
         )  # fmt: skip
     if shard is not None:  # W a DTensor sharded on its rows (tensor parallelism): hf_heads.losses.vocab_parallel
         check_no_kernel(impl.kernel)
@@ -166,7 +166,7 @@ def _full_loss(inputs, scorer: Scorer, criterion, returns, impl: Impl):
         )
         return sharded_loss(
             (h, y, valid), shard, b, target.shape, ChunkOptions.of(criterion, scorer.softcap, s), target_logit=t,
-            returns=returns, out_dtype=out_dtype, chunk_size=impl.chunk_size, **counting,
+            returns=returns, out_dtype=out_dtype, chunk_size=impl.chunk_size, budget=impl.budget_bytes, **counting,
         )  # fmt: skip
     # h and W in their dtype (a half model's products stay in half: no float32 copy of W); the factors in float32
     h, w, b, y, valid = linear_inputs(
@@ -182,7 +182,7 @@ def _full_loss(inputs, scorer: Scorer, criterion, returns, impl: Impl):
     return chunked_loss(
         h2, w, b, y.reshape(target.shape), weight_grad=w_grad, column_scale=s, target_logit=t, softcap=scorer.softcap,
         criterion=criterion, chunk_size=impl.chunk_size, returns=returns, loss_dtype=out_dtype, kernel=impl.kernel,
-        **counting,
+        memory_budget=impl.memory_budget, **counting,
     )  # fmt: skip
 
 
@@ -215,7 +215,7 @@ def _posterior_nll(inputs, scorer: Scorer, criterion, returns, impl: Impl):
         )
         losses, _, _, _ = vocab_parallel_per_row(
             h, y, shard, b, ChunkOptions.of(CrossEntropy(), plain.softcap, f), chunk_size=impl.chunk_size,
-            transform=lambda z: scorer.posterior(z, shard.offset),
+            transform=lambda z: scorer.posterior(z, shard.offset), budget=impl.budget_bytes,
         )  # fmt: skip
         return reduce_rows(losses, valid, target.shape, inputs.reduction, inputs.num_items_in_batch, keep=valid).to(
             out_dtype
@@ -223,7 +223,7 @@ def _posterior_nll(inputs, scorer: Scorer, criterion, returns, impl: Impl):
     h_all, y_all, valid = valid_rows(hidden, target, inputs.ignore_index)
     check_labels(y_all, weight.shape[0], inputs.ignore_index)
     h, y = h_all[valid], y_all[valid]
-    step = impl.chunk_size or rows_per_chunk(h.shape[0], weight.shape[0])
+    step = impl.chunk_size or rows_per_chunk(h.shape[0], weight.shape[0], impl.budget_bytes)
     data = dict(word_counts=scorer.word_counts, context_norm_value=scorer.context_norm_value)
 
     def nll(h_c, y_c, w_, b_):

@@ -204,19 +204,40 @@ class Candidates(ABC):
         `LossResult` when `returns` names extras."""
 
 
+def check_chunking(chunk_size: int | None, memory_budget: int | None) -> int | None:
+    """Refuse a bad `chunk_size` (rows per chunk) or `memory_budget` (MiB of each chunk's (rows, V) logits), and the
+    two together (each decides the rows per chunk); the budget in bytes, or None."""
+    if chunk_size is not None:
+        check_number("chunk_size", chunk_size, minimum=1, integer=True)
+    if memory_budget is None:
+        return None
+    check_number("memory_budget", memory_budget, minimum=1, integer=True)
+    if chunk_size is not None:
+        why = f"cannot be combined with chunk_size={chunk_size}: both set the rows per chunk"
+        raise OptionError("memory_budget", memory_budget, why)
+    return int(memory_budget) << 20
+
+
 @dataclass(frozen=True)
 class Impl:
     """How a loss is computed, not what it is: `kernel`, the chunk kernel (a name, a `ChunkKernel`, or None: the
-    automatic choice or `HF_HEADS_CHUNK_KERNEL`); `chunk_size`, rows per chunk (None: from the memory budget);
-    `loss_dtype` (None: torch's rule for `F.cross_entropy(hidden @ weight.T + bias)`)."""
+    automatic choice or `HF_HEADS_CHUNK_KERNEL`); `chunk_size`, rows per chunk, or `memory_budget`, the MiB of
+    each chunk's (rows, V) logits block from which the rows follow (not both; neither: the defaults of
+    `hf_heads.losses.chunks.rows_per_chunk`); `loss_dtype` (None: torch's rule for `F.cross_entropy(hidden @
+    weight.T + bias)`)."""
 
     kernel: object = None
     chunk_size: int | None = None
     loss_dtype: torch.dtype | None = None
+    memory_budget: int | None = None
 
     def __post_init__(self) -> None:
-        if self.chunk_size is not None:
-            check_number("chunk_size", self.chunk_size, minimum=1, integer=True)
+        check_chunking(self.chunk_size, self.memory_budget)
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """`memory_budget` in bytes (None: not set)."""
+        return check_chunking(self.chunk_size, self.memory_budget)
 
 
 def make_impl(impl) -> Impl:

@@ -361,24 +361,26 @@ def sharded_cross_entropy(
     target_logit: torch.Tensor | None = None,
     want_pred: int = 0,
     chunk_size: int | None = None,
+    budget: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(Σ_i weights_i · loss_i + λ z_weights_i · lse_i² (), lse (N,), predictions (N, want_pred)) of the rows h (N, H)
     (through `copy_in`), y (N,) under the options `opts` (its column scale this process's s_r (V_r,) or None), the
     gradient computed in the forward pass (`_ShardedCrossEntropy`): for the "mean" and "sum" reductions, whose row
     weights are known before the pass."""
-    compute, h, w, b, s, step = _local_operands(h, shard, bias, opts, chunk_size)
+    compute, h, w, b, s, step = _local_operands(h, shard, bias, opts, chunk_size, budget)
     t = None if target_logit is None else target_logit.to(compute)
     return _ShardedCrossEntropy.apply(
         h, w, b, s, t, y, weights.to(compute), z_weights.to(compute), shard, opts.with_scale(None), want_pred, step
     )
 
 
-def _local_operands(h, shard: VocabShard, bias, opts: ChunkOptions, chunk_size: int | None):
-    """(compute dtype, h, this process's W_r, b_r and s_r in it, rows per chunk) of a sharded loss's rows."""
+def _local_operands(h, shard: VocabShard, bias, opts: ChunkOptions, chunk_size: int | None, budget: int | None):
+    """(compute dtype, h, this process's W_r, b_r and s_r in it, rows per chunk: `chunk_size`, else those whose
+    (rows, V_r) float32 logits fit `budget` bytes, else the defaults) of a sharded loss's rows."""
     compute = compute_dtype(h, shard.local)
     b = None if bias is None else bias.to(compute)
     s = None if opts.column_scale is None else opts.column_scale.to(compute)
-    step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], device=h.device)
+    step = chunk_size or rows_per_chunk(h.shape[0], shard.local.shape[0], budget, device=h.device)
     return compute, h.to(compute), shard.local.to(compute), b, s, step
 
 
@@ -394,12 +396,13 @@ def vocab_parallel_per_row(
     chunk_size: int | None = None,
     transform=None,
     want_ent: bool = False,
+    budget: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(losses (N,), lse (N,), predictions (N, want_pred), entropies (N,) or empty) of the rows h (N, H) (through
     `copy_in`), y (N,) under the options `opts` (its column scale this process's s_r (V_r,) or None), one chunk at a
     time; in training each chunk is recomputed in the backward (`torch.utils.checkpoint`), so no (N, V_r) block
     outlives its chunk."""
-    compute, h, w, b, s, step = _local_operands(h, shard, bias, opts, chunk_size)
+    compute, h, w, b, s, step = _local_operands(h, shard, bias, opts, chunk_size, budget)
     opts = opts.with_scale(None)  # s passed on as a tensor, for its gradient
     outs = []
     for start in range(0, h.shape[0], step):

@@ -26,6 +26,7 @@ RENAMED_FLAGS = {
     "family": "head",
     "bias": "head_bias",
     "chunk_size": "loss_chunk_size",
+    "memory_budget": "loss_memory_budget",
     "label_smoothing": "head_label_smoothing",
 }
 NOT_FLAGS = (*CHECKPOINT_OPTIONS, "embedding_dim")

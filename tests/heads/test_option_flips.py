@@ -33,6 +33,7 @@ SEED = 1234
 # options that cannot change a result by design: {name: why}; each is checked to give the same results
 OUTPUT_NEUTRAL = {
     "chunk_size": "rows per chunk of the chunked loss: every chunking sums the same rows",
+    "memory_budget": "the rows per chunk from a budget of bytes: as chunk_size",
     "chunk_kernel": "the implementation of the chunked loss's per-chunk work: every kernel computes the same loss",
     "embedding_name": "which table the trainer builds for a continuous head: a head given its table never reads it",
     "word2vec_dim": "the size of the table trained on the targets (embedding_name=word2vec-targets): as above",

@@ -728,6 +728,10 @@ def test_chunks_fit_the_memory_budget_and_cover_every_row_once():
     assert eval_rows_per_chunk(4096, 200_000, 256) == (1 << 28) // (4 * 200_000)  # 335: capped at 256 MiB
     assert eval_rows_per_chunk(4096, 200_000, 512) == 512  # ... but never below the training chunk
     assert eval_rows_per_chunk(4096, 8_000, 1048) == 4096 and eval_rows_per_chunk(100, 50, 100) == 100
+    # a budget in bytes: exactly the rows that fit it in the workspace's dtype, at least one, at most every row
+    assert rows_per_chunk(4096, 50_000, budget_bytes=1 << 25) == 167 and rows_per_chunk(10, 50, 1 << 30) == 10
+    assert rows_per_chunk(8192, 256_000, 1 << 31, itemsize=2, device=gpu) == 4194 and rows_per_chunk(9, 99, 1) == 1
+    assert eval_rows_per_chunk(4096, 200_000, 512, budget_bytes=1 << 24) == 20  # the budget, not 4 x the chunk
     seen = []
     out = map_chunks(lambda a, b_: seen.append(len(a)) or a * b_, (torch.arange(11.0),), (2.0,), 4)
     assert seen == [4, 4, 3] and torch.equal(out, torch.arange(11.0) * 2)
@@ -1169,3 +1173,76 @@ def test_a_half_model_runs_the_margin_products_in_half(options, monkeypatch):
     assert abs(loss.item() - want.item()) <= 0.02 * want.item()
     assert h.grad.dtype == w.grad.dtype == b.grad.dtype == torch.bfloat16
     assert all(torch.isfinite(x.grad).all() for x in (h, w, b))
+
+
+def test_memory_budget_sets_the_rows_per_chunk_of_every_pass_of_a_heads_loss(monkeypatch):
+    """`memory_budget` (MiB of a chunk's float32 (rows, V) logits) reaches the chunk engine from the head's options:
+    at V = 2^16, 1 MiB holds 4 rows, so 10 rows run as chunks of 4, 4 and 2 in training and in evaluation, with the
+    loss of one (N, V) cross-entropy; a budget below one row still runs one row per chunk."""
+    seen = []
+    for name in ("loss", "loss_and_grads"):
+        original = getattr(EagerKernel, name)
+        monkeypatch.setattr(
+            EagerKernel, name, lambda self, h, *a, _f=original, **k: (seen.append(h.shape[0]), _f(self, h, *a, **k))[1]
+        )
+    V, H = 1 << 16, 3
+    hidden, labels = torch.randn(1, 10, H), torch.randint(0, V, (1, 10))
+    for budget, rows in ((1, [4, 4, 2]), (None, [10])):
+        torch.manual_seed(0)
+        head = make_head(H, V, {"family": "softmax", "chunk_kernel": "eager", "memory_budget": budget})
+        seen.clear()
+        loss = head.train().loss(hidden, labels)
+        loss.backward()
+        assert seen == rows, budget
+        want = F.cross_entropy(hidden[0] @ head.weight.T + head.bias, labels[0])
+        torch.testing.assert_close(loss, want)
+        seen.clear()
+        with torch.no_grad():
+            head.eval().loss(hidden, labels)
+        assert seen == rows, budget
+    seen.clear()
+    w = torch.randn(V, H)
+    chunked(hidden[0], w, None, labels[0], memory_budget=1, label_smoothing=0.1)
+    assert seen == [4, 4, 2]
+    with pytest.raises(OptionError, match=r"memory_budget=1 cannot be combined with chunk_size=3: both set the rows"):
+        make_head(H, V, {"family": "sparse", "k": 2, "chunk_size": 3, "memory_budget": 1})
+    with pytest.raises(OptionError, match=r"memory_budget=0 .*>= 1"):
+        chunked(hidden[0], w, None, labels[0], memory_budget=0)
+
+
+class _WeightSizedOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the ops whose output has `numel` elements (a (V, H) pass) and their output dtypes."""
+
+    def __init__(self, numel: int):
+        super().__init__()
+        self.numel, self.ops = numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket)
+        if isinstance(out, torch.Tensor) and out.numel() == self.numel and name not in self.NOT_PASSES:
+            self.ops.append((name, out.dtype))
+        return out
+
+    NOT_PASSES = ("aten.empty", "aten.empty_like", "aten.detach", "aten.t", "aten.view", "aten.alias", "aten.permute")
+
+
+def test_a_half_weights_gradient_is_scaled_and_rounded_in_one_pass():
+    """A bf16 W's gradient leaves the float32 (V, H) accumulator scaled by d loss and rounded to bf16 in one pass (no
+    bf16 copy scaled again, which also rounds twice), and W.grad is the float32 gradient times 3 rounded once."""
+    torch.manual_seed(0)
+    n, hidden, vocab = 12, 8, 40
+    h = torch.randn(n, hidden)
+    w = (torch.randn(vocab, hidden) * 0.3).bfloat16().requires_grad_()
+    y = torch.randint(0, vocab, (n,))
+    ops = _WeightSizedOps(w.numel())
+    with ops:
+        (3 * chunked(h.bfloat16(), w, None, y, chunk_size=5, kernel="eager")).backward()
+    # three chunks' bf16 products (a CPU has no GEMM into float32) written, then added, into the float32
+    # accumulator; then the one pass into bf16
+    product = ("aten.mm", torch.bfloat16)
+    into = [product, ("aten.copy_", torch.float32), *[product, ("aten.add_", torch.float32)] * 2]
+    assert ops.ops == [*into, ("aten.mul", torch.bfloat16)], ops.ops
+    h32, w32 = h.bfloat16().float(), w.detach().float().requires_grad_()
+    want = torch.autograd.grad(3 * F.cross_entropy(h32 @ w32.T, y), w32)[0]
+    torch.testing.assert_close(w.grad.float(), want, atol=2e-3, rtol=1e-2)

@@ -65,6 +65,7 @@ DATA = {
 OUTPUT_NEUTRAL = {
     "Impl.kernel": "the implementation of the chunked loss's per-chunk work: every kernel computes the same loss",
     "Impl.chunk_size": "rows per chunk: every chunking sums the same rows",
+    "Impl.memory_budget": "rows per chunk from a budget of bytes: as Impl.chunk_size",
     "OutputLayerLoss.impl": "as Impl.kernel / Impl.chunk_size",
 }
 # {qualified name: fields the base object and the flipped one both get, so that the field acts}

@@ -92,3 +92,39 @@ def test_frozen_weight_and_cell():
     assert gb_cell({"total": 3e9, "(rows, V)": 1e9, "(V, H)": 2e9}) == "3 (1 + 2)" and gb_cell(None) == "—"
     with pytest.raises(ValueError, match="impl="):
         step_bytes("nope", **SMALL)
+
+
+def test_a_half_weights_gradient_scaled_while_rounded_and_a_word_norms_passes_by_hand():
+    """bf16 W, no bias, two chunks of 2 rows, the backward scaling by d loss: the float32 d W scaled and rounded to
+    bf16 in one pass (before: a cast, then a bf16 pass); a word norm's (V, H) passes with float32 master W."""
+    half = dict(**SMALL, gemm=2, weight=2, chunk_rows=2, bias=False, scales_by_grad_out=True)
+    got = step_bytes("hf_heads-triton-half", **half)
+    # (V, H): W read by 2 chunks x 2 GEMMs 4·15·2; the first chunk writes the float32 accumulator 15·4, the second
+    # adds into it 15·8; scaled and rounded to bf16 15·(4+2); into .grad 3·15·2
+    assert got["(V, H)"] == 120 + 60 + 120 + 90 + 90
+    before = step_bytes("hf_heads-triton-half", **half, rounds_while_scaling=False)
+    assert before["(V, H)"] == got["(V, H)"] - 90 + 15 * 6 + 15 * 4  # cast 15·(4+2), then scaled in bf16 15·(2+2)
+    plain = dict(**SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True)
+    margin, softmax = step_bytes("hf_heads-triton", **plain, word_norm=True), step_bytes("hf_heads-triton", **plain)
+    # ‖W_c‖ 15·4; d s reads A and W 15·8; s ∘ A in place 15·8; d‖W_c‖ ∘ W into d W 15·12
+    assert margin["(V, H)"] - softmax["(V, H)"] == 60 + 120 + 120 + 180
+    assert margin["(rows, V)"] - softmax["(rows, V)"] == 20 * 2 * 2  # d z ∘ s for d h, in bf16
+
+
+def test_a_memory_budget_cuts_the_weight_side_at_the_gemma_sized_row():
+    """N = 8192, H = 2304, V = 256k under bf16: memory_budget=2048 (MiB) gives the half-logits kernel two chunks of
+    4194 rows or fewer (hf_heads.losses.chunks.rows_per_chunk), which move under 25 GB over (V, H) with bf16 weights
+    (the default 1024-row chunks: 61 GB) and 27 GB with float32 master weights (70 GB); a float32 workspace gets half
+    the rows."""
+    from hf_heads.losses.chunks import rows_per_chunk
+
+    budget = 2048 << 20
+    rows = rows_per_chunk(8192, 256_000, budget, itemsize=2, device="cuda")
+    assert rows == budget // (2 * 256_000) == 4194 and rows_per_chunk(8192, 256_000, budget, device="cuda") == 2097
+    gemma = dict(n=8192, hidden=2304, vocab=256_000, gemm=2, scales_by_grad_out=True)
+    half_weights = dict(**gemma, weight=2, bias=False)
+    by_budget = step_bytes("hf_heads-triton-half", **half_weights, chunk_rows=rows)["(V, H)"]
+    default = step_bytes("hf_heads-triton-half", **half_weights, chunk_rows=1024)["(V, H)"]
+    assert by_budget < 25e9 < 60e9 < default
+    master = [step_bytes("hf_heads-triton-half", **gemma, weight=4, chunk_rows=r)["(V, H)"] for r in (rows, 1024)]
+    assert 27e9 < master[0] < 28e9 < 69e9 < master[1]
