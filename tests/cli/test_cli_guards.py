@@ -408,6 +408,21 @@ def test_a_hub_tokenizer_offline_is_one_line_naming_the_flag():
     )
 
 
+def test_a_misspelt_seq2seq_model_offline_is_one_line_offering_the_built_in_models():
+    """`--model_name_or_path` that is neither a built-in model nor a local directory, while offline: one error naming
+    the flag and the value, with the nearest built-in name and the built-in models that work offline."""
+    from hf_heads.cli.seq2seq import ModelArguments, build_model
+
+    tok = build_word_tokenizer(["the king spoke"])
+    with pytest.raises(UsageError) as refused:
+        build_model(ModelArguments(model_name_or_path="tiny-bartt"), SOFTMAX, tok)
+    assert str(refused.value) == (
+        "--model_name_or_path='tiny-bartt' is not a local directory (did you mean 'tiny-bart'?), and Hugging Face "
+        "offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache; offline, use a local "
+        "directory or a built-in model: tiny-bart, tiny-marian, tiny-t5, minilm"
+    )
+
+
 @pytest.mark.parametrize(
     "error, offline, why",
     [

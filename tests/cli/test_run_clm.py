@@ -233,6 +233,10 @@ def test_trainer_counts_words_and_resume_reproduces_the_run(tmp_path, head):
     if head["family"] == "margin":
         assert all(0.0 <= a <= b <= 1.0 for a, b in zip(accuracies, at_5, strict=True)), (accuracies, at_5)
         assert sum(at_5) > sum(accuracies)
+        # each a share of the logging window's labels (2 accumulated batches of 4 sequences, 15 predicted tokens
+        # each), logged to 4 decimals as train_nll
+        labels = 2 * 4 * 15
+        assert all(a == round(round(a * labels) / labels, 4) for a in accuracies + at_5), (accuracies, at_5)
     else:
         assert accuracies == at_5 == [None] * len(accuracies)
 

@@ -206,6 +206,22 @@ def test_loss_curves_are_labelled_by_the_head(tmp_path, monkeypatch):
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_longest_loss_labels_fit_inside_the_plot(tmp_path, monkeypatch):
+    """A continuous head's curves carry the longest labels (what its eval loss is, and is not): their legend stays
+    inside the axes of the saved figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figures = _drawn(monkeypatch)
+    history = [{"step": 2, "loss": 3.0}, {"step": 4, "loss": 2.5}, {"step": 4, "eval_loss": 2.7}]
+    model = seq2seq({"family": "continuous", "loss": "vmf", "embedding_dim": 8})
+    plot_loss_curves(history, tmp_path / "c.png", "continuous head", model=model)
+    ax = figures[-1].axes[0]
+    assert "not a word NLL" in ax.get_legend().get_texts()[1].get_text()
+    renderer = FigureCanvasAgg(figures[-1]).get_renderer()  # the saved figure, closed: drawn on a canvas again
+    inside, box = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert box.x0 < inside.x0 < inside.x1 < box.x1 and box.y0 < inside.y0 < inside.y1 < box.y1
+
+
 def test_loss_curve_of_a_run_shorter_than_logging_steps(tmp_path, monkeypatch):
     figures = _drawn(monkeypatch)
     model = causal_lm({"family": "softmax"})
@@ -356,8 +372,11 @@ def _long_seq2seq(head: dict) -> HeadsForSeq2SeqLM:
 @pytest.mark.parametrize("build", [causal_lm, _long_seq2seq, classifier])
 def test_the_cards_code_runs_as_written(tmp_path, monkeypatch, capsys, build):
     """Every Python block of a saved model's card (load with hf_heads, load with the carried code, use) runs as
-    written next to the model directory, and the usage example prints what it says: decoded texts, or a label."""
+    written next to the model directory, and the usage example prints what it says: decoded texts, or a label; the
+    pipeline a causal LM's or a classifier's card names runs on the directory by that name."""
     import re
+
+    import transformers
 
     from hf_heads.data import build_word_tokenizer
 
@@ -381,6 +400,13 @@ def test_the_cards_code_runs_as_written(tmp_path, monkeypatch, capsys, build):
         (decoded,) = eval(printed)  # noqa: S307 - the printed list of decoded texts
         assert isinstance(decoded, str)
         assert decoded.startswith(" in the beginning") == (build is causal_lm)  # a causal LM continues the prompt
+    if build is not _long_seq2seq:  # (transformers 5 has no seq2seq pipeline, as that card says)
+        (task,) = re.findall(r"`([\w-]+)` pipeline", text)
+        pipe = transformers.pipeline(task, model="run")
+        if build is classifier:
+            assert pipe(texts[2])[0]["label"] in ("a", "b")
+        else:
+            assert pipe(texts[0], max_new_tokens=2)[0]["generated_text"].startswith(texts[0])
 
 
 @pytest.mark.parametrize(

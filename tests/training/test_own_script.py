@@ -5,6 +5,7 @@ warm start before the first step, the saved result reloading to the same logits;
 (arguments built elsewhere change no model); and no silent bad start: an uncalibrated head refuses to train, and
 every family `from_base` makes starts near the checkpoint's own loss."""
 
+import logging
 from dataclasses import dataclass
 
 import pytest
@@ -345,10 +346,11 @@ def test_translation_script_flow_starts_a_continuous_head_from_flags(tmp_path, t
     assert torch.isfinite(torch.as_tensor(got["eval_loss"])) and got["grads_finite"]
 
 
-def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set(tmp_path):
+def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set(tmp_path, caplog):
     """`--center_embeddings frequency --output_vocabulary targets` with the one-line swap: the trainer centres the
     head's table on the training targets' count-weighted mean row and restricts its output vocabulary to the distinct
-    training targets (the same table, uncentred, is what `--center_embeddings none` attaches)."""
+    training targets, and logs that vocabulary's size (the same table, uncentred, is what `--center_embeddings none`
+    attaches)."""
     from hf_heads.data import label_counts, save_table
 
     tok = _word_bart(tmp_path / "bart", d_model=16)
@@ -362,13 +364,17 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
         argv += ["--embedding_name", str(table), "--center_embeddings", centring, "--output_vocabulary", vocabulary]
         _, _, training_args = _args(tmp_path, argv, HeadsSeq2SeqTrainingArguments)
         model = HeadsForSeq2SeqLM.from_pretrained(str(tmp_path / "bart"))
-        HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data, processing_class=tok)
+        with caplog.at_level(logging.INFO, logger="hf_heads.training.tables"):
+            HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data, processing_class=tok)
         heads[centring] = model.head
     plain, head = heads["none"].embeddings, heads["frequency"]
     counts = label_counts(data, len(tok)).to(torch.float64)
     expected = torch.nn.functional.normalize(plain - (counts / counts.sum()).float() @ plain, dim=1)
     torch.testing.assert_close(head.embeddings, expected)
-    assert head.output_mask.nonzero().flatten().tolist() == sorted(set(words.flatten().tolist()))
+    targets = sorted(set(words.flatten().tolist()))
+    assert head.output_mask.nonzero().flatten().tolist() == targets
+    line = f"continuous head: output vocabulary of {len(targets)} target words (of {len(tok)})"
+    assert [m for m in caplog.messages if "output vocabulary" in m] == [line]
 
 
 def test_a_continuous_table_over_a_vocabulary_larger_than_the_tokenizer_is_the_same_on_every_build(tmp_path):
