@@ -150,6 +150,10 @@ def test_unknown_corpus_names_listed():
         data.load_summarization("cnn")
     with pytest.raises(ValueError, match="lang='fr'"):
         data.load_question_generation("faq", lang="fr")
+    with pytest.raises(
+        ValueError, match="^name='wikitext' is not a known corpus; known: bible-web, bbc-news, wordnet-glosses$"
+    ):
+        data.load_lm_text("wikitext")
 
 
 def test_missing_package_names_install_command(monkeypatch):
@@ -430,6 +434,28 @@ def test_wordnet_lexname_labels_are_wordnets_lexicographer_files(monkeypatch, tm
     labels = [names[label] for label in built["label"]]
     assert labels == ["noun.Tops", "noun.animal", "verb.body", "adj.pert", "adv.all"]
     assert built["text"][0].startswith("that which is perceived or known or inferred")  # entity
+
+
+def test_each_wordnet_lexname_label_names_its_synsets_part_of_speech(monkeypatch, tmp_path):
+    """Every one of WordNet's 45 lexicographer files labels some gloss, and the label is spelled with the part of
+    speech as WordNet's file names spell it: a noun's label is a noun.* file, a verb's a verb.*, an adjective's an
+    adj.*, an adverb's an adv.*."""
+    expected = []
+    for pos in ("noun", "verb", "adj", "adv"):  # the first synset of every file of the real WordNet
+        lines = (corpora.WORDNET_DIR / f"data.{pos}").read_text(encoding="utf-8", errors="replace").splitlines()
+        first: dict[str, str] = {}
+        for line in lines:
+            if not line.startswith("  "):
+                first.setdefault(line.split()[1], line)
+        (tmp_path / f"data.{pos}").write_text("\n".join(first.values()) + "\n", encoding="utf-8")
+        expected += [pos] * len(first)
+    monkeypatch.setattr(corpora, "WORDNET_DIR", tmp_path)
+    monkeypatch.setattr(corpora, "split_dataset", lambda ds, validation, test: DatasetDict(train=ds))
+    built = corpora._build_wordnet()["train"]
+    names = built.features["label"].names
+    labels = [names[label] for label in built["label"]]
+    assert sorted(labels) == sorted(names)
+    assert [label.split(".")[0] for label in labels] == expected
 
 
 @pytest.fixture(scope="module", autouse=True)

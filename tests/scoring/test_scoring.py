@@ -318,6 +318,10 @@ def test_seq2seq_sources_are_required_and_aligned(tok_s2s):
         sentence_log_probs(model, tok_s2s, TEXTS, sources=SOURCES[:3])
     with pytest.raises(ValueError, match=r"sources\[1\] is empty"):
         sentence_log_probs(model, tok_s2s, TEXTS[:2], sources=[SOURCES[0], ""])
+    with pytest.raises(ValueError, match="^sources must be a list of strings, not str$"):
+        sentence_log_probs(model, tok_s2s, TEXTS[:1], sources=SOURCES[0])
+    with pytest.raises(ValueError, match=r"^sources\[1\] is a int, not a string$"):
+        sentence_log_probs(model, tok_s2s, TEXTS[:2], sources=[SOURCES[0], 3])
     with pytest.raises(ValueError, match="add_bos=False: a seq2seq decoder always starts"):
         sentence_log_probs(model, tok_s2s, TEXTS, sources=SOURCES, add_bos=False)
     long_source = _words([4 + i % 40 for i in range(64)])  # + </s>: 65 source tokens for 64 positions
@@ -420,6 +424,19 @@ def test_tune_weights_refuses_a_dev_record_without_a_string_reference():
     with pytest.raises(ValueError) as refused:
         rescore_nbest({"id": 1, "hypotheses": [HYP]}, [0.0], lm_weight=1.0)
     assert str(refused.value) == "nbest must be a list of records, not dict"
+
+
+@pytest.mark.parametrize(
+    "nbest, kind",
+    [("a b", "str"), (None, "NoneType"), (iter(NBEST), "list_iterator")],
+    ids=["str", "None", "iterator"],
+)
+def test_rescore_nbest_refuses_an_nbest_that_is_not_a_list_of_records(nbest, kind):
+    """A text, None or a one-pass iterator in place of the list of records is refused as such, not read record by
+    record."""
+    with pytest.raises(ValueError) as refused:
+        rescore_nbest(nbest, [0.0], lm_weight=1.0)
+    assert str(refused.value) == f"nbest must be a list of records, not {kind}"
 
 
 def test_tune_weights_grid_search_with_bleu_and_wer():
