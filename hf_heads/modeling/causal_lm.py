@@ -204,6 +204,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
                     min_new_tokens=31,
                     top_k=0,
                     top_p=1.0,
+                    temperature=1.0,
                     pad_token_id=(start + 1) % self.config.vocab_size,  # never padded
                 )  # (4, 32)
         base = torch.log_softmax(lm(input_ids=calibration_ids).logits.float(), dim=-1)  # (B, T, V)

@@ -243,8 +243,12 @@ def test_a_losss_parameters_are_its_own_and_the_flat_options_are_read_into_them(
             {"type": "margin-random", "bogus": 1},
             "head.loss.bogus=1 is not a parameter of continuous_loss 'margin-random'; allowed: margin, num_negatives",
         ),
+        (
+            "cosine-softmax:logit_scale=5.0",
+            "head.loss.logit_scale=5.0 is not a parameter of continuous_loss 'cosine-softmax'; allowed: none",
+        ),
     ],
-    ids=["unknown-loss", "bad-parameter", "unknown-parameter"],
+    ids=["unknown-loss", "bad-parameter", "unknown-parameter", "parameter-of-a-loss-without-any"],
 )
 @pytest.mark.parametrize("flat", [{}, {"num_negatives": 3}, {"loss_margin": 0.3}], ids=["nested", "flat", "flat-2"])
 def test_a_bad_loss_is_refused_the_same_beside_flat_options(loss, message, flat):

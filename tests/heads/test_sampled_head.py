@@ -1,15 +1,20 @@
 """The `sampled` head family inside HeadsForCausalLM: training criterion, corrected inference
 distribution, eval NLL, save/load, generate, missing counts, CLI flags."""
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_llama_config
+from transformers import HfArgumentParser
 
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.losses import corrected_log_probs, noise_distribution
 from hf_heads.training import HeadsTrainingArguments
 
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 NCE = {"family": "sampled", "criterion": "bce", "method": "nce", "num_samples": 16, "noise": "log-uniform"}
 
 
@@ -126,6 +131,18 @@ def test_head_flags_build_the_section(tmp_path):
     )
     head = args.head_config()
     assert head["family"] == "sampled" and head["num_samples"] == 8192 and head["margin"] == "none"
+
+
+def test_num_samples_help_gives_the_rule_for_k_and_points_at_its_section_of_the_guide():
+    """`--num_samples` in `--help`: the rule of thumb for K, and the section of the guide that explains it, which
+    exists."""
+    (action,) = [a for a in HfArgumentParser(HeadsTrainingArguments)._actions if "--num_samples" in a.option_strings]
+    assert "K·D(c) should be about 0.8 or more" in action.help
+    guide, section = re.search(r"\((\S+\.md): ([^)]+)\)", action.help).groups()
+    headings = [
+        line.lstrip("#").strip().lower() for line in (DOCS / guide).read_text().splitlines() if line[:1] == "#"
+    ]
+    assert any(heading.startswith(section) for heading in headings), (section, headings)
 
 
 @pytest.mark.parametrize(

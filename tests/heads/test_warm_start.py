@@ -1,6 +1,7 @@
 """Calibrated warm starts (`from_base`): a head whose distribution cannot equal the checkpoint's by copying its
 output layer (norm scalings, sampled criteria) starts as close to it as the family allows."""
 
+import copy
 import logging
 
 import pytest
@@ -83,6 +84,17 @@ def test_norm_scaled_margin_head_gain_is_fitted_saved_and_reloaded(base, batch, 
     again = HeadsForCausalLM.from_pretrained(tmp_path).eval()
     assert again.config.head["warm_start_gain"] == gain
     torch.testing.assert_close(again(input_ids=batch).logits, model(input_ids=batch).logits)
+
+
+def test_the_default_probe_samples_the_checkpoints_whole_distribution(base, monkeypatch):
+    """Without `calibration_ids` the warm start is fitted on sequences sampled from the checkpoint's distribution
+    itself: the nucleus and temperature its generation config recommends for generating do not change the fit."""
+    head = {"family": "margin", "word_norm": "log-unigram"}
+    gain = HeadsForCausalLM.from_base(base, head=head, word_counts=COUNTS).head.options.warm_start_gain
+    recommended = copy.deepcopy(base.generation_config)
+    recommended.update(do_sample=True, top_p=0.5, temperature=0.6)
+    monkeypatch.setattr(base, "generation_config", recommended)
+    assert HeadsForCausalLM.from_base(base, head=head, word_counts=COUNTS).head.options.warm_start_gain == gain
 
 
 def test_gain_minimises_the_kl_over_the_probe(base, batch):

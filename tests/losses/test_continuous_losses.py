@@ -144,6 +144,17 @@ def test_reductions():
 
 
 @pytest.mark.parametrize("loss", [vmf_nll, syn_margin_loss])
+def test_the_prediction_sets_the_precision_whatever_the_targets_dtype(loss):
+    """Float32 (or half) predictions are computed in float32 against float64 targets too: the loss is the float32
+    loss of the targets rounded to float32, a float32 tensor."""
+    pred, target = torch.randn(4, 5, generator=torch.Generator().manual_seed(1)), _unit(4, 5, 0)
+    for p in (pred, pred.bfloat16()):
+        ours = loss(p, target)
+        assert ours.dtype == torch.float32
+        torch.testing.assert_close(ours, loss(p, target.float()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("loss", [vmf_nll, syn_margin_loss])
 def test_num_items_in_batch_divides_the_sum(loss):
     """As in the transformers Trainer: "mean" divides the sum by num_items_in_batch when given (gradient
     accumulation over batches of different sizes), else by the number of positions."""

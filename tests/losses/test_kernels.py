@@ -151,10 +151,11 @@ def _data(seed=0):
 # The Triton kernels run under Triton's CPU interpreter here, 5-30 s per case. The default suite runs each of them on
 # the option sets in INTERPRETED (the plain loss, and combined sets that together take every option of the Triton
 # program: the z-loss with a target logit, soft-cap and smoothing; the column scale, a target logit and soft-cap under
-# BCE); the other cases (each option alone, the other combinations, and MSE) are marked slow and run in
-# `make test-all` (and on a GPU in benchmarks/gpu/gpu_check.py). The eager and compiled kernels run every case.
+# BCE; a target logit and soft-cap under MSE); the other cases (each option alone, the other combinations) are marked
+# slow and run in `make test-all` (and on a GPU in benchmarks/gpu/gpu_check.py). The eager and compiled kernels run
+# every case.
 INTERPRETED = {  # class weights reach the Triton program as the row weights every case passes
-    "triton": {"plain", "z-loss-target-softcap-smoothing", "bce-target-softcap-column-scale"},
+    "triton": {"plain", "z-loss-target-softcap-smoothing", "bce-target-softcap-column-scale", "mse-target-softcap"},
     "triton-half": {"plain"},  # the triton kernel with another workspace dtype (its own tests below)
 }  # fmt: skip
 TOP_K = {name for name, opts in OPTIONS.items() if opts.get("top_k")}  # the Triton kernels hand top-k to eager: fast

@@ -113,6 +113,30 @@ def test_counts_required_and_checked(tiny_base):
         HeadsForCausalLM.from_base(path)(x, labels=torch.full_like(x, 99))
 
 
+def test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it(tmp_path):
+    """from_base wraps a base checkpoint: an hf_heads model (loaded, in a directory, or a Hub id found in the
+    `cache_dir` given, as from_pretrained would find it) is refused, naming its head and how to load it, instead of a
+    head wrapped around its head."""
+    from conftest import tiny_llama_config
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 5}))
+    commit, repo = "0" * 40, tmp_path / "hub" / "models--someone--tiny-heads"  # the Hub cache's layout
+    model.save_pretrained(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    message = (
+        "is already an hf_heads model (sparse head): load it with HeadsForCausalLM.from_pretrained(...) (or "
+        "AutoModelFor….from_pretrained after `import hf_heads`) to evaluate or train it further; from_base wraps a "
+        "base transformers checkpoint"
+    )
+    hub_id = ("someone/tiny-heads", {"cache_dir": str(tmp_path / "hub")})
+    for source, kwargs in ((model, {}), (str(repo / "snapshots" / commit), {}), hub_id):
+        with pytest.raises(ValueError) as refused:
+            HeadsForCausalLM.from_base(source, **kwargs)
+        assert str(refused.value).endswith(message), (source, str(refused.value))
+
+
 # The export check lives in tests/export_check.py (run over every family by tests/heads/test_contract.py); this script
 # is kept only for test_sampled_head.py, which still imports it: remove both together.
 

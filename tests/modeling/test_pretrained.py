@@ -31,7 +31,8 @@ def test_smollm2_softmax_head_same_logits():
 
 def test_minilm_classifier_keeps_its_classifier_and_labels(tmp_path):
     """A BERT classifier checkpoint with MiniLM's real encoder (and a classifier fitted to nothing in particular):
-    from_base keeps its pooler, dropout and labels, and its final projection becomes the head."""
+    from_base keeps its pooler, dropout and labels, and its final projection becomes the head; sentence pairs (their
+    token_type_ids) are classified as the checkpoint classifies them."""
     labels = {0: "noun.animal", 1: "verb.motion", 2: "adj.all"}
     clf = AutoModelForSequenceClassification.from_pretrained(
         minilm_path(), id2label=labels, label2id={v: k for k, v in labels.items()}
@@ -43,5 +44,10 @@ def test_minilm_classifier_keeps_its_classifier_and_labels(tmp_path):
     assert model.config.id2label == labels and model.config.classifier_stem == "classifier"
     with torch.no_grad():
         torch.testing.assert_close(model(**batch).logits, clf(**batch).logits, rtol=1e-5, atol=1e-5)
+        pairs = tok(
+            ["a small furry animal", "to move quickly"], ["a cat", "to run"], padding=True, return_tensors="pt"
+        )
+        assert pairs["token_type_ids"].any()
+        torch.testing.assert_close(model(**pairs).logits, clf(**pairs).logits, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="disagrees with the checkpoint's id2label"):
         HeadsForSequenceClassification.from_base(str(tmp_path), id2label={0: "a", 1: "b", 2: "c"})
