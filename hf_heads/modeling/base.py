@@ -497,6 +497,15 @@ def _tensor_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: tuple(t.shape) for name, t in [*module.named_parameters(), *module.named_buffers()]}
 
 
+# the `from_pretrained` arguments that say where a checkpoint's config is and how to read it
+CONFIG_KWARGS = ("revision", "token", "cache_dir", "subfolder", "gguf_file", "local_files_only", "trust_remote_code")
+
+
+def config_kwargs(from_pretrained_kwargs: dict) -> dict:
+    """The `from_pretrained` arguments that `AutoConfig.from_pretrained` takes to find the same checkpoint's config."""
+    return {k: v for k, v in from_pretrained_kwargs.items() if k in CONFIG_KWARGS}
+
+
 def _is_base_checkpoint(name, kwargs: dict) -> bool:
     """Whether `from_pretrained(name, **kwargs)` names a base transformers checkpoint: by `config=` when given, else by
     the checkpoint's config."""
@@ -505,9 +514,8 @@ def _is_base_checkpoint(name, kwargs: dict) -> bool:
     if isinstance(source, str | os.PathLike):
         from transformers import AutoConfig
 
-        hub = ("revision", "token", "cache_dir", "subfolder", "gguf_file", "local_files_only", "trust_remote_code")
         try:
-            config = AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in hub})
+            config = AutoConfig.from_pretrained(source, **config_kwargs(kwargs))
         except (OSError, ValueError, KeyError):
             return False
     return getattr(config, "model_type", HeadsConfig.model_type) != HeadsConfig.model_type
@@ -544,9 +552,8 @@ def refuse_hf_heads_checkpoint(name_or_path, cls_name: str, **from_pretrained_kw
     else:
         from transformers import AutoConfig
 
-        kwargs = {k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir")}
         try:
-            config = AutoConfig.from_pretrained(name_or_path, **kwargs)
+            config = AutoConfig.from_pretrained(name_or_path, **config_kwargs(from_pretrained_kwargs))
         except (OSError, ValueError):
             return  # not a loadable config here: let the model loader report it
     if getattr(config, "model_type", None) == HeadsConfig.model_type:

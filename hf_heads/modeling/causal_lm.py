@@ -50,6 +50,27 @@ class HeadLogits(nn.Module):
         return self.head(hidden, return_logits=True)[1]  # (B, T, V)
 
 
+# `generate` settings that sample the model's own distribution, whatever its generation config recommends (a
+# temperature, a nucleus, penalties, suppressed tokens): the warm start's probe
+WHOLE_DISTRIBUTION = dict(
+    do_sample=True,
+    top_k=0,
+    top_p=1.0,
+    temperature=1.0,
+    min_p=None,
+    typical_p=1.0,
+    epsilon_cutoff=0.0,
+    eta_cutoff=0.0,
+    repetition_penalty=1.0,
+    encoder_repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+    suppress_tokens=None,
+    begin_suppress_tokens=None,
+    sequence_bias=None,
+    bad_words_ids=None,
+)
+
+
 class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
     """Causal LM whose output layer is an hf_heads head.
 
@@ -199,13 +220,10 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
                 torch.manual_seed(0)
                 calibration_ids = lm.generate(
                     torch.full((4, 1), start, device=device),
-                    do_sample=True,
                     max_new_tokens=31,
                     min_new_tokens=31,
-                    top_k=0,
-                    top_p=1.0,
-                    temperature=1.0,
                     pad_token_id=(start + 1) % self.config.vocab_size,  # never padded
+                    **WHOLE_DISTRIBUTION,
                 )  # (4, 32)
         base = torch.log_softmax(lm(input_ids=calibration_ids).logits.float(), dim=-1)  # (B, T, V)
         hidden = self.backbone(input_ids=calibration_ids).last_hidden_state  # (B, T, H)

@@ -88,13 +88,25 @@ def test_norm_scaled_margin_head_gain_is_fitted_saved_and_reloaded(base, batch, 
 
 def test_the_default_probe_samples_the_checkpoints_whole_distribution(base, monkeypatch):
     """Without `calibration_ids` the warm start is fitted on sequences sampled from the checkpoint's distribution
-    itself: the nucleus and temperature its generation config recommends for generating do not change the fit."""
+    itself: the nucleus, temperature, penalties and suppressed tokens its generation config recommends for generating
+    do not change the fit."""
     head = {"family": "margin", "word_norm": "log-unigram"}
+    probes, generate = [], base.generate
+    monkeypatch.setattr(base, "generate", lambda *a, **k: probes.append(generate(*a, **k)) or probes[-1])
     gain = HeadsForCausalLM.from_base(base, head=head, word_counts=COUNTS).head.options.warm_start_gain
     recommended = copy.deepcopy(base.generation_config)
-    recommended.update(do_sample=True, top_p=0.5, temperature=0.6)
+    recommended.update(
+        do_sample=True,
+        top_p=0.5,
+        temperature=0.6,
+        repetition_penalty=1.3,
+        min_p=0.1,
+        no_repeat_ngram_size=2,
+        suppress_tokens=[2, 3],
+    )
     monkeypatch.setattr(base, "generation_config", recommended)
     assert HeadsForCausalLM.from_base(base, head=head, word_counts=COUNTS).head.options.warm_start_gain == gain
+    assert len(probes) == 2 and torch.equal(probes[0], probes[1])  # the same sequences sampled
 
 
 def test_gain_minimises_the_kl_over_the_probe(base, batch):

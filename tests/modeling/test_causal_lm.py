@@ -114,8 +114,8 @@ def test_counts_required_and_checked(tiny_base):
 
 
 def test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it(tmp_path):
-    """from_base wraps a base checkpoint: an hf_heads model (loaded, in a directory, or a Hub id found in the
-    `cache_dir` given, as from_pretrained would find it) is refused, naming its head and how to load it, instead of a
+    """from_base wraps a base checkpoint: an hf_heads model (loaded, in a directory or its `subfolder`, or a Hub id
+    found in the `cache_dir` given, as from_pretrained would find it) is refused, naming its head and how to load it, instead of a
     head wrapped around its head."""
     from conftest import tiny_llama_config
 
@@ -131,7 +131,9 @@ def test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it(tmp_pat
         "base transformers checkpoint"
     )
     hub_id = ("someone/tiny-heads", {"cache_dir": str(tmp_path / "hub")})
-    for source, kwargs in ((model, {}), (str(repo / "snapshots" / commit), {}), hub_id):
+    model.save_pretrained(tmp_path / "repo" / "heads")
+    in_subfolder = (str(tmp_path / "repo"), {"subfolder": "heads"})
+    for source, kwargs in ((model, {}), (str(repo / "snapshots" / commit), {}), hub_id, in_subfolder):
         with pytest.raises(ValueError) as refused:
             HeadsForCausalLM.from_base(source, **kwargs)
         assert str(refused.value).endswith(message), (source, str(refused.value))

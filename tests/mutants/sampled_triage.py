@@ -162,4 +162,106 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/integrations/test_peft.py::test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name",
     ),
+    "hf_heads/cli/seq2seq.py:d2816f63d6": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_a_misspelt_seq2seq_model_offline_is_one_line_offering_the_built_in_models",
+    ),
+    "hf_heads/cli/seq2seq.py:cb9cf54ec0": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_run_question_generation_minilm_bert2bert",
+    ),
+    "hf_heads/cli/seq2seq.py:7ee20bbebd": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_run_translation_continuous_syn_margin",
+    ),
+    "hf_heads/cli/seq2seq.py:98eee14277": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_run_question_generation_minilm_bert2bert",
+    ),
+    "hf_heads/training/tables.py:4a778d78ec": (
+        "test",
+        "tests/training/test_own_script.py::test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set",
+    ),
+    "hf_heads/training/trainer.py:33261debcf": (
+        "test",
+        "tests/cli/test_run_clm.py::test_trainer_counts_words_and_resume_reproduces_the_run[margin]",
+    ),
+    "hf_heads/training/cards.py:a2552fc3a2": (
+        "test",
+        "tests/training/test_cards.py::test_the_cards_code_runs_as_written[classifier]",
+    ),
+    "hf_heads/training/cards.py:0d4a488ee2": (
+        "test",
+        "tests/training/test_cards.py::test_the_longest_loss_labels_fit_inside_the_plot",
+    ),
+    "hf_heads/scoring/rescore.py:04e00938e9": (
+        "test",
+        "tests/scoring/test_scoring.py::test_rescore_nbest_refuses_an_nbest_that_is_not_a_list_of_records[str] "
+        "tests/scoring/test_scoring.py::test_rescore_nbest_refuses_an_nbest_that_is_not_a_list_of_records[None] "
+        "tests/scoring/test_scoring.py::test_rescore_nbest_refuses_an_nbest_that_is_not_a_list_of_records[iterator]",
+    ),
+    "hf_heads/scoring/rescore.py:c8a001027b": (
+        "equivalent",
+        "the line above already refuses lm_scores of another row count than nbest's: zip's strict=True never fires",
+    ),
+    "hf_heads/scoring/scores.py:ccf18135dd": (
+        "test",
+        "tests/scoring/test_scoring.py::test_seq2seq_sources_are_required_and_aligned",
+    ),
+    "hf_heads/metrics/modules/recall.py:978ed995ee": (
+        "test",
+        "tests/metrics/test_metrics.py::test_f1_precision_recall_match_sklearn[recall-kwargs8-False] "
+        "tests/metrics/test_metrics.py::test_f1_precision_recall_match_sklearn[recall-kwargs9-False]",
+    ),
+    "hf_heads/metrics/modules/recall.py:873ab5b838": (
+        "test",
+        "tests/metrics/test_metrics.py::test_f1_precision_recall_match_sklearn[recall-kwargs3-False] "
+        "tests/metrics/test_metrics.py::test_classification_modules_reproduce_evaluate_examples "
+        "tests/metrics/test_metrics.py::test_multilabel_configuration[recall]",
+    ),
+    "hf_heads/metrics/modules/sacrebleu.py:a512cd5fae": (
+        "test",
+        "tests/metrics/test_metrics.py::test_sacrebleu_evaluate_example_and_errors",
+    ),
+    "hf_heads/data/corpora.py:c2371d942e": (
+        "test",
+        "tests/data/test_data.py::test_each_wordnet_lexname_label_names_its_synsets_part_of_speech",
+    ),
+    "hf_heads/data/corpora.py:53ae4373c4": ("test", "tests/data/test_data.py::test_unknown_corpus_names_listed"),
+    "hf_heads/modeling/base.py:93684ae66a": (
+        "test",
+        "tests/modeling/test_causal_lm.py::test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it",
+    ),
+    "hf_heads/modeling/classification.py:dfce06d37e": (
+        "test",
+        "tests/modeling/test_pretrained.py::test_minilm_classifier_keeps_its_classifier_and_labels",
+    ),
+    "hf_heads/modeling/causal_lm.py:7d411620b6": (
+        "test",
+        "tests/heads/test_warm_start.py::test_the_default_probe_samples_the_checkpoints_whole_distribution",
+    ),
+    "hf_heads/modeling/parity.py:8dcc04c0db": (
+        "equivalent",
+        "transformers' HyperCLOVAXConfig always defines logits_scaling (default 1.0): getattr's default is never read",
+    ),
+    "hf_heads/heads/continuous.py:177231aa13": (
+        "equivalent",
+        "contract_examples' names are only the contract suite's pytest ids: no library code or output reads them",
+    ),
+    "hf_heads/heads/sampled.py:f5070840e5": (
+        "test",
+        "tests/heads/test_sampled_head.py::test_num_samples_help_gives_the_rule_for_k_and_points_at_its_section_of_the_guide",
+    ),
+    "hf_heads/losses/_triton_program.py:90a31f46c6": (
+        "test",
+        "tests/losses/test_kernels.py::test_every_kernel_equals_the_naive_reference_and_passes_gradcheck[triton-mse-target-softcap]",
+    ),
+    "hf_heads/losses/continuous.py:a0b2bbf799": (
+        "test",
+        "tests/losses/test_continuous_losses.py::test_the_prediction_sets_the_precision_whatever_the_targets_dtype[vmf_nll]",
+    ),
+    "hf_heads/components.py:02e89f9a19": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_a_bad_loss_is_refused_the_same_beside_flat_options[nested-parameter-of-a-loss-without-any]",
+    ),
 }
