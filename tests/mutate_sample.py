@@ -19,7 +19,9 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
    `sitecustomize.py` in the measured copy starts coverage in a process whose ancestor a plugin of the measured run
    recorded as running a test). A mutant runs against
    the tests that execute the lines it changes; where none does (module-level code runs at import, outside any test),
-   the tests that execute any line of its file, and the hand-written mutants' selections for its file. A selection
+   the tests that execute any line of its file, and the hand-written mutants' selections for its file; where none of
+   these exists (a module that runs as a copy, as `evaluate` runs hf_heads/metrics/modules/ from its cache), the
+   tests of its package's folder, tests/<part>/. A selection
    takes the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their
    measured time.
 4. **Run.** Each mutant is applied to one of `--jobs` copies of the commit (tests/mutate.py's copy, the original
@@ -91,7 +93,8 @@ class SampledMutant:
     old: str
     new: str
     lines: list[int]  # the lines of the original node (coverage looks them up)
-    tier: str = ""  # line (tests run the changed lines) / file (tests run its file) / hand (tests/mutants/ only)
+    # line (tests run the changed lines) / file (its file) / hand (tests/mutants/ only) / package (tests/<part>/)
+    tier: str = ""
     selection: list[str] = field(default_factory=list)
     result: dict = field(default_factory=dict)
     second: dict = field(default_factory=dict)
@@ -429,7 +432,7 @@ def _pick(tests: set[str], seconds: dict[str, float], max_tests: int, max_second
 
 def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> tuple[str, list[str]]:
     """(tier, tests) of one mutant: the tests that run its lines, else those that run its file, else (or also, in
-    the file tier) the hand-written mutants' selections for its file."""
+    the file tier) the hand-written mutants' selections for its file, else the tests of its package's folder."""
     seconds = cov["seconds"]
     by_line = cov["lines"].get(m.path, {})
     covering = {t for n in m.lines for t in by_line.get(str(n), ()) if t in seconds}
@@ -441,7 +444,10 @@ def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> t
     if in_file:
         picked = _pick(in_file, seconds, max_tests - len(hand), max_seconds)
         return "file", list(dict.fromkeys(hand + picked))
-    return ("hand", hand) if hand else ("none", [])
+    if hand:
+        return "hand", hand
+    in_package = {t for t in seconds if t.startswith(f"tests/{m.package}/")}
+    return ("package", _pick(in_package, seconds, max_tests, max_seconds)) if in_package else ("none", [])
 
 
 def wider(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> list[str]:

@@ -137,6 +137,21 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
     )
 
 
+def test_run_translation_continuous_reports_its_target_coverage_in_one_step(tmp_path):
+    """A continuous head's translation run reports how much of the training split's target side its embedding table
+    covers (words outside GloVe are <unk>), from one training step."""
+    out = tmp_path / "run"
+    proc = run(
+        "run_translation.py", "--output_dir", str(out), "--dataset_name", "bible-es-en", "--model_name_or_path",
+        "tiny-bart", "--word_vocab_size", "3000", "--max_train_samples", "32", "--max_source_length", "24",
+        "--max_target_length", "24", "--do_train", "--max_steps", "1", "--per_device_train_batch_size", "8",
+        "--head", "continuous", *QUIET,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert 0.5 < summary["target_token_coverage"] <= 1.0 and summary["head"]["family"] == "continuous"
+
+
 @pytest.mark.slow  # suite time: translation's default end-to-end run is the sparse one under accelerate
 def test_run_translation_continuous_syn_margin(tmp_path):
     """The continuous-output head end to end: GloVe targets, words outside GloVe -> <unk>, SMP loss, tied decoder

@@ -172,7 +172,7 @@ TRIAGE: dict[str, tuple[str, str]] = {
     ),
     "hf_heads/cli/seq2seq.py:7ee20bbebd": (
         "test",
-        "tests/cli/test_run_tasks.py::test_run_translation_continuous_syn_margin",
+        "tests/cli/test_run_tasks.py::test_run_translation_continuous_reports_its_target_coverage_in_one_step",
     ),
     "hf_heads/cli/seq2seq.py:98eee14277": (
         "test",

@@ -1,0 +1,28 @@
+"""The sampled mutation run's selection of tests for a mutant (tests/mutate_sample.py)."""
+
+from mutate_sample import SampledMutant, select
+
+SECONDS = {
+    "tests/metrics/test_metrics.py::test_fast": 0.1,
+    "tests/metrics/test_metrics.py::test_slow": 9.0,
+    "tests/metrics/test_other.py::test_b": 0.5,
+    "tests/data/test_data.py::test_c": 0.2,
+}
+
+
+def _mutant(path: str, lines: list[int]) -> SampledMutant:
+    return SampledMutant(f"{path}:{lines[0]}#0", f"{path}:0", path, lines[0], "string", "a", "b", lines)
+
+
+def test_a_mutant_runs_the_tests_of_its_lines_else_its_file_else_its_packages_folder():
+    """A module no test's coverage records (evaluate runs hf_heads/metrics/modules/ from a copy in its cache) gets the
+    fastest tests of each file of its package's test folder, within the limits; one outside any folder gets none."""
+    data = "tests/data/test_data.py::test_c"
+    cov = {"seconds": SECONDS, "lines": {"hf_heads/data/corpora.py": {"3": [data]}}}
+    assert select(_mutant("hf_heads/data/corpora.py", [3]), cov, 8, 20.0) == ("line", [data])
+    tier, tests = select(_mutant("hf_heads/data/corpora.py", [9]), cov, 8, 20.0)
+    assert tier == "file" and tests[-1] == data  # after the hand-written mutants' selections for the file
+    tier, tests = select(_mutant("hf_heads/metrics/modules/recall.py", [94]), cov, 8, 5.0)
+    assert tier == "package"
+    assert tests == ["tests/metrics/test_metrics.py::test_fast", "tests/metrics/test_other.py::test_b"]
+    assert select(_mutant("hf_heads/integrations/peft_two.py", [1]), cov, 8, 5.0) == ("none", [])
