@@ -78,13 +78,14 @@ def step_bytes(
     `mm(out_dtype=float32)` where `writes_half_products_in_float32` finds it; else a half product and a cast);
     bias_in_kernel (default: True for the compiled and Triton kernels; before: False), s ∘ z + b applied inside
     their math rather than in a pass of its own; grad_in_gemm_dtype (before: False), the compiled and Triton kernels
-    writing d z of float32 logits in the products' dtype (no cast pass); rounds_while_scaling (before: False), a half
-    weight's float32 d W scaled by d loss and rounded to the weight's dtype in one pass, not a cast and a second
-    pass.
+    writing d z of float32 logits in the products' dtype (no cast pass); rounds_while_scaling (before: False), the
+    float32 d W accumulator scaled by d loss and a word norm's column scale and rounded to a half weight's dtype in one
+    pass, not a pass for each.
 
     word_norm: a margin head's word norm f(c) / ‖W_c‖ (hf_heads.losses.scorer), the passes it adds over (V, H)
     besides the column scale's: ‖W_c‖ reads W; d s_c = A_c · w_c reads the accumulator A and W; d W = s ∘ A scales A
-    in place; the norms' backward adds d‖W_c‖ ∘ W into d W (reads W and d W, writes d W). Implies column_scale."""
+    (see rounds_while_scaling); the norms' backward adds d‖W_c‖ ∘ W into d W (reads W and d W, writes d W). Implies
+    column_scale."""
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
     nv, vh = n * vocab, vocab * hidden
@@ -146,16 +147,20 @@ def step_bytes(
             else:
                 mats["d W product: half temporary written and read, per chunk"] = chunks * vh * 2 * gemm
                 mats["temporary added to the accumulator (read, write), per later chunk"] = adds * vh * 2 * acc
-            if weight != acc and scales_by_grad_out and rounds_while_scaling:
-                mats["backward: d W times d loss, rounded to the weight's dtype (read, write)"] = vh * (acc + weight)
+            if word_norm:
+                mats["word norm: d s = A_c · w_c reads A and W"] = vh * (acc + weight)
+            if rounds_while_scaling and (weight != acc or scales_by_grad_out or word_norm):
+                what = [w for w, on in (("s ∘", word_norm), ("d loss ·", scales_by_grad_out)) if on]
+                name = " ".join(what) + " d W" + (", rounded to the weight's dtype" if weight != acc else "")
+                mats[f"{name} in one pass (read, write)"] = vh * (acc + weight)
             else:
+                if word_norm:
+                    mats["word norm: d W = s ∘ A in place (read, write)"] = vh * 2 * acc
                 if weight != acc:
                     mats["cast d W to the weight's dtype (read, write)"] = vh * (acc + weight)
                 if scales_by_grad_out:
                     mats["backward: d W times d loss (read, write)"] = vh * 2 * weight
             if word_norm:
-                mats["word norm: d s = A_c · w_c reads A and W"] = vh * (acc + weight)
-                mats["word norm: d W = s ∘ A in place (read, write)"] = vh * 2 * acc
                 mats["word norm backward: d W += d‖W_c‖ ∘ W (read both, write)"] = vh * 3 * weight
         if word_norm:
             mats["word norm: ‖W_c‖ reads W"] = vh * weight
@@ -247,7 +252,9 @@ def kernel_changes_table(n: int = 8192, hidden: int = 2304, vocab: int = 256_000
         ("triton-half, memory_budget=2048 (2 chunks of 4194 bf16 rows)", "hf_heads-triton-half",
          dict(chunk_rows=4194, **ours)),
         ("triton-half, memory_budget=4096 (one chunk)", "hf_heads-triton-half", dict(chunk_rows=8192, **ours)),
-        ("margin with a word norm, triton, 1024-row chunks", "hf_heads-triton",
+        ("margin with a word norm, triton, 1024-row chunks, s ∘ d W a pass of its own", "hf_heads-triton",
+         dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, rounds_while_scaling=False, **ours)),
+        ("+ s ∘ d W in the d loss pass", "hf_heads-triton",
          dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, **ours)),
     ]  # fmt: skip
     half = dict(n=n, hidden=hidden, vocab=vocab, gemm=2, weight=2, bias=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from typing import NamedTuple
 
 import torch
 
@@ -131,32 +132,49 @@ def _run(
 
     chunked = (h_g, y, t, row_weight, grad_h, grad_t, lse, z_weight, pred, ent, ent_weight)
     losses = map_chunks(step, chunked, (), chunk_size)
-    grad_s = None
+    grad_s = w_rows = None
     if scale is not None and grad_w is not None:  # grad_w holds A = d(s ∘ w): d s_c = A_c · w_c, then d w = s ∘ A
         grad_s = row_dots(grad_w, w).to(scale.dtype)  # (V,)
-        grad_w.mul_(scale.to(accumulate)[:, None])
+        w_rows = scale.to(accumulate)  # d w = s ∘ A, applied as the gradient is handed over (one pass with d loss)
     if not wants_w:
         grad_w = None  # A, if any, was for d s only
     # in the products' / accumulators' dtypes: `_handed_over` rounds them to the inputs', d loss applied in that pass
-    return losses, (grad_h, grad_w, grad_b, grad_t, grad_s), lse, pred, ent
+    return losses, RunGrads(grad_h, grad_w, grad_b, grad_t, grad_s, w_rows), lse, pred, ent
 
 
-def _handed_over(grads, inputs, grad_out: torch.Tensor | None = None) -> list[torch.Tensor | None]:
-    """The gradients `grads` (of h, w, b, t, s as `_run` leaves them) in the dtypes of `inputs` (h, w, b, t, s), each
-    times `grad_out` (None, or 1 read on a host where that is free: not multiplied) in the same pass: in place where
-    the dtype is the input's, else written once into a tensor of the input's dtype (a float32 (V, H) accumulator
-    rounded to a half weight's dtype and scaled in one pass, not two)."""
+class RunGrads(NamedTuple):
+    """The gradients `_run` leaves, in the products' / accumulators' dtypes: of h, w, b, t and s; `w_rows` (V,) or
+    None: a factor of each row of `w` still to apply (the column scale: d w = s ∘ A)."""
+
+    h: torch.Tensor
+    w: torch.Tensor | None
+    b: torch.Tensor | None
+    t: torch.Tensor | None
+    s: torch.Tensor | None
+    w_rows: torch.Tensor | None = None
+
+
+def _handed_over(grads: RunGrads, inputs, grad_out: torch.Tensor | None = None) -> list[torch.Tensor | None]:
+    """The gradients `grads` (`_run`'s) in the dtypes of `inputs` (h, w, b, t, s), each times `grad_out` (None, or 1
+    read on a host where that is free: not multiplied) and the weight's also times its rows' factor `grads.w_rows`,
+    in one pass per gradient: in place where the dtype is the input's, else written once into a tensor of the input's
+    dtype (a float32 (V, H) accumulator scaled by d loss and the column scale and rounded to a half weight's dtype in
+    one pass, not three)."""
     scale = grad_out is not None and not (host_reads_are_free(grad_out.device) and bool(grad_out == 1))
     out = []
-    for g, x in zip(grads, inputs, strict=True):
+    for k, (g, x) in enumerate(zip(grads[:5], inputs, strict=True)):
+        factor = grad_out if scale else None
+        if k == 1 and grads.w_rows is not None:  # (V, 1): the column scale, times d loss when that applies
+            rows = grads.w_rows if factor is None else grads.w_rows * factor.to(grads.w_rows.dtype)
+            factor = rows[:, None]
         if g is None or x is None:
             out.append(None)
-        elif not scale:
+        elif factor is None:
             out.append(g.to(x.dtype))
         elif g.dtype.itemsize <= x.dtype.itemsize:  # in place, in the input's dtype (a half d h upcast first)
-            out.append(g.to(x.dtype).mul_(grad_out.to(x.dtype)))
+            out.append(g.to(x.dtype).mul_(factor.to(x.dtype)))
         else:  # scaled in the accumulator's precision, rounded once into the input's dtype
-            out.append(torch.mul(g, grad_out.to(g.dtype), out=torch.empty_like(g, dtype=x.dtype)))
+            out.append(torch.mul(g, factor.to(g.dtype), out=torch.empty_like(g, dtype=x.dtype)))
     return out
 
 

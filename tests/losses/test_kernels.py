@@ -1247,3 +1247,20 @@ def test_a_half_weights_gradient_is_scaled_and_rounded_in_one_pass():
     h32, w32 = h.bfloat16().float(), w.detach().float().requires_grad_()
     want = torch.autograd.grad(3 * F.cross_entropy(h32 @ w32.T, y), w32)[0]
     torch.testing.assert_close(w.grad.float(), want, atol=2e-3, rtol=1e-2)
+
+
+def test_a_column_scale_reaches_the_weights_gradient_in_the_d_loss_pass():
+    """With a column scale s (a word norm) the weight's gradient s ∘ A leaves the accumulator A scaled by s and by d
+    loss in one in-place pass (not one for each), and is the reference's: for 3 · loss, W.grad and s.grad."""
+    torch.manual_seed(0)
+    n, hidden, vocab = 12, 8, 40
+    h, y = torch.randn(n, hidden, dtype=torch.float64), torch.randint(0, vocab, (n,))
+    w = (torch.randn(vocab, hidden, dtype=torch.float64) * 0.3).requires_grad_()
+    s = (torch.rand(vocab, dtype=torch.float64) + 0.5).requires_grad_()
+    ops = _WeightSizedOps(w.numel())
+    with ops:
+        (3 * chunked(h, w, None, y, column_scale=s, chunk_size=5, kernel="eager")).backward()
+    assert [op for op in ops.ops if op[0] == "aten.mul_"] == [("aten.mul_", torch.float64)], ops.ops
+    w2, s2 = w.detach().clone().requires_grad_(), s.detach().clone().requires_grad_()
+    want = torch.autograd.grad(3 * F.cross_entropy((h @ w2.T) * s2, y), (w2, s2))
+    torch.testing.assert_close((w.grad, s.grad), want)

@@ -115,8 +115,8 @@ def test_counts_required_and_checked(tiny_base):
 
 def test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it(tmp_path):
     """from_base wraps a base checkpoint: an hf_heads model (loaded, in a directory or its `subfolder`, or a Hub id
-    found in the `cache_dir` given, as from_pretrained would find it) is refused, naming its head and how to load it, instead of a
-    head wrapped around its head."""
+    found in the `cache_dir` given, as from_pretrained would find it) is refused, naming its head and how to load it,
+    instead of a head wrapped around its head."""
     from conftest import tiny_llama_config
 
     torch.manual_seed(0)

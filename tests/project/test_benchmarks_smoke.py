@@ -118,6 +118,12 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| fused softmax, 5 rows per chunk |",
             marks=pytest.mark.slow,
         ),
+        pytest.param(  # V = 300: a 1 MiB budget holds 873 float32 rows, so 64 rows run as one chunk
+            "speed/bench_memory_budget.py",
+            ["--tokens", "64", "--hidden", "16", "--vocab", "300", "--budgets", "1", "--rounds", "1", "--repeats"]
+            + ["1"],
+            "| memory_budget=1 | 64 | 1 |",
+        ),
         pytest.param(
             "speed/bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],

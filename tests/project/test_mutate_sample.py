@@ -5,7 +5,7 @@ from mutate_sample import SampledMutant, select
 SECONDS = {
     "tests/metrics/test_metrics.py::test_fast": 0.1,
     "tests/metrics/test_metrics.py::test_slow": 9.0,
-    "tests/metrics/test_other.py::test_b": 0.5,
+    "tests/metrics/test_metrics.py::test_b": 0.5,
     "tests/data/test_data.py::test_c": 0.2,
 }
 
@@ -24,5 +24,5 @@ def test_a_mutant_runs_the_tests_of_its_lines_else_its_file_else_its_packages_fo
     assert tier == "file" and tests[-1] == data  # after the hand-written mutants' selections for the file
     tier, tests = select(_mutant("hf_heads/metrics/modules/recall.py", [94]), cov, 8, 5.0)
     assert tier == "package"
-    assert tests == ["tests/metrics/test_metrics.py::test_fast", "tests/metrics/test_other.py::test_b"]
+    assert tests == ["tests/metrics/test_metrics.py::test_fast", "tests/metrics/test_metrics.py::test_b"]
     assert select(_mutant("hf_heads/integrations/peft_two.py", [1]), cov, 8, 5.0) == ("none", [])

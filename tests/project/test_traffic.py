@@ -96,7 +96,8 @@ def test_frozen_weight_and_cell():
 
 def test_a_half_weights_gradient_scaled_while_rounded_and_a_word_norms_passes_by_hand():
     """bf16 W, no bias, two chunks of 2 rows, the backward scaling by d loss: the float32 d W scaled and rounded to
-    bf16 in one pass (before: a cast, then a bf16 pass); a word norm's (V, H) passes with float32 master W."""
+    bf16 in one pass (before: a cast, then a bf16 pass); a word norm's (V, H) passes with float32 master W, its
+    column scale applied to d W in the d loss pass (before: a pass of its own)."""
     half = dict(**SMALL, gemm=2, weight=2, chunk_rows=2, bias=False, scales_by_grad_out=True)
     got = step_bytes("hf_heads-triton-half", **half)
     # (V, H): W read by 2 chunks x 2 GEMMs 4·15·2; the first chunk writes the float32 accumulator 15·4, the second
@@ -106,8 +107,10 @@ def test_a_half_weights_gradient_scaled_while_rounded_and_a_word_norms_passes_by
     assert before["(V, H)"] == got["(V, H)"] - 90 + 15 * 6 + 15 * 4  # cast 15·(4+2), then scaled in bf16 15·(2+2)
     plain = dict(**SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True)
     margin, softmax = step_bytes("hf_heads-triton", **plain, word_norm=True), step_bytes("hf_heads-triton", **plain)
-    # ‖W_c‖ 15·4; d s reads A and W 15·8; s ∘ A in place 15·8; d‖W_c‖ ∘ W into d W 15·12
-    assert margin["(V, H)"] - softmax["(V, H)"] == 60 + 120 + 120 + 180
+    # ‖W_c‖ 15·4; d s reads A and W 15·8; d‖W_c‖ ∘ W into d W 15·12; s ∘ A in softmax's d loss pass
+    assert margin["(V, H)"] - softmax["(V, H)"] == 60 + 120 + 180
+    before = step_bytes("hf_heads-triton", **plain, word_norm=True, rounds_while_scaling=False)
+    assert before["(V, H)"] == margin["(V, H)"] + 15 * 8  # s ∘ A in place, a pass of its own
     assert margin["(rows, V)"] - softmax["(rows, V)"] == 20 * 2 * 2  # d z ∘ s for d h, in bf16
 
 
