@@ -114,6 +114,19 @@ def test_centred_tables(how):
     assert (shared < 0.2) == (how != "none")  # the plain table keeps its shared direction (~0.9 here)
 
 
+def test_center_embeddings_help_says_what_it_subtracts_and_names_each_choice():
+    """`--center_embeddings` in `--help`: a sentence saying what is subtracted, then every value the option takes."""
+    from transformers import HfArgumentParser
+
+    from hf_heads.heads.continuous import CENTERINGS
+    from hf_heads.training import HeadsTrainingArguments
+
+    parser = HfArgumentParser(HeadsTrainingArguments)
+    (action,) = [a for a in parser._actions if "--center_embeddings" in a.option_strings]
+    assert action.help.startswith("Subtract the table's mean unit row before normalising (not in the papers): ")
+    assert f"{', '.join(CENTERINGS[:-1])}, or {CENTERINGS[-1]} (" in action.help
+
+
 def test_glove_table_coverage_and_unk_mapping():
     tok = build_word_tokenizer(["the king spoke to the people", "qwzxv the king"])
     table, covered = embedding_table(tok)

@@ -304,6 +304,16 @@ def test_softmax_losses_reductions_ignored_rows_and_num_items_in_batch(loss):
     assert bf.dtype == torch.float32
 
 
+@pytest.mark.parametrize("loss", [cosine_softmax_loss, in_batch_softmax_loss])
+def test_softmax_losses_keep_a_float64_prediction_in_float64_against_a_float32_table(loss):
+    """The wider of the prediction and the table sets the precision: a float64 prediction against a float32 table
+    gives the float64 loss of that table's values."""
+    table, pred, target = _softmax_case(5)
+    ours = loss(pred, target, table.float())
+    assert ours.dtype == torch.float64
+    torch.testing.assert_close(ours, loss(pred, target, table.float().double()), rtol=0, atol=0)
+
+
 def test_softmax_loss_modules_equal_the_functions():
     table, pred, target = _softmax_case(4)
     torch.testing.assert_close(

@@ -357,6 +357,8 @@ def test_the_parts_are_checked_by_type_and_returns_by_name():
         output_loss(h, w, b, y, returns=("logits",))
     with pytest.raises(OptionError, match="num_samples=0 must be >= 1"):
         Sampled("is", 0, torch.full((V,), 1 / V))
+    with pytest.raises(OptionError, match="^top_k=0 must be >= 1$"):  # an empty support: no loss to compute
+        CrossEntropy(top_k=0)
     with pytest.raises(OptionError, match="method='full' draws no samples"):
         Sampled("full", 3, torch.full((V,), 1 / V))
 

@@ -583,6 +583,7 @@ def test_kernel_choice_by_name_environment_and_device(monkeypatch):
     monkeypatch.delenv(KERNEL_ENV, raising=False)
     assert chunk_kernel(device=torch.device("cpu")).name == "eager"
     assert automatic_kernel(torch.device("cuda")) == "triton"  # triton imports here (the dev extra)
+    assert chunk_kernel(device=torch.device("cuda")).name == "triton"
     monkeypatch.setattr("hf_heads.losses.triton_kernel.triton_available", lambda: False)
     assert automatic_kernel(torch.device("cuda")) == "eager"
     monkeypatch.setenv(KERNEL_ENV, "compiled")  # the environment, where nothing is given

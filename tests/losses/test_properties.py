@@ -259,9 +259,13 @@ def _option_cases():
 @pytest.mark.parametrize("family, name, value", list(_option_cases()))
 def test_every_head_option_error_names_the_field(family, name, value):
     """Each option of each family, given a value of the wrong type or outside its range, is refused with a
-    ValueError that names `head.<option>`."""
-    from hf_heads.heads import head_options
+    ValueError that names `head.<option>`; a true / false option says that it takes nothing else."""
+    from dataclasses import fields
+
+    from hf_heads.heads import FAMILIES, head_options
 
     with pytest.raises(ValueError) as err:
         head_options({"family": family, name: value})
     assert f"head.{name}" in str(err.value), str(err.value)
+    if "bool" in next(str(f.type) for f in fields(FAMILIES[family].options) if f.name == name):
+        assert str(err.value) == f"head.{name}={value!r} must be true or false"

@@ -218,6 +218,26 @@ def test_a_components_parameters_written_as_json_gives_them_are_stored_as_their_
         MARGIN_TYPES.pop("test-step-margin")
 
 
+def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters_first_equals_sign_as_its_value():
+    """`name:p=v,q=w`: a text parameter's value may hold "=" itself (`tag=a=b` sets tag to "a=b")."""
+
+    @dataclass(frozen=True)
+    class TaggedMargin(Margin):
+        name: ClassVar[str] = "test-tagged-margin"
+        tag: str = ""
+        m: float = 0.0
+
+        def phi(self, theta):
+            return torch.cos(theta) - self.m
+
+    register_margin(TaggedMargin)
+    try:
+        margin = make_component("margin", "test-tagged-margin:tag=a=b,m=0.5")
+        assert (margin.tag, margin.m) == ("a=b", 0.5)
+    finally:
+        MARGIN_TYPES.pop("test-tagged-margin")
+
+
 @pytest.mark.parametrize("value", [3, ["arc"], {"m": 0.2}])
 def test_a_head_component_that_is_neither_a_name_nor_a_dict_with_its_type_is_refused_naming_the_field(value):
     with pytest.raises(OptionError) as err:
