@@ -251,6 +251,14 @@ def test_add_adapter_activates_each_new_adapter_and_refuses_a_taken_name():
     assert _active(model) == {"second"} and list(model.peft_config) == ["default", "second"]
 
 
+def test_add_adapter_refuses_a_config_that_is_not_a_peft_config_naming_its_type():
+    model = _causal({"family": "softmax"})
+    with pytest.raises(TypeError) as err:
+        model.add_adapter({"r": 2, "task_type": "CAUSAL_LM"})
+    assert str(err.value) == "adapter_config should be an instance of peft.PeftConfig, got dict"
+    assert not _active(model)
+
+
 def _active(model) -> set[str]:
     """The adapters PEFT's layers run (what transformers' `active_adapters()` reads where its PEFT gate allows)."""
     from peft.tuners.tuners_utils import BaseTunerLayer

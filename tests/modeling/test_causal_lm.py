@@ -2,6 +2,7 @@
 (save / load and the export without hf_heads of every family: tests/heads/test_contract.py)."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -98,12 +99,18 @@ def test_config_validation_at_construction_and_load(tmp_path):
         AutoConfig.from_pretrained(tmp_path)
 
 
-def test_counts_required_and_checked(tiny_base):
+def test_counts_required_and_checked(tiny_base, caplog):
     path, _ = tiny_base
     head = {"family": "margin", "word_norm": "unigram"}
     x = _batch()
+    with caplog.at_level(logging.WARNING, logger="hf_heads.modeling.causal_lm"):
+        uncalibrated = HeadsForCausalLM.from_base(path, head=head)
+    assert [r.getMessage() for r in caplog.records if r.name == "hf_heads.modeling.causal_lm"] == [
+        f"head {uncalibrated.config.head} needs word counts: the warm start is calibrated later, by HeadsTrainer (or "
+        "hf_heads.training.prepare_head) on the training data; pass word_counts= to from_base to calibrate it now"
+    ]
     with pytest.raises(ValueError, match=r"(?s)is not calibrated yet .*prepare_head\(model, train_dataset\)"):
-        HeadsForCausalLM.from_base(path, head=head)(x, labels=x)  # the warm start needs data: refused, not guessed
+        uncalibrated(x, labels=x)  # the warm start needs data: refused, not guessed
     model = HeadsForCausalLM.from_base(path, head=head, calibrate=False)  # no warm start asked for: counts still are
     with pytest.raises(ValueError, match="needs word counts"):
         model(x, labels=x)

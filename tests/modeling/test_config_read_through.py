@@ -282,3 +282,14 @@ def test_accelerators_check_the_first_forward_of_each_mode_only():
     model.eval()
     assert [inputs._this_forward_checks(model, cuda) for _ in range(2)] == [True, False]
     assert all(inputs._this_forward_checks(model, torch.device("cpu")) for _ in range(3))
+
+
+def test_a_forward_on_the_meta_device_gives_the_output_shapes():
+    """A model built on the meta device (shapes without weights) runs an evaluation forward: its token ids have no
+    values to check, and the logits have the shapes of the real model's."""
+    with torch.device("meta"):
+        causal = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict())).eval()
+        classifier = HeadsForSequenceClassification(HeadsConfig(backbone=_bert().to_dict(), num_labels=3)).eval()
+    ids = torch.tensor([[4, 5, 60]], device="meta")
+    assert causal(input_ids=ids).logits.shape == (1, 3, 61)
+    assert classifier(input_ids=ids).logits.shape == (1, 3)

@@ -115,6 +115,17 @@ def test_seq2seq_refuses_decoder_only_backbone():
         HeadsForSeq2SeqLM(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2)))
 
 
+@pytest.mark.parametrize("field", ["is_decoder", "add_cross_attention"])
+def test_seq2seq_refuses_an_encoder_decoder_pair_whose_decoder_is_not_a_cross_attending_decoder(field):
+    """A BERT2BERT config whose decoder lacks cross-attention (it would ignore the source) or is not a decoder
+    (it would see the future) is refused, naming both settings."""
+    config = tiny_enc_dec_config("bert2bert")
+    setattr(config.decoder, field, False)
+    with pytest.raises(ValueError) as err:
+        HeadsForSeq2SeqLM(HeadsConfig(backbone=config))
+    assert str(err.value) == "backbone.decoder must have is_decoder=true and add_cross_attention=true"
+
+
 def _clf_config(kind: str, family: str, pooling: str = "auto") -> HeadsConfig:
     if kind == "bert":
         backbone = tiny_bert_config(V)
@@ -162,6 +173,8 @@ def test_classification_softmax_loss_is_reference_and_margin_only_in_training():
 
 
 def test_classification_last_token_pooling_ignores_padding_side():
+    """Last-token pooling reads the attention mask: right or left padding, and padding by an id other than the
+    config's pad id (a tokenizer that pads with its end-of-text token), classify a sequence as it is alone."""
     torch.manual_seed(0)
     model = _no_dropout(HeadsForSequenceClassification(_clf_config("gpt2", "softmax"))).eval()
     ids = torch.tensor([[5, 6, 7, 8]])
@@ -169,6 +182,8 @@ def test_classification_last_token_pooling_ignores_padding_side():
     left = torch.tensor([[1, 1, 5, 6, 7]]), torch.tensor([[0, 0, 1, 1, 1]])
     alone = model(input_ids=ids[:, :3]).logits
     torch.testing.assert_close(model(input_ids=right[0], attention_mask=right[1]).logits, alone)
+    eos_padded = torch.tensor([[5, 6, 7, 3, 3]])  # the config's eos id, 3, not its pad id, 1
+    torch.testing.assert_close(model(input_ids=eos_padded, attention_mask=right[1]).logits, alone)
     position_ids = torch.tensor([[0, 0, 0, 1, 2]])
     torch.testing.assert_close(
         model(input_ids=left[0], attention_mask=left[1], position_ids=position_ids).logits, alone, rtol=1e-5, atol=1e-5
