@@ -275,6 +275,10 @@ def test_run_summarization_tiny_t5_head_tail(tmp_path):
     summary = json.loads((out / "run_summary.json").read_text())
     for key in ("eval_rouge1", "eval_rouge2", "eval_rougeL", "eval_bleu", "eval_perplexity"):
         assert key in summary, key
+    # without --eval_accuracy_top_k a seq2seq run reports the teacher-forced accuracy@1/2/5/10 (Bhat et al. table 2)
+    accuracy = {int(key.split("@")[1]): value for key, value in summary.items() if key.startswith("eval_accuracy@")}
+    assert sorted(accuracy) == [1, 2, 5, 10]
+    assert 0 <= accuracy[1] <= accuracy[2] <= accuracy[5] <= accuracy[10] <= 1
     assert "type: summarization" in (out / "README.md").read_text()
     assert_reopens(
         run,

@@ -140,6 +140,18 @@ def test_seq2seq_t5_backbone_without_position_limit(tok_s2s):
     _close(scores[1], _reference_seq2seq(model, tok_s2s, long_text, SOURCES[1]).sum())
 
 
+def test_seq2seq_backbone_without_a_pad_token_id_is_scored(tok_s2s):
+    """A backbone config without `pad_token_id` (padded positions are masked, never scored): its batched targets of
+    unequal lengths score as each one alone."""
+    config = tiny_enc_dec_config("bart", V_S2S)
+    config.pad_token_id = None
+    torch.manual_seed(0)
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=config, head=FAMILIES["softmax"])).eval()
+    rows = token_log_probs(model, tok_s2s, TEXTS, sources=SOURCES, batch_size=len(TEXTS))
+    for text, source, row in zip(TEXTS, SOURCES, rows, strict=True):
+        _close(row, _reference_seq2seq(model, tok_s2s, text, source))
+
+
 def test_chunk_size_one_is_accepted_and_scores_as_the_default(tok_lm):
     """chunk_size=1 (one token per chunk, the least memory) is a valid chunk size: it gives the scores of the
     default chunking; 0 is refused."""

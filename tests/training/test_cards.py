@@ -244,7 +244,7 @@ def test_loss_curve_of_a_run_shorter_than_logging_steps(tmp_path, monkeypatch):
 def test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1(tmp_path, monkeypatch):
     """The margin paper's figure 1: the left panel draws the most frequent words (the 15 most frequent named, in order
     of frequency), rotated and scaled so the most frequent one sits at angle 0 and radius 1; the right panel draws the
-    word groups the vocabulary has."""
+    word groups the vocabulary has whole, semantic ones in reds, syntactic ones in blues."""
     import sklearn.manifold
 
     from hf_heads.training.plots import plot_word_vectors
@@ -258,7 +258,7 @@ def test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1(tmp_
 
     monkeypatch.setattr(sklearn.manifold, "TSNE", Projection)
     figures = _drawn(monkeypatch)
-    words = ["king", "queen", "man", "woman", *(f"w{i}" for i in range(36))]
+    words = ["king", "queen", "man", "woman", "they", "themselves", "he", *(f"w{i}" for i in range(33))]
     counts = torch.randperm(len(words), generator=torch.Generator().manual_seed(0)).double() + 1
     weight = torch.randn(len(words), 16, generator=torch.Generator().manual_seed(1))
     plot_word_vectors(weight, words, counts, tmp_path / "w.png", "margin head")
@@ -267,7 +267,23 @@ def test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1(tmp_
     assert [t.get_text() for t in left.texts] == by_frequency[:15]
     theta, radius = left.collections[0].get_offsets()[0]
     assert theta == pytest.approx(0.0, abs=1e-9) and radius == pytest.approx(1.0)
-    assert len(right.get_lines()) == 2 and {t.get_text() for t in right.texts} == {"king", "queen", "man", "woman"}
+    assert [t.get_text() for t in right.texts] == ["king", "queen", "man", "woman", "they", "themselves"]  # no "he"
+    red, red_too, blue = (line.get_color() for line in right.get_lines())
+    assert red[0] > red[2] and red_too[0] > red_too[2] and blue[2] > blue[0]
+    assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_word_vector_figure_of_a_vocabulary_of_a_dozen_words(tmp_path, monkeypatch):
+    """A vocabulary far smaller than t-SNE's usual perplexity of 30 still gets its figure, every word drawn, the most
+    frequent at angle 0 and radius 1."""
+    from hf_heads.training.plots import plot_word_vectors
+
+    figures = _drawn(monkeypatch)
+    words = [f"w{i}" for i in range(12)]
+    weight = torch.randn(len(words), 16, generator=torch.Generator().manual_seed(1))
+    plot_word_vectors(weight, words, torch.arange(12.0, 0.0, -1.0), tmp_path / "w.png", "margin head")
+    points = figures[-1].axes[0].collections[0].get_offsets()
+    assert len(points) == 12 and tuple(points[0]) == pytest.approx((0.0, 1.0), abs=1e-6)
     assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
 
 
