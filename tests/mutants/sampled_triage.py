@@ -264,4 +264,89 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/heads/test_continuous_head.py::test_a_bad_loss_is_refused_the_same_beside_flat_options[nested-parameter-of-a-loss-without-any]",
     ),
+    "hf_heads/losses/chunks.py:8f0eedc188": (
+        "test",
+        "tests/losses/test_kernels.py::test_kernel_choice_by_name_environment_and_device",
+    ),
+    "hf_heads/losses/continuous.py:15261587bb": (
+        "test",
+        "tests/losses/test_continuous_losses.py::test_softmax_losses_keep_a_float64_prediction_in_float64_against_a_float32_table[cosine_softmax_loss] "  # noqa: E501
+        "tests/losses/test_continuous_losses.py::test_softmax_losses_keep_a_float64_prediction_in_float64_against_a_float32_table[in_batch_softmax_loss]",
+    ),
+    "hf_heads/losses/parts.py:396e9d70bf": (
+        "test",
+        "tests/losses/test_entry.py::test_the_parts_are_checked_by_type_and_returns_by_name",
+    ),
+    "hf_heads/components.py:848e4f9de8": (
+        "test",
+        "tests/project/test_components.py::test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters_first_equals_sign_as_its_value",
+    ),
+    "hf_heads/components.py:8081078ac6": (
+        "test",
+        "tests/losses/test_properties.py::test_every_head_option_error_names_the_field[softmax-bias-yes] "
+        "tests/losses/test_properties.py::test_every_head_option_error_names_the_field[softmax-bias-1] "
+        "tests/losses/test_properties.py::test_every_head_option_error_names_the_field[continuous-learn_logit_scale-yes]",
+    ),
+    "hf_heads/heads/continuous.py:2fdc763d19": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_center_embeddings_help_says_what_it_subtracts_and_names_each_choice",
+    ),
+    "hf_heads/heads/softmax.py:7b7f4db93a": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_every_run_script_argument_has_its_help",
+    ),
+    "hf_heads/modeling/classification.py:26d9488ab1": (
+        "test",
+        "tests/modeling/test_tasks.py::test_classification_last_token_pooling_ignores_padding_side",
+    ),
+    "hf_heads/modeling/inputs.py:034ca441a9": (
+        "test",
+        "tests/modeling/test_config_read_through.py::test_a_forward_on_the_meta_device_gives_the_output_shapes",
+    ),
+    "hf_heads/modeling/seq2seq.py:34b121fea1": (
+        "test",
+        "tests/modeling/test_tasks.py::test_seq2seq_refuses_an_encoder_decoder_pair_whose_decoder_is_not_a_cross_attending_decoder[is_decoder] "  # noqa: E501
+        "tests/modeling/test_tasks.py::test_seq2seq_refuses_an_encoder_decoder_pair_whose_decoder_is_not_a_cross_attending_decoder[add_cross_attention]",
+    ),
+    "hf_heads/modeling/causal_lm.py:6642293f77": (
+        "test",
+        "tests/modeling/test_causal_lm.py::test_counts_required_and_checked[gpt2] "
+        "tests/modeling/test_causal_lm.py::test_counts_required_and_checked[llama]",
+    ),
+    "hf_heads/integrations/peft.py:a658d8117e": (
+        "equivalent",
+        "hf_heads models inherit PeftAdapterMixin's class attribute _hf_peft_config_loaded=False: getattr's default is never read",  # noqa: E501
+    ),
+    "hf_heads/integrations/peft.py:cbf862e204": (
+        "test",
+        "tests/integrations/test_peft.py::test_add_adapter_refuses_a_config_that_is_not_a_peft_config_naming_its_type",
+    ),
+    "hf_heads/data/embeddings.py:da43c05b94": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_table_files_npz_and_word2vec_text",
+    ),
+    "hf_heads/training/plots.py:efe9aa6ceb": (
+        "test",
+        "tests/training/test_cards.py::test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1",
+    ),
+    "hf_heads/training/plots.py:fc5843a8f4": (
+        "test",
+        "tests/training/test_cards.py::test_word_vector_figure_of_a_vocabulary_of_a_dozen_words",
+    ),
+    "hf_heads/training/__init__.py:629bc40c1d": (
+        "test",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads.training]",
+    ),
+    "hf_heads/training/trainer.py:121ea22a23": (
+        "test",
+        "tests/training/test_own_script.py::test_a_continuous_head_from_flags_needs_the_tokenizer",
+    ),
+    "hf_heads/scoring/scores.py:e8709fb2cc": (
+        "test",
+        "tests/scoring/test_scoring.py::test_seq2seq_backbone_without_a_pad_token_id_is_scored",
+    ),
+    "hf_heads/cli/seq2seq.py:7bf6cf540d": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_run_summarization_tiny_t5_head_tail",
+    ),
 }
