@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -150,11 +151,18 @@ class HeadFlags(_head_flags_class()):
         except OptionError as err:
             option, _, parameter = err.name.removeprefix("head.").partition(".")
             given = {item.partition("=")[0].strip() for item in self.head_options or ()}
-            flag = f"--head_options {option}" if option in given else f"--{option_flag(option)}"
-            flag += f" parameter {parameter}" if parameter else ""
-            renamed = err.renamed(flag)
+
+            def shown(name: str) -> str:  # how the run was given an option: a flag, or --head_options name
+                return f"--head_options {name}" if name in given else f"--{option_flag(name)}"
+
+            flag = shown(option) + (f" parameter {parameter}" if parameter else "")
+            allowed = err.allowed
+            for other in section:  # another option the message names ("cannot be combined with k=3"): as given
+                if other != option:
+                    allowed = re.sub(rf"(?<![\w.-]){re.escape(other)}=", lambda _, o=other: f"{shown(o)}=", allowed)
             if not parameter and err.allowed.startswith("is not allowed") and _names_a_component(option):
-                renamed = OptionError(err.field, err.value, f"{err.allowed}; {OWN_COMPONENTS}", flag)
+                allowed = f"{allowed}; {OWN_COMPONENTS}"
+            renamed = err.renamed(flag) if allowed == err.allowed else OptionError(err.field, err.value, allowed, flag)
             raise renamed from None
 
 

@@ -562,7 +562,7 @@ def test_head_flags_reach_the_head_section_and_errors_name_the_flag():
     assert parsed("--head", "sparse", "--k", "3", "--head_label_smoothing", "0").head_config()["label_smoothing"] == 0
     assert parsed("--loss_chunk_size", "64").head_config()["chunk_size"] == 64
     assert parsed("--loss_memory_budget", "256").head_config()["memory_budget"] == 256
-    with pytest.raises(ValueError, match="--loss_memory_budget=8 cannot be combined with chunk_size=64"):
+    with pytest.raises(ValueError, match="--loss_memory_budget=8 cannot be combined with --loss_chunk_size=64: both"):
         parsed("--loss_chunk_size", "64", "--loss_memory_budget", "8").head_config()
     with pytest.raises(ValueError, match="--loss_chunk_size=0"):
         parsed("--loss_chunk_size", "0").head_config()
