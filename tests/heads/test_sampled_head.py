@@ -106,7 +106,7 @@ def test_missing_counts_is_a_clear_error():
         (dict(head="sampled", method="nce", num_samples=8, noise="zipf"), "--noise='zipf'"),
         (
             dict(head="sampled", criterion="mse", method="is", num_samples=8),
-            "--method='is' is not allowed: criterion='mse' has only",
+            "--method='is' is not allowed: --criterion='mse' has only",
         ),
         (dict(head="margin", criterion="bce"), "--criterion is not an option of head family 'margin'"),
         (dict(head="sampled", noise="unigram", noise_smoothing=0.0), "--noise_smoothing=0.0 must be > 0"),
