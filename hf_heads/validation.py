@@ -21,9 +21,10 @@ class OptionError(ValueError):
         self.name = field if name is None else name
         super().__init__(f"{self.name}={value!r} {allowed}")
 
-    def renamed(self, name: str) -> OptionError:
-        """The same error shown under another name (e.g. "head.m" in a config, "--m" on a command line)."""
-        return OptionError(self.field, self.value, self.allowed, name)
+    def renamed(self, name: str, allowed: str | None = None) -> OptionError:
+        """The same error shown under another name (e.g. "head.m" in a config, "--m" on a command line), its `allowed`
+        phrase replaced where given."""
+        return OptionError(self.field, self.value, self.allowed if allowed is None else allowed, name)
 
     def __reduce__(self):  # picklable (data loader workers, multiprocessing) despite the extra arguments
         return OptionError, (self.field, self.value, self.allowed, self.name)

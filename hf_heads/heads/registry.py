@@ -41,8 +41,8 @@ class MissingOptionError(OptionError):
         super().__init__(field, value, allowed, name)
         self.args = (f"{self.name} {allowed}",)
 
-    def renamed(self, name: str) -> MissingOptionError:
-        return MissingOptionError(self.field, self.value, self.allowed, name)
+    def renamed(self, name: str, allowed: str | None = None) -> MissingOptionError:
+        return MissingOptionError(self.field, self.value, self.allowed if allowed is None else allowed, name)
 
     def __reduce__(self):
         return MissingOptionError, (self.field, self.value, self.allowed, self.name)

@@ -162,8 +162,7 @@ class HeadFlags(_head_flags_class()):
                     allowed = re.sub(rf"(?<![\w.-]){re.escape(other)}=", lambda _, o=other: f"{shown(o)}=", allowed)
             if not parameter and err.allowed.startswith("is not allowed") and _names_a_component(option):
                 allowed = f"{allowed}; {OWN_COMPONENTS}"
-            renamed = err.renamed(flag) if allowed == err.allowed else OptionError(err.field, err.value, allowed, flag)
-            raise renamed from None
+            raise err.renamed(flag, allowed) from None
 
 
 def _same_value(option: str, a, b) -> bool:
