@@ -293,6 +293,7 @@ def write_model_card(
     name = repo_id or output_dir.name
     meta = {
         "library_name": "transformers",
+        "pipeline_tag": task_type,  # the Hub's task filter and widget: it cannot infer it from hf_heads' classes
         "tags": ["hf_heads", f"head-{family}", task_type],
         "datasets": [dataset],
         "model-index": [

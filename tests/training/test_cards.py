@@ -367,7 +367,8 @@ def test_question_generation_card_puts_bleu_and_rouge_on_one_scale(tmp_path):
 
 
 def test_seq2seq_card_shows_generate_not_pipelines(tmp_path):
-    text, _ = card(tmp_path, seq2seq({"family": "sparse", "k": 5}), {}, task=("translation", "Translation"))
+    text, meta = card(tmp_path, seq2seq({"family": "sparse", "k": 5}), {}, task=("translation", "Translation"))
+    assert meta["pipeline_tag"] == "translation"  # the run's task files the model on the Hub, not the class's
     assert "model.generate(**batch" in text and "tokenizer(" in text and "batch_decode" in text
     assert "pipeline(" not in text and "pipelines" not in text.replace("no translation / summarization", "")
     readme = (ROOT / "README.md").read_text()
@@ -583,4 +584,5 @@ def test_card_metadata_names_each_model_classes_task(tmp_path, build, task):
     """Without a task of the run's own, the card's tags, model-index and text name the model class's task."""
     text, meta = card(tmp_path, build(), {"eval_loss": 1.0, "eval_accuracy": 0.5})
     assert task[0] in meta["tags"] and task[1] in text.split("---", 2)[2]
+    assert meta["pipeline_tag"] == task[0]  # the Hub files the model under its task (no architecture it knows)
     assert meta["model-index"][0]["results"][0]["task"] == {"type": task[0], "name": task[1]}
