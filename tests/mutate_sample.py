@@ -19,7 +19,8 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
    `sitecustomize.py` in the measured copy starts coverage in a process whose ancestor a plugin of the measured run
    recorded as running a test). A mutant runs against
    the tests that execute the lines it changes; where none does (module-level code runs at import, outside any test),
-   the tests that execute any line of its file, and the hand-written mutants' selections for its file; where none of
+   the tests that execute any line of its file, the tests parametrized by its module's dotted name (the `__all__`
+   check of tests/project/test_lazy_imports.py) and the hand-written mutants' selections for its file; where none of
    these exists (a module that runs as a copy, as `evaluate` runs hf_heads/metrics/modules/ from its cache), the
    tests of its package's folder, tests/<part>/. A selection
    takes the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their
@@ -430,9 +431,18 @@ def _pick(tests: set[str], seconds: dict[str, float], max_tests: int, max_second
     return picked
 
 
+def named_after(path: str, seconds: dict[str, float]) -> list[str]:
+    """The tests parametrized by the dotted name of the module at `path` (`test_...[hf_heads.metrics]`): tests about
+    that module's import-time surface (its `__all__`), which run no line of it inside the test itself."""
+    dotted = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    pattern = re.compile(rf"[\[-]{re.escape(dotted)}[\]-]")
+    return sorted(t for t in seconds if pattern.search(t))
+
+
 def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> tuple[str, list[str]]:
     """(tier, tests) of one mutant: the tests that run its lines, else those that run its file, else (or also, in
-    the file tier) the hand-written mutants' selections for its file, else the tests of its package's folder."""
+    the file tier) the tests named after its module (`named_after`) and the hand-written mutants' selections for its
+    file, else the tests of its package's folder."""
     seconds = cov["seconds"]
     by_line = cov["lines"].get(m.path, {})
     covering = {t for n in m.lines for t in by_line.get(str(n), ()) if t in seconds}
@@ -440,7 +450,7 @@ def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> t
         return "line", _pick(covering, seconds, max_tests, max_seconds)
     in_file = {t for tests in by_line.values() for t in tests if t in seconds}
     hand = [t for h in MUTANTS if h.path == m.path for t in h.tests]
-    hand = list(dict.fromkeys(hand))[: max(1, max_tests // 2)]
+    hand = list(dict.fromkeys(named_after(m.path, seconds) + hand))[: max(1, max_tests // 2)]
     if in_file:
         picked = _pick(in_file, seconds, max_tests - len(hand), max_seconds)
         return "file", list(dict.fromkeys(hand + picked))
@@ -456,7 +466,7 @@ def wider(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> li
     by_line = cov["lines"].get(m.path, {})
     covering = {t for n in m.lines for t in by_line.get(str(n), ()) if t in seconds}
     in_file = {t for tests in by_line.values() for t in tests if t in seconds}
-    hand = [t for h in MUTANTS if h.path == m.path for t in h.tests]
+    hand = named_after(m.path, seconds) + [t for h in MUTANTS if h.path == m.path for t in h.tests]
     picked = _pick(covering, seconds, max_tests, max_seconds)
     rest = max_tests - len(picked)
     picked += _pick(in_file - set(picked), seconds, rest, max_seconds) if rest > 0 else []

@@ -1,6 +1,6 @@
 """The sampled mutation run's selection of tests for a mutant (tests/mutate_sample.py)."""
 
-from mutate_sample import SampledMutant, select
+from mutate_sample import SampledMutant, named_after, select
 
 SECONDS = {
     "tests/metrics/test_metrics.py::test_fast": 0.1,
@@ -26,3 +26,22 @@ def test_a_mutant_runs_the_tests_of_its_lines_else_its_file_else_its_packages_fo
     assert tier == "package"
     assert tests == ["tests/metrics/test_metrics.py::test_fast", "tests/metrics/test_metrics.py::test_b"]
     assert select(_mutant("hf_heads/integrations/peft_two.py", [1]), cov, 8, 5.0) == ("none", [])
+
+
+def test_module_level_code_also_runs_the_tests_named_after_its_module():
+    """An `__all__` runs at import, inside no test: the tests parametrized by the module's dotted name join the file
+    tier's selection first (a module whose name another extends, hf_heads.metrics.modules, is not taken for it)."""
+    star = "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads.metrics]"
+    others = [
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads.metrics.modules]",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads]",
+    ]
+    seconds = {**SECONDS, star: 0.3, **dict.fromkeys(others, 0.3)}
+    assert named_after("hf_heads/metrics/__init__.py", seconds) == [star]
+    assert named_after("hf_heads/__init__.py", seconds) == [others[1]]
+    cov = {
+        "seconds": seconds,
+        "lines": {"hf_heads/metrics/__init__.py": {"5": ["tests/metrics/test_metrics.py::test_b"]}},
+    }
+    tier, tests = select(_mutant("hf_heads/metrics/__init__.py", [20]), cov, 8, 20.0)
+    assert tier == "file" and tests[0] == star and "tests/metrics/test_metrics.py::test_b" in tests
