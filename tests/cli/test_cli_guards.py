@@ -146,6 +146,21 @@ def test_continuous_training_targets_keep_their_end_of_sequence(tmp_path):
     assert tok.convert_ids_to_tokens(labels) == ["the", "qwzxv", "king", "spoke", "</s>"]  # references unchanged
 
 
+def test_tokenizing_the_splits_shows_a_progress_bar_naming_each_step(tmp_path, capsys):
+    """Each split's tokenization, and a continuous head's mapping of the training targets it cannot predict to <unk>,
+    shows a progress bar that says which step runs."""
+    from hf_heads.cli.seq2seq import DataArguments, tokenize_splits
+    from hf_heads.data import embedding_table
+
+    tok = build_word_tokenizer(["el rey habló", "the king spoke qwzxv"])
+    table = save_table(tmp_path / "t.npz", ["the", "king", "spoke"], torch.randn(3, 4).numpy())
+    _, covered = embedding_table(tok, str(table))
+    capsys.readouterr()
+    tokenize_splits(_pairs(["el rey habló"], ["the qwzxv king spoke"]), tok, DataArguments(), covered)
+    bars = {line.split(":")[0] for line in re.split(r"[\r\n]+", capsys.readouterr().err) if "%|" in line}
+    assert bars == {"tokenize", "uncovered targets -> <unk>"}
+
+
 @pytest.mark.parametrize("tie", [True, False])
 def test_tie_word_embeddings_ties_a_built_in_backbones_head(tie):
     from hf_heads.cli.seq2seq import ModelArguments, build_model

@@ -9,7 +9,7 @@ from conftest import seq2seq_batch, tiny_enc_dec_config
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
-from hf_heads.heads import ContinuousHead, head_dict
+from hf_heads.heads import ContinuousHead, head_dict, head_options
 
 V, D = 50, 8
 
@@ -287,6 +287,18 @@ def test_a_bad_loss_is_refused_the_same_beside_flat_options(loss, message, flat)
 def test_new_options_are_checked(options, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, **options})
+
+
+def test_the_heads_label_names_its_table_unless_it_is_the_packaged_glove():
+    """`describe()` (results tables, model cards, error messages): the loss, then the centring, a table other than
+    the default glove-6B-50d, and a target-side output vocabulary."""
+    plain = {"family": "continuous", "embedding_dim": D}
+    assert head_options(plain).describe() == "continuous vmf lambda1=0.0 lambda2=1.0 form=nll"
+    other = {**plain, "loss": "syn-margin-projection", "embedding_name": "runs/w2v.npz", "center_embeddings": "mean"}
+    assert head_options({**other, "output_vocabulary": "targets"}).describe() == (
+        "continuous syn-margin-projection margin=0.5, mean-centred table, table runs/w2v.npz, "
+        "target-side output vocabulary"
+    )
 
 
 def test_set_output_vocabulary_checks():

@@ -246,7 +246,7 @@ def test_set_head_options_switches_the_family_from_the_current_output_layer():
 
 def test_options_coerce_what_json_and_the_command_line_change():
     """An integral float for an int option, and an L-Softmax m of 2.0 (the `--m` flag is a float) become ints, for
-    every family that has them; a fractional one is refused with the field named."""
+    every family that has them; a fractional one, or a number for a text option, is refused with the field named."""
     from transformers import HfArgumentParser
 
     from hf_heads.training import HeadsTrainingArguments
@@ -264,6 +264,8 @@ def test_options_coerce_what_json_and_the_command_line_change():
         make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4.5, "noise": "uniform"})
     with pytest.raises(ValueError, match=r"head.m=2.5 must be an integer"):
         make_head(8, 20, {"family": "margin", "margin": "lsm", "m": 2.5})
+    with pytest.raises(ValueError, match=r"^head\.criterion=3 must be a string$"):
+        make_head(8, 20, {"family": "sampled", "method": "mcs", "num_samples": 4, "noise": "uniform", "criterion": 3})
 
 
 def test_every_family_gives_examples_that_build_and_its_first_is_labelled_with_its_name():

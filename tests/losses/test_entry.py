@@ -199,6 +199,28 @@ def test_the_extras_of_returns_equal_their_dense_forms(reduction):
             out.accuracy_at(k)
 
 
+def test_the_ranks_are_capped_at_top_k_only_when_top_k_rank_is_asked_for_without_rank():
+    """Under a sparse (top-k) cross-entropy, "top_k_rank" gives min(rank, k); asked for beside "rank", the ranks are
+    the full ones "rank" alone gives."""
+    h, w, b, y = _data(4)
+    k = 2
+    criterion = CrossEntropy(top_k=k)
+    z = (h @ w.T + b).detach()
+    valid = y != -100
+    yy = torch.where(valid, y, 0)
+    own = z.gather(1, yy[:, None])
+    before = torch.arange(V)[None, :] < yy[:, None]
+    rank = torch.where(valid, torch.where(before, z >= own, z > own).sum(1), -1)
+    assert int(rank.max()) > k  # some label outside the top k
+
+    def ranks(returns):
+        return output_loss(h, w, b, y, criterion=criterion, impl=Impl(chunk_size=4), returns=returns).target_rank
+
+    assert torch.equal(ranks(("rank",)), rank)
+    assert torch.equal(ranks(("rank", "top_k_rank")), rank)
+    assert torch.equal(ranks(("top_k_rank",)), torch.where(valid, rank.clamp_max(k), -1))
+
+
 def test_a_sigmoid_criterion_refuses_softmax_extras():
     h, w, b, y = _data()
     with pytest.raises(OptionError, match=r"returns=\['lse'\] is for cross-entropy only, not criterion 'bce'"):

@@ -429,6 +429,19 @@ def test_perplexity_argument_errors(causal_lm):
         load_metric("perplexity").compute(predictions=["a dog"])
 
 
+def test_perplexity_refuses_texts_too_short_to_score(causal_lm):
+    """An empty text (or, without a start token, a one-token text) has no token to predict: refused, saying so."""
+    where, *_ = causal_lm
+    with pytest.raises(ValueError, match="^predictions: each input text must be at least one token long$"):
+        load_metric("perplexity").compute(model_id=where, predictions=["a dog", ""], device="cpu")
+    with pytest.raises(
+        ValueError, match="^predictions: with add_start_token=False each input text must be at least two"
+    ):
+        load_metric("perplexity").compute(
+            model_id=where, predictions=["a dog", "dog"], add_start_token=False, device="cpu"
+        )
+
+
 # ---------------------------------------------------------------- compute_metrics builders (the run scripts' numbers)
 
 

@@ -73,6 +73,19 @@ def test_seq2seq_loss_is_reference_cross_entropy_and_cache_is_consistent():
     assert torch.equal(model.generate(**kw, use_cache=True), model.generate(**kw, use_cache=False))
 
 
+def test_seq2seq_source_given_as_inputs_embeds_gives_the_logits_and_loss_of_its_input_ids():
+    """`inputs_embeds` in place of `input_ids` reaches the encoder: the source's embeddings give the same forward."""
+    torch.manual_seed(0)
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart"), head={"family": "softmax"})).eval()
+    x, mask, y = seq2seq_batch()
+    embeds = model.get_encoder().get_input_embeddings()(x)  # (B, S, H)
+    with torch.no_grad():
+        ours = model(inputs_embeds=embeds, attention_mask=mask, labels=y)
+        theirs = model(input_ids=x, attention_mask=mask, labels=y)
+    torch.testing.assert_close(ours.logits, theirs.logits, rtol=0, atol=0)
+    torch.testing.assert_close(ours.loss, theirs.loss, rtol=0, atol=0)
+
+
 def test_seq2seq_sparse_beam_search_uses_truncated_distribution():
     torch.manual_seed(0)
     model = HeadsForSeq2SeqLM(

@@ -223,6 +223,15 @@ def test_add_bos_and_add_eos_choose_the_scored_tokens(tok_lm):
         _close(row, _reference_causal(model, tok_lm, TEXTS[0], bos=bos, eos=eos))
 
 
+def test_scoring_shows_a_progress_bar_only_when_asked(tok_lm, capsys):
+    """A library call writes nothing to stderr by default; `progress=True` (the CLI's) shows a "scoring" bar."""
+    model = _causal(FAMILIES["softmax"])
+    sentence_log_probs(model, tok_lm, TEXTS)
+    assert "scoring" not in capsys.readouterr().err
+    sentence_log_probs(model, tok_lm, TEXTS, progress=True)
+    assert "scoring" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------- normalize=False
 
 

@@ -377,6 +377,35 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
     assert [m for m in caplog.messages if "output vocabulary" in m] == [line]
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--center_embeddings", "frequency"],
+            "head.center_embeddings='frequency' counts the training targets: give a training set",
+        ),
+        (
+            ["--output_vocabulary", "targets"],
+            "head.output_vocabulary='targets' takes the training targets' words: give a training set",
+        ),
+    ],
+    ids=["frequency", "targets"],
+)
+def test_a_continuous_head_from_flags_that_reads_the_training_targets_needs_a_training_set(tmp_path, flags, message):
+    """A count-weighted centring or a target-side output vocabulary comes from the training targets: a trainer given
+    no train_dataset says which option needs them."""
+    from hf_heads.data import save_table
+
+    tok = _word_bart(tmp_path / "bart", d_model=16)
+    table = save_table(tmp_path / "table.npz", WORDS, torch.randn(len(WORDS), 6).numpy())
+    argv = ["--model_name_or_path", str(tmp_path / "bart"), "--head", "continuous", "--embedding_name", str(table)]
+    _, _, training_args = _args(tmp_path, [*argv, *flags], HeadsSeq2SeqTrainingArguments)
+    model = HeadsForSeq2SeqLM.from_pretrained(str(tmp_path / "bart"))
+    with pytest.raises(ValueError) as err:
+        HeadsSeq2SeqTrainer(model=model, args=training_args, processing_class=tok)
+    assert str(err.value) == message
+
+
 def test_a_continuous_table_over_a_vocabulary_larger_than_the_tokenizer_is_the_same_on_every_build(tmp_path):
     """A model vocabulary padded past the tokenizer's ids: the table the head flags give the continuous head has the
     tokenizer's words from the file, and for the extra ids rows that no token covers, drawn from a fixed seed, so two
