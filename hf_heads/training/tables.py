@@ -1,7 +1,8 @@
 """The continuous head's embedding table for a training run (Kumar & Tsvetkov 2019, sec. 3: the decoder predicts a row
 of a fixed pretrained table), used by the run scripts and `HeadsTrainer`: `table_source` (the table the head's
 `embedding_name` names, or `word2vec-targets`, trained with gensim on the training targets), `continuous_table` (the
-(V, d) table for the tokenizer's vocabulary) and `attach_table` (the table set on the head).
+(V, d) table for the tokenizer's vocabulary), `table_data` (what the head's options take from the training targets)
+and `attach_table` (the table set on the head).
 """
 
 from __future__ import annotations
@@ -66,19 +67,32 @@ def continuous_table(
     return {**section, "embedding_dim": table.shape[1]}, table, covered
 
 
-def attach_table(model, table: torch.Tensor, train_dataset, column: str = "labels") -> None:
-    """Set `table` on the model's continuous head, with the training targets' counts and output vocabulary where the
-    head's options need them (from `train_dataset`)."""
-    options = model.head.options
-    counts = None
-    if options.center_embeddings == "frequency":
+def table_data(options, num_classes: int, train_dataset, column: str = "labels"):
+    """(the training targets' counts (V,) or None, the target-side output vocabulary's ids or None): what
+    `attach_table` takes from `train_dataset` for a continuous head with `options` (its options, or a head section),
+    where they ask for it; refused, naming the option, without a training set. Read before the head changes, so that
+    a refusal leaves the model as it was."""
+
+    def option(name: str):
+        return options.get(name) if isinstance(options, dict) else getattr(options, name)
+
+    counts = ids = None
+    if option("center_embeddings") == "frequency":
         if train_dataset is None:
             raise ValueError("head.center_embeddings='frequency' counts the training targets: give a training set")
-        counts = label_counts(train_dataset, model.head.num_classes, column=column)
-    model.head.set_embedding_table(table, counts=counts)
-    if options.output_vocabulary == "targets":
+        counts = label_counts(train_dataset, num_classes, column=column)
+    if option("output_vocabulary") == "targets":
         if train_dataset is None:
             raise ValueError("head.output_vocabulary='targets' takes the training targets' words: give a training set")
         ids = torch.tensor(sorted({i for row in train_dataset[column] for i in row if i >= 0}))
+    return counts, ids
+
+
+def attach_table(model, table: torch.Tensor, train_dataset, column: str = "labels", data=None) -> None:
+    """Set `table` on the model's continuous head, with the training targets' counts and output vocabulary where the
+    head's options need them (`table_data` of `train_dataset`, or `data` when read already)."""
+    counts, ids = data or table_data(model.head.options, model.head.num_classes, train_dataset, column)
+    model.head.set_embedding_table(table, counts=counts)
+    if ids is not None:
         model.head.set_output_vocabulary(ids)
         logger.info("continuous head: output vocabulary of %d target words (of %d)", len(ids), model.head.num_classes)

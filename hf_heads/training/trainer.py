@@ -18,7 +18,7 @@ from hf_heads.data import label_counts
 from hf_heads.heads import family
 from hf_heads.modeling.inputs import unwrapped_head
 from hf_heads.modeling.zero3 import gathered
-from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
+from hf_heads.training.tables import attach_table, continuous_table, table_data, table_source, target_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -71,12 +71,13 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) ->
             "hf_heads model: build it with HeadsForCausalLM / HeadsForSeq2SeqLM / HeadsForSequenceClassification "
             "(from_pretrained of the same checkpoint), or drop the head flags"
         )
-    section, table = arguments.head_config(), None
+    section, table, data = arguments.head_config(), None, None
     if inner.head_origin is not None and family(section["family"]).head.uses_embedding_table:
         section, table = _flags_table(section, inner, arguments, tokenizer, train_dataset)
+        data = table_data(section, inner.head.num_classes, train_dataset)  # refused here: the model still unchanged
     inner.bind_head(section, "the training arguments' head flags")
     if table is not None:
-        attach_table(inner, table, train_dataset)
+        attach_table(inner, table, train_dataset, data=data)
 
 
 def _flags_table(section: dict, model, arguments, tokenizer, train_dataset) -> tuple[dict, torch.Tensor]:

@@ -349,4 +349,79 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/cli/test_run_tasks.py::test_run_summarization_tiny_t5_head_tail",
     ),
+    "hf_heads/modeling/gguf_export.py:a0be261835": (
+        "equivalent",
+        "check_llama only gets past its model_type check with a LlamaConfig, which in transformers>=5.23 always "
+        "has rope_parameters (a class attribute, default None), so getattr without a default never raises and "
+        "returns the same value",
+    ),
+    "hf_heads/modeling/seq2seq.py:4616819675": (
+        "test",
+        "tests/modeling/test_tasks.py::test_seq2seq_source_given_as_inputs_embeds_gives_the_logits_and_loss_of_its_input_ids",
+    ),
+    "hf_heads/heads/continuous.py:bc7a75d1ce": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_the_heads_label_names_its_table_unless_it_is_the_packaged_glove",
+    ),
+    "hf_heads/heads/continuous.py:ded6bbe722": (
+        "test",
+        "tests/heads/test_contract.py::test_mixed_precision_trains_evaluates_and_generates[continuous-bf16-model-cpu] "
+        "tests/heads/test_contract.py::test_mixed_precision_trains_evaluates_and_generates[continuous-vmf-regularised-bf16-model-cpu]",
+    ),
+    "hf_heads/modeling/base.py:fc7a476ad8": (
+        "equivalent",
+        "the index tensor's device is unobservable: indexing accepts a CPU index tensor on any device, and the "
+        "same 256 evenly spaced labelled rows are picked (at most one extra host-to-device copy)",
+    ),
+    "hf_heads/training/tables.py:478e2f6cd2": (
+        "test",
+        "tests/training/test_own_script.py::test_a_continuous_head_from_flags_that_reads_the_training_targets_needs_a_training_set[frequency]",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:21e818cc70": (
+        "equivalent",
+        "evaluate.MetricInfo's module_type defaults to 'metric': the loaded module's info.module_type is 'metric' "
+        "either way",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:86f5cbe759": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_refuses_texts_too_short_to_score",
+    ),
+    "hf_heads/metrics/modules/bleu.py:d6ef44c809": (
+        "test",
+        "tests/metrics/test_metrics.py::test_bleu_matches_evaluate_example_and_keys",
+    ),
+    "hf_heads/metrics/__init__.py:8677122855": (
+        "test",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads.metrics]",
+    ),
+    "hf_heads/data/corpora.py:08bf0c36ae": (
+        "test",
+        "tests/data/test_data.py::test_unknown_corpus_names_listed "
+        "tests/data/test_data.py::test_corpus_sizes_and_splits[load_lm_text-bible-web-total8-held_out8-columns8]",
+    ),
+    "hf_heads/cli/seq2seq.py:f897d261de": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_tokenizing_the_splits_shows_a_progress_bar_naming_each_step",
+    ),
+    "hf_heads/losses/fused_linear.py:b84c5123c2": (
+        "test",
+        "tests/losses/test_entry.py::test_the_ranks_are_capped_at_top_k_only_when_top_k_rank_is_asked_for_without_rank",
+    ),
+    "hf_heads/losses/triton_kernel.py:3edc951e7e": (
+        "equivalent",
+        "params[1] (the cap) is read only under the SOFTCAP constexpr, i.e. softcap is not None, and every path "
+        "refuses softcap <= 0 (check_transform / Scorer), so the `or 1.0` fallback value is never read",
+    ),
+    "hf_heads/scoring/scores.py:b70c1cc441": (
+        "test",
+        "tests/scoring/test_scoring.py::test_scoring_shows_a_progress_bar_only_when_asked",
+    ),
+    "hf_heads/validation.py:8b85ed172c": (
+        "equivalent",
+        "float() parses case-insensitively: float('-INF') == float('-inf')",
+    ),
+    "hf_heads/components.py:579729669a": (
+        "test",
+        "tests/heads/test_registry.py::test_options_coerce_what_json_and_the_command_line_change",
+    ),
 }

@@ -393,7 +393,7 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
 )
 def test_a_continuous_head_from_flags_that_reads_the_training_targets_needs_a_training_set(tmp_path, flags, message):
     """A count-weighted centring or a target-side output vocabulary comes from the training targets: a trainer given
-    no train_dataset says which option needs them."""
+    no train_dataset says which option needs them, and leaves the model's head as it was."""
     from hf_heads.data import save_table
 
     tok = _word_bart(tmp_path / "bart", d_model=16)
@@ -401,9 +401,18 @@ def test_a_continuous_head_from_flags_that_reads_the_training_targets_needs_a_tr
     argv = ["--model_name_or_path", str(tmp_path / "bart"), "--head", "continuous", "--embedding_name", str(table)]
     _, _, training_args = _args(tmp_path, [*argv, *flags], HeadsSeq2SeqTrainingArguments)
     model = HeadsForSeq2SeqLM.from_pretrained(str(tmp_path / "bart"))
+    before = (
+        type(model.head),
+        model.config.head,
+        model.head_origin,
+        {k: v.clone() for k, v in model.state_dict().items()},
+    )
     with pytest.raises(ValueError) as err:
         HeadsSeq2SeqTrainer(model=model, args=training_args, processing_class=tok)
     assert str(err.value) == message
+    after = (type(model.head), model.config.head, model.head_origin, model.state_dict())
+    assert after[:3] == before[:3], "the refusal left the model with another head"
+    assert after[3].keys() == before[3].keys() and all(torch.equal(after[3][k], v) for k, v in before[3].items())
 
 
 def test_a_continuous_table_over_a_vocabulary_larger_than_the_tokenizer_is_the_same_on_every_build(tmp_path):
