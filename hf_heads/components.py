@@ -191,8 +191,9 @@ def component_class(kind: str, name: str, field: str | None = None) -> type:
     return registry[name]
 
 
-def parse_flag(text: str) -> str | dict:
-    """A component as written on a command line: `name`, `name:p=1,q=0.5` or a JSON object, as a config value."""
+def parse_flag(text: str, texts: dict[str, str] | None = None) -> str | dict:
+    """A component as written on a command line: `name`, `name:p=1,q=0.5` or a JSON object, as a config value;
+    `texts` (when given) gets each `name:p=v` parameter's text as written."""
     text = text.strip()
     if text.startswith("{"):
         return json.loads(text)
@@ -205,6 +206,8 @@ def parse_flag(text: str) -> str | dict:
         if not eq:
             raise OptionError(name, text, "must be written name:parameter=value,parameter=value")
         out[key.strip()] = parse_value(value)
+        if texts is not None:
+            texts[key.strip()] = value.strip()
     return out
 
 
@@ -215,8 +218,9 @@ def make_component(kind: str, value, *, field: str | None = None, **extra):
     field = field or kind
     if isinstance(value, base):
         return value
+    texts: dict[str, str] = {}
     if isinstance(value, str):
-        value = parse_flag(value)
+        value = parse_flag(value, texts)
     if isinstance(value, str):
         value = {"type": value}
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
@@ -224,6 +228,10 @@ def make_component(kind: str, value, *, field: str | None = None, **extra):
     params = dict(value)
     cls = component_class(kind, params.pop("type"), field)
     allowed = [f.name for f in dataclasses.fields(cls)]
+    for key, text in texts.items():  # a text parameter written `tag=3` on a command line is the text "3"
+        kinds = annotation_types(cls, key) if key in allowed else set()
+        if "str" in kinds and not kinds & {"bool", "int", "float", "list", "dict"} and params[key] is not None:
+            params[key] = params[key] if isinstance(params[key], str) else text  # `tag="3"`: the JSON string
     params.update({k: v for k, v in extra.items() if k in allowed and k not in params})
     for key in params:
         if key not in allowed:

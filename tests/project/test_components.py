@@ -219,7 +219,8 @@ def test_a_components_parameters_written_as_json_gives_them_are_stored_as_their_
 
 
 def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters_first_equals_sign_as_its_value():
-    """`name:p=v,q=w`: a text parameter's value may hold "=" itself (`tag=a=b` sets tag to "a=b")."""
+    """`name:p=v,q=w`: a text parameter's value may hold "=" itself (`tag=a=b` sets tag to "a=b"), and is the text
+    written even where it reads as a number or a boolean (`tag=3` sets tag to "3"; a number parameter gets 3)."""
 
     @dataclass(frozen=True)
     class TaggedMargin(Margin):
@@ -234,6 +235,14 @@ def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters
     try:
         margin = make_component("margin", "test-tagged-margin:tag=a=b,m=0.5")
         assert (margin.tag, margin.m) == ("a=b", 0.5)
+        margin = make_component("margin", "test-tagged-margin:tag=3,m=1")  # the text "3", the number 1.0
+        assert (margin.tag, margin.m) == ("3", 1)
+        assert make_component("margin", "test-tagged-margin:tag=true").tag == "true"
+        assert make_component("margin", 'test-tagged-margin:tag="3"').tag == "3"  # a JSON string is its content
+        with pytest.raises(
+            OptionError, match=r"^head\.margin\.tag=3 must be a string$"
+        ):  # in a dict it stays a number
+            make_component("margin", {"type": "test-tagged-margin", "tag": 3}, field="head.margin")
     finally:
         MARGIN_TYPES.pop("test-tagged-margin")
 
