@@ -258,7 +258,8 @@ class OutputHead(nn.Module):
         """Per-position statistics of the inference distribution p = softmax(logits) against labels (*), 0 where the
         label is `ignore_index`: `log_prob` log p(label), `entropy` −Σ p log p, and `rank`: the classes more probable
         than the label plus those as probable with a lower index (argmax's tie rule; ties are common in bf16), V where
-        p(label) = 0. `normalized=False`: the unnormalised log-score. Without gradient, in chunks of `chunk_size` rows,
+        p(label) = 0. `normalized=False`: the unnormalised log-score. Without gradient, in chunks of `chunk_size` rows
+        (None: the head's own `chunk_size` or `memory_budget` where its options have them, else the default rows),
         never the (N, V) logits; float64 for a float64 head, else float32."""
         with whole_parameters(self):  # a vocabulary-sharded W gathered once, not per chunk
             return self._statistics(hidden, labels, ignore_index, normalized, chunk_size)
@@ -280,7 +281,9 @@ class OutputHead(nn.Module):
             entropy = torch.special.entr(log_p.exp()).sum(-1)  # (n,)
             return torch.stack([label.squeeze(1), entropy, rank.to(log_p.dtype)], dim=1)
 
-        step = chunk_size or rows_per_chunk(rows.numel(), self.num_classes)
+        own, budget = getattr(self.options, "chunk_size", None), getattr(self.options, "memory_budget", None)
+        budget = None if budget is None else int(budget) << 20  # MiB of each chunk's float32 (rows, V) scores
+        step = chunk_size or own or rows_per_chunk(rows.numel(), self.num_classes, budget)
         per_row = map_chunks(chunk, (h[rows], y[rows]), (), step)  # (M, 3)
         out = {}
         for k, name in enumerate(("log_prob", "entropy", "rank")):

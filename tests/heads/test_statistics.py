@@ -76,6 +76,32 @@ def test_statistics_equal_those_of_the_full_logits(options):
         assert stats[name].shape == labels.shape and not stats[name][~valid].any()
 
 
+@pytest.mark.parametrize(
+    "options, argument, rows",
+    [
+        ({"memory_budget": 1}, None, [4, 4, 2]),  # 1 MiB of float32 scores at V = 2^16: 4 rows
+        ({"chunk_size": 3}, None, [3, 3, 3, 1]),
+        ({"chunk_size": 3}, 5, [5, 5]),  # the call's chunk_size over the head's
+        ({}, None, [10]),
+    ],
+    ids=["memory-budget", "chunk-size", "argument", "default"],
+)
+def test_statistics_chunk_as_the_heads_options_say(monkeypatch, options, argument, rows):
+    """A head whose options bound its chunks (`memory_budget`, `chunk_size`) computes its statistics in chunks of the
+    same rows, unless the call names its own `chunk_size`; the values are those of one pass over every row."""
+    seen = []
+    head = make_head(3, 1 << 16, {"family": "softmax", **options}).eval()
+    logits = head.logits
+    monkeypatch.setattr(head, "logits", lambda h: (seen.append(h.shape[0]), logits(h))[1])
+    hidden, labels = torch.randn(10, 3), torch.randint(0, 1 << 16, (10,))
+    stats = head.statistics(hidden, labels, chunk_size=argument)
+    assert seen == rows
+    seen.clear()
+    whole = head.statistics(hidden, labels, chunk_size=10)
+    for name, value in stats.items():
+        torch.testing.assert_close(value, whole[name])
+
+
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize(
     "counting",
