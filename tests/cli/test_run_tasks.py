@@ -139,17 +139,26 @@ def test_run_translation_sparse_end_to_end_under_accelerate(tmp_path):
 
 def test_run_translation_continuous_reports_its_target_coverage_in_one_step(tmp_path):
     """A continuous head's translation run reports how much of the training split's target side its embedding table
-    covers (words outside GloVe are <unk>), from one training step."""
+    covers (words outside GloVe are <unk>), from one training step; frequency centring and the target-side output
+    vocabulary are taken from that training split: the saved model outputs target words, not source words."""
+    from transformers import PreTrainedTokenizerFast
+
+    from hf_heads import HeadsForSeq2SeqLM
+
     out = tmp_path / "run"
     proc = run(
         "run_translation.py", "--output_dir", str(out), "--dataset_name", "bible-es-en", "--model_name_or_path",
         "tiny-bart", "--word_vocab_size", "3000", "--max_train_samples", "32", "--max_source_length", "24",
         "--max_target_length", "24", "--do_train", "--max_steps", "1", "--per_device_train_batch_size", "8",
-        "--head", "continuous", *QUIET,
+        "--head", "continuous", "--center_embeddings", "frequency", "--output_vocabulary", "targets", *QUIET,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())
     assert 0.5 < summary["target_token_coverage"] <= 1.0 and summary["head"]["family"] == "continuous"
+    assert summary["head"]["center_embeddings"] == "frequency"
+    mask, tok = HeadsForSeq2SeqLM.from_pretrained(out).head.output_mask, PreTrainedTokenizerFast.from_pretrained(out)
+    words = set(tok.convert_ids_to_tokens(mask.nonzero().flatten().tolist()))
+    assert {"the", "and", "</s>"} <= words and {"y", "de"} <= tok.get_vocab().keys() - words  # source side: out
 
 
 @pytest.mark.slow  # suite time: translation's default end-to-end run is the sparse one under accelerate

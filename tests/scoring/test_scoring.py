@@ -392,6 +392,8 @@ def test_rescore_nbest_bad_records_name_the_index_and_field():
         rescore_nbest([{"id": 1}], [[0.0]], lm_weight=1.0)
     with pytest.raises(ValueError, match=r"lm_scores\[1\] is \[0.0\]: 2 numbers"):
         rescore_nbest(NBEST, [[0.0, 0.0], [0.0]], lm_weight=1.0)
+    with pytest.raises(ValueError, match=r"^lm_scores has 1 rows but nbest has 2 records$"):
+        rescore_nbest(NBEST, [[0.0, 0.0]], lm_weight=1.0)
     with pytest.raises(ValueError, match="lm_scores has 3 scores but nbest has 4 hypotheses"):
         rescore_nbest(NBEST, [0.0, 0.0, 0.0], lm_weight=1.0)
     with pytest.raises(ValueError, match="lm_weight=nan must be a finite number"):
