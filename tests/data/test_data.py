@@ -223,6 +223,25 @@ def test_head_tail_truncation_keeps_both_ends_and_special_tokens():
         encode_head_tail(bert, ["a"], max_length=7, head_length=9)
 
 
+class _FirstWordTaggingTokenizer:
+    """Adds its special token by rewriting the text's first token instead of around the text."""
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
+        ids = [10 + len(word) for word in text.split()]
+        return {"input_ids": [ids[0] + 100, *ids[1:]] if add_special_tokens else ids}
+
+
+def test_head_tail_truncation_refuses_a_tokenizer_whose_specials_rewrite_the_text():
+    """The text's tokens must appear unchanged between the specials for head+tail to keep them: a tokenizer whose
+    template rewrites them is refused, naming its class."""
+    from hf_heads.data.tokenization import encode_head_tail
+
+    with pytest.raises(
+        ValueError, match="^cannot locate the text inside _FirstWordTaggingTokenizer's special-token template$"
+    ):
+        encode_head_tail(_FirstWordTaggingTokenizer(), ["one two three"], max_length=8)
+
+
 def test_causal_lm_word_tokenizer_generates_after_the_prompt(tmp_path):
     """A causal LM's word-level tokenizer (`add_eos=False`): a prompt gets no </s>, decoding puts a space before
     every word (lowercased, as documented), so `pipeline("text-generation")` returns the prompt followed by

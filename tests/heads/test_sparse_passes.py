@@ -70,6 +70,15 @@ def test_a_sparse_evaluation_selects_the_top_k_once_per_chunk_and_ranks_no_whole
     assert torch.allclose(sums[0], nll[valid].sum().to(sums.dtype), rtol=1e-5)
 
 
+def test_the_evaluation_sums_are_kept_on_the_heads_device():
+    """The evaluation sums are kept where the head's weights are, so an accelerator's passes add to them without a copy
+    to the host and the processes' all-reduce takes them as they are (the meta device stands for an accelerator)."""
+    head = sparse_head().to("meta")
+    head.record_eval_sums()
+    sums = head.take_eval_sums()
+    assert sums.device == torch.device("meta") and sums.dtype == torch.float64 and sums.shape == (3,)
+
+
 def test_a_sparse_training_step_takes_its_argmax_from_the_top_k():
     head = sparse_head().train()
     head.record_accuracy()

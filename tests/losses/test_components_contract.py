@@ -33,7 +33,7 @@ from conftest import chunked, with_impl
 from extensions import COMPONENTS, EXTENSIONS, KERNELS
 from extensions import kernel as extension_kernel
 
-from hf_heads.components import REGISTRIES, component_config, register
+from hf_heads.components import REGISTRIES, component_base, component_config, register
 from hf_heads.heads.registry import component_modules
 from hf_heads.losses import CHUNK_KERNELS, Impl, output_loss, presets
 from hf_heads.losses.chunks import ChunkKernel, register_kernel
@@ -400,6 +400,17 @@ def test_registering_a_continuous_loss_without_its_reference_is_an_error():
     with pytest.raises(TypeError, match="does not define reference: every continuous_loss component defines its ref"):
         register("continuous_loss")(NoReference)
     assert "no-reference" not in REGISTRIES["continuous_loss"]
+
+
+def test_a_misspelled_component_kind_is_refused_naming_every_kind():
+    """A base class or a component declared for an unknown kind is refused with the kinds that exist, spelled out."""
+    kinds = "margin, word_norm, context_norm, sampling_method, noise, criterion, continuous_loss, kernel"
+    with pytest.raises(ValueError) as base_err:
+        component_base("critrion")
+    assert str(base_err.value) == f"unknown component kind 'critrion'; kinds: {kinds}"
+    with pytest.raises(ValueError) as component_err:
+        register("critrion")
+    assert str(component_err.value) == f"unknown component kind 'critrion'; kinds: {kinds}, family"
 
 
 def test_a_chunk_kernel_is_a_component_and_a_head_records_where_its_kernel_comes_from():

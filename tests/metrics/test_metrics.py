@@ -46,8 +46,8 @@ def test_every_module_loads_by_path_with_evaluate():
 
     assert set(METRICS) == {"bleu", "sacrebleu", "rouge", "accuracy", "f1", "precision", "recall", "perplexity"}
     for name in METRICS:
-        module = evaluate.load(path(name))
-        assert module.name == name and isinstance(module, evaluate.Metric)
+        module = evaluate.load(path(name), module_type="metric")
+        assert module.name == name and module.module_type == "metric" and isinstance(module, evaluate.Metric)
     f1 = evaluate.load(path("f1"))
     assert f1.compute(predictions=[0, 1, 1], references=[0, 1, 0]) == {"f1": pytest.approx(2 / 3)}
     with pytest.raises(ValueError, match="metric='meteor' is not allowed"):
@@ -328,6 +328,12 @@ def test_classification_modules_reproduce_evaluate_examples(loaded):
     assert acc.compute(predictions=a_pred, references=a_ref, normalize=False) == {"accuracy": 3.0}
     weighted = acc.compute(predictions=a_pred, references=a_ref, sample_weight=[0.5, 2, 0.7, 0.5, 9, 0.4])
     assert weighted == {"accuracy": 0.8778625954198473}
+
+
+@pytest.mark.parametrize("name", ["accuracy", "f1", "precision", "recall"])
+def test_classification_modules_link_to_the_scikit_learn_function_they_compute(loaded, name):
+    url = f"https://scikit-learn.org/stable/modules/generated/sklearn.metrics.{name}_score.html"
+    assert loaded(name).reference_urls == [url]
 
 
 @pytest.mark.parametrize("name", ["precision", "recall", "f1"])

@@ -14,13 +14,14 @@ from hf_heads.data import label_counts
 
 
 def test_label_counts_of_a_dataset_longer_than_one_batch():
-    """label_counts reads the dataset 1000 rows at a time: every batch counts, not only the last one."""
+    """label_counts reads the dataset 1000 rows at a time: every batch counts, not only the last one, summed in
+    float64 (exact past 2**24 labels of a class, where float32 stops counting one by one)."""
     g = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 7, (2500, 3), generator=g)
     labels[::5, 0] = -100
     got = label_counts(Dataset.from_dict({"labels": labels.tolist()}), 7)
     kept = labels[labels != -100]
-    assert got.tolist() == [float((kept == c).sum()) for c in range(7)]
+    assert got.dtype == torch.float64 and got.tolist() == [float((kept == c).sum()) for c in range(7)]
     assert got.sum() == kept.numel()
 
 
