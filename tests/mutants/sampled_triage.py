@@ -424,4 +424,75 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/heads/test_registry.py::test_options_coerce_what_json_and_the_command_line_change",
     ),
+    "hf_heads/scoring/rescore.py:d955d8d45e": (
+        "test",
+        "tests/scoring/test_scoring.py::test_rescore_nbest_bad_records_name_the_index_and_field",
+    ),
+    "hf_heads/scoring/__main__.py:a4653baa70": (
+        "equivalent",
+        "token_log_probs always returns exactly one row per text (its result list is sized len(texts) up front), "
+        "so strict=True on zip(texts, rows) can never raise",
+    ),
+    "hf_heads/cli/seq2seq.py:9af76e9385": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_run_translation_continuous_reports_its_target_coverage_in_one_step",
+    ),
+    "hf_heads/cli/seq2seq.py:c02337ded8": (
+        "equivalent",
+        "the predictions come from trainer.predict(tokenized['test']), which has exactly the rows of raw['test'] "
+        "(map without filtering; gather_for_metrics trims padding), so the three zipped sequences always have the "
+        "same length",
+    ),
+    "hf_heads/training/cards.py:2524cdc23f": (
+        "equivalent",
+        "Python looks up codec names without regard to case: 'UTF-8' and 'utf-8' are the same codec",
+    ),
+    "hf_heads/metrics/modules/accuracy.py:7272756b32": (
+        "test",
+        "tests/metrics/test_metrics.py::test_classification_modules_link_to_the_scikit_learn_function_they_compute[accuracy]",
+    ),
+    "hf_heads/metrics/modules/bleu.py:4b643b3265": (
+        "equivalent",
+        "a datasets.Value's id is metadata that evaluate never reads (features repr, format errors and scores are "
+        "the same)",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:043a6b5ecc": (
+        "test",
+        "tests/metrics/test_metrics.py::test_every_module_loads_by_path_with_evaluate",
+    ),
+    "hf_heads/data/corpora.py:b839a3838d": (
+        "equivalent",
+        "np.load returns a fresh writeable float32 array: copying it gives the same values, dtype and flags (only "
+        "a transient extra copy)",
+    ),
+    "hf_heads/data/tokenization.py:b448df73fc": (
+        "test",
+        "tests/data/test_data.py::test_head_tail_truncation_refuses_a_tokenizer_whose_specials_rewrite_the_text",
+    ),
+    "hf_heads/data/tokenization.py:cb724e70ff": (
+        "test",
+        "tests/training/test_training_guards.py::test_label_counts_of_a_dataset_longer_than_one_batch",
+    ),
+    "hf_heads/components.py:e88e83fc96": (
+        "test",
+        "tests/losses/test_components_contract.py::test_a_misspelled_component_kind_is_refused_naming_every_kind",
+    ),
+    "hf_heads/heads/registry.py:b6939e6a8f": (
+        "equivalent",
+        "no component class has __module__ == 'hf_heads': hf_heads/__init__.py defines no classes and export "
+        "refuses to copy the top-level package, so only the 'hf_heads.' and 'hf_heads_' tests ever match",
+    ),
+    "hf_heads/__init__.py:3c0cc98cdd": (
+        "test",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads]",
+    ),
+    "hf_heads/heads/base.py:859af58007": (
+        "test",
+        "tests/heads/test_sparse_passes.py::test_the_evaluation_sums_are_kept_on_the_heads_device",
+    ),
+    "hf_heads/heads/softmax.py:e65ce0dd9e": (
+        "equivalent",
+        "top_k(True) and top_k(False) are both None (softmax) or both ints (sparse: k and decode_k, which defaults "
+        "to k), and no other class overrides top_k, so 'is None' gives the same answer for either",
+    ),
 }
