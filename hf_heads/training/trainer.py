@@ -163,13 +163,14 @@ class _HeadsTrainerMixin:
     def __init__(self, *args, **kwargs):
         model = kwargs.get("model", args[0] if args else None)
         arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        smoothing = getattr(arguments, "label_smoothing_factor", 0.0)
+        if smoothing:  # refused before the model takes the flags' head (or is moved): a refusal changes nothing
+            raise ValueError(
+                f"--label_smoothing_factor={smoothing} smooths logits that hf_heads heads do not return in training; "
+                "use the head's own option (--head sparse --head_label_smoothing 0.1)"
+            )
         bind_arguments_head(model, arguments, kwargs.get("processing_class"), kwargs.get("train_dataset"))
         super().__init__(*args, **kwargs)
-        if getattr(self.args, "label_smoothing_factor", 0.0):
-            raise ValueError(
-                f"--label_smoothing_factor={self.args.label_smoothing_factor} smooths logits that hf_heads heads do "
-                "not return in training; use the head's own option (--head sparse --head_label_smoothing 0.1)"
-            )
 
     def call_model_init(self, trial=None):
         """The Trainer's `model_init` call, its model then given the arguments' head (`bind_arguments_head`)."""

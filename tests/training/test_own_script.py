@@ -105,6 +105,25 @@ def test_head_flags_come_from_the_training_arguments_alone(base, tmp_path):
     assert HeadsForCausalLM.from_pretrained(path).config.head["family"] == "softmax"
 
 
+def test_label_smoothing_factor_is_refused_before_the_flags_head_reaches_the_model(base, tmp_path):
+    """transformers' --label_smoothing_factor smooths logits the heads do not return in training: refused, naming the
+    head's own option, with the model left as it was (its checkpoint head, not the flags' margin head)."""
+    path, _, ids = base
+    _, _, training_args = _args(
+        tmp_path, ["--model_name_or_path", path, *MARGIN], extra=["--label_smoothing_factor", "0.1"]
+    )
+    model = HeadsForCausalLM.from_pretrained(path)
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    with pytest.raises(ValueError) as err:
+        HeadsTrainer(model=model, args=training_args, train_dataset=data, data_collator=default_data_collator)
+    assert str(err.value) == (
+        "--label_smoothing_factor=0.1 smooths logits that hf_heads heads do not return in training; use the head's "
+        "own option (--head sparse --head_label_smoothing 0.1)"
+    )
+    assert model.config.head["family"] == "softmax" and model.head.family == "softmax"
+    assert model.head_origin == "checkpoint"
+
+
 def test_from_pretrained_of_a_base_checkpoint_refuses_from_tf(base):
     with pytest.raises(ValueError, match="from_tf=True"):
         HeadsForCausalLM.from_pretrained(base[0], from_tf=True)
