@@ -46,7 +46,8 @@ class SoftmaxHeadOptions(HeadOptions):
             "help": "MiB of each chunk's (tokens, V) block of logits in the chunked loss, from which the tokens per "
             "chunk follow (at least one; not with chunk_size). A larger budget reads the output weight and writes its "
             "gradient fewer times per step; memory grows with it. Default: 32 MiB but at least 512 tokens on a CPU, "
-            "up to 1 GiB on a GPU."
+            "up to 1 GiB on a GPU. A sampled head's training scores K candidates, no (tokens, V) block: there it "
+            "bounds the evaluation's full-vocabulary passes and the token statistics."
         },
     )
     chunk_kernel: str | None = field(
