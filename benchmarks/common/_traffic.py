@@ -58,6 +58,7 @@ def step_bytes(
     grad_in_gemm_dtype: bool = True,
     rounds_while_scaling: bool = True,
     word_norm: bool = False,
+    top_k: int | None = None,
 ) -> dict[str, int]:
     """The bytes of one forward + backward step of `impl` (one of `IMPLEMENTATIONS`), itemised: "(rows, V)" and
     "(V, H)" totals and the step's sum "total".
@@ -85,7 +86,12 @@ def step_bytes(
     word_norm: a margin head's word norm f(c) / ‖W_c‖ (hf_heads.losses.scorer), the passes it adds over (V, H)
     besides the column scale's: ‖W_c‖ reads W; d s_c = A_c · w_c reads the accumulator A and W; d W = s ∘ A scales A
     (see rounds_while_scaling); the norms' backward adds d‖W_c‖ ∘ W into d W (reads W and d W, writes d W). Implies
-    column_scale."""
+    column_scale.
+
+    top_k: a sparse head's k < V (hf_heads.losses.kernels.EagerKernel._sparse, which every kernel runs for it): the
+    logits GEMM and `torch.topk` over each chunk's block; only the k kept columns and the target's have a gradient,
+    so d h and d W gather / scatter k + 1 rows of W per token instead of two (rows, V) x (V, H) GEMMs. Those row-wise
+    passes (N (k + 1) H entries) are counted on the (V, H) side: they are the weight's traffic."""
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
     nv, vh = n * vocab, vocab * hidden
@@ -126,6 +132,30 @@ def step_bytes(
     elif impl == "floor":
         rows["three GEMMs: write z, read it twice"] = 3 * nv * gemm
         mats["three GEMMs: read W twice, write d W"] = 3 * vh * gemm
+    elif impl.startswith("hf_heads") and top_k is not None and top_k < vocab:
+        chunks = math.ceil(n / (chunk_rows or n))
+        kept = n * (top_k + 1) * hidden  # (N, k + 1, H): the kept columns' and the target's rows
+        if weight != gemm:
+            mats["cast W to the GEMM dtype once (read, write)"] = vh * (weight + gemm)
+        mats["logits GEMM reads W, per chunk"] = chunks * vh * gemm
+        mats["d h: W's k + 1 rows per token gathered (read, write), then read by the bmm"] = 3 * kept * gemm
+        if not frozen:
+            mats["zero the float32 d W accumulator (it is scattered into)"] = vh * acc
+            mats["d W: the (N, k + 1, H) products written, read, added into their rows (read, write)"] = 4 * kept * acc
+            if weight != acc or scales_by_grad_out:
+                mats["d loss · d W in one pass (read, write)"] = vh * (acc + weight)
+        grad_into_dot_grad(weight)
+        workspace = 4  # the eager kernel's float32 logits
+        if gemm == workspace:
+            rows["logits GEMM writes the workspace"] = nv * gemm
+        elif gemm_writes_float32:
+            rows["logits GEMM writes float32 logits (mm out_dtype)"] = nv * workspace
+        else:
+            rows["logits GEMM writes a half product"] = nv * gemm
+            rows["product cast to float32 (read, write)"] = nv * (gemm + workspace)
+        if bias:
+            rows["+ b (read, write)"] = nv * 2 * workspace
+        rows["torch.topk reads the block"] = nv * workspace
     elif impl.startswith("hf_heads"):
         kernel = impl.split("-", 1)[1]
         fused_math = kernel != "eager"  # the compiled and Triton kernels: bias, scale and gradient cast in their math
@@ -256,6 +286,10 @@ def kernel_changes_table(n: int = 8192, hidden: int = 2304, vocab: int = 256_000
          dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, rounds_while_scaling=False, **ours)),
         ("+ s ∘ d W in the d loss pass", "hf_heads-triton",
          dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, **ours)),
+        ("sparse k=20 (every kernel runs the eager top-k path), 1024-row chunks", "hf_heads-triton",
+         dict(chunk_rows=1024, gemm_writes_float32=True, top_k=20, **ours)),
+        ("sparse k=20, memory_budget=2048 (4 chunks of 2097 float32 rows)", "hf_heads-triton",
+         dict(chunk_rows=2097, gemm_writes_float32=True, top_k=20, **ours)),
     ]  # fmt: skip
     half = dict(n=n, hidden=hidden, vocab=vocab, gemm=2, weight=2, bias=False)
     rows += [

@@ -131,3 +131,26 @@ def test_a_memory_budget_cuts_the_weight_side_at_the_gemma_sized_row():
     assert by_budget < 25e9 < 60e9 < default
     master = [step_bytes("hf_heads-triton-half", **gemma, weight=4, chunk_rows=r)["(V, H)"] for r in (rows, 1024)]
     assert 27e9 < master[0] < 28e9 < 69e9 < master[1]
+
+
+def test_a_sparse_heads_gathered_rows_by_hand():
+    """top_k = 2 < V = 5, two chunks of 2 rows: the logits GEMM per chunk and torch.topk over the float32 block, then
+    d h and d W through the k + 1 = 3 gathered rows of W per token (4 · 3 · 3 = 36 entries), every kernel alike; a
+    k that keeps every class is the dense path."""
+    bf16 = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True, top_k=2)
+    # (V, H): W to bf16 15·6; W read by 2 logits GEMMs 2·15·2; the rows gathered, written and read by the bmm 3·36·2;
+    # the accumulator zeroed 15·4; the (N, 3, H) products written, read and added into their rows 4·36·4; d W times
+    # d loss 15·8; into .grad 3·15·4
+    assert bf16["(V, H)"] == 90 + 60 + 216 + 60 + 576 + 120 + 180
+    # (rows, V): half product 20·2, cast to float32 20·6, + b 20·8, topk reads it 20·4
+    assert bf16["(rows, V)"] == 40 + 120 + 160 + 80
+    fp32 = step_bytes("hf_heads-eager", **SMALL, chunk_rows=2, top_k=2)
+    assert fp32["(V, H)"] == 2 * 15 * 4 + 3 * 36 * 4 + 15 * 4 + 4 * 36 * 4 + 3 * 15 * 4  # no cast, no d loss pass
+    assert fp32["(rows, V)"] == 20 * 4 + 20 * 8 + 20 * 4
+    assert step_bytes("hf_heads-eager", **SMALL, chunk_rows=2, top_k=5) == step_bytes(
+        "hf_heads-eager", **SMALL, chunk_rows=2
+    )
+    gemma = dict(n=8192, hidden=2304, vocab=256_000, gemm=2, weight=4, scales_by_grad_out=True)
+    sparse = step_bytes("hf_heads-triton", **gemma, chunk_rows=1024, gemm_writes_float32=True, top_k=20)
+    dense = step_bytes("hf_heads-triton", **gemma, chunk_rows=1024, gemm_writes_float32=True)
+    assert sparse["total"] < 0.65 * dense["total"]  # one (rows, V) x (V, H) GEMM per chunk instead of three
