@@ -103,6 +103,15 @@ def step_bytes(
         if not frozen:
             mats["add into .grad: read both, write one"] = 3 * vh * size
 
+    def logits_written(workspace: int) -> None:  # hf_heads' logits GEMM into a chunk's workspace of that itemsize
+        if workspace == gemm:
+            rows["logits GEMM writes the workspace"] = nv * gemm
+        elif gemm_writes_float32:
+            rows["logits GEMM writes float32 logits (mm out_dtype)"] = nv * workspace
+        else:
+            rows["logits GEMM writes a half product"] = nv * gemm
+            rows["product cast to the float32 workspace (read, write)"] = nv * (gemm + workspace)
+
     if impl in ("naive", "naive-upcast"):
         half = gemm < 4
         if weight != gemm:
@@ -146,13 +155,7 @@ def step_bytes(
                 mats["d loss · d W in one pass (read, write)"] = vh * (acc + weight)
         grad_into_dot_grad(weight)
         workspace = 4  # the eager kernel's float32 logits
-        if gemm == workspace:
-            rows["logits GEMM writes the workspace"] = nv * gemm
-        elif gemm_writes_float32:
-            rows["logits GEMM writes float32 logits (mm out_dtype)"] = nv * workspace
-        else:
-            rows["logits GEMM writes a half product"] = nv * gemm
-            rows["product cast to float32 (read, write)"] = nv * (gemm + workspace)
+        logits_written(workspace)
         if bias:
             rows["+ b (read, write)"] = nv * 2 * workspace
         rows["torch.topk reads the block"] = nv * workspace
@@ -194,13 +197,7 @@ def step_bytes(
                 mats["word norm backward: d W += d‖W_c‖ ∘ W (read both, write)"] = vh * 3 * weight
         if word_norm:
             mats["word norm: ‖W_c‖ reads W"] = vh * weight
-        if workspace == gemm:
-            rows["logits GEMM writes the workspace"] = nv * gemm
-        elif gemm_writes_float32:
-            rows["logits GEMM writes float32 logits (mm out_dtype)"] = nv * workspace
-        else:
-            rows["logits GEMM writes a half product"] = nv * gemm
-            rows["product cast to the float32 workspace (read, write)"] = nv * (gemm + workspace)
+        logits_written(workspace)
         in_kernel = fused_math if bias_in_kernel is None else bias_in_kernel
         if (bias or column_scale or word_norm) and not in_kernel:
             rows["s ∘ z + b (read, write)"] = nv * 2 * workspace
