@@ -22,6 +22,7 @@ from hf_heads.losses.chunks import map_chunks, rows_per_chunk
 # the built-in chunk kernels register on import; a head's `chunk_kernel` option names one (the code saved with a model
 # has no package __init__ that would import them: these lines carry them)
 from hf_heads.losses.kernels import EagerKernel  # noqa: F401
+from hf_heads.losses.parts import check_chunking
 from hf_heads.losses.reduction import IGNORE_INDEX, RowCounting
 from hf_heads.losses.triton_kernel import TritonKernel  # noqa: F401
 from hf_heads.losses.vocab_parallel import whole_parameters
@@ -281,8 +282,8 @@ class OutputHead(nn.Module):
             entropy = torch.special.entr(log_p.exp()).sum(-1)  # (n,)
             return torch.stack([label.squeeze(1), entropy, rank.to(log_p.dtype)], dim=1)
 
-        own, budget = getattr(self.options, "chunk_size", None), getattr(self.options, "memory_budget", None)
-        budget = None if budget is None else int(budget) << 20  # MiB of each chunk's float32 (rows, V) scores
+        own = getattr(self.options, "chunk_size", None)
+        budget = check_chunking(own, getattr(self.options, "memory_budget", None))  # bytes of a chunk's (rows, V)
         step = chunk_size or own or rows_per_chunk(rows.numel(), self.num_classes, budget)
         per_row = map_chunks(chunk, (h[rows], y[rows]), (), step)  # (M, 3)
         out = {}
