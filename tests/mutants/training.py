@@ -304,5 +304,18 @@ MUTANTS: list[Mutant] = [
       "            option, value = name.strip(), text\n",
       selection("tests/project/test_toy_components.py::test_head_options_set_what_has_no_flag_and_errors_name_them"),
       "--head_options margin={...} gives the margin option a string: refused, or a number read as text"),
+    m("table-data-read-after-the-head-changed", "training/trainer.py",
+      "        data = table_data(section, inner.head.num_classes, train_dataset)", "        data = None",
+      selection("tests/training/test_own_script.py::"
+                "test_a_continuous_head_from_flags_that_reads_the_training_targets_needs_a_training_set"),
+      "a continuous head from flags without the training set it needs is refused after the model took the head"),
+    m("label-smoothing-factor-accepted", "training/trainer.py",
+      '        smoothing = getattr(arguments, "label_smoothing_factor", 0.0)', "        smoothing = 0.0",
+      selection("tests/training/test_own_script.py::"
+                "test_label_smoothing_factor_is_refused_before_the_flags_head_reaches_the_model"),
+      "--label_smoothing_factor, which smooths logits the heads do not return, is accepted and ignored"),
+    m("card-pipeline-tag-always-text-generation", "training/cards.py", '"pipeline_tag": task_type,',
+      '"pipeline_tag": "text-generation",', selection(f"{CARDS}::test_seq2seq_card_shows_generate_not_pipelines"),
+      "a translation model's card files it under text-generation on the Hub"),
 ]
 # fmt: on
