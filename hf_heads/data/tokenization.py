@@ -135,7 +135,7 @@ def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_length: 
     padding."""
     prefix, suffix = _special_affixes(tokenizer)
     budget = max_length - len(prefix) - len(suffix)
-    if budget < 2:
+    if budget < 1:
         raise ValueError(f"max_length={max_length} leaves no room for text after {len(prefix) + len(suffix)} specials")
     head = budget // 4 if head_length is None else head_length
     if not 0 <= head <= budget:

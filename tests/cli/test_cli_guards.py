@@ -187,6 +187,18 @@ def test_each_setting_of_a_built_in_backbone_reaches_its_config(name):
         assert getattr(config, key) == value, (name, key)
 
 
+@pytest.mark.parametrize("name", ["tiny-bart", "tiny-marian"])
+def test_built_in_encoder_decoder_backbones_initialise_at_the_scale_of_d_model(name):
+    """tiny-bart / tiny-marian start from weights of std d_model ** -0.5 (0.088 at d_model 128), not BART's 0.02 that
+    leaves the cross-attention nearly off (docs/results/seq2seq_recipes/README.md)."""
+    from hf_heads.cli.seq2seq import ModelArguments, build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelArguments(model_name_or_path=name), SOFTMAX, build_word_tokenizer(["the king spoke"]))
+    layers = [p.flatten() for n, p in model.backbone.named_parameters() if ".layers." in n and p.dim() == 2]
+    assert torch.cat(layers).std().item() == pytest.approx(model.backbone.config.d_model**-0.5, rel=0.05)
+
+
 def test_built_in_causal_backbones_have_a_512_token_context():
     """tiny-gpt2 (make demo's and README's backbone) and tiny-llama hold 512 positions: the same texts and
     --block_size values fit whichever of the two a run uses."""

@@ -371,7 +371,9 @@ def test_data_and_model_errors_are_one_line_and_exit_2(
 
 
 def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):
-    """Any transformers / huggingface_hub OSError the scripts do not catch themselves (a model it cannot find)."""
+    """Any transformers / huggingface_hub / datasets OSError the scripts do not catch themselves (a model or a Hub
+    dataset it cannot reach)."""
+    import datasets
     from transformers import AutoConfig
 
     from hf_heads.cli.errors import main_wrapper
@@ -381,6 +383,11 @@ def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "local directories" in err[0] and "minilm" in err[0]
+    with pytest.raises(SystemExit) as exit_info:  # offline: a ConnectionError raised inside datasets
+        main_wrapper(lambda: datasets.load_dataset_builder("no-such-org/no-such-dataset"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "'no-such-org/no-such-dataset'" in err[0], err
     with pytest.raises(OSError):  # the script's own I/O errors keep their traceback
         main_wrapper(lambda: open(tmp_path, "w"))  # noqa: SIM115 (IsADirectoryError)
 

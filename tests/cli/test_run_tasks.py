@@ -573,6 +573,21 @@ def test_task_scripts_bad_input_is_one_line_and_exit_2(label_files, tmp_path, sc
     assert len(lines) == 1 and message in lines[0], stderr[-3000:]
 
 
+def test_seq2seq_evaluation_of_a_built_in_backbone_without_a_training_split(label_files, tmp_path, script_error):
+    """A built-in backbone's word-level tokenizer is built from the training text: evaluating a new one with only a
+    validation split is one error line saying what to give instead."""
+    _, valid = label_files
+    code, stderr = script_error(
+        "run_summarization.py", "--output_dir", tmp_path / "o", "--model_name_or_path", "tiny-bart",
+        "--validation_file", valid, "--source_column", "sentence", "--target_column", "topic", "--do_eval", *QUIET,
+    )  # fmt: skip
+    assert code == 2, stderr[-3000:]
+    assert [line for line in stderr.strip().splitlines() if line.startswith("error:")] == [
+        "error: --model_name_or_path='tiny-bart' is a built-in backbone whose word-level tokenizer is built from the "
+        "training text: give --train_file too, or --model_name_or_path of a trained model to evaluate"
+    ], stderr[-3000:]
+
+
 def test_seq2seq_evaluation_of_a_head_that_needs_word_counts_without_a_training_split(label_files, tmp_path,
                                                                                      script_error):  # fmt: skip
     """Evaluating (no --do_train) a new model whose head needs word counts, with no training split to count them

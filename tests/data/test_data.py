@@ -223,6 +223,19 @@ def test_head_tail_truncation_keeps_both_ends_and_special_tokens():
         encode_head_tail(bert, ["a"], max_length=7, head_length=9)
 
 
+def test_head_tail_truncation_fits_text_down_to_one_token_after_the_specials():
+    """A max_length that leaves room for one or two tokens after the specials keeps the text's last ones; one that
+    leaves none is refused."""
+    from hf_heads.data.tokenization import encode_head_tail
+
+    text = " ".join(f"w{i}" for i in range(40))
+    word = data.build_word_tokenizer([text])  # one special: </s> after the text
+    for max_length, kept in ((2, "w39"), (3, "w38 w39")):
+        assert encode_head_tail(word, [text], max_length=max_length)["input_ids"] == [word(kept)["input_ids"]]
+    with pytest.raises(ValueError, match="^max_length=1 leaves no room for text after 1 specials$"):
+        encode_head_tail(word, [text], max_length=1)
+
+
 class _FirstWordTaggingTokenizer:
     """Adds its special token by rewriting the text's first token instead of around the text."""
 
