@@ -10,6 +10,7 @@ from conftest import seq2seq_batch, tiny_enc_dec_config
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
 from hf_heads.heads import ContinuousHead, head_dict, head_options
+from hf_heads.heads.continuous import OUTPUT_VOCABULARIES
 
 V, D = 50, 8
 
@@ -173,11 +174,15 @@ def test_output_vocabulary_restricts_decoding_and_is_saved(loss, tmp_path):
         assert torch.equal(loaded(input_ids=x, attention_mask=mask, labels=y).logits, logits)
 
 
-def test_cosine_softmax_decoding_logits_are_its_training_logits():
-    """cosine-softmax: softmax of the inference logits is the distribution the loss is the NLL of."""
-    model = _options_model(loss="cosine-softmax", logit_scale=15.0).eval()
-    hidden = torch.randn(6, 32)
+@pytest.mark.parametrize("vocabulary", OUTPUT_VOCABULARIES)
+def test_cosine_softmax_decoding_logits_are_its_training_logits(vocabulary):
+    """cosine-softmax: softmax of the inference logits is the distribution the loss is the NLL of (with the target-side
+    output vocabulary, a softmax over its words alone)."""
+    model = _options_model(loss="cosine-softmax", logit_scale=15.0, output_vocabulary=vocabulary).eval()
     labels = torch.tensor([4, 9, 9, 0, 49, 17])
+    if vocabulary == "targets":
+        model.head.set_output_vocabulary(torch.cat([labels, torch.arange(20, 30)]))
+    hidden = torch.randn(6, 32)
     with torch.no_grad():
         nll = F.cross_entropy(model.head.logits(hidden), labels)
         torch.testing.assert_close(model.head.loss(hidden, labels), nll)

@@ -148,6 +148,21 @@ def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
             assert entry.head(6, 13).options == head_options({"family": name}), name
 
 
+def test_a_head_built_on_its_own_starts_near_the_uniform_distribution():
+    """`make_head` outside a model (no `post_init` initialises it): a new head of every discrete family starts with
+    small weights, as a new model's does, so its inference distribution is near uniform over the classes it keeps."""
+    torch.manual_seed(0)
+    hidden = torch.randn(32, 16)
+    for name, entry in FAMILIES.items():
+        if entry.head.uses_embedding_table:  # (its classes are the rows of the embedding table it is given)
+            continue
+        with torch.no_grad():
+            log_probs = make_head(16, 50, {"family": name}).eval().logits(hidden).log_softmax(-1)
+        kept = log_probs.isfinite()
+        uniform = -kept.sum(-1, keepdim=True).log()
+        assert float((log_probs - uniform)[kept].abs().max()) < 1.0, name
+
+
 def test_another_class_cannot_take_a_familys_name():
     """Registering the family's own class again changes nothing; another head class under its name is refused,
     naming both classes (a same-named class of another module included: never silently the first or the last)."""

@@ -63,7 +63,7 @@ TOP_K = (2, 5)  # the same-pass top-k accuracy counts: the targets' ranks
 
 def test_two_processes_with_a_vocabulary_sharded_head_match_one_process(tmp_path):
     result = run_workers(__file__, WORLD, tmp_path, TIMEOUT)
-    others = {"causal LM", "exact ties", "float64 gradcheck"}
+    others = {"causal LM", "exact ties", "lse alone", "float64 gradcheck"}
     assert set(result) == set(HEADS) | {f"refused: {name}" for name in REFUSED} | others
     for name, checks in result.items():
         if name.startswith("refused"):
@@ -173,6 +173,21 @@ def _ties(mesh) -> dict[str, list[float]]:
     except OptionError as error:
         assert "kernel='compiled' is not used with a vocabulary-sharded weight" in str(error), error
     return {"predictions": diff(got.predictions, want.predictions), "ranks": diff(got.target_rank, want.target_rank)}
+
+
+def _lse_alone(mesh) -> dict[str, list[float]]:
+    """Each row's logsumexp asked for without the z-loss (`returns=("lse",)`): a `LossResult`, its loss and lse those
+    of one process with the whole W."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from hf_heads.losses import LossResult, output_loss
+
+    hidden, labels = _inputs()
+    w = torch.randn(V, H, generator=torch.Generator().manual_seed(7))
+    want = output_loss(hidden, w, None, labels, returns=("lse",))
+    got = output_loss(hidden, distribute_tensor(w, mesh, [Shard(0)]), None, labels, returns=("lse",))
+    assert isinstance(got, LossResult) and got.lse is not None, got
+    return {"loss": diff(got.loss, want.loss), "lse": diff(got.lse, want.lse)}
 
 
 def _refused(options: dict, mesh, counts, rank: int, differs: bool, **counting) -> str:
@@ -320,6 +335,7 @@ def _worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     results["refused: reduction avg"] = _refused({"family": "margin"}, mesh, counts, rank, False, reduction="avg")
     results["causal LM"] = worst_over_ranks(_model(mesh))
     results["exact ties"] = worst_over_ranks(_ties(mesh))
+    results["lse alone"] = worst_over_ranks(_lse_alone(mesh))
     results["float64 gradcheck"] = worst_over_ranks(_gradcheck(mesh))
     results["refused: tied model"] = _tied(mesh)
     finish(results, rank, out_file)

@@ -146,6 +146,17 @@ def test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it(tmp_pat
         assert str(refused.value).endswith(message), (source, str(refused.value))
 
 
+def test_from_pretrained_naming_neither_a_checkpoint_nor_a_config_fails_as_a_transformers_model_does():
+    """`from_pretrained(None)` (no `config=` either) raises the error a transformers model class raises for it."""
+    from transformers import LlamaForCausalLM
+
+    with pytest.raises(OSError) as expected:
+        LlamaForCausalLM.from_pretrained(None)
+    with pytest.raises(OSError) as refused:
+        HeadsForCausalLM.from_pretrained(None)
+    assert str(refused.value) == str(expected.value)
+
+
 # The export check lives in tests/export_check.py (run over every family by tests/heads/test_contract.py); this script
 # is kept only for test_sampled_head.py, which still imports it: remove both together.
 

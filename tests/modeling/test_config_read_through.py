@@ -195,8 +195,19 @@ def test_from_base_of_a_loaded_encoder_decoder_model_leaves_it_intact(bert2bert)
 
 
 def test_decoder_stem_is_validated():
+    """Refused on a backbone that is no encoder-decoder pair, and, on a pair, where it names no module of the decoder
+    or a module that is not its final linear layer."""
     with pytest.raises(ValueError, match=r"decoder_stem='lm_head'.*backbone.model_type='bart'"):
         HeadsConfig(backbone=_bart().to_dict(), decoder_stem="lm_head")
+    pair = EncoderDecoderConfig.from_encoder_decoder_configs(_bert(), _bert(is_decoder=True, add_cross_attention=True))
+    refusals = {
+        "lm_head": "decoder_stem='lm_head': BertLMHeadModel has no module 'lm_head'",
+        "cls.predictions": "decoder_stem='cls.predictions' is a BertLMPredictionHead, not the final nn.Linear",
+    }
+    for stem, message in refusals.items():
+        with pytest.raises(ValueError) as refused:
+            HeadsForSeq2SeqLM(HeadsConfig(backbone=pair.to_dict(), decoder_stem=stem))
+        assert str(refused.value) == message
 
 
 @pytest.fixture

@@ -247,6 +247,27 @@ def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters
         MARGIN_TYPES.pop("test-tagged-margin")
 
 
+def test_a_component_missing_a_parameter_without_default_is_refused_naming_the_field_and_the_parameter():
+    @dataclass(frozen=True)
+    class ScaledMargin(Margin):
+        name: ClassVar[str] = "test-scaled-margin"
+        scale: float
+
+        def phi(self, theta):
+            return self.scale * torch.cos(theta)
+
+    register_margin(ScaledMargin)
+    try:
+        with pytest.raises(OptionError) as err:
+            HeadsConfig(
+                backbone=tiny_llama_config().to_dict(), head={"family": "margin", "margin": "test-scaled-margin"}
+            )
+        assert str(err.value).startswith("head.margin={'type': 'test-scaled-margin'} cannot be built: ")
+        assert str(err.value).endswith("__init__() missing 1 required positional argument: 'scale'")
+    finally:
+        MARGIN_TYPES.pop("test-scaled-margin")
+
+
 @pytest.mark.parametrize("value", [3, ["arc"], {"m": 0.2}])
 def test_a_head_component_that_is_neither_a_name_nor_a_dict_with_its_type_is_refused_naming_the_field(value):
     with pytest.raises(OptionError) as err:

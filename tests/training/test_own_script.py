@@ -35,6 +35,7 @@ from hf_heads import (
 )
 from hf_heads.heads import head_dict
 from hf_heads.training import prepare_head
+from hf_heads.training.arguments import FLAG_TO_OPTION
 
 V = 61
 MARGIN = ["--head", "margin", "--margin", "arc", "--m", "0.001", "--word_norm", "log-unigram", "--context_norm"]
@@ -266,12 +267,14 @@ def test_first_step_loss_of_every_family_is_near_the_checkpoints(base, checkpoin
 
 def test_head_flags_help_says_what_each_option_does():
     """`--help` of a script parsing the training arguments explains a head option by its own text (the confidence
-    penalty: the loss it trains), and `--head_modules` / `--head_options` by what they take, with an example each."""
+    penalty: the loss it trains; no head flag goes without one), and `--head_modules` / `--head_options` by what they
+    take, with an example each."""
     parser = HfArgumentParser(HeadsTrainingArguments)
     (action,) = [a for a in parser._actions if "--confidence_penalty" in a.option_strings]
     assert action.help.startswith("Coefficient β of the confidence penalty (Pereyra et al. 2017")
     assert "the training loss becomes cross-entropy − β·H, H the entropy of each target token" in action.help
     helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert [flag for flag in FLAG_TO_OPTION if not helps[f"--{flag}"]] == []
     assert helps["--head_modules"].startswith("Modules to import before the head flags are read: your own components")
     assert helps["--head_modules"].endswith("e.g. --head_modules my_pkg.margins --margin mine.")
     assert helps["--head_options"].startswith("Head options that have no flag of their own, as name=value")
