@@ -495,4 +495,64 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "top_k(True) and top_k(False) are both None (softmax) or both ints (sparse: k and decode_k, which defaults "
         "to k), and no other class overrides top_k, so 'is None' gives the same answer for either",
     ),
+    "hf_heads/modeling/base.py:7f9e6b579f": (
+        "test",
+        "tests/modeling/test_causal_lm.py::test_from_pretrained_naming_neither_a_checkpoint_nor_a_config_fails_as_a_transformers_model_does",
+    ),
+    "hf_heads/modeling/base.py:fbbbcdc357": (
+        "test",
+        "tests/modeling/test_legacy_checkpoints.py::test_a_trained_model_continues_with_another_head_only_when_asked",
+    ),
+    "hf_heads/modeling/seq2seq.py:a5c554a66d": (
+        "test",
+        "tests/modeling/test_config_read_through.py::test_decoder_stem_is_validated",
+    ),
+    "hf_heads/components.py:e5a927e237": (
+        "test",
+        "tests/project/test_components.py::test_a_component_missing_a_parameter_without_default_is_refused_naming_the_field_and_the_parameter",
+    ),
+    "hf_heads/training/trainer.py:6c04fb091b": (
+        "equivalent",
+        "record_accuracy sizes accuracy_sums as len(top_k)+2 and sets accuracy_top_k at the same time, so "
+        "correct[1:] always has exactly one entry per k and strict= never decides anything",
+    ),
+    "hf_heads/cli/seq2seq.py:a43df0852c": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_seq2seq_evaluation_of_a_built_in_backbone_without_a_training_split",
+    ),
+    "hf_heads/cli/errors.py:dcd4ed3b88": (
+        "test",
+        "tests/cli/test_run_clm.py::test_main_wrapper_turns_a_hub_oserror_into_one_line",
+    ),
+    "hf_heads/cli/backbones.py:337dee1c42": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_built_in_encoder_decoder_backbones_"
+        "initialise_at_the_scale_of_d_model[tiny-bart] "
+        "tests/cli/test_cli_guards.py::test_built_in_encoder_decoder_backbones_"
+        "initialise_at_the_scale_of_d_model[tiny-marian]",
+    ),
+    "hf_heads/data/tokenization.py:7b6e34820d": (
+        "test",
+        "tests/data/test_data.py::test_head_tail_truncation_fits_text_down_to_one_token_after_the_specials",
+    ),
+    "hf_heads/metrics/modules/recall.py:7cbc4100e6": (
+        "test",
+        "tests/metrics/test_metrics.py::test_multilabel_configuration[recall]",
+    ),
+    "hf_heads/heads/margin.py:82b3137ffd": (
+        "test",
+        "tests/training/test_own_script.py::test_head_flags_help_says_what_each_option_does",
+    ),
+    "hf_heads/losses/fused_linear.py:ac8a595c7e": (
+        "test",
+        "tests/losses/test_vocab_parallel.py::test_two_processes_with_a_vocabulary_sharded_head_match_one_process",
+    ),
+    "hf_heads/heads/discrete.py:986203e393": (
+        "test",
+        "tests/heads/test_registry.py::test_a_head_built_on_its_own_starts_near_the_uniform_distribution",
+    ),
+    "hf_heads/heads/continuous.py:7c6fcdddab": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_cosine_softmax_decoding_logits_are_its_training_logits[targets]",
+    ),
 }
