@@ -679,6 +679,8 @@ def _counts(mutants: list[dict], triage: dict, after: dict | None) -> dict[str, 
                 status = "equivalent"
             elif after is not None and after.get(m["key"], {}).get("status") in ("killed", "timeout"):
                 status = "killed after triage"
+            elif after is not None and after.get(m["key"], {}).get("status") == "stale":
+                status = "line changed"  # its line was rewritten (a fix): the mutant no longer applies
         for group in (package, "all"):
             counts[group][status] += 1
     return counts
@@ -733,14 +735,21 @@ def report(results: dict) -> str:
             f"## After triage (survivors re-run on commit {results['after_rev'][:12]}: "
             f"`{results.get('after_command', FIRST_RERUN)}`)",
             "",
-            "| package | killed (run) | killed after triage | equivalent | still surviving | score |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| package | killed (run) | killed after triage | equivalent | line changed since | still surviving "
+            "| score |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for group, c in sorted(now.items(), key=lambda kv: (kv[0] == "all", kv[0])):
             text.append(
                 f"| {group} | {c['killed'] + c['timeout']} | {c['killed after triage']} | {c['equivalent']} "
-                f"| {c['survived']} | {_score(c)} |"
+                f"| {c['line changed']} | {c['survived']} | {_score(c)} |"
             )
+        text += [
+            "",
+            "A survivor whose line was rewritten after the run (a defect it showed, fixed) no longer applies: it is"
+            ' counted under "line changed since", outside the score, and its triage names the test that holds the'
+            " fix.",
+        ]
     survivors = [m for m in results["mutants"] if final(m) == "survived"]
     text += ["", f"## Every survivor ({len(survivors)}) and its triage", ""]
     for m in survivors:

@@ -5,6 +5,7 @@ model or dataset the Hub cannot give says what works offline; a head option from
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import sys
@@ -13,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
+import huggingface_hub
+import transformers
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub import constants
 
@@ -86,8 +89,20 @@ def _is_hub_error(err: BaseException) -> bool:
     tb, last = err.__traceback__, None
     while tb is not None:
         last, tb = tb, tb.tb_next
-    filename = last.tb_frame.f_code.co_filename if last is not None else ""
-    return any(f"{os.sep}{pkg}{os.sep}" in filename for pkg in ("transformers", "huggingface_hub", "datasets"))
+    if last is None:
+        return False
+    filename = os.path.realpath(last.tb_frame.f_code.co_filename)
+    return any(filename.startswith(folder) for folder in _hub_package_folders())
+
+
+@functools.cache
+def _hub_package_folders() -> tuple[str, ...]:
+    """The installed transformers / huggingface_hub / datasets packages' folders (each ending in a separator): a
+    user's own folder that happens to be named `datasets/` is none of them."""
+    folders = []
+    for module in (transformers, huggingface_hub, datasets):
+        folders += [os.path.join(os.path.realpath(folder), "") for folder in module.__path__]
+    return tuple(folders)
 
 
 def _head_flags() -> dict[str, str]:

@@ -392,6 +392,24 @@ def test_main_wrapper_turns_a_hub_oserror_into_one_line(capsys, tmp_path):
         main_wrapper(lambda: open(tmp_path, "w"))  # noqa: SIM115 (IsADirectoryError)
 
 
+def test_main_wrapper_keeps_the_traceback_of_a_users_code_in_a_folder_named_like_a_hub_package(tmp_path):
+    """Code of the user's own that raises an OSError (not a missing file) from a folder named `datasets/` (or
+    `transformers/`) is not transformers' or datasets' code: its error keeps its traceback."""
+    import importlib.util
+
+    from hf_heads.cli.errors import main_wrapper
+
+    for name in ("datasets", "transformers"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "own_io.py").write_text("def write(path):\n    return open(path, 'w')\n")
+        spec = importlib.util.spec_from_file_location(f"own_io_{name}", folder / "own_io.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with pytest.raises(IsADirectoryError):
+            main_wrapper(lambda: module.write(tmp_path))  # noqa: B023 (called at once)
+
+
 def test_main_wrapper_closes_the_process_group_of_a_distributed_run(tmp_path):
     """After `main` returns, the default process group (what `accelerate launch --num_processes N` gives each rank)
     is destroyed: left to interpreter shutdown, gloo's threads can abort a rank whose run succeeded."""

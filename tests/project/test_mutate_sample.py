@@ -1,6 +1,8 @@
 """The sampled mutation run's selection of tests for a mutant (tests/mutate_sample.py)."""
 
-from mutate_sample import SampledMutant, named_after, select
+from collections import Counter
+
+from mutate_sample import SampledMutant, _counts, _score, named_after, select
 
 SECONDS = {
     "tests/metrics/test_metrics.py::test_fast": 0.1,
@@ -45,3 +47,18 @@ def test_module_level_code_also_runs_the_tests_named_after_its_module():
     }
     tier, tests = select(_mutant("hf_heads/metrics/__init__.py", [20]), cov, 8, 20.0)
     assert tier == "file" and tests[0] == star and "tests/metrics/test_metrics.py::test_b" in tests
+
+
+def test_a_survivor_whose_line_was_fixed_since_is_counted_apart_after_triage():
+    """After the re-run, a survivor triaged with a test is killed, still surviving, or (its line rewritten by a fix)
+    counted as a line changed since, outside the score; an equivalent one is left out either way."""
+    run = {"status": "survived", "detail": "", "s": 1.0}
+    path = "hf_heads/data/x.py"
+    mutants = [{"key": k, "path": path, "result": run, "second": run} for k in ("fixed", "test", "same", "open")]
+    mutants.append({"key": "k", "path": path, "result": {"status": "killed"}, "second": {}})
+    triage = {"fixed": ("test", "t"), "test": ("test", "t"), "same": ("equivalent", "why"), "open": ("test", "t")}
+    after = {"fixed": {"status": "stale"}, "test": {"status": "killed"}, "open": {"status": "survived"}}
+    c = _counts(mutants, triage, after)["data"]
+    assert c == Counter({"line changed": 1, "killed after triage": 1, "equivalent": 1, "survived": 1, "killed": 1})
+    assert _score(c) == "67 %"
+    assert _counts(mutants, triage, None)["data"]["survived"] == 3
