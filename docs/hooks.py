@@ -1,7 +1,10 @@
 """MkDocs hooks of the documentation site (mkdocs.yml: `hooks: [docs/hooks.py]`).
 
-- The head options table is generated from the options dataclasses of the family registry (one source of truth,
-  as the run scripts' flags are): a page containing `<!-- hf_heads:head-options -->` gets the table there.
+- The head options tables are generated from the options dataclasses of the family registry (one source of truth,
+  as the run scripts' flags are) and committed in docs/options.md between `<!-- hf_heads:head-options -->` and
+  `<!-- /hf_heads:head-options -->`, so that they read on GitHub too and a changed option, default, flag or help text
+  shows in the diff: `python docs/hooks.py` rewrites them; a build whose committed tables differ from the generated
+  ones warns (an error under `mkdocs build --strict`), as does tests/project/test_docs.py.
 - Equations written as `$...$` / `$$...$$` (pymdownx.arithmatex, generic mode) are rendered to MathML at build
   time (math-core), so the site needs no JavaScript and no network to show them, and a LaTeX error is a build
   warning (an error under `mkdocs build --strict`).
@@ -34,6 +37,8 @@ log = logging.getLogger("mkdocs.plugins.hf_heads_docs")
 
 DOCUMENTED_MODULES = ("hf_heads", "hf_heads.losses", "hf_heads.heads", "hf_heads.scoring", "hf_heads.metrics")
 OPTIONS_MARKER = "<!-- hf_heads:head-options -->"
+OPTIONS_END = "<!-- /hf_heads:head-options -->"
+OPTIONS_PAGE = Path(__file__).resolve().parent / "options.md"
 README = Path(__file__).resolve().parents[1] / "README.md"
 README_MARKER = re.compile(r"<!-- hf_heads:readme ([\w-]+) -->")
 REST_MARKER = re.compile(r"<!-- hf_heads:api-rest ([\w.]+) -->")
@@ -93,6 +98,26 @@ def head_options_markdown() -> str:
                            f"{_cell(help_text)} |\n")  # fmt: skip
         out.append("\n")
     return "".join(out)
+
+
+def committed_options_tables(markdown: str) -> str:
+    """The head options tables a page holds between the two markers (an error naming the markers if either is
+    missing)."""
+    start, end = markdown.find(OPTIONS_MARKER), markdown.find(OPTIONS_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the page has no {OPTIONS_MARKER} ... {OPTIONS_END} section")
+    return markdown[start + len(OPTIONS_MARKER) : end].strip("\n") + "\n"
+
+
+def write_options_tables(page: Path = OPTIONS_PAGE) -> bool:
+    """Rewrite the head options tables committed in `page` from the options dataclasses; whether they changed."""
+    markdown = page.read_text(encoding="utf-8")
+    old = committed_options_tables(markdown)
+    new = head_options_markdown().strip("\n") + "\n"
+    if old != new:
+        start = markdown.index(OPTIONS_MARKER) + len(OPTIONS_MARKER)
+        page.write_text(f"{markdown[:start]}\n\n{new}\n{markdown[markdown.index(OPTIONS_END) :]}", encoding="utf-8")
+    return old != new
 
 
 # ------------------------------------------------------------------------------------------------- README sections
@@ -339,8 +364,10 @@ def on_pre_build(config) -> None:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if "search" not in page.meta:
         page.meta["search"] = search_meta(page.file.src_uri, config["nav"])
-    if OPTIONS_MARKER in markdown:
-        markdown = markdown.replace(OPTIONS_MARKER, head_options_markdown())
+    if OPTIONS_MARKER in markdown and committed_options_tables(markdown) != head_options_markdown().strip("\n") + "\n":
+        log.warning(
+            "%s: the head options tables differ from the options dataclasses: python docs/hooks.py", page.file.src_uri
+        )
     markdown = REST_MARKER.sub(lambda m: api_rest(m.group(1), markdown), markdown)
     markdown = README_MARKER.sub(lambda m: readme_section(m.group(1), page.file.src_uri), markdown)
     return tables_out_of_code(markdown)
@@ -355,3 +382,10 @@ def on_page_content(html_text: str, page, config, files) -> str:
 def on_post_build(config) -> None:
     for name in unrendered_public_names(_rendered):
         log.warning("public name not rendered on any API page: %s", name)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    print("docs/options.md: head options tables", "rewritten" if write_options_tables() else "already current")

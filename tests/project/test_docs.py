@@ -331,6 +331,26 @@ def test_options_table_has_every_option_and_flag():
     assert hooks.missing_docstrings() == []
 
 
+def test_the_committed_options_tables_are_the_generated_ones(tmp_path):
+    """docs/options.md holds the head options tables as the options dataclasses generate them (each option's type,
+    default, flag and help text): a changed option shows in the page's diff, and `python docs/hooks.py` rewrites a
+    stale table, leaving the rest of the page as it was."""
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+
+    page = (DOCS / "options.md").read_text(encoding="utf-8")
+    assert hooks.committed_options_tables(page) == hooks.head_options_markdown().strip("\n") + "\n", (
+        "docs/options.md's head options tables are stale: run python docs/hooks.py"
+    )
+    stale = tmp_path / "options.md"
+    stale.write_text(page.replace("| `z_loss` |", "| `z_loss_old` |"), encoding="utf-8")
+    assert hooks.write_options_tables(stale) and stale.read_text(encoding="utf-8") == page
+    assert not hooks.write_options_tables(stale)
+
+
 @pytest.mark.parametrize("page", pages_with(""))
 def test_guide_examples_run(page, tmp_path):
     namespace = run_page(page, tmp_path, include_slow=False)
