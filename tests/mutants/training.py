@@ -236,6 +236,13 @@ MUTANTS: list[Mutant] = [
     m("flag-error-ignores-argv", "cli/errors.py", "and _given(flag, argv)", "and False",
       selection(f"{CLI}::test_an_option_error_raised_later_names_the_flag_that_gave_it"),
       "an error raised when the model is built names head.chunk_size though the run was given --loss_chunk_size"),
+    m("hub-error-by-folder-name", "cli/errors.py",
+      "    return any(filename.startswith(folder) for folder in _hub_package_folders())",
+      '    return any(f"{os.sep}{pkg}{os.sep}" in filename '
+      'for pkg in ("transformers", "huggingface_hub", "datasets"))',
+      selection("tests/cli/test_run_clm.py::"
+                "test_main_wrapper_keeps_the_traceback_of_a_users_code_in_a_folder_named_like_a_hub_package"),
+      "a user's own I/O error raised in a folder named datasets/ is cut to one line, its traceback lost"),
     # ---------------------------------------------------------------- cli/resume.py
     m("resume-newest-by-name", "cli/resume.py",
       "path = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None",
