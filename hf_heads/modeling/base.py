@@ -331,7 +331,21 @@ class HeadsPreTrainedModel(PreTrainedModel):
         kept, plus `changes`). The head's tensors are kept where family and shapes stay; otherwise a new head starts
         from this one's output layer and word counts, its warm start calibrated as `from_base`'s. A refused change
         raises before anything changes."""
+        options = self._changed_options(changes)
+        new = family(options.family).head(self.config.hidden_size, self.head.num_classes, options)
+        if self._keeps_tensors(new):
+            self.head.options = options  # the same tensors: the head keeps its trained ones
+        elif self.head_origin is not None and not new.has_output_matrix:
+            self._replace_head(new, start=False)  # for the default head: a head without a (V, H) layer is built new
+        else:
+            self._check_head_can_start(new)
+            self._replace_head(new, start=self.head_origin != "init")
+        self._write_head_config()
+
+    def _changed_options(self, changes: dict):
+        """The head options `set_head_options(**changes)` gives (validated; nothing changed yet)."""
         current = self.head_section()
+        changes = dict(changes)
         name = changes.pop("family", current["family"])
         if name == current["family"]:
             section = {**current, **changes}
@@ -344,15 +358,22 @@ class HeadsPreTrainedModel(PreTrainedModel):
             section = {"family": name, **kept, **changes}
         options = head_options(section)  # an OptionError names head.<option>
         self._check_head_family(options.family)
-        new = family(options.family).head(self.config.hidden_size, self.head.num_classes, options)
-        if type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head):
-            self.head.options = options  # the same tensors: the head keeps its trained ones
-        elif self.head_origin is not None and not new.has_output_matrix:
-            self._replace_head(new, start=False)  # for the default head: a head without a (V, H) layer is built new
-        else:
-            self._check_head_can_start(new)
-            self._replace_head(new, start=self.head_origin != "init")
-        self._write_head_config()
+        return options
+
+    def _keeps_tensors(self, new) -> bool:
+        """Whether a head `new` of the same class and tensor shapes as this model's: the head keeps its tensors."""
+        return type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head)
+
+    def binding_replaces_parameters(self, section: dict) -> bool:
+        """Whether `bind_head(section)` would put new parameter tensors in the model (a stand-in default head replaced
+        by a head of another class or shape): an optimizer built over `model.parameters()` before would not hold
+        them. Nothing changes; a refused section raises as `bind_head` would."""
+        if self.head_origin is None:
+            return False
+        options = self._changed_options(head_dict(section))
+        with torch.device("meta"):  # shapes only
+            new = family(options.family).head(self.config.hidden_size, self.head.num_classes, options)
+        return not self._keeps_tensors(new)
 
     def bind_head(self, section: dict, source: str = "the head flags") -> None:
         """Make the head `section` names this model's (what `HeadsTrainer` does with its head flags): a stand-in

@@ -8,6 +8,7 @@ criterion is not that NLL, comparable with `eval_loss`; `train_accuracy` from th
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 
@@ -58,10 +59,12 @@ def perplexity(loss: float) -> float:
     return math.inf if loss == math.inf else safe_exp(loss)
 
 
-def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) -> None:
+def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, optimizer=None) -> None:
     """Give `model` (or a PEFT model's base) the head `arguments`' flags name (`HeadsPreTrainedModel.bind_head`). A
     model that is no hf_heads model is refused (the flags would go unused). A continuous head that replaces the default
-    one gets its embedding table over `tokenizer`'s vocabulary (hf_heads.training.tables)."""
+    one gets its embedding table over `tokenizer`'s vocabulary (hf_heads.training.tables). An `optimizer` built before
+    (the Trainer's `optimizers=`) is refused where the head would get new parameters: it would not hold them, and the
+    new head would never train."""
     if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
         return
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -75,6 +78,14 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None) ->
     if inner.head_origin is not None and family(section["family"]).head.uses_embedding_table:
         section, table = _flags_table(section, inner, arguments, tokenizer, train_dataset)
         data = table_data(section, inner.head.num_classes, train_dataset)  # refused here: the model still unchanged
+    if optimizer is not None and inner.binding_replaces_parameters(section):
+        raise ValueError(
+            f"the training arguments' head flags replace the model's {inner.head.family} head by a "
+            f"{section['family']} head with new parameters, which the optimizer given in optimizers= (built before) "
+            "does not hold: they would never train; give the Trainer optimizer_cls_and_kwargs=(torch.optim.AdamW, "
+            "{...}) instead (it builds the optimizer after the head), or bind the head first "
+            "(model.bind_head(training_args.head_config())) and build the optimizer after"
+        )
     inner.bind_head(section, "the training arguments' head flags")
     if table is not None:
         attach_table(inner, table, train_dataset, data=data)
@@ -161,15 +172,16 @@ class _HeadsTrainerMixin:
     _train_nll_sums: torch.Tensor | None = None  # (2,): summed NLL and labelled positions of that step
 
     def __init__(self, *args, **kwargs):
-        model = kwargs.get("model", args[0] if args else None)
-        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        given = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments
+        model, arguments = given.get("model"), given.get("args")
         smoothing = getattr(arguments, "label_smoothing_factor", 0.0)
         if smoothing:  # refused before the model takes the flags' head (or is moved): a refusal changes nothing
             raise ValueError(
                 f"--label_smoothing_factor={smoothing} smooths logits that hf_heads heads do not return in training; "
                 "use the head's own option (--head sparse --head_label_smoothing 0.1)"
             )
-        bind_arguments_head(model, arguments, kwargs.get("processing_class"), kwargs.get("train_dataset"))
+        optimizer = (given.get("optimizers") or (None, None))[0]
+        bind_arguments_head(model, arguments, given.get("processing_class"), given.get("train_dataset"), optimizer)
         super().__init__(*args, **kwargs)
 
     def call_model_init(self, trial=None):

@@ -125,6 +125,42 @@ def test_label_smoothing_factor_is_refused_before_the_flags_head_reaches_the_mod
     assert model.head_origin == "checkpoint"
 
 
+def test_an_optimizer_built_before_the_flags_head_is_refused_and_the_two_ways_that_work_train_it(base, tmp_path):
+    """An optimizer given in optimizers=, built over the default head's parameters, would never train the flags'
+    margin head that replaces it: refused before the model changes. optimizer_cls_and_kwargs (built after the head),
+    or the head bound first and the optimizer built after, train the margin head's weight."""
+    path, _, ids = base
+    _, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN], extra=["--max_steps", "1"])
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    common = {"args": training_args, "train_dataset": data, "data_collator": default_data_collator}
+    model = HeadsForCausalLM.from_pretrained(path)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError) as err:
+        HeadsTrainer(model=model, optimizers=(torch.optim.AdamW(model.parameters()), None), **common)
+    assert str(err.value) == (
+        "the training arguments' head flags replace the model's softmax head by a margin head with new parameters, "
+        "which the optimizer given in optimizers= (built before) does not hold: they would never train; give the "
+        "Trainer optimizer_cls_and_kwargs=(torch.optim.AdamW, {...}) instead (it builds the optimizer after the "
+        "head), or bind the head first (model.bind_head(training_args.head_config())) and build the optimizer after"
+    )
+    assert model.head.family == "softmax" and model.head_origin == "checkpoint"
+    assert model.state_dict().keys() == before.keys()
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+    model = HeadsForCausalLM.from_pretrained(path)
+    trainer = HeadsTrainer(model=model, optimizer_cls_and_kwargs=(torch.optim.AdamW, {"lr": 1e-2}), **common)
+    start = model.head.weight.detach().clone()
+    trainer.train()
+    assert model.head.family == "margin" and not torch.equal(start, model.head.weight.detach())
+
+    model = HeadsForCausalLM.from_pretrained(path)
+    model.bind_head(training_args.head_config())
+    trainer = HeadsTrainer(model=model, optimizers=(torch.optim.AdamW(model.parameters(), lr=1e-2), None), **common)
+    start = model.head.weight.detach().clone()
+    trainer.train()
+    assert model.head.family == "margin" and not torch.equal(start, model.head.weight.detach())
+
+
 def test_from_pretrained_of_a_base_checkpoint_refuses_from_tf(base):
     with pytest.raises(ValueError, match="from_tf=True"):
         HeadsForCausalLM.from_pretrained(base[0], from_tf=True)
