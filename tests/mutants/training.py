@@ -293,6 +293,18 @@ MUTANTS: list[Mutant] = [
       selection(f"{CLI}::test_tie_word_embeddings_ties_a_built_in_backbones_head"),
       "--tie_word_embeddings of a built-in backbone never ties the head"),
     # ---------------------------------------------------------------- what the logged numbers are
+    m("user-optimizer-kept-over-a-new-head", "training/trainer.py",
+      "    if optimizer is not None and inner.binding_replaces_parameters(section):",
+      "    if False:",
+      selection("tests/training/test_own_script.py::"
+                "test_an_optimizer_built_before_the_flags_head_is_refused_and_the_two_ways_that_work_train_it"),
+      "an optimizer built over the default head trains on while the flags' margin head never moves"),
+    m("binding-plan-ignores-the-class", "modeling/base.py",
+      "        return type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head)",
+      "        return _tensor_shapes(new) == _tensor_shapes(self.head)",
+      selection("tests/training/test_own_script.py::"
+                "test_an_optimizer_built_before_the_flags_head_is_refused_and_the_two_ways_that_work_train_it"),
+      "a margin head of the softmax head's shapes taken for the same head: the optimizer check lets it through"),
     m("perplexity-for-classifiers", "training/trainer.py",
       "is_nll = is_language_model(model) and (head is None or head.eval_loss_is_nll)",
       "is_nll = head is None or head.eval_loss_is_nll",
