@@ -166,6 +166,23 @@ def _gathered(model, head):
         owner.reshard()
 
 
+def _refuse_compute_loss_func(model, arguments) -> None:
+    """Refuse a Trainer's `compute_loss_func` for an hf_heads model (or head flags): the Trainer calls the model
+    without labels and the function on its inference logits, so the training loss would not be the head's."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = getattr(inner, "head", None)
+    flags = getattr(arguments, "head_flags_given", lambda: False)()
+    if head is None and not flags:
+        return
+    name = arguments.head_config()["family"] if flags else head.family
+    raise ValueError(
+        f"compute_loss_func: the Trainer would call the model without labels and the function on the {name} head's "
+        f"inference logits, so the training loss would not be the {name} head's criterion (nor keep its training "
+        "options); hf_heads models compute their training loss themselves: leave compute_loss_func unset (the head's "
+        "options give label smoothing, z-loss, class weights and a confidence penalty)"
+    )
+
+
 class _HeadsTrainerMixin:
     counts_column = "labels"  # the training-set column the word counts are read from
     _train_nll_due = True  # record the NLL in the next training step (the first of a logging window)
@@ -180,6 +197,9 @@ class _HeadsTrainerMixin:
                 f"--label_smoothing_factor={smoothing} smooths logits that hf_heads heads do not return in training; "
                 "use the head's own option (--head sparse --head_label_smoothing 0.1)"
             )
+        self._compute_loss_func_given = given.get("compute_loss_func")  # the Trainer sets its own after model_init
+        if self._compute_loss_func_given is not None:
+            _refuse_compute_loss_func(model, arguments)
         optimizer = (given.get("optimizers") or (None, None))[0]
         bind_arguments_head(model, arguments, given.get("processing_class"), given.get("train_dataset"), optimizer)
         super().__init__(*args, **kwargs)
@@ -187,6 +207,8 @@ class _HeadsTrainerMixin:
     def call_model_init(self, trial=None):
         """The Trainer's `model_init` call, its model then given the arguments' head (`bind_arguments_head`)."""
         model = super().call_model_init(trial)
+        if getattr(self, "compute_loss_func", self._compute_loss_func_given) is not None:
+            _refuse_compute_loss_func(model, self.args)
         bind_arguments_head(model, self.args, self.processing_class, self.train_dataset)
         return model
 

@@ -125,6 +125,33 @@ def test_label_smoothing_factor_is_refused_before_the_flags_head_reaches_the_mod
     assert model.head_origin == "checkpoint"
 
 
+def test_compute_loss_func_is_refused_for_an_hf_heads_model(base, tmp_path):
+    """transformers' compute_loss_func gets the model's inference logits (the model called without labels): with
+    head flags or a model's own head, the training loss would not be the head's; refused before the model changes,
+    naming the head, for a model given directly and for one from model_init."""
+    path, _, ids = base
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    loss = lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum()  # noqa: E731
+    _, _, flags_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN])
+    model = HeadsForCausalLM.from_pretrained(path)
+    with pytest.raises(ValueError) as err:
+        HeadsTrainer(model=model, args=flags_args, train_dataset=data, compute_loss_func=loss)
+    assert str(err.value) == (
+        "compute_loss_func: the Trainer would call the model without labels and the function on the margin head's "
+        "inference logits, so the training loss would not be the margin head's criterion (nor keep its training "
+        "options); hf_heads models compute their training loss themselves: leave compute_loss_func unset (the "
+        "head's options give label smoothing, z-loss, class weights and a confidence penalty)"
+    )
+    assert model.head.family == "softmax" and model.head_origin == "checkpoint"
+    _, _, plain_args = _args(tmp_path, ["--model_name_or_path", path])
+    with pytest.raises(ValueError, match="^compute_loss_func: .* on the softmax head's inference logits"):
+        HeadsTrainer(model=HeadsForCausalLM.from_pretrained(path), args=plain_args, compute_loss_func=loss)
+    init = lambda: HeadsForCausalLM.from_pretrained(path)  # noqa: E731
+    with pytest.raises(ValueError, match="^compute_loss_func: .* on the softmax head's inference logits"):
+        HeadsTrainer(model_init=init, args=plain_args, compute_loss_func=loss)
+    HeadsTrainer(model=LlamaForCausalLM.from_pretrained(path), args=plain_args, compute_loss_func=loss)  # its own
+
+
 def test_an_optimizer_built_before_the_flags_head_is_refused_and_the_two_ways_that_work_train_it(base, tmp_path):
     """An optimizer given in optimizers=, built over the default head's parameters, would never train the flags'
     margin head that replaces it: refused before the model changes. optimizer_cls_and_kwargs (built after the head),
