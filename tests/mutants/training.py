@@ -299,6 +299,11 @@ MUTANTS: list[Mutant] = [
       selection("tests/training/test_own_script.py::"
                 "test_an_optimizer_built_before_the_flags_head_is_refused_and_the_two_ways_that_work_train_it"),
       "an optimizer built over the default head trains on while the flags' margin head never moves"),
+    m("compute-loss-func-accepted", "training/trainer.py",
+      "        if self._compute_loss_func_given is not None:\n            _refuse_compute_loss_func(model, arguments)",
+      "        pass",
+      selection("tests/training/test_own_script.py::test_compute_loss_func_is_refused_for_an_hf_heads_model"),
+      "a compute_loss_func trains plain cross-entropy on the inference logits, the logs naming the margin"),
     m("binding-plan-ignores-the-class", "modeling/base.py",
       "        return type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head)",
       "        return _tensor_shapes(new) == _tensor_shapes(self.head)",
