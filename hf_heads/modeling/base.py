@@ -500,15 +500,19 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
 def wraps_a_checkpoint(from_base):
     """Decorator of a model class's `from_base`: the model it returns without a `head=` has the family default
-    started from the checkpoint's output layer, unbound (`head_origin` "checkpoint": `bind_head` replaces it)."""
+    started from the checkpoint's output layer, unbound (`head_origin` "checkpoint": `bind_head` replaces it). The
+    model is returned in evaluation mode, as transformers' `from_pretrained` returns one; from a loaded model given
+    instead of a name, in that model's mode."""
     signature = inspect.signature(from_base)
 
     @functools.wraps(from_base)
     def wrapper(cls, *args, **kwargs):
         model = from_base(cls, *args, **kwargs)
-        if signature.bind(cls, *args, **kwargs).arguments.get("head") is None:
+        arguments = signature.bind(cls, *args, **kwargs).arguments
+        if arguments.get("head") is None:
             model.head_origin = "checkpoint"
-        return model
+        source = arguments.get("name_or_path")
+        return model.train(source.training if isinstance(source, PreTrainedModel) else False)
 
     return wrapper
 

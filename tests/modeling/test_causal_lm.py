@@ -110,10 +110,12 @@ def test_counts_required_and_checked(tiny_base, caplog):
         "hf_heads.training.prepare_head) on the training data; pass word_counts= to from_base to calibrate it now"
     ]
     with pytest.raises(ValueError, match=r"(?s)is not calibrated yet .*prepare_head\(model, train_dataset\)"):
-        uncalibrated(x, labels=x)  # the warm start needs data: refused, not guessed
+        uncalibrated.train()(x, labels=x)  # the warm start needs data: training refused, not guessed
+    with pytest.raises(ValueError, match="needs word counts"):
+        uncalibrated.eval()(x, labels=x)  # its inference distribution needs the counts too
     model = HeadsForCausalLM.from_base(path, head=head, calibrate=False)  # no warm start asked for: counts still are
     with pytest.raises(ValueError, match="needs word counts"):
-        model(x, labels=x)
+        model.train()(x, labels=x)
     with pytest.raises(ValueError, match=r"word_counts has shape \(5,\), expected \(61,\)"):
         model.set_word_counts(torch.ones(5))
     with pytest.raises(ValueError, match=r"labels holds token id 99, but the head.s vocabulary has 61 ids"):

@@ -123,6 +123,34 @@ def test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for
         model.generate(input_ids=x, attention_mask=mask, max_new_tokens=2, num_beams=6)
 
 
+@pytest.mark.parametrize("task", ["causal-lm", "seq2seq", "classification"])
+def test_from_pretrained_of_a_base_checkpoint_is_in_evaluation_mode_as_transformers_gives_it(task, tmp_path):
+    """transformers' from_pretrained returns a model in evaluation mode (dropout off); so does hf_heads' of the same
+    checkpoint, its logits those of the checkpoint with no .eval() called. from_base of a loaded model keeps its
+    mode."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+
+    from hf_heads import HeadsForCausalLM
+
+    torch.manual_seed(0)
+    auto, ours, config = {
+        "causal-lm": (AutoModelForCausalLM, HeadsForCausalLM, tiny_gpt2_config(V)),
+        "seq2seq": (AutoModelForSeq2SeqLM, HeadsForSeq2SeqLM, tiny_enc_dec_config("bart")),
+        "classification": (AutoModelForSequenceClassification, HeadsForSequenceClassification, tiny_bert_config()),
+    }[task]
+    auto.from_config(config).save_pretrained(tmp_path)
+    x, mask, y = seq2seq_batch()
+    inputs = {"input_ids": x, "attention_mask": mask}
+    if task == "seq2seq":
+        inputs["decoder_input_ids"] = y.clamp_min(0)
+    expected = auto.from_pretrained(tmp_path)(**inputs).logits
+    model = ours.from_pretrained(tmp_path)
+    assert not any(module.training for module in model.modules())
+    torch.testing.assert_close(model(**inputs).logits, expected, rtol=0, atol=1e-5)
+    loaded = auto.from_pretrained(tmp_path).train()
+    assert all(module.training for module in ours.from_base(loaded).modules())
+
+
 def test_seq2seq_refuses_decoder_only_backbone():
     with pytest.raises(ValueError, match="not an encoder-decoder"):
         HeadsForSeq2SeqLM(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2)))
