@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -449,6 +450,12 @@ class HeadsPreTrainedModel(PreTrainedModel):
                 "itself: it counts the words and calibrates on the first training rows), or pass word_counts=... to "
                 "from_base"
             )
+
+    def _take_generation_config(self, lm: PreTrainedModel) -> None:
+        """The wrapped checkpoint's generation defaults (its generation_config.json: end-of-sequence ids, beams,
+        penalties, lengths), so that `generate()` decodes as the checkpoint's own class does; saved with the model."""
+        if getattr(lm, "generation_config", None) is not None and self.generation_config is not None:
+            self.generation_config = copy.deepcopy(lm.generation_config)
 
     def _calibrated_later(self, calibrate: bool):
         """`from_base(..., calibrate=False)`: train from the copied output layer as it is, nothing pending. Returns the

@@ -137,6 +137,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         head = with_transform(head, output_transform(lm.config), str(name_or_path))
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
         model = cls(config, backbone=backbone_of(lm))
+        model._take_generation_config(lm)
         model.head.start_from(None if tied else out.weight, getattr(out, "bias", None))
         if word_counts is not None:
             model.set_word_counts(word_counts)

@@ -164,12 +164,19 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         self.head = make_head(config.hidden_size, config.vocab_size, config.head)
         self._declare_tied_head()
         self.post_init()
-        # transformers reads generation defaults from the decoder's text config, where encoder-decoder
-        # configs (BART, ...) do not keep `decoder_start_token_id`: take the backbone's own values.
+        self._fill_generation_tokens()
+
+    def _fill_generation_tokens(self) -> None:
+        """transformers reads generation defaults from the decoder's text config, where encoder-decoder configs (BART,
+        ...) do not keep `decoder_start_token_id`: the generation config's unset ones are the backbone's own."""
         if self.generation_config is not None:
             for name in ("decoder_start_token_id", "pad_token_id", "eos_token_id"):
                 if getattr(self.generation_config, name, None) is None:
-                    setattr(self.generation_config, name, config.backbone_token_id(name))
+                    setattr(self.generation_config, name, self.config.backbone_token_id(name))
+
+    def _take_generation_config(self, lm: PreTrainedModel) -> None:
+        super()._take_generation_config(lm)
+        self._fill_generation_tokens()
 
     def _token(self, name: str) -> int:
         value = self.config.backbone_token_id(name)
@@ -215,6 +222,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         tied = out.weight is lm.get_input_embeddings().weight and matrix
         config = HeadsConfig(backbone=lm.config.to_dict(), head=head, tie_word_embeddings=tied)
         model = cls(config, backbone=backbone_of(lm))
+        model._take_generation_config(lm)
         bias = getattr(lm, "final_logits_bias", None)
         bias = bias.reshape(-1) if bias is not None else getattr(out, "bias", None)
         model.head.start_from(None if tied else out.weight, bias)
@@ -252,6 +260,7 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
             config.backbone, encoder=lm.encoder, decoder=sharing(AutoModelForCausalLM, decoder), decoder_stem=stem
         )
         model = cls(config, backbone=backbone)
+        model._take_generation_config(lm)
         model.head.start_from(None if tied else out.weight, out.bias)
         model.config.name_or_path = name
         model = model.to(out.weight.dtype)

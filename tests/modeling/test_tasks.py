@@ -151,6 +151,33 @@ def test_from_pretrained_of_a_base_checkpoint_is_in_evaluation_mode_as_transform
     assert all(module.training for module in ours.from_base(loaded).modules())
 
 
+@pytest.mark.parametrize("task", ["causal-lm", "seq2seq"])
+def test_from_pretrained_of_a_base_checkpoint_generates_with_its_generation_config(task, tmp_path):
+    """The checkpoint's generation_config.json (end-of-sequence ids, penalties, beams, lengths) is the model's:
+    generate() with no arguments gives the checkpoint's own output, and the saved model keeps it."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GenerationConfig
+
+    from hf_heads import HeadsForCausalLM
+
+    torch.manual_seed(0)
+    auto, ours, config = {
+        "causal-lm": (AutoModelForCausalLM, HeadsForCausalLM, tiny_gpt2_config(V)),
+        "seq2seq": (AutoModelForSeq2SeqLM, HeadsForSeq2SeqLM, tiny_enc_dec_config("bart")),
+    }[task]
+    base = auto.from_config(config)
+    generation = {"eos_token_id": [7, 9], "no_repeat_ngram_size": 2, "repetition_penalty": 1.5, "num_beams": 2}
+    base.generation_config = GenerationConfig(**base.generation_config.to_dict() | generation | {"max_length": 9})
+    base.save_pretrained(tmp_path / "base")
+    x, mask, _ = seq2seq_batch()
+    expected = auto.from_pretrained(tmp_path / "base").generate(input_ids=x, attention_mask=mask)
+    model = ours.from_pretrained(tmp_path / "base")
+    assert {k: getattr(model.generation_config, k) for k in generation} == generation
+    assert torch.equal(model.generate(input_ids=x, attention_mask=mask), expected)
+    model.save_pretrained(tmp_path / "ours")
+    again = ours.from_pretrained(tmp_path / "ours")
+    assert torch.equal(again.generate(input_ids=x, attention_mask=mask), expected)
+
+
 def test_seq2seq_refuses_decoder_only_backbone():
     with pytest.raises(ValueError, match="not an encoder-decoder"):
         HeadsForSeq2SeqLM(HeadsConfig(backbone=GPT2Config(n_embd=32, n_layer=1, n_head=2)))
