@@ -92,6 +92,17 @@ MUTANTS: list[Mutant] = [
     m("statistics-mask-every-position", "modeling/base.py", 'stats | {"mask": labels != -100}',
       'stats | {"mask": torch.ones_like(labels, dtype=torch.bool)}', SAVED,
       "the recorded statistics' mask keeps the ignored positions (rank 0 there): accuracy@k counts them as hits"),
+    m("from-base-in-training-mode", "modeling/base.py",
+      "        return model.train(source.training if isinstance(source, PreTrainedModel) else False)",
+      "        return model",
+      selection("tests/modeling/test_tasks.py::"
+                "test_from_pretrained_of_a_base_checkpoint_is_in_evaluation_mode_as_transformers_gives_it"),
+      "from_pretrained of a base checkpoint gives a model with dropout on and a forward that returns no logits"),
+    m("generation-config-of-the-checkpoint-dropped", "modeling/base.py",
+      "            self.generation_config = copy.deepcopy(lm.generation_config)", "            pass",
+      selection("tests/modeling/test_tasks.py::"
+                "test_from_pretrained_of_a_base_checkpoint_generates_with_its_generation_config"),
+      "generate() of a wrapped summarization checkpoint loses its beams, penalties and lengths"),
     # ---------------------------------------------------------------- causal_lm.py
     m("causal-labels-shifted-backwards", "modeling/causal_lm.py",
       "F.pad(labels, (0, 1), value=-100)[:, 1:]", "F.pad(labels, (1, 0), value=-100)[:, :-1]", LM,
