@@ -28,17 +28,22 @@ from hf_heads.modeling.parity import check_same_distribution, probe_ids
 PROBLEM_TYPES = (None, "single_label_classification")  # what a head over C classes trains
 
 
+def check_problem_type(problem: str | None, name: str) -> None:
+    """Refuse a `problem_type` (named `name` in the message) other than single-label classification."""
+    if problem not in PROBLEM_TYPES:
+        raise ValueError(
+            f"{name}={problem!r}: an hf_heads head trains one class per example (labels: a class id per example); "
+            "allowed: None, 'single_label_classification' (multi-label and regression targets are not head families)"
+        )
+
+
 def labels_of_config(config: PretrainedConfig | None, num_labels: int | None, id2label: dict | None):
     """(num_labels, id2label, label2id, problem_type) for `from_base`: the explicit arguments, else those of `config=`
     (as `AutoModelForSequenceClassification.from_pretrained(name, config=config)` reads them)."""
     if config is None:
         return num_labels, id2label, None, None
     problem = getattr(config, "problem_type", None)
-    if problem not in PROBLEM_TYPES:
-        raise ValueError(
-            f"config.problem_type={problem!r}: an hf_heads head trains one class per example; allowed: "
-            "None, 'single_label_classification'"
-        )
+    check_problem_type(problem, "config.problem_type")
     if id2label is None and num_labels is None and config.id2label is not None:
         id2label = {int(k): v for k, v in config.id2label.items()}
         label2id = dict(config.label2id or {})
@@ -102,6 +107,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         self._check_head_task(config)
         if config.num_labels < 2:
             raise ValueError(f"num_labels={config.num_labels} must be >= 2 (regression is not a head family)")
+        check_problem_type(getattr(config, "problem_type", None), "problem_type")
         hidden_size = config.hidden_size
         if config.classifier_stem is not None:  # a fine-tuned classifier: its own pooling and dropout, then the head
             if backbone is None:
@@ -145,9 +151,11 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
           or `num_labels`); `pooling` and `classifier_dropout` as in `HeadsConfig`.
 
         `config=` is read as `AutoModelForSequenceClassification.from_pretrained` reads it; a `problem_type` other than
-        single-label classification is refused (a head trains one class per example). `calibrate` as in
+        single-label classification (of `config=`, given as an argument, or of the fine-tuned classifier) is refused
+        (a head trains one class per example). `calibrate` as in
         `HeadsForCausalLM.from_base`."""
         refuse_hf_heads_checkpoint(name_or_path, cls.__name__, **from_pretrained_kwargs)
+        check_problem_type(from_pretrained_kwargs.get("problem_type"), "problem_type")
         num_labels, id2label, label2id, problem_type = labels_of_config(
             from_pretrained_kwargs.get("config"), num_labels, id2label
         )
@@ -191,6 +199,7 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
             checkpoint = source
         else:
             checkpoint = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
+        check_problem_type(checkpoint.config.problem_type, f"{name!r} is a classifier with config.problem_type")
         trained = {int(k): v for k, v in checkpoint.config.id2label.items()}
         if num_labels is not None and num_labels != len(trained):
             raise ValueError(
@@ -243,6 +252,12 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
     ) -> SequenceClassifierOutput:
         kwargs.pop("return_dict", None)
         rows = embedding_size(input_embeddings(self.backbone))
+        batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        if labels is not None and tuple(labels.shape) != (batch,):
+            raise ValueError(
+                f"labels has shape {tuple(labels.shape)}, expected ({batch},): one class id per example (multi-label "
+                "and regression targets are not head families)"
+            )
         check_token_ids(self, {"input_ids": (input_ids, rows)}, labels, head_classes(self.head), classifier=True)
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids

@@ -65,6 +65,9 @@ def check_token_ids(
 ) -> None:
     """Refuse token ids outside their embedding (`ids`: {input name: (ids or None, rows or None)}) and labels outside 0
     <= label < `num_classes` other than -100; `classifier`: the error speaks of num_labels."""
+    if labels is not None and (labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool):
+        what = "class ids" if classifier else "token ids"
+        raise ValueError(f"labels has dtype {labels.dtype}; allowed: an integer dtype holding {what} (-100: ignored)")
     named = [(name, t, size) for name, (t, size) in ids.items() if t is not None and size is not None]
     if labels is not None and num_classes is not None:
         named.append(("labels", labels, num_classes))

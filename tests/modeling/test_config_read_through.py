@@ -15,6 +15,7 @@ from transformers import (
     AutoConfig,
     BartConfig,
     BertConfig,
+    BertForSequenceClassification,
     BertModel,
     EncoderDecoderConfig,
     EncoderDecoderModel,
@@ -239,6 +240,44 @@ def test_classifier_reads_its_labels_from_config(bert_dir):
     multi = AutoConfig.from_pretrained(bert_dir, num_labels=3, problem_type="multi_label_classification")
     with pytest.raises(ValueError, match=r"problem_type='multi_label_classification'.*allowed"):
         HeadsForSequenceClassification.from_base(bert_dir, config=multi)
+
+
+def test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives(bert_dir, tmp_path):
+    """A head trains one class per example: a fine-tuned multi-label or regression classifier is refused, not wrapped
+    as a softmax over its labels; so is problem_type given to from_pretrained or in a config, and labels that are no
+    class ids (multi-hot rows, floats)."""
+    message = (
+        "an hf_heads head trains one class per example (labels: a class id per example); allowed: None, "
+        "'single_label_classification' (multi-label and regression targets are not head families)"
+    )
+    for problem in ("multi_label_classification", "regression"):
+        path = tmp_path / problem
+        BertForSequenceClassification(_bert(num_labels=3, problem_type=problem)).save_pretrained(path)
+        with pytest.raises(ValueError) as refused:
+            HeadsForSequenceClassification.from_pretrained(path)
+        assert str(refused.value) == f"{str(path)!r} is a classifier with config.problem_type={problem!r}: {message}"
+    with pytest.raises(ValueError) as refused:
+        HeadsForSequenceClassification.from_pretrained(bert_dir, num_labels=3, problem_type="regression")
+    assert str(refused.value) == f"problem_type='regression': {message}"
+    with pytest.raises(ValueError) as refused:
+        HeadsForSequenceClassification(
+            HeadsConfig(backbone=_bert().to_dict(), num_labels=3, problem_type="multi_label_classification")
+        )
+    assert str(refused.value) == f"problem_type='multi_label_classification': {message}"
+    model = HeadsForSequenceClassification.from_pretrained(bert_dir, num_labels=3)
+    ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    with pytest.raises(ValueError) as refused:
+        model(input_ids=ids, labels=torch.tensor([[1, 0, 1], [0, 1, 0]]))
+    assert str(refused.value) == (
+        "labels has shape (2, 3), expected (2,): one class id per example (multi-label and regression targets are "
+        "not head families)"
+    )
+    with pytest.raises(ValueError) as refused:
+        model(input_ids=ids, labels=torch.tensor([0.0, 1.0]))
+    assert str(refused.value) == (
+        "labels has dtype torch.float32; allowed: an integer dtype holding class ids (-100: ignored)"
+    )
+    assert model(input_ids=ids, labels=torch.tensor([0, 2])).loss.isfinite()
 
 
 def test_ids_outside_the_vocabulary_are_refused_with_the_fix():

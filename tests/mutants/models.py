@@ -103,6 +103,18 @@ MUTANTS: list[Mutant] = [
       selection("tests/modeling/test_tasks.py::"
                 "test_from_pretrained_of_a_base_checkpoint_generates_with_its_generation_config"),
       "generate() of a wrapped summarization checkpoint loses its beams, penalties and lengths"),
+    m("multi-label-classifier-wrapped", "modeling/classification.py",
+      "        check_problem_type(checkpoint.config.problem_type, "
+      'f"{name!r} is a classifier with config.problem_type")\n',
+      "", selection("tests/modeling/test_config_read_through.py::"
+                    "test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives"),
+      "a fine-tuned multi-label classifier is wrapped as a softmax over its labels"),
+    m("float-labels-reach-the-loss", "modeling/inputs.py",
+      "    if labels is not None and (labels.is_floating_point() or labels.is_complex() "
+      "or labels.dtype == torch.bool):",
+      "    if False:", selection("tests/modeling/test_config_read_through.py::"
+                              "test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives"),
+      "float labels end in an IndexError inside the loss instead of an error naming their dtype"),
     # ---------------------------------------------------------------- causal_lm.py
     m("causal-labels-shifted-backwards", "modeling/causal_lm.py",
       "F.pad(labels, (0, 1), value=-100)[:, 1:]", "F.pad(labels, (1, 0), value=-100)[:, :-1]", LM,
