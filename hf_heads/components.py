@@ -93,6 +93,8 @@ def coerce(cls: type, name: str, value):
         check_number(name, value)
     elif "list" in kinds and isinstance(value, (list, tuple)):
         return list(value)
+    elif "dict" in kinds and isinstance(value, dict):
+        return value
     elif "str" in kinds and not isinstance(value, str):
         raise OptionError(name, value, "must be a string")
     return value

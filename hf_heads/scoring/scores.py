@@ -262,9 +262,11 @@ def _score(
 
 
 def _pad_id(tokenizer, model) -> int:
-    """Any valid id works (padded positions are masked and never scored); the tokenizer's, else the config's."""
+    """Any valid id works (padded positions are masked and never scored); the tokenizer's, else the config's where it
+    is a token id (some configs have -1), else 0."""
+    size = min(model.head.num_classes, model.get_input_embeddings().num_embeddings)
     for value in (getattr(tokenizer, "pad_token_id", None), model.config.backbone_token_id("pad_token_id")):
-        if value is not None:
+        if isinstance(value, int) and 0 <= value < size:
             return value
     return 0
 

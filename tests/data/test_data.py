@@ -205,6 +205,17 @@ def test_word_counts_and_rank():
         data.word_counts(Dataset.from_dict({"text": texts}), tok, column="txt")
 
 
+def test_frequency_rank_ranks_an_accelerators_counts_there():
+    """The ranks are computed on the counts' device, from no tensor of another device (FakeTensorMode's CUDA tensors
+    stand for a GPU's: they refuse a mix of devices as a GPU does, with no GPU present)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        counts = torch.empty(5, dtype=torch.int64, device="cuda")
+        rank = data.frequency_rank(counts)
+    assert rank.device == counts.device and rank.dtype == torch.int64 and rank.shape == (5,)
+
+
 def test_head_tail_truncation_keeps_both_ends_and_special_tokens():
     from transformers import AutoTokenizer
 
@@ -380,6 +391,19 @@ def test_word2vec_table_follows_its_seed(tmp_path):
             str(data.train_word2vec_table(sentences, tmp_path / f"{seed}.npz", dim=4, epochs=1, seed=seed))
         )
         for seed in (0, 1)
+    ]
+    assert tables[0][0] == tables[1][0] and not (tables[0][1] == tables[1][1]).all()
+
+
+def test_word2vec_table_trains_for_its_epochs(tmp_path):
+    """`epochs` is the number of passes over the sentences: a second pass moves the vectors (same seed, words)."""
+    pytest.importorskip("gensim")
+    sentences = [["the", "king", "spoke", "to", "the", "people"], ["the", "people", "heard", "the", "king"]] * 5
+    tables = [
+        data.load_word_vectors(
+            str(data.train_word2vec_table(sentences, tmp_path / f"{epochs}.npz", dim=4, epochs=epochs, seed=0))
+        )
+        for epochs in (1, 2)
     ]
     assert tables[0][0] == tables[1][0] and not (tables[0][1] == tables[1][1]).all()
 
@@ -576,3 +600,19 @@ def test_bible_rebuild_script_writes_the_bundled_verses(monkeypatch):
     assert rows == bundled
     assert {r["book"] for r in rows} == set(REBUILT_BOOKS) and any(r["es"] for r in rows)
     assert any(not r["es"] and r["book"] == "Jonah" for r in rows)
+
+
+def test_bible_rebuild_compresses_as_the_bundled_file(tmp_path):
+    """The rebuild writes xz with the bundled file's settings (check, filter, 64 MiB dictionary: the stream and block
+    headers), so rebuilding the same verses gives the bundled bytes; the verses read back as written."""
+    import lzma
+
+    from hf_heads.data.bible import write_tsv
+
+    out = tmp_path / "bible.tsv.xz"
+    write_tsv([("Gen", 1, 1, "In the beginning", "En el principio")], out)
+    with (corpora.BUNDLED / "bible_es_en.tsv.xz").open("rb") as bundled:
+        headers = bundled.read(24)
+    assert out.read_bytes()[:24] == headers
+    with lzma.open(out, "rt", encoding="utf-8") as f:
+        assert f.read() == "book\tchapter\tverse\ten\tes\nGen\t1\t1\tIn the beginning\tEn el principio\n"

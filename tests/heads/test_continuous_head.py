@@ -238,6 +238,8 @@ def test_a_losss_parameters_are_its_own_and_the_flat_options_are_read_into_them(
         section(loss="vmf", loss_margin=0.7)  # (ignored before: a value without effect is refused)
     with pytest.raises(ValueError, match="head.num_negatives=3 is given twice, as num_negatives and as loss.num_n"):
         section(loss={"type": "margin-random", "num_negatives": 4}, num_negatives=3)
+    with pytest.raises(ValueError, match=r"^head\.loss\.form='released' has no λ1 / λ2 terms: leave lambda1=0 and"):
+        section(loss="vmf:form=released", vmf_lambda1=0.1)  # a flat option at odds with the loss's own parameter
     with pytest.raises(ValueError, match="head.loss.lambda2=0 must be > 0"):
         section(loss={"type": "vmf", "lambda2": 0})
     with pytest.raises(

@@ -182,6 +182,12 @@ def test_nearest_neighbour_diagnostics():
         (lambda: syn_margin_loss(torch.randn(2, 3), torch.randn(2, 3), negative="hardest"), "negative='hardest'"),
         (lambda: syn_margin_loss(torch.randn(2, 3), torch.randn(2, 3), margin=-0.1), "margin=-0.1 must be >= 0"),
         (lambda: syn_margin_loss(torch.randn(2, 3), torch.randn(2, 3), negative="random"), "needs embeddings"),
+        (
+            lambda: syn_margin_loss(
+                torch.randn(2, 3), torch.randn(2, 3), negative="random", embeddings=torch.eye(3), num_negatives=0
+            ),
+            "num_negatives=0 must be >= 1",
+        ),
         (lambda: vmf_nll(torch.randn(2, 3), torch.randn(2, 4)), "pred has shape (2, 3) but target_emb has (2, 4)"),
         (lambda: vmf_nll(torch.randn(2, 3), torch.randn(2, 3), lambda1=-1.0), "lambda1=-1.0 must be >= 0"),
         (lambda: log_cmk(torch.tensor([0.0]), 3), "kappa must be finite and > 0"),

@@ -23,6 +23,8 @@ from hf_heads.losses.chunks import (
     CHUNK_KERNELS,
     KERNEL_ENV,
     MIN_CHUNK_ROWS,
+    ChunkOptions,
+    Grads,
     automatic_kernel,
     chunk_kernel,
     eval_rows_per_chunk,
@@ -525,6 +527,39 @@ def test_the_entropy_is_for_cross_entropy_only():
     h, w, b, _, y = _data()
     with pytest.raises(ValueError, match=r"returns=\['entropy'\] is for cross-entropy only, not criterion 'bce'"):
         chunked(h, w, b, y, criterion="bce", return_entropy=True)
+
+
+@pytest.mark.parametrize(
+    "kernel, options", cases_in_part(["target-logit-softcap-smoothing", "top-k"], ENTROPY_DEFAULT)
+)
+def test_a_kernels_pass_with_gradients_writes_the_row_statistics_its_pass_without_writes(kernel, options, monkeypatch):
+    """A kernel called directly (as a chunk engine of one's own calls it): `loss_and_grads` given `lse`, `pred` and
+    `ent` writes each row's log-sum-exp, argmax and target rank, and entropy (the naive one) as `loss` does, beside
+    the same losses. The compiled kernel under dynamo's "eager" backend."""
+    use_kernel(kernel, monkeypatch)
+    if kernel == "compiled":
+        monkeypatch.setattr(CompiledKernel, "backend", "eager")
+        monkeypatch.setattr(CompiledKernel, "_compiled", None)
+    run = chunk_kernel(kernel)
+    opts, names, (h, w, b, t, _), y = _case(options)
+    h, w, b, t = h.detach(), w.detach(), b.detach(), t.detach() if "t" in names else None
+    y = y.clamp_min(0)  # a kernel's rows are all counted: the engine drops the ignored ones
+    chunk = ChunkOptions(opts.get("top_k"), opts.get("label_smoothing", 0.0), opts.get("softcap"))
+
+    def statistics() -> dict[str, torch.Tensor]:
+        return {"lse": torch.empty(N, dtype=h.dtype), "pred": torch.empty(N, 2, dtype=torch.long),
+                "ent": torch.empty(N, dtype=h.dtype)}  # fmt: skip
+
+    want, got = statistics(), statistics()
+    want_loss = run.loss(h, w, b, y, t, chunk, **want)
+    grads = Grads(
+        torch.empty_like(h), torch.empty_like(w), torch.zeros_like(b), None if t is None else torch.empty_like(t),
+        torch.empty(N, V, dtype=run.workspace_dtype(chunk, V, h.dtype)), w_unset=True,
+    )  # fmt: skip
+    loss = run.loss_and_grads(h, w, b, y, t, chunk, torch.ones(N, dtype=h.dtype), grads, **got)
+    torch.testing.assert_close(loss, want_loss)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got["ent"], naive_entropy(h, w, b, y, t, **opts))
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,25 @@ def test_every_module_loads_by_path_with_evaluate():
         load_metric("meteor")
 
 
+CITED = {  # the work each module's `citation` (evaluate's, BibTeX) names
+    "bleu": "title = {BLEU: a Method for Automatic Evaluation of Machine Translation}",
+    "sacrebleu": 'title = "A Call for Clarity in Reporting {BLEU} Scores"',
+    "rouge": 'title = "{ROUGE}: A Package for Automatic Evaluation of Summaries"',
+    "accuracy": "title={Scikit-learn: Machine Learning in {P}ython}",
+    "f1": "title={Scikit-learn: Machine Learning in {P}ython}",
+    "precision": "title={Scikit-learn: Machine Learning in {P}ython}",
+    "recall": "title={Scikit-learn: Machine Learning in {P}ython}",
+    "perplexity": "title={Perplexity{\\textemdash}a measure of the difficulty of speech recognition tasks}",
+}
+
+
+@pytest.mark.parametrize("name", list(CITED))
+def test_every_module_cites_the_work_it_computes(loaded, name):
+    assert set(CITED) == set(METRICS)
+    citation = loaded(name).citation
+    assert citation.startswith("@") and CITED[name] in citation
+
+
 # ---------------------------------------------------------------- bleu (evaluate's: tensorflow/nmt on 13a tokens)
 
 

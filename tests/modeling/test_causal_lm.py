@@ -219,6 +219,35 @@ def test_fused_lm_head_gives_the_per_token_quantities_of_the_logits():
     torch.testing.assert_close(given.loss.double(), -expected.sum() / 40, rtol=1e-6, atol=0)
 
 
+def test_a_forward_installed_by_accelerates_hooks_runs():
+    """accelerate's hooks (what `device_map=` dispatch and CPU offload install) replace `model.forward` with a
+    `functools.partial`: it is installed and runs, with the model's logits; removing the hook restores the forward.
+    Only the forward of TRL's fused LM head is declined."""
+    from accelerate.hooks import ModelHook, add_hook_to_module, remove_hook_from_module
+    from conftest import tiny_llama_config
+
+    class Counting(ModelHook):
+        calls = 0
+
+        def pre_forward(self, module, *args, **kwargs):
+            self.calls += 1
+            return args, kwargs
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    x = _batch()
+    with torch.no_grad():
+        expected = model(x).logits
+        hook = Counting()
+        add_hook_to_module(model, hook)
+        assert "forward" in vars(model)
+        torch.testing.assert_close(model(x).logits, expected, rtol=0, atol=0)
+        assert hook.calls == 1
+        remove_hook_from_module(model)
+        torch.testing.assert_close(model(x).logits, expected, rtol=0, atol=0)
+        assert hook.calls == 1
+
+
 @pytest.mark.parametrize(
     "head, mode, second_pass",
     [

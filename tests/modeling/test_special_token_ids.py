@@ -168,13 +168,18 @@ def test_seq2seq_scores_start_from_the_config_decoder_start_as_the_loss_does():
     torch.testing.assert_close(scores, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("config_pad, tokenizer_pad", [(IDS["pad_token_id"], TOKENIZER_PAD), (-1, None)])
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_causal_scores_with_another_pad_id_are_the_transformers_model_log_probs(kind):
+def test_causal_scores_with_another_pad_id_are_the_transformers_model_log_probs(kind, config_pad, tokenizer_pad):
     """With the tokenizer's BOS / EOS equal to the config's and only the pad ids different, batched scores are the
-    transformers model's log-probabilities of BOS + text + EOS, one unpadded text at a time."""
-    base = _causal_base(kind, bos_token_id=TOKENIZER_BOS, eos_token_id=TOKENIZER_EOS)
+    transformers model's log-probabilities of BOS + text + EOS, one unpadded text at a time; also where the config's
+    pad is no token id (-1, as some checkpoints' configs have it) and the tokenizer has none."""
+    base = _causal_base(kind, pad_token_id=config_pad, bos_token_id=TOKENIZER_BOS, eos_token_id=TOKENIZER_EOS)
     model = HeadsForCausalLM.from_base(base).eval()
     tok = _tokenizer()
+    if tokenizer_pad is None:
+        tok.pad_token = None
+    assert tok.pad_token_id == tokenizer_pad
     rows = token_log_probs(model, tok, TEXTS, batch_size=3)
     with torch.no_grad():
         for text, row in zip(TEXTS, rows, strict=True):

@@ -123,6 +123,24 @@ def test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for
         model.generate(input_ids=x, attention_mask=mask, max_new_tokens=2, num_beams=6)
 
 
+def test_bert2bert_warm_start_starts_and_ends_with_the_ids_given_else_the_decoder_configs(tmp_path):
+    """`from_encoder_decoder_pretrained` of a saved BERT: the decoder start and EOS are the ones passed, else the
+    decoder config's BOS / EOS (not its tokenizer's CLS / SEP), and generate() starts from that decoder start."""
+    from transformers import BertModel
+
+    config = tiny_bert_config(V, pad_token_id=1)
+    config.bos_token_id, config.eos_token_id = 7, 8
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(tmp_path)
+    default = HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(str(tmp_path))
+    given = HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(str(tmp_path), decoder_start_token_id=5, eos_token_id=6)
+    for model, (start, end) in ((default, (7, 8)), (given, (5, 6))):
+        backbone = model.config.backbone
+        assert (backbone.decoder_start_token_id, backbone.eos_token_id, backbone.pad_token_id) == (start, end, 1)
+        x, mask, _ = seq2seq_batch()
+        assert model.eval().generate(input_ids=x, attention_mask=mask, max_new_tokens=1)[:, 0].tolist() == [start] * 3
+
+
 @pytest.mark.parametrize("task", ["causal-lm", "seq2seq", "classification"])
 def test_from_pretrained_of_a_base_checkpoint_is_in_evaluation_mode_as_transformers_gives_it(task, tmp_path):
     """transformers' from_pretrained returns a model in evaluation mode (dropout off); so does hf_heads' of the same

@@ -247,6 +247,29 @@ def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters
         MARGIN_TYPES.pop("test-tagged-margin")
 
 
+def test_a_component_parameter_that_may_be_text_or_an_object_takes_an_object_from_a_config_or_a_command_line():
+    """A `str | dict` parameter holds the object a JSON config gives, or `name:p={...}` writes, as an object; its
+    config value reads back the same."""
+
+    @dataclass(frozen=True)
+    class ShapedMargin(Margin):
+        name: ClassVar[str] = "test-shaped-margin"
+        shape: str | dict = "flat"
+
+        def phi(self, theta):
+            return torch.cos(theta)
+
+    register_margin(ShapedMargin)
+    try:
+        margin = make_component("margin", {"type": "test-shaped-margin", "shape": {"kind": "step", "at": 2}})
+        assert margin.shape == {"kind": "step", "at": 2}
+        assert component_config(margin) == {"type": "test-shaped-margin", "shape": {"kind": "step", "at": 2}}
+        assert make_component("margin", 'test-shaped-margin:shape={"kind": "step"}').shape == {"kind": "step"}
+        assert make_component("margin", "test-shaped-margin:shape=step").shape == "step"
+    finally:
+        MARGIN_TYPES.pop("test-shaped-margin")
+
+
 def test_a_component_missing_a_parameter_without_default_is_refused_naming_the_field_and_the_parameter():
     @dataclass(frozen=True)
     class ScaledMargin(Margin):
