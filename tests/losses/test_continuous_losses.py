@@ -193,6 +193,16 @@ def test_nearest_neighbour_diagnostics():
         (lambda: log_cmk(torch.tensor([0.0]), 3), "kappa must be finite and > 0"),
         (lambda: log_cmk(torch.tensor([1.0]), 1), "dim=1 must be >= 2"),
     ],
+    ids=[
+        "unknown-negative",
+        "negative-margin",
+        "random-without-embeddings",
+        "no-negatives",
+        "vmf-shapes",
+        "vmf-negative-lambda1",
+        "log-cmk-kappa-zero",
+        "log-cmk-dim-one",
+    ],  # fmt: skip
 )
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -555,4 +555,100 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/heads/test_continuous_head.py::test_cosine_softmax_decoding_logits_are_its_training_logits[targets]",
     ),
+    "hf_heads/data/tokenization.py:49802c84f2": (
+        "test",
+        "tests/data/test_data.py::test_frequency_rank_ranks_an_accelerators_counts_there",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:c5ae1ef397": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_argument_errors "
+        "tests/metrics/test_metrics.py::test_perplexity_device_names_the_torch_device[gpu-cuda]",
+    ),
+    "hf_heads/cli/runs.py:68a7a8f36e": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_run_translation_sparse_end_to_end_under_accelerate",
+    ),
+    "hf_heads/metrics/modules/f1.py:d98c6c8d3c": (
+        "test",
+        "tests/metrics/test_metrics.py::test_f1_precision_recall_match_sklearn[f1-kwargs8-False] "
+        "tests/metrics/test_metrics.py::test_f1_precision_recall_match_sklearn[f1-kwargs9-False]",
+    ),
+    "hf_heads/metrics/modules/f1.py:14c2e380c3": (
+        "test",
+        "tests/metrics/test_metrics.py::test_every_module_cites_the_work_it_computes[f1]",
+    ),
+    "hf_heads/data/embeddings.py:968dccd23e": (
+        "test",
+        "tests/data/test_data.py::test_word2vec_table_trains_for_its_epochs",
+    ),
+    "hf_heads/data/bible.py:a74ac86090": (
+        "test",
+        "tests/data/test_data.py::test_bible_rebuild_compresses_as_the_bundled_file",
+    ),
+    "hf_heads/metrics/modules/rouge.py:34f73ff9c6": (
+        "equivalent",
+        "a datasets.Value's id is metadata that evaluate never reads (features repr, format errors and "
+        "scores are the same)",
+    ),
+    "hf_heads/modeling/export.py:a0a0210b6b": (
+        "equivalent",
+        "node.module is None only for a relative `from . import x`; '' and 'XXXX' are both not hf_heads, and "
+        "the level check skips that node anyway",
+    ),
+    "hf_heads/scoring/scores.py:e11136b95b": (
+        "equivalent",
+        "only an id inside the vocabulary pads the batch, and padded positions are masked and never scored, "
+        "so which valid id pads changes no score",
+    ),
+    "hf_heads/modeling/causal_lm.py:8700cbd5b3": (
+        "equivalent",
+        "generate() applies a None keyword as it does 0.0, and None turns the eta warper off just as 0.0 "
+        "does (eta_cutoff=None and 0.0 sample the same sequences under a config with eta_cutoff=0.9)",
+    ),
+    "hf_heads/modeling/seq2seq.py:620bab6986": (
+        "test",
+        "tests/modeling/test_tasks.py::test_bert2bert_warm_start_starts_and_ends_with_the_ids_given_else_the_"
+        "decoder_configs",
+    ),
+    "hf_heads/training/cards.py:a454830a7f": (
+        "equivalent",
+        "model_index_results is only called from write_model_card, whose models are hf_heads models that "
+        "always have .head (it reads model.config.head first), so the None default is never used",
+    ),
+    "hf_heads/modeling/fused.py:769bb4a399": (
+        "test",
+        "tests/modeling/test_causal_lm.py::test_a_forward_installed_by_accelerates_hooks_runs",
+    ),
+    "hf_heads/__init__.py:18638aff08": (
+        "test",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads]",
+    ),
+    "hf_heads/losses/continuous.py:d539ad1829": (
+        "test",
+        "tests/losses/test_continuous_losses.py::test_bad_input[no-negatives]",
+    ),
+    "hf_heads/heads/softmax.py:9221bfeb65": (
+        "test",
+        "tests/project/test_docs.py::test_the_committed_options_tables_are_the_generated_ones",
+    ),
+    "hf_heads/components.py:6ef4344097": (
+        "test",
+        "tests/project/test_components.py::test_a_component_parameter_that_may_be_text_or_an_object_takes_an_"
+        "object_from_a_config_or_a_command_line",
+    ),
+    "hf_heads/heads/sparse.py:64aba5ae61": (
+        "equivalent",
+        "renames only the second example label of the sparse family, used only as a test-suite parametrize "
+        "id; the example's options are unchanged and no API, doc, help text or saved file shows the label",
+    ),
+    "hf_heads/heads/continuous.py:d8848878bb": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_a_losss_parameters_are_its_own_and_the_flat_options_are_re"
+        "ad_into_them",
+    ),
+    "hf_heads/losses/kernels.py:3acc512ade": (
+        "test",
+        "tests/losses/test_kernels.py::test_a_kernels_pass_with_gradients_writes_the_row_statistics_its_pass_"
+        "without_writes[compiled-target-logit-softcap-smoothing]",
+    ),
 }
