@@ -329,6 +329,9 @@ class HeadsForSeq2SeqLM(HeadsPreTrainedModel, GenerationMixin):
         tie = family(head["family"]).head.has_output_matrix
         config = HeadsConfig(backbone=backbone, head=head, tie_word_embeddings=tie)
         model = cls(config, backbone=EncoderDecoderBackbone(backbone, encoder=encoder, decoder=decoder))
+        ids = {"decoder_start_token_id": start, "eos_token_id": end, "pad_token_id": dec.pad_token_id}
+        for name, value in ids.items():
+            setattr(model.generation_config, name, value)  # generate() ends where training does (not the decoder's)
         model.config.name_or_path = str(encoder_name_or_path)
         return model
 

@@ -125,7 +125,8 @@ def test_seq2seq_from_base_of_an_encoder_decoder_model_builds_the_head_asked_for
 
 def test_bert2bert_warm_start_starts_and_ends_with_the_ids_given_else_the_decoder_configs(tmp_path):
     """`from_encoder_decoder_pretrained` of a saved BERT: the decoder start and EOS are the ones passed, else the
-    decoder config's BOS / EOS (not its tokenizer's CLS / SEP), and generate() starts from that decoder start."""
+    decoder config's BOS / EOS (not its tokenizer's CLS / SEP), and generate() starts from that decoder start and
+    ends at that EOS (the one training uses, not the decoder config's)."""
     from transformers import BertModel
 
     config = tiny_bert_config(V, pad_token_id=1)
@@ -137,6 +138,8 @@ def test_bert2bert_warm_start_starts_and_ends_with_the_ids_given_else_the_decode
     for model, (start, end) in ((default, (7, 8)), (given, (5, 6))):
         backbone = model.config.backbone
         assert (backbone.decoder_start_token_id, backbone.eos_token_id, backbone.pad_token_id) == (start, end, 1)
+        generation = model.generation_config
+        assert (generation.decoder_start_token_id, generation.eos_token_id, generation.pad_token_id) == (start, end, 1)
         x, mask, _ = seq2seq_batch()
         assert model.eval().generate(input_ids=x, attention_mask=mask, max_new_tokens=1)[:, 0].tolist() == [start] * 3
 
