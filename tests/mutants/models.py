@@ -115,6 +115,22 @@ MUTANTS: list[Mutant] = [
       "    if False:", selection("tests/modeling/test_config_read_through.py::"
                               "test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives"),
       "float labels end in an IndexError inside the loss instead of an error naming their dtype"),
+    m("pair-generates-to-the-decoders-eos", "modeling/seq2seq.py",
+      "            setattr(model.generation_config, name, value)  # generate() ends where training does",
+      "            pass  # generate() ends where training does",
+      selection("tests/modeling/test_tasks.py::"
+                "test_bert2bert_warm_start_starts_and_ends_with_the_ids_given_else_the_decoder_configs"),
+      "a BERT2BERT pair given eos_token_id=6 trains with 6 and generates up to its decoder config's EOS"),
+    m("scoring-pads-with-minus-one", "scoring/scores.py", "        if isinstance(value, int) and 0 <= value < size:",
+      "        if value is not None:",
+      selection("tests/modeling/test_special_token_ids.py::"
+                "test_causal_scores_with_another_pad_id_are_the_transformers_model_log_probs"),
+      "scoring a batch of a model whose config pads with -1 fails, naming a tokenizer larger than the model"),
+    m("text-or-object-parameter-refuses-objects", "components.py",
+      '    elif "dict" in kinds and isinstance(value, dict):\n        return value\n', "",
+      selection("tests/project/test_components.py::"
+                "test_a_component_parameter_that_may_be_text_or_an_object_takes_an_object_from_a_config_or_a_command_line"),
+      "a str | dict component parameter refuses a dict from a config or a command line"),
     # ---------------------------------------------------------------- causal_lm.py
     m("causal-labels-shifted-backwards", "modeling/causal_lm.py",
       "F.pad(labels, (0, 1), value=-100)[:, 1:]", "F.pad(labels, (1, 0), value=-100)[:, :-1]", LM,
