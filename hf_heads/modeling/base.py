@@ -243,11 +243,12 @@ class HeadsPreTrainedModel(PreTrainedModel):
         reads it to put a tied embedding and its output layer in one FSDP group. It is no `nn.Linear`:
         `set_output_embeddings` refuses to replace it."""
         head = getattr(self, "head", None)
-        return head if head is not None and head.has_output_matrix else None
+        return head if head is not None and unwrapped_head(head).has_output_matrix else None
 
     def set_output_embeddings(self, new_embeddings: nn.Module) -> None:
         raise NotImplementedError(
-            f"{type(self).__name__}.set_output_embeddings: the output layer is the {self.head.family} head, which "
+            f"{type(self).__name__}.set_output_embeddings: the output layer is the {unwrapped_head(self.head).family} "
+            "head, which "
             "owns the training criterion; replacing it with another module would drop it"
         )
 
@@ -262,7 +263,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def set_word_counts(self, counts: torch.Tensor) -> None:
         """Training counts (V,) for the heads that need them (unigram / log-unigram / log-rank / uniform)."""
-        self.head.set_word_counts(counts)
+        unwrapped_head(self.head).set_word_counts(counts)
 
     def save_pretrained(self, save_directory, is_main_process: bool = True, **kwargs):
         """`PreTrainedModel.save_pretrained` plus the model code and `auto_map` (hf_heads.modeling.export), so every
@@ -304,7 +305,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
 
     def head_section(self) -> dict:
         """The head's options as a `config.head` section (nested components, defaults included)."""
-        options = self.head.options
+        options = unwrapped_head(self.head).options  # also under a PEFT adapter on the head
         return head_dict({"family": options.family, **asdict(options)})
 
     def _write_head_config(self) -> None:
@@ -435,12 +436,12 @@ class HeadsPreTrainedModel(PreTrainedModel):
             self._declare_tied_head()
 
     def head_needs_counts(self) -> bool:
-        return self.head.needs_counts
+        return unwrapped_head(self.head).needs_counts
 
     def check_warm_start(self) -> None:
         """Refuse to train a head whose warm start is still to be calibrated: its first losses would be far above the
         checkpoint's. The error names the line that calibrates it."""
-        head = self.head
+        head = unwrapped_head(self.head)
         if getattr(head, "warm_start_pending", False):
             raise ValueError(
                 f"the {head.options.describe()} head started from the output layer of {self.config.name_or_path!r} "

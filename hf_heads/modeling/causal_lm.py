@@ -22,7 +22,7 @@ from hf_heads.modeling.bodies import backbone_of
 from hf_heads.modeling.compat import cache_kwargs, cache_of, take_cache, takes_cache
 from hf_heads.modeling.configuration import HeadsConfig
 from hf_heads.modeling.fused import TokenLossOutput, is_trl_fused_forward, token_loss_output, trl_full_logits_refusal
-from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes
+from hf_heads.modeling.inputs import check_token_ids, embedding_size, head_classes, unwrapped_head
 from hf_heads.modeling.parity import (
     check_same_distribution,
     output_transform,
@@ -87,7 +87,8 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         `fused_lm_head=True` calls itself (`token_loss_output`). Any other assignment is left as it is."""
         if name == "forward" and is_trl_fused_forward(value):
             object.__setattr__(self, "_trl_fused_head", True)
-            logger.info("TRL's fused LM head not installed: the %s head answers fused_lm_head calls", self.head.family)
+            family = unwrapped_head(self.head).family
+            logger.info("TRL's fused LM head not installed: the %s head answers fused_lm_head calls", family)
             return
         super().__setattr__(name, value)
 
@@ -263,7 +264,7 @@ class HeadsForCausalLM(HeadsPreTrainedModel, GenerationMixin):
         )
         wants_loss = fused_lm_head or labels is not None or shift_labels is not None
         if self._trl_fused_head and self.training and torch.is_grad_enabled() and not wants_loss:
-            raise ValueError(trl_full_logits_refusal(self.head.family))
+            raise ValueError(trl_full_logits_refusal(unwrapped_head(self.head).family))
         outputs = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,

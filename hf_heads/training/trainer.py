@@ -64,7 +64,7 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, op
     model that is no hf_heads model is refused (the flags would go unused). A continuous head that replaces the default
     one gets its embedding table over `tokenizer`'s vocabulary (hf_heads.training.tables). An `optimizer` built before
     (the Trainer's `optimizers=`) is refused where the head would get new parameters: it would not hold them, and the
-    new head would never train."""
+    new head would never train; so is a model with PEFT adapters (the new head would train whole, outside them)."""
     if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
         return
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -78,6 +78,15 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, op
     if inner.head_origin is not None and family(section["family"]).head.uses_embedding_table:
         section, table = _flags_table(section, inner, arguments, tokenizer, train_dataset)
         data = table_data(section, inner.head.num_classes, train_dataset)  # refused here: the model still unchanged
+    adapters = model is not inner or getattr(inner, "_hf_peft_config_loaded", False)
+    if adapters and inner.binding_replaces_parameters(section):
+        raise ValueError(
+            f"the training arguments' head flags replace the {inner.head.family} head of a model with PEFT adapters "
+            f"by a {section['family']} head with new parameters: they would train whole, outside the adapters (and an "
+            "adapter on the old head would be lost); bind the head before adding the adapters: "
+            "model.bind_head(training_args.head_config()), then get_peft_model / add_adapter (HeadsSFTTrainer's "
+            "peft_config= does it in that order)"
+        )
     if optimizer is not None and inner.binding_replaces_parameters(section):
         raise ValueError(
             f"the training arguments' head flags replace the model's {inner.head.family} head by a "
@@ -119,7 +128,7 @@ def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str
     """What a head needs before its first step (`HeadsTrainer.train()`): word counts of `train_dataset[counts_column]`,
     then the calibration of a pending warm start on the first `CALIBRATION_EXAMPLES` examples collated by
     `data_collator` (the global random state is kept). `prepare_inputs` moves a batch to the model's device."""
-    head = getattr(model, "head", None)
+    head = _head_of(model)
     if head is None:
         return
     if model.head_needs_counts() and not head.has_word_counts:
@@ -166,11 +175,17 @@ def _gathered(model, head):
         owner.reshard()
 
 
+def _head_of(model):
+    """A model's head (None for a model without one), also when PEFT wrapped it (LoRA on the head)."""
+    head = getattr(model, "head", None)
+    return None if head is None else unwrapped_head(head)
+
+
 def _refuse_compute_loss_func(model, arguments) -> None:
     """Refuse a Trainer's `compute_loss_func` for an hf_heads model (or head flags): the Trainer calls the model
     without labels and the function on its inference logits, so the training loss would not be the head's."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    head = getattr(inner, "head", None)
+    head = _head_of(inner)
     flags = getattr(arguments, "head_flags_given", lambda: False)()
     if head is None and not flags:
         return
@@ -215,7 +230,7 @@ class _HeadsTrainerMixin:
     def _prepare_head(self) -> None:
         """`prepare_head` with the examples as the training loop sees them (unused columns removed, its collator)."""
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
-        head = getattr(model, "head", None)
+        head = _head_of(model)
         if head is None:
             return
         if model.head_needs_counts() and not head.has_word_counts:
@@ -235,7 +250,7 @@ class _HeadsTrainerMixin:
     def train(self, *args, **kwargs):
         self._prepare_head()
         model = self.accelerator.unwrap_model(self.model)
-        head = getattr(model, "head", None)
+        head = _head_of(model)
         if hasattr(head, "record_accuracy"):  # `train_accuracy` (@k) from the training passes themselves
             head.record_accuracy(top_k=getattr(self.args, "eval_accuracy_top_k", None) or ())
         try:
@@ -265,7 +280,7 @@ class _HeadsTrainerMixin:
         process."""
         ks = getattr(self.args, "eval_accuracy_top_k", None) or []
         self._accuracy_counts = torch.zeros(len(ks) + 1, dtype=torch.float64, device=self.args.device)
-        head = getattr(self.accelerator.unwrap_model(self.model), "head", None)
+        head = _head_of(self.accelerator.unwrap_model(self.model))
         head = None if head is None else unwrapped_head(head)
         names = getattr(head, "eval_sum_names", ())
         if names:
@@ -291,7 +306,7 @@ class _HeadsTrainerMixin:
         """The Trainer's step; the first of each logging window also records the statistics `log` reports as
         `train_nll`."""
         inner = self.accelerator.unwrap_model(model)
-        head = getattr(inner, "head", None)
+        head = _head_of(inner)
         if not self._train_nll_due or head is None or not hasattr(inner, "statistics_recorded"):
             return super().training_step(model, inputs, *args, **kwargs)
         if not logs_train_nll(head):
@@ -334,7 +349,7 @@ class _HeadsTrainerMixin:
         """The Trainer's `log`, plus the head's diagnostics, `train_criterion` and `train_nll` next to a training
         `loss`, and `{prefix}perplexity` for a language model whose eval loss is an NLL."""
         model = self.accelerator.unwrap_model(self.model)
-        head = getattr(model, "head", None)
+        head = _head_of(model)
         if head is not None and "loss" in logs:
             with _gathered(model, head):
                 logs.update({key: round(value, 4) for key, value in head.diagnostics().items()})

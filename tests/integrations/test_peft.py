@@ -145,6 +145,39 @@ def test_lora_on_the_head_trains_inside_the_chunked_loss(tmp_path, family):
     )
 
 
+def test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_are_refused(tmp_path):
+    """HeadsTrainer reads a PEFT-wrapped head through its wrapper: LoRA on the head trains B and A, W stays as it
+    was. Head flags that would replace the head of a model that already has adapters are refused (the new head would
+    train whole, outside them): the head is bound first, then the adapters added."""
+    from datasets import Dataset
+    from transformers import default_data_collator
+
+    from hf_heads import HeadsTrainer, HeadsTrainingArguments
+
+    ids = torch.randint(3, V, (8, 12), generator=torch.Generator().manual_seed(0)).tolist()
+    data = Dataset.from_dict({"input_ids": ids, "labels": ids})
+    common = dict(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to="none")
+    common |= dict(use_cpu=True, save_strategy="no", disable_tqdm=True, learning_rate=1e-2)
+    margin = {"head": "margin", "margin": "arc", "m": 0.001}
+    model = _lora_on_head(_causal({"family": "margin", "margin": "arc", "m": 0.001}))
+    head = model.base_model.model.head
+    weight, b = head.base_layer.weight.detach().clone(), head.lora_B.default.weight.detach().clone()
+    args = HeadsTrainingArguments(**common, **margin)
+    HeadsTrainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator).train()
+    assert not torch.equal(b, head.lora_B.default.weight) and torch.equal(weight, head.base_layer.weight)
+
+    stand_in = _causal({"family": "softmax"})
+    stand_in.head_origin = "checkpoint"  # the default head of from_pretrained(base), which head flags replace
+    wrapped = peft.get_peft_model(stand_in, with_backbone_targets(peft.LoraConfig(task_type="CAUSAL_LM"), stand_in))
+    with pytest.raises(
+        ValueError,
+        match=r"^the training arguments' head flags replace the softmax head of a model "
+        r"with PEFT adapters by a margin head .*model\.bind_head\(training_args\.head_config\(\)\)",
+    ):
+        HeadsTrainer(model=wrapped, args=args, train_dataset=data, data_collator=default_data_collator)
+    assert stand_in.head.family == "softmax" and not stand_in.head.weight.requires_grad
+
+
 @pytest.mark.parametrize("family", ["softmax", "margin"])
 def test_lora_on_the_backbone_leaves_the_head_frozen_and_skips_its_weight_product(family, monkeypatch):
     """With LoRA on the backbone only, PEFT freezes the head: its chunked loss gets no (V, H) accumulator and runs no
