@@ -304,6 +304,16 @@ MUTANTS: list[Mutant] = [
       "        pass",
       selection("tests/training/test_own_script.py::test_compute_loss_func_is_refused_for_an_hf_heads_model"),
       "a compute_loss_func trains plain cross-entropy on the inference logits, the logs naming the margin"),
+    m("flags-head-replaces-an-adapted-head", "training/trainer.py",
+      "    if adapters and inner.binding_replaces_parameters(section):", "    if False:",
+      selection("tests/integrations/test_peft.py::"
+                "test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_are_refused"),
+      "head flags after get_peft_model: the new head's whole weight trains outside the adapters"),
+    m("trainer-reads-the-peft-wrapper", "training/trainer.py",
+      "    return None if head is None else unwrapped_head(head)", "    return head",
+      selection("tests/integrations/test_peft.py::"
+                "test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_are_refused"),
+      "LoRA on the head under HeadsTrainer fails reading the head's attributes through PEFT's wrapper"),
     m("binding-plan-ignores-the-class", "modeling/base.py",
       "        return type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head)",
       "        return _tensor_shapes(new) == _tensor_shapes(self.head)",
