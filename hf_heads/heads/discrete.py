@@ -21,6 +21,8 @@ from hf_heads.losses.transforms import transform_logits
 from hf_heads.losses.vocab_parallel import vocab_shard, whole_parameters
 from hf_heads.validation import OptionError, check_number
 
+COUNTS_DTYPE = torch.float32  # word counts: exact integers up to 2**24, whatever the model's dtype
+
 
 class DiscreteHead(OutputHead):
     """Output layer over V classes for hidden states of size H (a softmax over its logits is p(c | x))."""
@@ -31,6 +33,15 @@ class DiscreteHead(OutputHead):
     accuracy_sums: torch.Tensor | None = None  # [correct, correct@k..., counted] since `take_accuracy`; None: off
     accuracy_top_k: tuple[int, ...] = ()  # the k of `record_accuracy`
 
+    def _apply(self, fn, recurse: bool = True):
+        """`nn.Module._apply` (`.to(dtype)`, `.half()`, `.cuda()`, ...) with `word_counts` kept in float32: counts
+        above 256 are not exact in bf16 (12345 would become 12352), and the norms, ranks and noise read them."""
+        counts = self.word_counts
+        out = super()._apply(fn, recurse)
+        if self.word_counts.dtype != COUNTS_DTYPE:
+            self.word_counts = counts.to(device=self.word_counts.device, dtype=COUNTS_DTYPE)
+        return out
+
     def __init__(self, hidden_size: int, num_classes: int, options=None) -> None:
         super().__init__(hidden_size, num_classes, options)
         options = self.options  # the options object, also where a head section or nothing was given
@@ -38,7 +49,7 @@ class DiscreteHead(OutputHead):
         self.weight = nn.Parameter(torch.empty(num_classes, hidden_size))
         initial = options.initial_bias(num_classes)
         self.bias = nn.Parameter(torch.full((num_classes,), initial)) if options.bias else None
-        self.register_buffer("word_counts", torch.full((num_classes,), -1.0))
+        self.register_buffer("word_counts", torch.full((num_classes,), -1.0, dtype=COUNTS_DTYPE))
         self.register_buffer("context_norm_running", torch.tensor(-1.0))
         nn.init.normal_(self.weight, std=0.02)
         weights = options.class_weights

@@ -122,6 +122,23 @@ def test_counts_required_and_checked(tiny_base, caplog):
         HeadsForCausalLM.from_base(path)(x, labels=torch.full_like(x, 99))
 
 
+def test_word_counts_stay_exact_in_a_bf16_model(tiny_base, tmp_path):
+    """Counts above 256 are not exact in bf16 (12345 would be 12352), and norms, ranks and noise read them: the
+    buffer stays float32 through .to(bf16), a bf16 save and from_pretrained(dtype=bf16), following the device."""
+    path, _ = tiny_base
+    counts = torch.arange(61, dtype=torch.float64) * 1000 + 12345
+    head = {"family": "margin", "margin": "arc", "m": 0.001, "word_norm": "log-unigram"}
+    model = HeadsForCausalLM.from_base(path, head=head, word_counts=counts).to(torch.bfloat16)
+    assert model.head.weight.dtype == torch.bfloat16 and model.head.word_counts.dtype == torch.float32
+    assert torch.equal(model.head.word_counts, counts.float())
+    model.save_pretrained(tmp_path / "bf16")
+    x = _batch()
+    for dtype in (torch.bfloat16, torch.float32):
+        loaded = HeadsForCausalLM.from_pretrained(tmp_path / "bf16", dtype=dtype)
+        assert torch.equal(loaded.head.word_counts, counts.float()) and loaded.head.weight.dtype == dtype
+        assert torch.isfinite(loaded.train()(x, labels=x).loss)
+
+
 def test_from_base_of_an_hf_heads_model_is_refused_saying_how_to_load_it(tmp_path):
     """from_base wraps a base checkpoint: an hf_heads model (loaded, in a directory or its `subfolder`, or a Hub id
     found in the `cache_dir` given, as from_pretrained would find it) is refused, naming its head and how to load it,

@@ -131,6 +131,10 @@ MUTANTS: list[Mutant] = [
       selection("tests/project/test_components.py::"
                 "test_a_component_parameter_that_may_be_text_or_an_object_takes_an_object_from_a_config_or_a_command_line"),
       "a str | dict component parameter refuses a dict from a config or a command line"),
+    m("word-counts-follow-bf16", "heads/discrete.py",
+      "        if self.word_counts.dtype != COUNTS_DTYPE:", "        if False:",
+      selection("tests/modeling/test_causal_lm.py::test_word_counts_stay_exact_in_a_bf16_model"),
+      "a bf16 model rounds its word counts (12345 becomes 12352): norms, ranks and noise read other counts"),
     # ---------------------------------------------------------------- causal_lm.py
     m("causal-labels-shifted-backwards", "modeling/causal_lm.py",
       "F.pad(labels, (0, 1), value=-100)[:, 1:]", "F.pad(labels, (1, 0), value=-100)[:, :-1]", LM,
