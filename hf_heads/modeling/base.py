@@ -248,8 +248,7 @@ class HeadsPreTrainedModel(PreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Module) -> None:
         raise NotImplementedError(
             f"{type(self).__name__}.set_output_embeddings: the output layer is the {unwrapped_head(self.head).family} "
-            "head, which "
-            "owns the training criterion; replacing it with another module would drop it"
+            "head, which owns the training criterion; replacing it with another module would drop it"
         )
 
     def resize_token_embeddings(self, *args, **kwargs):

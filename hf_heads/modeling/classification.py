@@ -253,6 +253,8 @@ class HeadsForSequenceClassification(HeadsPreTrainedModel):
         kwargs.pop("return_dict", None)
         rows = embedding_size(input_embeddings(self.backbone))
         batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        if labels is not None and tuple(labels.shape) == (batch, 1):  # (B, 1), as transformers' classifiers take it
+            labels = labels.reshape(batch)
         if labels is not None and tuple(labels.shape) != (batch,):
             raise ValueError(
                 f"labels has shape {tuple(labels.shape)}, expected ({batch},): one class id per example (multi-label "

@@ -277,7 +277,8 @@ def test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives(be
     assert str(refused.value) == (
         "labels has dtype torch.float32; allowed: an integer dtype holding class ids (-100: ignored)"
     )
-    assert model(input_ids=ids, labels=torch.tensor([0, 2])).loss.isfinite()
+    loss = model(input_ids=ids, labels=torch.tensor([0, 2])).loss
+    assert loss.isfinite() and torch.equal(model(input_ids=ids, labels=torch.tensor([[0], [2]])).loss, loss)
 
 
 def test_ids_outside_the_vocabulary_are_refused_with_the_fix():
