@@ -178,6 +178,21 @@ def test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_a
     assert stand_in.head.family == "softmax" and not stand_in.head.weight.requires_grad
 
 
+def test_scoring_a_model_with_lora_on_the_head_gives_the_merged_models_scores():
+    """sentence_log_probs reads the head through PEFT's wrapper: the scores of W + (α/r)·B·A are those of the merged
+    model."""
+    from hf_heads.data.tokenization import build_word_tokenizer
+    from hf_heads.scoring import sentence_log_probs
+
+    tokenizer = build_word_tokenizer([" ".join(f"w{i}" for i in range(V - 4))], add_eos=False)
+    texts = ["w1 w2 w3", "w4 w5", "w6"]
+    model = _lora_on_head(_causal({"family": "softmax"})).eval()
+    scores = sentence_log_probs(model, tokenizer, texts)
+    merged = model.merge_and_unload().eval()
+    torch.testing.assert_close(scores, sentence_log_probs(merged, tokenizer, texts))
+    assert not torch.equal(scores, sentence_log_probs(_causal({"family": "softmax"}).eval(), tokenizer, texts))
+
+
 @pytest.mark.parametrize("family", ["softmax", "margin"])
 def test_lora_on_the_backbone_leaves_the_head_frozen_and_skips_its_weight_product(family, monkeypatch):
     """With LoRA on the backbone only, PEFT freezes the head: its chunked loss gets no (V, H) accumulator and runs no

@@ -314,6 +314,11 @@ MUTANTS: list[Mutant] = [
       selection("tests/integrations/test_peft.py::"
                 "test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_are_refused"),
       "LoRA on the head under HeadsTrainer fails reading the head's attributes through PEFT's wrapper"),
+    m("scoring-reads-the-peft-wrapper", "scoring/scores.py",
+      "    head = unwrapped_head(model.head)  # also under a PEFT adapter on the head", "    head = model.head",
+      selection("tests/integrations/test_peft.py::"
+                "test_scoring_a_model_with_lora_on_the_head_gives_the_merged_models_scores"),
+      "scoring a model with LoRA on the head fails reading the head's attributes through PEFT's wrapper"),
     m("binding-plan-ignores-the-class", "modeling/base.py",
       "        return type(new) is type(self.head) and _tensor_shapes(new) == _tensor_shapes(self.head)",
       "        return _tensor_shapes(new) == _tensor_shapes(self.head)",
