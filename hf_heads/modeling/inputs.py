@@ -32,10 +32,15 @@ def input_embeddings(module: nn.Module) -> nn.Module | None:
         return None
 
 
-def unwrapped_head(head: nn.Module) -> nn.Module:
+def unwrapped_head(head: nn.Module | None) -> nn.Module | None:
     """A model's head, also when PEFT wrapped it (`target_parameters=["head.weight"]` puts a wrapper whose
     `get_base_layer()` is the head in its place)."""
     return head.get_base_layer() if hasattr(head, "get_base_layer") else head
+
+
+def model_head(model: nn.Module) -> nn.Module | None:
+    """`model.head` (`unwrapped_head`); None for a model without one."""
+    return unwrapped_head(getattr(model, "head", None))
 
 
 def head_classes(head: nn.Module) -> int:

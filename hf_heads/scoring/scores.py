@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PretrainedConfig
 
-from hf_heads.modeling.inputs import head_classes, unwrapped_head
+from hf_heads.modeling.inputs import head_classes, model_head
 
 Where = Callable[[int], str]  # index -> how an error names that text, e.g. "texts[3]" or "input.txt line 4"
 
@@ -107,8 +107,13 @@ def _check_texts(texts, name: str) -> list[str]:
     return list(texts)
 
 
+def _scorable_ids(model) -> int:
+    """The token ids the model both embeds and scores: 0 <= id < this."""
+    return min(head_classes(model.head), model.get_input_embeddings().num_embeddings)
+
+
 def _check_vocab(tokenizer, model) -> None:
-    size = min(head_classes(model.head), model.get_input_embeddings().num_embeddings)
+    size = _scorable_ids(model)
     if len(tokenizer) > size:
         raise ValueError(
             f"the tokenizer has {len(tokenizer)} tokens but the model scores only {size} classes: use the model's own "
@@ -240,7 +245,7 @@ def _score(
         raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size={chunk_size!r} must be an integer >= 1 or None")
-    head = unwrapped_head(model.head)  # also under a PEFT adapter on the head
+    head = model_head(model)  # also under a PEFT adapter on the head
     _check_normalize(head, normalize)
     _check_vocab(tokenizer, model)
     if not texts:
@@ -266,7 +271,7 @@ def _score(
 def _pad_id(tokenizer, model) -> int:
     """Any valid id works (padded positions are masked and never scored); the tokenizer's, else the config's where it
     is a token id (some configs have -1), else 0."""
-    size = min(head_classes(model.head), model.get_input_embeddings().num_embeddings)
+    size = _scorable_ids(model)
     for value in (getattr(tokenizer, "pad_token_id", None), model.config.backbone_token_id("pad_token_id")):
         if isinstance(value, int) and 0 <= value < size:
             return value

@@ -17,7 +17,7 @@ from transformers import Seq2SeqTrainer, Trainer
 
 from hf_heads.data import label_counts
 from hf_heads.heads import family
-from hf_heads.modeling.inputs import unwrapped_head
+from hf_heads.modeling.inputs import model_head
 from hf_heads.modeling.zero3 import gathered
 from hf_heads.training.tables import attach_table, continuous_table, table_data, table_source, target_sentences
 
@@ -59,6 +59,11 @@ def perplexity(loss: float) -> float:
     return math.inf if loss == math.inf else safe_exp(loss)
 
 
+def _base_model(model):
+    """A PEFT model's base model; any other model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, optimizer=None) -> None:
     """Give `model` (or a PEFT model's base) the head `arguments`' flags name (`HeadsPreTrainedModel.bind_head`). A
     model that is no hf_heads model is refused (the flags would go unused). A continuous head that replaces the default
@@ -67,7 +72,7 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, op
     new head would never train; so is a model with PEFT adapters (the new head would train whole, outside them)."""
     if model is None or not getattr(arguments, "head_flags_given", lambda: False)():
         return
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = _base_model(model)
     if not hasattr(inner, "bind_head"):
         raise TypeError(
             f"the head flags of the training arguments name a head, but the model is a {type(inner).__name__}, not an "
@@ -79,7 +84,8 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, op
         section, table = _flags_table(section, inner, arguments, tokenizer, train_dataset)
         data = table_data(section, inner.head.num_classes, train_dataset)  # refused here: the model still unchanged
     adapters = model is not inner or getattr(inner, "_hf_peft_config_loaded", False)
-    if adapters and inner.binding_replaces_parameters(section):
+    replaces = (adapters or optimizer is not None) and inner.binding_replaces_parameters(section)
+    if adapters and replaces:
         raise ValueError(
             f"the training arguments' head flags replace the {inner.head.family} head of a model with PEFT adapters "
             f"by a {section['family']} head with new parameters: they would train whole, outside the adapters (and an "
@@ -87,7 +93,7 @@ def bind_arguments_head(model, arguments, tokenizer=None, train_dataset=None, op
             "model.bind_head(training_args.head_config()), then get_peft_model / add_adapter (HeadsSFTTrainer's "
             "peft_config= does it in that order)"
         )
-    if optimizer is not None and inner.binding_replaces_parameters(section):
+    if optimizer is not None and replaces:
         raise ValueError(
             f"the training arguments' head flags replace the model's {inner.head.family} head by a "
             f"{section['family']} head with new parameters, which the optimizer given in optimizers= (built before) "
@@ -128,7 +134,7 @@ def prepare_head(model, train_dataset, data_collator=None, *, counts_column: str
     """What a head needs before its first step (`HeadsTrainer.train()`): word counts of `train_dataset[counts_column]`,
     then the calibration of a pending warm start on the first `CALIBRATION_EXAMPLES` examples collated by
     `data_collator` (the global random state is kept). `prepare_inputs` moves a batch to the model's device."""
-    head = _head_of(model)
+    head = model_head(model)
     if head is None:
         return
     if model.head_needs_counts() and not head.has_word_counts:
@@ -175,17 +181,10 @@ def _gathered(model, head):
         owner.reshard()
 
 
-def _head_of(model):
-    """A model's head (None for a model without one), also when PEFT wrapped it (LoRA on the head)."""
-    head = getattr(model, "head", None)
-    return None if head is None else unwrapped_head(head)
-
-
 def _refuse_compute_loss_func(model, arguments) -> None:
     """Refuse a Trainer's `compute_loss_func` for an hf_heads model (or head flags): the Trainer calls the model
     without labels and the function on its inference logits, so the training loss would not be the head's."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    head = _head_of(inner)
+    head = model_head(_base_model(model))
     flags = getattr(arguments, "head_flags_given", lambda: False)()
     if head is None and not flags:
         return
@@ -230,7 +229,7 @@ class _HeadsTrainerMixin:
     def _prepare_head(self) -> None:
         """`prepare_head` with the examples as the training loop sees them (unused columns removed, its collator)."""
         model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
-        head = _head_of(model)
+        head = model_head(model)
         if head is None:
             return
         if model.head_needs_counts() and not head.has_word_counts:
@@ -250,7 +249,7 @@ class _HeadsTrainerMixin:
     def train(self, *args, **kwargs):
         self._prepare_head()
         model = self.accelerator.unwrap_model(self.model)
-        head = _head_of(model)
+        head = model_head(model)
         if hasattr(head, "record_accuracy"):  # `train_accuracy` (@k) from the training passes themselves
             head.record_accuracy(top_k=getattr(self.args, "eval_accuracy_top_k", None) or ())
         try:
@@ -280,8 +279,7 @@ class _HeadsTrainerMixin:
         process."""
         ks = getattr(self.args, "eval_accuracy_top_k", None) or []
         self._accuracy_counts = torch.zeros(len(ks) + 1, dtype=torch.float64, device=self.args.device)
-        head = _head_of(self.accelerator.unwrap_model(self.model))
-        head = None if head is None else unwrapped_head(head)
+        head = model_head(self.accelerator.unwrap_model(self.model))
         names = getattr(head, "eval_sum_names", ())
         if names:
             head.record_eval_sums()
@@ -306,7 +304,7 @@ class _HeadsTrainerMixin:
         """The Trainer's step; the first of each logging window also records the statistics `log` reports as
         `train_nll`."""
         inner = self.accelerator.unwrap_model(model)
-        head = _head_of(inner)
+        head = model_head(inner)
         if not self._train_nll_due or head is None or not hasattr(inner, "statistics_recorded"):
             return super().training_step(model, inputs, *args, **kwargs)
         if not logs_train_nll(head):
@@ -349,7 +347,7 @@ class _HeadsTrainerMixin:
         """The Trainer's `log`, plus the head's diagnostics, `train_criterion` and `train_nll` next to a training
         `loss`, and `{prefix}perplexity` for a language model whose eval loss is an NLL."""
         model = self.accelerator.unwrap_model(self.model)
-        head = _head_of(model)
+        head = model_head(model)
         if head is not None and "loss" in logs:
             with _gathered(model, head):
                 logs.update({key: round(value, 4) for key, value in head.diagnostics().items()})

@@ -12,7 +12,7 @@ from trl import SFTConfig, SFTTrainer
 
 from hf_heads.integrations.peft import with_backbone_targets
 from hf_heads.modeling.fused import trl_full_logits_refusal
-from hf_heads.modeling.inputs import unwrapped_head
+from hf_heads.modeling.inputs import model_head
 from hf_heads.training.trainer import _HeadsTrainerMixin
 from hf_heads.validation import OptionError
 
@@ -21,8 +21,7 @@ __all__ = ["HeadsSFTTrainer", "check_sft_options"]
 
 def check_sft_options(model, args: SFTConfig | None, compute_loss_func=None) -> None:
     """Refuse SFT options that cannot apply to `model`'s head, naming the option."""
-    head = getattr(model, "head", None)
-    head = None if head is None else unwrapped_head(head)  # also under a PEFT adapter on the head
+    head = model_head(model)  # also under a PEFT adapter on the head
     if head is None:
         raise TypeError(f"HeadsSFTTrainer trains hf_heads models (HeadsForCausalLM), not {type(model).__name__}")
     if compute_loss_func is not None:

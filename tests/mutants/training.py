@@ -294,7 +294,7 @@ MUTANTS: list[Mutant] = [
       "--tie_word_embeddings of a built-in backbone never ties the head"),
     # ---------------------------------------------------------------- what the logged numbers are
     m("user-optimizer-kept-over-a-new-head", "training/trainer.py",
-      "    if optimizer is not None and inner.binding_replaces_parameters(section):",
+      "    if optimizer is not None and replaces:",
       "    if False:",
       selection("tests/training/test_own_script.py::"
                 "test_an_optimizer_built_before_the_flags_head_is_refused_and_the_two_ways_that_work_train_it"),
@@ -305,17 +305,17 @@ MUTANTS: list[Mutant] = [
       selection("tests/training/test_own_script.py::test_compute_loss_func_is_refused_for_an_hf_heads_model"),
       "a compute_loss_func trains plain cross-entropy on the inference logits, the logs naming the margin"),
     m("flags-head-replaces-an-adapted-head", "training/trainer.py",
-      "    if adapters and inner.binding_replaces_parameters(section):", "    if False:",
+      "    if adapters and replaces:", "    if False:",
       selection("tests/integrations/test_peft.py::"
                 "test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_are_refused"),
       "head flags after get_peft_model: the new head's whole weight trains outside the adapters"),
-    m("trainer-reads-the-peft-wrapper", "training/trainer.py",
-      "    return None if head is None else unwrapped_head(head)", "    return head",
+    m("trainer-reads-the-peft-wrapper", "modeling/inputs.py",
+      '    return unwrapped_head(getattr(model, "head", None))', '    return getattr(model, "head", None)',
       selection("tests/integrations/test_peft.py::"
                 "test_lora_on_the_head_trains_under_heads_trainer_and_head_flags_after_peft_are_refused"),
       "LoRA on the head under HeadsTrainer fails reading the head's attributes through PEFT's wrapper"),
     m("scoring-reads-the-peft-wrapper", "scoring/scores.py",
-      "    head = unwrapped_head(model.head)  # also under a PEFT adapter on the head", "    head = model.head",
+      "    head = model_head(model)  # also under a PEFT adapter on the head", "    head = model.head",
       selection("tests/integrations/test_peft.py::"
                 "test_scoring_a_model_with_lora_on_the_head_gives_the_merged_models_scores"),
       "scoring a model with LoRA on the head fails reading the head's attributes through PEFT's wrapper"),
