@@ -59,6 +59,7 @@ def step_bytes(
     rounds_while_scaling: bool = True,
     word_norm: bool = False,
     top_k: int | None = None,
+    unit_d_loss_skipped: bool = True,
 ) -> dict[str, int]:
     """The bytes of one forward + backward step of `impl` (one of `IMPLEMENTATIONS`), itemised: "(rows, V)" and
     "(V, H)" totals and the step's sum "total".
@@ -81,7 +82,10 @@ def step_bytes(
     their math rather than in a pass of its own; grad_in_gemm_dtype (before: False), the compiled and Triton kernels
     writing d z of float32 logits in the products' dtype (no cast pass); rounds_while_scaling (before: False), the
     float32 d W accumulator scaled by d loss and a word norm's column scale and rounded to a half weight's dtype in one
-    pass, not a pass for each.
+    pass, not a pass for each; unit_d_loss_skipped (before: False), on an accelerator a float32 gradient multiplied by
+    d loss in place by a Triton program that reads d loss on the device and moves nothing when it is 1
+    (hf_heads.losses.triton_kernel.scale_in_place; this count takes d loss = 1, the mean loss's): with float32 master
+    weights and no word norm, no d loss pass over (V, H).
 
     word_norm: a margin head's word norm f(c) / ‖W_c‖ (hf_heads.losses.scorer), the passes it adds over (V, H)
     besides the column scale's: ‖W_c‖ reads W; d s_c = A_c · w_c reads the accumulator A and W; d W = s ∘ A scales A
@@ -95,6 +99,7 @@ def step_bytes(
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
     nv, vh = n * vocab, vocab * hidden
+    d_loss_pass = scales_by_grad_out and not (unit_d_loss_skipped and weight == 4)  # in place: none at d loss = 1
     rows: dict[str, int] = {}
     mats: dict[str, int] = {}
     acc = 4  # float32 accumulators
@@ -151,7 +156,7 @@ def step_bytes(
         if not frozen:
             mats["zero the float32 d W accumulator (it is scattered into)"] = vh * acc
             mats["d W: the (N, k + 1, H) products written, read, added into their rows (read, write)"] = 4 * kept * acc
-            if weight != acc or scales_by_grad_out:
+            if weight != acc or d_loss_pass:
                 mats["d loss · d W in one pass (read, write)"] = vh * (acc + weight)
         grad_into_dot_grad(weight)
         workspace = 4  # the eager kernel's float32 logits
@@ -182,7 +187,7 @@ def step_bytes(
                 mats["temporary added to the accumulator (read, write), per later chunk"] = adds * vh * 2 * acc
             if word_norm:
                 mats["word norm: d s = A_c · w_c reads A and W"] = vh * (acc + weight)
-            if rounds_while_scaling and (weight != acc or scales_by_grad_out or word_norm):
+            if rounds_while_scaling and (weight != acc or d_loss_pass or word_norm):
                 what = [w for w, on in (("s ∘", word_norm), ("d loss ·", scales_by_grad_out)) if on]
                 name = " ".join(what) + " d W" + (", rounded to the weight's dtype" if weight != acc else "")
                 mats[f"{name} in one pass (read, write)"] = vh * (acc + weight)
@@ -191,7 +196,7 @@ def step_bytes(
                     mats["word norm: d W = s ∘ A in place (read, write)"] = vh * 2 * acc
                 if weight != acc:
                     mats["cast d W to the weight's dtype (read, write)"] = vh * (acc + weight)
-                if scales_by_grad_out:
+                if d_loss_pass:
                     mats["backward: d W times d loss (read, write)"] = vh * 2 * weight
             if word_norm:
                 mats["word norm backward: d W += d‖W_c‖ ∘ W (read both, write)"] = vh * 3 * weight
@@ -260,19 +265,22 @@ def kernel_changes_table(n: int = 8192, hidden: int = 2304, vocab: int = 256_000
     (float32 master weights, a bias, the backward scaling by d loss), as the kernel was and with each change."""
     g = dict(n=n, hidden=hidden, vocab=vocab, gemm=2, weight=4)
     ours = dict(scales_by_grad_out=True)
+    was = dict(ours, unit_d_loss_skipped=False)  # until the d loss multiply became a device-side program
     rows = [
         ("naive bf16 (autocast)", "naive", dict(autocast_log_softmax=True)),
         ("naive bf16 + transformers' float32 upcast", "naive-upcast", dict(autocast_log_softmax=True)),
         ("hf_heads triton, 512-row chunks, before", "hf_heads-triton",
-         dict(chunk_rows=512, zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False, **ours)),
+         dict(chunk_rows=512, zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False, **was)),
         ("+ d W written by the first chunk (no zeroing)", "hf_heads-triton",
-         dict(chunk_rows=512, bias_in_kernel=False, grad_in_gemm_dtype=False, **ours)),
+         dict(chunk_rows=512, bias_in_kernel=False, grad_in_gemm_dtype=False, **was)),
         ("+ s ∘ z + b inside the row program", "hf_heads-triton",
-         dict(chunk_rows=512, grad_in_gemm_dtype=False, **ours)),
-        ("+ d z written in bf16 by the program", "hf_heads-triton", dict(chunk_rows=512, **ours)),
+         dict(chunk_rows=512, grad_in_gemm_dtype=False, **was)),
+        ("+ d z written in bf16 by the program", "hf_heads-triton", dict(chunk_rows=512, **was)),
         ("+ float32 logits from the GEMM (mm out_dtype)", "hf_heads-triton",
-         dict(chunk_rows=512, gemm_writes_float32=True, **ours)),
-        ("+ 1024-row chunks on a GPU", "hf_heads-triton", dict(chunk_rows=1024, gemm_writes_float32=True, **ours)),
+         dict(chunk_rows=512, gemm_writes_float32=True, **was)),
+        ("+ 1024-row chunks on a GPU", "hf_heads-triton", dict(chunk_rows=1024, gemm_writes_float32=True, **was)),
+        ("+ d W left as it is where d loss = 1 (read on the device)", "hf_heads-triton",
+         dict(chunk_rows=1024, gemm_writes_float32=True, **ours)),
         ("hf_heads triton-half, 1024-row chunks", "hf_heads-triton-half", dict(chunk_rows=1024, **ours)),
         ("triton, memory_budget=2048 (4 chunks of 2097 float32 rows)", "hf_heads-triton",
          dict(chunk_rows=2097, gemm_writes_float32=True, **ours)),
@@ -280,7 +288,7 @@ def kernel_changes_table(n: int = 8192, hidden: int = 2304, vocab: int = 256_000
          dict(chunk_rows=4194, **ours)),
         ("triton-half, memory_budget=4096 (one chunk)", "hf_heads-triton-half", dict(chunk_rows=8192, **ours)),
         ("margin with a word norm, triton, 1024-row chunks, s ∘ d W a pass of its own", "hf_heads-triton",
-         dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, rounds_while_scaling=False, **ours)),
+         dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, rounds_while_scaling=False, **was)),
         ("+ s ∘ d W in the d loss pass", "hf_heads-triton",
          dict(chunk_rows=1024, gemm_writes_float32=True, word_norm=True, **ours)),
         ("sparse k=20 (every kernel runs the eager top-k path), 1024-row chunks", "hf_heads-triton",

@@ -82,6 +82,7 @@ def main() -> int:
     )
     a = ap.parse_args()
     from hf_heads.losses.kernels import CompiledKernel
+    from hf_heads.losses.triton_kernel import TritonKernel, _scales_on
 
     CompiledKernel.backend = a.compile_backend
     failures = 0
@@ -89,6 +90,10 @@ def main() -> int:
     print(f"bf16 products added into the float32 weight gradient inside the GEMM (addmm out_dtype): {in_place}")
     direct = writes_half_products_in_float32(torch.zeros(1, device=a.device), torch.bfloat16)
     print(f"bf16 products written as float32 logits by the GEMM (mm out_dtype): {direct}")
+    if TritonKernel().available(torch.device(a.device)):  # its first check: 2.5 and 1 against torch, else a warning
+        scales = _scales_on(torch.device(a.device))
+        print(f"{'ok  ' if scales else 'FAIL'} gradients scaled by d loss on the device (Triton; d loss = 1: no pass)")
+        failures += not scales
     g = torch.Generator(device="cpu").manual_seed(0)
     h32 = torch.randn(a.rows, a.hidden, generator=g)
     w32 = torch.randn(a.vocab, a.hidden, generator=g) * 0.2

@@ -181,3 +181,19 @@ def ce_per_row(
             tl.store(g_row + cols, g.to(g_ptr.dtype.element_ty), mask=mask)  # rounded once to the gradient's dtype
         if HAS_T:
             tl.store(grad_t_ptr + row, grad_t)
+
+
+@triton.jit
+def scale_unless_one(x_ptr, factor_ptr, numel, BLOCK: tl.constexpr):
+    """x *= factor in place, x contiguous (numel,), factor a one-element tensor in x's dtype read on the device: where
+    it is 1 each program returns before touching x, so the backward's multiply by d loss = 1 moves no (V, H) bytes and
+    needs no host read of d loss. The product is taken in float32 (float64 for float64) and rounded once into x, as
+    `x.mul_(factor)` does (round to nearest even; Triton's CPU interpreter rounds bf16 toward zero)."""
+    factor = tl.load(factor_ptr)
+    if x_ptr.dtype.element_ty != tl.float64:
+        factor = factor.to(tl.float32)
+    if factor != 1.0:
+        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < numel
+        x = tl.load(x_ptr + offsets, mask=mask).to(factor.dtype)
+        tl.store(x_ptr + offsets, (x * factor).to(x_ptr.dtype.element_ty), mask=mask)

@@ -46,6 +46,7 @@ from hf_heads.losses.precision import loss_dtype as _loss_dtype
 from hf_heads.losses.reduction import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 from hf_heads.losses.reduction import check_reduction, host_reads_are_free, linear_inputs, mean_divisor, reduce_rows
 from hf_heads.losses.transforms import check_transform
+from hf_heads.losses.triton_kernel import scale_in_place
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
     reduce_sharded,
@@ -157,9 +158,9 @@ class RunGrads(NamedTuple):
 def _handed_over(grads: RunGrads, inputs, grad_out: torch.Tensor | None = None) -> list[torch.Tensor | None]:
     """The gradients `grads` (`_run`'s) in the dtypes of `inputs` (h, w, b, t, s), each times `grad_out` (None, or 1
     read on a host where that is free: not multiplied) and the weight's also times its rows' factor `grads.w_rows`,
-    in one pass per gradient: in place where the dtype is the input's, else written once into a tensor of the input's
-    dtype (a float32 (V, H) accumulator scaled by d loss and the column scale and rounded to a half weight's dtype in
-    one pass, not three)."""
+    in one pass per gradient: in place where the dtype is the input's (`scale_in_place`: on a GPU no pass at all when
+    d loss, read there, is 1), else written once into a tensor of the input's dtype (a float32 (V, H) accumulator
+    scaled by d loss and the column scale and rounded to a half weight's dtype in one pass, not three)."""
     scale = grad_out is not None and not (host_reads_are_free(grad_out.device) and bool(grad_out == 1))
     out = []
     for k, (g, x) in enumerate(zip(grads[:5], inputs, strict=True)):
@@ -172,7 +173,7 @@ def _handed_over(grads: RunGrads, inputs, grad_out: torch.Tensor | None = None) 
         elif factor is None:
             out.append(g.to(x.dtype))
         elif g.dtype.itemsize <= x.dtype.itemsize:  # in place, in the input's dtype (a half d h upcast first)
-            out.append(g.to(x.dtype).mul_(factor.to(x.dtype)))
+            out.append(scale_in_place(g.to(x.dtype), factor))  # d loss = 1 on a GPU: no pass (read there, not here)
         else:  # scaled in the accumulator's precision, rounded once into the input's dtype
             out.append(torch.mul(g, factor.to(g.dtype), out=torch.empty_like(g, dtype=x.dtype)))
     return out

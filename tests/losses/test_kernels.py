@@ -1181,6 +1181,94 @@ def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradie
     torch.testing.assert_close(torch.autograd.grad(loss + loss, h)[0], 2 * want[0] / 2.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_scaling_by_d_loss_on_the_device_multiplies_or_leaves_the_gradient_as_it_is(dtype, monkeypatch):
+    """The backward's multiply by d loss without a host read (Triton's program, under its interpreter here): x times
+    the factor rounded to x's dtype, as `x.mul_` gives; a factor of 1 leaves every bit of x (no pass); a tensor the
+    program cannot take (not contiguous) is multiplied by torch."""
+    import triton
+
+    from hf_heads.losses import triton_kernel
+
+    monkeypatch.setattr(triton_kernel, "_SCALES_ON", {})
+    assert triton_kernel._scales_on(torch.device("cpu"))  # its first check passed: the program runs from now on
+    launched = []
+    program = triton_kernel._program
+
+    def spy(name="ce_per_row"):
+        launched.append(name)
+        return program(name)
+
+    monkeypatch.setattr(triton_kernel, "_program", spy)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(3, 4099, generator=g) * 3).to(dtype)  # crosses the 4096-entry blocks
+    exact = dict(rtol=2**-7, atol=0) if dtype == torch.bfloat16 else dict(rtol=0, atol=0)  # the interpreter's bf16
+    for factor in (torch.tensor(2.7), torch.tensor(-0.3, dtype=torch.float64), torch.tensor([1e-3])):  # rounds down
+        got = triton_kernel.scale_in_place(x.clone(), factor)
+        torch.testing.assert_close(got, x.clone().mul_(factor.to(dtype)), **exact)
+    assert launched == ["scale_unless_one"] * 3
+    x[0, 0], x[1, 1] = float("nan"), -0.0
+    stores = []
+    builder = triton.runtime.interpreter.InterpreterBuilder
+    original_store = builder.create_masked_store
+    monkeypatch.setattr(builder, "create_masked_store", lambda *a, **k: stores.append(1) or original_store(*a, **k))
+    same = triton_kernel.scale_in_place(x.clone(), torch.tensor(1.0))
+    assert stores == []  # nothing written at d loss = 1
+    triton_kernel.scale_in_place(x.clone(), torch.tensor(1.5))
+    assert len(stores) == 4  # one block of 4096 entries per program
+    stores.clear()
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    assert torch.equal(same.view(bits), x.view(bits))
+    strided = x.clone().t()
+    torch.testing.assert_close(triton_kernel.scale_in_place(strided, torch.tensor(0.5)), x.t() * 0.5, equal_nan=True)
+    assert len(launched) == 5 and stores == []
+
+
+def test_a_scaling_program_that_fails_its_first_check_warns_and_torch_multiplies(monkeypatch):
+    """Where the Triton program raises (or computes other values) on its first use on a device, a warning names it
+    and every later scaling there is torch's multiply: the same gradient, never a wrong one."""
+    from hf_heads.losses import triton_kernel
+
+    def broken(name="ce_per_row"):
+        def launch(*args, **kwargs):
+            raise RuntimeError("no such device function")
+
+        return {(1,): launch, (2,): launch}
+
+    monkeypatch.setattr(triton_kernel, "_SCALES_ON", {})
+    monkeypatch.setattr(triton_kernel, "_program", broken)
+    x = torch.linspace(-2, 2, 10)
+    with pytest.warns(UserWarning, match="RuntimeError: no such device function on cpu; the backward multiplies with"):
+        got = triton_kernel.scale_in_place(x.clone(), torch.tensor(3.0))
+    torch.testing.assert_close(got, x * 3, rtol=0, atol=0)
+    assert triton_kernel._SCALES_ON == {torch.device("cpu"): False}
+
+
+@pytest.mark.parametrize("d_loss", [1.0, 2.5])
+def test_on_an_accelerator_the_weight_gradient_is_scaled_on_the_device(d_loss, monkeypatch):
+    """With host reads avoided (an accelerator, stood in for here), the backward hands the gradients through
+    `scale_in_place` with d loss as a device tensor: the same gradients as the CPU path, which reads d loss."""
+    from hf_heads.losses import fused_linear
+    from hf_heads.losses import reduction as reduction_module
+
+    h, w, b, t, y = _data()
+    want = torch.autograd.grad(d_loss * chunked(h, w, b, y, target_logit=t, chunk_size=4), (h, w, b, t))
+    scaled = []
+
+    def spy(x, factor):
+        scaled.append((tuple(x.shape), factor.device.type, factor.shape))
+        return x.mul_(factor.to(x.dtype))
+
+    monkeypatch.setattr(fused_linear, "scale_in_place", spy)
+    for module in (reduction_module, fused_linear):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+    got = torch.autograd.grad(d_loss * chunked(h, w, b, y, target_logit=t, chunk_size=4), (h, w, b, t))
+    for g, w_ in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w_)
+    assert sorted(s for s, *_ in scaled) == sorted([(N, H), (V, H), (V,), (N,)])
+    assert {(d, s) for _, d, s in scaled} == {("cpu", torch.Size([]))}
+
+
 @pytest.mark.parametrize(
     "options",
     [

@@ -11,7 +11,8 @@ from _traffic import gb_cell, liger_chunk_rows, step_bytes  # noqa: E402
 SMALL = dict(n=4, hidden=3, vocab=5)  # (rows, V) = 20 entries, (V, H) = 15
 
 
-BEFORE = dict(zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False)  # the kernels' passes until 1c2c93d
+# the kernels' passes until 1c2c93d
+BEFORE = dict(zeroes_dw=True, bias_in_kernel=False, grad_in_gemm_dtype=False, unit_d_loss_skipped=False)
 
 
 def test_hf_heads_triton_under_bf16_autocast_by_hand():
@@ -19,12 +20,17 @@ def test_hf_heads_triton_under_bf16_autocast_by_hand():
     backward scaling by d loss: the kernels' passes as they are, and as they were (`BEFORE`)."""
     got = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True)
     # (V, H): W to bf16 15·(4+2); W read by 2 chunks x 2 GEMMs 4·15·2; the first chunk writes the accumulator 15·4,
-    # the second reads and writes it 2·15·4; d W times d loss 2·15·4; into .grad 3·15·4
-    assert got["(V, H)"] == 90 + 120 + 60 + 120 + 120 + 180
+    # the second reads and writes it 2·15·4; d loss = 1 read on the device: no pass; into .grad 3·15·4
+    assert got["(V, H)"] == 90 + 120 + 60 + 120 + 180
+    multiplied = step_bytes(
+        "hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True, unit_d_loss_skipped=False
+    )
+    assert multiplied["(V, H)"] == got["(V, H)"] + 2 * 15 * 4  # d W times d loss, in place
+    assert multiplied["(rows, V)"] == got["(rows, V)"]
     # (rows, V): half product 20·2; cast to float32 20·6; Triton reads the float32 logits twice and writes a bf16
     # gradient 20·10 (bias inside); d b from it 20·2; two GEMMs read it 2·20·2
     assert got["(rows, V)"] == 40 + 120 + 200 + 40 + 80
-    assert got["total"] == 690 + 480
+    assert got["total"] == 570 + 480
     items = {k: v for k, v in got.items() if ": " in k}
     assert sum(items.values()) == got["total"]
     direct = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, gemm_writes_float32=True)
@@ -107,9 +113,12 @@ def test_a_half_weights_gradient_scaled_while_rounded_and_a_word_norms_passes_by
     assert before["(V, H)"] == got["(V, H)"] - 90 + 15 * 6 + 15 * 4  # cast 15·(4+2), then scaled in bf16 15·(2+2)
     plain = dict(**SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True)
     margin, softmax = step_bytes("hf_heads-triton", **plain, word_norm=True), step_bytes("hf_heads-triton", **plain)
-    # ‖W_c‖ 15·4; d s reads A and W 15·8; d‖W_c‖ ∘ W into d W 15·12; s ∘ A in softmax's d loss pass
-    assert margin["(V, H)"] - softmax["(V, H)"] == 60 + 120 + 180
-    before = step_bytes("hf_heads-triton", **plain, word_norm=True, rounds_while_scaling=False)
+    # ‖W_c‖ 15·4; d s reads A and W 15·8; d‖W_c‖ ∘ W into d W 15·12; d loss · s ∘ A in one pass 15·8 (softmax's
+    # d loss = 1: none on the device)
+    assert margin["(V, H)"] - softmax["(V, H)"] == 60 + 120 + 180 + 120
+    before = step_bytes(
+        "hf_heads-triton", **plain, word_norm=True, rounds_while_scaling=False, unit_d_loss_skipped=False
+    )
     assert before["(V, H)"] == margin["(V, H)"] + 15 * 8  # s ∘ A in place, a pass of its own
     assert margin["(rows, V)"] - softmax["(rows, V)"] == 20 * 2 * 2  # d z ∘ s for d h, in bf16
 
@@ -117,8 +126,8 @@ def test_a_half_weights_gradient_scaled_while_rounded_and_a_word_norms_passes_by
 def test_a_memory_budget_cuts_the_weight_side_at_the_gemma_sized_row():
     """N = 8192, H = 2304, V = 256k under bf16: memory_budget=2048 (MiB) gives the half-logits kernel two chunks of
     4194 rows or fewer (hf_heads.losses.chunks.rows_per_chunk), which move under 25 GB over (V, H) with bf16 weights
-    (the default 1024-row chunks: 61 GB) and 27 GB with float32 master weights (70 GB); a float32 workspace gets half
-    the rows."""
+    (the default 1024-row chunks: 61 GB) and 22 GB with float32 master weights (65 GB; 27 and 70 GB with the d loss
+    pass a device-side read of d loss = 1 saves); a float32 workspace gets half the rows."""
     from hf_heads.losses.chunks import rows_per_chunk
 
     budget = 2048 << 20
@@ -130,7 +139,12 @@ def test_a_memory_budget_cuts_the_weight_side_at_the_gemma_sized_row():
     default = step_bytes("hf_heads-triton-half", **half_weights, chunk_rows=1024)["(V, H)"]
     assert by_budget < 25e9 < 60e9 < default
     master = [step_bytes("hf_heads-triton-half", **gemma, weight=4, chunk_rows=r)["(V, H)"] for r in (rows, 1024)]
-    assert 27e9 < master[0] < 28e9 < 69e9 < master[1]
+    assert 22e9 < master[0] < 23e9 < 25e9 < 64e9 < master[1] < 66e9
+    multiplied = [
+        step_bytes("hf_heads-triton-half", **gemma, weight=4, chunk_rows=r, unit_d_loss_skipped=False)["(V, H)"]
+        for r in (rows, 1024)
+    ]
+    assert [m - x for m, x in zip(multiplied, master, strict=True)] == [2 * 4 * 256_000 * 2304] * 2
 
 
 def test_a_sparse_heads_gathered_rows_by_hand():
@@ -139,9 +153,9 @@ def test_a_sparse_heads_gathered_rows_by_hand():
     k that keeps every class is the dense path."""
     bf16 = step_bytes("hf_heads-triton", **SMALL, gemm=2, weight=4, chunk_rows=2, scales_by_grad_out=True, top_k=2)
     # (V, H): W to bf16 15·6; W read by 2 logits GEMMs 2·15·2; the rows gathered, written and read by the bmm 3·36·2;
-    # the accumulator zeroed 15·4; the (N, 3, H) products written, read and added into their rows 4·36·4; d W times
-    # d loss 15·8; into .grad 3·15·4
-    assert bf16["(V, H)"] == 90 + 60 + 216 + 60 + 576 + 120 + 180
+    # the accumulator zeroed 15·4; the (N, 3, H) products written, read and added into their rows 4·36·4; d loss = 1
+    # read on the device: no pass; into .grad 3·15·4
+    assert bf16["(V, H)"] == 90 + 60 + 216 + 60 + 576 + 180
     # (rows, V): half product 20·2, cast to float32 20·6, + b 20·8, topk reads it 20·4
     assert bf16["(rows, V)"] == 40 + 120 + 160 + 80
     fp32 = step_bytes("hf_heads-eager", **SMALL, chunk_rows=2, top_k=2)
