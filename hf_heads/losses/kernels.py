@@ -116,6 +116,25 @@ def _probe_mm_out_dtype(device: torch.device, dtype: torch.dtype) -> bool:
     return bool(torch.equal(out, a @ b))
 
 
+def softmax_in_place(z: torch.Tensor) -> bool:
+    """z (n, V) becomes softmax(z) over its rows in place: ATen's row-wise kernel writing its own input (`_softmax.out`
+    with out=z: each row read into cache once and written once). True when done; False, z untouched, where this
+    torch refuses that aliasing or gives other values than `torch.softmax` (probed once per device and dtype)."""
+    key = ("softmax-in-place", z.device, z.dtype)
+    if key not in _PROBED:
+        x = torch.tensor([[0.5, -2.0, 3.0, 1.0], [-1.0, 4.0, 4.0, 0.0]], device=z.device, dtype=z.dtype)
+        want = torch.softmax(x, dim=1)
+        try:
+            torch.ops.aten._softmax.out(x, 1, False, out=x)
+        except (RuntimeError, NotImplementedError):  # a torch that refuses an output overlapping its input
+            _PROBED[key] = False
+        else:
+            _PROBED[key] = bool(torch.equal(x, want))
+    if _PROBED[key]:
+        torch.ops.aten._softmax.out(z, 1, False, out=z)
+    return _PROBED[key]
+
+
 def _accumulate_product(accumulator: torch.Tensor, a: torch.Tensor, b: torch.Tensor, unset: bool = False) -> None:
     """accumulator (V, H) += a (V, n) @ b (n, H) with float32 accumulation; `unset`: the accumulator is uninitialised,
     so the GEMM writes a @ b with β = 0 (its old content, NaN or not, never read)."""
@@ -203,6 +222,25 @@ class EagerKernel(ChunkKernel):
         sum_z = z.sum(1) + z.shape[1] * lse if opts.label_smoothing else None
         return row_loss(TileStats(lse, torch.ones_like(lse), sum_z, sum_ez, target), opts, z.shape[1])
 
+    def softmax_(self, z, rows, y, opts: ChunkOptions, relogits) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Plain cross-entropy's statistics on a CPU (no smoothing or entropy): z (n, V) becomes p in place in one
+        row-wise pass (`softmax_in_place`; `log_softmax_` and then exp read and write the block twice and take exp
+        twice); (losses −log p_y (n,), lse = z_y + loss (n,)) from each target's p, except on rows whose p_y is
+        below the dtype's smallest normal number (z_y more than ~87 below lse in float32), whose `log_softmax_` runs
+        on their logits recomputed by `relogits(rows)`. None, z untouched, where `softmax_in_place` is refused."""
+        if opts.label_smoothing or not opts.criterion.softmax or not host_reads_are_free(z.device):
+            return None
+        target = z[rows, y]  # (n,)
+        if not softmax_in_place(z):
+            return None
+        p_y = z[rows, y]
+        loss = p_y.log().neg_()
+        low = (p_y < torch.finfo(z.dtype).tiny).nonzero()[:, 0]  # read on the host: a CPU path
+        if low.numel():
+            zl = relogits(low)  # (len(low), V)
+            loss[low] = self.log_softmax_(zl, torch.arange(low.numel(), device=z.device), y[low], opts)[0]
+        return loss, target + loss
+
     @staticmethod
     def top_k_loss(z, rows, y, opts: ChunkOptions, entropy: bool = False):
         """The sparse-softmax losses (n,) over each row's top k of z (n, V) (sparse-softmax paper, eq. 5), with their
@@ -254,6 +292,11 @@ class EagerKernel(ChunkKernel):
         `ent_weight` e (n,) the gradient also takes that of Σ_i e_i H_i."""
         z, rows = self.logits(h, w, b, y, t, opts, grads.logits, pred)
         slope = None if opts.softcap is None else capped_slope(z, opts.softcap)  # (n, V): d capped / d raw
+        done = None
+
+        def relogits(some):  # (len(some), V) the logits of the rows `some` again
+            return self.logits(h[some], w, b, y[some], None if t is None else t[some], opts)[0]
+
         # the row weights go into d z with a z-loss or an entropy term, else onto the (n, H) blocks of the products
         weighted = opts.criterion.softmax and (opts.z_loss > 0 or ent_weight is not None)
         if not opts.criterion.softmax:  # a sigmoid criterion: its d / d z over the logits buffer
@@ -264,6 +307,9 @@ class EagerKernel(ChunkKernel):
             if self._selects(opts, z.shape[1]):
                 loss, row_lse, row_ent, vals, idx = self.top_k_loss(z, rows, y, opts, wants_ent)
                 tile, support = vals - row_lse[:, None], opts.top_k  # (n, k) log p of the kept values
+            elif not wants_ent and (done := self.softmax_(z, rows, y, opts, relogits)) is not None:
+                (loss, row_lse), row_ent = done, None
+                tile, support = z, z.shape[1]  # z: p
             else:
                 loss, row_lse, row_ent = self.log_softmax_(z, rows, y, opts, wants_ent)  # z: log p
                 tile, support = z, z.shape[1]
@@ -272,7 +318,9 @@ class EagerKernel(ChunkKernel):
             if ent is not None:
                 ent.copy_(row_ent)
             r = row_weight if weighted else None
-            grad_z = support_grad_(tile, opts, row_lse, r, z_weight, support, None, row_ent, ent_weight)
+            grad_z = support_grad_(
+                tile, opts, row_lse, r, z_weight, support, None, row_ent, ent_weight, probs=done is not None
+            )
             if grad_z is not z:
                 grad_z = torch.zeros_like(z).scatter_(1, idx, grad_z)
             label_grad_(grad_z, opts, y, r)

@@ -210,9 +210,11 @@ def weighted_sum(opts, loss, lse, row_weight, z_weight) -> torch.Tensor:
 
 
 def support_grad_(
-    logp, opts, lse, row_weight=None, z_weight=None, support: int = 1, kept=None, ent=None, ent_weight=None
-) -> torch.Tensor:
-    """logp (n, C) = z − lse (−inf outside `kept`) overwritten by d/d z on the support of the rows' weighted losses
+    logp, opts, lse, row_weight=None, z_weight=None, support: int = 1, kept=None, ent=None, ent_weight=None,
+    probs: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """logp (n, C) = z − lse (−inf outside `kept`; with `probs`, p itself: then no entropy weight) overwritten by
+    d/d z on the support of the rows' weighted losses
     r_i loss_i + λ u_i lse_i² + e_i H_i under the options `opts` (ε, λ):
     p (r + 2 λ u lse) − r ε / |S| − e p (log p + H) (d H / d z_c = −p_c (log p_c + H)). `row_weight` r (n,); None: 1,
     the row weights applied later on (n, H) blocks (then no z-loss); `z_weight` u (n,) (None: r); `ent_weight` e (n,)
@@ -221,7 +223,7 @@ def support_grad_(
     if ent_weight is not None:
         ent_grad = logp + ent[:, None]
         ent_grad = ent_grad if kept is None else torch.where(kept, ent_grad, 0.0)
-    grad = logp.exp_()  # p
+    grad = logp if probs else logp.exp_()  # p
     if ent_grad is not None:
         ent_grad.mul_(grad).mul_(-ent_weight.to(grad.dtype)[:, None])
     rate = opts.label_smoothing / support if opts.label_smoothing else None

@@ -1181,6 +1181,59 @@ def test_the_gradients_computed_in_the_forward_are_scaled_by_the_incoming_gradie
     torch.testing.assert_close(torch.autograd.grad(loss + loss, h)[0], 2 * want[0] / 2.5)
 
 
+@pytest.mark.parametrize("kernel", ["eager", "triton"])
+@pytest.mark.parametrize("options", [{}, {"z_loss": 0.01, "target": True}, {"softcap": 150.0}], ids=str)
+def test_a_target_far_below_its_rows_maximum_keeps_its_loss_and_gradient(kernel, options, monkeypatch):
+    """float32 logits whose target sits 95 and 130 below the row's maximum (p_y a subnormal number, and 0): the loss
+    (a z-loss's lse² in it) and gradients equal the float64 naive ones (the eager kernel's softmax pass takes each
+    row's loss from its target's p, and those rows' from their log-softmax instead)."""
+    use_kernel(kernel, monkeypatch)
+    rows = torch.tensor([[0.0, 2.0, -95.0, 1.0, 0.5], [3.0, -130.0, 0.0, 0.0, 1.0], [0.2, 0.1, 0.0, -0.3, 1.5]])
+    y = torch.tensor([2, 1, 4])
+    w = torch.eye(5, requires_grad=True)  # h wᵀ = h: the rows above are the logits
+    h = rows.clone().requires_grad_()
+    t = torch.tensor([-96.0, -131.0, 0.7], requires_grad=True) if options.get("target") else None
+    ref = [x.detach().double().requires_grad_() for x in (h, w)] + [None if t is None else t.detach().double()]
+    if t is not None:
+        ref[2].requires_grad_()
+    cap, z_loss = options.get("softcap"), options.get("z_loss", 0.0)
+    kw = dict(target_logit=t, softcap=cap, z_loss=z_loss, chunk_size=2)
+    loss = chunked(h, w, None, y, **kw)  # with a z-loss, lse_i² enters it
+    want = naive(ref[0], ref[1], 0.0, y, ref[2], softcap=cap, z_loss=z_loss)
+    assert 50 < loss.item() < 80
+    torch.testing.assert_close(loss.double(), want, rtol=1e-6, atol=0)
+    inputs = [x for x in (h, w, t) if x is not None]
+    got = torch.autograd.grad(loss, inputs)
+    wanted = torch.autograd.grad(want, [x for x in ref if x is not None])
+    for g, w_ in zip(got, wanted, strict=True):
+        torch.testing.assert_close(g.double(), w_, rtol=1e-4, atol=1e-6)  # float32 against float64
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["this torch", "aliasing refused"])
+def test_plain_cross_entropy_on_a_cpu_trains_from_softmax_written_over_the_logits(refused, monkeypatch):
+    """The eager kernel's training pass of plain cross-entropy on a CPU turns each chunk's logits into p in place
+    (one row-wise pass); where a torch refused that aliasing (its probe False), the log-softmax pass runs instead. The
+    loss and gradients are the naive ones either way."""
+    from hf_heads.losses import kernels
+
+    monkeypatch.setattr(kernels, "_PROBED", {})
+    assert kernels.softmax_in_place(torch.zeros(0, 3))  # this torch takes it
+    if refused:
+        monkeypatch.setitem(kernels._PROBED, ("softmax-in-place", torch.device("cpu"), torch.float64), False)
+    calls = []
+    original = kernels.softmax_in_place
+    monkeypatch.setattr(kernels, "softmax_in_place", lambda z: calls.append(z.shape) or original(z))
+    use_kernel("eager", monkeypatch)
+    h, w, b, _, y = _data()
+    loss = chunked(h, w, b, y, chunk_size=4)
+    got = torch.autograd.grad(loss, (h, w, b))
+    want = naive(h, w, b, y, None)
+    torch.testing.assert_close(loss, want)
+    for g, w_ in zip(got, torch.autograd.grad(want, (h, w, b)), strict=True):
+        torch.testing.assert_close(g, w_)
+    assert len(calls) == -(-int((y != -100).sum()) // 4) and all(c[1] == V for c in calls)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_scaling_by_d_loss_on_the_device_multiplies_or_leaves_the_gradient_as_it_is(dtype, monkeypatch):
     """The backward's multiply by d loss without a host read (Triton's program, under its interpreter here): x times

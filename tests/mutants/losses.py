@@ -162,9 +162,9 @@ MUTANTS = [
        "--noise unigram --noise_smoothing 0.5 trains with the default smoothing"),
     # ---------------------------------------------------------------- fused chunk kernel, sparse, reductions
     _m("ls-dropped-from-grad", "losses/kernels.py",
-       "grad_z = support_grad_(tile, opts, row_lse, r, z_weight, support, None, row_ent, ent_weight)",
-       "grad_z = support_grad_(tile, opts._replace(label_smoothing=0.0), row_lse, r, z_weight, support, None, "
-       "row_ent, ent_weight)",
+       "                tile, opts, row_lse, r, z_weight, support, None, row_ent, ent_weight, probs=done is not None",
+       "                tile, opts._replace(label_smoothing=0.0), row_lse, r, z_weight, support, None, row_ent, "
+       "ent_weight, probs=done is not None",
        FUSED, "label smoothing dropped from the eager dense gradient"),
     _m("ls-dropped-from-loss", "losses/tiles.py",
        "loss = (1 - smooth) * loss + smooth * (lse - stats.sum_z / support)", "loss = loss", FUSED,
