@@ -33,7 +33,8 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
    functions run instead (an error if they outrun the timeout). The unmutated copy first runs the union of the
    selections: a test that fails there leaves every selection.
 5. **Second chance.** A mutant that passes its selection runs once more against a wider one (every covering test,
-   every test of its file's tier and the hand-written selections: up to 6 times the limits, on both cores) while the
+   every test of its file's tier (of its package's folder where no test's coverage records the file) and the
+   hand-written selections: up to 6 times the limits, on both cores) while the
    budget lasts; one that passes that is a *survivor*. Survivors are not run against the whole default suite (12
    minutes each on 2 cores does not fit the budget): each is triaged by hand instead (tests/mutants/sampled_triage.py:
    the test that kills it, or a one-line reason it is equivalent).
@@ -461,11 +462,14 @@ def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> t
 
 
 def wider(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> list[str]:
-    """The second chance's selection: every test that runs its lines or its file, and the hand-written ones."""
+    """The second chance's selection: every test that runs its lines or its file, and the hand-written ones; for a
+    file no test's coverage records (a module evaluate runs from a copy), the tests of its package's folder too."""
     seconds = cov["seconds"]
     by_line = cov["lines"].get(m.path, {})
     covering = {t for n in m.lines for t in by_line.get(str(n), ()) if t in seconds}
     in_file = {t for tests in by_line.values() for t in tests if t in seconds}
+    if not in_file:
+        in_file = {t for t in seconds if t.startswith(f"tests/{m.package}/")}
     hand = named_after(m.path, seconds) + [t for h in MUTANTS if h.path == m.path for t in h.tests]
     picked = _pick(covering, seconds, max_tests, max_seconds)
     rest = max_tests - len(picked)

@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from mutate_sample import SampledMutant, _counts, _score, named_after, select
+from mutate_sample import SampledMutant, _counts, _score, named_after, select, wider
 
 SECONDS = {
     "tests/metrics/test_metrics.py::test_fast": 0.1,
@@ -28,6 +28,19 @@ def test_a_mutant_runs_the_tests_of_its_lines_else_its_file_else_its_packages_fo
     assert tier == "package"
     assert tests == ["tests/metrics/test_metrics.py::test_fast", "tests/metrics/test_metrics.py::test_b"]
     assert select(_mutant("hf_heads/integrations/peft_two.py", [1]), cov, 8, 5.0) == ("none", [])
+
+
+def test_a_second_chance_of_a_module_no_coverage_records_takes_its_packages_folder():
+    """A survivor whose first selection was the hand-written mutants' (a module evaluate runs from its cache) gets the
+    fastest tests of its package's folder beside them in its second chance, within its limits; a covered module
+    gets the tests of its own lines and file only."""
+    data = "tests/data/test_data.py::test_c"
+    cov = {"seconds": SECONDS, "lines": {"hf_heads/data/corpora.py": {"3": [data]}}}
+    tests = wider(_mutant("hf_heads/metrics/modules/rouge.py", [11]), cov, 2, 5.0)
+    assert tests[:2] == ["tests/metrics/test_metrics.py::test_fast", "tests/metrics/test_metrics.py::test_b"]
+    assert "tests/metrics/test_metrics.py::test_slow" not in tests
+    assert wider(_mutant("hf_heads/data/corpora.py", [9]), cov, 8, 20.0)[0] == data
+    assert not any(t.startswith("tests/metrics/") for t in wider(_mutant("hf_heads/data/corpora.py", [9]), cov, 8, 20))
 
 
 def test_module_level_code_also_runs_the_tests_named_after_its_module():
