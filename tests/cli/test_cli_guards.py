@@ -110,6 +110,17 @@ def test_a_bundled_corpus_translates_in_the_direction_of_its_name():
     assert flipped["train"][0] == {"source": "the king spoke", "target": "el rey habló"}
 
 
+@pytest.mark.parametrize("flag", ["source_lang", "target_lang"])
+def test_a_language_not_in_the_translation_column_names_its_flag_and_the_languages_there(flag):
+    from hf_heads.cli.seq2seq import DataArguments, load_pairs
+
+    rows = {"train": [{"es": "el rey habló", "en": "the king spoke"}]}
+    data = DataArguments(dataset_name="toy-es-en", **{flag: "fr"})
+    with pytest.raises(UsageError) as refused:
+        load_pairs(_task(rows), data)
+    assert str(refused.value) == f"--{flag}='fr': the `translation` column has languages ['en', 'es']"
+
+
 def _pairs(sources: list[str], targets: list[str]) -> datasets.DatasetDict:
     split = datasets.Dataset.from_dict({"source": sources, "target": targets})
     return datasets.DatasetDict(train=split, validation=split)

@@ -11,6 +11,7 @@ from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
 from hf_heads.data import build_word_tokenizer, embedding_table, map_uncovered
 from hf_heads.heads import ContinuousHead, head_dict, head_options
 from hf_heads.heads.continuous import OUTPUT_VOCABULARIES
+from hf_heads.heads.options import ReferenceBatch
 
 V, D = 50, 8
 
@@ -113,6 +114,25 @@ def test_centred_tables(how):
     torch.testing.assert_close(head.embeddings, want)
     shared = (head.embeddings.mean(0) if how != "frequency" else weights.float() @ head.embeddings).norm()
     assert (shared < 0.2) == (how != "none")  # the plain table keeps its shared direction (~0.9 here)
+
+
+def test_a_frequency_centred_heads_loss_and_logits_are_its_familys_reference():
+    """center_embeddings='frequency': the training loss and the inference logits are the family's reference given the
+    same table and counts, whose count-weighted centre differs from the plain mean."""
+    section = {"family": "continuous", "embedding_dim": D, "loss": "cosine-softmax", "center_embeddings": "frequency"}
+    head = ContinuousHead(32, V, section)
+    g = torch.Generator().manual_seed(4)
+    table = torch.randn(V, D, generator=g) + 2.0  # a shared direction
+    counts = torch.arange(V, dtype=torch.float64) ** 2
+    head.set_embedding_table(table, counts=counts)
+    hidden, labels = torch.randn(6, 32, generator=g), torch.tensor([4, 9, 9, 0, 49, 17])
+    params = {name: p.detach().double() for name, p in head.named_parameters()}
+    params.update({name: b if b.dtype == torch.bool else b.double() for name, b in head.named_buffers()})
+    batch = ReferenceBatch(hidden.double(), labels, params, True, counts=counts, table=table.double())
+    rows, logits = head.options.reference(batch)
+    with torch.no_grad():
+        torch.testing.assert_close(head.loss(hidden, labels).double(), rows.mean(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(head.eval().logits(hidden).double(), logits, rtol=1e-5, atol=1e-5)
 
 
 def test_center_embeddings_help_says_what_it_subtracts_and_names_each_choice():

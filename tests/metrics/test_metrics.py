@@ -75,6 +75,31 @@ def test_every_module_cites_the_work_it_computes(loaded, name):
     assert citation.startswith("@") and CITED[name] in citation
 
 
+LINKS = {  # (homepage, codebase_urls, reference_urls) of each text-generation module
+    "bleu": (
+        "",
+        ["https://github.com/tensorflow/nmt/blob/master/nmt/scripts/bleu.py"],
+        ["https://en.wikipedia.org/wiki/BLEU"],
+    ),
+    "sacrebleu": (
+        "https://github.com/mjpost/sacreBLEU",
+        ["https://github.com/mjpost/sacreBLEU"],
+        ["https://github.com/mjpost/sacreBLEU", "https://en.wikipedia.org/wiki/BLEU"],
+    ),
+    "rouge": (
+        "",
+        ["https://github.com/google-research/google-research/tree/master/rouge"],
+        ["https://en.wikipedia.org/wiki/ROUGE_(metric)"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LINKS))
+def test_text_generation_modules_link_to_their_code_and_the_metrics_description(loaded, name):
+    info = loaded(name).info
+    assert (info.homepage, info.codebase_urls, info.reference_urls) == LINKS[name]
+
+
 # ---------------------------------------------------------------- bleu (evaluate's: tensorflow/nmt on 13a tokens)
 
 
@@ -483,6 +508,8 @@ def test_classification_builder_reports_accuracy_and_macro_micro_f1():
         "f1_micro": skm.f1_score(labels, pred, average="micro", zero_division=0),
     }
     assert out["accuracy"] == pytest.approx(0.6)
+    pooled = np.tile([0.0, 0.0, 0.0, 1.0], (len(labels), 1))  # a further model output, e.g. a pooled hidden state
+    assert classification_metrics()(((logits, pooled), labels)) == out
 
 
 def _decode_pair(texts: list[str], refs: list[str]):

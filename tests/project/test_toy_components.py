@@ -109,6 +109,10 @@ def test_head_options_set_what_has_no_flag_and_errors_name_them():
         HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", head_options=["alpha"]).head_config()
     with pytest.raises(ValueError, match="--margin parameter m=-1 must be >= 0"):
         HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m=-1").head_config()
+    with pytest.raises(ValueError, match="^--head_options margin parameter m=-1 must be >= 0$"):
+        HeadsTrainingArguments(
+            output_dir="o", report_to="none", head="margin", head_options=["margin=arc:m=-1"]
+        ).head_config()
     with pytest.raises(ValueError, match="--margin parameter m1=0.2 is not a parameter of margin 'arc'; allowed: m"):
         HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="arc:m1=0.2").head_config()
 

@@ -453,6 +453,27 @@ def test_card_names_a_hub_base_model_only_for_a_model_from_the_hub(tmp_path, nam
     assert ("built from a config" in text) == (hub_id is None)
 
 
+def test_card_is_written_in_utf_8_whatever_the_locale(tmp_path):
+    """The card is UTF-8 (what the Hub reads) also under a locale whose encoding is another (ASCII in the C locale):
+    a model, dataset or task name in any script reaches the card as written."""
+    import locale
+
+    args = HeadsTrainingArguments(output_dir=str(tmp_path / "args"), report_to="none")
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        path = write_model_card(
+            tmp_path / "modèle", model=seq2seq({"family": "softmax"}), dataset="données", metrics={"eval_bleu": 12.5},
+            training_args=args, task=("translation", "Traduction es→en"),
+        )  # fmt: skip
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+    text = path.read_text(encoding="utf-8")
+    meta = yaml.safe_load(text.split("---")[1])
+    assert meta["datasets"] == ["données"] and meta["model-index"][0]["name"] == "modèle"
+    assert meta["model-index"][0]["results"][0]["task"] == {"type": "translation", "name": "Traduction es→en"}
+
+
 # ---------------------------------------------------------------- finish_run
 
 

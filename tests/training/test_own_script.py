@@ -272,12 +272,22 @@ def test_classification_script_flow_takes_num_labels_from_config(tmp_path):
         assert torch.equal(again(input_ids=x).logits, model(input_ids=x).logits)
 
 
-def test_an_uncalibrated_warm_start_refuses_to_train_and_names_the_line(base):
+def test_an_uncalibrated_warm_start_refuses_to_train_and_names_the_line(base, caplog):
+    """Training a warm start not yet calibrated is refused, naming `prepare_head`; `prepare_head` calibrates it and
+    logs how many training examples it took and what it fitted."""
     path, _, ids = base
     model = HeadsForCausalLM.from_base(path, head=MARGIN_HEAD).train()
     with pytest.raises(ValueError, match=r"hf_heads\.training\.prepare_head\(model, train_dataset\)"):
         model(input_ids=ids[:2], labels=ids[:2])
-    prepare_head(model, Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()}))
+    with caplog.at_level(logging.INFO, logger="hf_heads.training.trainer"):
+        prepare_head(model, Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()}))
+    fitted = {
+        "context_norm_running": float(model.head.context_norm_running),
+        "warm_start_gain": model.config.head["warm_start_gain"],
+    }
+    assert [r.getMessage() for r in caplog.records if r.name == "hf_heads.training.trainer"] == [
+        f"warm start calibrated on the first 8 training examples: {fitted}"
+    ]
     assert float(model(input_ids=ids[:2], labels=ids[:2]).loss.detach()) > 0
     plain = HeadsForCausalLM.from_base(path, head=MARGIN_HEAD, calibrate=False).train()  # asked for: the copy as is
     with pytest.raises(ValueError, match="needs word counts"):  # and still told what it lacks
@@ -518,6 +528,18 @@ def test_a_continuous_table_over_a_vocabulary_larger_than_the_tokenizer_is_the_s
     assert torch.equal(table[ids], vectors) and bool(covered[ids].all())
     assert not covered[len(tok) :].any() and bool((table[len(tok) :].norm(dim=1) > 0).all())
     assert torch.equal(table, again) and torch.equal(covered, covered_again)
+
+
+def test_a_continuous_table_of_another_dimension_than_the_heads_embedding_dim_is_refused_naming_both(tmp_path):
+    from hf_heads.data import build_word_tokenizer, save_table
+    from hf_heads.training.tables import continuous_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)])
+    path = save_table(tmp_path / "t.npz", WORDS, torch.randn(len(WORDS), 6).numpy())
+    section = {"family": "continuous", "embedding_name": str(path), "embedding_dim": 8}
+    with pytest.raises(ValueError) as err:
+        continuous_table(section, tok)
+    assert str(err.value) == f"head embedding_dim=8 but {path} has d=6"
 
 
 def test_a_continuous_head_from_flags_needs_the_tokenizer(base, tmp_path):
