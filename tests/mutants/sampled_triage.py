@@ -651,4 +651,67 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "tests/losses/test_kernels.py::test_a_kernels_pass_with_gradients_writes_the_row_statistics_its_pass_"
         "without_writes[compiled-target-logit-softcap-smoothing]",
     ),
+    "hf_heads/metrics/builders.py:59250eddd6": (
+        "test",
+        "tests/metrics/test_metrics.py::test_classification_builder_reports_accuracy_and_macro_micro_f1",
+    ),
+    "hf_heads/metrics/modules/sacrebleu.py:caa384db35": (
+        "equivalent",
+        "datasets 5.2 turns Sequence(..., id=...) into a List and drops the id (features[0]['references'].id "
+        "is None either way): features repr, to_dict, format errors and scores are identical",
+    ),
+    "hf_heads/metrics/modules/sacrebleu.py:b40e52eb82": (
+        "test",
+        "tests/metrics/test_metrics.py::test_text_generation_modules_link_to_their_code_and_the_metrics_descr"
+        "iption[sacrebleu]",
+    ),
+    "hf_heads/metrics/modules/f1.py:283e740f53": (
+        "test",
+        "tests/metrics/test_metrics.py::test_multilabel_configuration[f1]",
+    ),
+    "hf_heads/metrics/modules/rouge.py:79d404c200": (
+        "test",
+        "tests/metrics/test_metrics.py::test_every_module_cites_the_work_it_computes[rouge]",
+    ),
+    "hf_heads/training/arguments.py:db6f5b2722": (
+        "test",
+        "tests/project/test_toy_components.py::test_head_options_set_what_has_no_flag_and_errors_name_them",
+    ),
+    "hf_heads/training/cards.py:07ec8d8fde": (
+        "test",
+        "tests/training/test_cards.py::test_card_is_written_in_utf_8_whatever_the_locale",
+    ),
+    "hf_heads/training/trainer.py:ea65b8fc70": (
+        "test",
+        "tests/training/test_own_script.py::test_an_uncalibrated_warm_start_refuses_to_train_and_names_the_line",
+    ),
+    "hf_heads/training/tables.py:dca07e365d": (
+        "test",
+        "tests/training/test_own_script.py::test_a_continuous_table_of_another_dimension_than_the_heads_embed"
+        "ding_dim_is_refused_naming_both",
+    ),
+    "hf_heads/data/embeddings.py:dbefa611b6": (
+        "equivalent",
+        "Python looks up codec names without regard to case: 'UTF-8' and 'utf-8' are the same codec (the file"
+        " object's encoding name is never read)",
+    ),
+    "hf_heads/integrations/peft.py:514dd5e7ee": (
+        "equivalent",
+        "getattr's default is never read (hf_heads models inherit PeftAdapterMixin's _hf_peft_config_loaded=F"
+        "alse), and False and None are both falsy in this `and` condition",
+    ),
+    "hf_heads/cli/seq2seq.py:aa0abc1c0e": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_a_language_not_in_the_translation_column_names_its_flag_and_the_l"
+        "anguages_there[target_lang]",
+    ),
+    "hf_heads/heads/continuous.py:4bef588251": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_a_frequency_centred_heads_loss_and_logits_are_its_familys_"
+        "reference",
+    ),
+    "hf_heads/heads/softmax.py:7724ade82e": (
+        "test",
+        "tests/project/test_docs.py::test_the_committed_options_tables_are_the_generated_ones",
+    ),
 }
