@@ -82,7 +82,8 @@ def main() -> int:
     )
     a = ap.parse_args()
     from hf_heads.losses.kernels import CompiledKernel
-    from hf_heads.losses.triton_kernel import TritonKernel, _scales_on
+    from hf_heads.losses.triton_kernel import TritonKernel
+    from hf_heads.losses.triton_programs import _scales_on
 
     CompiledKernel.backend = a.compile_backend
     failures = 0

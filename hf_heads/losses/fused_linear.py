@@ -46,7 +46,7 @@ from hf_heads.losses.precision import loss_dtype as _loss_dtype
 from hf_heads.losses.reduction import check_labels as check_labels  # re-exported: hf_heads.losses.check_labels
 from hf_heads.losses.reduction import check_reduction, host_reads_are_free, linear_inputs, mean_divisor, reduce_rows
 from hf_heads.losses.transforms import check_transform
-from hf_heads.losses.triton_kernel import scale_in_place
+from hf_heads.losses.triton_programs import scale_in_place
 from hf_heads.losses.vocab_parallel import (
     VocabShard,
     reduce_sharded,
@@ -173,7 +173,8 @@ def _handed_over(grads: RunGrads, inputs, grad_out: torch.Tensor | None = None) 
         elif factor is None:
             out.append(g.to(x.dtype))
         elif g.dtype.itemsize <= x.dtype.itemsize:  # in place, in the input's dtype (a half d h upcast first)
-            out.append(scale_in_place(g.to(x.dtype), factor))  # d loss = 1 on a GPU: no pass (read there, not here)
+            g = g.to(x.dtype)  # d loss, read on an accelerator's device and not on the host: no pass where it is 1
+            out.append(g.mul_(factor.to(x.dtype)) if host_reads_are_free(g.device) else scale_in_place(g, factor))
         else:  # scaled in the accumulator's precision, rounded once into the input's dtype
             out.append(torch.mul(g, factor.to(g.dtype), out=torch.empty_like(g, dtype=x.dtype)))
     return out

@@ -23,8 +23,6 @@ is imported; for tests). Anything else is refused, never replaced by another ker
 
 from __future__ import annotations
 
-import os
-import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -34,90 +32,8 @@ from hf_heads.components import register
 from hf_heads.losses.chunks import ChunkOptions, Grads
 from hf_heads.losses.kernels import EagerKernel, _linear_grads, _raw_logits
 from hf_heads.losses.precision import HALF_DTYPES, full_precision
+from hf_heads.losses.triton_programs import _interpreting, _triton, program, triton_available
 from hf_heads.validation import OptionError
-
-_PROGRAMS: dict[str, object] = {}  # the jitted programs of hf_heads/losses/_triton_program.py, loaded on first use
-
-
-def _triton():
-    """The `triton` package, or None where it does not import (every triton import sits in a `try`, so a model's saved
-    code that carries them loads without triton)."""
-    try:
-        import triton
-        import triton.language  # noqa: F401
-    except ImportError:
-        return None
-    return triton
-
-
-def triton_available() -> bool:
-    """Whether the `triton` package imports."""
-    return _triton() is not None
-
-
-def _interpreting() -> bool:
-    """Whether triton was imported under its CPU interpreter (`TRITON_INTERPRET=1` set before the first import)."""
-    return type(_triton().language.sum).__name__ == "InterpretedFunction"
-
-
-def _program(name: str = "ce_per_row"):
-    """The `triton.jit` program `name` of hf_heads/losses/_triton_program.py, decorated in the mode triton was imported
-    in."""
-    if name not in _PROGRAMS:
-        previous = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1" if _interpreting() else "0"  # read by `triton.jit` as it decorates
-        try:
-            from hf_heads.losses import _triton_program
-        finally:
-            if previous is None:
-                del os.environ["TRITON_INTERPRET"]
-            else:
-                os.environ["TRITON_INTERPRET"] = previous
-        _PROGRAMS[name] = getattr(_triton_program, name)
-    return _PROGRAMS[name]
-
-
-def scale_in_place(x: torch.Tensor, factor: torch.Tensor, block: int = 4096) -> torch.Tensor:
-    """x *= factor (a one-element tensor, d loss) without reading factor on the host: on a device Triton runs on (and
-    a contiguous x) a program that leaves x untouched when factor is 1 — the usual d loss of a mean loss, where the
-    multiply would read and write all of x (the (V, H) weight gradient: 4.7 GB at V=256k, H=2304 in float32) — and
-    multiplies it otherwise; elsewhere, and on a device where the program failed its first check (a warning says so),
-    `x.mul_`. Returns x."""
-    if factor.numel() != 1 or not x.is_contiguous() or not _scales_on(x.device):
-        return x.mul_(factor.to(x.dtype))
-    numel = x.numel()
-    factor = factor.to(device=x.device, dtype=x.dtype)  # rounded by torch, as `x.mul_` rounds it
-    _program("scale_unless_one")[(-(-numel // block),)](x, factor, numel, BLOCK=block)
-    return x
-
-
-_SCALES_ON: dict[torch.device, bool] = {}  # per device: whether `scale_unless_one` passed its first check there
-
-
-def _scales_on(device: torch.device) -> bool:
-    """Whether `scale_in_place` runs its Triton program on `device`: Triton runs there, and on first use the program
-    multiplied a small tensor as torch does and left it alone for a factor of 1 (else a warning, and torch)."""
-    if device not in _SCALES_ON:
-        _SCALES_ON[device] = TritonKernel().available(device) and _check_scaling(device)
-    return _SCALES_ON[device]
-
-
-def _check_scaling(device: torch.device) -> bool:
-    x = torch.linspace(-3, 3, 5003, device=device)
-    try:
-        _program("scale_unless_one")[(2,)](got := x.clone(), torch.tensor(2.5, device=device), 5003, BLOCK=4096)
-        _program("scale_unless_one")[(2,)](same := x.clone(), torch.tensor(1.0, device=device), 5003, BLOCK=4096)
-        ok = torch.equal(got, x * 2.5) and torch.equal(same, x)
-        detail = "a result other than torch's"
-    except Exception as error:  # noqa: BLE001 - any failure of the program means torch's multiply is used
-        ok, detail = False, f"{type(error).__name__}: {error}"
-    if not ok:
-        warnings.warn(
-            f"hf_heads: the Triton program that scales gradients by d loss gave {detail} on {device}; "
-            "the backward multiplies with torch there (the same gradients, one more pass over the weight's)",
-            stacklevel=3,
-        )
-    return ok
 
 
 @register("kernel")
@@ -217,7 +133,7 @@ class TritonKernel(EagerKernel):
         unused = loss  # a pointer the program does not read when its flag is off
         if z_loss:
             z_weight = (row_weight if z_weight is None else z_weight).to(compute).contiguous()
-        _program()[(n,)](
+        program()[(n,)](
             z, z.stride(0), z if grad_z is None else grad_z, z.stride(0) if grad_z is None else grad_z.stride(0),
             unused if b is None else b.to(compute).contiguous(), unused if s is None else s.to(compute).contiguous(),
             y.contiguous(),

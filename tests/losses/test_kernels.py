@@ -1047,7 +1047,7 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
     backward read no value on the host — no label check, no compaction of ignored rows, no count, no check of the
     class weights, no sum of them — and compute the same loss and gradients as the CPU path that compacts the rows;
     an out-of-range label is still refused."""
-    from hf_heads.losses import fused_linear
+    from hf_heads.losses import fused_linear, kernels
     from hf_heads.losses import reduction as reduction_module
 
     opts = dict(OPTIONS[options])
@@ -1067,7 +1067,7 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
         return out, torch.autograd.grad(loss, (h, w, b, t), allow_unused=True)
 
     want, want_grads = run()
-    for module in (reduction_module, fused_linear):
+    for module in (reduction_module, fused_linear, kernels):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     with _HostReads() as reads:
         got, got_grads = run()
@@ -1086,12 +1086,12 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
 def test_a_divisor_counted_on_the_device_divides_in_the_losss_dtype(items, monkeypatch):
     """On an accelerator the mean's divisor is an integer tensor (the rows counted on the device, or the Trainer's
     num_items_in_batch); float64 inputs still give the float64 loss to rounding, not to a float32 reciprocal."""
-    from hf_heads.losses import fused_linear
+    from hf_heads.losses import fused_linear, kernels
     from hf_heads.losses import reduction as reduction_module
 
     h, w, b, _, y = _data()
     want = chunked(h, w, b, y, chunk_size=4, num_items_in_batch=None if items is None else 9)
-    for module in (reduction_module, fused_linear):
+    for module in (reduction_module, fused_linear, kernels):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     got = chunked(h, w, b, y, chunk_size=4, num_items_in_batch=items)
     assert got.dtype == torch.float64
@@ -1129,7 +1129,7 @@ def test_a_heads_training_step_reads_nothing_on_the_host(name, monkeypatch):
     batch maximum and running value kept on the device; sampled heads: the noise checked likewise, every row scored
     and the ignored ones masked), and the same loss, gradients and running max-norm as the CPU path that compacts
     the rows."""
-    from hf_heads.losses import fused_linear, noise, scorer
+    from hf_heads.losses import fused_linear, kernels, noise, scorer
     from hf_heads.losses import reduction as reduction_module
 
     family = name.split()[0]
@@ -1157,7 +1157,7 @@ def test_a_heads_training_step_reads_nothing_on_the_host(name, monkeypatch):
         return loss, head.weight.grad, head.bias.grad, None if running is None else running.clone()
 
     want = step(new_head())
-    for module in (reduction_module, fused_linear, noise, scorer):
+    for module in (reduction_module, fused_linear, kernels, noise, scorer):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     head = new_head()
     with _HostReads() as reads:
@@ -1241,23 +1241,23 @@ def test_scaling_by_d_loss_on_the_device_multiplies_or_leaves_the_gradient_as_it
     program cannot take (not contiguous) is multiplied by torch."""
     import triton
 
-    from hf_heads.losses import triton_kernel
+    from hf_heads.losses import triton_programs
 
-    monkeypatch.setattr(triton_kernel, "_SCALES_ON", {})
-    assert triton_kernel._scales_on(torch.device("cpu"))  # its first check passed: the program runs from now on
+    monkeypatch.setattr(triton_programs, "_SCALES_ON", {})
+    assert triton_programs._scales_on(torch.device("cpu"))  # its first check passed: the program runs from now on
     launched = []
-    program = triton_kernel._program
+    program = triton_programs.program
 
     def spy(name="ce_per_row"):
         launched.append(name)
         return program(name)
 
-    monkeypatch.setattr(triton_kernel, "_program", spy)
+    monkeypatch.setattr(triton_programs, "program", spy)
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(3, 4099, generator=g) * 3).to(dtype)  # crosses the 4096-entry blocks
     exact = dict(rtol=2**-7, atol=0) if dtype == torch.bfloat16 else dict(rtol=0, atol=0)  # the interpreter's bf16
     for factor in (torch.tensor(2.7), torch.tensor(-0.3, dtype=torch.float64), torch.tensor([1e-3])):  # rounds down
-        got = triton_kernel.scale_in_place(x.clone(), factor)
+        got = triton_programs.scale_in_place(x.clone(), factor)
         torch.testing.assert_close(got, x.clone().mul_(factor.to(dtype)), **exact)
     assert launched == ["scale_unless_one"] * 3
     x[0, 0], x[1, 1] = float("nan"), -0.0
@@ -1265,22 +1265,22 @@ def test_scaling_by_d_loss_on_the_device_multiplies_or_leaves_the_gradient_as_it
     builder = triton.runtime.interpreter.InterpreterBuilder
     original_store = builder.create_masked_store
     monkeypatch.setattr(builder, "create_masked_store", lambda *a, **k: stores.append(1) or original_store(*a, **k))
-    same = triton_kernel.scale_in_place(x.clone(), torch.tensor(1.0))
+    same = triton_programs.scale_in_place(x.clone(), torch.tensor(1.0))
     assert stores == []  # nothing written at d loss = 1
-    triton_kernel.scale_in_place(x.clone(), torch.tensor(1.5))
+    triton_programs.scale_in_place(x.clone(), torch.tensor(1.5))
     assert len(stores) == 4  # one block of 4096 entries per program
     stores.clear()
     bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
     assert torch.equal(same.view(bits), x.view(bits))
     strided = x.clone().t()
-    torch.testing.assert_close(triton_kernel.scale_in_place(strided, torch.tensor(0.5)), x.t() * 0.5, equal_nan=True)
+    torch.testing.assert_close(triton_programs.scale_in_place(strided, torch.tensor(0.5)), x.t() * 0.5, equal_nan=True)
     assert len(launched) == 5 and stores == []
 
 
 def test_a_scaling_program_that_fails_its_first_check_warns_and_torch_multiplies(monkeypatch):
     """Where the Triton program raises (or computes other values) on its first use on a device, a warning names it
     and every later scaling there is torch's multiply: the same gradient, never a wrong one."""
-    from hf_heads.losses import triton_kernel
+    from hf_heads.losses import triton_programs
 
     def broken(name="ce_per_row"):
         def launch(*args, **kwargs):
@@ -1288,20 +1288,20 @@ def test_a_scaling_program_that_fails_its_first_check_warns_and_torch_multiplies
 
         return {(1,): launch, (2,): launch}
 
-    monkeypatch.setattr(triton_kernel, "_SCALES_ON", {})
-    monkeypatch.setattr(triton_kernel, "_program", broken)
+    monkeypatch.setattr(triton_programs, "_SCALES_ON", {})
+    monkeypatch.setattr(triton_programs, "program", broken)
     x = torch.linspace(-2, 2, 10)
     with pytest.warns(UserWarning, match="RuntimeError: no such device function on cpu; the backward multiplies with"):
-        got = triton_kernel.scale_in_place(x.clone(), torch.tensor(3.0))
+        got = triton_programs.scale_in_place(x.clone(), torch.tensor(3.0))
     torch.testing.assert_close(got, x * 3, rtol=0, atol=0)
-    assert triton_kernel._SCALES_ON == {torch.device("cpu"): False}
+    assert triton_programs._SCALES_ON == {torch.device("cpu"): False}
 
 
 @pytest.mark.parametrize("d_loss", [1.0, 2.5])
 def test_on_an_accelerator_the_weight_gradient_is_scaled_on_the_device(d_loss, monkeypatch):
     """With host reads avoided (an accelerator, stood in for here), the backward hands the gradients through
     `scale_in_place` with d loss as a device tensor: the same gradients as the CPU path, which reads d loss."""
-    from hf_heads.losses import fused_linear
+    from hf_heads.losses import fused_linear, kernels
     from hf_heads.losses import reduction as reduction_module
 
     h, w, b, t, y = _data()
@@ -1313,7 +1313,7 @@ def test_on_an_accelerator_the_weight_gradient_is_scaled_on_the_device(d_loss, m
         return x.mul_(factor.to(x.dtype))
 
     monkeypatch.setattr(fused_linear, "scale_in_place", spy)
-    for module in (reduction_module, fused_linear):
+    for module in (reduction_module, fused_linear, kernels):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
     got = torch.autograd.grad(d_loss * chunked(h, w, b, y, target_logit=t, chunk_size=4), (h, w, b, t))
     for g, w_ in zip(got, want, strict=True):

@@ -657,7 +657,7 @@ TRIAGE: dict[str, tuple[str, str]] = {
     ),
     "hf_heads/metrics/modules/sacrebleu.py:caa384db35": (
         "equivalent",
-        "datasets 5.2 turns Sequence(..., id=...) into a List and drops the id (features[0]['references'].id "
+        "datasets 5.2 turns Sequence(..., id=...) into a List and drops the id (the references feature's id "
         "is None either way): features repr, to_dict, format errors and scores are identical",
     ),
     "hf_heads/metrics/modules/sacrebleu.py:b40e52eb82": (

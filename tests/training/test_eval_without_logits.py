@@ -115,10 +115,10 @@ EVAL_HEADS = {
 def _on_a_stood_in_accelerator(monkeypatch) -> None:
     """Declare host reads costly, as on an accelerator: the losses take their host-sync-free branches (ignored rows
     computed with weight 0 and masked, counts kept on the device)."""
-    from hf_heads.losses import fused_linear, noise, scorer
+    from hf_heads.losses import fused_linear, kernels, noise, scorer
     from hf_heads.losses import reduction as reduction_module
 
-    for module in (reduction_module, fused_linear, noise, scorer):
+    for module in (reduction_module, fused_linear, kernels, noise, scorer):
         monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
 
 
