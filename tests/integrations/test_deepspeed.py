@@ -104,8 +104,9 @@ def test_the_trainers_deepspeed_zero3_run_saves_an_ordinary_checkpoint(tmp_path,
     saved = HeadsForCausalLM.from_pretrained(tmp_path / "zero3")
     assert saved.config.head == one.model.config.head
     trained = dict(one.model.named_parameters())
-    for name, param in saved.named_parameters():
-        torch.testing.assert_close(param, trained[name], rtol=1e-4, atol=1e-6, msg=name)
+    for name, param in saved.named_parameters():  # AdamW's g / (√v + ε) turns the rounding of a gradient entry near 0
+        # (ZeRO-3 sums it in another order) into a few 1e-6 of this lr=1e-3 step; a lost or misscaled gradient: ~1e-3
+        torch.testing.assert_close(param, trained[name], rtol=1e-4, atol=5e-5, msg=name)
 
 
 def test_a_model_built_directly_under_a_zero3_config_builds_its_backbone_whole(monkeypatch):
