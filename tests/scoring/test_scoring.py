@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import family_heads, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
+from tokenizers import normalizers
 from transformers import GPT2LMHeadModel
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM
@@ -283,6 +284,16 @@ def test_bad_texts_are_refused_naming_the_index(tok_lm):
     with pytest.raises(ValueError, match="^sources= is for seq2seq models; a causal LM scores texts on their own$"):
         sentence_log_probs(model, tok_lm, TEXTS, sources=SOURCES)
     assert sentence_log_probs(model, tok_lm, []).shape == (0,)
+
+
+def test_a_text_that_tokenizes_to_nothing_is_refused_quoting_its_first_40_characters():
+    """A BERT normaliser deletes format characters: a text made only of them is not blank but has no token."""
+    tok = _tokenizer(V_LM)
+    tok.backend_tokenizer.normalizer = normalizers.BertNormalizer()
+    invisible = "\u200b\u00ad\u200c\u200d\u2060" * 10
+    with pytest.raises(ValueError) as error:
+        sentence_log_probs(_causal(FAMILIES["softmax"]), tok, [TEXTS[0], invisible])
+    assert str(error.value) == f"texts[1] ({invisible[:40]!r}) tokenizes to no tokens"
 
 
 def test_a_text_that_fills_the_context_exactly_is_scored(tok_lm):
