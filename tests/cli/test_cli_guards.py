@@ -279,10 +279,8 @@ def test_an_option_error_raised_later_names_the_flag_that_gave_it(monkeypatch, c
     assert line == "error: --num_samples=50 must be < the number of classes (10)"
 
 
-@pytest.mark.parametrize("given", [["--source_column", "es"], ["--target_column", "en"]])
-def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch, capsys, tmp_path, given):
-    """A seq2seq run given --source_column without --target_column (or the reverse) stops before loading a model
-    with one line that says the two flags go together."""
+def _seq2seq_error_line(monkeypatch, capsys, tmp_path, given: list[str]) -> str:
+    """The error line of a seq2seq run on a train.csv with columns es and en, given the flags `given`."""
     from hf_heads.cli.seq2seq import main
 
     monkeypatch.setattr(logging.root, "handlers", [])  # start_run's basicConfig handler dies with the test
@@ -291,10 +289,22 @@ def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch,
     (tmp_path / "train.csv").write_text("es,en\nel rey,the king\n")
     argv = ["--output_dir", str(tmp_path / "out"), "--train_file", str(tmp_path / "train.csv"), *given]
     try:
-        line = _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]  # after datasets' bars
+        return _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]  # after datasets' bars
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
+
+
+@pytest.mark.parametrize("given", [["--source_column", "es"], ["--target_column", "en"]])
+def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch, capsys, tmp_path, given):
+    """A seq2seq run given --source_column without --target_column (or the reverse) stops before loading a model
+    with one line that says the two flags go together."""
+    line = _seq2seq_error_line(monkeypatch, capsys, tmp_path, given)
     assert line == "error: --source_column and --target_column go together: give both or neither"
+
+
+def test_a_seq2seq_script_refuses_a_column_the_data_lacks_and_lists_the_columns(monkeypatch, capsys, tmp_path):
+    line = _seq2seq_error_line(monkeypatch, capsys, tmp_path, ["--source_column", "es", "--target_column", "de"])
+    assert line == "error: --target_column='de': split 'train' has columns ['es', 'en']"
 
 
 def _argument_classes() -> dict[str, type]:

@@ -225,6 +225,15 @@ def test_learned_scale_trains_and_decodes_with_its_value(tmp_path):
     assert head.diagnostics()["head/logit_scale"] == pytest.approx(100.0)
 
 
+def test_diagnostics_are_empty_after_a_training_batch_without_targets():
+    """A last batch whose labels are all ignored has nothing to measure: no diagnostics, not the scale alone."""
+    head = _options_model(loss="in-batch-softmax", learn_logit_scale=True).head.train()
+    head.loss(torch.randn(4, 32), torch.randint(0, V, (4,)))
+    assert {"head/accuracy@1", "head/pred_norm_mean", "head/logit_scale"} <= set(head.diagnostics())
+    head.loss(torch.randn(4, 32), torch.full((4,), -100))
+    assert head.diagnostics() == {}
+
+
 def test_projection_layer_norm_and_released_vmf_form():
     model = _options_model(loss="vmf", vmf_form="released", projection_layer_norm=True)
     head = model.head

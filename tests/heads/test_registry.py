@@ -148,6 +148,13 @@ def test_every_head_class_builds_from_its_options_a_head_section_or_nothing():
             assert entry.head(6, 13).options == head_options({"family": name}), name
 
 
+def test_a_head_section_without_a_family_is_refused_with_the_families_to_choose_from():
+    with pytest.raises(OptionError) as info:
+        head_options({"margin": "arc"})
+    assert str(info.value) == f"head.family is missing; allowed: {', '.join(FAMILIES)}"
+    assert info.value.name == "head.family"
+
+
 def test_a_head_built_on_its_own_starts_near_the_uniform_distribution():
     """`make_head` outside a model (no `post_init` initialises it): a new head of every discrete family starts with
     small weights, as a new model's does, so its inference distribution is near uniform over the classes it keeps."""

@@ -17,6 +17,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
     BertForSequenceClassification,
     BertModel,
     GPT2LMHeadModel,
@@ -26,6 +27,7 @@ from transformers import (
 )
 
 from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSeq2SeqLM, HeadsForSequenceClassification
+from hf_heads.modeling.bodies import sharing
 
 VOCAB, SEQ_VOCAB = 61, 50
 
@@ -310,6 +312,16 @@ def test_a_base_class_with_tensors_the_model_lacks_is_refused():
         model.to_base()
 
 
+def test_another_auto_class_of_a_model_with_a_tensor_it_lacks_is_refused_naming_both_classes_and_the_tensor():
+    lm = GPT2LMHeadModel(tiny_gpt2_config(SEQ_VOCAB, n_layer=1))
+    with pytest.raises(ValueError) as err:
+        sharing(AutoModelForSequenceClassification, lm)
+    assert str(err.value) == (
+        "cannot wrap GPT2LMHeadModel: its GPT2ForSequenceClassification has 'score.weight', which GPT2LMHeadModel "
+        "lacks"
+    )
+
+
 def test_a_users_own_architecture_has_no_base_class_to_export_to(tmp_path):
     """A Llama subclass the user registered with the Auto classes wraps like Llama, but its base class is not
     transformers', so no directory that loads without the user's code can be written: refused, and nothing is
@@ -412,6 +424,14 @@ def test_export_base_never_overwrites_an_hf_heads_model(tmp_path):
     with pytest.raises(ValueError, match="holds an hf_heads model"):
         model.export_base(tmp_path / "run")
     assert HeadsForCausalLM.from_pretrained(tmp_path / "run").config.model_type == "hf_heads"
+
+
+def test_to_base_of_a_saved_model_keeps_the_path_it_was_loaded_from(tmp_path):
+    """The base model's `name_or_path` is the hf_heads model's (the name a GGUF export writes)."""
+    model, _ = causal_model("llama", CAUSAL["softmax"])
+    model.save_pretrained(tmp_path / "run")
+    base = HeadsForCausalLM.from_pretrained(tmp_path / "run").to_base()
+    assert base.config.name_or_path == str(tmp_path / "run")
 
 
 def test_export_base_writes_the_tokenizer_and_the_generation_config(tmp_path):

@@ -118,6 +118,9 @@ def test_counts_required_and_checked(tiny_base, caplog):
         model.train()(x, labels=x)
     with pytest.raises(ValueError, match=r"word_counts has shape \(5,\), expected \(61,\)"):
         model.set_word_counts(torch.ones(5))
+    for bad in (torch.full((61,), -1.0), torch.full((61,), float("nan")), torch.full((61,), float("inf"))):
+        with pytest.raises(ValueError, match="word_counts must be finite and >= 0"):
+            model.set_word_counts(bad)
     with pytest.raises(ValueError, match=r"labels holds token id 99, but the head.s vocabulary has 61 ids"):
         HeadsForCausalLM.from_base(path)(x, labels=torch.full_like(x, 99))
 

@@ -320,3 +320,28 @@ def test_classification_from_base_keeps_its_pooling_and_mean_pools_the_unpadded_
         naive = model.head(hidden.mean(1), return_logits=True)[1]  # (1, C)
     torch.testing.assert_close(batched[:1], alone, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(alone, naive, rtol=1e-5, atol=1e-5)
+
+
+def test_classification_dropout_defaults_to_the_backbones_classifier_then_hidden_dropout():
+    """Without `classifier_dropout` the head's dropout is the backbone config's `classifier_dropout`, else its
+    `hidden_dropout_prob` (as BertForSequenceClassification), else none."""
+    bert = tiny_bert_config(V)
+    bert.hidden_dropout_prob = 0.2
+    assert HeadsForSequenceClassification(HeadsConfig(backbone=bert, num_labels=3)).dropout.p == 0.2
+    bert.classifier_dropout = 0.3
+    assert HeadsForSequenceClassification(HeadsConfig(backbone=bert, num_labels=3)).dropout.p == 0.3
+    gpt2 = tiny_gpt2_config(V, n_layer=1, pad_token_id=1)
+    assert HeadsForSequenceClassification(HeadsConfig(backbone=gpt2, num_labels=3)).dropout.p == 0.0
+
+
+def test_classification_returns_the_backbones_hidden_states_and_attentions_when_asked():
+    torch.manual_seed(0)
+    model = HeadsForSequenceClassification(_clf_config("bert", "softmax")).eval()
+    model.backbone.set_attn_implementation("eager")
+    x, mask, _ = seq2seq_batch()
+    out = model(input_ids=x, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+    ref = model.backbone(input_ids=x, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == len(ref.hidden_states) and len(out.attentions) == len(ref.attentions) > 0
+    for got, want in zip(out.hidden_states + out.attentions, ref.hidden_states + ref.attentions, strict=True):
+        torch.testing.assert_close(got, want)
+    assert model(input_ids=x, attention_mask=mask).attentions is None

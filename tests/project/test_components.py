@@ -221,13 +221,15 @@ def test_a_components_parameters_written_as_json_gives_them_are_stored_as_their_
 
 def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters_first_equals_sign_as_its_value():
     """`name:p=v,q=w`: a text parameter's value may hold "=" itself (`tag=a=b` sets tag to "a=b"), and is the text
-    written even where it reads as a number or a boolean (`tag=3` sets tag to "3"; a number parameter gets 3)."""
+    written even where it reads as a number or a boolean (`tag=3` sets tag to "3"; a parameter that may be a number,
+    `str | int` included, gets 3)."""
 
     @dataclass(frozen=True)
     class TaggedMargin(Margin):
         name: ClassVar[str] = "test-tagged-margin"
         tag: str = ""
         m: float = 0.0
+        rank: str | int = 0
 
         def phi(self, theta):
             return torch.cos(theta) - self.m
@@ -238,6 +240,7 @@ def test_a_component_written_on_a_command_line_takes_the_text_after_a_parameters
         assert (margin.tag, margin.m) == ("a=b", 0.5)
         margin = make_component("margin", "test-tagged-margin:tag=3,m=1")  # the text "3", the number 1.0
         assert (margin.tag, margin.m) == ("3", 1)
+        assert make_component("margin", "test-tagged-margin:rank=3").rank == 3
         assert make_component("margin", "test-tagged-margin:tag=true").tag == "true"
         assert make_component("margin", 'test-tagged-margin:tag="3"').tag == "3"  # a JSON string is its content
         with pytest.raises(

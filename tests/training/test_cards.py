@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -287,6 +288,34 @@ def test_word_vector_figure_of_a_vocabulary_of_a_dozen_words(tmp_path, monkeypat
     assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_word_vector_figure_draws_the_words_50_leading_principal_components(tmp_path, monkeypatch):
+    """t-SNE lays out the words by their distances in the 50 leading principal components: variation of the vectors
+    outside those directions does not move a word in the figure."""
+    import sklearn.manifold
+
+    from hf_heads.training.plots import plot_word_vectors
+
+    class Distances:  # t-SNE's stand-in (seconds saved): a layout set by the distances alone, to words 0 and 1
+        def __init__(self, n_components, **kwargs):
+            pass
+
+        def fit_transform(self, x):
+            return np.linalg.norm(x[:, None] - x[None, :2], axis=-1)
+
+    monkeypatch.setattr(sklearn.manifold, "TSNE", Distances)
+    figures = _drawn(monkeypatch)
+    g = np.random.default_rng(0)
+    n = 80
+    words = [f"w{i}" for i in range(n)]
+    centred, _ = np.linalg.qr(np.hstack([np.ones((n, 1)), g.standard_normal((n, 60))]))  # orthonormal, mean 0
+    leading = centred[:, 1:51] * np.linspace(30.0, 10.0, 50)
+    for rest in (np.zeros((n, 10)), centred[:, 51:] * 5.0):
+        weight = torch.tensor(np.hstack([leading, rest]), dtype=torch.float32)
+        plot_word_vectors(weight, words, torch.arange(n, 0.0, -1.0), tmp_path / "w.png", "margin head")
+    first, second = (f.axes[0].collections[0].get_offsets() for f in figures)
+    np.testing.assert_allclose(second, first, rtol=0, atol=1e-4)
+
+
 def test_speed_vs_perplexity_figure_is_a_720_by_480_png_with_a_point_per_run(tmp_path, monkeypatch):
     """compare_runs.py's speed / perplexity figure: one labelled point per run, saved as a 720 x 480 pixel PNG (6 x 4
     inches at 120 dpi)."""
@@ -364,6 +393,15 @@ def test_question_generation_card_puts_bleu_and_rouge_on_one_scale(tmp_path):
     assert "| eval_rouge1 | 45.6 |" in text and "| eval_bleu | 12.5 |" in text and "| eval_rougeL | 40 |" in text
     assert "| eval_loss | 3 | loss (NLL of the word) |" in text
     assert all(m["type"] != "loss" for r in meta["model-index"][0]["results"] for m in r["metrics"])
+
+
+def test_card_lists_a_score_that_is_no_number_as_it_is_outside_the_scores_table(tmp_path):
+    """A score the run could not compute (None, a note, a flag) is shown as written, never scaled to 0-100."""
+    metrics = {"eval_bleu": 12.5, "eval_rouge1": None, "eval_accuracy": True, "eval_f1": "n/a"}
+    text, _ = card(tmp_path, seq2seq({"family": "softmax"}), metrics, task=("text2text-generation", "QG"))
+    assert "| eval_bleu | 12.5 |" in text
+    for row in ("| eval_rouge1 | None |  |", "| eval_accuracy | True |  |", "| eval_f1 | n/a |  |"):
+        assert row in text, row
 
 
 def test_seq2seq_card_shows_generate_not_pipelines(tmp_path):
