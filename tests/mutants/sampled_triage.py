@@ -714,4 +714,82 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/project/test_docs.py::test_the_committed_options_tables_are_the_generated_ones",
     ),
+    "hf_heads/metrics/modules/bleu.py:61f494fdd5": (
+        "equivalent",
+        "datasets 5.x turns Sequence into List(Value('string')); the id is unused metadata (same repr, same t"
+        "o_dict and saved info, same validation and encoding)",
+    ),
+    "hf_heads/metrics/modules/bleu.py:4be330c985": (
+        "test",
+        "tests/metrics/test_metrics.py::test_bleu_smoothing_adds_one_to_every_order",
+    ),
+    "hf_heads/metrics/builders.py:3af29c5f52": (
+        "equivalent",
+        "sequence-classification logits are (batch, num_labels), where axis=1 is axis=-1; 1-D or 3-D logits a"
+        "lready raise with the original code (TypeError / evaluate format ValueError)",
+    ),
+    "hf_heads/metrics/modules/recall.py:2762ad22c3": (
+        "test",
+        "tests/metrics/test_metrics.py::test_f1_precision_recall_match_sklearn[recall-kwargs0-True] tests/met"
+        "rics/test_metrics.py::test_zero_division[recall]",
+    ),
+    "hf_heads/scoring/scores.py:765e524fb3": (
+        "test",
+        "tests/scoring/test_scoring.py::test_a_text_that_tokenizes_to_nothing_is_refused_quoting_its_first_40"
+        "_characters",
+    ),
+    "hf_heads/modeling/classification.py:75b6cf1744": (
+        "test",
+        "tests/modeling/test_tasks.py::test_classification_returns_the_backbones_hidden_states_and_attentions"
+        "_when_asked",
+    ),
+    "hf_heads/modeling/classification.py:1f00ccc83a": (
+        "test",
+        "tests/modeling/test_tasks.py::test_classification_dropout_defaults_to_the_backbones_classifier_then_"
+        "hidden_dropout",
+    ),
+    "hf_heads/modeling/bodies.py:0eb406656c": (
+        "test",
+        "tests/modeling/test_base_export.py::test_another_auto_class_of_a_model_with_a_tensor_it_lacks_is_ref"
+        "used_naming_both_classes_and_the_tensor",
+    ),
+    "hf_heads/modeling/base_export.py:f92d38d097": (
+        "test",
+        "tests/modeling/test_base_export.py::test_to_base_of_a_saved_model_keeps_the_path_it_was_loaded_from",
+    ),
+    "hf_heads/training/plots.py:c5471b9536": (
+        "test",
+        "tests/training/test_cards.py::test_word_vector_figure_draws_the_words_50_leading_principal_components",
+    ),
+    "hf_heads/training/cards.py:559768b457": (
+        "test",
+        "tests/training/test_cards.py::test_card_lists_a_score_that_is_no_number_as_it_is_outside_the_scores_table",
+    ),
+    "hf_heads/heads/discrete.py:9aa569f494": (
+        "test",
+        "tests/modeling/test_causal_lm.py::test_counts_required_and_checked[gpt2] tests/modeling/test_causal_"
+        "lm.py::test_counts_required_and_checked[llama]",
+    ),
+    "hf_heads/heads/continuous.py:a96b99c038": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_diagnostics_are_empty_after_a_training_batch_without_targets",
+    ),
+    "hf_heads/heads/registry.py:ec2d26b58a": (
+        "test",
+        "tests/heads/test_registry.py::test_a_head_section_without_a_family_is_refused_with_the_families_to_c"
+        "hoose_from",
+    ),
+    "hf_heads/cli/seq2seq.py:796b7ed831": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_a_seq2seq_script_refuses_a_column_the_data_lacks_and_lists_the_columns",
+    ),
+    "hf_heads/components.py:9bf74014bb": (
+        "test",
+        "tests/project/test_components.py::test_a_component_written_on_a_command_line_takes_the_text_after_a_"
+        "parameters_first_equals_sign_as_its_value",
+    ),
+    "hf_heads/__init__.py:888df8389d": (
+        "test",
+        "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads]",
+    ),
 }
