@@ -81,6 +81,8 @@ def coerce(cls: type, name: str, value):
     kinds = annotation_types(cls, name)
     if value is None and "None" in kinds:
         return None
+    if isinstance(value, str) and "str" in kinds:  # text where text is allowed (`str | int`: "auto" or a number)
+        return value
     if "bool" in kinds:
         if not isinstance(value, bool):
             raise OptionError(name, value, "must be true or false")

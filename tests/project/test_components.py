@@ -274,6 +274,30 @@ def test_a_component_parameter_that_may_be_text_or_an_object_takes_an_object_fro
         MARGIN_TYPES.pop("test-shaped-margin")
 
 
+def test_a_component_parameter_that_may_be_text_or_a_number_takes_either():
+    """A `str | int` parameter keeps a text value as text and a number as a number, from a config or a command line;
+    a value of neither kind is refused naming the field."""
+
+    @dataclass(frozen=True)
+    class RankedMargin(Margin):
+        name: ClassVar[str] = "test-ranked-margin"
+        rank: str | int = "auto"
+
+        def phi(self, theta):
+            return torch.cos(theta)
+
+    register_margin(RankedMargin)
+    try:
+        assert make_component("margin", {"type": "test-ranked-margin", "rank": "top"}).rank == "top"
+        assert make_component("margin", "test-ranked-margin:rank=top").rank == "top"
+        assert make_component("margin", "test-ranked-margin:rank=3").rank == 3
+        assert make_component("margin", {"type": "test-ranked-margin", "rank": 2.0}).rank == 2
+        with pytest.raises(OptionError, match=r"^margin.rank=\[1\] must be an integer"):
+            make_component("margin", {"type": "test-ranked-margin", "rank": [1]})
+    finally:
+        MARGIN_TYPES.pop("test-ranked-margin")
+
+
 def test_a_component_missing_a_parameter_without_default_is_refused_naming_the_field_and_the_parameter():
     @dataclass(frozen=True)
     class ScaledMargin(Margin):
