@@ -147,7 +147,8 @@ MUTANTS = [
        "        if False:", COMPONENTS, "a component without its reference registers, and the contract has nothing "
        "to compare it with"),
     _m("component-text-or-number-refuses-text", "components.py",
-       '    if isinstance(value, str) and "str" in kinds:  # text where text is allowed', "    if False:",
+       '    if isinstance(value, str) and "str" in kinds:  # text where text is allowed (`str | int`: "auto" or a '
+       'number)\n', "    if False:\n",
        ["tests/project/test_components.py::test_a_component_parameter_that_may_be_text_or_a_number_takes_either"],
        "a component parameter typed `str | int` refuses every text value as not an integer"),
     _m("component-flag-values-stay-strings", "components.py", "        out[key.strip()] = parse_value(value)",
