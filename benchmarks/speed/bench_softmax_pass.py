@@ -8,6 +8,7 @@ logits in one pass (`hf_heads.losses.kernels.softmax_in_place`, the default) and
 it replaced (that probe set to False).
 
     python benchmarks/speed/bench_softmax_pass.py --rounds 8
+    python benchmarks/speed/bench_softmax_pass.py --profile    # where one hf_heads softmax step spends its time
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512, help="H")
     parser.add_argument("--vocab", type=int, default=50_000, help="V")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--profile", action="store_true", help="profile one hf_heads softmax step instead (by op)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from hf_heads.losses import fused_linear_cross_entropy, kernels
@@ -69,6 +71,14 @@ def main() -> None:
 
     for step in steps.values():
         timed(step)
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            timed(steps["hf_heads softmax"])
+        print(f"# python benchmarks/speed/bench_softmax_pass.py --profile; N={n}, H={args.hidden}, V={v:,}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+        return
     seconds: dict[str, list[float]] = {row: [] for row in ROWS}
     for r in range(args.rounds):
         for row in ROWS[r % len(ROWS) :] + ROWS[: r % len(ROWS)]:

@@ -130,6 +130,11 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
             "| hf_heads softmax, log-softmax then exp |",
         ),
         pytest.param(
+            "speed/bench_softmax_pass.py",
+            ["--rows", "32", "--hidden", "8", "--vocab", "64", "--threads", "1", "--profile"],
+            "aten::mm",
+        ),
+        pytest.param(
             "speed/bench_demo_step.py",
             ["--vocab", "300", "--batch", "2", "--block", "8", "--repeats", "1", "--threads", "1"],
             "| margin arc m=0.001 f=log-unigram g=max-norm |",
