@@ -218,9 +218,10 @@ def materialise(site: _Site) -> SampledMutant | None:
     )
 
 
-def draw(root: Path, seed: int, per_package: int) -> list[SampledMutant]:
-    """`per_package` mutants of each package (of the top-level modules too), shuffled by `seed`; run order
-    alternates between packages, so a run cut short by its budget still samples every package."""
+def draw(root: Path, seed: int, per_package: int, packages: tuple[str, ...] = ()) -> list[SampledMutant]:
+    """`per_package` mutants of each package (of the top-level modules too; of `packages` only where given),
+    shuffled by `seed`; run order alternates between packages, so a run cut short by its budget still samples every
+    package."""
     by_package: dict[str, list[_Site]] = defaultdict(list)
     for path in sorted((root / "hf_heads").rglob("*.py")):
         for site in sites(path, root):
@@ -228,7 +229,12 @@ def draw(root: Path, seed: int, per_package: int) -> list[SampledMutant]:
             by_package[part[1] if len(part) > 2 else TOP_LEVEL].append(site)
     rng = random.Random(seed)
     drawn: dict[str, list[SampledMutant]] = {}
+    unknown = sorted(set(packages) - set(by_package))
+    if unknown:
+        raise SystemExit(f"--packages: {', '.join(unknown)} not among {', '.join(sorted(by_package))}")
     for package in sorted(by_package):
+        if packages and package not in packages:
+            continue
         pool = by_package[package]
         rng.shuffle(pool)
         drawn[package] = []
@@ -549,7 +555,7 @@ def run(args: argparse.Namespace) -> dict:
     os.environ.update({**TEST_ENV, "PYTHONDONTWRITEBYTECODE": "1"})
     with tempfile.TemporaryDirectory(prefix="hf_heads_draw_") as tmp:
         _copy_tree(Path(tmp), args.rev)
-        mutants = draw(Path(tmp), seed, args.per_package)
+        mutants = draw(Path(tmp), seed, args.per_package, args.packages)
     generated = time.perf_counter()
     cov = coverage_map(args.rev, args.jobs)
     for m in mutants:
@@ -716,7 +722,9 @@ def report(results: dict) -> str:
         "# Sampled operator-based mutation testing (`make mutate-sample`)",
         "",
         f"`{results['command']}` on commit {results['rev'][:12]}: **seed {results['seed']}** (drawn at run time), "
-        f"{s['per_package']} mutants drawn per package, {s['jobs']} jobs, budget {s['budget_minutes']} min, at most "
+        f"{s['per_package']} mutants drawn per package"
+        + (f" (from {', '.join(s['packages'])} only)" if s.get("packages") else "")
+        + f", {s['jobs']} jobs, budget {s['budget_minutes']} min, at most "
         f"{s['max_tests']} tests / about {s['max_seconds']:.0f} s of them per selection, timeout {s['timeout']:.0f} s "
         "plus 5 times the selection's time.",
         "",
@@ -778,6 +786,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, help="the sample's seed (default: drawn at run time)")
     parser.add_argument("--per-package", type=int, default=30, help="mutants drawn from each package (default 30)")
+    parser.add_argument(
+        "--packages",
+        type=lambda text: tuple(p for p in text.split(",") if p),
+        default=(),
+        help="draw only from these packages, comma-separated (default: every package and the top level)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at a time (default 2)")
     parser.add_argument("--budget-minutes", type=float, default=60.0, help="no mutant starts past it (default 60)")
     parser.add_argument("--max-tests", type=int, default=8, help="tests in a selection at most (default 8)")
@@ -796,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         with tempfile.TemporaryDirectory(prefix="hf_heads_draw_") as tmp:
             _copy_tree(Path(tmp), args.rev)
-            for m in draw(Path(tmp), seed, args.per_package):
+            for m in draw(Path(tmp), seed, args.per_package, args.packages):
                 print(f"{m.id:50} {m.operator:28} {m.key}")
         print(f"seed {seed}")
         return 0
