@@ -9,7 +9,8 @@ per-chunk function on each: the fused loss of every discrete head (hf_heads.loss
 The kernel seam: a `ChunkKernel` is the per-chunk work of the fused loss, a component of kind "kernel"
 (hf_heads.components) listed by `CHUNK_KERNELS`; every one runs the same contract tests against the naive references
 (tests/losses/test_kernels.py). `chunk_kernel` resolves the loss's choice: an explicit kernel, else
-`HF_HEADS_CHUNK_KERNEL` (a debugging switch), else "triton" on CUDA when triton imports, else "eager".
+`HF_HEADS_CHUNK_KERNEL` (a debugging switch), else "triton" on CUDA when triton imports ("triton-half" for half
+products over a large vocabulary), else "eager".
 """
 
 from __future__ import annotations
@@ -179,6 +180,12 @@ class ChunkKernel(Component, ABC):
     # the device types on which the kernel is the automatic choice where `available` says it can run
     automatic_on: ClassVar[tuple[str, ...]] = ()
 
+    def automatic_choice(self, device: torch.device, gemm: torch.dtype | None, num_classes: int | None) -> str | None:
+        """The kernel to run when nobody chose one, where this kernel is the automatic choice on `device` (its type in
+        `automatic_on`, `available` there): its own name, or a sibling's where the products' dtype `gemm` and the
+        `num_classes` make that one faster (`TritonKernel`); None where it is not the automatic choice."""
+        return self.name if device.type in self.automatic_on and self.available(device) else None
+
     @abstractmethod
     def available(self, device: torch.device) -> bool:
         """Whether the kernel can run on tensors of `device` here (its dependencies import, the device is one it
@@ -247,24 +254,34 @@ def register_kernel(cls: type[ChunkKernel]) -> type[ChunkKernel]:
     return register("kernel")(cls)
 
 
-def automatic_kernel(device: torch.device | None) -> str:
-    """The kernel chosen when nobody chose: the first registered kernel that names the device's type in its
-    `automatic_on` and can run there ("triton" for CUDA tensors when triton imports), else "eager" (on a CPU the
-    compiled kernel compiles per option set for seconds, so it is opt-in)."""
+def automatic_kernel(
+    device: torch.device | None, gemm: torch.dtype | None = None, num_classes: int | None = None
+) -> str:
+    """The kernel chosen when nobody chose, for products of dtype `gemm` over `num_classes` classes (None: not
+    known): the `automatic_choice` of the first registered kernel that names the device's type in its `automatic_on`
+    and can run there (on CUDA tensors where triton imports: "triton", or "triton-half" for half-precision products
+    over a large vocabulary, `TritonKernel.half_from_classes`), else "eager" (on a CPU the compiled kernel compiles
+    per option set for seconds, so it is opt-in)."""
     if device is not None:
-        for name, kernel in CHUNK_KERNELS.items():
-            if device.type in kernel.automatic_on and kernel.available(device):
-                return name
+        for kernel in CHUNK_KERNELS.values():
+            chosen = kernel.automatic_choice(device, gemm, num_classes)
+            if chosen is not None:
+                return chosen
     return "eager"
 
 
-def chunk_kernel(name: str | ChunkKernel | None = None, device: torch.device | None = None) -> ChunkKernel:
+def chunk_kernel(
+    name: str | ChunkKernel | None = None,
+    device: torch.device | None = None,
+    gemm: torch.dtype | None = None,
+    num_classes: int | None = None,
+) -> ChunkKernel:
     """The kernel called `name` (a `ChunkKernel` as it is); None: `HF_HEADS_CHUNK_KERNEL` when set, else
-    `automatic_kernel(device)`."""
+    `automatic_kernel(device, gemm, num_classes)`."""
     if isinstance(name, ChunkKernel):
         return name
     from_env = os.environ.get(KERNEL_ENV)
-    picked = name or from_env or automatic_kernel(device)
+    picked = name or from_env or automatic_kernel(device, gemm, num_classes)
     if picked not in CHUNK_KERNELS:
         field = "kernel" if name else KERNEL_ENV
         raise OptionError(field, picked, f"is not a chunk kernel; allowed: {', '.join(CHUNK_KERNELS)}")

@@ -433,10 +433,10 @@ def chunked_loss(
             chunk_size=chunk_size, budget=budget,
         )  # fmt: skip
     h, w, b, y, valid = linear_inputs(hidden, weight, bias, target, ignore_index, reduction, keep_dtype=True)
-    kernel = chunk_kernel(kernel, h.device)
+    gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
+    kernel = chunk_kernel(kernel, h.device, gemm, w.shape[0])
     if class_weight is not None:
         check_class_weight(class_weight, w.shape[0], label_smoothing)
-    gemm, compute = gemm_dtype(h, w), compute_dtype(h, w)
     if logit_multiplier != 1.0:  # s·(h·w + b) = (s·h)·w + s·b: the kernel's gradients reach h and b through autograd
         h, b = h * logit_multiplier, None if b is None else b * logit_multiplier
     t = None if target_logit is None else target_logit.reshape(-1).to(compute)

@@ -44,6 +44,12 @@ class TritonKernel(EagerKernel):
 
     name = "triton"
     automatic_on = ("cuda",)
+    # Nobody chose: half-precision products over at least this many classes run "triton-half". Measured on an H200
+    # (bf16 autocast, docs/results/gpu_NVIDIA-H200_2026-11-27*.md and _2026-11-28.md): at V=256,000 (N=8192,
+    # H=2304) triton-half took 0.97-0.99x the triton step in all four runs at 0.81x its memory; at V=50,000 (N=4096,
+    # H=512) 1.01x at 0.70x its memory (one run). Sizes between the two were not measured; the rule's edge lies
+    # between them (docs/performance.md, "The automatic kernel").
+    half_from_classes: ClassVar[int] = 100_000
     _checked: ClassVar[set[torch.device]] = set()
     max_block = 8192  # columns per tile (a power of two); tests lower it to cross tile edges at small V
     num_warps = 16
@@ -51,6 +57,14 @@ class TritonKernel(EagerKernel):
     def available(self, device: torch.device) -> bool:
         """CUDA (and ROCm) tensors where the triton package imports; CPU tensors under Triton's interpreter."""
         return triton_available() and (device.type != "cpu" or _interpreting())
+
+    def automatic_choice(self, device: torch.device, gemm: torch.dtype | None, num_classes: int | None) -> str | None:
+        """The name "triton" where it is the automatic choice (CUDA tensors, triton imports); "triton-half" instead for
+        half-precision products over at least `half_from_classes` classes (the class comment's measurements)."""
+        chosen = super().automatic_choice(device, gemm, num_classes)
+        if chosen is not None and gemm in HALF_DTYPES and (num_classes or 0) >= self.half_from_classes:
+            return TritonHalfKernel.name
+        return chosen
 
     @classmethod
     def check_device(cls, device: torch.device) -> None:
@@ -187,11 +201,12 @@ class TritonHalfKernel(TritonKernel):
     """The Triton kernel with half-precision logits when the products are half precision: each chunk's logits are the
     GEMM's output in that dtype (as a plain bf16 output layer rounds them) and their gradient is written over them
     in that dtype, halving the (chunk, V) traffic. The row math, the loss and the bias, t and weight gradients stay
-    float32; float32 / float64 products and the top-k support run as `triton`. Opt-in until GPU measurements show it
-    faster."""
+    float32; float32 / float64 products and the top-k support run as `triton`. The automatic choice for half
+    products over `TritonKernel.half_from_classes` classes or more (where it measured faster); a choice by name
+    elsewhere."""
 
     name = "triton-half"
-    automatic_on = ()  # opt-in (the class docstring)
+    automatic_on = ()  # chosen automatically through `TritonKernel.automatic_choice`, not on its own
 
     def workspace_dtype(self, opts: ChunkOptions, num_classes: int, gemm: torch.dtype) -> torch.dtype:
         if gemm in HALF_DTYPES and not self._selects(opts, num_classes):

@@ -635,6 +635,48 @@ def test_kernel_choice_by_name_environment_and_device(monkeypatch):
         make_head(6, 13, {"family": "softmax", "chunk_kernel": "fast"})
 
 
+def test_the_automatic_kernel_on_cuda_is_triton_half_for_half_products_over_a_large_vocabulary(monkeypatch):
+    """Nobody chose: CUDA tensors run "triton", and "triton-half" where the products are bf16 / fp16 over at least
+    `TritonKernel.half_from_classes` classes (the measured rule of docs/performance.md); float32 products, a smaller
+    vocabulary, an unknown size and a CPU keep their kernel."""
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    cuda, edge = torch.device("cuda"), TritonKernel.half_from_classes
+    assert 50_000 < edge < 256_000  # between the two measured rows
+    assert automatic_kernel(cuda, torch.bfloat16, edge) == "triton-half"
+    assert automatic_kernel(cuda, torch.float16, 256_000) == "triton-half"
+    assert chunk_kernel(None, cuda, torch.bfloat16, 256_000).name == "triton-half"
+    assert automatic_kernel(cuda, torch.bfloat16, edge - 1) == "triton"
+    assert automatic_kernel(cuda, torch.float32, 256_000) == "triton"
+    assert automatic_kernel(cuda, torch.float64, 256_000) == "triton"
+    assert automatic_kernel(cuda) == "triton"
+    assert automatic_kernel(torch.device("cpu"), torch.bfloat16, 256_000) == "eager"
+    assert chunk_kernel("triton", cuda, torch.bfloat16, 256_000).name == "triton"  # a choice by name is kept
+    monkeypatch.setenv(KERNEL_ENV, "eager")
+    assert chunk_kernel(None, cuda, torch.bfloat16, 256_000).name == "eager"
+    monkeypatch.delenv(KERNEL_ENV)
+    monkeypatch.setattr("hf_heads.losses.triton_kernel.triton_available", lambda: False)
+    assert automatic_kernel(cuda, torch.bfloat16, 256_000) == "eager"
+
+
+def test_the_loss_asks_for_its_kernel_with_the_products_dtype_and_the_number_of_classes(monkeypatch):
+    """The automatic choice sees what it decides on: the autocast dtype of the products (not the float32 inputs')
+    and the weight's rows."""
+    import hf_heads.losses.fused_linear as fused_linear
+
+    asked = []
+
+    def recording(name=None, device=None, gemm=None, num_classes=None):
+        asked.append((name, device.type, gemm, num_classes))
+        return chunk_kernel("eager")
+
+    monkeypatch.setattr(fused_linear, "chunk_kernel", recording)
+    h, w, y = torch.randn(6, 4), torch.randn(11, 4), torch.randint(0, 11, (6,))
+    chunked(h, w, None, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chunked(h, w, None, y)
+    assert asked == [(None, "cpu", torch.float32, 11), (None, "cpu", torch.bfloat16, 11)]
+
+
 def test_a_loss_functions_kernel_argument_beats_the_environment_and_the_heads_choice(monkeypatch):
     """`kernel=` (a name or a `ChunkKernel`) picks the kernel of that call whatever HF_HEADS_CHUNK_KERNEL and a head's
     option say; a sampling method, which runs no chunk kernel, refuses one."""
