@@ -148,10 +148,7 @@ def _row(*cells) -> str:
 def metrics_tables(model, metrics: dict) -> str:
     """Two markdown tables: scores on one 0-100 scale, then losses and measurements (each loss described)."""
     labels = loss_labels(model)
-    what = {
-        "loss": labels["eval_label"].removeprefix("eval "),
-        "perplexity": f"exp(eval NLL per {'token' if _is_lm(model) else 'example'})",
-    }
+    unit = "token" if _is_lm(model) else "example"
     scores, others = [], []
     for key, value in sorted(metrics.items()):
         name = _strip_split(key)
@@ -161,7 +158,9 @@ def metrics_tables(model, metrics: dict) -> str:
             scores.append(_row(key, _fmt(round(float(value) * factor, 2))))
         elif key == "train_loss":
             others.append(_row(key, _fmt(value), f"{labels['train_label'].removeprefix('train ')}, mean"))
-        else:
+        else:  # a split's loss and perplexity described (the test split's: `predict_`); a key without a split: not
+            split = "test" if key.startswith("predict_") else "eval"
+            what = {"loss": labels["eval_label"].removeprefix("eval "), "perplexity": f"exp({split} NLL per {unit})"}
             others.append(_row(key, _fmt(value), what.get(name, "") if key != name else ""))
     out = []
     if scores:

@@ -356,5 +356,9 @@ MUTANTS: list[Mutant] = [
     m("card-pipeline-tag-always-text-generation", "training/cards.py", '"pipeline_tag": task_type,',
       '"pipeline_tag": "text-generation",', selection(f"{CARDS}::test_seq2seq_card_shows_generate_not_pipelines"),
       "a translation model's card files it under text-generation on the Hub"),
+    m("card-test-perplexity-described-as-eval", "training/cards.py",
+      '            split = "test" if key.startswith("predict_") else "eval"', '            split = "eval"',
+      selection("tests/training/test_card_text.py::test_a_model_card_is_word_for_word_the_committed_one"),
+      "a card describes the test split's perplexity as exp of the eval NLL"),
 ]
 # fmt: on
