@@ -479,6 +479,21 @@ def test_perplexity_argument_errors(causal_lm):
         load_metric("perplexity").compute(predictions=["a dog"])
 
 
+def test_perplexity_refuses_a_start_token_the_tokenizer_does_not_have(causal_lm, tmp_path):
+    """Truncating with add_start_token=True needs the tokenizer's BOS token: without one it is refused, saying so."""
+    where, model, tok, texts = causal_lm
+    tok = tok.__class__.from_pretrained(where, bos_token=None)
+    assert tok.bos_token is None
+    model.save_pretrained(tmp_path / "no-bos")
+    tok.save_pretrained(tmp_path / "no-bos")
+    with pytest.raises(
+        ValueError, match="^add_start_token=True is not allowed for a tokenizer without a BOS token; allowed: False$"
+    ):
+        load_metric("perplexity").compute(
+            model_id=str(tmp_path / "no-bos"), predictions=texts, max_length=4, device="cpu"
+        )
+
+
 def test_perplexity_refuses_texts_too_short_to_score(causal_lm):
     """An empty text (or, without a start token, a one-token text) has no token to predict: refused, saying so."""
     where, *_ = causal_lm
@@ -583,6 +598,13 @@ def test_generation_builder_reads_predictions_padded_with_minus_100():
     padded = np.where(pred_ids == tok.pad_token_id, -100, pred_ids)
     assert (padded == -100).any()
     assert generation_metrics(tok)((padded, ref_ids)) == generation_metrics(tok)((pred_ids, ref_ids))
+
+
+def test_generation_builder_reads_the_generated_ids_first_in_a_tuple_of_outputs():
+    """Predictions given as a tuple (generated ids, then further outputs) are scored on the generated ids."""
+    tok, (pred_ids, ref_ids), _, _ = _decode_pair(PREDS, REFS)
+    further = np.repeat(pred_ids[:1], len(PREDS), axis=0)
+    assert generation_metrics(tok)(((pred_ids, further), ref_ids)) == generation_metrics(tok)((pred_ids, ref_ids))
 
 
 @pytest.mark.parametrize("device, expected", [("gpu", "cuda"), ("cuda", "cuda"), ("cpu", "cpu")])
