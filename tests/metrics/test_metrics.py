@@ -480,7 +480,8 @@ def test_perplexity_argument_errors(causal_lm):
 
 
 def test_perplexity_refuses_a_start_token_the_tokenizer_does_not_have(causal_lm, tmp_path):
-    """Truncating with add_start_token=True needs the tokenizer's BOS token: without one it is refused, saying so."""
+    """add_start_token=True needs the tokenizer's BOS token: without one it is refused, saying so, with or without
+    truncation (the first token of each text would go unscored); add_start_token=False scores such a model."""
     where, model, tok, texts = causal_lm
     tok = tok.__class__.from_pretrained(where, bos_token=None)
     assert tok.bos_token is None
@@ -492,6 +493,12 @@ def test_perplexity_refuses_a_start_token_the_tokenizer_does_not_have(causal_lm,
         load_metric("perplexity").compute(
             model_id=str(tmp_path / "no-bos"), predictions=texts, max_length=4, device="cpu"
         )
+    with pytest.raises(ValueError, match="^add_start_token=True is not allowed for a tokenizer without a BOS token"):
+        load_metric("perplexity").compute(model_id=str(tmp_path / "no-bos"), predictions=texts, device="cpu")
+    scored = load_metric("perplexity").compute(
+        model_id=str(tmp_path / "no-bos"), predictions=texts, add_start_token=False, device="cpu"
+    )
+    assert all(math.isfinite(p) for p in scored["perplexities"])
 
 
 def test_perplexity_refuses_texts_too_short_to_score(causal_lm):

@@ -105,6 +105,11 @@ MUTANTS: list[Mutant] = [
       selection("tests/training/test_trl.py::test_heads_sft_trainer_checks_dft_and_fills_peft_targets"),
       "DFT refused for NLL heads and allowed for the others"),
     # ---------------------------------------------------------------- metrics/builders.py
+    m("perplexity-without-bos-skips-the-first-token", "metrics/modules/perplexity.py",
+      "    if add_start_token and tokenizer.bos_token_id is None:",
+      "    if add_start_token and max_length and tokenizer.bos_token_id is None:",
+      selection(f"{METRICS}::test_perplexity_refuses_a_start_token_the_tokenizer_does_not_have"),
+      "perplexity of a model whose tokenizer has no BOS scores from the second token on, without a word"),
     m("f1-micro-is-macro", "metrics/builders.py",
       "predictions=predictions, references=labels, average=average, zero_division=0",
       'predictions=predictions, references=labels, average="macro", zero_division=0',

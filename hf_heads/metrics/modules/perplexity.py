@@ -150,10 +150,11 @@ def _from_model(predictions, model_id, batch_size, add_start_token, device, max_
         # assign one of the special tokens to also be the pad token
         tokenizer.add_special_tokens({"pad_token": existing_special_tokens[0]})
 
+    # a start token the tokenizer lacks would leave each text's first token unscored (huggingface/evaluate fails here)
+    if add_start_token and tokenizer.bos_token_id is None:
+        raise ValueError("add_start_token=True is not allowed for a tokenizer without a BOS token; allowed: False")
     if add_start_token and max_length:
         # leave room for <BOS> token to be added:
-        if tokenizer.bos_token is None:
-            raise ValueError("add_start_token=True is not allowed for a tokenizer without a BOS token; allowed: False")
         max_tokenized_len = max_length - 1
     else:
         max_tokenized_len = max_length
@@ -189,7 +190,7 @@ def _from_model(predictions, model_id, batch_size, add_start_token, device, max_
         encoded_batch = encoded_texts[start_index:end_index]
         attn_mask = attn_masks[start_index:end_index]
 
-        if add_start_token and tokenizer.bos_token_id is not None:
+        if add_start_token:
             bos_tokens_tensor = torch.tensor([[tokenizer.bos_token_id]] * encoded_batch.size(dim=0)).to(device)
             encoded_batch = torch.cat([bos_tokens_tensor, encoded_batch], dim=1)
             attn_mask = torch.cat(
