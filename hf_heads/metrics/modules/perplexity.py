@@ -37,7 +37,7 @@ Args (default configuration, as evaluate's `perplexity`):
     predictions (list of str): input text, each separate text snippet is one list entry.
     batch_size (int): the batch size to run texts through the model. Defaults to 16.
     add_start_token (bool): whether to add the start token to the texts, so the perplexity can include the
-        probability of the first word. Defaults to True.
+        probability of the first word. Defaults to True; refused for a tokenizer without a BOS token (pass False).
     device (str): device to run on ("gpu", "cpu" or "cuda"), defaults to 'cuda' when available.
     max_length (int): texts are truncated to this many tokens (BOS included). Defaults to None (no truncation).
 Args (configuration "nll"):
