@@ -104,7 +104,12 @@ def model_card(model, base: PreTrainedModel, name: str) -> str:
             "```",
             "",
             f"Its logits give the hf_heads model's inference distribution ({head.logits_note}): the same "
-            "log-probabilities (within 1e-5 in float32) and the same greedy and beam-search tokens. The output layer "
+            + (
+                "class log-probabilities (within 1e-5 in float32) and the same predicted labels. "
+                if model.head_task == "classification"
+                else "log-probabilities (within 1e-5 in float32) and the same greedy and beam-search tokens. "
+            )
+            + "The output layer "
             "is the head's folded into the base architecture's (`OutputHead.linear_form`); the training criterion is "
             "not part of it: given labels, this model computes the base class's plain cross-entropy.",
             "",
