@@ -171,14 +171,16 @@ def test_the_flags_set_both_options_and_a_saved_model_keeps_them(tmp_path):
         ({"family": "softmax", "class_weights": "inverse"}, "allowed: 'balanced' or a list"),
         ({"family": "softmax", "class_weights": "[1, 2"}, "is not a JSON list"),
         ({"family": "softmax", "z_loss": -0.1}, r"head.z_loss=-0.1 must be >= 0"),
+        ({"family": "softmax", "label_smoothing": -0.1}, r"head.label_smoothing=-0.1 must be >= 0"),
+        ({"family": "sparse", "k": 3, "label_smoothing": 1.0}, r"head.label_smoothing=1.0 must be < 1"),
         ({"family": "sampled", "method": "full", "z_loss": 0.1}, "head.z_loss=0.1 is for the softmax, sparse and "
          "margin families"),
         ({"family": "sampled", "method": "full", "class_weights": "balanced"}, "head.class_weights='balanced' is for"),
         ({"family": "softmax", "confidence_penalty": -0.1}, r"head.confidence_penalty=-0.1 must be >= 0"),
         ({"family": "sampled", "method": "full", "confidence_penalty": 0.1}, "head.confidence_penalty=0.1 is for the"),
     ],
-    ids=["smoothing", "length", "negative", "unknown", "bad-json", "negative-z", "sampled-z", "sampled-weights",
-         "negative-penalty", "sampled-penalty"],
+    ids=["smoothing", "length", "negative", "unknown", "bad-json", "negative-z", "negative-smoothing",
+         "full-smoothing", "sampled-z", "sampled-weights", "negative-penalty", "sampled-penalty"],
 )  # fmt: skip
 def test_bad_loss_options_are_refused_with_the_field_and_what_is_allowed(head, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):

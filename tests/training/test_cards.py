@@ -359,6 +359,10 @@ def test_model_index_lists_only_standard_metrics():
         "validation ROUGE-1 (0-100)": ("rouge", 45.6),
     }
     assert [m["name"] for m in sparse[1]["metrics"]] == ["test BLEU (0-100)"]
+    assert [r["dataset"] for r in sparse] == [
+        {"name": "d", "type": "d", "split": "validation"},
+        {"name": "d", "type": "d", "split": "test"},
+    ]
     # a sparse head's eval loss is its distribution's NLL: a finite perplexity is listed, an infinite one is not
     lm = causal_lm({"family": "sparse", "k": 5})
     listed = model_index_results(lm, metrics, "d", "text-generation", "LM")[0]["metrics"]
@@ -393,6 +397,21 @@ def test_question_generation_card_puts_bleu_and_rouge_on_one_scale(tmp_path):
     assert "| eval_rouge1 | 45.6 |" in text and "| eval_bleu | 12.5 |" in text and "| eval_rougeL | 40 |" in text
     assert "| eval_loss | 3 | loss (NLL of the word) |" in text
     assert all(m["type"] != "loss" for r in meta["model-index"][0]["results"] for m in r["metrics"])
+
+
+def test_card_describes_the_train_loss_by_its_criterion_and_only_a_splits_metrics_by_the_eval_loss(tmp_path):
+    """The train loss is named by the head's training criterion (a mean over the run); a split's loss and perplexity
+    by the eval loss; a metric of no split (a bare `loss`, `perplexity`) gets no description."""
+    metrics = {"train_loss": 2.5, "eval_loss": 2.0, "predict_perplexity": 7.39, "loss": 2.4, "perplexity": 11.0}
+    text, _ = card(tmp_path, causal_lm({"family": "softmax"}), metrics)
+    for row in (
+        "| train_loss | 2.5 | loss (cross-entropy), mean |",
+        "| eval_loss | 2 | loss (NLL of the word) |",
+        "| predict_perplexity | 7.39 | exp(eval NLL per token) |",
+        "| loss | 2.4 |  |",
+        "| perplexity | 11 |  |",
+    ):
+        assert row in text, row
 
 
 def test_card_lists_a_score_that_is_no_number_as_it_is_outside_the_scores_table(tmp_path):

@@ -106,6 +106,24 @@ def test_head_flags_come_from_the_training_arguments_alone(base, tmp_path):
     assert HeadsForCausalLM.from_pretrained(path).config.head["family"] == "softmax"
 
 
+def test_a_model_the_trainer_builds_again_for_training_takes_the_head_the_flags_name(base, tmp_path):
+    """A trainer with a model_init builds the model again when training starts (as each trial of a hyper-parameter
+    search does): the flags' head is bound to that model too, and it is the one that trains."""
+    path, _, ids = base
+    argv = ["--model_name_or_path", path, "--head", "sparse", "--k", "5"]
+    _, _, training_args = _args(tmp_path, argv, extra=["--max_steps", "1"])
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    config = AutoConfig.from_pretrained(path)
+    first = HeadsForCausalLM.from_config(config)
+    trainer = HeadsTrainer(model=first, args=training_args, train_dataset=data, data_collator=default_data_collator)
+    trainer.model_init = lambda: HeadsForCausalLM.from_config(config)
+    trainer.train()
+    model = trainer.model
+    assert model is not first and model.config.head == head_dict({"family": "sparse", "k": 5})
+    assert model.head.family == "sparse" and model.head.options.k == 5
+    assert trainer.state.log_history[0]["loss"] > 0
+
+
 def test_label_smoothing_factor_is_refused_before_the_flags_head_reaches_the_model(base, tmp_path):
     """transformers' --label_smoothing_factor smooths logits the heads do not return in training: refused, naming the
     head's own option, with the model left as it was (its checkpoint head, not the flags' margin head)."""
@@ -444,8 +462,8 @@ def test_translation_script_flow_starts_a_continuous_head_from_flags(tmp_path, t
 def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_from_the_training_set(tmp_path, caplog):
     """`--center_embeddings frequency --output_vocabulary targets` with the one-line swap: the trainer centres the
     head's table on the training targets' count-weighted mean row and restricts its output vocabulary to the distinct
-    training targets, and logs that vocabulary's size (the same table, uncentred, is what `--center_embeddings none`
-    attaches)."""
+    training targets, and logs how many of the tokenizer's tokens the table covers and that vocabulary's size (the
+    same table, uncentred, is what `--center_embeddings none` attaches)."""
     from hf_heads.data import label_counts, save_table
 
     tok = _word_bart(tmp_path / "bart", d_model=16)
@@ -459,7 +477,10 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
         argv += ["--embedding_name", str(table), "--center_embeddings", centring, "--output_vocabulary", vocabulary]
         _, _, training_args = _args(tmp_path, argv, HeadsSeq2SeqTrainingArguments)
         model = HeadsForSeq2SeqLM.from_pretrained(str(tmp_path / "bart"))
-        with caplog.at_level(logging.INFO, logger="hf_heads.training.tables"):
+        with (
+            caplog.at_level(logging.INFO, logger="hf_heads.training.tables"),
+            caplog.at_level(logging.INFO, logger="hf_heads.training.trainer"),
+        ):
             HeadsSeq2SeqTrainer(model=model, args=training_args, train_dataset=data, processing_class=tok)
         heads[centring] = model.head
     plain, head = heads["none"].embeddings, heads["frequency"]
@@ -470,6 +491,8 @@ def test_a_continuous_head_from_flags_takes_its_counts_and_output_vocabulary_fro
     assert head.output_mask.nonzero().flatten().tolist() == targets
     line = f"continuous head: output vocabulary of {len(targets)} target words (of {len(tok)})"
     assert [m for m in caplog.messages if "output vocabulary" in m] == [line]
+    coverage = f"continuous head: {len(WORDS)} of {len(tok)} tokens of the vocabulary are in {table}"
+    assert [m for m in caplog.messages if "tokens of the vocabulary" in m] == [coverage, coverage]
 
 
 @pytest.mark.parametrize(
