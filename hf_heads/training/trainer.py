@@ -215,20 +215,36 @@ class _HeadsTrainerMixin:
         if self._compute_loss_func_given is not None:
             _refuse_compute_loss_func(model, arguments)
         optimizer = (given.get("optimizers") or (None, None))[0]
-        bind_arguments_head(model, arguments, given.get("processing_class"), given.get("train_dataset"), optimizer)
+        # `Trainer.__init__` calls `call_model_init` before it sets these: the head is bound with what was given
+        self._given = {"processing_class": given.get("processing_class"), "train_dataset": given.get("train_dataset")}
+        bind_arguments_head(model, arguments, *self._given.values(), optimizer)
         super().__init__(*args, **kwargs)
 
     def call_model_init(self, trial=None):
-        """The Trainer's `model_init` call, its model then given the arguments' head (`bind_arguments_head`)."""
+        """The Trainer's `model_init` call, its model then given the arguments' head (`bind_arguments_head`); the
+        model `Trainer.train` builds anew is prepared for training there, as `train` prepares a model given to it."""
         model = super().call_model_init(trial)
         if getattr(self, "compute_loss_func", self._compute_loss_func_given) is not None:
             _refuse_compute_loss_func(model, self.args)
-        bind_arguments_head(model, self.args, self.processing_class, self.train_dataset)
+        processing_class, train_dataset = (getattr(self, name, given) for name, given in self._given.items())
+        bind_arguments_head(model, self.args, processing_class, train_dataset)
+        if getattr(self, "is_in_train", False):
+            if self.place_model_on_device:  # where `Trainer.train` puts it next: calibration runs on that device
+                model = model.to(self.args.device)
+            self._start_training(model)
         return model
 
-    def _prepare_head(self) -> None:
-        """`prepare_head` with the examples as the training loop sees them (unused columns removed, its collator)."""
-        model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
+    def _start_training(self, model) -> None:
+        """Before the first training step: the head's word counts and warm start (`_prepare_head`), and the training
+        passes' accuracy recorded."""
+        self._prepare_head(model)
+        head = model_head(model)
+        if hasattr(head, "record_accuracy"):  # `train_accuracy` (@k) from the training passes themselves
+            head.record_accuracy(top_k=getattr(self.args, "eval_accuracy_top_k", None) or ())
+
+    def _prepare_head(self, model) -> None:
+        """`prepare_head` of `model` (unwrapped) with the examples as the training loop sees them (unused columns
+        removed, its collator)."""
         head = model_head(model)
         if head is None:
             return
@@ -247,14 +263,12 @@ class _HeadsTrainerMixin:
         )
 
     def train(self, *args, **kwargs):
-        self._prepare_head()
-        model = self.accelerator.unwrap_model(self.model)
-        head = model_head(model)
-        if hasattr(head, "record_accuracy"):  # `train_accuracy` (@k) from the training passes themselves
-            head.record_accuracy(top_k=getattr(self.args, "eval_accuracy_top_k", None) or ())
+        if self.model_init is None:  # with one, `Trainer.train` builds the model anew: `call_model_init` prepares it
+            self._start_training(self.accelerator.unwrap_model(self.model))
         try:
             return super().train(*args, **kwargs)
         finally:
+            head = model_head(self.accelerator.unwrap_model(self.model))
             if hasattr(head, "record_accuracy"):
                 head.record_accuracy(False)
 
