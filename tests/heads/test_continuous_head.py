@@ -263,6 +263,8 @@ def test_a_losss_parameters_are_its_own_and_the_flat_options_are_read_into_them(
     assert "loss_margin" not in nested and "num_sampled" not in nested  # no flat keys in what a config stores
     assert section(loss="vmf", vmf_form="released")["loss"] == {"type": "vmf", "lambda1": 0.0, "lambda2": 1.0,
                                                                 "form": "released"}  # fmt: skip
+    vmf = {"type": "vmf", "lambda1": 0.1, "lambda2": 0.5, "form": "nll"}
+    assert section(loss="vmf", vmf_lambda1=0.1, vmf_lambda2=0.5)["loss"] == vmf
     with pytest.raises(ValueError, match=r"head.loss_margin=0.7 is for loss in \('syn-margin-projection'"):
         section(loss="vmf", loss_margin=0.7)  # (ignored before: a value without effect is refused)
     with pytest.raises(ValueError, match="head.num_negatives=3 is given twice, as num_negatives and as loss.num_n"):

@@ -16,6 +16,7 @@ from conftest import family_heads, tiny_gpt2_config
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.components import register
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
+from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
 from hf_heads.heads.registry import register_family
 from hf_heads.losses import RowCounting
@@ -93,6 +94,30 @@ def test_a_new_family_is_one_registration_line(temperature_family, tmp_path):
     assert "divided by the temperature" in inference_note(model)
     assert make_head(16, 50, {"family": "temperature"}).options.temperature == 1.0
     assert loss_labels(model)["eval_label"] == "eval loss (NLL of the word)"
+
+
+@dataclass
+class PlainHeadOptions(SoftmaxHeadOptions):
+    pass
+
+
+class PlainHead(DiscreteHead):  # on the discrete base, not a built-in family: it says nothing of its logits
+    family = "plain"
+    options_class = PlainHeadOptions
+
+
+def test_a_family_that_does_not_say_what_its_logits_are_is_carded_as_returning_the_model_scores():
+    register("family")(PlainHead)
+    try:
+        config = HeadsConfig(backbone=tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict(), head={"family": "plain"})
+        model = HeadsForCausalLM(config)
+    finally:
+        del FAMILIES["plain"]
+    assert type(model.head) is PlainHead
+    assert inference_note(model) == (
+        "At inference the head returns the model scores, so `generate()` and evaluation work as for any transformers "
+        "causal LM."
+    )
 
 
 def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refused(temperature_family):

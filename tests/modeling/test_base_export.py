@@ -296,10 +296,33 @@ def test_continuous_heads_that_are_no_linear_layer_are_refused(head, reason):
         model.to_base()
 
 
-def test_a_classifier_that_pools_otherwise_is_refused_naming_the_pooling():
-    model, _ = classifier("bert", {"family": "softmax"}, pooling="mean")
-    with pytest.raises(ValueError, match="pooling='mean'"):
+@pytest.mark.parametrize(
+    "kind, head, where",
+    [
+        ("bert", {"family": "softmax"}, "classifier reads another vector than this model's head (pooling='mean'): "),
+        ("gpt2", {"family": "softmax", **NO_BIAS}, "from its backbone (pooling='mean') and output layer"),
+    ],
+    ids=["pooled-vector-differs", "distribution-differs"],
+)
+def test_a_classifier_that_pools_otherwise_is_refused_naming_the_pooling(kind, head, where):
+    """BERT's classifier reads its pooler's vector, so the head's input is compared first; GPT-2's projects every
+    position and pools the logits after, so only the log-probabilities tell: both refusals name the pooling."""
+    model, _ = classifier(kind, head, pooling="mean")
+    with pytest.raises(ValueError) as info:
         model.to_base()
+    assert where in str(info.value) and "Nearest exact choice" in str(info.value)
+
+
+def test_a_wrapped_classifier_whose_stem_computes_otherwise_is_refused_naming_the_checkpoint_classifier():
+    """A fine-tuned classifier wrapped by from_base keeps its own pooling (pooling='stem'); with its pooler's
+    activation replaced, the base class (built from the config) pools otherwise: refused, naming that stem."""
+    model, _ = classifier("bert-classifier", {"family": "softmax"})
+    model.backbone.bert.pooler.activation = torch.nn.ReLU()
+    with pytest.raises(ValueError) as info:
+        model.to_base()
+    assert "reads another vector than this model's head (pooling='stem' (the checkpoint classifier)): " in str(
+        info.value
+    )
 
 
 def test_a_base_class_with_tensors_the_model_lacks_is_refused():

@@ -211,6 +211,22 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(head):
         torch.testing.assert_close(results[1][1][name], grad, msg=name)
 
 
+def test_a_model_takes_flash_attention_sdpa_and_flex_attention_as_its_backbones_do():
+    """An unknown attention implementation is refused listing the ones the model takes (flash attention among them),
+    and flash_attention_2 is refused only where its package or a GPU is missing, never as unsupported by the model."""
+    from conftest import tiny_llama_config
+
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict()))
+    with pytest.raises(ValueError) as unknown:
+        model.set_attn_implementation("nonesuch")
+    for name in ("flash_attention_2", "sdpa", "flex_attention"):
+        assert f'"attn_implementation={name}"' in str(unknown.value), name
+    try:
+        model.set_attn_implementation("flash_attention_2")
+    except (ImportError, ValueError) as missing:
+        assert "does not support Flash Attention" not in str(missing)
+
+
 def test_fused_lm_head_gives_the_per_token_quantities_of_the_logits():
     """`fused_lm_head=True` (TRL's SFTTrainer protocol): per position the log-probability, entropy and top-1 hit of the
     model's own logits at the shifted label, 0 (False) where the label is ignored; the loss is −Σ log-probs divided by

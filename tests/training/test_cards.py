@@ -183,6 +183,24 @@ def test_loss_labels_say_what_each_eval_loss_is(build, head, eval_has, eval_lack
     assert ("example" if build is classifier else "token") in labels["ylabel"]
 
 
+@pytest.mark.parametrize(
+    "build, head, returns",
+    [
+        (causal_lm, {"family": "softmax"}, "the logits of a plain softmax"),
+        (causal_lm, {"family": "margin", "margin": "cos", "m": 0.1}, "the model's own scores, never the margin"),
+        (
+            seq2seq,
+            {"family": "continuous", "loss": "vmf", "embedding_dim": 8},
+            "the similarity of each vocabulary embedding to the predicted embedding (nearest-neighbour decoding)",
+        ),
+    ],
+    ids=["softmax", "margin", "continuous"],
+)
+def test_card_says_what_the_head_returns_at_inference(tmp_path, build, head, returns):
+    text, _ = card(tmp_path, build(head), {})
+    assert f"At inference the head returns {returns}, so " in text
+
+
 def _drawn(monkeypatch):
     """Capture the figure `plot_loss_curves` saves."""
     import matplotlib.figure
