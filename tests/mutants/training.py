@@ -361,6 +361,11 @@ MUTANTS: list[Mutant] = [
     m("card-pipeline-tag-always-text-generation", "training/cards.py", '"pipeline_tag": task_type,',
       '"pipeline_tag": "text-generation",', selection(f"{CARDS}::test_seq2seq_card_shows_generate_not_pipelines"),
       "a translation model's card files it under text-generation on the Hub"),
+    m("model-init-model-left-unprepared", "training/trainer.py",
+      "        if getattr(self, \"is_in_train\", False):", "        if False:",
+      selection("tests/training/test_own_script.py::"
+                "test_a_trainer_given_model_init_trains_the_model_it_builds_with_the_flags_head_prepared"),
+      "the model Trainer.train builds from model_init trains without its word counts and warm start"),
     m("card-test-perplexity-described-as-eval", "training/cards.py",
       '            split = "test" if key.startswith("predict_") else "eval"', '            split = "eval"',
       selection("tests/training/test_card_text.py::test_a_model_card_is_word_for_word_the_committed_one"),

@@ -425,7 +425,7 @@ def test_card_describes_the_train_loss_by_its_criterion_and_only_a_splits_metric
     for row in (
         "| train_loss | 2.5 | loss (cross-entropy), mean |",
         "| eval_loss | 2 | loss (NLL of the word) |",
-        "| predict_perplexity | 7.39 | exp(eval NLL per token) |",
+        "| predict_perplexity | 7.39 | exp(test NLL per token) |",
         "| loss | 2.4 |  |",
         "| perplexity | 11 |  |",
     ):

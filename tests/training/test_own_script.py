@@ -6,6 +6,7 @@ warm start before the first step, the saved result reloading to the same logits;
 every family `from_base` makes starts near the checkpoint's own loss."""
 
 import logging
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -122,6 +123,33 @@ def test_a_model_the_trainer_builds_again_for_training_takes_the_head_the_flags_
     assert model is not first and model.config.head == head_dict({"family": "sparse", "k": 5})
     assert model.head.family == "sparse" and model.head.options.k == 5
     assert trainer.state.log_history[0]["loss"] > 0
+
+
+def test_a_trainer_given_model_init_trains_the_model_it_builds_with_the_flags_head_prepared(base, tmp_path):
+    """`HeadsTrainer(model_init=...)`, as a hyper-parameter search builds it: constructed with the flags' head bound
+    to the first model, and at `train()` the fresh model gets that head, its word counts and its warm start before
+    the first step (a norm-scaled margin refuses to train uncalibrated), its training accuracy recorded."""
+    path, _, ids = base
+    _, _, training_args = _args(tmp_path, ["--model_name_or_path", path, *MARGIN], extra=["--max_steps", "1"])
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    built = []
+
+    def model_init():
+        built.append(HeadsForCausalLM.from_pretrained(path))
+        return built[-1]
+
+    trainer = HeadsTrainer(
+        model_init=model_init, args=training_args, train_dataset=data, data_collator=default_data_collator
+    )
+    assert len(built) == 1 and built[0].config.head == head_dict(MARGIN_HEAD)
+    trainer.train()
+    assert len(built) == 2 and trainer.model is built[1]
+    head, section = trainer.model.head, dict(trainer.model.config.head)
+    assert section.pop("warm_start_gain") != 1.0  # fitted on the training rows
+    assert section == {k: v for k, v in head_dict(MARGIN_HEAD).items() if k != "warm_start_gain"}
+    assert head.has_word_counts and not head.warm_start_pending
+    logged = trainer.state.log_history[0]
+    assert math.isfinite(logged["loss"]) and "train_accuracy" in logged
 
 
 def test_label_smoothing_factor_is_refused_before_the_flags_head_reaches_the_model(base, tmp_path):
