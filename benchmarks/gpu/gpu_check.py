@@ -112,6 +112,11 @@ def main() -> int:
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {kernel:11s} {name:24s} {detail}", flush=True)
     failures += check_heads(a.device)
+    failures += check_exports(a.device)
+    from hf_heads.losses.chunks import automatic_kernel
+
+    chosen = {v: automatic_kernel(torch.device(a.device), torch.bfloat16, v) for v in (50_000, 256_000)}
+    print("automatic chunk kernel for bf16 products: " + ", ".join(f"V={v:,} {k}" for v, k in chosen.items()))
     print(f"{failures} failures")
     return 1 if failures else 0
 
@@ -263,6 +268,42 @@ def check_head(device: str, name: str, options: dict, data: tuple, g, hidden: in
             torch.cuda.set_sync_debug_mode("default")
     delta = float((results[0][0] - results[1][0]).abs())
     return close and not synced, f"|Δloss| vs CPU float64 {delta:.1e}{synced}"
+
+
+def check_exports(device: str) -> int:
+    """`to_base` of a tiny causal LM and a tiny classifier on `device`: the export's own check compares the hf_heads
+    model's log-probabilities with the base model's on probe inputs made on that device. Returns the failures."""
+    from transformers import AutoConfig
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM, HeadsForSequenceClassification
+
+    small = dict(num_hidden_layers=1, num_attention_heads=2, vocab_size=97)
+    cases = {
+        "causal LM, margin cos": (
+            HeadsForCausalLM,
+            AutoConfig.for_model(
+                "gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=97, n_positions=32, bos_token_id=1, eos_token_id=2
+            ),
+            {"family": "margin", "margin": "cos", "m": 0.1},
+        ),
+        "classifier, softmax": (
+            HeadsForSequenceClassification,
+            AutoConfig.for_model("bert", hidden_size=32, intermediate_size=32, **small),
+            {"family": "softmax"},
+        ),
+    }
+    failures = 0
+    for name, (cls, backbone, head) in cases.items():
+        torch.manual_seed(0)
+        try:
+            model = cls(HeadsConfig(backbone=backbone.to_dict(), head=head)).eval().to(device)
+            base = model.to_base()  # verify=True: the probe on `device`
+            ok, detail = next(base.parameters()).device.type == torch.device(device).type, "same distribution"
+        except Exception as error:  # noqa: BLE001 - one failing export is reported, the other still runs
+            ok, detail = False, f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} to_base {name:32s} {detail}", flush=True)
+    return failures
 
 
 if __name__ == "__main__":
