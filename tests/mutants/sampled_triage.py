@@ -792,4 +792,120 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/project/test_lazy_imports.py::test_every_name_in_a_modules_all_exists[hf_heads]",
     ),
+    "hf_heads/metrics/modules/precision.py:c0776e9628": (
+        "test",
+        "tests/metrics/test_metrics.py::test_multilabel_configuration[precision] tests/metrics/test_metri"
+        "c_cards.py::test_every_metric_modules_information_is_the_committed_record",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:f4aad0fcda": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_refuses_a_start_token_the_tokenizer_does_not_have",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:3a87561e8c": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_device_names_the_torch_device[gpu-cuda]",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:2d9cc2688b": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_refuses_texts_too_short_to_score",
+    ),
+    "hf_heads/metrics/builders.py:44c146bb61": (
+        "test",
+        "tests/metrics/test_metrics.py::test_generation_builder_reads_the_generated_ids_first_in_a_tuple_of_outputs",
+    ),
+    "hf_heads/metrics/modules/recall.py:14c2e380c3": (
+        "test",
+        "tests/metrics/test_metrics.py::test_every_module_cites_the_work_it_computes[recall] tests/metric"
+        "s/test_metric_cards.py::test_every_metric_modules_information_is_the_committed_record",
+    ),
+    "hf_heads/modeling/gguf_export.py:9aa006c6cd": (
+        "equivalent",
+        "the default only applies where the config has no name_or_path; an empty text and None are both f"
+        "alse, so the or takes path.stem either way",
+    ),
+    "hf_heads/modeling/base_export.py:e451ccb439": (
+        "equivalent",
+        "on a CPU, the suite's only device, the probe ids are made on the CPU, so to(None) and to(the mod"
+        "el's device) are one tensor; gpu_check's to_base rows run it on a GPU",
+    ),
+    "hf_heads/modeling/base_export.py:0146a6ea16": (
+        "test",
+        "tests/modeling/test_base_export.py::test_a_classifier_that_pools_otherwise_is_refused_naming_the"
+        "_pooling[distribution-differs]",
+    ),
+    "hf_heads/modeling/base_export.py:9635cd1796": (
+        "test",
+        "tests/modeling/test_base_export.py::test_a_wrapped_classifier_whose_stem_computes_otherwise_is_r"
+        "efused_naming_the_checkpoint_classifier",
+    ),
+    "hf_heads/modeling/base.py:de5e84901a": (
+        "test",
+        "tests/training/test_own_script.py::test_head_flags_come_from_the_training_arguments_alone",
+    ),
+    "hf_heads/modeling/base.py:3fe2ad1be9": (
+        "test",
+        "tests/modeling/test_causal_lm.py::test_a_model_takes_flash_attention_sdpa_and_flex_attention_as_"
+        "its_backbones_do",
+    ),
+    "hf_heads/modeling/classification.py:83656cdb8a": (
+        "test",
+        "tests/modeling/test_config_read_through.py::test_a_classifier_of_another_problem_type_is_refused"
+        "_every_way_it_arrives",
+    ),
+    "hf_heads/heads/base.py:a0149ee078": (
+        "test",
+        "tests/heads/test_registry.py::test_a_family_that_does_not_say_what_its_logits_are_is_carded_as_r"
+        "eturning_the_model_scores",
+    ),
+    "hf_heads/heads/continuous.py:c64e4f91fc": (
+        "test",
+        "tests/training/test_cards.py::test_card_says_what_the_head_returns_at_inference[continuous] test"
+        "s/heads/test_api_record.py::test_the_built_in_options_and_their_defaults_are_the_committed_recor"
+        "d",
+    ),
+    "hf_heads/heads/continuous.py:ac549a9189": (
+        "test",
+        "tests/heads/test_continuous_head.py::test_a_losss_parameters_are_its_own_and_the_flat_options_ar"
+        "e_read_into_them",
+    ),
+    "hf_heads/training/cards.py:d7bd39eacf": (
+        "test",
+        "tests/training/test_cards.py::test_card_describes_the_train_loss_by_its_criterion_and_only_a_spl"
+        "its_metrics_by_the_eval_loss tests/training/test_card_text.py::test_a_model_card_is_word_for_wor"
+        "d_the_committed_one[causal-lm-margin]",
+    ),
+    "hf_heads/training/cards.py:3cb35873f9": (
+        "test",
+        "tests/training/test_cards.py::test_card_describes_the_train_loss_by_its_criterion_and_only_a_spl"
+        "its_metrics_by_the_eval_loss",
+    ),
+    "hf_heads/training/cards.py:801cb56e1e": (
+        "test",
+        "tests/training/test_cards.py::test_model_index_lists_only_standard_metrics",
+    ),
+    "hf_heads/training/cards.py:eeff283037": (
+        "test",
+        "tests/training/test_card_text.py::test_a_model_card_is_word_for_word_the_committed_one[seq2seq-continuous]",
+    ),
+    "hf_heads/training/trainer.py:2ae8b5ac89": (
+        "test",
+        "tests/training/test_own_script.py::test_a_model_the_trainer_builds_again_for_training_takes_the_"
+        "head_the_flags_name tests/training/test_own_script.py::test_a_trainer_given_model_init_trains_th"
+        "e_model_it_builds_with_the_flags_head_prepared",
+    ),
+    "hf_heads/training/trainer.py:3575762472": (
+        "test",
+        "tests/training/test_own_script.py::test_a_continuous_head_from_flags_takes_its_counts_and_output"
+        "_vocabulary_from_the_training_set",
+    ),
+    "hf_heads/heads/softmax.py:9059b45aa8": (
+        "test",
+        "tests/losses/test_loss_options.py::test_bad_loss_options_are_refused_with_the_field_and_what_is_"
+        "allowed[negative-smoothing]",
+    ),
+    "hf_heads/heads/softmax.py:e109f46551": (
+        "test",
+        "tests/losses/test_loss_options.py::test_bad_loss_options_are_refused_with_the_field_and_what_is_"
+        "allowed[negative-z]",
+    ),
 }
