@@ -20,7 +20,8 @@ Beside the hand-written plausible bugs of `make mutate` (tests/mutate.py), mecha
    recorded as running a test). A mutant runs against
    the tests that execute the lines it changes; where none does (module-level code runs at import, outside any test),
    the tests that execute any line of its file, the tests parametrized by its module's dotted name (the `__all__`
-   check of tests/project/test_lazy_imports.py) and the hand-written mutants' selections for its file; where none of
+   check of tests/project/test_lazy_imports.py), the tests that compare import-time definitions with committed
+   records (options and defaults, flags, cards) and the hand-written mutants' selections for its file; where none of
    these exists (a module that runs as a copy, as `evaluate` runs hf_heads/metrics/modules/ from its cache), the
    tests of its package's folder, tests/<part>/. A selection
    takes the fastest tests of each test file in turn, at most `--max-tests` and about `--max-seconds` of their
@@ -446,10 +447,18 @@ def named_after(path: str, seconds: dict[str, float]) -> list[str]:
     return sorted(t for t in seconds if pattern.search(t))
 
 
+def records(seconds: dict[str, float]) -> list[str]:
+    """The tests that compare what the package defines at import (options and their defaults, flags, evaluate
+    modules' information, the cards' text) with committed records: `..._the_committed_record` /
+    `..._the_committed_one` by their names. They read what a module-level line defines, which no test's coverage
+    records inside the test."""
+    return sorted(t for t in seconds if re.search(r"_the_committed_(record|one)\b", t))
+
+
 def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> tuple[str, list[str]]:
     """(tier, tests) of one mutant: the tests that run its lines, else those that run its file, else (or also, in
-    the file tier) the tests named after its module (`named_after`) and the hand-written mutants' selections for its
-    file, else the tests of its package's folder."""
+    the file tier) the tests named after its module (`named_after`), the record tests (`records`) and the
+    hand-written mutants' selections for its file, else the tests of its package's folder."""
     seconds = cov["seconds"]
     by_line = cov["lines"].get(m.path, {})
     covering = {t for n in m.lines for t in by_line.get(str(n), ()) if t in seconds}
@@ -458,6 +467,7 @@ def select(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> t
     in_file = {t for tests in by_line.values() for t in tests if t in seconds}
     hand = [t for h in MUTANTS if h.path == m.path for t in h.tests]
     hand = list(dict.fromkeys(named_after(m.path, seconds) + hand))[: max(1, max_tests // 2)]
+    hand = list(dict.fromkeys(hand + records(seconds)))  # each a few seconds at most
     if in_file:
         picked = _pick(in_file, seconds, max_tests - len(hand), max_seconds)
         return "file", list(dict.fromkeys(hand + picked))
@@ -477,6 +487,7 @@ def wider(m: SampledMutant, cov: dict, max_tests: int, max_seconds: float) -> li
     if not in_file:
         in_file = {t for t in seconds if t.startswith(f"tests/{m.package}/")}
     hand = named_after(m.path, seconds) + [t for h in MUTANTS if h.path == m.path for t in h.tests]
+    hand += [] if covering else records(seconds)  # import-time code (a default, a help text, a registry entry)
     picked = _pick(covering, seconds, max_tests, max_seconds)
     rest = max_tests - len(picked)
     picked += _pick(in_file - set(picked), seconds, rest, max_seconds) if rest > 0 else []

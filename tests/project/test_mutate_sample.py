@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from mutate_sample import SampledMutant, _counts, _score, named_after, select, wider
+from mutate_sample import SampledMutant, _counts, _score, named_after, records, select, wider
 
 SECONDS = {
     "tests/metrics/test_metrics.py::test_fast": 0.1,
@@ -60,6 +60,25 @@ def test_module_level_code_also_runs_the_tests_named_after_its_module():
     }
     tier, tests = select(_mutant("hf_heads/metrics/__init__.py", [20]), cov, 8, 20.0)
     assert tier == "file" and tests[0] == star and "tests/metrics/test_metrics.py::test_b" in tests
+
+
+def test_import_time_code_also_runs_the_tests_that_compare_definitions_with_committed_records():
+    """A class-level default or a registry entry runs at import, inside no test: the record tests (options and their
+    defaults, flags, the cards' text) join the selection and the second chance of a mutant no test runs the lines
+    of; a mutant whose lines a test runs keeps its own tests."""
+    record = "tests/heads/test_api_record.py::test_the_built_in_options_and_their_defaults_are_the_committed_record"
+    card = "tests/training/test_card_text.py::test_a_model_card_is_word_for_word_the_committed_one[seq2seq]"
+    seconds = {**SECONDS, record: 1.0, card: 2.0}
+    assert records(seconds) == sorted([card, record])
+    cov = {"seconds": seconds, "lines": {"hf_heads/data/corpora.py": {"3": ["tests/data/test_data.py::test_c"]}}}
+    tier, tests = select(_mutant("hf_heads/data/corpora.py", [9]), cov, 8, 20.0)
+    assert tier == "file" and {record, card} <= set(tests) and "tests/data/test_data.py::test_c" in tests
+    assert {record, card} <= set(wider(_mutant("hf_heads/data/corpora.py", [9]), cov, 8, 20.0))
+    assert select(_mutant("hf_heads/data/corpora.py", [3]), cov, 8, 20.0) == (
+        "line",
+        ["tests/data/test_data.py::test_c"],
+    )
+    assert not {record, card} & set(wider(_mutant("hf_heads/data/corpora.py", [3]), cov, 8, 20.0))
 
 
 def test_a_survivor_whose_line_was_fixed_since_is_counted_apart_after_triage():
