@@ -66,6 +66,15 @@ def test_backbone_values_read_through_and_track_the_backbone():
         config.no_such_field  # noqa: B018
 
 
+@pytest.mark.parametrize(("encoder", "decoder"), [(32, 48), (48, 32)], ids=["encoder-shorter", "decoder-shorter"])
+def test_an_encoder_decoder_pairs_length_limit_is_the_smaller_of_its_sides(encoder: int, decoder: int):
+    pair = EncoderDecoderConfig.from_encoder_decoder_configs(
+        _bert(max_position_embeddings=encoder),
+        _bert(max_position_embeddings=decoder, is_decoder=True, add_cross_attention=True),
+    )
+    assert HeadsConfig(backbone=pair.to_dict()).max_position_embeddings == 32
+
+
 def test_setting_a_read_through_value_sets_the_backbone_and_round_trips(tmp_path):
     """`model.config.pad_token_id = ...` (what scripts do) sets the backbone's value, which save/load keeps."""
     model = HeadsForSeq2SeqLM(HeadsConfig(backbone=_bart().to_dict()))
@@ -244,8 +253,8 @@ def test_classifier_reads_its_labels_from_config(bert_dir):
 
 def test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives(bert_dir, tmp_path):
     """A head trains one class per example: a fine-tuned multi-label or regression classifier is refused, not wrapped
-    as a softmax over its labels; so is problem_type given to from_pretrained or in a config, and labels that are no
-    class ids (multi-hot rows, floats)."""
+    as a softmax over its labels; so is problem_type given to from_pretrained, to from_base or in a config, and labels
+    that are no class ids (multi-hot rows, floats)."""
     message = (
         "an hf_heads head trains one class per example (labels: a class id per example); allowed: None, "
         "'single_label_classification' (multi-label and regression targets are not head families)"
@@ -256,9 +265,10 @@ def test_a_classifier_of_another_problem_type_is_refused_every_way_it_arrives(be
         with pytest.raises(ValueError) as refused:
             HeadsForSequenceClassification.from_pretrained(path)
         assert str(refused.value) == f"{str(path)!r} is a classifier with config.problem_type={problem!r}: {message}"
-    with pytest.raises(ValueError) as refused:
-        HeadsForSequenceClassification.from_pretrained(bert_dir, num_labels=3, problem_type="regression")
-    assert str(refused.value) == f"problem_type='regression': {message}"
+    for build in (HeadsForSequenceClassification.from_pretrained, HeadsForSequenceClassification.from_base):
+        with pytest.raises(ValueError) as refused:
+            build(bert_dir, num_labels=3, problem_type="regression")
+        assert str(refused.value) == f"problem_type='regression': {message}", build.__name__
     with pytest.raises(ValueError) as refused:
         HeadsForSequenceClassification(
             HeadsConfig(backbone=_bert().to_dict(), num_labels=3, problem_type="multi_label_classification")

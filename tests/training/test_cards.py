@@ -147,8 +147,17 @@ def test_save_pretrained_push_to_hub_pushes_the_code(tmp_path, monkeypatch):
         pushed.append((repo_id, kwargs))
 
     monkeypatch.setattr(model, "push_to_hub", push_to_hub)
-    model.save_pretrained(tmp_path / "out", push_to_hub=True, repo_id="me/lm", commit_message="m")
-    assert pushed == [("me/lm", {"commit_message": "m"})]
+    hub = dict(
+        commit_message="m",
+        create_pr=True,
+        private=True,
+        revision="dev",
+        commit_description="d",
+        tags=["hf-heads"],
+        token="t",
+    )
+    model.save_pretrained(tmp_path / "out", push_to_hub=True, repo_id="me/lm", **hub)
+    assert pushed == [("me/lm", hub)]
     assert export.has_code(tmp_path / "out") and export.has_code(tmp_path / "pushed")
 
 
