@@ -172,6 +172,28 @@ def test_tokenizing_the_splits_shows_a_progress_bar_naming_each_step(tmp_path, c
     assert bars == {"tokenize", "uncovered targets -> <unk>"}
 
 
+def test_word_vocab_size_keeps_the_most_frequent_words_of_a_built_in_backbones_tokenizer():
+    """--word_vocab_size counts the four special tokens and keeps the training text's most frequent words (sources and
+    targets share one vocabulary); without it every word is kept."""
+    from hf_heads.cli.seq2seq import ModelArguments, build_tokenizer
+
+    raw = _pairs(["el rey habló", "el rey"], ["the king spoke", "the king the"])
+    tok = build_tokenizer(ModelArguments(model_name_or_path="tiny-bart", word_vocab_size=7), raw)
+    assert len(tok) == 7 and {"the", "el", "king"} <= set(tok.get_vocab())
+    every = build_tokenizer(ModelArguments(model_name_or_path="tiny-bart"), raw)
+    assert len(every) == 4 + 6
+
+
+@pytest.mark.parametrize("name", ["tiny-bart", "tiny-marian"])
+def test_built_in_encoder_decoder_backbones_have_a_decoder_as_wide_as_the_encoder(name):
+    """tiny-bart / tiny-marian (d_model 128, 2+2 layers): the decoder has the encoder's layers, heads and FFN width."""
+    from hf_heads.cli.backbones import tiny_backbone_config
+
+    config = tiny_backbone_config(name, build_word_tokenizer(["the king spoke"]))
+    encoder = (config.encoder_layers, config.encoder_attention_heads, config.encoder_ffn_dim)
+    assert (config.decoder_layers, config.decoder_attention_heads, config.decoder_ffn_dim) == encoder == (2, 4, 256)
+
+
 @pytest.mark.parametrize("tie", [True, False])
 def test_tie_word_embeddings_ties_a_built_in_backbones_head(tie):
     from hf_heads.cli.seq2seq import ModelArguments, build_model
@@ -302,9 +324,19 @@ def test_a_seq2seq_script_refuses_one_column_flag_without_the_other(monkeypatch,
     assert line == "error: --source_column and --target_column go together: give both or neither"
 
 
-def test_a_seq2seq_script_refuses_a_column_the_data_lacks_and_lists_the_columns(monkeypatch, capsys, tmp_path):
-    line = _seq2seq_error_line(monkeypatch, capsys, tmp_path, ["--source_column", "es", "--target_column", "de"])
-    assert line == "error: --target_column='de': split 'train' has columns ['es', 'en']"
+@pytest.mark.parametrize(
+    "given, error",
+    [
+        (["--source_column", "es", "--target_column", "de"], "--target_column='de'"),
+        (["--source_column", "fr", "--target_column", "en"], "--source_column='fr'"),
+    ],
+    ids=["target", "source"],
+)
+def test_a_seq2seq_script_refuses_a_column_the_data_lacks_and_lists_the_columns(
+    monkeypatch, capsys, tmp_path, given, error
+):
+    line = _seq2seq_error_line(monkeypatch, capsys, tmp_path, given)
+    assert line == f"error: {error}: split 'train' has columns ['es', 'en']"
 
 
 def _argument_classes() -> dict[str, type]:

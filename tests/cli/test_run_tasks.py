@@ -674,7 +674,8 @@ def test_classification_two_process_ddp_matches_one_process(label_files, tmp_pat
 
 def test_config_overrides_parse_as_the_field_type(monkeypatch):
     """`--config_overrides` values take the type of the field they replace: a string field stays a string even
-    when it looks like a number, a float field accepts an integer literal, a bool field needs true / false."""
+    when it looks like a number, a float field accepts an integer literal, a bool field needs true / false, and
+    `none` unsets a string or unset field."""
     from transformers import BartConfig
 
     from hf_heads.cli.seq2seq import _override_config
@@ -690,3 +691,6 @@ def test_config_overrides_parse_as_the_field_type(monkeypatch):
     assert isinstance(config.d_model, int) and isinstance(config.init_std, float) and config.dropout == 0.0
     _override_config(config, "activation_function=2")
     assert config.activation_function == "2"
+    config.forced_bos_token_id = None
+    _override_config(config, "activation_function=None,forced_bos_token_id=none")
+    assert config.activation_function is None and config.forced_bos_token_id is None

@@ -579,6 +579,19 @@ def test_the_export_command(tmp_path, capsys):
     assert info.value.code == 2 and "error: the sparse head keeps" in capsys.readouterr().err
 
 
+def test_the_export_command_refuses_a_model_that_is_not_an_hf_heads_model(tmp_path, capsys):
+    """A plain transformers model directory is one error line naming the directory and its model_type, exit 2."""
+    from hf_heads.cli.errors import main_wrapper
+    from hf_heads.cli.export_base import main
+
+    LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path / "plain")
+    with pytest.raises(SystemExit) as info:
+        main_wrapper(lambda: main([str(tmp_path / "plain"), str(tmp_path / "out")]))
+    error = f"error: {tmp_path / 'plain'} is not an hf_heads model (model_type='llama'): nothing to do"
+    assert info.value.code == 2 and capsys.readouterr().err.strip() == error
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("multiplier, cap", [(0.5, None), (2.0, 3.0)])
 def test_a_sampled_heads_offset_lies_inside_the_logit_multiplier(multiplier, cap):
     """s + o(c) with s = multiplier·(W h + b): the bias takes o / multiplier (CE-MCS, log-uniform noise: o = log D(c));

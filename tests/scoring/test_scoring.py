@@ -627,6 +627,13 @@ def test_cli_score_bad_input_one_line_and_exit_2(saved, tmp_path, capsys):
     assert main(["score", "--model", str(root / "lm"), "--input", str(tmp_path / "long.txt"), "--output", out,
                  "--no-normalize"]) == 2  # fmt: skip
     assert "normalize=False: the sparse head" in capsys.readouterr().err
+    (tmp_path / "two.txt").write_text(f"{TEXTS[0]}\n{TEXTS[1]}\n")
+    sources = tmp_path / "sources.txt"
+    sources.write_text(f"{SOURCES[0]}\n{_words([4] * 70)}\n")
+    code = main(["score", "--model", str(root / "s2s"), "--input", str(tmp_path / "two.txt"), "--output", out,
+                 "--sources", str(sources)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"error: --sources {sources} line 2 is too long")
 
 
 def test_cli_rescore_end_to_end_and_missing_field(saved, tmp_path, capsys):
