@@ -134,7 +134,11 @@ def test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refuse
     class NoReference(HeadOptions):
         pass
 
-    with pytest.raises(ValueError, match="head family 'bare': NoReference defines no `reference`"):
+    message = (
+        "head family 'bare': NoReference defines no `reference` (HeadOptions.reference: the naive dense loss and "
+        "logits the contract suite compares the head with)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         register_family("bare", NoReference, TemperatureHead)
     assert "bare" not in FAMILIES
 

@@ -86,6 +86,22 @@ def test_unnormalized_scoring_mode():
     assert {"head/self_norm_logz_mean", "head/self_norm_logz_std"} <= diag.keys()
 
 
+def test_the_self_normalization_diagnostic_measures_the_scores_before_any_renormalisation():
+    """head/self_norm_logz_mean / _std are log Σ_c p̃(c|x) of the corrected scores as trained, not renormalised: the
+    same with normalize true (the default, inference renormalises) as with false, varying over a fresh head's rows."""
+    x = _batch()
+    diagnostics = []
+    for normalize in (True, False):
+        model = _model({**NCE, "normalize": normalize}).train()
+        torch.manual_seed(1)
+        model(x, labels=x)
+        diagnostics.append(model.head.diagnostics())
+    renormalised, raw = diagnostics
+    for key in ("head/self_norm_logz_mean", "head/self_norm_logz_std"):
+        assert renormalised[key] == pytest.approx(raw[key])
+    assert raw["head/self_norm_logz_std"] > 1e-3  # the rows differ: not self-normalised
+
+
 def test_noise_probs_follow_the_counts_rank():
     model = _model(NCE)
     expected = noise_distribution("log-uniform", 61, counts=torch.arange(61.0, 0.0, -1.0))

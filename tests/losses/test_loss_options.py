@@ -178,9 +178,11 @@ def test_the_flags_set_both_options_and_a_saved_model_keeps_them(tmp_path):
         ({"family": "sampled", "method": "full", "class_weights": "balanced"}, "head.class_weights='balanced' is for"),
         ({"family": "softmax", "confidence_penalty": -0.1}, r"head.confidence_penalty=-0.1 must be >= 0"),
         ({"family": "sampled", "method": "full", "confidence_penalty": 0.1}, "head.confidence_penalty=0.1 is for the"),
+        ({"family": "margin", "context_norm": "max-norm", "context_norm_momentum": 1.5},
+         r"^head.context_norm_momentum=1.5 must be <= 1$"),
     ],
     ids=["smoothing", "length", "negative", "unknown", "bad-json", "negative-z", "negative-smoothing",
-         "full-smoothing", "sampled-z", "sampled-weights", "negative-penalty", "sampled-penalty"],
+         "full-smoothing", "sampled-z", "sampled-weights", "negative-penalty", "sampled-penalty", "momentum-above-1"],
 )  # fmt: skip
 def test_bad_loss_options_are_refused_with_the_field_and_what_is_allowed(head, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):

@@ -298,6 +298,7 @@ def test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1(tmp_
     assert [t.get_text() for t in right.texts] == ["king", "queen", "man", "woman", "they", "themselves"]  # no "he"
     red, red_too, blue = (line.get_color() for line in right.get_lines())
     assert red[0] > red[2] and red_too[0] > red_too[2] and blue[2] > blue[0]
+    assert {line.get_linewidth() for line in right.get_lines()} == {0.8}  # thin lines: the word labels stay legible
     assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -675,6 +676,26 @@ def test_head_flags_reach_the_head_section_and_errors_name_the_flag():
     with pytest.raises(ValueError, match="--head_bias is not an option of head family 'continuous'"):
         parsed("--head", "continuous", "--head_bias", "true").head_config()
     assert parsed("--head", "sparse").head_flags_given() and not parsed().head_flags_given()
+
+
+def test_an_unknown_family_or_component_points_to_head_modules_and_an_unknown_fixed_choice_does_not():
+    """A family or component name that is not registered may be the user's own, registered in a module not imported:
+    the error says to add --head_modules; an option with a fixed set of choices (the criterion) says no such thing."""
+
+    def refusal(*flags: str) -> str:
+        args = parse_args((HeadsTrainingArguments,), ["--output_dir", "o", "--report_to", "none", *flags])[0]
+        with pytest.raises(ValueError) as err:
+            args.head_config()
+        return str(err.value)
+
+    own = "a component or family of your own is registered in your module: add --head_modules your.module"
+    assert refusal("--head", "sparse_max") == (
+        f"--head='sparse_max' is not allowed; allowed: 'softmax', 'margin', 'sampled', 'sparse', 'continuous'; {own}"
+    )
+    assert refusal("--head", "margin", "--margin", "arcface").endswith(f"; {own}")
+    assert refusal("--head", "sampled", "--criterion", "nope") == (
+        "--criterion='nope' is not allowed; allowed: 'ce', 'bce', 'mse'"
+    )
 
 
 @pytest.mark.parametrize(

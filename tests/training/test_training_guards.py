@@ -39,6 +39,17 @@ def _trainer(tmp_path, head: dict) -> HeadsTrainer:
     return HeadsTrainer(model=model, args=args, eval_dataset=_lm_dataset(n=6))
 
 
+def test_a_trainer_given_no_arguments_evaluates_with_the_transformers_defaults(tmp_path, monkeypatch):
+    """HeadsTrainer(model=...) without `args` takes transformers' default arguments, as the Trainer does (no label
+    smoothing among them, so nothing to refuse)."""
+    monkeypatch.chdir(tmp_path)  # the default output directory is relative
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    trainer = HeadsTrainer(model=model, eval_dataset=_lm_dataset(n=6))
+    assert trainer.args.label_smoothing_factor == 0.0
+    assert math.isfinite(trainer.evaluate()["eval_loss"])
+
+
 def test_perplexity_is_logged_for_an_nll_eval_loss_only(tmp_path):
     """exp(eval_loss) is a perplexity when the eval loss is the NLL of the inference distribution (softmax; sparse:
     the NLL of its truncated distribution, eq. 4), not for a continuous head, whose eval loss is its vMF / margin
