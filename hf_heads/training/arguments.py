@@ -160,7 +160,7 @@ class HeadFlags(_head_flags_class()):
             for other in section:  # another option the message names ("cannot be combined with k=3"): as given
                 if other != option:
                     allowed = re.sub(rf"(?<![\w.-]){re.escape(other)}=", lambda _, o=other: f"{shown(o)}=", allowed)
-            if not parameter and err.allowed.startswith("is not allowed") and _names_a_component(option):
+            if not parameter and err.allowed.startswith("is not allowed") and _unregistered(option, err.value):
                 allowed = f"{allowed}; {OWN_COMPONENTS}"
             raise err.renamed(flag, allowed) from None
 
@@ -191,9 +191,15 @@ def _component_options() -> dict[str, str]:
     }
 
 
-def _names_a_component(option: str) -> bool:
-    """Whether a head option (or `family`) names a registered component, so an unknown value may be the user's own."""
-    return option == "family" or option in _component_options()
+def _unregistered(option: str, value) -> bool:
+    """Whether `value` of a head option that names a registered component (or `family`) names none: it may be the
+    user's own, registered in a module not imported (a registered one refused for another reason is not)."""
+    kinds = _component_options()
+    if option != "family" and option not in kinds:
+        return False
+    names = FAMILIES if option == "family" else REGISTRIES[kinds[option]]
+    name = value.get("type") if isinstance(value, dict) else str(value).partition(":")[0]
+    return name not in names
 
 
 def unknown_flags_hint(unknown: list[str]) -> str:

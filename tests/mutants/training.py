@@ -366,6 +366,11 @@ MUTANTS: list[Mutant] = [
       selection("tests/training/test_own_script.py::"
                 "test_a_trainer_given_model_init_trains_the_model_it_builds_with_the_flags_head_prepared"),
       "the model Trainer.train builds from model_init trains without its word counts and warm start"),
+    m("head-modules-advice-for-a-registered-component", "training/arguments.py",
+      "    return name not in names", "    return True",
+      selection("tests/training/test_cards.py::"
+                "test_an_unknown_family_or_component_points_to_head_modules_and_an_unknown_fixed_choice_does_not"),
+      "a registered method refused for its criterion is answered with advice to register one's own"),
     m("card-test-perplexity-described-as-eval", "training/cards.py",
       '            split = "test" if key.startswith("predict_") else "eval"', '            split = "eval"',
       selection("tests/training/test_card_text.py::test_a_model_card_is_word_for_word_the_committed_one"),

@@ -696,6 +696,8 @@ def test_an_unknown_family_or_component_points_to_head_modules_and_an_unknown_fi
     assert refusal("--head", "sampled", "--criterion", "nope") == (
         "--criterion='nope' is not allowed; allowed: 'ce', 'bce', 'mse'"
     )
+    registered = refusal("--head", "sampled", "--criterion", "mse", "--method", "is")  # refused for another reason
+    assert registered.startswith("--method='is' is not allowed") and "--head_modules" not in registered
 
 
 @pytest.mark.parametrize(
