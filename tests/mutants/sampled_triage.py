@@ -908,4 +908,111 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "tests/losses/test_loss_options.py::test_bad_loss_options_are_refused_with_the_field_and_what_is_"
         "allowed[negative-z]",
     ),
+    "hf_heads/cli/seq2seq.py:b300e19dd1": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_word_vocab_size_keeps_the_most_frequent_words_of_a_built_in_b"
+        "ackbones_tokenizer",
+    ),
+    "hf_heads/cli/seq2seq.py:96408c140c": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_a_seq2seq_script_refuses_a_column_the_data_lacks_and_lists_th"
+        "e_columns[source]",
+    ),
+    "hf_heads/cli/seq2seq.py:3c0766b121": (
+        "test",
+        "tests/cli/test_run_tasks.py::test_config_overrides_parse_as_the_field_type",
+    ),
+    "hf_heads/cli/export_base.py:81c02f3f98": (
+        "test",
+        "tests/modeling/test_base_export.py::test_the_export_command_refuses_a_model_that_is_not_an_hf_heads_model",
+    ),
+    "hf_heads/cli/backbones.py:d9006df904": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_built_in_encoder_decoder_backbones_have_a_decoder_as_wide_as_"
+        "the_encoder[tiny-bart] tests/cli/test_cli_guards.py::test_built_in_encoder_decoder_backbones_hav"
+        "e_a_decoder_as_wide_as_the_encoder[tiny-marian]",
+    ),
+    "hf_heads/scoring/__main__.py:3fe11b0dca": (
+        "equivalent",
+        "argparse gives an optional argument without a default the value None: the parsed --device and it"
+        "s help are the same",
+    ),
+    "hf_heads/scoring/__main__.py:adc2d0b628": (
+        "test",
+        "tests/scoring/test_scoring.py::test_cli_score_bad_input_one_line_and_exit_2",
+    ),
+    "hf_heads/modeling/export.py:5b66dc8693": (
+        "test",
+        "tests/training/test_cards.py::test_save_pretrained_push_to_hub_pushes_the_code",
+    ),
+    "hf_heads/modeling/base.py:1e3e6cec97": (
+        "equivalent",
+        "OutputHead.forward reads compute_loss only as not compute_loss and no head overrides forward: No"
+        "ne acts as False",
+    ),
+    "hf_heads/modeling/causal_lm.py:17277a2188": (
+        "test",
+        "tests/heads/test_warm_start.py::test_the_default_probe_samples_the_checkpoints_whole_distribution",
+    ),
+    "hf_heads/modeling/configuration.py:d9b937be4b": (
+        "test",
+        "tests/modeling/test_config_read_through.py::test_an_encoder_decoder_pairs_length_limit_is_the_sm"
+        "aller_of_its_sides[encoder-shorter]",
+    ),
+    "hf_heads/modeling/export.py:b985c00352": (
+        "test",
+        "tests/heads/test_contract.py::test_save_and_from_pretrained_give_the_same_model[classification-b"
+        "ert-softmax-z-loss-penalty]",
+    ),
+    "hf_heads/modeling/classification.py:59d5ec0d21": (
+        "test",
+        "tests/modeling/test_config_read_through.py::test_a_classifier_of_another_problem_type_is_refused"
+        "_every_way_it_arrives",
+    ),
+    "hf_heads/components.py:4d8e811493": (
+        "equivalent",
+        "every kind of KINDS has its base class set when hf_heads is imported, so the base always has a _"
+        "_name__ and the fallback is never read",
+    ),
+    "hf_heads/heads/sampled.py:66cf148b52": (
+        "test",
+        "tests/heads/test_sampled_head.py::test_the_self_normalization_diagnostic_measures_the_scores_bef"
+        "ore_any_renormalisation",
+    ),
+    "hf_heads/heads/registry.py:fd19147042": (
+        "test",
+        "tests/heads/test_registry.py::test_a_family_is_held_to_its_reference_and_one_without_a_reference_is_refused",
+    ),
+    "hf_heads/heads/margin.py:8c8a4ef039": (
+        "test",
+        "tests/losses/test_loss_options.py::test_bad_loss_options_are_refused_with_the_field_and_what_is_"
+        "allowed[momentum-above-1]",
+    ),
+    "hf_heads/training/arguments.py:4bb4a2e224": (
+        "test",
+        "tests/training/test_cards.py::test_fp16_on_cpu_warns_and_trains_in_float32",
+    ),
+    "hf_heads/training/trainer.py:45f17b53d8": (
+        "test",
+        "tests/training/test_training_guards.py::test_a_trainer_given_no_arguments_evaluates_with_the_tra"
+        "nsformers_defaults",
+    ),
+    "hf_heads/training/arguments.py:2fa94653ff": (
+        "test",
+        "tests/training/test_cards.py::test_an_unknown_family_or_component_points_to_head_modules_and_an_"
+        "unknown_fixed_choice_does_not",
+    ),
+    "hf_heads/training/plots.py:031961f873": (
+        "test",
+        "tests/training/test_cards.py::test_word_vector_figure_puts_the_most_frequent_word_at_angle_0_radius_1",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:ff0dd4a155": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_argument_errors tests/metrics/test_metrics.py::te"
+        "st_perplexity_device_names_the_torch_device[gpu-cuda]",
+    ),
+    "hf_heads/losses/continuous_losses.py:2bb7917b2e": (
+        "test",
+        "tests/heads/test_api_record.py::test_the_built_in_options_and_their_defaults_are_the_committed_record",
+    ),
 }
