@@ -1,4 +1,5 @@
-"""Every flag hf_heads' run scripts define — its type, default, choices and help text — is the committed record.
+"""Every flag hf_heads' run scripts define — its default, choices and help text — is the committed record (not its
+type: transformers' HfArgumentParser rewrites a field's annotation in place, differently across releases).
 
 Covers the argument classes of hf_heads.cli, of the run scripts and hf_heads.training's (the head flags and the run
 defaults), not the fields they inherit from transformers' `TrainingArguments`. After a deliberate change, rewrite the
@@ -43,7 +44,6 @@ def _record() -> dict:
     for where, cls in sorted(classes.items()):
         record[where] = {
             f.name: {
-                "type": f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
                 "default": _default(f),
                 **{key: str(value) for key, value in sorted(f.metadata.items())},
             }
