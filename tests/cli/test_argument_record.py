@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from test_api_record import _default
 from test_cli_guards import _argument_classes
 from transformers import Seq2SeqTrainingArguments
 
@@ -21,14 +22,6 @@ from hf_heads.training.arguments import HeadsSeq2SeqTrainingArguments, HeadsTrai
 
 RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "run_arguments.json"
 UPSTREAM = {f.name: f for f in dataclasses.fields(Seq2SeqTrainingArguments)}
-
-
-def _default(field: dataclasses.Field):
-    if field.default is not dataclasses.MISSING:
-        return repr(field.default)
-    if field.default_factory is not dataclasses.MISSING:
-        return repr(field.default_factory())
-    return "(required)"
 
 
 def _own(field: dataclasses.Field) -> bool:
