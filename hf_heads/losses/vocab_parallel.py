@@ -299,54 +299,68 @@ class _ShardedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, w, b, s, t, y, weights, z_weights, shard, opts: ChunkOptions, want_pred, step):
-        n_rows = h.shape[0]
-        grad_h, grad_w = torch.empty_like(h), torch.zeros_like(w)
-        grad_b = None if b is None else torch.zeros_like(b)
-        grad_s = None if s is None else torch.zeros_like(s)
-        grad_t = None if t is None else torch.zeros_like(t)
-        lse_all = h.new_empty(n_rows)
-        pred_all = y.new_empty(n_rows, want_pred)
-        total = h.new_zeros(())
-        for start in range(0, n_rows, step):
-            rows = slice(start, start + step)
-            h_c, y_c, a, v = h[rows], y[rows], weights[rows], z_weights[rows]
-            raw = h_c @ w.T  # (n, V_r); kept apart only for d s
-            z = raw if s is None else raw * s  # (n, V_r)
-            if b is not None:
-                z.add_(b)
-            z = soft_cap(z, opts.softcap)
-            t_c = None if t is None else soft_cap(t[rows], opts.softcap)
-            stats, z, kept, support, inside, column, pred_all[rows] = _merged(z, y_c, t_c, shard, opts, want_pred)
-            loss, lse, _ = row_loss(stats, opts, support)
-            total = total + weighted_sum(opts, loss, lse, a, v)
-            lse_all[rows] = lse
-            logp = z - lse[:, None]  # (n, V_r), overwritten by d L / d z
-            logp = logp if kept is None else logp.masked_fill_(~kept, -torch.inf)
-            grad_z = label_grad_(support_grad_(logp, opts, lse, a, v, support, kept), opts, column, a, inside)
-            grad_z.masked_fill_(((a == 0) & (v == 0))[:, None], 0.0)  # ignored rows (their p may not be finite)
-            slope = None if opts.softcap is None else capped_slope(z, opts.softcap)
-            d_t = target_grad_(grad_z, column, inside, slope, replaced=t is not None)
-            if t is not None:
-                grad_t[rows] = d_t
-            del z, kept, slope
-            if b is not None:
-                grad_b += grad_z.sum(0)
-            if s is not None:
-                grad_s += raw.mul_(grad_z).sum(0)
-                grad_z.mul_(s)
-            del raw
-            grad_h[rows] = grad_z @ w
-            grad_w.addmm_(grad_z.T, h_c)
-        if grad_t is not None:  # t is the same on every process: its gradient, the owner's entries, on all of them
-            dist.all_reduce(grad_t, group=shard.group)
-        ctx.save_for_backward(grad_h, grad_w, grad_b, grad_s, grad_t)
+        total, lse_all, pred_all, ctx.grads = _sharded_pass(
+            h, w, b, s, t, y, weights, z_weights, shard, opts, want_pred, step
+        )
+        ctx.save_for_backward(h, w, b, s, t, y, weights, z_weights)  # inputs, for a second backward only
+        ctx.rerun = (shard, opts, step)
         ctx.mark_non_differentiable(lse_all, pred_all)
         return total, lse_all, pred_all
 
     @staticmethod
     def backward(ctx, grad, *unused):  # unused: the lse and predictions, outputs without a gradient
-        grads = tuple(None if g is None else g * grad for g in ctx.saved_tensors)
+        grads, ctx.grads = ctx.grads, None  # handed over, not kept: autograd takes them as .grad without a copy
+        if grads is None:  # a second backward through this graph (retain_graph=True): the first one took them
+            *_, grads = _sharded_pass(*ctx.saved_tensors, *ctx.rerun[:2], 0, ctx.rerun[2])
+        if not (host_reads_are_free(grad.device) and bool(grad == 1)):  # d loss = 1 read on a CPU: not multiplied
+            grads = tuple(None if g is None else g.mul_(grad) for g in grads)  # in place: no second (V_r, H) tensor
         return (*grads, None, None, None, None, None, None, None)
+
+
+def _sharded_pass(h, w, b, s, t, y, weights, z_weights, shard, opts: ChunkOptions, want_pred, step):
+    """`_ShardedCrossEntropy`'s forward pass: (total, lse (N,), predictions (N, want_pred), the gradients of h, W_r,
+    b_r, s_r and the target logits), chunk by chunk over the rows."""
+    n_rows = h.shape[0]
+    grad_h, grad_w = torch.empty_like(h), torch.zeros_like(w)
+    grad_b = None if b is None else torch.zeros_like(b)
+    grad_s = None if s is None else torch.zeros_like(s)
+    grad_t = None if t is None else torch.zeros_like(t)
+    lse_all = h.new_empty(n_rows)
+    pred_all = y.new_empty(n_rows, want_pred)
+    total = h.new_zeros(())
+    for start in range(0, n_rows, step):
+        rows = slice(start, start + step)
+        h_c, y_c, a, v = h[rows], y[rows], weights[rows], z_weights[rows]
+        raw = h_c @ w.T  # (n, V_r); kept apart only for d s
+        z = raw if s is None else raw * s  # (n, V_r)
+        if b is not None:
+            z.add_(b)
+        z = soft_cap(z, opts.softcap)
+        t_c = None if t is None else soft_cap(t[rows], opts.softcap)
+        stats, z, kept, support, inside, column, pred_all[rows] = _merged(z, y_c, t_c, shard, opts, want_pred)
+        loss, lse, _ = row_loss(stats, opts, support)
+        total = total + weighted_sum(opts, loss, lse, a, v)
+        lse_all[rows] = lse
+        logp = z - lse[:, None]  # (n, V_r), overwritten by d L / d z
+        logp = logp if kept is None else logp.masked_fill_(~kept, -torch.inf)
+        grad_z = label_grad_(support_grad_(logp, opts, lse, a, v, support, kept), opts, column, a, inside)
+        grad_z.masked_fill_(((a == 0) & (v == 0))[:, None], 0.0)  # ignored rows (their p may not be finite)
+        slope = None if opts.softcap is None else capped_slope(z, opts.softcap)
+        d_t = target_grad_(grad_z, column, inside, slope, replaced=t is not None)
+        if t is not None:
+            grad_t[rows] = d_t
+        del z, kept, slope
+        if b is not None:
+            grad_b += grad_z.sum(0)
+        if s is not None:
+            grad_s += raw.mul_(grad_z).sum(0)
+            grad_z.mul_(s)
+        del raw
+        grad_h[rows] = grad_z @ w
+        grad_w.addmm_(grad_z.T, h_c)
+    if grad_t is not None:  # t is the same on every process: its gradient, the owner's entries, on all of them
+        dist.all_reduce(grad_t, group=shard.group)
+    return total, lse_all, pred_all, (grad_h, grad_w, grad_b, grad_s, grad_t)
 
 
 def sharded_cross_entropy(
