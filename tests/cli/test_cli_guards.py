@@ -560,3 +560,223 @@ def test_a_table_trained_on_the_targets_covers_the_target_words_and_is_reused_by
     )
     assert again == trained and torch.equal(reread, table) and torch.equal(covered_again, covered)
     assert not (tmp_path / "evaluated").exists()
+
+
+# ------------------------------------------------------------------------------------------- more refusals of a run
+
+
+def test_a_local_directory_that_is_no_model_is_one_line_with_transformers_reason(tmp_path):
+    """`--model_name_or_path` of a directory holding a config but no weights: the flag, the directory and the first
+    line of transformers' own error."""
+    from conftest import tiny_enc_dec_config
+
+    from hf_heads.cli.seq2seq import ModelArguments, build_model
+
+    tiny_enc_dec_config().save_pretrained(tmp_path / "config_only")
+    tok = build_word_tokenizer(["the king spoke"])
+    with pytest.raises(UsageError) as refused:
+        build_model(ModelArguments(model_name_or_path=str(tmp_path / "config_only")), SOFTMAX, tok)
+    assert str(refused.value) == (
+        f"--model_name_or_path={str(tmp_path / 'config_only')!r}: Error no file named model.safetensors, or "
+        f"pytorch_model.bin, found in directory {tmp_path / 'config_only'}."
+    )
+    assert isinstance(refused.value.__cause__, OSError)
+
+
+def test_a_missing_file_of_the_scripts_own_keeps_its_traceback_while_loading_a_model(tmp_path):
+    from hf_heads.cli.errors import loading_model
+
+    with pytest.raises(FileNotFoundError) as raised:
+        with loading_model("--model_name_or_path", str(tmp_path), ["tiny-bart"]):
+            (tmp_path / "missing.txt").read_text()
+    assert raised.value.filename == str(tmp_path / "missing.txt")
+
+
+def test_hf_heads_traceback_keeps_the_traceback_of_bad_input_and_of_a_hub_error(monkeypatch, capsys):
+    """HF_HEADS_TRACEBACK=1: bad input and a model the Hub cannot give propagate as raised, no one-line report."""
+    from hf_heads.cli.errors import main_wrapper
+
+    monkeypatch.setenv("HF_HEADS_TRACEBACK", "1")
+    bad = UsageError("--max_train_samples=-1 must be >= 0")
+
+    def refuse():
+        raise bad
+
+    with pytest.raises(UsageError) as raised:
+        main_wrapper(refuse)
+    assert raised.value is bad
+    with pytest.raises(OSError) as raised:
+        main_wrapper(lambda: transformers.AutoConfig.from_pretrained("no-such-org/no-such-model"))
+    assert str(raised.value).startswith("We couldn't connect to 'https://huggingface.co' to load the files")
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_saved_head_is_none_for_a_directory_that_is_no_hf_heads_model_with_a_head(tmp_path):
+    from hf_heads.cli.resume import saved_head
+
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "headless").mkdir()
+    (tmp_path / "headless" / "config.json").write_text(json.dumps({"model_type": "hf_heads", "head": None}))
+    _checkpoint(tmp_path / "heads")
+    assert saved_head(str(tmp_path / "llama")) is None
+    assert saved_head(str(tmp_path / "headless")) is None
+    assert saved_head(str(tmp_path / "heads")) == SOFTMAX
+
+
+def test_a_single_json_argument_is_read_as_the_runs_config_file(tmp_path):
+    from hf_heads.cli.runs import parse_args
+
+    (tmp_path / "run.json").write_text(json.dumps({"output_dir": "o", "report_to": "none", "seed": 11}))
+    run_args, args = parse_args((RunArguments, HeadsTrainingArguments), [str(tmp_path / "run.json")])
+    assert isinstance(run_args, RunArguments) and (args.output_dir, args.seed) == ("o", 11)
+    (tmp_path / "bad.json").write_text(json.dumps({"output_dir": "o", "report_to": "none", "sede": 11}))
+    with pytest.raises(UsageError) as refused:
+        parse_args((RunArguments, HeadsTrainingArguments), [str(tmp_path / "bad.json")])
+    assert str(refused.value) == "Some keys are not used by the HfArgumentParser: ['sede']"
+
+
+def test_evaluating_without_training_counts_the_training_splits_labels_for_a_head_that_needs_them():
+    from conftest import tiny_llama_config
+
+    from hf_heads import HeadsConfig, HeadsForCausalLM
+    from hf_heads.cli.runs import ensure_word_counts
+    from hf_heads.data.tokenization import label_counts
+
+    head = {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "log-unigram"}
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config(), head=head))
+    train = datasets.Dataset.from_dict({"labels": [[5, 5, 7, -100], [7, 9, 5, 3]]})
+    assert not model.head.has_word_counts
+    ensure_word_counts(model, train)
+    assert model.head.has_word_counts
+    expected = label_counts(train, 61)
+    assert expected[5] == 3 and expected[7] == 2 and expected[9] == 1
+    assert torch.equal(model.head.word_counts.to(expected), expected)
+
+
+def test_local_translation_pairs_need_both_languages_named(tmp_path):
+    """Local files have no corpus name to take the direction from: without --source_lang and --target_lang the
+    run is refused."""
+    from hf_heads.cli.seq2seq import DataArguments, load_pairs
+
+    (tmp_path / "train.jsonl").write_text(json.dumps({"translation": {"es": "el rey", "en": "the king"}}) + "\n")
+    with pytest.raises(UsageError) as refused:
+        load_pairs(_task({}), DataArguments(train_file=str(tmp_path / "train.jsonl"), source_lang="es"))
+    assert str(refused.value) == "give --source_lang and --target_lang (keys of the `translation` column)"
+    pairs = load_pairs(_task({}), DataArguments(train_file=str(tmp_path / "train.jsonl"), source_lang="es",
+                                                target_lang="en"))  # fmt: skip
+    assert pairs["train"][0] == {"source": "el rey", "target": "the king"}
+
+
+def test_translation_files_without_a_translation_column_ask_for_the_column_flags(tmp_path):
+    from hf_heads.cli.seq2seq import DataArguments, load_pairs
+
+    (tmp_path / "train.csv").write_text("es,en\nel rey,the king\n")
+    data = DataArguments(train_file=str(tmp_path / "train.csv"), source_lang="es", target_lang="en")
+    with pytest.raises(UsageError) as refused:
+        load_pairs(_task({}), data)
+    assert str(refused.value) == (
+        "split 'train' has no `translation` column (columns: ['es', 'en']); give --source_column and --target_column"
+    )
+
+
+def test_a_table_trained_on_the_targets_of_a_new_model_needs_a_training_split(tmp_path):
+    from hf_heads.cli.seq2seq import run_table
+
+    tok = build_word_tokenizer(["the king spoke"], add_eos=True)
+    head = head_dict({"family": "continuous", "embedding_name": "word2vec-targets", "word2vec_dim": 8})
+    split = datasets.Dataset.from_dict({"source": ["el rey habló"], "target": ["the king spoke"]})
+    with pytest.raises(UsageError) as refused:
+        run_table(head, tok, datasets.DatasetDict(validation=split), str(tmp_path / "run"), "tiny-bart", 0)
+    assert str(refused.value) == (
+        "embedding_name='word2vec-targets' trains the table on the training targets: give a training set"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "override, error",
+    [
+        ("scale_embedding=yes", "--config_overrides: scale_embedding='yes' must be true or false"),
+        ("dropout=high", "--config_overrides: dropout='high' must be a number"),
+        ("d_model=wide", "--config_overrides: d_model='wide' must be a number"),
+    ],
+    ids=["bool", "float", "int"],
+)
+def test_config_overrides_refuse_a_value_of_the_wrong_type(override, error):
+    from transformers import BartConfig
+
+    from hf_heads.cli.seq2seq import _override_config
+
+    config = BartConfig(d_model=128, dropout=0.1, scale_embedding=False)
+    with pytest.raises(UsageError) as refused:
+        _override_config(config, override)
+    assert str(refused.value) == error
+    assert (config.d_model, config.dropout, config.scale_embedding) == (128, 0.1, False)
+
+
+def test_config_overrides_of_an_unset_field_keep_numbers_numbers():
+    from transformers import BartConfig
+
+    from hf_heads.cli.seq2seq import _override_config
+
+    config = BartConfig()
+    config.forced_bos_token_id = config.custom_scale = config.custom_marker = None
+    _override_config(config, "forced_bos_token_id=-3,custom_scale=2.5,custom_marker=spoke")
+    assert config.forced_bos_token_id == -3 and isinstance(config.forced_bos_token_id, int)
+    assert config.custom_scale == 2.5 and isinstance(config.custom_scale, float)
+    assert config.custom_marker == "spoke"
+
+
+def test_config_overrides_are_refused_for_a_model_that_is_not_built_in(tmp_path):
+    from hf_heads.cli.seq2seq import ModelArguments, build_model
+
+    tok = build_word_tokenizer(["the king spoke"])
+    args = ModelArguments(model_name_or_path=str(tmp_path / "bart"), config_overrides="d_model=64")
+    with pytest.raises(UsageError) as refused:
+        build_model(args, SOFTMAX, tok)
+    assert str(refused.value) == (
+        f"--config_overrides applies to the built-in backbones (tiny-bart, tiny-marian, tiny-t5), not "
+        f"{str(tmp_path / 'bart')!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, error",
+    [
+        ("--do_eval", "error: --do_eval needs a validation split (--validation_file)"),
+        ("--do_predict", "error: --do_predict needs a test split (--test_file)"),
+    ],
+    ids=["eval", "predict"],
+)
+def test_a_seq2seq_script_refuses_evaluating_a_split_the_data_lacks(monkeypatch, capsys, tmp_path, flag, error):
+    given = ["--source_column", "es", "--target_column", "en", "--report_to", "none", flag]
+    assert _seq2seq_error_line(monkeypatch, capsys, tmp_path, given) == error
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_new_continuous_head_centred_by_frequency_without_a_training_split_is_refused(monkeypatch, capsys, tmp_path):
+    """Evaluating a new model whose continuous head centres its table by the training targets' frequencies, with no
+    training split: one line naming the option and what to give."""
+    from hf_heads.cli.seq2seq import main
+
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    build_word_tokenizer(["el rey", "the king"], add_eos=True).save_pretrained(tmp_path / "tok")
+    save_table(tmp_path / "table.npz", ["the", "king"], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    (tmp_path / "valid.csv").write_text("es,en\nel rey,the king\n")
+    argv = [
+        "--output_dir", str(tmp_path / "out"), "--validation_file", str(tmp_path / "valid.csv"), "--source_column",
+        "es", "--target_column", "en", "--tokenizer_name", str(tmp_path / "tok"), "--head", "continuous",
+        "--embedding_name", str(tmp_path / "table.npz"), "--center_embeddings", "frequency", "--do_eval",
+        "--report_to", "none",
+    ]  # fmt: skip
+    try:
+        line = _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    assert line == (
+        "error: head.center_embeddings='frequency' counts the training targets: give a training set: --do_train with "
+        "--dataset_name or --train_file, or a trained hf_heads model"
+    )

@@ -592,6 +592,23 @@ def test_the_export_command_refuses_a_model_that_is_not_an_hf_heads_model(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_the_export_command_refuses_an_hf_heads_config_naming_no_model_class(tmp_path, capsys):
+    """An hf_heads config whose `architectures` names none of the hf_heads model classes (saved from the config
+    alone): one error line naming the directory and the architectures, exit 2."""
+    from hf_heads.cli.errors import main_wrapper
+    from hf_heads.cli.export_base import main
+
+    for name, architectures in (("unnamed", None), ("other", ["LlamaForCausalLM"])):
+        config = HeadsConfig(backbone=tiny_llama_config(), head={"family": "softmax"})
+        config.architectures = architectures
+        config.save_pretrained(tmp_path / name)
+        with pytest.raises(SystemExit) as info:
+            main_wrapper(lambda: main([str(tmp_path / name), str(tmp_path / "out")]))  # noqa: B023 (called at once)
+        error = f"error: {tmp_path / name}: config.architectures={architectures!r} names no hf_heads model class"
+        assert info.value.code == 2 and capsys.readouterr().err.strip() == error
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("multiplier, cap", [(0.5, None), (2.0, 3.0)])
 def test_a_sampled_heads_offset_lies_inside_the_logit_multiplier(multiplier, cap):
     """s + o(c) with s = multiplier·(W h + b): the bias takes o / multiplier (CE-MCS, log-uniform noise: o = log D(c));
@@ -613,3 +630,106 @@ def test_a_sampled_heads_offset_lies_inside_the_logit_multiplier(multiplier, cap
     h = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
     z = transform_logits(h @ weight.T + bias, multiplier)
     torch.testing.assert_close(torch.log_softmax(z, -1), torch.log_softmax(head.logits(h), -1), rtol=0, atol=1e-5)
+
+
+SERVED = (
+    "the hf_heads model itself serves it exactly (save_pretrained / export_for_hub: it loads with "
+    "trust_remote_code=True where hf_heads is not installed)"
+)
+
+
+def test_a_classifier_whose_base_class_computes_with_a_dense_layer_the_model_lacks_is_refused_naming_its_tensors():
+    """ELECTRA's classifier is dense + projection: a new head over the ELECTRA backbone has no dense layer."""
+    config = build("electra", "encoder_classification").config
+    model = HeadsForSequenceClassification(HeadsConfig(backbone=config.to_dict())).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError) as refused:
+        model.to_base()
+    assert str(refused.value) == (
+        "ElectraForSequenceClassification has tensors the hf_heads model does not hold (classifier.dense.bias, "
+        "classifier.dense.weight): the base architecture computes its output with more than the backbone and one "
+        f"linear layer, so it cannot give this model's distribution. Nearest exact choice: {SERVED}"
+    )
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_an_export_whose_logits_rule_out_a_token_the_model_gives_is_refused():
+    """The model's own logits (here a hook masks token 5) and the base model's differ in support: infinitely apart."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+
+    def mask_token(module, args, output):
+        loss, logits = output
+        if logits is not None:
+            logits = logits.clone()
+            logits[..., 5] = float("-inf")
+        return loss, logits
+
+    model.head.register_forward_hook(mask_token)
+    with pytest.raises(ValueError) as refused:
+        model.to_base()
+    assert str(refused.value) == (
+        "the exported LlamaForCausalLM's log-probabilities differ from the hf_heads model's by up to inf nats on a "
+        "probe input (tolerance 1e-05): the base architecture does not compute this model's distribution from its "
+        f"backbone and output layer, so the export is refused. Nearest exact choice: {SERVED}"
+    )
+
+
+def test_an_export_that_loads_back_otherwise_than_it_was_saved_is_refused(tmp_path):
+    """Llama's rotary table is recomputed from the config when loaded, not saved: a model whose table was changed in
+    memory exports a directory that transformers loads into another distribution."""
+    import re
+
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    with torch.no_grad():
+        model.backbone.rotary_emb.inv_freq.mul_(3.0)
+    with pytest.raises(ValueError) as refused:
+        model.export_base(tmp_path / "export")
+    pattern = (
+        re.escape(
+            f"{tmp_path / 'export'} loads into a LlamaForCausalLM whose log-probabilities differ from the "
+            "exported model's by up to "
+        )
+        + r"[0-9.e-]+"
+        + re.escape(
+            " nats: transformers loads ? otherwise than the exported model holds them (a table the architecture "
+            "recomputes when it loads instead of saving it?)"
+        )
+        + "$"
+    )
+    assert re.match(pattern, str(refused.value)), str(refused.value)
+
+
+def test_the_export_card_names_the_hub_model_it_was_trained_from(tmp_path):
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    model.config.name_or_path = "someone/tiny-llama"
+    card = (model.export_base(tmp_path / "export") / "README.md").read_text()
+    front = card.split("---")[1].strip().splitlines()
+    assert front == [
+        "library_name: transformers", "tags:", "- hf_heads", "- hf_heads-base-export", "base_model: someone/tiny-llama"
+    ]  # fmt: skip
+    model.config.name_or_path = str(tmp_path)  # a local directory: no Hub model to name
+    card = (model.export_base(tmp_path / "local") / "README.md").read_text()
+    assert "base_model:" not in card
+
+
+def test_the_exported_config_drops_the_backbones_auto_map_and_the_model_keeps_it(tmp_path):
+    """A backbone config carrying `auto_map` (a checkpoint with code of its own) exports as its transformers class,
+    with no `auto_map` pointing at code the export does not hold."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    auto_map = {"AutoModelForCausalLM": "modeling_own.OwnForCausalLM"}
+    model.config.backbone.auto_map = auto_map
+    directory = model.export_base(tmp_path / "export")
+    assert "auto_map" not in json.loads((directory / "config.json").read_text())
+    assert model.config.backbone.auto_map == auto_map
+    assert type(LlamaForCausalLM.from_pretrained(directory)) is LlamaForCausalLM
+
+
+def test_a_base_class_whose_output_layer_is_no_linear_layer_is_refused_naming_it():
+    """FSMT's `get_output_embeddings` is its decoder's embedding table (the projection sits inside its decoder)."""
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=MATRIX["seq2seq"][0]["fsmt"]().to_dict())).eval()
+    with pytest.raises(ValueError) as refused:
+        model.to_base()
+    assert str(refused.value) == "FSMTForConditionalGeneration's output layer is Embedding, not an nn.Linear"

@@ -396,3 +396,145 @@ def test_a_training_forward_moves_the_running_max_norm_once(fused_lm_head):
         batch_max = float(model.backbone(x).last_hidden_state[:, :-1].norm(dim=-1).max())  # the last predicts nothing
     model(x, labels=x, fused_lm_head=fused_lm_head)
     assert float(model.head.context_norm_running) == pytest.approx(1.0 + 0.5 * (batch_max - 1.0), rel=1e-5)
+
+
+def test_from_pretrained_of_a_base_checkpoint_takes_keyword_arguments_only(tmp_path):
+    from conftest import tiny_gpt2_config
+    from transformers import GPT2LMHeadModel
+
+    GPT2LMHeadModel(tiny_gpt2_config()).save_pretrained(tmp_path / "gpt2")
+    name = str(tmp_path / "gpt2")
+    with pytest.raises(TypeError) as refused:
+        HeadsForCausalLM.from_pretrained(name, {"family": "sparse", "k": 5})
+    assert str(refused.value) == (
+        f"HeadsForCausalLM.from_pretrained({name!r}, ...) of a base checkpoint takes keyword arguments only "
+        "(config=..., revision=...), got 1 more positional"
+    )
+
+
+def test_from_pretrained_of_a_missing_directory_fails_as_a_transformers_model_does(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    with pytest.raises(OSError) as expected:
+        LlamaForCausalLM.from_pretrained(str(tmp_path / "missing"))
+    with pytest.raises(OSError) as refused:
+        HeadsForCausalLM.from_pretrained(str(tmp_path / "missing"))
+    assert str(refused.value) == str(expected.value)
+
+
+def test_from_config_of_an_hf_heads_config_builds_its_head_and_of_a_backbone_config_the_default_head():
+    from conftest import tiny_llama_config
+
+    config = HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 5})
+    model = HeadsForCausalLM.from_config(config, trust_remote_code=True)
+    assert type(model) is HeadsForCausalLM and model.head.family == "sparse" and model.head.options.k == 5
+    assert model.config.head == config.head and model.config.backbone.hidden_size == 32
+    assert model.head_origin is None  # its own head: bound
+    plain = HeadsForCausalLM.from_config(tiny_llama_config())
+    assert plain.head.family == "softmax" and plain.head_origin == "init"
+
+
+def test_set_input_embeddings_replaces_the_backbones_table():
+    from conftest import tiny_llama_config
+
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    table = torch.nn.Embedding(61, 32)
+    model.set_input_embeddings(table)
+    assert model.get_input_embeddings() is table and model.backbone.get_input_embeddings() is table
+    x = _batch()
+    assert torch.equal(model.backbone.embed_tokens(x), table(x))
+
+
+class _OwnLM(HeadsForCausalLM):
+    """A user's subclass: its code is the user's, so it is saved as a plain transformers model is."""
+
+
+def test_a_users_subclass_is_saved_without_the_exported_code(tmp_path):
+    from conftest import tiny_llama_config
+
+    torch.manual_seed(0)
+    model = _OwnLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "sparse", "k": 5})).eval()
+    model.save_pretrained(tmp_path / "own")
+    saved = json.loads((tmp_path / "own" / "config.json").read_text())
+    assert "auto_map" not in saved and saved["architectures"] == ["_OwnLM"]
+    assert not list((tmp_path / "own").glob("*.py"))
+    again = _OwnLM.from_pretrained(tmp_path / "own").eval()
+    x = _batch()
+    torch.testing.assert_close(again(x).logits, model(x).logits, rtol=0, atol=0)
+
+
+def test_fused_lm_head_without_labels_is_refused():
+    from conftest import tiny_llama_config
+
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    with pytest.raises(ValueError) as refused:
+        model(_batch(), fused_lm_head=True)
+    assert str(refused.value) == "fused_lm_head=True needs labels (or shift_labels): it returns per-token losses"
+
+
+def test_a_backbone_without_a_generation_cache_generates_the_tokens_of_its_own_class():
+    """openai-gpt takes no cache: every step reads the whole sequence, as `OpenAIGPTLMHeadModel.generate` does."""
+    from arch_matrix import build
+
+    lm = build("openai-gpt", "causal_lm")
+    model = HeadsForCausalLM.from_base(lm, head={"family": "softmax"}, calibrate=False).eval()
+    prompt = _batch()[:1, :4]
+    greedy = dict(max_new_tokens=3, do_sample=False, pad_token_id=0)
+    ours = model.generate(prompt, **greedy)
+    assert ours.shape == (1, 7) and torch.equal(ours, lm.generate(prompt, **greedy))
+
+
+def test_generate_through_a_stateful_class_that_does_not_hold_body_and_output_layer_as_children_is_refused():
+    """A reformer backbone's `ReformerModelWithLMHead` keeps its output layer inside `lm_head.decoder`."""
+    from transformers import ReformerConfig
+
+    backbone = ReformerConfig(
+        vocab_size=61, hidden_size=32, num_attention_heads=2, attention_head_size=16, feed_forward_size=64,
+        axial_pos_embds=False, max_position_embeddings=64, is_decoder=True, attn_layers=["local", "local"],
+        local_attn_chunk_length=8, pad_token_id=0, eos_token_id=3,
+    )  # fmt: skip
+    model = HeadsForCausalLM(HeadsConfig(backbone=backbone.to_dict(), head={"family": "softmax"})).eval()
+    with pytest.raises(NotImplementedError) as refused:
+        model.generate(_batch()[:1, :3], max_new_tokens=2, do_sample=False)
+    assert str(refused.value) == (
+        "generate() with a 'reformer' backbone: ReformerModelWithLMHead does not hold its body and output layer as "
+        "two direct children, so hf_heads cannot generate through it"
+    )
+
+
+def test_from_base_refuses_a_checkpoint_whose_logits_rule_out_a_token_its_output_layer_gives():
+    """A checkpoint that masks a token after its output layer (-inf there): the supports differ, the difference is
+    infinite and the wrap is refused."""
+    from conftest import tiny_llama_config
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(tiny_llama_config()).eval()
+
+    def mask_token(module, inputs, output):
+        output[..., 5] = float("-inf")
+        return output
+
+    lm.lm_head.register_forward_hook(mask_token)
+    with pytest.raises(ValueError) as refused:
+        HeadsForCausalLM.from_base(lm, head={"family": "softmax"}, calibrate=False)
+    assert str(refused.value) == (
+        "from_base('<LlamaForCausalLM in memory>'): the wrapped model's log-probabilities differ from the "
+        "checkpoint's by up to inf nats on a probe input (tolerance 0.0001): hf_heads does not reproduce how "
+        "LlamaForCausalLM (model_type='llama') computes its logits, so it refuses to return a different model. "
+        "Known output transforms: see the table of hf_heads.modeling.parity"
+    )
+
+
+def test_export_for_hub_of_a_users_subclass_is_refused_naming_the_classes_it_exports(tmp_path):
+    """The exported code defines hf_heads' own classes only: a subclass would load as another class without it."""
+    from conftest import tiny_llama_config
+
+    model = _OwnLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
+    with pytest.raises(ValueError) as refused:
+        model.export_for_hub(tmp_path / "export")
+    assert str(refused.value) == (
+        "cannot export the code of _OwnLM: model class '_OwnLM' is not one of HeadsForCausalLM, HeadsForSeq2SeqLM, "
+        "HeadsForSequenceClassification"
+    )
+    assert not (tmp_path / "export" / "config.json").exists()

@@ -142,3 +142,76 @@ def test_llama_cpp_runs_the_file(tokenizer, tmp_path):
         if len(tokens) == len(greedy):
             break
     assert tokens == greedy
+
+
+def test_gguf_of_a_head_dim_other_than_hidden_over_heads_writes_the_key_and_value_lengths(tmp_path):
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, head_dim=24, vocab_size=VOCAB, max_position_embeddings=64,
+                         bos_token_id=2, eos_token_id=3, pad_token_id=1)  # fmt: skip
+    model = HeadsForCausalLM.from_base(LlamaForCausalLM(config).eval(), head={"family": "softmax"}, calibrate=False)
+    path = model.export_gguf(tmp_path / "wide.gguf", dtype="f32")  # read back and compared
+    fields = GGUFReader(path).fields
+    assert int(fields["llama.attention.key_length"].parts[-1][0]) == 24
+    assert int(fields["llama.attention.value_length"].parts[-1][0]) == 24
+    assert int(fields["llama.rope.dimension_count"].parts[-1][0]) == 24
+
+
+def test_gguf_refuses_a_projection_bias_llama_cpp_has_no_place_for(tmp_path):
+    for option in ("attention_bias", "mlp_bias"):
+        torch.manual_seed(0)
+        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                             vocab_size=VOCAB, max_position_embeddings=64, **{option: True})  # fmt: skip
+        model = HeadsForCausalLM.from_base(LlamaForCausalLM(config).eval(), head={"family": "softmax"})
+        with pytest.raises(ValueError) as refused:
+            model.export_gguf(tmp_path / f"{option}.gguf")
+        assert str(refused.value) == (
+            f"{option}=True is not written by export_gguf (llama.cpp's Llama graph has no such bias)"
+        )
+        assert not (tmp_path / f"{option}.gguf").exists()
+
+
+def test_gguf_refuses_a_tokenizer_that_is_neither_byte_level_bpe_nor_sentencepiece(tmp_path):
+    from hf_heads.data import build_word_tokenizer
+
+    model = llama_model({"family": "softmax", "bias": False})
+    words = build_word_tokenizer([TEXT])
+    with pytest.raises(ValueError) as refused:
+        model.export_gguf(tmp_path / "words.gguf", tokenizer=words)
+    assert str(refused.value) == (
+        f"{type(words).__name__} is neither a byte-level BPE nor a SentencePiece tokenizer: export_gguf writes those "
+        "two (pass tokenizer=None for a file without a vocabulary)"
+    )
+
+
+def test_gguf_refuses_a_tokenizer_larger_than_the_models_vocabulary(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=200, max_position_embeddings=64)  # fmt: skip
+    model = HeadsForCausalLM.from_base(LlamaForCausalLM(config).eval(), head={"family": "softmax"})
+    with pytest.raises(ValueError) as refused:
+        model.export_gguf(tmp_path / "small.gguf", tokenizer=tokenizer)
+    assert str(refused.value) == f"the tokenizer has {len(tokenizer)} tokens, the model 200"
+
+
+def test_gguf_that_reads_back_otherwise_than_the_model_is_refused(tmp_path):
+    """Llama's rotary table is recomputed from the config when read, not written: a model whose table was changed in
+    memory writes a file that does not hold it."""
+    import re
+
+    model = llama_model({"family": "softmax", "bias": False})
+    with torch.no_grad():
+        model.backbone.rotary_emb.inv_freq.mul_(3.0)
+    path = tmp_path / "rope.gguf"
+    with pytest.raises(ValueError) as refused:
+        model.export_gguf(path, dtype="f32")
+    pattern = (
+        re.escape(
+            f"transformers reads {path} back into a model whose log-probabilities differ from the exported "
+            "model's by up to "
+        )
+        + r"[0-9.e-]+"
+        + re.escape(" nats (tolerance 1e-05 for f32): the file does not hold this model")
+        + "$"
+    )
+    assert re.match(pattern, str(refused.value)), str(refused.value)

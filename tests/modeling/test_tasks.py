@@ -345,3 +345,154 @@ def test_classification_returns_the_backbones_hidden_states_and_attentions_when_
     for got, want in zip(out.hidden_states + out.attentions, ref.hidden_states + ref.attentions, strict=True):
         torch.testing.assert_close(got, want)
     assert model(input_ids=x, attention_mask=mask).attentions is None
+
+
+# ---------------------------------------------------------------- more seq2seq and classifier refusals
+
+
+def test_bert2bert_set_input_embeddings_replaces_the_decoders_table_only():
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bert2bert", V), head={"family": "softmax"}))
+    source_table = model.backbone.encoder.get_input_embeddings()
+    table = torch.nn.Embedding(V, 32)
+    model.set_input_embeddings(table)
+    assert model.get_input_embeddings() is table and model.backbone.decoder.get_input_embeddings() is table
+    assert model.backbone.encoder.get_input_embeddings() is source_table
+
+
+def test_seq2seq_training_without_a_decoder_start_token_is_refused_naming_the_backbone_field():
+    backbone = tiny_enc_dec_config("bert2bert", V)
+    backbone.decoder_start_token_id = None
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=backbone, head={"family": "softmax"})).train()
+    x, mask, y = seq2seq_batch()
+    with pytest.raises(ValueError) as refused:
+        model(input_ids=x, attention_mask=mask, labels=y)
+    assert str(refused.value) == "backbone.decoder_start_token_id is not set; set it in the backbone config"
+
+
+def test_seq2seq_from_base_refuses_an_encoder_decoder_model_that_projects_the_encoders_states():
+    """A pair of different widths (32 -> 48) that transformers joins with `enc_to_dec_proj`."""
+    from conftest import _tiny_bert_kwargs
+    from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel
+
+    encoder = BertConfig(**_tiny_bert_kwargs(V, pad_token_id=1, no_dropout=True))
+    decoder = BertConfig(**{**_tiny_bert_kwargs(V, pad_token_id=1, no_dropout=True), "hidden_size": 48},
+                         is_decoder=True, add_cross_attention=True)  # fmt: skip
+    config = EncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 2, 1, 3
+    torch.manual_seed(0)
+    pair = EncoderDecoderModel(config=config).eval()
+    pair.config.name_or_path = "pair"
+    with pytest.raises(ValueError) as refused:
+        HeadsForSeq2SeqLM.from_base(pair)
+    assert str(refused.value) == (
+        "'pair': this EncoderDecoderModel projects its encoder's states (32 -> 48, enc_to_dec_proj) before the "
+        "decoder reads them, which hf_heads does not do: it wraps pairs whose decoder reads the encoder's states as "
+        "they are (equal hidden sizes, or a decoder with cross_attention_hidden_size)"
+    )
+
+
+def test_bert2bert_warm_start_of_a_decoder_without_a_pad_token_asks_for_it(tmp_path):
+    from transformers import BertModel
+
+    config = tiny_bert_config(V, pad_token_id=1)
+    config.pad_token_id = None
+    BertModel(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(str(tmp_path), decoder_start_token_id=5, eos_token_id=6)
+    assert str(refused.value) == f"pad_token_id is unknown for {str(tmp_path)!r}; pass pad_token_id=..."
+    model = HeadsForSeq2SeqLM.from_encoder_decoder_pretrained(
+        str(tmp_path), decoder_start_token_id=5, eos_token_id=6, pad_token_id=1
+    )
+    assert model.config.backbone.pad_token_id == 1
+
+
+def test_a_tied_head_without_an_output_matrix_is_refused_pointing_to_tie_decoder_inputs():
+    head = {"family": "continuous", "embedding_dim": 8}
+    with pytest.raises(ValueError) as refused:
+        HeadsForSeq2SeqLM(HeadsConfig(backbone=tiny_enc_dec_config("bart", V), head=head, tie_word_embeddings=True))
+    assert str(refused.value) == (
+        "tie_word_embeddings=true does not apply to a continuous head (it has no (V, H) output matrix); use "
+        "head.tie_decoder_inputs"
+    )
+
+
+@pytest.mark.parametrize(
+    "fields, error",
+    [
+        ({"classifier_stem": ""}, "classifier_stem='' must be a module name or null"),
+        ({"classifier_stem": 3}, "classifier_stem=3 must be a module name or null"),
+        (
+            {"classifier_stem": "classifier", "pooling": "mean"},
+            "pooling='mean' does not apply with classifier_stem='classifier' (the checkpoint's classifier pools); "
+            "allowed: 'auto'",
+        ),
+        ({"decoder_stem": ""}, "decoder_stem='' must be a module name or null"),
+    ],
+    ids=["empty-stem", "number-stem", "stem-with-pooling", "empty-decoder-stem"],
+)
+def test_config_refuses_a_stem_that_is_no_module_name(fields, error):
+    with pytest.raises(ValueError) as refused:
+        HeadsConfig(backbone=tiny_bert_config(V), **fields)
+    assert str(refused.value) == error
+
+
+def test_classifier_stem_naming_a_module_that_is_no_linear_layer_is_refused():
+    config = HeadsConfig(backbone=tiny_bert_config(V), classifier_stem="dropout", id2label=LABELS)
+    with pytest.raises(ValueError) as refused:
+        HeadsForSequenceClassification(config)
+    assert str(refused.value) == "classifier_stem='dropout' is a Dropout, not the final nn.Linear"
+
+
+def test_classifier_from_base_of_a_bare_encoder_needs_its_labels(tmp_path):
+    from transformers import BertModel
+
+    BertModel(tiny_bert_config(V)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        HeadsForSequenceClassification.from_base(str(tmp_path))
+    assert str(refused.value) == (
+        "give id2label (preferred) or num_labels: the checkpoint is not a sequence classifier, so its head is new"
+    )
+    with pytest.raises(ValueError) as refused:
+        HeadsForSequenceClassification.from_base(str(tmp_path), num_labels=4, id2label=LABELS)
+    assert str(refused.value) == "num_labels=4 but id2label has 5 labels"
+    model = HeadsForSequenceClassification.from_base(str(tmp_path), num_labels=5, id2label=LABELS)
+    assert model.config.id2label == LABELS and model.config.num_labels == 5
+
+
+def test_classifier_from_base_rebuilds_a_label2id_of_config_that_disagrees_with_its_id2label(tmp_path):
+    from transformers import BertModel
+
+    BertModel(tiny_bert_config(V)).save_pretrained(tmp_path)
+    config = tiny_bert_config(V)
+    config.id2label = {0: "animal", 1: "plant"}
+    config.label2id = {"animal": 1, "plant": 0}
+    model = HeadsForSequenceClassification.from_base(str(tmp_path), config=config)
+    assert model.config.id2label == {0: "animal", 1: "plant"}
+    assert model.config.label2id == {"animal": 0, "plant": 1}
+
+
+class _ScaledProjection(torch.nn.Module):
+    """A user's classifier output layer that is no nn.Linear."""
+
+    def __init__(self, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(classes, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * x @ self.weight.T
+
+
+def test_classifier_from_base_refuses_a_classifier_whose_final_projection_is_no_linear_layer():
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    clf = BertForSequenceClassification(tiny_bert_config(V)).eval()
+    custom = _ScaledProjection(32, 2)
+    clf.classifier = custom
+    with pytest.raises(ValueError) as refused:
+        HeadsForSequenceClassification.from_base(clf)
+    assert str(refused.value) == (
+        "BertForSequenceClassification has no final (num_labels=2, H) projection outside its base model: hf_heads "
+        "cannot take its classifier over"
+    )
+    assert clf.classifier is custom

@@ -606,6 +606,31 @@ def test_finish_run_export_card_and_push_keep_the_hf_heads_card(tmp_path, capsys
         assert (directory / "loss_curves.png").is_file()
 
 
+def test_finish_run_on_a_rank_other_than_the_main_process_writes_nothing(tmp_path, capsys):
+    """Only the main process writes the run's artefacts: another rank leaves the output directory alone."""
+
+    class OtherRank(FakeTrainer):
+        def is_world_process_zero(self) -> bool:
+            return False
+
+    out, hub = tmp_path / "out", tmp_path / "hub"
+    model = causal_lm({"family": "softmax"})
+    args = HeadsTrainingArguments(output_dir=str(out), max_steps=4, report_to="none")
+    trainer = OtherRank(out)
+    finish_run(
+        trainer,
+        model=model,
+        tokenizer=None,
+        run_args=RunArguments(hub_export_dir=str(hub), export_base_dir=str(tmp_path / "base")),
+        training_args=args,
+        dataset="d",
+        base_model="tiny-gpt2",
+        metrics={"eval_loss": 4.2},
+    )
+    assert not out.exists() and not hub.exists() and not (tmp_path / "base").exists()
+    assert trainer.pushed is None and " written to " not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- training arguments
 
 
