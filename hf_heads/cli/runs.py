@@ -112,7 +112,8 @@ def ensure_word_counts(model, train_dataset) -> None:
     if head_module is None or not model.head_needs_counts() or head_module.has_word_counts:
         return
     if train_dataset is None or len(train_dataset) == 0:
-        what = f"--{head_module.options.counts_reason()}"
+        reason = head_module.options.counts_reason()
+        what = f"--{reason}" if reason else f"--head {head_module.family}"
         raise UsageError(
             f"{what} needs word counts of the training data, and this run has no training split to count them "
             "from: give --train_file (or a --dataset_name with a train split; its tokens are counted), or "

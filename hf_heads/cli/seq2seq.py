@@ -44,6 +44,11 @@ from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
 from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
 from hf_heads.validation import OptionError
 
+try:
+    from huggingface_hub.errors import StrictDataclassError
+except ImportError:  # a huggingface_hub without strict dataclasses: configs do not check fields when set
+    StrictDataclassError = ValueError
+
 logger = logging.getLogger(__name__)
 
 
@@ -240,7 +245,13 @@ def _override_config(config, overrides: str) -> None:
                 new = int(value) if value.lstrip("-").isdigit() else float(value)
             except ValueError:
                 new = value
-        setattr(config, key, new)
+        try:
+            setattr(config, key, new)
+        except (ValueError, TypeError, StrictDataclassError) as err:  # the config class's own check of the field
+            reason = str(err).strip().splitlines()[-1].strip()
+            raise UsageError(
+                f"--config_overrides: {key}={value!r} is refused by {type(config).__name__}: {reason}"
+            ) from None
     logger.info("backbone config overrides: %s", overrides)
 
 

@@ -106,9 +106,9 @@ class DiscreteHead(OutputHead):
             return None
         if not self.has_word_counts:
             raise ValueError(
-                f"head.{self.options.counts_reason()} needs word counts, but this head has none: pass "
-                "word_counts=... to from_base(), call head.set_word_counts(...), or train with HeadsTrainer "
-                "(it counts the training set)"
+                f"head.{self.options.counts_reason() or f'family={self.family!r}'} needs word counts, but this head "
+                "has none: pass word_counts=... to from_base(), call head.set_word_counts(...), or train with "
+                "HeadsTrainer (it counts the training set)"
             )
         return self.word_counts
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -68,12 +71,20 @@ def export_base(model, directory: str | Path, tokenizer=None, verify: bool = Tru
         )
     export = _BaseExport(model)
     base = export.build(verify)
-    base.save_pretrained(directory)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(directory)
-    (directory / "README.md").write_text(model_card(model, base, directory.name), encoding="utf-8")
-    if verify:
-        export.check_reloaded(base, directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{directory.name}.", dir=directory.parent) as tmp:
+        staged = Path(tmp)  # written and checked here: a refused export leaves `directory` as it was
+        base.save_pretrained(staged)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staged)
+        (staged / "README.md").write_text(model_card(model, base, directory.name), encoding="utf-8")
+        if verify:
+            export.check_reloaded(base, staged, shown=directory)
+        directory.mkdir(exist_ok=True)
+        for path in staged.iterdir():
+            if path.is_dir() and (directory / path.name).is_dir():
+                shutil.rmtree(directory / path.name)
+            os.replace(path, directory / path.name)
     return directory
 
 
@@ -387,9 +398,9 @@ class _BaseExport:
         return float((a - b)[finite].abs().max()) if bool(finite.any()) else 0.0
 
     @torch.no_grad()
-    def check_reloaded(self, base: PreTrainedModel, directory: Path) -> None:
+    def check_reloaded(self, base: PreTrainedModel, directory: Path, shown: Path | None = None) -> None:
         """The saved directory, loaded by transformers alone, gives the in-memory base model's logits; else
-        `ValueError` naming the tensors it loads otherwise."""
+        `ValueError` naming the tensors it loads otherwise (and the directory as `shown`, where given)."""
         reloaded = self.auto.from_pretrained(directory, dtype=base.dtype).to(self._device()).eval()
         for inputs in self.probe():
             diff = self._difference(base(**inputs).logits, reloaded(**inputs).logits)
@@ -397,10 +408,10 @@ class _BaseExport:
                 saved, loaded = base.state_dict(), reloaded.state_dict()
                 changed = sorted(k for k in saved if k in loaded and not torch.equal(saved[k], loaded[k].to(saved[k])))
                 raise ValueError(
-                    f"{directory} loads into a {type(reloaded).__name__} whose log-probabilities differ from the "
-                    f"exported model's by up to {diff:.3g} nats: transformers loads {', '.join(changed[:4]) or '?'} "
-                    "otherwise than the exported model holds them (a table the architecture recomputes when it "
-                    "loads instead of saving it?)"
+                    f"{shown or directory} loads into a {type(reloaded).__name__} whose log-probabilities differ "
+                    f"from the exported model's by up to {diff:.3g} nats: transformers loads "
+                    f"{', '.join(changed[:4]) or '?'} otherwise than the exported model holds them (a table the "
+                    "architecture recomputes when it loads instead of saving it?)"
                 )
 
 

@@ -176,6 +176,14 @@ class HeadsConfig(PretrainedConfig):
         )
 
     def backbone_token_id(self, name: str) -> int | None:
-        """`pad_token_id`, `decoder_start_token_id`, ... of the backbone (its top level, else its decoder)."""
+        """`pad_token_id`, `decoder_start_token_id`, ... of the backbone: its top level, else its nested decoder or
+        text config (an `EncoderDecoderConfig`'s `decoder`, a composite model's `text_config`). A flat
+        encoder-decoder config (BART, T5) is read at its top level only: transformers' decoder view of it
+        (`get_text_config(decoder=True)`) renames its `decoder_*` fields, where an unset one would read as the class
+        default (BART's `decoder_start_token_id` 2) instead of None."""
         value = getattr(self.backbone, name, None)
-        return value if value is not None else getattr(self.backbone.get_text_config(decoder=True), name, None)
+        if value is not None:
+            return value
+        text = self.backbone.get_text_config(decoder=True)
+        nested = any(getattr(self.backbone, key, None) is text for key in ("decoder", "generator", "text_config"))
+        return getattr(text, name, None) if nested else None

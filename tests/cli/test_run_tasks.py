@@ -555,6 +555,12 @@ CLF = ["--train_file", "{train}", "--text_column", "sentence"]
         ("run_translation.py", ["--config_overrides", "d_model=1.5"], "d_model='1.5' must be an integer"),
         ("run_translation.py", ["--config_overrides", "no_such_field=1"], "is not key=value of a BartConfig field"),
         (
+            "run_translation.py",
+            ["--config_overrides", "forced_eos_token_id=x"],
+            "--config_overrides: forced_eos_token_id='x' is refused by BartConfig: TypeError: Field "
+            "'forced_eos_token_id' with value 'x' doesn't match any type",
+        ),
+        (
             "run_summarization.py",
             ["--validation_file", "{valid}", "--source_column", "sentence", "--target_column", "topic"],
             "--do_train needs a training split",

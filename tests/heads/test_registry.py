@@ -7,6 +7,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -104,6 +105,43 @@ class PlainHeadOptions(SoftmaxHeadOptions):
 class PlainHead(DiscreteHead):  # on the discrete base, not a built-in family: it says nothing of its logits
     family = "plain"
     options_class = PlainHeadOptions
+
+
+@dataclass
+class CountedHeadOptions(TemperatureHeadOptions):
+    needs_counts: ClassVar[bool] = True  # says nothing of which option needs them (no `counts_reason`)
+
+
+class CountedHead(TemperatureHead):
+    family = "counted"
+    options_class = CountedHeadOptions
+
+    def training_loss(self, hidden, labels, counting: RowCounting):
+        return super().training_loss(hidden, labels, counting) + 0 * self.counts().sum()
+
+
+def test_a_family_that_needs_word_counts_without_saying_why_is_named_when_they_are_missing():
+    from hf_heads.cli.errors import UsageError
+    from hf_heads.cli.runs import ensure_word_counts
+
+    register("family")(CountedHead)
+    try:
+        head = make_head(4, 5, {"family": "counted"}).train()
+        with pytest.raises(ValueError) as refused:
+            head(torch.randn(2, 4), torch.tensor([0, 1]), return_logits=False)
+        backbone = tiny_gpt2_config(50, n_layer=1, n_embd=16).to_dict()
+        model = HeadsForCausalLM(HeadsConfig(backbone=backbone, head={"family": "counted"}))
+        with pytest.raises(UsageError) as script_refused:  # a run script evaluating it without a training split
+            ensure_word_counts(model, None)
+    finally:
+        del FAMILIES["counted"]
+    assert str(refused.value) == (
+        "head.family='counted' needs word counts, but this head has none: pass word_counts=... to from_base(), call "
+        "head.set_word_counts(...), or train with HeadsTrainer (it counts the training set)"
+    )
+    assert str(script_refused.value).startswith(
+        "--head counted needs word counts of the training data, and this run has no training split"
+    )
 
 
 def test_a_family_that_does_not_say_what_its_logits_are_is_carded_as_returning_the_model_scores():

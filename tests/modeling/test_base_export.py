@@ -699,6 +699,19 @@ def test_an_export_that_loads_back_otherwise_than_it_was_saved_is_refused(tmp_pa
         + "$"
     )
     assert re.match(pattern, str(refused.value)), str(refused.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written that a user could upload
+
+
+def test_an_export_into_a_directory_of_an_earlier_export_replaces_its_files_and_keeps_the_others(tmp_path):
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "llama", "stale": true}')
+    (out / "notes.txt").write_text("mine")
+    assert model.export_base(out) == out
+    assert "stale" not in json.loads((out / "config.json").read_text())
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no staging directory left
 
 
 def test_the_export_card_names_the_hub_model_it_was_trained_from(tmp_path):

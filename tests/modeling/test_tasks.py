@@ -359,8 +359,11 @@ def test_bert2bert_set_input_embeddings_replaces_the_decoders_table_only():
     assert model.backbone.encoder.get_input_embeddings() is source_table
 
 
-def test_seq2seq_training_without_a_decoder_start_token_is_refused_naming_the_backbone_field():
-    backbone = tiny_enc_dec_config("bert2bert", V)
+@pytest.mark.parametrize("kind", ["bert2bert", "bart", "t5"])
+def test_seq2seq_training_without_a_decoder_start_token_is_refused_naming_the_backbone_field(kind: str):
+    """Also for a flat encoder-decoder config, whose decoder view (`get_text_config(decoder=True)`) would read the
+    unset field as the class default (BART's 2) and shift the labels behind it without a word."""
+    backbone = tiny_enc_dec_config(kind, V)
     backbone.decoder_start_token_id = None
     model = HeadsForSeq2SeqLM(HeadsConfig(backbone=backbone, head={"family": "softmax"})).train()
     x, mask, y = seq2seq_batch()
