@@ -443,6 +443,12 @@ def test_a_family_on_the_base_class_gets_the_documented_defaults(base_class_fami
     assert head.eval_sums is None and head.take_eval_sums() is None  # it names no eval sums
     refusals = [
         (
+            head.linear_form,
+            "the scaled head's inference distribution is not the softmax of a linear layer (it defines no "
+            "linear_form): the base architecture cannot hold it; the hf_heads model itself serves it exactly "
+            "(save_pretrained / export_for_hub: it loads with trust_remote_code=True where hf_heads is not installed)",
+        ),
+        (
             lambda: head.start_from(torch.zeros(5, 5), None),
             "a scaled head cannot start from a checkpoint's output layer",
         ),
@@ -566,3 +572,47 @@ def test_the_flat_noise_options_beside_the_noise_section():
     assert str(refused.value) == "head.noise_smoothing=0.75 is given twice, as noise_smoothing and noise.smoothing"
     flat = head_options({"family": "sampled", "noise": "log-uniform", "noise_smoothing": 0.75, "noise_add": 0.0})
     assert flat == head_options({"family": "sampled", "noise": "log-uniform"})
+
+
+@dataclass
+class LinearHeadOptions(SoftmaxHeadOptions):
+    pass
+
+
+class LinearHead(DiscreteHead):  # on the discrete base: its loss pass does not say it scores the inference softmax
+    family = "linear"
+    options_class = LinearHeadOptions
+
+    def training_loss(self, hidden, labels, counting: RowCounting):
+        z = self.inference_logits(hidden).flatten(0, -2)
+        return counting.reduce(F.cross_entropy(z, labels.flatten().clamp_min(0), reduction="none"), labels)
+
+    eval_loss = training_loss
+
+    def inference_logits(self, hidden):
+        return F.linear(hidden, self.weight, self.bias)
+
+
+def test_a_discrete_family_takes_its_token_statistics_from_a_pass_of_their_own():
+    """A family on the discrete base that does not declare its loss pass the inference distribution: the token
+    statistics (entropy, top-1 hits) come from `statistics`, beside its own loss."""
+    register("family")(LinearHead)
+    try:
+        head = make_head(4, 5, {"family": "linear"}).eval()
+    finally:
+        del FAMILIES["linear"]
+    hidden, labels = torch.randn(2, 3, 4), torch.tensor([[0, 4, -100], [2, 2, 1]])
+    loss, stats = head(hidden, labels, token_statistics=True)
+    torch.testing.assert_close(loss, head.loss(hidden, labels))
+    expected = head.statistics(hidden, labels)
+    torch.testing.assert_close(stats["entropy"], expected["entropy"])
+    assert torch.equal(stats["is_top1"], (head.logits(hidden).argmax(-1) == labels) & (labels != -100))
+
+
+def test_statistics_without_labels_are_refused():
+    head = make_head(4, 5, {"family": "softmax"}).eval()
+    hidden = torch.randn(2, 3, 4)
+    for flag in ("token_statistics", "statistics"):
+        with pytest.raises(ValueError) as refused:
+            head(hidden, **{flag: True})
+        assert str(refused.value) == f"{flag}=True needs labels"
