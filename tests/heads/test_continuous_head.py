@@ -450,3 +450,24 @@ def test_beam_search_scores_are_the_heads_decoding_scores(loss):
     want = torch.log_softmax(scores, dim=-1).gather(-1, tokens[..., None]).squeeze(-1).sum(-1)
     assert len(set(out.sequences_scores.tolist())) > 1  # the beams differ
     torch.testing.assert_close(out.sequences_scores.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_output_vocabulary_given_as_a_mask_is_the_one_given_as_ids():
+    head = ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, "output_vocabulary": "targets"})
+    mask = torch.zeros(V, dtype=torch.bool)
+    mask[[3, 9, 17]] = True
+    head.set_output_vocabulary(mask)
+    by_ids = ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D, "output_vocabulary": "targets"})
+    by_ids.set_output_vocabulary(torch.tensor([17, 3, 9]))
+    assert torch.equal(head.output_mask, mask) and torch.equal(by_ids.output_mask, mask)
+
+
+def test_word_counts_are_refused_by_a_continuous_head_and_leave_it_unchanged():
+    head = ContinuousHead(32, V, {"family": "continuous", "embedding_dim": D})
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    with pytest.raises(ValueError) as refused:
+        head.set_word_counts(torch.ones(V))
+    assert str(refused.value) == (
+        "the continuous head uses no word counts (its targets are the embedding table's rows)"
+    )
+    assert all(torch.equal(v, head.state_dict()[k]) for k, v in before.items())

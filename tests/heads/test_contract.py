@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers
 from conftest import seq2seq_batch, tiny_bert_config, tiny_enc_dec_config, tiny_gpt2_config, tiny_llama_config
 from export_check import export_job, load_without_hf_heads
@@ -698,3 +699,31 @@ def test_saved_models_load_without_hf_heads(task, saved, tmp_path):
         torch.testing.assert_close(result["eval_loss"], s.eval_loss, msg=lambda m, case=case: f"{case.id}: {m}")
         torch.testing.assert_close(result["train_loss"], s.train_loss, msg=lambda m, case=case: f"{case.id}: {m}")
         assert result["grads_finite"], case.id
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"family": "margin", "margin": {"type": "arc", "m": 0.2}, "logit_softcap": 2.0},
+        {"family": "margin", "margin": {"type": "cos", "m": 0.1}, "scale": 8.0, "logit_multiplier": 0.5,
+         "logit_softcap": 3.0},
+    ],
+    ids=["arc-softcap", "cos-scale-multiplier-softcap"],
+)  # fmt: skip
+def test_a_soft_capped_margin_head_equals_its_reference(head):
+    """The soft-cap cap · tanh(l / cap) of the checkpoint's transform, on the margin family's scores with and without
+    the margin: the head's loss, gradients and logits are its reference's."""
+    test_losses_logits_and_gradients_equal_the_naive_reference(Case("margin-softcap", head))
+
+
+def test_the_softmax_reference_refuses_a_training_loss_with_class_weights():
+    """Class weights reweight the mean over rows, not a row's loss: the per-row training reference has none to give
+    (the evaluation reference, the bare NLL, is given)."""
+    options = head_options({"family": "softmax", "class_weights": [1.0, 2.0, 0.5]})
+    params = {"weight": torch.randn(3, 4), "bias": torch.zeros(3)}
+    batch = dict(hidden=torch.randn(2, 4), labels=torch.tensor([0, 2]), params=params)
+    with pytest.raises(NotImplementedError) as refused:
+        options.reference(ReferenceBatch(**batch, training=True))
+    assert str(refused.value) == "the family reference has no class weights: they reweight the mean, not a row"
+    rows, logits = options.reference(ReferenceBatch(**batch, training=False))
+    torch.testing.assert_close(rows, F.cross_entropy(logits, batch["labels"], reduction="none"))

@@ -2,8 +2,10 @@
 nothing outside hf_heads/heads dispatches on a family's name or type."""
 
 import ast
+import copy
 import dataclasses
 import json
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +19,10 @@ from conftest import family_heads, tiny_gpt2_config
 from hf_heads import HeadsConfig, HeadsForCausalLM
 from hf_heads.components import register
 from hf_heads.heads import FAMILIES, SoftmaxHead, SoftmaxHeadOptions, head_options, make_head
+from hf_heads.heads.base import OutputHead
 from hf_heads.heads.discrete import DiscreteHead
 from hf_heads.heads.options import HeadOptions, ReferenceBatch
-from hf_heads.heads.registry import register_family
+from hf_heads.heads.registry import READ_ONLY, FrozenList, FrozenSection, register_family
 from hf_heads.losses import RowCounting
 from hf_heads.training.cards import inference_note, loss_labels
 from hf_heads.validation import OptionError, check_number
@@ -421,3 +424,233 @@ def test_a_familys_card_cites_its_papers_as_published(name):
     paper = FAMILIES[name].head.paper
     for citation in CITATIONS[name]:
         assert citation in paper, (name, paper)
+
+
+@dataclass
+class ScaledHeadOptions(HeadOptions):
+    def reference(self, batch: ReferenceBatch):
+        z = 2 * batch.hidden
+        return F.cross_entropy(z[batch.valid], batch.labels[batch.valid], reduction="none"), z
+
+
+class ScaledHead(OutputHead):  # written on the base class itself: only the hooks a family must fill in
+    family = "scaled"
+    options_class = ScaledHeadOptions
+
+    def training_loss(self, hidden, labels, counting: RowCounting):
+        z = self.inference_logits(hidden).flatten(0, -2)
+        return counting.reduce(F.cross_entropy(z, labels.flatten().clamp_min(0), reduction="none"), labels)
+
+    def inference_logits(self, hidden):
+        return 2 * hidden
+
+    @property
+    def num_classes(self) -> int:
+        return 5
+
+
+@dataclass
+class UnfinishedHeadOptions(ScaledHeadOptions):
+    pass
+
+
+class UnfinishedHead(OutputHead):  # fills in none of the hooks
+    family = "unfinished"
+    options_class = UnfinishedHeadOptions
+
+
+@pytest.fixture
+def base_class_families():
+    register("family")(ScaledHead)
+    register("family")(UnfinishedHead)
+    yield
+    del FAMILIES["scaled"], FAMILIES["unfinished"]
+
+
+def test_a_family_on_the_base_class_gets_the_documented_defaults(base_class_families):
+    """A head that fills in only the loss, the logits and its number of classes: no diagnostics, nothing to calibrate,
+    the copied logits are its inference logits, the generic loss names, no eval sums, and the hooks it has no use
+    for refuse naming the family."""
+    head = make_head(5, 5, {"family": "scaled"})
+    hidden = torch.randn(3, 5)
+    assert head.diagnostics() == {} and head.calibrate_to(hidden, torch.randn(3, 5).log_softmax(-1)) == {}
+    assert torch.equal(head.copied_logits(hidden), 2 * hidden) and torch.equal(head.logits(hidden), 2 * hidden)
+    assert head.loss_names() == ("training criterion", "scaled head's eval loss")
+    assert head.take_eval_sums() is None
+    head.record_eval_sums()
+    assert head.eval_sums is None and head.take_eval_sums() is None  # it names no eval sums
+    refusals = [
+        (
+            head.linear_form,
+            "the scaled head's inference distribution is not the softmax of a linear layer (it defines no "
+            "linear_form): the base architecture cannot hold it; the hf_heads model itself serves it exactly "
+            "(save_pretrained / export_for_hub: it loads with trust_remote_code=True where hf_heads is not installed)",
+        ),
+        (
+            lambda: head.start_from(torch.zeros(5, 5), None),
+            "a scaled head cannot start from a checkpoint's output layer",
+        ),
+        (lambda: head.embed_inputs(torch.tensor([1, 2])), "a scaled head does not embed decoder inputs"),
+        (lambda: head.set_word_counts(torch.ones(5)), "the scaled head uses no word counts"),
+        (
+            lambda: head.unnormalized_log_scores(hidden),
+            "the scaled head has no unnormalised scores: its logits are not trained to be self-normalised",
+        ),
+    ]
+    for call, message in refusals:
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == message
+
+
+def test_a_family_that_fills_in_no_hook_raises_not_implemented_for_each(base_class_families):
+    head = make_head(4, 5, {"family": "unfinished"})
+    hidden, labels = torch.randn(3, 4), torch.tensor([0, 1, 2])
+    with pytest.raises(NotImplementedError):
+        head.train().loss(hidden, labels)  # the training criterion
+    with pytest.raises(NotImplementedError):
+        head.eval().loss(hidden, labels)  # the eval loss defaults to it
+    with pytest.raises(NotImplementedError):
+        head.logits(hidden)
+    with pytest.raises(NotImplementedError):
+        head.num_classes  # noqa: B018
+
+
+def test_a_head_class_builds_only_its_own_familys_head():
+    """The base classes build no head; a family's class refuses another family's section or options object, naming
+    both, and `make_head` builds any family."""
+    with pytest.raises(TypeError) as refused:
+        OutputHead(4, 5)
+    assert str(refused.value) == "OutputHead is a base class: build heads with hf_heads.heads.make_head(...)"
+    with pytest.raises(TypeError, match=r"^DiscreteHead is a base class"):
+        DiscreteHead(4, 5)
+    with pytest.raises(ValueError) as refused:
+        SoftmaxHead(4, 5, {"family": "sparse", "k": 2})
+    assert str(refused.value) == (
+        "head.family='sparse', but SoftmaxHead is the 'softmax' family: build other families with "
+        "hf_heads.heads.make_head"
+    )
+    with pytest.raises(TypeError) as refused:
+        SoftmaxHead(4, 5, head_options({"family": "sparse", "k": 2}))
+    assert str(refused.value) == "SoftmaxHead takes SoftmaxHeadOptions, not SparseHeadOptions"
+    assert type(make_head(4, 5, {"family": "sparse", "k": 2})).__name__ == "SparseHead"
+
+
+def test_a_softmax_head_has_no_unnormalised_scores_to_return():
+    head = make_head(4, 5, {"family": "softmax"}).eval()
+    with pytest.raises(ValueError) as refused:
+        head(torch.randn(3, 4), normalized=False)
+    assert str(refused.value) == (
+        "the softmax head has no unnormalised scores: its logits are not trained to be self-normalised"
+    )
+
+
+def test_options_with_an_option_named_family_are_refused_at_registration():
+    @dataclass
+    class FamilyFieldOptions(HeadOptions):
+        family: str = "mine"
+
+    with pytest.raises(TypeError) as refused:
+        register_family("odd", FamilyFieldOptions, TemperatureHead)
+    assert str(refused.value) == (
+        "head family 'odd': FamilyFieldOptions has an option named 'family', the head section's key for the family: "
+        "rename the option"
+    )
+    assert "odd" not in FAMILIES
+
+
+def test_a_missing_option_error_pickles_with_its_message_and_fields():
+    """Data loader workers and multiprocessing pickle errors: a missing family comes back as the same error."""
+    with pytest.raises(OptionError) as refused:
+        head_options({"margin": "arc"})
+    again = pickle.loads(pickle.dumps(refused.value))
+    assert type(again) is type(refused.value) and str(again) == str(refused.value)
+    assert (again.field, again.value, again.name) == ("family", None, "head.family")
+
+
+def test_a_read_only_head_section_pickles_read_only_and_copies_mutable():
+    """`config.head` and the lists in it stay read-only through pickle (a config sent to another process); a copy
+    (copy.copy / copy.deepcopy) is a plain dict or list, the caller's to change."""
+    weights = [1.0, 2.0, 1.0, 0.5, 1.0]
+    config = HeadsConfig(
+        backbone=tiny_gpt2_config(5, n_layer=1, n_embd=16).to_dict(),
+        head={"family": "softmax", "class_weights": weights},
+    )
+    section, listed = config.head, config.head["class_weights"]
+    with pytest.raises(TypeError, match=f"^{re.escape(READ_ONLY)}$"):
+        listed.append(3.0)
+    with pytest.raises(TypeError, match=f"^{re.escape(READ_ONLY)}$"):
+        listed[0] = 3.0
+    assert listed == weights
+    for value, kind in ((section, FrozenSection), (listed, FrozenList)):
+        again = pickle.loads(pickle.dumps(value))
+        assert type(again) is kind and again == value
+    again = pickle.loads(pickle.dumps(section))
+    assert type(again["class_weights"]) is FrozenList
+    for copied in (copy.copy(section), copy.deepcopy(section)):
+        assert type(copied) is dict and copied == section and type(copied["class_weights"]) is list
+        copied["class_weights"].append(3.0)
+    for copied in (copy.copy(listed), copy.deepcopy(listed)):
+        assert type(copied) is list and copied == weights
+        copied.append(3.0)
+    assert config.head["class_weights"] == weights
+
+
+def test_an_empty_class_weight_list_is_refused():
+    with pytest.raises(OptionError) as refused:
+        head_options({"family": "softmax", "class_weights": []})
+    assert str(refused.value) == "head.class_weights=[] must give one number >= 0 per class"
+
+
+def test_the_flat_noise_options_beside_the_noise_section():
+    """`noise_smoothing` / `noise_add` (older configs) beside a unigram noise section that sets the same parameter
+    otherwise are refused, naming both spellings; beside another noise, at their old defaults, they are dropped."""
+    with pytest.raises(OptionError) as refused:
+        head_options({"family": "sampled", "noise": {"type": "unigram", "smoothing": 0.5}, "noise_smoothing": 0.75})
+    assert str(refused.value) == "head.noise_smoothing=0.75 is given twice, as noise_smoothing and noise.smoothing"
+    flat = head_options({"family": "sampled", "noise": "log-uniform", "noise_smoothing": 0.75, "noise_add": 0.0})
+    assert flat == head_options({"family": "sampled", "noise": "log-uniform"})
+
+
+@dataclass
+class LinearHeadOptions(SoftmaxHeadOptions):
+    pass
+
+
+class LinearHead(DiscreteHead):  # on the discrete base: its loss pass does not say it scores the inference softmax
+    family = "linear"
+    options_class = LinearHeadOptions
+
+    def training_loss(self, hidden, labels, counting: RowCounting):
+        z = self.inference_logits(hidden).flatten(0, -2)
+        return counting.reduce(F.cross_entropy(z, labels.flatten().clamp_min(0), reduction="none"), labels)
+
+    eval_loss = training_loss
+
+    def inference_logits(self, hidden):
+        return F.linear(hidden, self.weight, self.bias)
+
+
+def test_a_discrete_family_takes_its_token_statistics_from_a_pass_of_their_own():
+    """A family on the discrete base that does not declare its loss pass the inference distribution: the token
+    statistics (entropy, top-1 hits) come from `statistics`, beside its own loss."""
+    register("family")(LinearHead)
+    try:
+        head = make_head(4, 5, {"family": "linear"}).eval()
+    finally:
+        del FAMILIES["linear"]
+    hidden, labels = torch.randn(2, 3, 4), torch.tensor([[0, 4, -100], [2, 2, 1]])
+    loss, stats = head(hidden, labels, token_statistics=True)
+    torch.testing.assert_close(loss, head.loss(hidden, labels))
+    expected = head.statistics(hidden, labels)
+    torch.testing.assert_close(stats["entropy"], expected["entropy"])
+    assert torch.equal(stats["is_top1"], (head.logits(hidden).argmax(-1) == labels) & (labels != -100))
+
+
+def test_statistics_without_labels_are_refused():
+    head = make_head(4, 5, {"family": "softmax"}).eval()
+    hidden = torch.randn(2, 3, 4)
+    for flag in ("token_statistics", "statistics"):
+        with pytest.raises(ValueError) as refused:
+            head(hidden, **{flag: True})
+        assert str(refused.value) == f"{flag}=True needs labels"

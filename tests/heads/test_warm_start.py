@@ -138,3 +138,18 @@ def test_softmax_and_plain_margin_heads_are_left_exact(base, batch):
     for head in ({"family": "softmax"}, {"family": "margin", "margin": "arc", "m": 0.2}):
         model = HeadsForCausalLM.from_base(base, head=head).eval()
         torch.testing.assert_close(model(input_ids=batch).logits, base(input_ids=batch).logits)
+
+
+def test_a_ce_nce_head_keeps_the_copied_bias(base, batch, caplog):
+    """CE-NCE's optimum is σ-bounded, not the checkpoint's posterior: its warm start keeps the output layer as copied
+    (the bias of a checkpoint without one: zeros) and reports that it fitted nothing."""
+    head = {"family": "sampled", "criterion": "ce", "method": "nce", "num_samples": 20, "noise": "log-uniform"}
+    with caplog.at_level(logging.INFO, logger="hf_heads.modeling.causal_lm"):
+        model = HeadsForCausalLM.from_base(base, head=head, word_counts=COUNTS).eval()
+    raw = HeadsForCausalLM.from_base(base, head=head, word_counts=COUNTS, calibrate=False).eval()
+    assert torch.equal(model.head.bias, torch.zeros(V)) and torch.equal(model.head.weight, raw.head.weight)
+    assert not model.head.warm_start_pending
+    torch.testing.assert_close(_log_probs(model, batch), _log_probs(raw, batch), rtol=0, atol=0)
+    assert [r.getMessage() for r in caplog.records if r.name == "hf_heads.modeling.causal_lm"] == [
+        "warm start calibrated on 128 probe positions: {}"
+    ]

@@ -746,3 +746,14 @@ def test_a_base_class_whose_output_layer_is_no_linear_layer_is_refused_naming_it
     with pytest.raises(ValueError) as refused:
         model.to_base()
     assert str(refused.value) == "FSMTForConditionalGeneration's output layer is Embedding, not an nn.Linear"
+
+
+def test_a_sparse_head_that_keeps_every_logit_exports_as_its_softmax_layer(tmp_path):
+    """decode_k >= V: the sparse head's inference distribution is the plain softmax of its layer, which the base
+    architecture holds exactly; the exported card names the head as its options describe it."""
+    model, inputs = causal_model("llama", {"family": "sparse", "k": 5, "decode_k": VOCAB, **NO_BIAS})
+    weight, bias = model.head.linear_form()
+    assert torch.equal(weight, model.head.weight) and bias is None
+    assert_same_distribution(model, model.to_base(), inputs, generate=False)
+    card = (model.export_base(tmp_path / "export") / "README.md").read_text()
+    assert f"trained with the hf_heads **sparse** head (sparse k=5 decode_k={VOCAB}; {model.head.paper})" in card

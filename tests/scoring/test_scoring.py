@@ -689,3 +689,103 @@ def test_cli_rescore_names_the_line_and_hypothesis_of_a_text_it_cannot_score(sav
     args = ["rescore", "--model", str(root / "lm"), "--nbest", str(path), "--output", str(out), "--lm_weight", "1"]
     assert main(args) == 2
     assert f"{path} line 3 hypotheses[1].text is empty" in capsys.readouterr().err
+
+
+def test_rescoring_refuses_lm_scores_that_are_no_log_probabilities():
+    with pytest.raises(ValueError) as refused:
+        rescore_nbest(NBEST, "-9 -5 -6 -7", lm_weight=1.0)
+    assert str(refused.value) == (
+        "lm_scores must be a list (per record, per hypothesis) or a 1-D tensor, not '-9 -5 -6 -7'"
+    )
+    for bad, shown in ((math.nan, "nan"), (math.inf, "inf")):
+        with pytest.raises(ValueError) as refused:
+            rescore_nbest(NBEST, [[-9.0, -5.0], [-6.0, bad]], lm_weight=1.0)
+        assert str(refused.value) == f"lm_scores[1][1] is {shown}: a log-probability (-inf allowed), not nan or +inf"
+
+
+def test_tune_weights_refuses_a_metric_or_grid_it_cannot_search():
+    with pytest.raises(ValueError) as refused:
+        tune_weights(NBEST, LM, metric="bleu", lm_weights=[0.0])
+    assert str(refused.value) == "metric='bleu' must be a callable (hypotheses, references) -> float"
+    for weights, penalties in (([], [0.0]), ([0.5], [])):
+        with pytest.raises(ValueError) as refused:
+            tune_weights(NBEST, LM, metric=negative_wer, lm_weights=weights, length_penalties=penalties)
+        assert str(refused.value) == "lm_weights and length_penalties must each hold at least one value"
+    for value in (None, math.nan):
+        with pytest.raises(ValueError) as refused:
+            tune_weights(NBEST, LM, metric=lambda hyps, refs, v=value: v, lm_weights=[0.5], length_penalties=[1.5])
+        assert str(refused.value) == (
+            f"metric returned {value!r} for lm_weight=0.5, length_penalty=1.5: expected a number"
+        )
+
+
+def test_normalize_must_be_a_bool(tok_lm):
+    with pytest.raises(ValueError) as refused:
+        sentence_log_probs(_causal(FAMILIES["softmax"]), tok_lm, TEXTS[:1], normalize="yes")
+    assert str(refused.value) == "normalize='yes' must be True or False"
+
+
+def test_a_seq2seq_backbone_without_a_decoder_start_token_is_refused(tok_s2s):
+    """BERT2BERT: neither the encoder-decoder config nor its decoder's config sets one."""
+    model = _seq2seq(FAMILIES["softmax"], "bert2bert")
+    model.config.backbone.decoder_start_token_id = None
+    with pytest.raises(ValueError) as refused:
+        sentence_log_probs(model, tok_s2s, TEXTS[:1], sources=SOURCES[:1])
+    assert str(refused.value) == "backbone.decoder_start_token_id is not set: set it in the model's backbone config"
+
+
+def test_an_eos_neither_the_tokenizer_nor_the_config_has_is_refused_naming_the_flag(tok_lm):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=tok_lm.backend_tokenizer, unk_token="<unk>", bos_token="<s>")
+    model = _causal(FAMILIES["softmax"])
+    model.config.backbone.eos_token_id = None
+    with pytest.raises(ValueError) as refused:
+        sentence_log_probs(model, tok, TEXTS[:1])
+    assert str(refused.value) == (
+        "add_eos=True, but neither the tokenizer nor the model config has eos_token_id: pass add_eos=False"
+    )
+    assert sentence_log_probs(model, tok, TEXTS[:1], add_eos=False).shape == (1,)
+
+
+def test_cli_refuses_a_directory_of_another_model_type(tmp_path, capsys):
+    tiny_gpt2_config(V_LM).save_pretrained(tmp_path / "gpt2")
+    (tmp_path / "texts.txt").write_text(TEXTS[0] + "\n")
+    code = main(["score", "--model", str(tmp_path / "gpt2"), "--input", str(tmp_path / "texts.txt"), "--output",
+                 str(tmp_path / "out.jsonl")])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --model={str(tmp_path / 'gpt2')!r} is a 'gpt2' model, not a model saved by hf_heads"
+    ]
+
+
+def test_cli_names_the_line_of_an_nbest_file_that_is_not_json(saved, tmp_path, capsys):
+    path = tmp_path / "nbest.jsonl"
+    path.write_text(json.dumps({"id": 0, "hypotheses": [{"text": TEXTS[0], "score": 0.0}]}) + "\n{'id': 1}\n")
+    out = tmp_path / "reranked.jsonl"
+    code = main(["rescore", "--model", str(saved[0] / "lm"), "--nbest", str(path), "--output", str(out),
+                 "--lm_weight", "1"])  # fmt: skip
+    assert code == 2 and not out.exists()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {path} line 2: not valid JSON (Expecting property name enclosed in double quotes)"
+    ]
+
+
+def test_cli_refuses_sources_and_texts_of_different_lengths(saved, tmp_path, capsys):
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS[:2]) + "\n")
+    (tmp_path / "src.txt").write_text(SOURCES[0] + "\n")
+    code = main(["score", "--model", str(saved[0] / "s2s"), "--input", str(tmp_path / "texts.txt"), "--sources",
+                 str(tmp_path / "src.txt"), "--output", str(tmp_path / "out.jsonl")])  # fmt: skip
+    assert code == 2 and not (tmp_path / "out.jsonl").exists()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --sources has 1 lines but --input has 2: one source per text"
+    ]
+
+
+def test_cli_with_hf_heads_traceback_raises_the_error_itself(saved, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HEADS_TRACEBACK", "1")
+    path = tmp_path / "texts.txt"
+    path.write_text(f"{TEXTS[0]}\n\n")
+    with pytest.raises(ValueError) as raised:
+        main(["score", "--model", str(saved[0] / "lm"), "--input", str(path), "--output", str(tmp_path / "o.jsonl")])
+    assert str(raised.value) == f"--input {path} line 2 is empty: one non-empty text per line"

@@ -681,3 +681,63 @@ def test_smollm2_margin_start_through_the_script_path(smollm2_run, tmp_path, nam
                 return float((base.exp() * (base - torch.log_softmax(logits, dim=-1))).sum(-1).mean())
 
             assert kl(gain) <= min(kl(gain * 1.2), kl(gain / 1.2))
+
+
+def test_word2vec_targets_without_a_training_set_is_refused(tmp_path):
+    from hf_heads.training.tables import table_source
+
+    section = {"family": "continuous", "embedding_name": "word2vec-targets", "word2vec_dim": 8}
+    for sentences in (None, lambda: None):
+        with pytest.raises(ValueError) as refused:
+            table_source(section, sentences, tmp_path, seed=0)
+        assert str(refused.value) == (
+            "embedding_name='word2vec-targets' trains the table on the training targets: give a training set"
+        )
+    assert not (tmp_path / "target_word2vec.npz").exists()
+
+
+def test_a_continuous_table_for_a_tokenizer_larger_than_the_models_vocabulary_is_refused(tmp_path):
+    from hf_heads.data import build_word_tokenizer, save_table
+    from hf_heads.training.tables import continuous_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)])
+    section = {
+        "family": "continuous",
+        "embedding_name": str(save_table(tmp_path / "t.npz", WORDS, torch.randn(len(WORDS), 6).numpy())),
+    }
+    with pytest.raises(ValueError) as refused:
+        continuous_table(section, tok, num_classes=len(tok) - 1)
+    assert str(refused.value) == f"the tokenizer has {len(tok)} ids, the model's vocabulary {len(tok) - 1}"
+
+
+def test_a_continuous_table_that_covers_no_token_is_refused(tmp_path):
+    from hf_heads.data import build_word_tokenizer, save_table
+    from hf_heads.training.tables import continuous_table
+
+    tok = build_word_tokenizer([" ".join(WORDS)])
+    path = save_table(tmp_path / "t.npz", ["zebra", "quokka"], torch.randn(2, 6).numpy())
+    with pytest.raises(ValueError) as refused:
+        continuous_table({"family": "continuous", "embedding_name": str(path)}, tok)
+    assert str(refused.value) == f"no token of the target vocabulary is in {path}: nothing to predict"
+
+
+def test_prepare_head_without_a_training_set_says_what_the_head_still_needs(base):
+    """A head that needs word counts, or whose warm start is still to be calibrated, cannot be prepared without a
+    training set: the error says so, naming the head; a transformers model (no head) has nothing to prepare."""
+    path, lm, _ = base
+    model = HeadsForCausalLM.from_base(path, head=MARGIN_HEAD)
+    with pytest.raises(ValueError) as refused:
+        prepare_head(model, None)
+    assert str(refused.value) == "this head needs word counts: give a train_dataset or call model.set_word_counts(...)"
+    model.set_word_counts(torch.ones(V))
+    assert model.head.warm_start_pending
+    with pytest.raises(ValueError) as refused:
+        prepare_head(model, None)
+    assert str(refused.value) == (
+        "the margin arc m=0.001 f=log-unigram g=max-norm head's warm start is calibrated on training examples: give a "
+        "train_dataset"
+    )
+    assert model.head.warm_start_pending
+    before = {k: v.clone() for k, v in lm.state_dict().items()}
+    assert prepare_head(lm, None) is None
+    assert all(torch.equal(v, lm.state_dict()[k]) for k, v in before.items())

@@ -87,3 +87,44 @@ def test_predict_reports_accuracy_at_k_under_its_own_prefix(tmp_path):
     for k in (1, 3):
         assert predicted[f"test_accuracy@{k}"] == pytest.approx(evaluated[f"eval_accuracy@{k}"])
     assert 0.0 <= predicted["test_accuracy@1"] <= predicted["test_accuracy@3"] <= 1.0
+
+
+def test_a_transformers_model_trains_and_evaluates_under_heads_trainer_with_its_perplexity(tmp_path):
+    """A plain transformers causal LM (no head): HeadsTrainer trains and evaluates it as the Trainer does, and logs
+    its perplexity, exp(eval_loss), as for any language model."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_llama_config())
+    args = HeadsTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
+    before = model.lm_head.weight.detach().clone()
+    trainer = HeadsTrainer(model=model, args=args, train_dataset=_lm_dataset(n=4), eval_dataset=_lm_dataset(n=4))
+    trainer.train()
+    assert not torch.equal(model.lm_head.weight, before)
+    metrics = trainer.evaluate()
+    assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_loss"]))
+    assert not any("accuracy" in key for key in metrics)
+
+
+def test_training_a_head_that_needs_word_counts_without_a_training_set_is_refused(tmp_path):
+    torch.manual_seed(0)
+    head = {"family": "margin", "margin": "cos", "m": 0.1, "word_norm": "log-unigram"}
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head=head))
+    args = HeadsTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", use_cpu=True,
+                                  disable_tqdm=True, save_strategy="no")  # fmt: skip
+    trainer = HeadsTrainer(model=model, args=args)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError) as refused:
+        trainer.train()
+    assert str(refused.value) == "this head needs word counts: give a train_dataset or call model.set_word_counts(...)"
+    assert not model.head.has_word_counts
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())

@@ -140,3 +140,27 @@ def test_heads_sft_trainer_counts_the_words_the_model_is_trained_to_predict(tmp_
     counts = trainer.model.head.word_counts
     assert torch.equal(counts, torch.bincount(torch.tensor(predicted), minlength=V).to(counts.dtype))
     assert counts[tokenizer.convert_tokens_to_ids(["w1", "w2", "w3", "w4"])].sum() == 0
+
+
+def test_heads_sft_trainer_refuses_dft_naming_the_heads_setting_and_a_model_without_a_head(tmp_path, tokenizer):
+    """DFT on a face-recognition margin head with a z-loss (its loss is no −log q): refused with the head as its
+    options describe it (the scale shown as s=...), the model left as it was; a transformers model (no head) is
+    refused as such."""
+    from transformers import LlamaForCausalLM
+
+    model = _model({"family": "margin", "margin": "cos", "m": 0.1, "scale": 8.0, "z_loss": 0.1})
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(OptionError) as refused:
+        HeadsSFTTrainer(model=model, args=_args(tmp_path, loss_type="dft"), train_dataset=_data(),
+                        processing_class=tokenizer)  # fmt: skip
+    assert str(refused.value) == (
+        "loss_type='dft' is not allowed with this head (margin cos m=0.1 s=8.0); allowed: 'nll'. DFT weights each "
+        "token's loss ℓ by exp(−ℓ), a probability only when ℓ is −log of a softmax (softmax, margin, sparse, sampled "
+        "CE full / MCS / NCE)"
+    )
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert model.config.head["scale"] == 8.0
+    with pytest.raises(TypeError) as refused:
+        HeadsSFTTrainer(model=LlamaForCausalLM(tiny_llama_config(V)), args=_args(tmp_path), train_dataset=_data(),
+                        processing_class=tokenizer)  # fmt: skip
+    assert str(refused.value) == "HeadsSFTTrainer trains hf_heads models (HeadsForCausalLM), not LlamaForCausalLM"
