@@ -87,6 +87,25 @@ def test_start_run_seeds_with_the_runs_seed(tmp_path, monkeypatch):
     assert not torch.equal(draws[2], draws[0])
 
 
+def test_start_run_keeps_a_saved_models_head_and_takes_other_head_flags_only_with_change_head(tmp_path, monkeypatch):
+    """An hf_heads model reopened without head flags keeps its own head; head flags asking for another head are
+    refused, unless `--change_head`, which continues it with the flags' head."""
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    _checkpoint(tmp_path / "model")
+    model_args = type("ModelArguments", (), {"model_name_or_path": str(tmp_path / "model")})()
+    plain = HeadsTrainingArguments(output_dir=str(tmp_path / "plain"), report_to="none")
+    sparse = HeadsTrainingArguments(output_dir=str(tmp_path / "sparse"), head="sparse", k=5, report_to="none")
+    try:
+        assert start_run(model_args, RunArguments(), plain) == (SOFTMAX, None)
+        with pytest.raises(UsageError, match="but the head flags ask for .*pass --change_head"):
+            start_run(model_args, RunArguments(), sparse)
+        assert start_run(model_args, RunArguments(change_head=True), sparse) == (sparse.head_config(), None)
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+
+
 # ---------------------------------------------------------------- seq2seq (run_translation / _summarization / _qg)
 
 
@@ -500,6 +519,29 @@ def test_a_misspelt_seq2seq_model_offline_is_one_line_offering_the_built_in_mode
         "--model_name_or_path='tiny-bartt' is not a local directory (did you mean 'tiny-bart'?), and Hugging Face "
         "offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache; offline, use a local "
         "directory or a built-in model: tiny-bart, tiny-marian, tiny-t5, minilm"
+    )
+
+
+@pytest.mark.parametrize(
+    "offline, why",
+    [
+        (False, "the Hub could not be reached or has no such model"),
+        (True, "Hugging Face offline mode is on (HF_HUB_OFFLINE), so Hub ids load only from the local cache"),
+    ],
+    ids=["online", "offline"],
+)
+def test_a_model_the_hub_cannot_give_says_whether_offline_mode_is_the_reason(monkeypatch, offline, why):
+    from hf_heads.cli import errors
+
+    monkeypatch.setattr(errors.constants, "HF_HUB_OFFLINE", offline)
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(flag, "1" if offline else "0")
+    with pytest.raises(UsageError) as refused:
+        with errors.loading_model("--model_name_or_path", "tiny-bartt", ["tiny-bart", "tiny-marian"]):
+            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+    assert str(refused.value) == (
+        f"--model_name_or_path='tiny-bartt' is not a local directory (did you mean 'tiny-bart'?), and {why}; "
+        "offline, use a local directory or a built-in model: tiny-bart, tiny-marian"
     )
 
 

@@ -248,6 +248,32 @@ def test_head_tail_truncation_fits_text_down_to_one_token_after_the_specials():
         encode_head_tail(word, [text], max_length=1)
 
 
+def _lowercase_character_tokenizer():
+    """[CLS] text [SEP] over the letters a-z only: no <unk>, so anything else (capitals included) encodes to
+    nothing."""
+    from tokenizers import Tokenizer, models, processors
+    from transformers import PreTrainedTokenizerFast
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = {"[CLS]": 0, "[SEP]": 1, "[PAD]": 2, **{c: 3 + i for i, c in enumerate(letters)}}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 0), ("[SEP]", 1)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]")
+
+
+def test_head_tail_truncation_of_a_lowercase_character_tokenizer_keeps_cls_first_and_sep_last():
+    from hf_heads.data.tokenization import encode_head_tail
+
+    tok = _lowercase_character_tokenizer()
+    ids = encode_head_tail(tok, ["abcdefghij", "xyz"], max_length=7, head_length=2)["input_ids"]
+    assert [tok.convert_ids_to_tokens(row) for row in ids] == [
+        ["[CLS]", "a", "b", "h", "i", "j", "[SEP]"],
+        ["[CLS]", "x", "y", "z", "[SEP]"],
+    ]
+
+
 class _FirstWordTaggingTokenizer:
     """Adds its special token by rewriting the text's first token instead of around the text."""
 
