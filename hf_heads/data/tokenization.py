@@ -118,22 +118,31 @@ def frequency_rank(counts: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(order).scatter_(0, order, torch.arange(counts.numel(), device=counts.device))
 
 
-def _special_affixes(tokenizer) -> tuple[list[int], list[int]]:
-    """The ids the tokenizer adds before and after a single sequence (e.g. [CLS] / [SEP], or </s>)."""
-    probe = "hello"
-    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
-    full = tokenizer(probe)["input_ids"]
-    for start in range(len(full) - len(bare) + 1):
-        if full[start : start + len(bare)] == bare:
-            return full[:start], full[start + len(bare) :]
-    raise ValueError(f"cannot locate the text inside {type(tokenizer).__name__}'s special-token template")
+def _special_affixes(tokenizer, texts: list[str] = ()) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer adds before and after a single sequence (e.g. [CLS] / [SEP], or </s>): found around the
+    plain encoding of "hello", else of the first of `texts` that encodes to any token (a tokenizer without an unknown
+    token drops the characters it lacks, and an empty text would match anywhere in the template)."""
+    for probe in ("hello", *texts):
+        bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+        if not bare:
+            continue
+        full = tokenizer(probe)["input_ids"]
+        for start in range(len(full) - len(bare) + 1):
+            if full[start : start + len(bare)] == bare:
+                return full[:start], full[start + len(bare) :]
+        raise ValueError(f"cannot locate the text inside {type(tokenizer).__name__}'s special-token template")
+    raise ValueError(
+        f"{type(tokenizer).__name__} encodes neither 'hello' nor any of the texts to a token, so the special tokens "
+        "it adds cannot be told from the text"
+    )
 
 
 def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_length: int | None = None) -> dict:
     """Tokenise `texts`, keeping the first `head_length` (default a quarter) and the last tokens of a text too long
     (the sparse-softmax paper's "head+tail" truncation, after Sun et al. 2019); `input_ids`, `attention_mask`, no
     padding."""
-    prefix, suffix = _special_affixes(tokenizer)
+    texts = list(texts)
+    prefix, suffix = _special_affixes(tokenizer, texts)
     budget = max_length - len(prefix) - len(suffix)
     if budget < 1:
         raise ValueError(f"max_length={max_length} leaves no room for text after {len(prefix) + len(suffix)} specials")
@@ -141,7 +150,7 @@ def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_length: 
     if not 0 <= head <= budget:
         raise ValueError(f"head_length={head_length} must be between 0 and {budget} (max_length minus specials)")
     out = []
-    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
         if len(ids) > budget:
             ids = ids[:head] + ids[len(ids) - (budget - head) :]
         out.append(prefix + ids + suffix)

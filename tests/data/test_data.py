@@ -248,13 +248,12 @@ def test_head_tail_truncation_fits_text_down_to_one_token_after_the_specials():
         encode_head_tail(word, [text], max_length=1)
 
 
-def _lowercase_character_tokenizer():
-    """[CLS] text [SEP] over the letters a-z only: no <unk>, so anything else (capitals included) encodes to
+def _lowercase_character_tokenizer(letters: str = "abcdefghijklmnopqrstuvwxyz"):
+    """[CLS] text [SEP] over the given letters (a-z) only: no <unk>, so anything else (capitals included) encodes to
     nothing."""
     from tokenizers import Tokenizer, models, processors
     from transformers import PreTrainedTokenizerFast
 
-    letters = "abcdefghijklmnopqrstuvwxyz"
     vocab = {"[CLS]": 0, "[SEP]": 1, "[PAD]": 2, **{c: 3 + i for i, c in enumerate(letters)}}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.post_processor = processors.TemplateProcessing(
@@ -272,6 +271,26 @@ def test_head_tail_truncation_of_a_lowercase_character_tokenizer_keeps_cls_first
         ["[CLS]", "a", "b", "h", "i", "j", "[SEP]"],
         ["[CLS]", "x", "y", "z", "[SEP]"],
     ]
+
+
+def test_head_tail_truncation_finds_the_specials_of_a_tokenizer_that_cannot_encode_the_usual_probe():
+    """A nucleotide tokenizer encodes "hello" to nothing: the specials are found around a text it does encode, and a
+    tokenizer that encodes none of them is refused rather than guessed."""
+    from hf_heads.data.tokenization import encode_head_tail
+
+    tok = _lowercase_character_tokenizer("acgt")
+    ids = encode_head_tail(tok, ["", "acgtacgtac", "gat"], max_length=7, head_length=2)["input_ids"]
+    assert [tok.convert_ids_to_tokens(row) for row in ids] == [
+        ["[CLS]", "[SEP]"],
+        ["[CLS]", "a", "c", "t", "a", "c", "[SEP]"],
+        ["[CLS]", "g", "a", "t", "[SEP]"],
+    ]
+    with pytest.raises(ValueError) as refused:
+        encode_head_tail(tok, ["xyz", ""], max_length=7)
+    assert str(refused.value) == (
+        f"{type(tok).__name__} encodes neither 'hello' nor any of the texts to a token, so the special tokens it "
+        "adds cannot be told from the text"
+    )
 
 
 class _FirstWordTaggingTokenizer:
