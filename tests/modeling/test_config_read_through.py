@@ -89,6 +89,15 @@ def test_setting_a_read_through_value_sets_the_backbone_and_round_trips(tmp_path
     assert loaded.config.backbone.pad_token_id == 5
 
 
+def test_tie_word_embeddings_defaults_to_false_and_config_json_says_so(tmp_path):
+    """A head is untied from the input embeddings unless the config asks: the default is False, written as false."""
+    config = HeadsConfig(backbone=tiny_gpt2_config().to_dict(), head={"family": "softmax"})
+    assert config.tie_word_embeddings is False
+    config.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is False
+    assert HeadsConfig.from_pretrained(tmp_path).tie_word_embeddings is False
+
+
 def test_generation_parameters_go_to_the_generation_config(tmp_path):
     """BART's `forced_eos_token_id` reads through without being taken for a generation parameter set on the model
     config (transformers refuses to save or generate with those); setting one the backbone does not keep is refused

@@ -233,6 +233,12 @@ def test_a_refused_head_flag_says_how_to_give_what_was_meant(extension_path):
     args = HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", margin="combined")
     with pytest.raises(OptionError, match=r"--margin='combined' is not allowed; allowed: .* --head_modules your"):
         args.head_config()
+    importlib.import_module("toy_components.word_norms")
+    norm, scale = "toy-log1p-unigram:scale=0.5", ["scale=8"]
+    args = HeadsTrainingArguments(output_dir="o", report_to="none", head="margin", word_norm=norm, head_options=scale)
+    with pytest.raises(OptionError, match=r"--word_norm=.*toy-log1p-unigram.* is not allowed with") as refused:
+        args.head_config()
+    assert "--head_modules" not in str(refused.value)  # registered, refused for another reason
     importlib.import_module("toy_components.margins")
     hint = r"\(--m1 is a parameter of margin 'toy-arc-cos': write it into that flag, --margin toy-arc-cos:m1=VALUE\)"
     with pytest.raises(UsageError, match=r"unknown arguments: --m1 1\.2 " + hint):

@@ -191,7 +191,8 @@ def test_prediction_step_passes_ignore_keys_on(tmp_path):
     model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"}))
     args = HeadsTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, disable_tqdm=True)
     trainer = HeadsTrainer(model=model, args=args)
-    batch = {k: torch.tensor(v) for k, v in _lm_dataset(n=2)[:2].items()}
+    data = _lm_dataset(n=2)
+    batch = {k: torch.tensor(v) for k, v in data[:2].items()}
     model.eval()  # as the evaluation loop calls it (in training mode a forward with labels returns no logits)
     cache = ["past_key_values"]
     _, kept, _ = trainer.prediction_step(model, batch, prediction_loss_only=False, ignore_keys=cache)
@@ -199,9 +200,11 @@ def test_prediction_step_passes_ignore_keys_on(tmp_path):
 
     def logits_in(out) -> bool:
         parts = out if isinstance(out, tuple | list) else (out,)
-        return any(isinstance(t, torch.Tensor) and t.shape == (2, 16, 61) for t in parts)
+        return any(getattr(t, "shape", None) == (2, 16, 61) for t in parts)  # a tensor, or predict's array
 
     assert logits_in(kept) and not logits_in(left_out)
+    assert logits_in(trainer.predict(data, ignore_keys=cache).predictions)
+    assert not logits_in(trainer.predict(data, ignore_keys=[*cache, "logits"]).predictions)
 
 
 def test_evaluation_loop_called_directly_names_its_metrics_eval_like_transformers(tmp_path):
