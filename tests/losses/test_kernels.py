@@ -1124,6 +1124,31 @@ def test_a_training_step_on_an_accelerator_reads_nothing_on_the_host(reduction, 
         chunked(h, w, b, y)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_on_an_accelerator_an_ignored_rows_prediction_is_ignore_index_and_its_rank_minus_one(reduction, monkeypatch):
+    """On an accelerator (stood in for here) every row is computed, the ignored ones too: their prediction is still
+    `ignore_index` and their rank -1, and the predictions, ranks and token accuracy are those of the CPU path that
+    compacts the rows."""
+    from hf_heads.losses import fused_linear, kernels
+    from hf_heads.losses import reduction as reduction_module
+
+    h, w, b, _, y = _data(3)
+    y[[0, 3, 7]] = -5
+    ignored = y == -5
+
+    def run():
+        return chunked(h, w, b, y, reduction=reduction, ignore_index=-5, chunk_size=4, return_predictions=True,
+                       return_target_rank=True)  # fmt: skip
+
+    want = run()
+    for module in (reduction_module, fused_linear, kernels):
+        monkeypatch.setattr(module, "host_reads_are_free", lambda device: False)
+    got = run()
+    assert got.predictions[ignored].tolist() == [-5] * 3 and got.target_rank[ignored].tolist() == [-1] * 3
+    assert torch.equal(got.predictions, want.predictions) and torch.equal(got.target_rank, want.target_rank)
+    torch.testing.assert_close(got.token_accuracy, want.token_accuracy)
+
+
 @pytest.mark.parametrize("items", [None, torch.tensor(9)], ids=["rows counted", "tensor num_items_in_batch"])
 def test_a_divisor_counted_on_the_device_divides_in_the_losss_dtype(items, monkeypatch):
     """On an accelerator the mean's divisor is an integer tensor (the rows counted on the device, or the Trainer's
