@@ -113,6 +113,7 @@ def main() -> int:
             print(f"{'ok  ' if ok else 'FAIL'} {kernel:11s} {name:24s} {detail}", flush=True)
     failures += check_heads(a.device)
     failures += check_exports(a.device)
+    failures += check_scoring(a.device)
     from hf_heads.losses.chunks import automatic_kernel
 
     chosen = {v: automatic_kernel(torch.device(a.device), torch.bfloat16, v) for v in (50_000, 256_000)}
@@ -304,6 +305,35 @@ def check_exports(device: str) -> int:
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} to_base {name:32s} {detail}", flush=True)
     return failures
+
+
+def check_scoring(device: str) -> int:
+    """`token_log_probs` of a tiny BART seq2seq model (softmax head) on `device` against the same model on the CPU:
+    the source, decoder inputs and targets must be placed on the model's device. Returns the failures."""
+    from transformers import AutoConfig
+
+    from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
+    from hf_heads.data import build_word_tokenizer
+    from hf_heads.scoring import token_log_probs
+
+    tok = build_word_tokenizer([" ".join(f"w{i:02d}" for i in range(4, 50))])  # <unk> <pad> <s> </s> w04 ... w49
+    layers = dict(encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    backbone = AutoConfig.for_model(
+        "bart", vocab_size=50, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=1, bos_token_id=2,
+        eos_token_id=3, decoder_start_token_id=3, **layers,
+    )  # fmt: skip
+    texts, sources = ["w05 w09 w17", "w07 w07 w30 w12"], ["w04 w08", "w11 w12 w13"]
+    torch.manual_seed(0)
+    model = HeadsForSeq2SeqLM(HeadsConfig(backbone=backbone.to_dict(), head={"family": "softmax"})).eval()
+    try:
+        want = token_log_probs(model, tok, texts, sources=sources)
+        got = token_log_probs(model.to(device), tok, texts, sources=sources)
+        worst = max(float((g.cpu() - w).abs().max()) for g, w in zip(got, want, strict=True))
+        ok, detail = worst <= 1e-4, f"max |d log p| {worst:.2g} against the CPU"
+    except Exception as error:  # noqa: BLE001 - reported as a failure
+        ok, detail = False, f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    print(f"{'ok  ' if ok else 'FAIL'} token_log_probs seq2seq on the device  {detail}", flush=True)
+    return not ok
 
 
 if __name__ == "__main__":

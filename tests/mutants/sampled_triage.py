@@ -1015,4 +1015,87 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/heads/test_api_record.py::test_the_built_in_options_and_their_defaults_are_the_committed_record",
     ),
+    "hf_heads/cli/runs.py:7b4c3d18a2": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_start_run_keeps_a_saved_models_head_and_takes_other_hea"
+        "d_flags_only_with_change_head",
+    ),
+    "hf_heads/cli/seq2seq.py:f9eb57d7f2": (
+        "equivalent",
+        "transformers reads truncation=None with a max_length as longest_first, which is what truncation=True means",
+    ),
+    "hf_heads/cli/errors.py:cb8994715c": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_a_model_the_hub_cannot_give_says_whether_offline_mode_i"
+        "s_the_reason[online]",
+    ),
+    "hf_heads/scoring/scores.py:3a9f2d6710": (
+        "equivalent",
+        "on a CPU-only machine the model's device is the only device, so device=None places the sou"
+        "rce ids alike; benchmarks/gpu/gpu_check.py check_scoring tells them apart on CUDA",
+    ),
+    "hf_heads/scoring/rescore.py:c2807f9317": (
+        "equivalent",
+        "_aligned refuses an lm_scores row whose length differs from the record's hypotheses first,"
+        " so strict never fires",
+    ),
+    "hf_heads/scoring/__main__.py:578cda36a0": (
+        "equivalent",
+        "the config passed is the one from_pretrained reads from the same path, unchanged",
+    ),
+    "hf_heads/data/tokenization.py:e9a2ce5f97": (
+        "test",
+        "tests/data/test_data.py::test_head_tail_truncation_of_a_lowercase_character_tokenizer_keep"
+        "s_cls_first_and_sep_last",
+    ),
+    "hf_heads/modeling/base.py:31911ff97b": (
+        "equivalent",
+        "generate is only given a GenerationConfig, which always has num_beams; a None generation c"
+        "onfig fails in transformers' generate either way",
+    ),
+    "hf_heads/modeling/parity.py:51680f8472": (
+        "test",
+        "tests/modeling/test_architectures.py::test_from_base_returns_the_checkpoints_distribution[causal_lm-cohere]",
+    ),
+    "hf_heads/modeling/configuration.py:3bf0af2ebd": (
+        "test",
+        "tests/modeling/test_config_read_through.py::test_tie_word_embeddings_defaults_to_false_and"
+        "_config_json_says_so",
+    ),
+    "hf_heads/heads/options.py:67f902e58e": (
+        "equivalent",
+        "__post_init__ already built each component from the same value with the option's name as i"
+        "ts field, so the rebuild cannot refuse",
+    ),
+    "hf_heads/heads/sampled.py:fce5942f94": (
+        "test",
+        "tests/cli/test_argument_record.py::test_every_flag_of_the_run_scripts_is_the_committed_record",
+    ),
+    "hf_heads/training/arguments.py:b9e11e07b2": (
+        "test",
+        "tests/project/test_toy_components.py::test_a_refused_head_flag_says_how_to_give_what_was_meant",
+    ),
+    "hf_heads/training/trainer.py:8b7b830447": (
+        "test",
+        "tests/training/test_eval_without_logits.py::test_prediction_step_passes_ignore_keys_on",
+    ),
+    "hf_heads/integrations/peft.py:9a183e0026": (
+        "equivalent",
+        "every hf_heads model inherits PeftAdapterMixin's _hf_peft_config_loaded=False, so getattr "
+        "never needs its default",
+    ),
+    "hf_heads/losses/fused_linear.py:c66abd2217": (
+        "test",
+        "tests/losses/test_kernels.py::test_on_an_accelerator_an_ignored_rows_prediction_is_ignore_"
+        "index_and_its_rank_minus_one[mean] tests/losses/test_kernels.py::test_on_an_accelerator_an"
+        "_ignored_rows_prediction_is_ignore_index_and_its_rank_minus_one[none]",
+    ),
+    "hf_heads/metrics/modules/perplexity.py:10ac404414": (
+        "test",
+        "tests/metrics/test_metrics.py::test_perplexity_refuses_texts_too_short_to_score",
+    ),
+    "hf_heads/data/corpora.py:3fd09cec49": (
+        "test",
+        "tests/data/test_data.py::test_a_corpus_another_process_cached_first_is_loaded_from_its_copy",
+    ),
 }
