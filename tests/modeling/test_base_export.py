@@ -675,6 +675,19 @@ def test_an_export_whose_logits_rule_out_a_token_the_model_gives_is_refused():
     )
 
 
+def test_a_model_whose_log_probabilities_are_all_nan_exports_to_a_base_model_that_gives_the_same():
+    """A diverged model (NaN in its final norm) has no finite log-probability anywhere, nor has its export: the two
+    agree everywhere, so the export is not refused."""
+    torch.manual_seed(0)
+    model = HeadsForCausalLM(HeadsConfig(backbone=tiny_llama_config().to_dict(), head={"family": "softmax"})).eval()
+    with torch.no_grad():
+        model.backbone.norm.weight.fill_(float("nan"))
+    base = model.to_base()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.isnan(model(input_ids=ids).logits).all() and torch.isnan(base(input_ids=ids).logits).all()
+
+
 def test_an_export_that_loads_back_otherwise_than_it_was_saved_is_refused(tmp_path):
     """Llama's rotary table is recomputed from the config when loaded, not saved: a model whose table was changed in
     memory exports a directory that transformers loads into another distribution."""

@@ -157,6 +157,22 @@ def test_gguf_of_a_head_dim_other_than_hidden_over_heads_writes_the_key_and_valu
     assert int(fields["llama.rope.dimension_count"].parts[-1][0]) == 24
 
 
+def test_gguf_of_a_llama_whose_config_leaves_head_dim_unset_takes_hidden_over_heads(tmp_path):
+    """A `LlamaForCausalLM` whose config has head_dim=None (transformers' attention then takes hidden_size // heads)
+    is written with that head size: no key or value length of its own."""
+    from hf_heads.modeling.gguf_export import export_gguf
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64)  # fmt: skip
+    lm = LlamaForCausalLM(config).eval()
+    lm.config.head_dim = None
+    path = export_gguf(lm, tmp_path / "unset.gguf", dtype="f32")  # read back and compared
+    fields = GGUFReader(path).fields
+    assert int(fields["llama.rope.dimension_count"].parts[-1][0]) == 8
+    assert "llama.attention.key_length" not in fields and "llama.attention.value_length" not in fields
+
+
 def test_gguf_refuses_a_projection_bias_llama_cpp_has_no_place_for(tmp_path):
     for option in ("attention_bias", "mlp_bias"):
         torch.manual_seed(0)
