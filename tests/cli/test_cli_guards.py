@@ -822,3 +822,33 @@ def test_a_new_continuous_head_centred_by_frequency_without_a_training_split_is_
         "error: head.center_embeddings='frequency' counts the training targets: give a training set: --do_train with "
         "--dataset_name or --train_file, or a trained hf_heads model"
     )
+
+
+def test_a_trained_continuous_head_centred_by_frequency_evaluates_without_a_training_split(monkeypatch, tmp_path):
+    """A trained hf_heads model keeps the counts its continuous head was centred with: evaluating it needs only a
+    validation split."""
+    from hf_heads.cli.seq2seq import main
+
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    verbosity = transformers.utils.logging.get_verbosity()
+    build_word_tokenizer(["el rey habló", "the king spoke"], add_eos=True).save_pretrained(tmp_path / "tok")
+    save_table(tmp_path / "table.npz", ["the", "king"], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    (tmp_path / "train.csv").write_text("es,en\nel rey habló,the king spoke\nel rey,the king\n")
+    (tmp_path / "valid.csv").write_text("es,en\nel rey,the king\n")
+    columns = ["--source_column", "es", "--target_column", "en", "--report_to", "none"]
+    train = [
+        "--output_dir", str(tmp_path / "model"), "--train_file", str(tmp_path / "train.csv"), "--tokenizer_name",
+        str(tmp_path / "tok"), "--head", "continuous", "--embedding_name", str(tmp_path / "table.npz"),
+        "--center_embeddings", "frequency", "--do_train", "--max_steps", "1", *columns,
+    ]  # fmt: skip
+    evaluate = [
+        "--output_dir", str(tmp_path / "eval"), "--model_name_or_path", str(tmp_path / "model"), "--validation_file",
+        str(tmp_path / "valid.csv"), "--do_eval", *columns,
+    ]  # fmt: skip
+    try:
+        main(_task({}), train)
+        main(_task({}), evaluate)
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    assert "eval_loss" in json.loads((tmp_path / "eval" / "eval_results.json").read_text())

@@ -255,8 +255,13 @@ def test_normalize_false_refused_where_scores_are_not_self_normalised(tok_lm, to
         model, tok, sources = _causal(FAMILIES[family]), tok_lm, None
     else:
         model, tok, sources = _seq2seq(SEQ2SEQ_HEADS[family]), tok_s2s, SOURCES[:1]
-    with pytest.raises(ValueError, match=rf"normalize=False: the {family} head .*sampled heads only"):
+    with pytest.raises(ValueError) as refused:
         sentence_log_probs(model, tok, TEXTS[:1], sources=sources, normalize=False)
+    assert str(refused.value) == (
+        f"normalize=False: the {family} head has no unnormalised scores; it is the sampling paper's rescoring with "
+        "the corrected scores without renormalisation (table 4), allowed for sampled heads only (softmax, margin and "
+        "continuous logits are not self-normalised, a sparse head's raw logit is no probability): use normalize=True"
+    )
 
 
 # ------------------------------------------------------------------------------------------- bad input
