@@ -1098,4 +1098,40 @@ TRIAGE: dict[str, tuple[str, str]] = {
         "test",
         "tests/data/test_data.py::test_a_corpus_another_process_cached_first_is_loaded_from_its_copy",
     ),
+    "hf_heads/modeling/base_export.py:a69416c91f": (
+        "test",
+        "tests/modeling/test_base_export.py::test_a_classifier_whose_base_class_computes_with_a_den"
+        "se_layer_the_model_lacks_is_refused_naming_its_tensors",
+    ),
+    "hf_heads/modeling/base_export.py:d97ccb36f6": (
+        "test",
+        "tests/modeling/test_base_export.py::test_a_model_whose_log_probabilities_are_all_nan_expor"
+        "ts_to_a_base_model_that_gives_the_same",
+    ),
+    "hf_heads/modeling/gguf_export.py:4e43bd7df5": (
+        "test",
+        "tests/modeling/test_gguf_export.py::test_gguf_of_a_llama_whose_config_leaves_head_dim_unse"
+        "t_takes_hidden_over_heads",
+    ),
+    "hf_heads/cli/seq2seq.py:296c4b14ba": (
+        "test",
+        "tests/cli/test_cli_guards.py::test_a_trained_continuous_head_centred_by_frequency_evaluate"
+        "s_without_a_training_split",
+    ),
+    "hf_heads/scoring/scores.py:31c88bdd0c": (
+        "test",
+        "tests/scoring/test_scoring.py::test_normalize_false_refused_where_scores_are_not_self_norm"
+        "alised[softmax] tests/scoring/test_scoring.py::test_normalize_false_refused_where_scores_a"
+        "re_not_self_normalised[margin] tests/scoring/test_scoring.py::test_normalize_false_refused"
+        "_where_scores_are_not_self_normalised[sparse] tests/scoring/test_scoring.py::test_normaliz"
+        "e_false_refused_where_scores_are_not_self_normalised[continuous]",
+    ),
+    "hf_heads/scoring/scores.py:b5fc4973ae": (
+        "test",
+        "tests/scoring/test_scoring.py::test_normalize_false_refused_where_scores_are_not_self_norm"
+        "alised[softmax] tests/scoring/test_scoring.py::test_normalize_false_refused_where_scores_a"
+        "re_not_self_normalised[margin] tests/scoring/test_scoring.py::test_normalize_false_refused"
+        "_where_scores_are_not_self_normalised[sparse] tests/scoring/test_scoring.py::test_normaliz"
+        "e_false_refused_where_scores_are_not_self_normalised[continuous]",
+    ),
 }
