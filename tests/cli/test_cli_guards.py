@@ -67,43 +67,44 @@ def test_local_files_load_into_the_split_they_are_given_for(tmp_path):
         load_local_files(str(tmp_path / "train.tsv"), None)
 
 
-def test_start_run_seeds_with_the_runs_seed(tmp_path, monkeypatch):
-    """The random state a run builds its model from is the one `--seed` gives."""
-    monkeypatch.setattr(logging.root, "handlers", [])  # start_run's basicConfig handler dies with the test
+@pytest.fixture
+def script_logging(monkeypatch):
+    """A run script's logging set-up undone after the test: start_run's basicConfig handler and level on the root
+    logger, and transformers' verbosity."""
+    monkeypatch.setattr(logging.root, "handlers", [])
     monkeypatch.setattr(logging.root, "level", logging.root.level)
     verbosity = transformers.utils.logging.get_verbosity()
+    yield
+    transformers.utils.logging.set_verbosity(verbosity)
+
+
+def test_start_run_seeds_with_the_runs_seed(tmp_path, script_logging):
+    """The random state a run builds its model from is the one `--seed` gives."""
     model_args = type("ModelArguments", (), {"model_name_or_path": "tiny-gpt2"})()
     draws = []
-    try:
-        for seed in (7, 7, 8):
-            args = HeadsTrainingArguments(output_dir=str(tmp_path / str(seed)), seed=seed, report_to="none")
-            head, checkpoint = start_run(model_args, RunArguments(), args)
-            draws.append(torch.rand(4))
-    finally:
-        transformers.utils.logging.set_verbosity(verbosity)
+    for seed in (7, 7, 8):
+        args = HeadsTrainingArguments(output_dir=str(tmp_path / str(seed)), seed=seed, report_to="none")
+        head, checkpoint = start_run(model_args, RunArguments(), args)
+        draws.append(torch.rand(4))
     assert head == SOFTMAX and checkpoint is None
     transformers.set_seed(7)
     assert torch.equal(draws[0], torch.rand(4)) and torch.equal(draws[1], draws[0])
     assert not torch.equal(draws[2], draws[0])
 
 
-def test_start_run_keeps_a_saved_models_head_and_takes_other_head_flags_only_with_change_head(tmp_path, monkeypatch):
+def test_start_run_keeps_a_saved_models_head_and_takes_other_head_flags_only_with_change_head(
+    tmp_path, script_logging
+):
     """An hf_heads model reopened without head flags keeps its own head; head flags asking for another head are
     refused, unless `--change_head`, which continues it with the flags' head."""
-    monkeypatch.setattr(logging.root, "handlers", [])
-    monkeypatch.setattr(logging.root, "level", logging.root.level)
-    verbosity = transformers.utils.logging.get_verbosity()
     _checkpoint(tmp_path / "model")
     model_args = type("ModelArguments", (), {"model_name_or_path": str(tmp_path / "model")})()
     plain = HeadsTrainingArguments(output_dir=str(tmp_path / "plain"), report_to="none")
     sparse = HeadsTrainingArguments(output_dir=str(tmp_path / "sparse"), head="sparse", k=5, report_to="none")
-    try:
-        assert start_run(model_args, RunArguments(), plain) == (SOFTMAX, None)
-        with pytest.raises(UsageError, match="but the head flags ask for .*pass --change_head"):
-            start_run(model_args, RunArguments(), sparse)
-        assert start_run(model_args, RunArguments(change_head=True), sparse) == (sparse.head_config(), None)
-    finally:
-        transformers.utils.logging.set_verbosity(verbosity)
+    assert start_run(model_args, RunArguments(), plain) == (SOFTMAX, None)
+    with pytest.raises(UsageError, match="but the head flags ask for .*pass --change_head"):
+        start_run(model_args, RunArguments(), sparse)
+    assert start_run(model_args, RunArguments(change_head=True), sparse) == (sparse.head_config(), None)
 
 
 # ---------------------------------------------------------------- seq2seq (run_translation / _summarization / _qg)
@@ -797,14 +798,13 @@ def test_a_seq2seq_script_refuses_evaluating_a_split_the_data_lacks(monkeypatch,
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
-def test_a_new_continuous_head_centred_by_frequency_without_a_training_split_is_refused(monkeypatch, capsys, tmp_path):
+def test_a_new_continuous_head_centred_by_frequency_without_a_training_split_is_refused(
+    monkeypatch, capsys, tmp_path, script_logging
+):
     """Evaluating a new model whose continuous head centres its table by the training targets' frequencies, with no
     training split: one line naming the option and what to give."""
     from hf_heads.cli.seq2seq import main
 
-    monkeypatch.setattr(logging.root, "handlers", [])
-    monkeypatch.setattr(logging.root, "level", logging.root.level)
-    verbosity = transformers.utils.logging.get_verbosity()
     build_word_tokenizer(["el rey", "the king"], add_eos=True).save_pretrained(tmp_path / "tok")
     save_table(tmp_path / "table.npz", ["the", "king"], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     (tmp_path / "valid.csv").write_text("es,en\nel rey,the king\n")
@@ -814,24 +814,18 @@ def test_a_new_continuous_head_centred_by_frequency_without_a_training_split_is_
         "--embedding_name", str(tmp_path / "table.npz"), "--center_embeddings", "frequency", "--do_eval",
         "--report_to", "none",
     ]  # fmt: skip
-    try:
-        line = _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]
-    finally:
-        transformers.utils.logging.set_verbosity(verbosity)
+    line = _error_line(monkeypatch, capsys, argv, lambda: main(_task({}))).splitlines()[-1]
     assert line == (
         "error: head.center_embeddings='frequency' counts the training targets: give a training set: --do_train with "
         "--dataset_name or --train_file, or a trained hf_heads model"
     )
 
 
-def test_a_trained_continuous_head_centred_by_frequency_evaluates_without_a_training_split(monkeypatch, tmp_path):
+def test_a_trained_continuous_head_centred_by_frequency_evaluates_without_a_training_split(tmp_path, script_logging):
     """A trained hf_heads model keeps the counts its continuous head was centred with: evaluating it needs only a
     validation split."""
     from hf_heads.cli.seq2seq import main
 
-    monkeypatch.setattr(logging.root, "handlers", [])
-    monkeypatch.setattr(logging.root, "level", logging.root.level)
-    verbosity = transformers.utils.logging.get_verbosity()
     build_word_tokenizer(["el rey habló", "the king spoke"], add_eos=True).save_pretrained(tmp_path / "tok")
     save_table(tmp_path / "table.npz", ["the", "king"], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     (tmp_path / "train.csv").write_text("es,en\nel rey habló,the king spoke\nel rey,the king\n")
@@ -846,9 +840,6 @@ def test_a_trained_continuous_head_centred_by_frequency_evaluates_without_a_trai
         "--output_dir", str(tmp_path / "eval"), "--model_name_or_path", str(tmp_path / "model"), "--validation_file",
         str(tmp_path / "valid.csv"), "--do_eval", *columns,
     ]  # fmt: skip
-    try:
-        main(_task({}), train)
-        main(_task({}), evaluate)
-    finally:
-        transformers.utils.logging.set_verbosity(verbosity)
+    main(_task({}), train)
+    main(_task({}), evaluate)
     assert "eval_loss" in json.loads((tmp_path / "eval" / "eval_results.json").read_text())
