@@ -194,7 +194,7 @@ def test_prediction_step_passes_ignore_keys_on(tmp_path):
     data = _lm_dataset(n=2)
     batch = {k: torch.tensor(v) for k, v in data[:2].items()}
     model.eval()  # as the evaluation loop calls it (in training mode a forward with labels returns no logits)
-    cache = ["past_key_values"]
+    cache = ["past_key_values", "cache"]  # the cache's output key up to transformers 5.23, and from 5.24
     _, kept, _ = trainer.prediction_step(model, batch, prediction_loss_only=False, ignore_keys=cache)
     _, left_out, _ = trainer.prediction_step(model, batch, False, ignore_keys=[*cache, "logits"])
 
