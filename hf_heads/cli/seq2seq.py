@@ -12,6 +12,7 @@ from pathlib import Path
 
 import datasets
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
 from hf_heads import HeadsConfig, HeadsForSeq2SeqLM
@@ -43,11 +44,6 @@ from hf_heads.metrics import generation_metrics
 from hf_heads.training import HeadsSeq2SeqTrainer, HeadsSeq2SeqTrainingArguments
 from hf_heads.training.tables import attach_table, continuous_table, table_source, target_sentences
 from hf_heads.validation import OptionError
-
-try:
-    from huggingface_hub.errors import StrictDataclassError
-except ImportError:  # a huggingface_hub without strict dataclasses: configs do not check fields when set
-    StrictDataclassError = ValueError
 
 logger = logging.getLogger(__name__)
 

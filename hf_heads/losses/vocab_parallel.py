@@ -47,6 +47,7 @@ from hf_heads.losses.tiles import (
     weighted_sum,
 )
 from hf_heads.losses.transforms import soft_cap
+from hf_heads.losses.triton_programs import scale_in_place
 from hf_heads.validation import OptionError
 
 
@@ -303,7 +304,7 @@ class _ShardedCrossEntropy(torch.autograd.Function):
             h, w, b, s, t, y, weights, z_weights, shard, opts, want_pred, step
         )
         ctx.save_for_backward(h, w, b, s, t, y, weights, z_weights)  # inputs, for a second backward only
-        ctx.rerun = (shard, opts, step)
+        ctx.rerun = (shard, opts, 0, step)  # a rerun's arguments after the inputs (no predictions)
         ctx.mark_non_differentiable(lse_all, pred_all)
         return total, lse_all, pred_all
 
@@ -311,9 +312,10 @@ class _ShardedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad, *unused):  # unused: the lse and predictions, outputs without a gradient
         grads, ctx.grads = ctx.grads, None  # handed over, not kept: autograd takes them as .grad without a copy
         if grads is None:  # a second backward through this graph (retain_graph=True): the first one took them
-            *_, grads = _sharded_pass(*ctx.saved_tensors, *ctx.rerun[:2], 0, ctx.rerun[2])
+            *_, grads = _sharded_pass(*ctx.saved_tensors, *ctx.rerun)
         if not (host_reads_are_free(grad.device) and bool(grad == 1)):  # d loss = 1 read on a CPU: not multiplied
-            grads = tuple(None if g is None else g.mul_(grad) for g in grads)  # in place: no second (V_r, H) tensor
+            # in place: no second (V_r, H) tensor; on a GPU no pass at all where d loss is 1 (no host read)
+            grads = tuple(None if g is None else scale_in_place(g, grad) for g in grads)
         return (*grads, None, None, None, None, None, None, None)
 
 

@@ -185,5 +185,5 @@ class HeadsConfig(PretrainedConfig):
         if value is not None:
             return value
         text = self.backbone.get_text_config(decoder=True)
-        nested = any(getattr(self.backbone, key, None) is text for key in ("decoder", "generator", "text_config"))
+        nested = any(value is text for value in vars(self.backbone).values())  # a sub-config the backbone holds
         return getattr(text, name, None) if nested else None

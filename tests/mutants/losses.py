@@ -375,7 +375,7 @@ MUTANTS = [
        "        if False:\n", VOCAB_PARALLEL,
        "the sharded loss's gradients are not multiplied by d loss (a scaled or accumulated loss)"),
     _m("vp-second-backward-empty", "losses/vocab_parallel.py",
-       "            *_, grads = _sharded_pass(*ctx.saved_tensors, *ctx.rerun[:2], 0, ctx.rerun[2])\n",
+       "            *_, grads = _sharded_pass(*ctx.saved_tensors, *ctx.rerun)\n",
        "            grads = (None,) * 5\n", VOCAB_PARALLEL,
        "a second backward (retain_graph=True) through a sharded loss gives no gradient"),
     _m("vp-reduction-unchecked", "losses/fused_linear.py",
